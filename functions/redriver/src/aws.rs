@@ -1,0 +1,363 @@
+//! SDK adapters for the ports: SQS, CloudWatch alarms and metrics.
+
+use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit, StateValue};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
+    MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
+};
+use redrive_shared::sdk::{attributes_from_sdk, attributes_to_sdk};
+
+use crate::ports::{
+    Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, Metrics, PortError, Queue, Received,
+    RunMetrics, SendEntry,
+};
+
+/// Maps an SDK error to a [`PortError`], classifying what is worth retrying.
+pub fn port_error<E, R>(
+    operation: &'static str,
+    err: aws_sdk_sqs::error::SdkError<E, R>,
+) -> PortError
+where
+    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_sqs::error::SdkError;
+    let (code, retryable) = match &err {
+        SdkError::TimeoutError(_) => ("Timeout".to_string(), true),
+        SdkError::DispatchFailure(_) => ("DispatchFailure".to_string(), true),
+        SdkError::ResponseError(_) => ("ResponseError".to_string(), true),
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("ServiceError").to_string();
+            let retryable = is_retryable_code(&code);
+            (code, retryable)
+        }
+        _ => ("ConstructionFailure".to_string(), false),
+    };
+    PortError {
+        operation,
+        code,
+        message: aws_sdk_sqs::error::DisplayErrorContext(&err).to_string(),
+        retryable,
+    }
+}
+
+fn is_retryable_code(code: &str) -> bool {
+    let c = code.to_ascii_lowercase();
+    c.contains("throttl")
+        || c.contains("requestlimitexceeded")
+        || c.contains("toomanyrequests")
+        || c.contains("internalerror")
+        || c.contains("internalfailure")
+        || c.contains("serviceunavailable")
+        || c == "kms.throttlingexception"
+}
+
+/// SQS through the SDK (AWS, or moto via `AWS_ENDPOINT_URL`).
+#[derive(Clone)]
+pub struct SqsQueue {
+    pub client: aws_sdk_sqs::Client,
+}
+
+impl Queue for SqsQueue {
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        wait_seconds: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<Received>, PortError> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(max_messages.clamp(1, 10))
+            .wait_time_seconds(wait_seconds)
+            .visibility_timeout(visibility_seconds)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .map_err(|e| port_error("ReceiveMessage", e))?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| {
+                let sys = m.attributes.as_ref();
+                let get = |k: MessageSystemAttributeName| sys.and_then(|a| a.get(&k)).cloned();
+                Received {
+                    attributes: attributes_from_sdk(m.message_attributes.as_ref()),
+                    group_id: get(MessageSystemAttributeName::MessageGroupId),
+                    receive_count: get(MessageSystemAttributeName::ApproximateReceiveCount)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                    sent_timestamp_ms: get(MessageSystemAttributeName::SentTimestamp)
+                        .and_then(|v| v.parse().ok()),
+                    message_id: m.message_id.unwrap_or_default(),
+                    receipt_handle: m.receipt_handle.unwrap_or_default(),
+                    body: m.body.unwrap_or_default(),
+                }
+            })
+            .collect())
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        entries: &[SendEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        let mut req = self.client.send_message_batch().queue_url(queue_url);
+        for e in entries {
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(&e.id)
+                .message_body(&e.body)
+                .set_message_attributes(
+                    (!e.attributes.is_empty()).then(|| attributes_to_sdk(&e.attributes)),
+                )
+                .set_delay_seconds(e.delay_seconds.map(|d| d as i32))
+                .set_message_group_id(e.group_id.clone())
+                .set_message_deduplication_id(e.dedup_id.clone())
+                .build()
+                .map_err(|b| PortError {
+                    operation: "SendMessageBatch",
+                    code: "Build".into(),
+                    message: b.to_string(),
+                    retryable: false,
+                })?;
+            req = req.entries(entry);
+        }
+        let out = req
+            .send()
+            .await
+            .map_err(|e| port_error("SendMessageBatch", e))?;
+        Ok(BatchOutcome {
+            succeeded: out.successful.into_iter().map(|s| s.id).collect(),
+            failed: out
+                .failed
+                .into_iter()
+                .map(|f| EntryFailure {
+                    id: f.id,
+                    code: f.code,
+                    message: f.message.unwrap_or_default(),
+                    sender_fault: f.sender_fault,
+                })
+                .collect(),
+        })
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        let mut req = self.client.delete_message_batch().queue_url(queue_url);
+        for e in entries {
+            let entry = DeleteMessageBatchRequestEntry::builder()
+                .id(&e.id)
+                .receipt_handle(&e.receipt_handle)
+                .build()
+                .map_err(|b| PortError {
+                    operation: "DeleteMessageBatch",
+                    code: "Build".into(),
+                    message: b.to_string(),
+                    retryable: false,
+                })?;
+            req = req.entries(entry);
+        }
+        let out = req
+            .send()
+            .await
+            .map_err(|e| port_error("DeleteMessageBatch", e))?;
+        Ok(BatchOutcome {
+            succeeded: out.successful.into_iter().map(|s| s.id).collect(),
+            failed: out
+                .failed
+                .into_iter()
+                .map(|f| EntryFailure {
+                    id: f.id,
+                    code: f.code,
+                    message: f.message.unwrap_or_default(),
+                    sender_fault: f.sender_fault,
+                })
+                .collect(),
+        })
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+        visibility_seconds: i32,
+    ) -> Result<BatchOutcome, PortError> {
+        let mut req = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(queue_url);
+        for e in entries {
+            let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
+                .id(&e.id)
+                .receipt_handle(&e.receipt_handle)
+                .visibility_timeout(visibility_seconds)
+                .build()
+                .map_err(|b| PortError {
+                    operation: "ChangeMessageVisibilityBatch",
+                    code: "Build".into(),
+                    message: b.to_string(),
+                    retryable: false,
+                })?;
+            req = req.entries(entry);
+        }
+        let out = req
+            .send()
+            .await
+            .map_err(|e| port_error("ChangeMessageVisibilityBatch", e))?;
+        Ok(BatchOutcome {
+            succeeded: out.successful.into_iter().map(|s| s.id).collect(),
+            failed: out
+                .failed
+                .into_iter()
+                .map(|f| EntryFailure {
+                    id: f.id,
+                    code: f.code,
+                    message: f.message.unwrap_or_default(),
+                    sender_fault: f.sender_fault,
+                })
+                .collect(),
+        })
+    }
+
+    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .map_err(|e| port_error("GetQueueAttributes", e))?;
+        let attrs = out.attributes.unwrap_or_default();
+        let get = |k: QueueAttributeName| {
+            attrs
+                .get(&k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Ok(Depth {
+            visible: get(QueueAttributeName::ApproximateNumberOfMessages),
+            in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            delayed: get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        })
+    }
+}
+
+fn cw_error<E, R>(
+    operation: &'static str,
+    err: aws_sdk_cloudwatch::error::SdkError<E, R>,
+) -> PortError
+where
+    E: aws_sdk_cloudwatch::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_cloudwatch::error::SdkError;
+    let (code, retryable) = match &err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            ("Transport".to_string(), true)
+        }
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("ServiceError").to_string();
+            let retryable = is_retryable_code(&code);
+            (code, retryable)
+        }
+        _ => ("ConstructionFailure".to_string(), false),
+    };
+    PortError {
+        operation,
+        code,
+        message: aws_sdk_cloudwatch::error::DisplayErrorContext(&err).to_string(),
+        retryable,
+    }
+}
+
+/// CloudWatch alarms and metrics through the SDK.
+#[derive(Clone)]
+pub struct CloudWatch {
+    pub client: aws_sdk_cloudwatch::Client,
+}
+
+impl Alarms for CloudWatch {
+    async fn in_alarm(&self, names: &[String]) -> Result<Vec<String>, PortError> {
+        let mut open = Vec::new();
+        // DescribeAlarms takes at most 100 names per call.
+        for chunk in names.chunks(100) {
+            let out = self
+                .client
+                .describe_alarms()
+                .set_alarm_names(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(|e| cw_error("DescribeAlarms", e))?;
+            let alarms = out
+                .metric_alarms
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| (a.alarm_name, a.state_value));
+            let composite = out
+                .composite_alarms
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| (a.alarm_name, a.state_value));
+            for (name, state) in alarms.chain(composite) {
+                if state == Some(StateValue::Alarm) {
+                    open.push(name.unwrap_or_default());
+                }
+            }
+        }
+        Ok(open)
+    }
+
+    async fn set_ok(&self, name: &str, reason: &str) -> Result<(), PortError> {
+        self.client
+            .set_alarm_state()
+            .alarm_name(name)
+            .state_value(StateValue::Ok)
+            .state_reason(reason.chars().take(1023).collect::<String>())
+            .send()
+            .await
+            .map_err(|e| cw_error("SetAlarmState", e))?;
+        Ok(())
+    }
+}
+
+impl Metrics for CloudWatch {
+    async fn publish(
+        &self,
+        namespace: &str,
+        queue_name: &str,
+        m: RunMetrics,
+    ) -> Result<(), PortError> {
+        let dim = Dimension::builder()
+            .name("QueueName")
+            .value(queue_name)
+            .build();
+        let datum = |name: &str, value: u64| {
+            MetricDatum::builder()
+                .metric_name(name)
+                .unit(StandardUnit::Count)
+                .value(value as f64)
+                .dimensions(dim.clone())
+                .build()
+        };
+        self.client
+            .put_metric_data()
+            .namespace(namespace)
+            .metric_data(datum("SuccessfulRedrives", m.successful_redrives))
+            .metric_data(datum("PoisonPillsIsolated", m.poison_pills_isolated))
+            .metric_data(datum("RedriveFailures", m.redrive_failures))
+            .send()
+            .await
+            .map_err(|e| cw_error("PutMetricData", e))?;
+        Ok(())
+    }
+}

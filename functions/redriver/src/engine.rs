@@ -1,0 +1,841 @@
+//! The drain: receive from the DLQ, decide each message, send the copies, and delete from the
+//! DLQ only what the destination acknowledged.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redrive_shared::backoff::SplitMix64;
+use redrive_shared::config::RedriverConfig;
+use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
+use redrive_shared::event::{EventError, Skip, Trigger, recognize};
+use redrive_shared::limits::{MAX_RECEIVE, split_batches, split_fifo_batches};
+use redrive_shared::meta::MetaSource;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::ports::{
+    Alarms, BatchOutcome, EntryFailure, HandleEntry, Metrics, PortError, Queue, Received,
+    RunMetrics, SendEntry,
+};
+
+/// Why a drain stopped (the contract's `stoppedBecause`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    QueueEmpty,
+    Limit,
+    Deadline,
+    CircuitOpen,
+    NotInAlarm,
+    OtherQueue,
+    Other,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::QueueEmpty => "queue-empty",
+            Self::Limit => "limit",
+            Self::Deadline => "deadline",
+            Self::CircuitOpen => "circuit-open",
+            Self::NotInAlarm => "not-in-alarm",
+            Self::OtherQueue => "other-queue",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl From<Skip> for StopReason {
+    fn from(s: Skip) -> Self {
+        match s {
+            Skip::NotInAlarm => Self::NotInAlarm,
+            Skip::OtherQueue => Self::OtherQueue,
+        }
+    }
+}
+
+/// The invocation's response, also logged as one JSON line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub received: u64,
+    pub redriven: u64,
+    pub isolated: u64,
+    pub failed: u64,
+    pub dry_run: bool,
+    pub stopped_because: StopReason,
+    /// Messages left on the DLQ (visible, in flight and delayed) after the run; `null` when the
+    /// queue could not be asked.
+    pub dlq_remaining: Option<u64>,
+}
+
+/// One drain, resolved from the trigger and the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainRequest {
+    pub max_messages: u32,
+    pub dry_run: bool,
+    /// The Lambda deadline; `None` runs until the limit or an empty queue.
+    pub deadline: Option<Instant>,
+    /// The alarm that triggered this drain, to re-arm when a backlog remains.
+    pub trigger_alarm: Option<String>,
+}
+
+/// Tunables that are not part of the contract's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Stop starting new batches this long before the deadline.
+    pub deadline_margin: Duration,
+    /// Long-poll wait of each ReceiveMessage: an empty answer then means an empty queue.
+    pub receive_wait_seconds: i32,
+    /// Visibility timeout of received messages: if the invocation dies, they reappear after it.
+    pub visibility_seconds: i32,
+    /// Tries of a call (or of failed batch entries) that failed in a retryable way.
+    pub retry_attempts: u32,
+    pub retry_base: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            deadline_margin: Duration::from_secs(5),
+            receive_wait_seconds: 1,
+            visibility_seconds: 60,
+            retry_attempts: 3,
+            retry_base: Duration::from_millis(100),
+        }
+    }
+}
+
+pub struct Engine<Q, A, M> {
+    pub queue: Q,
+    pub alarms: A,
+    pub metrics: M,
+    pub config: RedriverConfig,
+    pub settings: Settings,
+    rng: Mutex<SplitMix64>,
+    clock: fn() -> i64,
+}
+
+fn system_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// What happened to one received message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    SendFailed,
+    DeleteFailed,
+    /// FIFO: not sent because an earlier message of its group failed in this invocation.
+    HeldForOrder,
+}
+
+struct Run {
+    remaining: AtomicU32,
+    stop: Mutex<Option<StopReason>>,
+    received: AtomicU64,
+    redriven: AtomicU64,
+    isolated: AtomicU64,
+    failed: AtomicU64,
+    held: Mutex<Vec<HandleEntry>>,
+    blocked_groups: Mutex<HashSet<String>>,
+    pacer: Option<Pacer>,
+}
+
+impl Run {
+    fn stop(&self, reason: StopReason) {
+        let mut s = self.stop.lock().unwrap_or_else(|e| e.into_inner());
+        s.get_or_insert(reason);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    fn reserve(&self, want: u32) -> u32 {
+        let mut got = 0;
+        let _ = self
+            .remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
+                got = r.min(want);
+                Some(r - got)
+            });
+        got
+    }
+
+    fn unreserve(&self, n: u32) {
+        self.remaining.fetch_add(n, Ordering::SeqCst);
+    }
+}
+
+/// Spreads receives so that the invocation never exceeds `rate` messages per second.
+struct Pacer {
+    start: Instant,
+    per_message: Duration,
+    granted: Mutex<u64>,
+}
+
+impl Pacer {
+    fn new(rate: f64) -> Option<Self> {
+        (rate > 0.0).then(|| Self {
+            start: Instant::now(),
+            per_message: Duration::from_secs_f64(1.0 / rate),
+            granted: Mutex::new(0),
+        })
+    }
+
+    /// The instant at which `n` more messages may be received.
+    fn grant(&self, n: u32) -> Instant {
+        let mut g = self.granted.lock().unwrap_or_else(|e| e.into_inner());
+        let at = self.start + self.per_message.mul_f64(*g as f64);
+        *g += u64::from(n);
+        at
+    }
+}
+
+impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
+    pub fn new(queue: Q, alarms: A, metrics: M, config: RedriverConfig) -> Self {
+        Self {
+            queue,
+            alarms,
+            metrics,
+            config,
+            settings: Settings::default(),
+            rng: Mutex::new(SplitMix64::from_entropy()),
+            clock: system_now_ms,
+        }
+    }
+
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Fixes the jitter's random source (tests, benchmarks).
+    pub fn with_seed(self, seed: u64) -> Self {
+        *self.rng.lock().unwrap_or_else(|e| e.into_inner()) = SplitMix64::new(seed);
+        self
+    }
+
+    fn policy(&self) -> Policy {
+        Policy {
+            max_attempts: self.config.max_redrive_attempts,
+            backoff: self.config.backoff,
+            source_fifo: self.config.source_queue_url.is_fifo(),
+            poison_fifo: self.config.poison_queue_url.is_fifo(),
+        }
+    }
+
+    /// Handles one invocation payload. An unrecognized event is an error and touches nothing.
+    pub async fn handle(
+        &self,
+        event: &serde_json::Value,
+        deadline: Option<Instant>,
+    ) -> Result<Summary, EventError> {
+        let trigger = recognize(event)?;
+        let defaults = DrainRequest {
+            max_messages: self.config.max_messages_per_invocation,
+            dry_run: self.config.dry_run,
+            deadline,
+            trigger_alarm: None,
+        };
+        let request = match trigger {
+            Trigger::Alarm(alarm) => {
+                if let Some(skip) = alarm.skip_for(self.config.dlq_url.name()) {
+                    tracing::info!(alarm = %alarm.alarm_name, state = %alarm.new_state, queue = ?alarm.queue_name, action = skip.as_str(), "alarm ignored");
+                    let summary = Summary {
+                        received: 0,
+                        redriven: 0,
+                        isolated: 0,
+                        failed: 0,
+                        dry_run: defaults.dry_run,
+                        stopped_because: skip.into(),
+                        dlq_remaining: None,
+                    };
+                    self.publish(&summary).await;
+                    log_summary(&summary);
+                    return Ok(summary);
+                }
+                DrainRequest {
+                    trigger_alarm: Some(alarm.alarm_name),
+                    ..defaults
+                }
+            }
+            Trigger::Manual(m) => DrainRequest {
+                max_messages: m.max_messages.unwrap_or(defaults.max_messages),
+                dry_run: m.dry_run.unwrap_or(defaults.dry_run),
+                ..defaults
+            },
+            Trigger::Scheduled => defaults,
+        };
+        Ok(self.run(&request).await)
+    }
+
+    /// Circuit check, drain, metrics, re-arm, summary log.
+    pub async fn run(&self, request: &DrainRequest) -> Summary {
+        let mut summary = match self.open_guards().await {
+            Some(open) => {
+                tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: nothing received");
+                Summary {
+                    received: 0,
+                    redriven: 0,
+                    isolated: 0,
+                    failed: 0,
+                    dry_run: request.dry_run,
+                    stopped_because: StopReason::CircuitOpen,
+                    dlq_remaining: None,
+                }
+            }
+            None => self.drain(request).await,
+        };
+        summary.dlq_remaining = self.dlq_remaining().await;
+        self.publish(&summary).await;
+        self.rearm(request, &summary).await;
+        log_summary(&summary);
+        summary
+    }
+
+    async fn open_guards(&self) -> Option<Vec<String>> {
+        if self.config.guard_alarm_names.is_empty() {
+            return None;
+        }
+        match self
+            .retry(|| self.alarms.in_alarm(&self.config.guard_alarm_names))
+            .await
+        {
+            Ok(open) if open.is_empty() => None,
+            Ok(open) => Some(open),
+            Err(e) => {
+                // Fail closed: replaying into a system whose health is unknown risks a storm.
+                tracing::error!(error = %e, "cannot read guard alarms; treating the circuit as open");
+                Some(vec![format!("unknown: {e}")])
+            }
+        }
+    }
+
+    async fn dlq_remaining(&self) -> Option<u64> {
+        match self
+            .retry(|| self.queue.depth(self.config.dlq_url.as_str()))
+            .await
+        {
+            Ok(d) => Some(d.total()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the DLQ depth");
+                None
+            }
+        }
+    }
+
+    async fn publish(&self, summary: &Summary) {
+        let metrics = if summary.dry_run {
+            RunMetrics {
+                redrive_failures: summary.failed,
+                ..RunMetrics::default()
+            }
+        } else {
+            RunMetrics {
+                successful_redrives: summary.redriven,
+                poison_pills_isolated: summary.isolated,
+                redrive_failures: summary.failed,
+            }
+        };
+        let result = self
+            .metrics
+            .publish(
+                &self.config.metric_namespace,
+                self.config.dlq_url.name(),
+                metrics,
+            )
+            .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "publishing metrics failed; the drain itself is unaffected");
+        }
+    }
+
+    async fn rearm(&self, request: &DrainRequest, summary: &Summary) {
+        let Some(alarm) = &request.trigger_alarm else {
+            return;
+        };
+        let backlog = matches!(
+            summary.stopped_because,
+            StopReason::Limit | StopReason::Deadline
+        ) && summary.dlq_remaining.is_none_or(|n| n > 0);
+        if !self.config.rearm_alarm || request.dry_run || !backlog {
+            return;
+        }
+        let reason = format!(
+            "redrive re-arm: stopped by {} with {} messages left on the DLQ; the next evaluation fires again",
+            summary.stopped_because.as_str(),
+            summary
+                .dlq_remaining
+                .map_or("unknown".to_string(), |n| n.to_string())
+        );
+        match self.retry(|| self.alarms.set_ok(alarm, &reason)).await {
+            Ok(()) => {
+                tracing::info!(alarm = %alarm, action = "rearm", "alarm set to OK so that it fires again")
+            }
+            Err(e) => tracing::error!(alarm = %alarm, error = %e, "re-arming the alarm failed"),
+        }
+    }
+
+    /// Drains up to `request.max_messages`, several pipelines at once (one for FIFO queues).
+    pub async fn drain(&self, request: &DrainRequest) -> Summary {
+        let run = Run {
+            remaining: AtomicU32::new(request.max_messages),
+            stop: Mutex::new(None),
+            received: AtomicU64::new(0),
+            redriven: AtomicU64::new(0),
+            isolated: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            held: Mutex::new(Vec::new()),
+            blocked_groups: Mutex::new(HashSet::new()),
+            pacer: Pacer::new(self.config.max_messages_per_second),
+        };
+        let fifo = self.config.dlq_url.is_fifo() || self.config.source_queue_url.is_fifo();
+        let pipelines = if fifo {
+            1
+        } else {
+            self.config.max_concurrent_batches.max(1)
+        };
+        // A dry run holds what it received until the end, so it never sees a message twice.
+        let visibility = if request.dry_run {
+            let until_deadline = request.deadline.map_or(900, |d| {
+                d.saturating_duration_since(Instant::now()).as_secs() + 60
+            });
+            until_deadline.clamp(60, 43_200) as i32
+        } else {
+            self.settings.visibility_seconds
+        };
+        join_all((0..pipelines).map(|_| self.pipeline(&run, request, visibility))).await;
+
+        if request.dry_run {
+            let held = std::mem::take(&mut *run.held.lock().unwrap_or_else(|e| e.into_inner()));
+            self.release(held).await;
+        }
+        let stopped_because = run
+            .stop
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or(StopReason::Other);
+        Summary {
+            received: run.received.load(Ordering::SeqCst),
+            redriven: run.redriven.load(Ordering::SeqCst),
+            isolated: run.isolated.load(Ordering::SeqCst),
+            failed: run.failed.load(Ordering::SeqCst),
+            dry_run: request.dry_run,
+            stopped_because,
+            dlq_remaining: None,
+        }
+    }
+
+    async fn pipeline(&self, run: &Run, request: &DrainRequest, visibility: i32) {
+        let dlq = self.config.dlq_url.as_str();
+        loop {
+            if run.stopped() {
+                return;
+            }
+            let near_deadline = |at: Instant| {
+                request
+                    .deadline
+                    .is_some_and(|d| at + self.settings.deadline_margin >= d)
+            };
+            if near_deadline(Instant::now()) {
+                run.stop(StopReason::Deadline);
+                return;
+            }
+            let want = run.reserve(MAX_RECEIVE as u32);
+            if want == 0 {
+                run.stop(StopReason::Limit);
+                return;
+            }
+            if let Some(pacer) = &run.pacer {
+                let at = pacer.grant(want);
+                if near_deadline(at) {
+                    run.unreserve(want);
+                    run.stop(StopReason::Deadline);
+                    return;
+                }
+                tokio::time::sleep_until(at).await;
+                if run.stopped() {
+                    run.unreserve(want);
+                    return;
+                }
+            }
+            let wait = self.settings.receive_wait_seconds;
+            let messages = match self
+                .retry(|| self.queue.receive(dlq, want as i32, wait, visibility))
+                .await
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::error!(error = %e, "receiving from the DLQ failed; stopping");
+                    run.unreserve(want);
+                    run.stop(StopReason::Other);
+                    return;
+                }
+            };
+            let got = messages.len().min(want as usize) as u32;
+            run.unreserve(want - got);
+            if messages.is_empty() {
+                run.stop(StopReason::QueueEmpty);
+                return;
+            }
+            run.received
+                .fetch_add(messages.len() as u64, Ordering::SeqCst);
+            self.process(run, messages, request.dry_run).await;
+        }
+    }
+
+    fn decide_all(&self, messages: Vec<Received>) -> Vec<(Received, Decision)> {
+        let policy = self.policy();
+        let now = (self.clock)();
+        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        messages
+            .into_iter()
+            .map(|m| {
+                let view = ReceivedMessage {
+                    message_id: &m.message_id,
+                    body: &m.body,
+                    attributes: &m.attributes,
+                    group_id: m.group_id.as_deref(),
+                };
+                let decision = decide(&view, &policy, now, &mut *rng);
+                if let MetaSource::Garbled(why) = decision.read_from() {
+                    tracing::warn!(message_id = %m.message_id, problem = %why, "garbled redrive metadata: restarting its history");
+                }
+                (m, decision)
+            })
+            .collect()
+    }
+
+    async fn process(&self, run: &Run, messages: Vec<Received>, dry_run: bool) {
+        let decided = self.decide_all(messages);
+        if dry_run {
+            let mut held = Vec::with_capacity(decided.len());
+            for (i, (m, d)) in decided.into_iter().enumerate() {
+                log_action(&m, &d, &format!("plan:{}", d.action()));
+                if d.is_redrive() {
+                    run.redriven.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    run.isolated.fetch_add(1, Ordering::SeqCst);
+                }
+                held.push(HandleEntry {
+                    id: i.to_string(),
+                    receipt_handle: m.receipt_handle,
+                });
+            }
+            run.held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(held);
+            return;
+        }
+
+        // Entry ids are the positions in this received batch.
+        let mut to_source = Vec::new();
+        let mut to_poison = Vec::new();
+        let mut meta = Vec::with_capacity(decided.len());
+        for (i, (m, d)) in decided.into_iter().enumerate() {
+            let entry = SendEntry {
+                id: i.to_string(),
+                body: m.body,
+                attributes: d.attributes().clone(),
+                delay_seconds: d.delay_seconds(),
+                group_id: d.group_id().map(str::to_string),
+                dedup_id: d.dedup_id().map(str::to_string),
+            };
+            if d.is_redrive() {
+                to_source.push(entry)
+            } else {
+                to_poison.push(entry)
+            }
+            meta.push((m.message_id, m.receipt_handle, d));
+        }
+
+        let fifo = self.config.source_queue_url.is_fifo() || self.config.dlq_url.is_fifo();
+        let (source_acked, poison_acked) = if fifo {
+            let s = self
+                .send_fifo(run, self.config.source_queue_url.as_str(), to_source)
+                .await;
+            let p = self
+                .send_fifo(run, self.config.poison_queue_url.as_str(), to_poison)
+                .await;
+            (s, p)
+        } else {
+            futures_util::future::join(
+                self.send_all(self.config.source_queue_url.as_str(), to_source),
+                self.send_all(self.config.poison_queue_url.as_str(), to_poison),
+            )
+            .await
+        };
+        let acked: HashSet<String> = source_acked.0.into_iter().chain(poison_acked.0).collect();
+        let held: HashSet<String> = source_acked.1.into_iter().chain(poison_acked.1).collect();
+
+        // Delete only what the destination acknowledged.
+        let deletes: Vec<HandleEntry> = meta
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| acked.contains(&i.to_string()))
+            .map(|(i, (_, handle, _))| HandleEntry {
+                id: i.to_string(),
+                receipt_handle: handle.clone(),
+            })
+            .collect();
+        let deleted = self.delete_all(deletes).await;
+
+        for (i, (message_id, _, decision)) in meta.iter().enumerate() {
+            let id = i.to_string();
+            let outcome = if deleted.contains(&id) {
+                Outcome::Done
+            } else if acked.contains(&id) {
+                Outcome::DeleteFailed
+            } else if held.contains(&id) {
+                Outcome::HeldForOrder
+            } else {
+                Outcome::SendFailed
+            };
+            let action = match (outcome, decision) {
+                (Outcome::Done, Decision::Redrive(_)) => {
+                    run.redriven.fetch_add(1, Ordering::SeqCst);
+                    "redriven".to_string()
+                }
+                (Outcome::Done, Decision::Isolate(p)) => {
+                    run.isolated.fetch_add(1, Ordering::SeqCst);
+                    format!("isolated:{}", p.reason)
+                }
+                (Outcome::SendFailed, _) => {
+                    run.failed.fetch_add(1, Ordering::SeqCst);
+                    "send-failed:left-on-dlq".to_string()
+                }
+                (Outcome::DeleteFailed, _) => {
+                    run.failed.fetch_add(1, Ordering::SeqCst);
+                    "delete-failed:duplicate-possible".to_string()
+                }
+                (Outcome::HeldForOrder, _) => {
+                    run.failed.fetch_add(1, Ordering::SeqCst);
+                    "held:group-order".to_string()
+                }
+            };
+            log_decided(message_id, decision, &action);
+        }
+    }
+
+    /// Sends entries in valid batches, concurrently; returns the acknowledged entry ids.
+    async fn send_all(
+        &self,
+        queue_url: &str,
+        entries: Vec<SendEntry>,
+    ) -> (Vec<String>, Vec<String>) {
+        if entries.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let batches = split_batches(entries, entry_size);
+        let results = join_all(
+            batches
+                .into_iter()
+                .map(|b| self.send_with_retry(queue_url, b)),
+        )
+        .await;
+        (results.into_iter().flatten().collect(), Vec::new())
+    }
+
+    /// FIFO: one entry per group per batch, batches in order, and a group whose send failed is
+    /// held back for the rest of the invocation so that no later message overtakes it.
+    async fn send_fifo(
+        &self,
+        run: &Run,
+        queue_url: &str,
+        entries: Vec<SendEntry>,
+    ) -> (Vec<String>, Vec<String>) {
+        let mut acked = Vec::new();
+        let mut held = Vec::new();
+        let batches = split_fifo_batches(entries, entry_size, |e| e.group_id.as_deref());
+        for batch in batches {
+            let (send, hold): (Vec<SendEntry>, Vec<SendEntry>) = {
+                let blocked = run.blocked_groups.lock().unwrap_or_else(|e| e.into_inner());
+                batch
+                    .into_iter()
+                    .partition(|e| e.group_id.as_ref().is_none_or(|g| !blocked.contains(g)))
+            };
+            held.extend(hold.into_iter().map(|e| e.id));
+            if send.is_empty() {
+                continue;
+            }
+            let groups: Vec<(String, Option<String>)> = send
+                .iter()
+                .map(|e| (e.id.clone(), e.group_id.clone()))
+                .collect();
+            let ok = self.send_with_retry(queue_url, send).await;
+            let mut blocked = run.blocked_groups.lock().unwrap_or_else(|e| e.into_inner());
+            for (id, group) in groups {
+                if !ok.contains(&id)
+                    && let Some(g) = group
+                {
+                    blocked.insert(g);
+                }
+            }
+            acked.extend(ok);
+        }
+        (acked, held)
+    }
+
+    /// One batch, retrying the whole call or its retryable failed entries.
+    async fn send_with_retry(&self, queue_url: &str, mut batch: Vec<SendEntry>) -> Vec<String> {
+        let mut acked = Vec::new();
+        for attempt in 0..self.settings.retry_attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(self.retry_delay(attempt)).await;
+            }
+            match self.queue.send_batch(queue_url, &batch).await {
+                Ok(outcome) => {
+                    let retry: HashSet<String> = retryable_ids(&outcome.failed);
+                    log_entry_failures("SendMessageBatch", queue_url, &outcome);
+                    acked.extend(outcome.succeeded);
+                    batch.retain(|e| retry.contains(&e.id));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, queue = queue_url, entries = batch.len(), "SendMessageBatch failed");
+                    if !e.retryable {
+                        break;
+                    }
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+        }
+        acked
+    }
+
+    /// Deletes from the DLQ; returns the ids deleted.
+    async fn delete_all(&self, mut entries: Vec<HandleEntry>) -> HashSet<String> {
+        let mut deleted = HashSet::new();
+        let dlq = self.config.dlq_url.as_str();
+        for attempt in 0..self.settings.retry_attempts.max(1) {
+            if entries.is_empty() {
+                break;
+            }
+            if attempt > 0 {
+                tokio::time::sleep(self.retry_delay(attempt)).await;
+            }
+            match self.queue.delete_batch(dlq, &entries).await {
+                Ok(outcome) => {
+                    log_entry_failures("DeleteMessageBatch", dlq, &outcome);
+                    let retry = retryable_ids(&outcome.failed);
+                    deleted.extend(outcome.succeeded);
+                    entries.retain(|e| retry.contains(&e.id));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, entries = entries.len(), "DeleteMessageBatch failed");
+                    if !e.retryable {
+                        break;
+                    }
+                }
+            }
+        }
+        deleted
+    }
+
+    /// Dry run: make every held message visible again at once.
+    async fn release(&self, held: Vec<HandleEntry>) {
+        let dlq = self.config.dlq_url.as_str();
+        for chunk in held.chunks(10) {
+            let entries: Vec<HandleEntry> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, e)| HandleEntry {
+                    id: i.to_string(),
+                    receipt_handle: e.receipt_handle.clone(),
+                })
+                .collect();
+            match self
+                .retry(|| self.queue.change_visibility_batch(dlq, &entries, 0))
+                .await
+            {
+                Ok(o) => log_entry_failures("ChangeMessageVisibilityBatch", dlq, &o),
+                Err(e) => {
+                    tracing::warn!(error = %e, "releasing dry-run messages failed; they reappear after their visibility timeout")
+                }
+            }
+        }
+    }
+
+    fn retry_delay(&self, attempt: u32) -> Duration {
+        self.settings.retry_base * 2u32.saturating_pow(attempt.saturating_sub(1))
+    }
+
+    /// Retries a whole call while it fails in a retryable way.
+    async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, PortError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, PortError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.retryable && attempt + 1 < self.settings.retry_attempts => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "retrying");
+                    tokio::time::sleep(self.retry_delay(attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn entry_size(e: &SendEntry) -> usize {
+    redrive_shared::attributes::message_size(&e.body, &e.attributes)
+}
+
+fn retryable_ids(failed: &[EntryFailure]) -> HashSet<String> {
+    failed
+        .iter()
+        .filter(|f| !f.sender_fault)
+        .map(|f| f.id.clone())
+        .collect()
+}
+
+fn log_entry_failures(operation: &str, queue_url: &str, outcome: &BatchOutcome) {
+    for f in &outcome.failed {
+        tracing::warn!(operation, queue = queue_url, entry = %f.id, code = %f.code, error = %f.message, sender_fault = f.sender_fault, "batch entry failed");
+    }
+}
+
+fn log_action(m: &Received, d: &Decision, action: &str) {
+    log_decided(&m.message_id, d, action);
+}
+
+fn log_decided(message_id: &str, d: &Decision, action: &str) {
+    let meta = d.meta();
+    tracing::info!(
+        message_id = %message_id,
+        original_message_id = %meta.original_message_id,
+        attempt = meta.attempt,
+        delay_seconds = d.delay_seconds(),
+        action,
+    );
+}
+
+fn log_summary(s: &Summary) {
+    tracing::info!(
+        received = s.received,
+        redriven = s.redriven,
+        isolated = s.isolated,
+        failed = s.failed,
+        dry_run = s.dry_run,
+        stopped_because = s.stopped_because.as_str(),
+        dlq_remaining = s.dlq_remaining,
+        "summary"
+    );
+}

@@ -1,0 +1,559 @@
+//! In-memory port fakes with fault injection and a per-call latency model: for the faults a
+//! real emulator cannot produce (partial batch failures, throttling, a crash between send and
+//! delete) and for scale runs without an emulator's cost. They enforce SQS's batch and message
+//! limits, so an engine that breaks them fails here too.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redrive_shared::Attributes;
+use redrive_shared::limits::{MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, Outgoing, is_fifo};
+use tokio::time::Instant;
+
+use crate::ports::{
+    Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, Metrics, PortError, Queue, Received,
+    RunMetrics, SendEntry,
+};
+
+/// A stored message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeMessage {
+    pub message_id: String,
+    pub body: String,
+    pub attributes: Attributes,
+    pub group_id: Option<String>,
+    pub delay_seconds: Option<u32>,
+    pub receive_count: u32,
+    visible_at: Instant,
+    receipt: Option<String>,
+}
+
+type EntryFault = Box<dyn Fn(&str, &SendEntry) -> Option<EntryFailure> + Send + Sync>;
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<String, VecDeque<FakeMessage>>,
+    dedup: HashSet<(String, String)>,
+    next_id: u64,
+}
+
+/// Calls per operation, counted.
+#[derive(Debug, Default)]
+pub struct CallCounts {
+    pub receive: AtomicU64,
+    pub empty_receive: AtomicU64,
+    pub send_batch: AtomicU64,
+    pub delete_batch: AtomicU64,
+    pub change_visibility: AtomicU64,
+    pub depth: AtomicU64,
+}
+
+impl CallCounts {
+    /// Receive, send and delete calls: the calls a drain costs.
+    pub fn drain_calls(&self) -> u64 {
+        self.receive.load(Ordering::SeqCst)
+            + self.send_batch.load(Ordering::SeqCst)
+            + self.delete_batch.load(Ordering::SeqCst)
+    }
+}
+
+/// An in-memory SQS.
+#[derive(Default)]
+pub struct FakeSqs {
+    state: Mutex<State>,
+    /// Added to every call: the round trip a real service costs.
+    pub latency: Duration,
+    pub calls: CallCounts,
+    /// Errors the next calls of an operation return, in order (`"SendMessageBatch"` etc.).
+    call_faults: Mutex<HashMap<&'static str, VecDeque<PortError>>>,
+    /// Decides per send entry whether it fails.
+    send_fault: Mutex<Option<EntryFault>>,
+    /// Receipt handles whose delete always fails.
+    delete_faults: Mutex<HashSet<String>>,
+    /// When set, DeleteMessageBatch never returns: the process "dies" between send and delete.
+    hang_deletes: Mutex<bool>,
+}
+
+pub fn throttled(operation: &'static str) -> PortError {
+    PortError {
+        operation,
+        code: "ThrottlingException".into(),
+        message: "Rate exceeded".into(),
+        retryable: true,
+    }
+}
+
+impl FakeSqs {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn with_latency(latency: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            latency,
+            ..Self::default()
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn create_queue(&self, url: &str) {
+        self.lock().queues.entry(url.to_string()).or_default();
+    }
+
+    /// Puts a message on a queue as a producer (or SQS's own DLQ move) would; returns its id.
+    pub fn push(
+        &self,
+        url: &str,
+        body: &str,
+        attributes: Attributes,
+        group_id: Option<&str>,
+    ) -> String {
+        let mut s = self.lock();
+        s.next_id += 1;
+        let id = format!("fake-{:08}", s.next_id);
+        s.queues
+            .entry(url.to_string())
+            .or_default()
+            .push_back(FakeMessage {
+                message_id: id.clone(),
+                body: body.to_string(),
+                attributes,
+                group_id: group_id.map(str::to_string),
+                delay_seconds: None,
+                receive_count: 0,
+                visible_at: Instant::now(),
+                receipt: None,
+            });
+        id
+    }
+
+    /// All messages of a queue, visible or not.
+    pub fn messages(&self, url: &str) -> Vec<FakeMessage> {
+        self.lock()
+            .queues
+            .get(url)
+            .map(|q| q.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn len(&self, url: &str) -> usize {
+        self.lock().queues.get(url).map_or(0, VecDeque::len)
+    }
+
+    pub fn is_empty(&self, url: &str) -> bool {
+        self.len(url) == 0
+    }
+
+    /// Makes every message of a queue visible now (as if their timeouts passed).
+    pub fn expire_visibility(&self, url: &str) {
+        if let Some(q) = self.lock().queues.get_mut(url) {
+            for m in q.iter_mut() {
+                m.visible_at = Instant::now();
+                m.receipt = None;
+            }
+        }
+    }
+
+    pub fn fail_next(&self, operation: &'static str, error: PortError) {
+        self.call_faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(operation)
+            .or_default()
+            .push_back(error);
+    }
+
+    pub fn fail_send_entries(
+        &self,
+        fault: impl Fn(&str, &SendEntry) -> Option<EntryFailure> + Send + Sync + 'static,
+    ) {
+        *self.send_fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(fault));
+    }
+
+    pub fn fail_delete_of(&self, receipt_handle: &str) {
+        self.delete_faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(receipt_handle.to_string());
+    }
+
+    /// Fails the delete of every message currently in flight on `url`.
+    pub fn fail_deletes_in_flight(&self, url: &str) {
+        let handles: Vec<String> = self
+            .messages(url)
+            .into_iter()
+            .filter_map(|m| m.receipt)
+            .collect();
+        let mut faults = self.delete_faults.lock().unwrap_or_else(|e| e.into_inner());
+        faults.extend(handles);
+    }
+
+    pub fn hang_deletes(&self, hang: bool) {
+        *self.hang_deletes.lock().unwrap_or_else(|e| e.into_inner()) = hang;
+    }
+
+    async fn call(&self, operation: &'static str) -> Result<(), PortError> {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        let fault = self
+            .call_faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(operation)
+            .and_then(VecDeque::pop_front);
+        fault.map_or(Ok(()), Err)
+    }
+}
+
+fn invalid(operation: &'static str, message: String) -> PortError {
+    PortError {
+        operation,
+        code: "InvalidParameterValue".into(),
+        message,
+        retryable: false,
+    }
+}
+
+fn check_batch_ids<'a>(
+    operation: &'static str,
+    ids: impl Iterator<Item = &'a str>,
+) -> Result<usize, PortError> {
+    let mut seen = HashSet::new();
+    for id in ids {
+        if !seen.insert(id) {
+            return Err(invalid(
+                operation,
+                format!("BatchEntryIdsNotDistinct: {id}"),
+            ));
+        }
+    }
+    if seen.is_empty() {
+        return Err(invalid(operation, "EmptyBatchRequest".into()));
+    }
+    if seen.len() > MAX_BATCH_ENTRIES {
+        return Err(invalid(
+            operation,
+            format!("TooManyEntriesInBatchRequest: {}", seen.len()),
+        ));
+    }
+    Ok(seen.len())
+}
+
+impl Queue for Arc<FakeSqs> {
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        _wait: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<Received>, PortError> {
+        self.calls.receive.fetch_add(1, Ordering::SeqCst);
+        self.call("ReceiveMessage").await?;
+        if !(1..=10).contains(&max_messages) {
+            return Err(invalid(
+                "ReceiveMessage",
+                format!("MaxNumberOfMessages {max_messages}"),
+            ));
+        }
+        let now = Instant::now();
+        let fifo = is_fifo(queue_url);
+        let mut s = self.lock();
+        let s = &mut *s;
+        let q = s
+            .queues
+            .get_mut(queue_url)
+            .ok_or_else(|| invalid("ReceiveMessage", format!("no queue {queue_url}")))?;
+        // FIFO: a group whose earlier message is in flight (or delayed) is locked.
+        let mut blocked: HashSet<String> = HashSet::new();
+        let mut out = Vec::new();
+        for m in q.iter_mut() {
+            if out.len() == max_messages as usize {
+                break;
+            }
+            if m.visible_at > now {
+                if fifo && let Some(g) = &m.group_id {
+                    blocked.insert(g.clone());
+                }
+                continue;
+            }
+            if fifo && m.group_id.as_ref().is_some_and(|g| blocked.contains(g)) {
+                continue;
+            }
+            s.next_id += 1;
+            let receipt = format!("rh-{}-{}", m.message_id, s.next_id);
+            m.receive_count += 1;
+            m.visible_at = now + Duration::from_secs(visibility_seconds.max(0) as u64);
+            m.receipt = Some(receipt.clone());
+            out.push(Received {
+                message_id: m.message_id.clone(),
+                receipt_handle: receipt,
+                body: m.body.clone(),
+                attributes: m.attributes.clone(),
+                group_id: m.group_id.clone(),
+                receive_count: m.receive_count,
+                sent_timestamp_ms: None,
+            });
+        }
+        if out.is_empty() {
+            self.calls.empty_receive.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(out)
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        entries: &[SendEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.calls.send_batch.fetch_add(1, Ordering::SeqCst);
+        self.call("SendMessageBatch").await?;
+        check_batch_ids("SendMessageBatch", entries.iter().map(|e| e.id.as_str()))?;
+        let fifo = is_fifo(queue_url);
+        let mut total = 0;
+        for e in entries {
+            let out = Outgoing {
+                body: e.body.clone(),
+                attributes: e.attributes.clone(),
+                delay_seconds: e.delay_seconds,
+                group_id: e.group_id.clone(),
+                dedup_id: e.dedup_id.clone(),
+            };
+            out.validate(fifo)
+                .map_err(|err| invalid("SendMessageBatch", format!("entry {}: {err}", e.id)))?;
+            total += out.size();
+        }
+        if total > MAX_BATCH_BYTES {
+            return Err(invalid(
+                "SendMessageBatch",
+                format!("BatchRequestTooLong: {total} bytes"),
+            ));
+        }
+        let fault = self.send_fault.lock().unwrap_or_else(|e| e.into_inner());
+        let mut outcome = BatchOutcome::default();
+        let mut s = self.lock();
+        if !s.queues.contains_key(queue_url) {
+            return Err(invalid("SendMessageBatch", format!("no queue {queue_url}")));
+        }
+        for e in entries {
+            if let Some(f) = fault.as_ref().and_then(|f| f(queue_url, e)) {
+                outcome.failed.push(f);
+                continue;
+            }
+            if let Some(d) = &e.dedup_id
+                && !s.dedup.insert((queue_url.to_string(), d.clone()))
+            {
+                outcome.succeeded.push(e.id.clone());
+                continue;
+            }
+            s.next_id += 1;
+            let id = format!("fake-{:08}", s.next_id);
+            let delay = Duration::from_secs(u64::from(e.delay_seconds.unwrap_or(0)));
+            let q = s.queues.get_mut(queue_url).expect("checked above");
+            q.push_back(FakeMessage {
+                message_id: id,
+                body: e.body.clone(),
+                attributes: e.attributes.clone(),
+                group_id: e.group_id.clone(),
+                delay_seconds: e.delay_seconds,
+                receive_count: 0,
+                visible_at: Instant::now() + delay,
+                receipt: None,
+            });
+            outcome.succeeded.push(e.id.clone());
+        }
+        Ok(outcome)
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.calls.delete_batch.fetch_add(1, Ordering::SeqCst);
+        if *self.hang_deletes.lock().unwrap_or_else(|e| e.into_inner()) {
+            std::future::pending::<()>().await;
+        }
+        self.call("DeleteMessageBatch").await?;
+        check_batch_ids("DeleteMessageBatch", entries.iter().map(|e| e.id.as_str()))?;
+        let faults = self.delete_faults.lock().unwrap_or_else(|e| e.into_inner());
+        let mut outcome = BatchOutcome::default();
+        let mut s = self.lock();
+        let q = s
+            .queues
+            .get_mut(queue_url)
+            .ok_or_else(|| invalid("DeleteMessageBatch", format!("no queue {queue_url}")))?;
+        for e in entries {
+            if faults.contains(&e.receipt_handle) {
+                // A lasting fault: retries of this entry fail too.
+                outcome.failed.push(EntryFailure {
+                    id: e.id.clone(),
+                    code: "InternalError".into(),
+                    message: "injected".into(),
+                    sender_fault: false,
+                });
+                continue;
+            }
+            match q
+                .iter()
+                .position(|m| m.receipt.as_deref() == Some(&e.receipt_handle))
+            {
+                Some(pos) => {
+                    q.remove(pos);
+                    outcome.succeeded.push(e.id.clone());
+                }
+                None => outcome.failed.push(EntryFailure {
+                    id: e.id.clone(),
+                    code: "ReceiptHandleIsInvalid".into(),
+                    message: "stale receipt handle".into(),
+                    sender_fault: true,
+                }),
+            }
+        }
+        Ok(outcome)
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+        visibility_seconds: i32,
+    ) -> Result<BatchOutcome, PortError> {
+        self.calls.change_visibility.fetch_add(1, Ordering::SeqCst);
+        self.call("ChangeMessageVisibilityBatch").await?;
+        check_batch_ids(
+            "ChangeMessageVisibilityBatch",
+            entries.iter().map(|e| e.id.as_str()),
+        )?;
+        let mut outcome = BatchOutcome::default();
+        let mut s = self.lock();
+        let q = s.queues.get_mut(queue_url).ok_or_else(|| {
+            invalid(
+                "ChangeMessageVisibilityBatch",
+                format!("no queue {queue_url}"),
+            )
+        })?;
+        for e in entries {
+            match q
+                .iter_mut()
+                .find(|m| m.receipt.as_deref() == Some(&e.receipt_handle))
+            {
+                Some(m) => {
+                    m.visible_at =
+                        Instant::now() + Duration::from_secs(visibility_seconds.max(0) as u64);
+                    if visibility_seconds == 0 {
+                        m.receipt = None;
+                    }
+                    outcome.succeeded.push(e.id.clone());
+                }
+                None => outcome.failed.push(EntryFailure {
+                    id: e.id.clone(),
+                    code: "ReceiptHandleIsInvalid".into(),
+                    message: "stale".into(),
+                    sender_fault: true,
+                }),
+            }
+        }
+        Ok(outcome)
+    }
+
+    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
+        self.calls.depth.fetch_add(1, Ordering::SeqCst);
+        self.call("GetQueueAttributes").await?;
+        let now = Instant::now();
+        let s = self.lock();
+        let q = s
+            .queues
+            .get(queue_url)
+            .ok_or_else(|| invalid("GetQueueAttributes", format!("no queue {queue_url}")))?;
+        let mut d = Depth::default();
+        for m in q {
+            if m.visible_at <= now {
+                d.visible += 1;
+            } else if m.receipt.is_some() {
+                d.in_flight += 1;
+            } else {
+                d.delayed += 1;
+            }
+        }
+        Ok(d)
+    }
+}
+
+/// Alarm states and what the engine did to them.
+#[derive(Default)]
+pub struct FakeCloudWatch {
+    pub states: Mutex<HashMap<String, String>>,
+    pub set_ok_calls: Mutex<Vec<String>>,
+    pub published: Mutex<Vec<(String, String, RunMetrics)>>,
+    pub fail_metrics: Mutex<bool>,
+    pub fail_alarms: Mutex<bool>,
+}
+
+impl FakeCloudWatch {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn set_state(&self, name: &str, state: &str) {
+        self.states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), state.to_string());
+    }
+}
+
+fn unavailable(operation: &'static str) -> PortError {
+    PortError {
+        operation,
+        code: "ServiceUnavailable".into(),
+        message: "injected".into(),
+        retryable: false,
+    }
+}
+
+impl Alarms for Arc<FakeCloudWatch> {
+    async fn in_alarm(&self, names: &[String]) -> Result<Vec<String>, PortError> {
+        if *self.fail_alarms.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Err(unavailable("DescribeAlarms"));
+        }
+        let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(names
+            .iter()
+            .filter(|n| states.get(*n).is_some_and(|s| s == "ALARM"))
+            .cloned()
+            .collect())
+    }
+
+    async fn set_ok(&self, name: &str, _reason: &str) -> Result<(), PortError> {
+        self.set_ok_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(name.to_string());
+        self.set_state(name, "OK");
+        Ok(())
+    }
+}
+
+impl Metrics for Arc<FakeCloudWatch> {
+    async fn publish(
+        &self,
+        namespace: &str,
+        queue_name: &str,
+        metrics: RunMetrics,
+    ) -> Result<(), PortError> {
+        if *self.fail_metrics.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Err(unavailable("PutMetricData"));
+        }
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((namespace.to_string(), queue_name.to_string(), metrics));
+        Ok(())
+    }
+}

@@ -1,0 +1,34 @@
+//! The re-driver: drains a bounded batch from an SQS dead-letter queue back to its source queue
+//! with backoff, isolates poison pills, and never deletes a message before its copy was
+//! acknowledged. `main.rs` is the Lambda shell; the `redrive` CLI reuses the same engine.
+
+pub mod aws;
+pub mod engine;
+pub mod fake;
+pub mod ports;
+
+pub use engine::{DrainRequest, Engine, Settings, StopReason, Summary};
+
+/// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
+/// no code path logs one.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_target(false)
+        .try_init();
+}
+
+/// Converts the Lambda context deadline (epoch milliseconds) to a monotonic instant.
+pub fn deadline_instant(deadline_epoch_ms: u64) -> tokio::time::Instant {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    tokio::time::Instant::now()
+        + std::time::Duration::from_millis(deadline_epoch_ms.saturating_sub(now_ms))
+}

@@ -1,0 +1,42 @@
+//! The re-driver Lambda: configuration and clients once at init, then one drain per event.
+
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use redrive_shared::config::{Env, RedriverConfig};
+use redriver::Engine;
+use redriver::aws::{CloudWatch, SqsQueue};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    redriver::init_logging();
+    // Config errors fail init, naming the variable, before any queue is touched.
+    let config = RedriverConfig::from_env(&Env::process()).map_err(|e| {
+        tracing::error!(error = %e, "invalid configuration");
+        e
+    })?;
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let cloudwatch = CloudWatch {
+        client: aws_sdk_cloudwatch::Client::new(&sdk),
+    };
+    let engine = Engine::new(
+        SqsQueue {
+            client: aws_sdk_sqs::Client::new(&sdk),
+        },
+        cloudwatch.clone(),
+        cloudwatch,
+        config,
+    );
+    let engine = &engine;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let deadline = redriver::deadline_instant(event.context.deadline);
+        let summary = engine
+            .handle(&event.payload, Some(deadline))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "rejected event; nothing was touched");
+                Error::from(e.to_string())
+            })?;
+        Ok::<_, Error>(summary)
+    }))
+    .await
+}

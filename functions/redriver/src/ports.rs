@@ -1,0 +1,146 @@
+//! Ports: the narrow capabilities the re-driver needs from AWS. The engine takes them as
+//! generics, so the same code runs against the SDK (AWS, or moto in tests) and against the
+//! fault-injecting in-memory fake.
+
+use std::future::Future;
+
+use redrive_shared::Attributes;
+
+/// A message as received from a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub message_id: String,
+    pub receipt_handle: String,
+    pub body: String,
+    pub attributes: Attributes,
+    /// `MessageGroupId` (FIFO).
+    pub group_id: Option<String>,
+    /// `ApproximateReceiveCount`.
+    pub receive_count: u32,
+    /// `SentTimestamp`, epoch milliseconds.
+    pub sent_timestamp_ms: Option<i64>,
+}
+
+/// One entry of a SendMessageBatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendEntry {
+    /// Unique within its batch.
+    pub id: String,
+    pub body: String,
+    pub attributes: Attributes,
+    pub delay_seconds: Option<u32>,
+    pub group_id: Option<String>,
+    pub dedup_id: Option<String>,
+}
+
+/// One entry of a DeleteMessageBatch / ChangeMessageVisibilityBatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleEntry {
+    pub id: String,
+    pub receipt_handle: String,
+}
+
+/// Per-entry result of a batch call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub succeeded: Vec<String>,
+    pub failed: Vec<EntryFailure>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryFailure {
+    pub id: String,
+    pub code: String,
+    pub message: String,
+    pub sender_fault: bool,
+}
+
+/// A whole call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{operation} failed ({code}): {message}")]
+pub struct PortError {
+    pub operation: &'static str,
+    pub code: String,
+    pub message: String,
+    /// Throttling, 5xx, timeouts, connection errors: worth another try.
+    pub retryable: bool,
+}
+
+/// Counts of messages on a queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Depth {
+    pub visible: u64,
+    pub in_flight: u64,
+    pub delayed: u64,
+}
+
+impl Depth {
+    pub fn total(&self) -> u64 {
+        self.visible + self.in_flight + self.delayed
+    }
+}
+
+pub trait Queue: Sync {
+    fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        wait_seconds: i32,
+        visibility_seconds: i32,
+    ) -> impl Future<Output = Result<Vec<Received>, PortError>> + Send;
+
+    fn send_batch(
+        &self,
+        queue_url: &str,
+        entries: &[SendEntry],
+    ) -> impl Future<Output = Result<BatchOutcome, PortError>> + Send;
+
+    fn delete_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> impl Future<Output = Result<BatchOutcome, PortError>> + Send;
+
+    fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+        visibility_seconds: i32,
+    ) -> impl Future<Output = Result<BatchOutcome, PortError>> + Send;
+
+    fn depth(&self, queue_url: &str) -> impl Future<Output = Result<Depth, PortError>> + Send;
+}
+
+pub trait Alarms: Sync {
+    /// The names among `names` whose state is ALARM.
+    fn in_alarm(
+        &self,
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<String>, PortError>> + Send;
+
+    /// Sets an alarm's state to OK (SetAlarmState), so that its next evaluation fires again.
+    fn set_ok(
+        &self,
+        name: &str,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+}
+
+/// The three counts published per invocation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunMetrics {
+    pub successful_redrives: u64,
+    pub poison_pills_isolated: u64,
+    pub redrive_failures: u64,
+}
+
+pub trait Metrics: Sync {
+    /// One PutMetricData with `SuccessfulRedrives`, `PoisonPillsIsolated`, `RedriveFailures`
+    /// (Unit Count, dimension `QueueName`).
+    fn publish(
+        &self,
+        namespace: &str,
+        queue_name: &str,
+        metrics: RunMetrics,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+}

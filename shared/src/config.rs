@@ -1,0 +1,603 @@
+//! Typed configuration of both Lambdas, read once at init from environment variables. Every
+//! error names the variable and the offending value; a value that exists is valid.
+
+use std::time::Duration;
+
+use crate::backoff::{Backoff, Jitter};
+use crate::key::KeySource;
+use crate::limits::is_fifo;
+
+/// A configuration error: which variable, what value, what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", describe(.variable, .value.as_deref(), .problem))]
+pub struct ConfigError {
+    pub variable: &'static str,
+    /// `None` when the variable is missing.
+    pub value: Option<String>,
+    pub problem: String,
+}
+
+fn describe(variable: &str, value: Option<&str>, problem: &str) -> String {
+    match value {
+        Some(v) => format!("invalid {variable}={v:?}: {problem}"),
+        None => format!("missing {variable}: {problem}"),
+    }
+}
+
+/// Reads variables through a lookup function, so that tests need no process environment.
+pub struct Env<F: Fn(&str) -> Option<String>>(pub F);
+
+impl Env<fn(&str) -> Option<String>> {
+    /// The process environment.
+    pub fn process() -> Self {
+        Env(|k| std::env::var(k).ok())
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> Env<F> {
+    /// The value, or `None` when unset or blank.
+    pub fn get(&self, variable: &str) -> Option<String> {
+        (self.0)(variable).filter(|v| !v.trim().is_empty())
+    }
+
+    fn err(&self, variable: &'static str, problem: impl Into<String>) -> ConfigError {
+        ConfigError {
+            variable,
+            value: (self.0)(variable),
+            problem: problem.into(),
+        }
+    }
+
+    pub fn required<T>(
+        &self,
+        variable: &'static str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, ConfigError> {
+        match self.get(variable) {
+            Some(v) => parse(v.trim()).map_err(|p| self.err(variable, p)),
+            None => Err(ConfigError {
+                variable,
+                value: None,
+                problem: "this variable is required".into(),
+            }),
+        }
+    }
+
+    pub fn optional<T>(
+        &self,
+        variable: &'static str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, ConfigError> {
+        self.get(variable)
+            .map(|v| parse(v.trim()).map_err(|p| self.err(variable, p)))
+            .transpose()
+    }
+
+    pub fn or<T>(
+        &self,
+        variable: &'static str,
+        default: T,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, ConfigError> {
+        Ok(self.optional(variable, parse)?.unwrap_or(default))
+    }
+
+    fn backoff(
+        &self,
+        prefix: BackoffVars,
+        defaults: (f64, f64, u64, Jitter),
+    ) -> Result<Backoff, ConfigError> {
+        let base = self.or(prefix.base, defaults.0, non_negative_f64)?;
+        let multiplier = self.or(prefix.multiplier, defaults.1, |v| {
+            let m = parse_f64(v)?;
+            if m >= 1.0 {
+                Ok(m)
+            } else {
+                Err("must be a number >= 1".into())
+            }
+        })?;
+        let max = self.or(prefix.max, defaults.2, |v| {
+            let n = parse_u64(v)?;
+            if n <= 900 {
+                Ok(n)
+            } else {
+                Err("must be between 0 and 900 seconds (the SQS DelaySeconds limit)".into())
+            }
+        })?;
+        let jitter = self.or(prefix.jitter, defaults.3, |v| {
+            v.parse::<Jitter>().map_err(|e| e.to_string())
+        })?;
+        Backoff::new(base, multiplier, max, jitter)
+            .map_err(|e| self.err(prefix.base, e.to_string()))
+    }
+}
+
+struct BackoffVars {
+    base: &'static str,
+    multiplier: &'static str,
+    max: &'static str,
+    jitter: &'static str,
+}
+
+pub fn parse_u64(v: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .map_err(|_| "must be a whole number >= 0".to_string())
+}
+
+pub fn parse_u32(v: &str) -> Result<u32, String> {
+    v.parse::<u32>()
+        .map_err(|_| format!("must be a whole number between 0 and {}", u32::MAX))
+}
+
+fn parse_f64(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(f) if f.is_finite() => Ok(f),
+        _ => Err("must be a number".into()),
+    }
+}
+
+fn non_negative_f64(v: &str) -> Result<f64, String> {
+    let f = parse_f64(v)?;
+    if f >= 0.0 {
+        Ok(f)
+    } else {
+        Err("must be a number >= 0".into())
+    }
+}
+
+pub fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err("must be true or false".into()),
+    }
+}
+
+/// An SQS queue URL such as `https://sqs.<region>.amazonaws.com/<account-id>/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QueueUrl(String);
+
+impl QueueUrl {
+    pub fn parse(v: &str) -> Result<Self, String> {
+        let problem = || {
+            "must be an SQS queue URL such as https://sqs.<region>.amazonaws.com/<account-id>/<queue-name>".to_string()
+        };
+        let rest = v
+            .strip_prefix("https://")
+            .or_else(|| v.strip_prefix("http://"))
+            .ok_or_else(problem)?;
+        let (host, path) = rest.split_once('/').ok_or_else(problem)?;
+        // The path is exactly `<account-id>/<queue-name>`.
+        let (account, name) = path.split_once('/').ok_or_else(problem)?;
+        let stem = name.strip_suffix(".fifo").unwrap_or(name);
+        let name_ok = !stem.is_empty()
+            && name.len() <= 80
+            && stem
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let account_ok = !account.is_empty() && account.bytes().all(|b| b.is_ascii_alphanumeric());
+        if host.is_empty() || !name_ok || !account_ok {
+            return Err(problem());
+        }
+        Ok(Self(v.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The queue name: the last path segment (also the CloudWatch `QueueName` dimension).
+    pub fn name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or("")
+    }
+
+    pub fn is_fifo(&self) -> bool {
+        is_fifo(&self.0)
+    }
+}
+
+impl std::fmt::Display for QueueUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Configuration of the re-driver (see the contract's table).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedriverConfig {
+    pub dlq_url: QueueUrl,
+    pub source_queue_url: QueueUrl,
+    pub poison_queue_url: QueueUrl,
+    pub max_redrive_attempts: u32,
+    pub backoff: Backoff,
+    pub max_messages_per_invocation: u32,
+    /// 0 = no cap.
+    pub max_messages_per_second: f64,
+    pub guard_alarm_names: Vec<String>,
+    pub rearm_alarm: bool,
+    pub metric_namespace: String,
+    pub dry_run: bool,
+    /// Receive/send/delete pipelines in flight at once (`MAX_CONCURRENT_BATCHES`, default 4;
+    /// FIFO queues always use 1 to keep order within a group).
+    pub max_concurrent_batches: u32,
+}
+
+impl RedriverConfig {
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        let dlq_url = env.required("DLQ_URL", QueueUrl::parse)?;
+        let source_queue_url = env.required("SOURCE_QUEUE_URL", QueueUrl::parse)?;
+        let poison_queue_url = env.required("POISON_QUEUE_URL", QueueUrl::parse)?;
+        if poison_queue_url == dlq_url || poison_queue_url == source_queue_url {
+            return Err(env.err(
+                "POISON_QUEUE_URL",
+                "must name a queue other than DLQ_URL and SOURCE_QUEUE_URL",
+            ));
+        }
+        if source_queue_url == dlq_url {
+            return Err(env.err("SOURCE_QUEUE_URL", "must name a queue other than DLQ_URL"));
+        }
+        let max_redrive_attempts = env.or("MAX_REDRIVE_ATTEMPTS", 5, parse_u32)?;
+        let backoff = env.backoff(
+            BackoffVars {
+                base: "BACKOFF_BASE_SECONDS",
+                multiplier: "BACKOFF_MULTIPLIER",
+                max: "BACKOFF_MAX_SECONDS",
+                jitter: "BACKOFF_JITTER",
+            },
+            (60.0, 2.0, 900, Jitter::Full),
+        )?;
+        let max_messages_per_invocation = env.or("MAX_MESSAGES_PER_INVOCATION", 100, |v| {
+            let n = parse_u32(v)?;
+            if n >= 1 {
+                Ok(n)
+            } else {
+                Err("must be a whole number >= 1".into())
+            }
+        })?;
+        let max_messages_per_second = env.or("MAX_MESSAGES_PER_SECOND", 0.0, non_negative_f64)?;
+        let guard_alarm_names = env
+            .get("GUARD_ALARM_NAMES")
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let rearm_alarm = env.or("REARM_ALARM", true, parse_bool)?;
+        let metric_namespace = env.or("METRIC_NAMESPACE", "DLQRedriver".to_string(), |v| {
+            if v.len() > 255 || v.starts_with("AWS/") || v.contains(|c: char| c.is_control()) {
+                Err("must be 1 to 255 characters and must not start with AWS/".into())
+            } else {
+                Ok(v.to_string())
+            }
+        })?;
+        let dry_run = env.or("DRY_RUN", false, parse_bool)?;
+        let max_concurrent_batches = env.or("MAX_CONCURRENT_BATCHES", 4, |v| {
+            let n = parse_u32(v)?;
+            if (1..=50).contains(&n) {
+                Ok(n)
+            } else {
+                Err("must be between 1 and 50".into())
+            }
+        })?;
+        Ok(Self {
+            dlq_url,
+            source_queue_url,
+            poison_queue_url,
+            max_redrive_attempts,
+            backoff,
+            max_messages_per_invocation,
+            max_messages_per_second,
+            guard_alarm_names,
+            rearm_alarm,
+            metric_namespace,
+            dry_run,
+            max_concurrent_batches,
+        })
+    }
+}
+
+/// Configuration of the idempotent consumer library.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerConfig {
+    pub idempotency_table: String,
+    pub key_source: KeySource,
+    pub ttl_seconds: u64,
+    pub dlq_url: Option<QueueUrl>,
+    pub retry: Backoff,
+}
+
+impl ConsumerConfig {
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        let idempotency_table = env.required("IDEMPOTENCY_TABLE", |v| {
+            let ok = (3..=255).contains(&v.len())
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+            if ok {
+                Ok(v.to_string())
+            } else {
+                Err("must be a DynamoDB table name (3 to 255 of a-z A-Z 0-9 _ - .)".into())
+            }
+        })?;
+        let key_source = env.or("IDEMPOTENCY_KEY", KeySource::Message, KeySource::parse)?;
+        let ttl_seconds = env.or("IDEMPOTENCY_TTL_SECONDS", 86_400, |v| {
+            let n = parse_u64(v)?;
+            if n >= 1 {
+                Ok(n)
+            } else {
+                Err("must be a whole number of seconds >= 1".into())
+            }
+        })?;
+        let dlq_url = env.optional("DLQ_URL", QueueUrl::parse)?;
+        let retry = env.backoff(
+            BackoffVars {
+                base: "RETRY_BASE_SECONDS",
+                multiplier: "RETRY_MULTIPLIER",
+                max: "RETRY_MAX_SECONDS",
+                jitter: "RETRY_JITTER",
+            },
+            (2.0, 3.0, 900, Jitter::Full),
+        )?;
+        Ok(Self {
+            idempotency_table,
+            key_source,
+            ttl_seconds,
+            dlq_url,
+            retry,
+        })
+    }
+}
+
+/// Configuration of the shipped consumer's HTTP processing step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownstreamConfig {
+    pub url: String,
+    /// `DOWNSTREAM_TIMEOUT_SECONDS`, default 10: a timed-out delivery is a transient failure.
+    pub timeout: Duration,
+}
+
+impl DownstreamConfig {
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        let url = env.required("DOWNSTREAM_URL", |v| {
+            let rest = v
+                .strip_prefix("https://")
+                .or_else(|| v.strip_prefix("http://"));
+            match rest {
+                Some(r) if !r.is_empty() && !r.starts_with('/') => Ok(v.to_string()),
+                _ => Err("must be an http:// or https:// URL".into()),
+            }
+        })?;
+        let secs = env.or("DOWNSTREAM_TIMEOUT_SECONDS", 10, |v| {
+            let n = parse_u64(v)?;
+            if (1..=900).contains(&n) {
+                Ok(n)
+            } else {
+                Err("must be between 1 and 900 seconds".into())
+            }
+        })?;
+        Ok(Self {
+            url,
+            timeout: Duration::from_secs(secs),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
+    const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
+    const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
+
+    fn env(pairs: &[(&str, &str)]) -> Env<impl Fn(&str) -> Option<String>> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Env(move |k: &str| map.get(k).cloned())
+    }
+
+    fn redriver(extra: &[(&str, &str)]) -> Result<RedriverConfig, ConfigError> {
+        let mut pairs = vec![
+            ("DLQ_URL", DLQ),
+            ("SOURCE_QUEUE_URL", SRC),
+            ("POISON_QUEUE_URL", POISON),
+        ];
+        pairs.extend_from_slice(extra);
+        RedriverConfig::from_env(&env(&pairs))
+    }
+
+    #[test]
+    fn redriver_defaults_follow_the_contract() {
+        let c = redriver(&[]).unwrap();
+        assert_eq!(c.dlq_url.name(), "orders-dlq");
+        assert_eq!(c.max_redrive_attempts, 5);
+        assert_eq!(
+            c.backoff,
+            Backoff::new(60.0, 2.0, 900, Jitter::Full).unwrap()
+        );
+        assert_eq!(c.max_messages_per_invocation, 100);
+        assert_eq!(c.max_messages_per_second, 0.0);
+        assert!(c.guard_alarm_names.is_empty());
+        assert!(c.rearm_alarm);
+        assert_eq!(c.metric_namespace, "DLQRedriver");
+        assert!(!c.dry_run);
+        assert_eq!(c.max_concurrent_batches, 4);
+    }
+
+    #[test]
+    fn redriver_reads_every_variable() {
+        let c = redriver(&[
+            ("MAX_REDRIVE_ATTEMPTS", "3"),
+            ("BACKOFF_BASE_SECONDS", "1.5"),
+            ("BACKOFF_MULTIPLIER", "3"),
+            ("BACKOFF_MAX_SECONDS", "30"),
+            ("BACKOFF_JITTER", "proportional:0.2"),
+            ("MAX_MESSAGES_PER_INVOCATION", "500"),
+            ("MAX_MESSAGES_PER_SECOND", "2.5"),
+            ("GUARD_ALARM_NAMES", " downstream-5xx, ,payments-errors "),
+            ("REARM_ALARM", "false"),
+            ("METRIC_NAMESPACE", "Team/Redrive"),
+            ("DRY_RUN", "TRUE"),
+            ("MAX_CONCURRENT_BATCHES", "8"),
+        ])
+        .unwrap();
+        assert_eq!(c.max_redrive_attempts, 3);
+        assert_eq!(
+            c.backoff,
+            Backoff::new(1.5, 3.0, 30, Jitter::Proportional(0.2)).unwrap()
+        );
+        assert_eq!(c.max_messages_per_invocation, 500);
+        assert_eq!(c.max_messages_per_second, 2.5);
+        assert_eq!(c.guard_alarm_names, ["downstream-5xx", "payments-errors"]);
+        assert!(!c.rearm_alarm && c.dry_run);
+        assert_eq!(c.metric_namespace, "Team/Redrive");
+        assert_eq!(c.max_concurrent_batches, 8);
+    }
+
+    #[test]
+    fn every_bad_value_names_its_variable_and_value() {
+        let cases: &[(&str, &str)] = &[
+            ("MAX_REDRIVE_ATTEMPTS", "-1"),
+            ("MAX_REDRIVE_ATTEMPTS", "five"),
+            ("BACKOFF_BASE_SECONDS", "-2"),
+            ("BACKOFF_MULTIPLIER", "0.5"),
+            ("BACKOFF_MAX_SECONDS", "901"),
+            ("BACKOFF_JITTER", "fullish"),
+            ("MAX_MESSAGES_PER_INVOCATION", "0"),
+            ("MAX_MESSAGES_PER_SECOND", "fast"),
+            ("REARM_ALARM", "maybe"),
+            ("METRIC_NAMESPACE", "AWS/SQS"),
+            ("DRY_RUN", "2"),
+            ("MAX_CONCURRENT_BATCHES", "0"),
+            ("DLQ_URL", "orders-dlq"),
+            (
+                "SOURCE_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/000000000000/",
+            ),
+            ("POISON_QUEUE_URL", "ftp://x/y"),
+        ];
+        for (var, value) in cases {
+            let err = redriver(&[(var, value)]).unwrap_err();
+            assert_eq!(err.variable, *var, "{var}={value}: {err}");
+            assert_eq!(err.value.as_deref(), Some(*value));
+            let text = err.to_string();
+            assert!(text.contains(var) && text.contains(value), "{text}");
+        }
+    }
+
+    #[test]
+    fn missing_required_urls_are_named() {
+        let err = RedriverConfig::from_env(&env(&[("SOURCE_QUEUE_URL", SRC)])).unwrap_err();
+        assert_eq!(err.variable, "DLQ_URL");
+        assert_eq!(
+            err.to_string(),
+            "missing DLQ_URL: this variable is required"
+        );
+        let err = RedriverConfig::from_env(&env(&[("DLQ_URL", DLQ), ("SOURCE_QUEUE_URL", " ")]))
+            .unwrap_err();
+        assert_eq!(err.variable, "SOURCE_QUEUE_URL");
+    }
+
+    #[test]
+    fn queues_must_differ() {
+        let err = redriver(&[("POISON_QUEUE_URL", DLQ)]).unwrap_err();
+        assert_eq!(err.variable, "POISON_QUEUE_URL");
+        let err = redriver(&[("SOURCE_QUEUE_URL", DLQ)]).unwrap_err();
+        assert_eq!(err.variable, "SOURCE_QUEUE_URL");
+    }
+
+    #[test]
+    fn queue_urls() {
+        let q = QueueUrl::parse("http://127.0.0.1:5000/123456789012/orders.fifo").unwrap();
+        assert_eq!(q.name(), "orders.fifo");
+        assert!(q.is_fifo());
+        for bad in [
+            "",
+            "orders",
+            "https://",
+            "https://host",
+            "https://host/",
+            "https://host/123/a b",
+            "https://host/123/.fifo",
+            "https://host/123/",
+            "https://host/orders",
+            "https://host/1/2/orders",
+        ] {
+            assert!(QueueUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn consumer_defaults_and_errors() {
+        let c = ConsumerConfig::from_env(&env(&[("IDEMPOTENCY_TABLE", "redrive-idempotency")]))
+            .unwrap();
+        assert_eq!(c.key_source, KeySource::Message);
+        assert_eq!(c.ttl_seconds, 86_400);
+        assert_eq!(c.dlq_url, None);
+        assert_eq!(c.retry, Backoff::new(2.0, 3.0, 900, Jitter::Full).unwrap());
+
+        let c = ConsumerConfig::from_env(&env(&[
+            ("IDEMPOTENCY_TABLE", "t-1"),
+            ("IDEMPOTENCY_KEY", "/paymentId"),
+            ("IDEMPOTENCY_TTL_SECONDS", "60"),
+            ("DLQ_URL", DLQ),
+            ("RETRY_BASE_SECONDS", "1"),
+            ("RETRY_MULTIPLIER", "2"),
+            ("RETRY_MAX_SECONDS", "10"),
+            ("RETRY_JITTER", "none"),
+        ]))
+        .unwrap();
+        assert_eq!(c.key_source, KeySource::Pointer("/paymentId".into()));
+        assert_eq!(c.dlq_url.unwrap().name(), "orders-dlq");
+        assert_eq!(c.retry, Backoff::new(1.0, 2.0, 10, Jitter::None).unwrap());
+
+        for (var, value) in [
+            ("IDEMPOTENCY_TABLE", "x"),
+            ("IDEMPOTENCY_KEY", "paymentId"),
+            ("IDEMPOTENCY_TTL_SECONDS", "0"),
+            ("DLQ_URL", "not-a-url"),
+            ("RETRY_BASE_SECONDS", "abc"),
+            ("RETRY_MULTIPLIER", "0"),
+            ("RETRY_MAX_SECONDS", "1000"),
+            ("RETRY_JITTER", "random"),
+        ] {
+            let mut pairs = vec![("IDEMPOTENCY_TABLE", "table-ok")];
+            pairs.retain(|(k, _)| *k != var);
+            pairs.push((var, value));
+            let err = ConsumerConfig::from_env(&env(&pairs)).unwrap_err();
+            assert_eq!(
+                (err.variable, err.value.as_deref()),
+                (var, Some(value)),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            ConsumerConfig::from_env(&env(&[])).unwrap_err().variable,
+            "IDEMPOTENCY_TABLE"
+        );
+    }
+
+    #[test]
+    fn downstream_config() {
+        let d =
+            DownstreamConfig::from_env(&env(&[("DOWNSTREAM_URL", "http://127.0.0.1:9/orders")]))
+                .unwrap();
+        assert_eq!(d.timeout, Duration::from_secs(10));
+        let err = DownstreamConfig::from_env(&env(&[])).unwrap_err();
+        assert_eq!(err.variable, "DOWNSTREAM_URL");
+        let err =
+            DownstreamConfig::from_env(&env(&[("DOWNSTREAM_URL", "localhost:80")])).unwrap_err();
+        assert!(err.to_string().contains("localhost:80"));
+        let err = DownstreamConfig::from_env(&env(&[
+            ("DOWNSTREAM_URL", "http://h"),
+            ("DOWNSTREAM_TIMEOUT_SECONDS", "0"),
+        ]))
+        .unwrap_err();
+        assert_eq!(err.variable, "DOWNSTREAM_TIMEOUT_SECONDS");
+    }
+}

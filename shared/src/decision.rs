@@ -1,0 +1,555 @@
+//! What to do with one message received from the DLQ: redrive it to the source queue with a
+//! backoff delay, or isolate it in the poison queue with a reason.
+
+use crate::attributes::{Attributes, message_size};
+use crate::backoff::{Backoff, RandomSource};
+use crate::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
+use crate::meta::{IsolationReason, MetaSource, RedriveMeta};
+use crate::timefmt::rfc3339_from_millis;
+
+/// The re-driver's policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// A message whose next attempt would exceed this goes to the poison queue.
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    /// The source queue is FIFO (`.fifo`): no per-message delay, group id kept, dedup id derived.
+    pub source_fifo: bool,
+    /// The poison queue is FIFO.
+    pub poison_fifo: bool,
+}
+
+/// A view of a message as received from the DLQ. The body is only measured, never parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceivedMessage<'a> {
+    pub message_id: &'a str,
+    pub body: &'a str,
+    pub attributes: &'a Attributes,
+    /// `MessageGroupId` system attribute (FIFO queues).
+    pub group_id: Option<&'a str>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Redrive(RedrivePlan),
+    Isolate(IsolationPlan),
+}
+
+/// Send to the source queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedrivePlan {
+    /// The metadata written into `attributes` (attempt already incremented).
+    pub meta: RedriveMeta,
+    /// `None` for a FIFO source, which takes no per-message delay.
+    pub delay_seconds: Option<u32>,
+    /// Every attribute of the received message, with `x-redrive` updated.
+    pub attributes: Attributes,
+    pub group_id: Option<String>,
+    pub dedup_id: Option<String>,
+    /// How the incoming metadata was read (for logs: garbled or legacy values are repaired).
+    pub read_from: MetaSource,
+}
+
+/// Send to the poison queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IsolationPlan {
+    pub reason: IsolationReason,
+    /// The metadata of the message (stamped with `isolatedAt` and `reason` when `stamped`).
+    pub meta: RedriveMeta,
+    /// False when the stamp does not fit (attribute or size limit): the copy then carries the
+    /// received attributes unchanged and the reason is only in logs and metrics.
+    pub stamped: bool,
+    pub attributes: Attributes,
+    pub group_id: Option<String>,
+    pub dedup_id: Option<String>,
+    pub read_from: MetaSource,
+}
+
+impl Decision {
+    pub fn attributes(&self) -> &Attributes {
+        match self {
+            Self::Redrive(p) => &p.attributes,
+            Self::Isolate(p) => &p.attributes,
+        }
+    }
+
+    pub fn meta(&self) -> &RedriveMeta {
+        match self {
+            Self::Redrive(p) => &p.meta,
+            Self::Isolate(p) => &p.meta,
+        }
+    }
+
+    pub fn group_id(&self) -> Option<&str> {
+        match self {
+            Self::Redrive(p) => p.group_id.as_deref(),
+            Self::Isolate(p) => p.group_id.as_deref(),
+        }
+    }
+
+    pub fn dedup_id(&self) -> Option<&str> {
+        match self {
+            Self::Redrive(p) => p.dedup_id.as_deref(),
+            Self::Isolate(p) => p.dedup_id.as_deref(),
+        }
+    }
+
+    pub fn delay_seconds(&self) -> Option<u32> {
+        match self {
+            Self::Redrive(p) => p.delay_seconds,
+            Self::Isolate(_) => None,
+        }
+    }
+
+    pub fn read_from(&self) -> &MetaSource {
+        match self {
+            Self::Redrive(p) => &p.read_from,
+            Self::Isolate(p) => &p.read_from,
+        }
+    }
+
+    pub fn is_redrive(&self) -> bool {
+        matches!(self, Self::Redrive(_))
+    }
+
+    /// `redrive` or `isolate:<reason>`, for logs.
+    pub fn action(&self) -> String {
+        match self {
+            Self::Redrive(_) => "redrive".to_string(),
+            Self::Isolate(p) => format!("isolate:{}", p.reason),
+        }
+    }
+}
+
+/// Decides one message. `now_ms` is the Unix time in milliseconds stamped into the metadata.
+pub fn decide(
+    message: &ReceivedMessage<'_>,
+    policy: &Policy,
+    now_ms: i64,
+    rng: &mut impl RandomSource,
+) -> Decision {
+    let (meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
+    let now = rfc3339_from_millis(now_ms);
+
+    let intended = if meta.is_permanent_failure() {
+        Err(IsolationReason::PermanentFailure)
+    } else if meta.attempt >= policy.max_attempts {
+        Err(IsolationReason::MaxAttempts)
+    } else {
+        Ok(meta.attempt + 1)
+    };
+
+    let stamped_meta = match intended {
+        Ok(attempt) => RedriveMeta {
+            attempt,
+            first_redriven_at: meta.first_redriven_at.clone().or_else(|| Some(now.clone())),
+            last_redriven_at: Some(now.clone()),
+            ..meta.clone()
+        },
+        Err(reason) => RedriveMeta {
+            isolated_at: Some(now.clone()),
+            reason: Some(reason),
+            ..meta.clone()
+        },
+    };
+    let mut stamped = message.attributes.clone();
+    stamped_meta.write_into(&mut stamped);
+
+    let limit_breach = if stamped.len() > MAX_ATTRIBUTES {
+        Some(IsolationReason::AttributeLimit)
+    } else if message_size(message.body, &stamped) > MAX_MESSAGE_BYTES {
+        Some(IsolationReason::SizeLimit)
+    } else {
+        None
+    };
+
+    let group_for = |fifo: bool| {
+        fifo.then(|| {
+            message
+                .group_id
+                .unwrap_or(&meta.original_message_id)
+                .to_string()
+        })
+    };
+
+    if let Some(reason) = limit_breach {
+        // The stamp does not fit: park the message exactly as received rather than loop untracked.
+        let poison_fifo = policy.poison_fifo;
+        return Decision::Isolate(IsolationPlan {
+            reason,
+            dedup_id: poison_fifo.then(|| dedup_id(&meta.original_message_id, meta.attempt, "p")),
+            group_id: group_for(poison_fifo),
+            meta: RedriveMeta {
+                isolated_at: Some(now),
+                reason: Some(reason),
+                ..meta
+            },
+            stamped: false,
+            attributes: message.attributes.clone(),
+            read_from,
+        });
+    }
+
+    match intended {
+        Ok(attempt) => Decision::Redrive(RedrivePlan {
+            delay_seconds: (!policy.source_fifo)
+                .then(|| policy.backoff.delay_seconds(attempt, None, rng)),
+            group_id: group_for(policy.source_fifo),
+            dedup_id: policy
+                .source_fifo
+                .then(|| dedup_id(&stamped_meta.original_message_id, attempt, "r")),
+            meta: stamped_meta,
+            attributes: stamped,
+            read_from,
+        }),
+        Err(reason) => Decision::Isolate(IsolationPlan {
+            reason,
+            group_id: group_for(policy.poison_fifo),
+            dedup_id: policy
+                .poison_fifo
+                .then(|| dedup_id(&stamped_meta.original_message_id, stamped_meta.attempt, "p")),
+            meta: stamped_meta,
+            stamped: true,
+            attributes: stamped,
+            read_from,
+        }),
+    }
+}
+
+/// FIFO deduplication id from the chain's original id and the attempt: a crash-and-retry of the
+/// same redrive is deduplicated by SQS, while the next attempt is a new message.
+pub fn dedup_id(original_message_id: &str, attempt: u32, kind: &str) -> String {
+    format!("{original_message_id}-{kind}{attempt}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attributes::MessageAttribute;
+    use crate::backoff::{Fixed, Jitter};
+    use crate::limits::Outgoing;
+    use crate::meta::{ATTRIBUTE_NAME, ErrorClass, LEGACY_ATTEMPT_ATTRIBUTE, LastError};
+
+    const NOW: i64 = 1_795_255_200_000; // 2026-11-21T10:00:00Z
+    const ORIG: &str = "5fea7756-0ea4-451a-a703-a558b933e274";
+
+    fn policy() -> Policy {
+        Policy {
+            max_attempts: 3,
+            backoff: Backoff::new(60.0, 2.0, 900, Jitter::None).unwrap(),
+            source_fifo: false,
+            poison_fifo: false,
+        }
+    }
+
+    /// An owned message for tests; `view` lends it to `decide`.
+    struct Msg {
+        body: String,
+        attributes: Attributes,
+        group_id: Option<String>,
+    }
+
+    impl Msg {
+        fn view(&self) -> ReceivedMessage<'_> {
+            ReceivedMessage {
+                message_id: "m-now",
+                body: &self.body,
+                attributes: &self.attributes,
+                group_id: self.group_id.as_deref(),
+            }
+        }
+    }
+
+    fn message(attrs: Attributes) -> Msg {
+        Msg {
+            body: "not json ✓".into(),
+            attributes: attrs,
+            group_id: None,
+        }
+    }
+
+    fn with_meta(meta: &RedriveMeta) -> Attributes {
+        let mut a = Attributes::new();
+        meta.write_into(&mut a);
+        a
+    }
+
+    fn run(m: &Msg, p: &Policy) -> Decision {
+        decide(&m.view(), p, NOW, &mut Fixed(0.5))
+    }
+
+    #[test]
+    fn first_redrive_starts_the_history() {
+        let mut attrs = Attributes::new();
+        attrs.insert("tenant".into(), MessageAttribute::string("acme"));
+        let Decision::Redrive(plan) = run(&message(attrs), &policy()) else {
+            panic!("not redriven")
+        };
+        assert_eq!(plan.meta.attempt, 1);
+        assert_eq!(plan.meta.original_message_id, "m-now");
+        assert_eq!(
+            plan.meta.first_redriven_at.as_deref(),
+            Some("2026-11-21T10:00:00Z")
+        );
+        assert_eq!(
+            plan.meta.last_redriven_at.as_deref(),
+            Some("2026-11-21T10:00:00Z")
+        );
+        assert_eq!(plan.delay_seconds, Some(60));
+        assert_eq!(plan.read_from, MetaSource::Absent);
+        assert_eq!(plan.attributes["tenant"], MessageAttribute::string("acme"));
+        assert_eq!(plan.attributes[ATTRIBUTE_NAME], plan.meta.to_attribute());
+        assert_eq!(plan.attributes.len(), 2);
+    }
+
+    #[test]
+    fn later_redrives_keep_the_original_id_and_first_time() {
+        let prior = RedriveMeta {
+            attempt: 2,
+            first_redriven_at: Some("2026-11-20T00:00:00Z".into()),
+            last_redriven_at: Some("2026-11-20T01:00:00Z".into()),
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let Decision::Redrive(plan) = run(&message(with_meta(&prior)), &policy()) else {
+            panic!()
+        };
+        assert_eq!(plan.meta.attempt, 3);
+        assert_eq!(plan.meta.original_message_id, ORIG);
+        assert_eq!(
+            plan.meta.first_redriven_at.as_deref(),
+            Some("2026-11-20T00:00:00Z")
+        );
+        assert_eq!(
+            plan.meta.last_redriven_at.as_deref(),
+            Some("2026-11-21T10:00:00Z")
+        );
+        assert_eq!(plan.delay_seconds, Some(240), "60 * 2^(3-1)");
+    }
+
+    #[test]
+    fn attempt_at_max_is_isolated_with_stamp() {
+        let prior = RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let Decision::Isolate(plan) = run(&message(with_meta(&prior)), &policy()) else {
+            panic!()
+        };
+        assert_eq!(plan.reason, IsolationReason::MaxAttempts);
+        assert!(plan.stamped);
+        assert_eq!(plan.meta.attempt, 3);
+        assert_eq!(
+            plan.meta.isolated_at.as_deref(),
+            Some("2026-11-21T10:00:00Z")
+        );
+        assert_eq!(plan.meta.reason, Some(IsolationReason::MaxAttempts));
+        let (written, _) = RedriveMeta::read(&plan.attributes, "x");
+        assert_eq!(written, plan.meta);
+        // One below max is still redriven.
+        let prior = RedriveMeta {
+            attempt: 2,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        assert!(run(&message(with_meta(&prior)), &policy()).is_redrive());
+    }
+
+    #[test]
+    fn permanent_failure_is_isolated_at_once() {
+        let prior = RedriveMeta {
+            last_error: Some(LastError::new(
+                ErrorClass::Permanent,
+                "HTTP_400",
+                "bad",
+                "t".into(),
+            )),
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let Decision::Isolate(plan) = run(&message(with_meta(&prior)), &policy()) else {
+            panic!()
+        };
+        assert_eq!(plan.reason, IsolationReason::PermanentFailure);
+        assert!(
+            plan.meta.last_error.is_some(),
+            "the consumer's stamp is kept"
+        );
+        // A transient lastError does not isolate.
+        let prior = RedriveMeta {
+            last_error: Some(LastError::new(
+                ErrorClass::Transient,
+                "HTTP_503",
+                "down",
+                "t".into(),
+            )),
+            ..RedriveMeta::fresh(ORIG)
+        };
+        assert!(run(&message(with_meta(&prior)), &policy()).is_redrive());
+    }
+
+    #[test]
+    fn ten_attributes_without_metadata_are_isolated_unchanged() {
+        let mut attrs = Attributes::new();
+        for i in 0..10 {
+            attrs.insert(format!("a{i}"), MessageAttribute::string("v"));
+        }
+        let Decision::Isolate(plan) = run(&message(attrs.clone()), &policy()) else {
+            panic!()
+        };
+        assert_eq!(plan.reason, IsolationReason::AttributeLimit);
+        assert!(!plan.stamped);
+        assert_eq!(plan.attributes, attrs);
+        // Nine attributes leave room for x-redrive.
+        attrs.remove("a9");
+        let Decision::Redrive(plan) = run(&message(attrs), &policy()) else {
+            panic!()
+        };
+        assert_eq!(plan.attributes.len(), 10);
+    }
+
+    #[test]
+    fn ten_attributes_including_metadata_are_redriven() {
+        let mut attrs = with_meta(&RedriveMeta {
+            attempt: 1,
+            ..RedriveMeta::fresh(ORIG)
+        });
+        for i in 0..9 {
+            attrs.insert(format!("a{i}"), MessageAttribute::string("v"));
+        }
+        let Decision::Redrive(plan) = run(&message(attrs), &policy()) else {
+            panic!()
+        };
+        assert_eq!(plan.attributes.len(), 10);
+    }
+
+    #[test]
+    fn legacy_attribute_is_migrated_in_its_own_slot() {
+        let mut attrs = Attributes::new();
+        attrs.insert(
+            LEGACY_ATTEMPT_ATTRIBUTE.into(),
+            MessageAttribute::number("2"),
+        );
+        for i in 0..9 {
+            attrs.insert(format!("a{i}"), MessageAttribute::string("v"));
+        }
+        let Decision::Redrive(plan) = run(&message(attrs), &policy()) else {
+            panic!()
+        };
+        assert_eq!(plan.meta.attempt, 3);
+        assert_eq!(plan.read_from, MetaSource::Legacy);
+        assert!(!plan.attributes.contains_key(LEGACY_ATTEMPT_ATTRIBUTE));
+        assert_eq!(plan.attributes.len(), 10);
+    }
+
+    #[test]
+    fn garbled_metadata_restarts_the_chain_on_the_current_id() {
+        let mut attrs = Attributes::new();
+        attrs.insert(ATTRIBUTE_NAME.into(), MessageAttribute::string("{oops"));
+        let Decision::Redrive(plan) = run(&message(attrs), &policy()) else {
+            panic!()
+        };
+        assert_eq!(
+            (plan.meta.attempt, plan.meta.original_message_id.as_str()),
+            (1, "m-now")
+        );
+        assert!(matches!(plan.read_from, MetaSource::Garbled(_)));
+    }
+
+    #[test]
+    fn too_large_to_carry_the_stamp_is_isolated_by_size() {
+        let mut m = message(Attributes::new());
+        m.body = "x".repeat(MAX_MESSAGE_BYTES - 20);
+        let Decision::Isolate(plan) = run(&m, &policy()) else {
+            panic!()
+        };
+        assert_eq!(plan.reason, IsolationReason::SizeLimit);
+        assert!(!plan.stamped);
+        assert!(plan.attributes.is_empty());
+        // A body that leaves room for the stamp is redriven, and the result fits.
+        m.body = "x".repeat(MAX_MESSAGE_BYTES - 300);
+        let d = run(&m, &policy());
+        assert!(d.is_redrive());
+        let out = Outgoing {
+            body: m.body.clone(),
+            attributes: d.attributes().clone(),
+            delay_seconds: d.delay_seconds(),
+            group_id: None,
+            dedup_id: None,
+        };
+        assert_eq!(out.validate(false), Ok(()));
+    }
+
+    #[test]
+    fn fifo_keeps_group_derives_dedup_and_drops_delay() {
+        let p = Policy {
+            source_fifo: true,
+            poison_fifo: true,
+            ..policy()
+        };
+        let mut m = message(with_meta(&RedriveMeta {
+            attempt: 1,
+            ..RedriveMeta::fresh(ORIG)
+        }));
+        m.group_id = Some("customer-7".into());
+        let Decision::Redrive(plan) = run(&m, &p) else {
+            panic!()
+        };
+        assert_eq!(plan.delay_seconds, None);
+        assert_eq!(plan.group_id.as_deref(), Some("customer-7"));
+        assert_eq!(plan.dedup_id, Some(format!("{ORIG}-r2")));
+        let out = Outgoing {
+            body: m.body.clone(),
+            attributes: plan.attributes.clone(),
+            delay_seconds: plan.delay_seconds,
+            group_id: plan.group_id.clone(),
+            dedup_id: plan.dedup_id.clone(),
+        };
+        assert_eq!(out.validate(true), Ok(()));
+        // The same message decided twice (a retry after a crash) gets the same dedup id.
+        assert_eq!(run(&m, &p).dedup_id(), Some(format!("{ORIG}-r2").as_str()));
+
+        let iso = RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let mut m = message(with_meta(&iso));
+        m.group_id = Some("customer-7".into());
+        let Decision::Isolate(plan) = run(&m, &p) else {
+            panic!()
+        };
+        assert_eq!(plan.group_id.as_deref(), Some("customer-7"));
+        assert_eq!(plan.dedup_id, Some(format!("{ORIG}-p3")));
+    }
+
+    #[test]
+    fn standard_queues_get_no_fifo_fields() {
+        let d = run(&message(Attributes::new()), &policy());
+        assert_eq!((d.group_id(), d.dedup_id()), (None, None));
+    }
+
+    #[test]
+    fn zero_max_attempts_isolates_everything() {
+        let p = Policy {
+            max_attempts: 0,
+            ..policy()
+        };
+        assert!(matches!(
+            run(&message(Attributes::new()), &p),
+            Decision::Isolate(IsolationPlan {
+                reason: IsolationReason::MaxAttempts,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn huge_attempt_does_not_overflow() {
+        let prior = RedriveMeta {
+            attempt: u32::MAX,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let p = Policy {
+            max_attempts: u32::MAX,
+            ..policy()
+        };
+        assert!(!run(&message(with_meta(&prior)), &p).is_redrive());
+    }
+}

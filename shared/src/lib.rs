@@ -1,0 +1,29 @@
+//! Pure logic shared by the redrive Lambdas: no I/O, no clocks, no global randomness.
+//!
+//! - [`attributes`]: the SQS message-attribute model and size accounting.
+//! - [`meta`]: the `x-redrive` attribute (parse, don't validate; reading is total).
+//! - [`backoff`]: exponential backoff with jitter, random source injectable.
+//! - [`limits`]: SQS's documented limits, enforced here because emulators do not, and batching.
+//! - [`decision`]: redrive or isolate one received message.
+//! - [`event`]: what invoked the re-driver.
+//! - [`config`]: typed configuration of both Lambdas, read once at init.
+//! - [`key`]: idempotency keys for the consumer.
+//! - [`timefmt`]: RFC 3339 timestamps without a date-time dependency.
+//! - `sdk` (feature `aws`): conversions to and from `aws-sdk-sqs` types.
+
+pub mod attributes;
+pub mod backoff;
+pub mod config;
+pub mod decision;
+pub mod event;
+pub mod key;
+pub mod limits;
+pub mod meta;
+#[cfg(feature = "aws")]
+pub mod sdk;
+pub mod timefmt;
+
+pub use attributes::{AttributeValue, Attributes, MessageAttribute};
+pub use backoff::{Backoff, Jitter, RandomSource, SplitMix64};
+pub use decision::{Decision, IsolationPlan, Policy, ReceivedMessage, RedrivePlan};
+pub use meta::{ErrorClass, IsolationReason, LastError, MetaSource, RedriveMeta};

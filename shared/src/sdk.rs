@@ -1,0 +1,85 @@
+//! Conversions between the pure attribute model and `aws-sdk-sqs` types (feature `aws`).
+
+use std::collections::HashMap;
+
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::MessageAttributeValue;
+
+use crate::attributes::{AttributeValue, Attributes, MessageAttribute};
+
+/// SDK attributes as received, to the model. Values are kept byte for byte; an attribute with
+/// neither a string nor a binary value (list values are reserved by SQS and never set) keeps
+/// its type with an empty string.
+pub fn attributes_from_sdk(attrs: Option<&HashMap<String, MessageAttributeValue>>) -> Attributes {
+    attrs
+        .into_iter()
+        .flatten()
+        .map(|(name, v)| {
+            let value = match (v.binary_value(), v.string_value()) {
+                (Some(b), _) => AttributeValue::Binary(b.as_ref().to_vec()),
+                (None, Some(s)) => AttributeValue::String(s.to_string()),
+                (None, None) => AttributeValue::String(String::new()),
+            };
+            (
+                name.clone(),
+                MessageAttribute {
+                    data_type: v.data_type().to_string(),
+                    value,
+                },
+            )
+        })
+        .collect()
+}
+
+/// One model attribute to the SDK type.
+pub fn attribute_to_sdk(attr: &MessageAttribute) -> MessageAttributeValue {
+    let builder = MessageAttributeValue::builder().data_type(&attr.data_type);
+    let builder = match &attr.value {
+        AttributeValue::String(s) => builder.string_value(s),
+        AttributeValue::Binary(b) => builder.binary_value(Blob::new(b.clone())),
+    };
+    // `build` only fails when `data_type`, the one required field, is missing; it is set above.
+    builder.build().expect("data_type is set")
+}
+
+/// Model attributes to the SDK map.
+pub fn attributes_to_sdk(attrs: &Attributes) -> HashMap<String, MessageAttributeValue> {
+    attrs
+        .iter()
+        .map(|(k, v)| (k.clone(), attribute_to_sdk(v)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_type_byte_for_byte() {
+        let mut attrs = Attributes::new();
+        attrs.insert("s".into(), MessageAttribute::string("héllo"));
+        attrs.insert(
+            "n".into(),
+            MessageAttribute {
+                data_type: "Number.int".into(),
+                value: AttributeValue::String("007".into()),
+            },
+        );
+        attrs.insert("b".into(), MessageAttribute::binary(vec![0u8, 255, 10, 13]));
+        attrs.insert(
+            "c".into(),
+            MessageAttribute {
+                data_type: "Binary.png".into(),
+                value: AttributeValue::Binary(vec![1]),
+            },
+        );
+        let sdk = attributes_to_sdk(&attrs);
+        assert_eq!(sdk["n"].data_type(), "Number.int");
+        assert_eq!(
+            sdk["b"].binary_value().unwrap().as_ref(),
+            &[0u8, 255, 10, 13]
+        );
+        assert_eq!(attributes_from_sdk(Some(&sdk)), attrs);
+        assert!(attributes_from_sdk(None).is_empty());
+    }
+}
