@@ -125,3 +125,34 @@ mod tests {
         }
     }
 }
+
+/// Epoch milliseconds before which a Lambda deadline cannot be an absolute time (2001-09-09).
+const PLAUSIBLE_EPOCH_MS: u64 = 1_000_000_000_000;
+
+/// The Lambda deadline as epoch milliseconds. The Runtime API sends an absolute epoch time;
+/// some local emulators (`cargo lambda watch` 1.9) send the timeout as a duration instead
+/// (e.g. `600000`). A value that cannot be an epoch time is read as a duration from `now_ms`.
+pub fn deadline_epoch_ms(raw: u64, now_ms: u64) -> u64 {
+    if raw < PLAUSIBLE_EPOCH_MS {
+        now_ms.saturating_add(raw)
+    } else {
+        raw
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::deadline_epoch_ms;
+
+    #[test]
+    fn absolute_deadlines_pass_and_durations_are_anchored_at_now() {
+        let now = 1_795_255_200_000;
+        assert_eq!(deadline_epoch_ms(now + 30_000, now), now + 30_000);
+        assert_eq!(
+            deadline_epoch_ms(now - 5, now),
+            now - 5,
+            "a past deadline stays past"
+        );
+        assert_eq!(deadline_epoch_ms(600_000, now), now + 600_000);
+    }
+}

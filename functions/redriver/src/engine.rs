@@ -86,7 +86,8 @@ pub struct DrainRequest {
 /// Tunables that are not part of the contract's configuration.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Stop starting new batches this long before the deadline.
+    /// Stop starting new batches this long before the deadline (at most a quarter of the time
+    /// the invocation has).
     pub deadline_margin: Duration,
     /// Long-poll wait of each ReceiveMessage: an empty answer then means an empty queue.
     pub receive_wait_seconds: i32,
@@ -415,7 +416,14 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         } else {
             self.settings.visibility_seconds
         };
-        join_all((0..pipelines).map(|_| self.pipeline(&run, request, visibility))).await;
+        // The margin is at most a quarter of the time left, so that a short Lambda timeout
+        // still drains.
+        let margin = request.deadline.map_or(self.settings.deadline_margin, |d| {
+            self.settings
+                .deadline_margin
+                .min(d.saturating_duration_since(Instant::now()) / 4)
+        });
+        join_all((0..pipelines).map(|_| self.pipeline(&run, request, visibility, margin))).await;
 
         if request.dry_run {
             let held = std::mem::take(&mut *run.held.lock().unwrap_or_else(|e| e.into_inner()));
@@ -425,7 +433,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             .stop
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .unwrap_or(StopReason::Other);
+            .unwrap_or(StopReason::Limit);
         Summary {
             received: run.received.load(Ordering::SeqCst),
             redriven: run.redriven.load(Ordering::SeqCst),
@@ -437,24 +445,21 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         }
     }
 
-    async fn pipeline(&self, run: &Run, request: &DrainRequest, visibility: i32) {
+    async fn pipeline(&self, run: &Run, request: &DrainRequest, visibility: i32, margin: Duration) {
         let dlq = self.config.dlq_url.as_str();
         loop {
             if run.stopped() {
                 return;
             }
-            let near_deadline = |at: Instant| {
-                request
-                    .deadline
-                    .is_some_and(|d| at + self.settings.deadline_margin >= d)
-            };
+            let near_deadline = |at: Instant| request.deadline.is_some_and(|d| at + margin >= d);
             if near_deadline(Instant::now()) {
                 run.stop(StopReason::Deadline);
                 return;
             }
             let want = run.reserve(MAX_RECEIVE as u32);
             if want == 0 {
-                run.stop(StopReason::Limit);
+                // The budget is spent or held by other pipelines, which finish their share:
+                // a drain that ends with no other reason ends at its limit.
                 return;
             }
             if let Some(pacer) = &run.pacer {

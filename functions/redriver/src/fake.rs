@@ -31,6 +31,7 @@ pub struct FakeMessage {
 }
 
 type EntryFault = Box<dyn Fn(&str, &SendEntry) -> Option<EntryFailure> + Send + Sync>;
+type DeleteFault = Box<dyn Fn(&FakeMessage) -> bool + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -68,10 +69,12 @@ pub struct FakeSqs {
     pub calls: CallCounts,
     /// Errors the next calls of an operation return, in order (`"SendMessageBatch"` etc.).
     call_faults: Mutex<HashMap<&'static str, VecDeque<PortError>>>,
-    /// Decides per send entry whether it fails.
+    /// Decides per send entry whether it fails. Runs while the fake's state is locked: it must
+    /// not call the fake.
     send_fault: Mutex<Option<EntryFault>>,
-    /// Receipt handles whose delete always fails.
-    delete_faults: Mutex<HashSet<String>>,
+    /// Decides per stored message whether its delete fails (a lasting fault). Runs while the
+    /// fake's state is locked: it must not call the fake.
+    delete_fault: Mutex<Option<DeleteFault>>,
     /// When set, DeleteMessageBatch never returns: the process "dies" between send and delete.
     hang_deletes: Mutex<bool>,
 }
@@ -149,6 +152,15 @@ impl FakeSqs {
         self.len(url) == 0
     }
 
+    /// Messages visible now.
+    pub fn depth_visible(&self, url: &str) -> usize {
+        let now = Instant::now();
+        self.lock()
+            .queues
+            .get(url)
+            .map_or(0, |q| q.iter().filter(|m| m.visible_at <= now).count())
+    }
+
     /// Makes every message of a queue visible now (as if their timeouts passed).
     pub fn expire_visibility(&self, url: &str) {
         if let Some(q) = self.lock().queues.get_mut(url) {
@@ -175,22 +187,12 @@ impl FakeSqs {
         *self.send_fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(fault));
     }
 
-    pub fn fail_delete_of(&self, receipt_handle: &str) {
-        self.delete_faults
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(receipt_handle.to_string());
-    }
-
-    /// Fails the delete of every message currently in flight on `url`.
-    pub fn fail_deletes_in_flight(&self, url: &str) {
-        let handles: Vec<String> = self
-            .messages(url)
-            .into_iter()
-            .filter_map(|m| m.receipt)
-            .collect();
-        let mut faults = self.delete_faults.lock().unwrap_or_else(|e| e.into_inner());
-        faults.extend(handles);
+    /// Deletes of the messages `fault` picks fail every time (`InternalError`, retryable).
+    pub fn fail_delete_entries(
+        &self,
+        fault: impl Fn(&FakeMessage) -> bool + Send + Sync + 'static,
+    ) {
+        *self.delete_fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(fault));
     }
 
     pub fn hang_deletes(&self, hang: bool) {
@@ -381,7 +383,7 @@ impl Queue for Arc<FakeSqs> {
         }
         self.call("DeleteMessageBatch").await?;
         check_batch_ids("DeleteMessageBatch", entries.iter().map(|e| e.id.as_str()))?;
-        let faults = self.delete_faults.lock().unwrap_or_else(|e| e.into_inner());
+        let fault = self.delete_fault.lock().unwrap_or_else(|e| e.into_inner());
         let mut outcome = BatchOutcome::default();
         let mut s = self.lock();
         let q = s
@@ -389,7 +391,12 @@ impl Queue for Arc<FakeSqs> {
             .get_mut(queue_url)
             .ok_or_else(|| invalid("DeleteMessageBatch", format!("no queue {queue_url}")))?;
         for e in entries {
-            if faults.contains(&e.receipt_handle) {
+            let target = q
+                .iter()
+                .find(|m| m.receipt.as_deref() == Some(&e.receipt_handle));
+            if let (Some(f), Some(m)) = (fault.as_ref(), target)
+                && f(m)
+            {
                 // A lasting fault: retries of this entry fail too.
                 outcome.failed.push(EntryFailure {
                     id: e.id.clone(),

@@ -24,11 +24,12 @@ pub fn init_logging() {
 }
 
 /// Converts the Lambda context deadline (epoch milliseconds) to a monotonic instant.
+/// See [`redrive_shared::timefmt::deadline_epoch_ms`] for deadlines sent as durations.
 pub fn deadline_instant(deadline_epoch_ms: u64) -> tokio::time::Instant {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
-    tokio::time::Instant::now()
-        + std::time::Duration::from_millis(deadline_epoch_ms.saturating_sub(now_ms))
+    let deadline = redrive_shared::timefmt::deadline_epoch_ms(deadline_epoch_ms, now_ms);
+    tokio::time::Instant::now() + std::time::Duration::from_millis(deadline.saturating_sub(now_ms))
 }

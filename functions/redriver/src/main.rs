@@ -29,6 +29,12 @@ async fn main() -> Result<(), Error> {
     let engine = &engine;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = redriver::deadline_instant(event.context.deadline);
+        tracing::info!(
+            request_id = %event.context.request_id,
+            deadline_epoch_ms = event.context.deadline,
+            remaining_ms = deadline.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64,
+            "invocation"
+        );
         let summary = engine
             .handle(&event.payload, Some(deadline))
             .await

@@ -1,0 +1,552 @@
+//! Faults a real emulator cannot produce, on the in-memory port fake: partial batch failures,
+//! throttling, a crash between send and delete, FIFO ordering under failure, deadlines, the
+//! velocity cap. Every test checks conservation: nothing received is ever lost.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redrive_shared::config::{Env, RedriverConfig};
+use redrive_shared::meta::{ErrorClass, IsolationReason, LastError, RedriveMeta};
+use redrive_shared::{Attributes, MessageAttribute};
+use redriver::fake::{FakeCloudWatch, FakeSqs, throttled};
+use redriver::ports::EntryFailure;
+use redriver::{DrainRequest, Engine, Settings, StopReason};
+use serde_json::json;
+use tokio::time::Instant;
+
+const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
+const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
+const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
+const DLQ_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq.fifo";
+const SRC_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders.fifo";
+const POISON_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison.fifo";
+
+type TestEngine = Engine<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>;
+
+fn config(pairs: &[(&str, &str)]) -> RedriverConfig {
+    let mut map: HashMap<String, String> = [
+        ("DLQ_URL", DLQ),
+        ("SOURCE_QUEUE_URL", SRC),
+        ("POISON_QUEUE_URL", POISON),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, v) in pairs {
+        map.insert(k.to_string(), v.to_string());
+    }
+    RedriverConfig::from_env(&Env(move |k: &str| map.get(k).cloned())).expect("valid test config")
+}
+
+fn settings() -> Settings {
+    Settings {
+        retry_base: Duration::from_millis(1),
+        receive_wait_seconds: 0,
+        ..Settings::default()
+    }
+}
+
+fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestEngine) {
+    let sqs = FakeSqs::new();
+    let cfg = config(pairs);
+    for q in [
+        cfg.dlq_url.as_str(),
+        cfg.source_queue_url.as_str(),
+        cfg.poison_queue_url.as_str(),
+    ] {
+        sqs.create_queue(q);
+    }
+    let cw = FakeCloudWatch::new();
+    let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
+        .with_settings(settings())
+        .with_seed(7);
+    (sqs, cw, engine)
+}
+
+fn request(max: u32) -> DrainRequest {
+    DrainRequest {
+        max_messages: max,
+        dry_run: false,
+        deadline: None,
+        trigger_alarm: None,
+    }
+}
+
+fn fill(sqs: &FakeSqs, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| sqs.push(DLQ, &format!("body-{i}"), Attributes::new(), None))
+        .collect()
+}
+
+fn total(sqs: &FakeSqs, queues: [&str; 3]) -> usize {
+    queues.iter().map(|q| sqs.len(q)).sum()
+}
+
+fn original_ids(sqs: &FakeSqs, url: &str) -> Vec<String> {
+    let mut ids: Vec<String> = sqs
+        .messages(url)
+        .iter()
+        .map(|m| {
+            RedriveMeta::read(&m.attributes, &m.message_id)
+                .0
+                .original_message_id
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn send_entries_that_fail_stay_on_the_dlq_and_only_the_others_are_deleted() {
+    let (sqs, cw, engine) = setup(&[]);
+    fill(&sqs, 10);
+    sqs.fail_send_entries(|_, e| {
+        (e.body == "body-3" || e.body == "body-7").then(|| EntryFailure {
+            id: e.id.clone(),
+            code: "InvalidParameterValue".into(),
+            message: "injected".into(),
+            sender_fault: true,
+        })
+    });
+    let s = engine.run(&request(10)).await;
+    assert_eq!(
+        (s.received, s.redriven, s.isolated, s.failed),
+        (10, 8, 0, 2)
+    );
+    let left: Vec<String> = sqs.messages(DLQ).into_iter().map(|m| m.body).collect();
+    assert_eq!(left, ["body-3", "body-7"]);
+    assert_eq!(sqs.len(SRC), 8);
+    assert_eq!(total(&sqs, [DLQ, SRC, POISON]), 10, "conservation");
+    let published = cw.published.lock().unwrap().clone();
+    assert_eq!(published.len(), 1, "one PutMetricData per invocation");
+    assert_eq!(published[0].2.successful_redrives, 8);
+    assert_eq!(published[0].2.redrive_failures, 2);
+    assert_eq!(published[0].1, "orders-dlq");
+}
+
+#[tokio::test]
+async fn throttling_is_retried_until_success() {
+    let (sqs, _cw, engine) = setup(&[]);
+    fill(&sqs, 5);
+    sqs.fail_next("ReceiveMessage", throttled("ReceiveMessage"));
+    sqs.fail_next("SendMessageBatch", throttled("SendMessageBatch"));
+    sqs.fail_next("SendMessageBatch", throttled("SendMessageBatch"));
+    sqs.fail_next("DeleteMessageBatch", throttled("DeleteMessageBatch"));
+    let s = engine.run(&request(5)).await;
+    assert_eq!((s.redriven, s.failed), (5, 0), "{s:?}");
+    assert!(sqs.is_empty(DLQ));
+    assert_eq!(sqs.len(SRC), 5);
+}
+
+#[tokio::test]
+async fn throttled_entries_inside_a_batch_are_retried() {
+    let (sqs, _cw, engine) = setup(&[]);
+    fill(&sqs, 4);
+    let failures = Arc::new(std::sync::Mutex::new(0));
+    let f = failures.clone();
+    sqs.fail_send_entries(move |_, e| {
+        let mut n = f.lock().unwrap();
+        (e.body == "body-1" && *n < 2).then(|| {
+            *n += 1;
+            EntryFailure {
+                id: e.id.clone(),
+                code: "ThrottlingException".into(),
+                message: "slow down".into(),
+                sender_fault: false,
+            }
+        })
+    });
+    let s = engine.run(&request(4)).await;
+    assert_eq!((s.redriven, s.failed), (4, 0), "{s:?}");
+    assert_eq!(*failures.lock().unwrap(), 2);
+    assert_eq!(sqs.len(SRC), 4);
+}
+
+#[tokio::test]
+async fn a_send_that_keeps_failing_deletes_nothing() {
+    let (sqs, _cw, engine) = setup(&[]);
+    fill(&sqs, 3);
+    for _ in 0..3 {
+        sqs.fail_next("SendMessageBatch", throttled("SendMessageBatch"));
+    }
+    let s = engine.run(&request(3)).await;
+    assert_eq!((s.received, s.redriven, s.failed), (3, 0, 3));
+    assert_eq!(sqs.len(DLQ), 3, "all still on the DLQ");
+    assert_eq!(sqs.len(SRC), 0);
+}
+
+#[tokio::test]
+async fn delete_partial_failure_gives_a_duplicate_never_a_loss() {
+    let (sqs, _cw, engine) = setup(&[]);
+    fill(&sqs, 10);
+    sqs.fail_delete_entries(|m| m.body == "body-2" || m.body == "body-5");
+    let s = engine.run(&request(10)).await;
+    assert_eq!((s.received, s.redriven, s.failed), (10, 8, 2), "{s:?}");
+    assert_eq!(sqs.len(SRC), 10, "every copy was sent");
+    let left: Vec<String> = sqs.messages(DLQ).into_iter().map(|m| m.body).collect();
+    assert_eq!(
+        left,
+        ["body-2", "body-5"],
+        "originals whose delete failed remain: duplicates, not losses"
+    );
+}
+
+#[tokio::test]
+async fn a_crash_between_send_and_delete_leaves_a_duplicate_not_a_loss() {
+    let (sqs, _cw, engine) = setup(&[]);
+    let ids = fill(&sqs, 7);
+    sqs.hang_deletes(true);
+    let crashed = tokio::time::timeout(Duration::from_millis(300), engine.run(&request(7))).await;
+    assert!(crashed.is_err(), "the drain was killed mid-flight");
+    assert_eq!(sqs.len(SRC), 7, "sends were acknowledged");
+    assert_eq!(sqs.len(DLQ), 7, "nothing was deleted");
+    // After the visibility timeout the next run redrives them again: a duplicate per message,
+    // with the same originalMessageId so the idempotent consumer absorbs it.
+    sqs.hang_deletes(false);
+    sqs.expire_visibility(DLQ);
+    let s = engine.run(&request(7)).await;
+    assert_eq!(s.redriven, 7);
+    assert!(sqs.is_empty(DLQ));
+    let mut want = ids.clone();
+    want.extend(ids);
+    want.sort();
+    assert_eq!(original_ids(&sqs, SRC), want);
+}
+
+#[tokio::test]
+async fn fifo_keeps_group_order_when_a_send_fails() {
+    let (sqs, _cw, engine) = setup(&[
+        ("DLQ_URL", DLQ_FIFO),
+        ("SOURCE_QUEUE_URL", SRC_FIFO),
+        ("POISON_QUEUE_URL", POISON_FIFO),
+    ]);
+    for i in 0..4 {
+        sqs.push(DLQ_FIFO, &format!("a{i}"), Attributes::new(), Some("A"));
+        sqs.push(DLQ_FIFO, &format!("b{i}"), Attributes::new(), Some("B"));
+    }
+    // a1 fails: a2 and a3 must not overtake it; group B flows.
+    sqs.fail_send_entries(|_, e| {
+        (e.body == "a1").then(|| EntryFailure {
+            id: e.id.clone(),
+            code: "InternalError".into(),
+            message: "x".into(),
+            sender_fault: true,
+        })
+    });
+    let s = engine.run(&request(8)).await;
+    let sent: Vec<(String, Option<String>)> = sqs
+        .messages(SRC_FIFO)
+        .into_iter()
+        .map(|m| (m.body, m.group_id))
+        .collect();
+    let a: Vec<&str> = sent
+        .iter()
+        .filter(|(_, g)| g.as_deref() == Some("A"))
+        .map(|(b, _)| b.as_str())
+        .collect();
+    let b: Vec<&str> = sent
+        .iter()
+        .filter(|(_, g)| g.as_deref() == Some("B"))
+        .map(|(b, _)| b.as_str())
+        .collect();
+    assert_eq!(a, ["a0"], "nothing of group A after the failed a1");
+    assert_eq!(b, ["b0", "b1", "b2", "b3"], "group B in order");
+    assert!(
+        sqs.messages(SRC_FIFO)
+            .iter()
+            .all(|m| m.delay_seconds.is_none()),
+        "no per-message delay on FIFO"
+    );
+    let left: Vec<String> = sqs.messages(DLQ_FIFO).into_iter().map(|m| m.body).collect();
+    assert_eq!(left, ["a1", "a2", "a3"]);
+    assert_eq!(s.redriven, 5);
+    assert_eq!(s.failed, s.received - 5);
+    assert_eq!(total(&sqs, [DLQ_FIFO, SRC_FIFO, POISON_FIFO]), 8);
+}
+
+#[tokio::test]
+async fn stops_at_the_limit_with_the_rest_left() {
+    let (sqs, _cw, engine) = setup(&[]);
+    fill(&sqs, 35);
+    let s = engine.run(&request(23)).await;
+    assert_eq!(s.received, 23);
+    assert_eq!(s.redriven, 23);
+    assert_eq!(s.stopped_because, StopReason::Limit);
+    assert_eq!(s.dlq_remaining, Some(12));
+    assert_eq!(sqs.len(SRC), 23);
+}
+
+#[tokio::test]
+async fn stops_before_the_deadline_and_finishes_in_flight_batches() {
+    let sqs = FakeSqs::with_latency(Duration::from_millis(40));
+    let cfg = config(&[("MAX_CONCURRENT_BATCHES", "2")]);
+    for q in [DLQ, SRC, POISON] {
+        sqs.create_queue(q);
+    }
+    fill(&sqs, 400);
+    let cw = FakeCloudWatch::new();
+    let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), cfg).with_settings(Settings {
+        deadline_margin: Duration::from_millis(200),
+        ..settings()
+    });
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(700);
+    let s = engine
+        .run(&DrainRequest {
+            deadline: Some(deadline),
+            ..request(1000)
+        })
+        .await;
+    assert_eq!(s.stopped_because, StopReason::Deadline);
+    assert!(s.received > 0 && s.received < 400, "{s:?}");
+    assert_eq!(s.failed, 0, "in-flight batches finished: {s:?}");
+    assert_eq!(s.redriven, s.received);
+    assert!(
+        Instant::now() < deadline + Duration::from_millis(150),
+        "returned near the deadline"
+    );
+    assert_eq!(sqs.len(SRC) + sqs.len(DLQ), 400);
+}
+
+#[tokio::test]
+async fn velocity_cap_spreads_the_drain() {
+    let (sqs, _cw, engine) = setup(&[
+        ("MAX_MESSAGES_PER_SECOND", "40"),
+        ("MAX_CONCURRENT_BATCHES", "4"),
+    ]);
+    fill(&sqs, 40);
+    let started = Instant::now();
+    let s = engine.run(&request(40)).await;
+    let elapsed = started.elapsed();
+    assert_eq!(s.redriven, 40);
+    // 4 receives of 10 at 40/s: the 4th may start at 30 messages / 40 per s = 0.75 s.
+    assert!(elapsed >= Duration::from_millis(740), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn without_a_cap_pipelines_overlap() {
+    let sqs = FakeSqs::with_latency(Duration::from_millis(50));
+    for q in [DLQ, SRC, POISON] {
+        sqs.create_queue(q);
+    }
+    fill(&sqs, 80);
+    let cw = FakeCloudWatch::new();
+    let engine = Engine::new(
+        sqs.clone(),
+        cw.clone(),
+        cw.clone(),
+        config(&[("MAX_CONCURRENT_BATCHES", "8")]),
+    )
+    .with_settings(settings());
+    let started = Instant::now();
+    let s = engine.run(&request(80)).await;
+    assert_eq!(s.redriven, 80);
+    // Sequentially: 8 x (receive + send + delete) x 50 ms = 1.2 s, plus empty receives.
+    assert!(
+        started.elapsed() < Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        sqs.calls
+            .send_batch
+            .load(std::sync::atomic::Ordering::SeqCst),
+        8
+    );
+    assert_eq!(
+        sqs.calls
+            .delete_batch
+            .load(std::sync::atomic::Ordering::SeqCst),
+        8
+    );
+}
+
+#[tokio::test]
+async fn dry_run_plans_and_releases_everything() {
+    let (sqs, cw, engine) = setup(&[]);
+    fill(&sqs, 12);
+    let mut poisoned = Attributes::new();
+    RedriveMeta {
+        attempt: 5,
+        ..RedriveMeta::fresh("orig-1")
+    }
+    .write_into(&mut poisoned);
+    sqs.push(DLQ, "spent", poisoned, None);
+    let before = sqs.messages(DLQ);
+    let s = engine
+        .run(&DrainRequest {
+            dry_run: true,
+            ..request(100)
+        })
+        .await;
+    assert!(s.dry_run);
+    assert_eq!(
+        (s.received, s.redriven, s.isolated, s.failed),
+        (13, 12, 1, 0)
+    );
+    assert_eq!(s.stopped_because, StopReason::QueueEmpty);
+    assert_eq!(sqs.len(SRC) + sqs.len(POISON), 0, "nothing sent");
+    let after = sqs.messages(DLQ);
+    assert_eq!(after.len(), 13, "nothing deleted");
+    for (a, b) in before.iter().zip(&after) {
+        assert_eq!((&a.body, &a.attributes), (&b.body, &b.attributes));
+    }
+    assert_eq!(
+        sqs.depth_visible(DLQ),
+        13,
+        "released: visible again at once"
+    );
+    assert_eq!(
+        cw.published.lock().unwrap()[0].2.successful_redrives,
+        0,
+        "a plan is not a redrive"
+    );
+}
+
+#[tokio::test]
+async fn guard_alarm_in_alarm_opens_the_circuit() {
+    let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors,latency")]);
+    fill(&sqs, 3);
+    cw.set_state("latency", "ALARM");
+    let s = engine.run(&request(10)).await;
+    assert_eq!(s.stopped_because, StopReason::CircuitOpen);
+    assert_eq!(s.received, 0);
+    assert_eq!(
+        sqs.calls.receive.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing received"
+    );
+    assert_eq!(s.dlq_remaining, Some(3));
+    cw.set_state("latency", "OK");
+    assert_eq!(engine.run(&request(10)).await.redriven, 3);
+}
+
+#[tokio::test]
+async fn unreadable_guard_alarms_fail_closed() {
+    let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors")]);
+    fill(&sqs, 2);
+    *cw.fail_alarms.lock().unwrap() = true;
+    let s = engine.run(&request(10)).await;
+    assert_eq!(s.stopped_because, StopReason::CircuitOpen);
+    assert_eq!(sqs.len(DLQ), 2);
+}
+
+#[tokio::test]
+async fn metrics_failure_never_fails_the_drain() {
+    let (sqs, cw, engine) = setup(&[]);
+    fill(&sqs, 4);
+    *cw.fail_metrics.lock().unwrap() = true;
+    let s = engine.run(&request(10)).await;
+    assert_eq!(s.redriven, 4);
+    assert_eq!(sqs.len(SRC), 4);
+}
+
+#[tokio::test]
+async fn rearms_the_triggering_alarm_only_when_a_backlog_remains() {
+    let (sqs, cw, engine) = setup(&[]);
+    fill(&sqs, 15);
+    cw.set_state("orders-dlq-depth", "ALARM");
+    let alarm = || DrainRequest {
+        trigger_alarm: Some("orders-dlq-depth".into()),
+        ..request(10)
+    };
+    let s = engine.run(&alarm()).await;
+    assert_eq!(s.stopped_because, StopReason::Limit);
+    assert_eq!(
+        cw.set_ok_calls.lock().unwrap().as_slice(),
+        ["orders-dlq-depth"]
+    );
+    // The rest drains; queue empty: no re-arm.
+    let s = engine.run(&alarm()).await;
+    assert_eq!(s.redriven, 5);
+    assert_eq!(s.stopped_because, StopReason::QueueEmpty);
+    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1);
+    // Manual drains never re-arm; REARM_ALARM=false never re-arms.
+    fill(&sqs, 15);
+    engine.run(&request(10)).await;
+    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1);
+    let (sqs2, cw2, engine2) = setup(&[("REARM_ALARM", "false")]);
+    fill(&sqs2, 15);
+    engine2.run(&alarm()).await;
+    assert!(cw2.set_ok_calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn poison_pills_are_isolated_with_their_reasons() {
+    let (sqs, _cw, engine) = setup(&[("MAX_REDRIVE_ATTEMPTS", "2")]);
+    let mut spent = Attributes::new();
+    RedriveMeta {
+        attempt: 2,
+        ..RedriveMeta::fresh("orig-spent")
+    }
+    .write_into(&mut spent);
+    sqs.push(DLQ, "spent", spent, None);
+    let mut permanent = Attributes::new();
+    RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "HTTP_400",
+            "rejected",
+            "2026-11-21T10:00:00Z".into(),
+        )),
+        ..RedriveMeta::fresh("orig-perm")
+    }
+    .write_into(&mut permanent);
+    sqs.push(DLQ, "permanent", permanent, None);
+    let mut full = Attributes::new();
+    for i in 0..10 {
+        full.insert(format!("a{i}"), MessageAttribute::string("v"));
+    }
+    sqs.push(DLQ, "full", full.clone(), None);
+    sqs.push(DLQ, "fresh", Attributes::new(), None);
+
+    let s = engine.run(&request(10)).await;
+    assert_eq!((s.redriven, s.isolated, s.failed), (1, 3, 0));
+    let poison = sqs.messages(POISON);
+    let reason_of = |body: &str| {
+        let m = poison.iter().find(|m| m.body == body).unwrap();
+        RedriveMeta::read(&m.attributes, &m.message_id).0.reason
+    };
+    assert_eq!(reason_of("spent"), Some(IsolationReason::MaxAttempts));
+    assert_eq!(
+        reason_of("permanent"),
+        Some(IsolationReason::PermanentFailure)
+    );
+    let unstamped = poison.iter().find(|m| m.body == "full").unwrap();
+    assert_eq!(unstamped.attributes, full, "parked exactly as received");
+    assert_eq!(sqs.messages(SRC)[0].body, "fresh");
+}
+
+#[tokio::test]
+async fn handle_rejects_bad_events_without_touching_anything() {
+    let (sqs, cw, engine) = setup(&[]);
+    fill(&sqs, 2);
+    let err = engine
+        .handle(&json!({"maxMesages": 5}), None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("maxMesages"));
+    assert_eq!(
+        sqs.calls.receive.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert!(cw.published.lock().unwrap().is_empty());
+    assert_eq!(sqs.len(DLQ), 2);
+}
+
+#[tokio::test]
+async fn a_manual_drain_overrides_the_batch_and_dry_run() {
+    let (sqs, _cw, engine) = setup(&[("MAX_MESSAGES_PER_INVOCATION", "100")]);
+    fill(&sqs, 20);
+    let s = engine
+        .handle(&json!({"maxMessages": 5}), None)
+        .await
+        .unwrap();
+    assert_eq!((s.redriven, s.stopped_because), (5, StopReason::Limit));
+    let s = engine.handle(&json!({"dryRun": true}), None).await.unwrap();
+    assert!(s.dry_run);
+    assert_eq!((s.received, s.redriven), (15, 15));
+    assert_eq!(sqs.len(DLQ), 15);
+}

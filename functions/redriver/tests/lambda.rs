@@ -1,0 +1,111 @@
+//! The built `redriver` binary as a Lambda: under `cargo lambda watch`, invoked with a real
+//! CloudWatch-alarm SNS notification, draining a DLQ on moto.
+
+use redrive_shared::meta::{ATTRIBUTE_NAME, RedriveMeta};
+use redrive_tests::{LambdaWatch, QueueSet, drain_all, fixture, moto, queue_depth, send_raw};
+use serde_json::{Value, json};
+
+fn alarm_fixture_for(queue_name: &str) -> Value {
+    let mut event = fixture("sns-cloudwatch-alarm.json");
+    let message = event["Records"][0]["Sns"]["Message"]
+        .as_str()
+        .expect("fixture Message")
+        .to_string();
+    let mut m: Value = serde_json::from_str(&message).expect("fixture Message is JSON");
+    m["Trigger"]["Dimensions"][0]["value"] = json!(queue_name);
+    event["Records"][0]["Sns"]["Message"] = json!(m.to_string());
+    event
+}
+
+#[tokio::test]
+async fn the_lambda_drains_a_dlq_when_its_alarm_fires() {
+    let sqs = moto().sqs().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(send_raw(&sqs, &queues.dlq_url, &format!("order-{i}"), &[]).await);
+    }
+    let mut env = moto().env();
+    env.extend(queues.redriver_env());
+    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
+    env.push(("METRIC_NAMESPACE".into(), redrive_tests::unique_name("ns")));
+    env.push(("REARM_ALARM".into(), "false".into()));
+    let watch = LambdaWatch::start(&["redriver"], &env).await;
+
+    // An alarm on another queue is ignored and touches nothing.
+    let other = watch
+        .invoke("redriver", &fixture("sns-cloudwatch-alarm.json"))
+        .await
+        .expect("invoke");
+    assert_eq!(other["stoppedBecause"], "other-queue");
+    assert_eq!(queue_depth(&sqs, &queues.dlq_url).await, 5);
+
+    let response = watch
+        .invoke("redriver", &alarm_fixture_for(&queues.dlq_name))
+        .await
+        .expect("invoke");
+    assert_eq!(
+        response,
+        json!({"received":5,"redriven":5,"isolated":0,"failed":0,"dryRun":false,"stoppedBecause":"queue-empty","dlqRemaining":0})
+    );
+    let mut back: Vec<String> = drain_all(&sqs, &queues.source_url)
+        .await
+        .iter()
+        .map(|m| {
+            let text = m.message_attributes().unwrap()[ATTRIBUTE_NAME]
+                .string_value()
+                .unwrap();
+            RedriveMeta::parse(text).unwrap().original_message_id
+        })
+        .collect();
+    back.sort();
+    ids.sort();
+    assert_eq!(back, ids);
+
+    // A typo'd manual drain is an error naming the key.
+    let err = watch
+        .invoke("redriver", &json!({"maxMesages": 1}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("maxMesages"), "{err}");
+
+    // Logs are JSON lines with the action and ids, never the bodies.
+    let log = watch.log();
+    assert!(
+        log.contains("\"action\":\"redriven\""),
+        "per-message action lines"
+    );
+    assert!(log.contains(&ids[0]));
+    assert!(
+        !log.contains("order-3"),
+        "a message body leaked into the logs"
+    );
+}
+
+#[tokio::test]
+async fn a_config_error_fails_init_naming_the_variable_and_touches_no_queue() {
+    let sqs = moto().sqs().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    send_raw(&sqs, &queues.dlq_url, "stays", &[]).await;
+    let mut env = moto().env();
+    env.extend(queues.redriver_env());
+    env.push(("MAX_REDRIVE_ATTEMPTS".into(), "lots".into()));
+    let watch = LambdaWatch::start(&["redriver"], &env).await;
+    let err = watch.invoke("redriver", &json!({})).await.unwrap_err();
+    assert!(
+        err.contains("MAX_REDRIVE_ATTEMPTS") && err.contains("lots"),
+        "{err}"
+    );
+    assert_eq!(queue_depth(&sqs, &queues.dlq_url).await, 1);
+    let visible = redrive_tests::receive_raw(&sqs, &queues.dlq_url, 0).await;
+    assert_eq!(visible.len(), 1, "never received by the failed init");
+    assert_eq!(
+        visible[0]
+            .attributes()
+            .and_then(
+                |a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
+            )
+            .map(String::as_str),
+        Some("1")
+    );
+}
