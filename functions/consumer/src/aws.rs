@@ -1,0 +1,253 @@
+//! SDK adapters for the ports: the idempotency table in DynamoDB, and SQS.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use redrive_shared::limits::Outgoing;
+use redrive_shared::sdk::attributes_to_sdk;
+
+use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, PortError, QueueOps};
+
+/// Attribute names of an idempotency record (see the contract).
+pub mod item {
+    pub const ID: &str = "id";
+    pub const STATUS: &str = "status";
+    pub const EXPIRATION: &str = "expiration";
+    pub const IN_PROGRESS_EXPIRATION: &str = "inProgressExpiration";
+    /// Which claim wrote an IN_PROGRESS record, so that a release removes only its own.
+    pub const CLAIM_TOKEN: &str = "claimToken";
+    pub const IN_PROGRESS: &str = "IN_PROGRESS";
+    pub const COMPLETED: &str = "COMPLETED";
+}
+
+/// The claim's condition: a new key, an expired record (DynamoDB's TTL deletes lazily, so an
+/// expired record may still be there), or an IN_PROGRESS record whose claimant's deadline
+/// passed.
+pub const CLAIM_CONDITION: &str = "attribute_not_exists(id) OR expiration < :now_s OR (#status = :in_progress AND inProgressExpiration < :now_ms)";
+
+/// Maps an SDK error (SQS or DynamoDB: both re-export the same types) to a [`PortError`].
+pub fn port_error<E, R>(operation: &'static str, err: SdkError<E, R>) -> PortError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let code = match &err {
+        SdkError::TimeoutError(_) => "Timeout".to_string(),
+        SdkError::DispatchFailure(_) => "DispatchFailure".to_string(),
+        SdkError::ResponseError(_) => "ResponseError".to_string(),
+        SdkError::ServiceError(se) => se.err().code().unwrap_or("ServiceError").to_string(),
+        _ => "ConstructionFailure".to_string(),
+    };
+    PortError {
+        operation,
+        code,
+        message: DisplayErrorContext(&err).to_string(),
+    }
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// What an existing record means for a claim that failed its condition.
+pub fn outcome_of(record: &HashMap<String, AttributeValue>) -> ClaimOutcome {
+    let status = record.get(item::STATUS).and_then(|v| v.as_s().ok());
+    let until_ms = record
+        .get(item::IN_PROGRESS_EXPIRATION)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<i64>().ok());
+    match status.map(String::as_str) {
+        Some(item::COMPLETED) => ClaimOutcome::Completed,
+        // IN_PROGRESS, or a status this version does not know: never run the side effect.
+        _ => ClaimOutcome::InProgress { until_ms },
+    }
+}
+
+/// The idempotency table through the SDK.
+#[derive(Clone, Debug)]
+pub struct DynamoDbStore {
+    pub client: aws_sdk_dynamodb::Client,
+    pub table: String,
+}
+
+impl DynamoDbStore {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// Only when the service did not return the old item with a failed condition.
+    async fn holder(&self, key: &str) -> Result<ClaimOutcome, PortError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(item::ID, s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| port_error("GetItem", e))?;
+        Ok(match out.item {
+            Some(record) => outcome_of(&record),
+            // Released in between: report it held, so that the message is simply retried.
+            None => ClaimOutcome::InProgress { until_ms: None },
+        })
+    }
+}
+
+impl IdempotencyStore for DynamoDbStore {
+    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, PortError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(item::ID, s(&claim.key))
+            .item(item::STATUS, s(item::IN_PROGRESS))
+            .item(item::EXPIRATION, n(claim.expiration_s))
+            .item(
+                item::IN_PROGRESS_EXPIRATION,
+                n(claim.in_progress_expiration_ms),
+            )
+            .item(item::CLAIM_TOKEN, s(&claim.token))
+            .condition_expression(CLAIM_CONDITION)
+            .expression_attribute_names("#status", item::STATUS)
+            .expression_attribute_values(":now_s", n(claim.now_ms.div_euclid(1000)))
+            .expression_attribute_values(":now_ms", n(claim.now_ms))
+            .expression_attribute_values(":in_progress", s(item::IN_PROGRESS))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(ClaimOutcome::Claimed),
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                PutItemError::ConditionalCheckFailedException(failed) => match failed.item() {
+                    Some(record) => Ok(outcome_of(record)),
+                    None => self.holder(&claim.key).await,
+                },
+                _ => Err(port_error("PutItem", SdkError::ServiceError(se))),
+            },
+            Err(e) => Err(port_error("PutItem", e)),
+        }
+    }
+
+    async fn complete(&self, claim: &Claim, expiration_s: i64) -> Result<(), PortError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(item::ID, s(&claim.key))
+            .item(item::STATUS, s(item::COMPLETED))
+            .item(item::EXPIRATION, n(expiration_s))
+            .item(
+                item::IN_PROGRESS_EXPIRATION,
+                n(claim.in_progress_expiration_ms),
+            )
+            .send()
+            .await
+            .map_err(|e| port_error("PutItem", e))?;
+        Ok(())
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), PortError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(item::ID, s(&claim.key))
+            .condition_expression("#token = :token")
+            .expression_attribute_names("#token", item::CLAIM_TOKEN)
+            .expression_attribute_values(":token", s(&claim.token))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(se))
+                if matches!(
+                    se.err(),
+                    DeleteItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(port_error("DeleteItem", e)),
+        }
+    }
+}
+
+/// SQS through the SDK (AWS, or moto via `AWS_ENDPOINT_URL`).
+#[derive(Clone, Debug)]
+pub struct SqsOps {
+    pub client: aws_sdk_sqs::Client,
+}
+
+impl QueueOps for SqsOps {
+    async fn queue_url(&self, name: &str, owner_account: &str) -> Result<String, PortError> {
+        let out = self
+            .client
+            .get_queue_url()
+            .queue_name(name)
+            .queue_owner_aws_account_id(owner_account)
+            .send()
+            .await
+            .map_err(|e| port_error("GetQueueUrl", e))?;
+        out.queue_url.ok_or_else(|| PortError {
+            operation: "GetQueueUrl",
+            code: "NoQueueUrl".into(),
+            message: format!("GetQueueUrl {name} returned no QueueUrl"),
+        })
+    }
+
+    async fn change_visibility(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        visibility_seconds: u32,
+    ) -> Result<(), PortError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(queue_url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(visibility_seconds.min(i32::MAX as u32) as i32)
+            .send()
+            .await
+            .map_err(|e| port_error("ChangeMessageVisibility", e))?;
+        Ok(())
+    }
+
+    async fn send(&self, queue_url: &str, message: &Outgoing) -> Result<String, PortError> {
+        let out = self
+            .client
+            .send_message()
+            .queue_url(queue_url)
+            .message_body(&message.body)
+            .set_message_attributes(
+                (!message.attributes.is_empty()).then(|| attributes_to_sdk(&message.attributes)),
+            )
+            .set_delay_seconds(message.delay_seconds.map(|d| d as i32))
+            .set_message_group_id(message.group_id.clone())
+            .set_message_deduplication_id(message.dedup_id.clone())
+            .send()
+            .await
+            .map_err(|e| port_error("SendMessage", e))?;
+        Ok(out.message_id.unwrap_or_default())
+    }
+
+    async fn delete(&self, queue_url: &str, receipt_handle: &str) -> Result<(), PortError> {
+        self.client
+            .delete_message()
+            .queue_url(queue_url)
+            .receipt_handle(receipt_handle)
+            .send()
+            .await
+            .map_err(|e| port_error("DeleteMessage", e))?;
+        Ok(())
+    }
+}

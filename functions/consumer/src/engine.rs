@@ -1,0 +1,717 @@
+//! One invocation: each record of the SQS event is read, keyed, claimed, processed and settled
+//! on its own, and the failures are reported as a partial batch response.
+//!
+//! Per record (standard queues concurrently, FIFO queues in order):
+//! 1. Read the record and its `x-redrive` metadata (total: a garbled value keys on the MessageId).
+//! 2. Derive the idempotency key. A key that cannot be derived is a permanent failure.
+//! 3. Claim the key with one conditional write. COMPLETED: success without a side effect.
+//!    IN_PROGRESS (unexpired): reported failed, retried after the backoff. Store unavailable:
+//!    reported failed, retried after the backoff, nothing processed.
+//! 4. Process. Success: mark COMPLETED (the second and last write of the happy path).
+//!    Transient: release, set the visibility to the backoff, report failed. Permanent: copy to
+//!    the DLQ with the `lastError` stamp and delete the original (or report failed without a
+//!    DLQ), then release.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::{FutureExt, StreamExt};
+use redrive_shared::attributes::message_size;
+use redrive_shared::backoff::{MAX_DELAY_SECONDS, SplitMix64};
+use redrive_shared::config::ConsumerConfig;
+use redrive_shared::key::{IdempotencyKey, derive};
+use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
+use redrive_shared::meta::{ErrorClass, LastError, MetaSource, RedriveMeta};
+use redrive_shared::timefmt::rfc3339_from_millis;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::message::{Message, parse_record};
+use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
+use crate::process::{ProcessError, Processor};
+
+/// Knobs that are not part of the contract's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Records of a standard queue processed at once.
+    pub max_concurrency: usize,
+    /// How long a claim lasts when the invocation has no usable deadline (a local emulator
+    /// reports one in the past): the longest a Lambda invocation can run.
+    pub fallback_claim: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max_concurrency: 10,
+            fallback_claim: Duration::from_secs(900),
+        }
+    }
+}
+
+/// `{"batchItemFailures":[{"itemIdentifier":"<messageId>"}]}`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BatchResponse {
+    #[serde(rename = "batchItemFailures")]
+    pub batch_item_failures: Vec<BatchItemFailure>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchItemFailure {
+    #[serde(rename = "itemIdentifier")]
+    pub item_identifier: String,
+}
+
+impl BatchResponse {
+    /// The reported MessageIds, in record order.
+    pub fn failed_ids(&self) -> Vec<&str> {
+        self.batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect()
+    }
+}
+
+/// What became of one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Processed now, and recorded COMPLETED.
+    Processed,
+    /// Already COMPLETED: success without a second side effect.
+    Duplicate,
+    /// Another invocation holds the key: reported failed, retried later.
+    InProgress,
+    /// Transient failure (of the processing step, or of the idempotency store): reported
+    /// failed, visibility set to `visibility_seconds` when that call succeeded.
+    Retry {
+        code: String,
+        visibility_seconds: Option<u32>,
+    },
+    /// Permanent failure: a copy (stamped with `lastError` when there was room) is on the
+    /// DLQ and the original was deleted. Not reported: it is settled.
+    DeadLettered { code: String, stamped: bool },
+    /// Permanent failure without a DLQ, or whose DLQ copy was not acknowledged: reported failed.
+    Failed { code: String },
+    /// FIFO: an earlier record of the same message group was reported failed, so this one was
+    /// not processed (to keep the group's order) and is reported failed too.
+    Skipped,
+    /// The record could not be read: reported failed when it has a MessageId.
+    Malformed,
+}
+
+impl Outcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Processed => "processed",
+            Self::Duplicate => "duplicate",
+            Self::InProgress => "in-progress",
+            Self::Retry { .. } => "retry",
+            Self::DeadLettered { .. } => "dead-lettered",
+            Self::Failed { .. } => "failed",
+            Self::Skipped => "skipped",
+            Self::Malformed => "malformed",
+        }
+    }
+
+    /// True when the record goes into `batchItemFailures` (SQS will deliver it again).
+    pub fn is_reported(&self) -> bool {
+        !matches!(
+            self,
+            Self::Processed | Self::Duplicate | Self::DeadLettered { .. }
+        )
+    }
+
+    fn code(&self) -> Option<&str> {
+        match self {
+            Self::Retry { code, .. } | Self::DeadLettered { code, .. } | Self::Failed { code } => {
+                Some(code)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One record's fate, for logs, tests and callers that want more than the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordReport {
+    pub message_id: Option<String>,
+    pub key: Option<String>,
+    pub outcome: Outcome,
+}
+
+/// The result of one invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handled {
+    pub response: BatchResponse,
+    /// In record order.
+    pub records: Vec<RecordReport>,
+}
+
+impl Handled {
+    pub fn outcome_of(&self, message_id: &str) -> Option<&Outcome> {
+        self.records
+            .iter()
+            .find(|r| r.message_id.as_deref() == Some(message_id))
+            .map(|r| &r.outcome)
+    }
+}
+
+/// The event was not an SQS event at all: the invocation fails (nothing was touched).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not an SQS event: {0}")]
+pub struct EventError(pub &'static str);
+
+/// Error code when the idempotency store could not be reached for a claim.
+pub const STORE_UNAVAILABLE: &str = "IDEMPOTENCY_STORE_UNAVAILABLE";
+/// Error code when the processing step panicked.
+pub const PROCESSOR_PANIC: &str = "PROCESSOR_PANIC";
+/// Error code when another invocation holds the key.
+pub const IN_PROGRESS: &str = "IN_PROGRESS";
+
+/// The idempotent consumer: ports, configuration and per-process caches.
+pub struct Consumer<S, Q, P> {
+    store: S,
+    queue: Q,
+    processor: P,
+    config: ConsumerConfig,
+    settings: Settings,
+    rng: Mutex<SplitMix64>,
+    queue_urls: Mutex<HashMap<String, String>>,
+    token_prefix: u64,
+    token_counter: AtomicU64,
+}
+
+impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
+    pub fn new(store: S, queue: Q, processor: P, config: ConsumerConfig) -> Self {
+        Self::with_settings(store, queue, processor, config, Settings::default())
+    }
+
+    pub fn with_settings(
+        store: S,
+        queue: Q,
+        processor: P,
+        config: ConsumerConfig,
+        settings: Settings,
+    ) -> Self {
+        let mut rng = SplitMix64::from_entropy();
+        let token_prefix = rng.next_u64();
+        Self {
+            store,
+            queue,
+            processor,
+            config,
+            settings,
+            rng: Mutex::new(rng),
+            queue_urls: Mutex::new(HashMap::new()),
+            token_prefix,
+            token_counter: AtomicU64::new(0),
+        }
+    }
+
+    /// Replaces the jitter's random source (deterministic tests).
+    pub fn with_rng(self, rng: SplitMix64) -> Self {
+        Self {
+            rng: Mutex::new(rng),
+            ..self
+        }
+    }
+
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    pub fn processor(&self) -> &P {
+        &self.processor
+    }
+
+    /// Handles one SQS event. `deadline_ms` is the invocation's deadline (epoch ms, from the
+    /// Lambda context): an IN_PROGRESS claim lasts until then.
+    pub async fn handle(&self, event: &Value, deadline_ms: u64) -> Result<Handled, EventError> {
+        let records = event
+            .get("Records")
+            .and_then(Value::as_array)
+            .ok_or(EventError("no Records array"))?;
+        let now = now_ms();
+        let deadline = i64::try_from(deadline_ms).unwrap_or(i64::MAX);
+        let claim_until = if deadline > now {
+            deadline
+        } else {
+            tracing::debug!(
+                deadline_ms,
+                "the invocation deadline is in the past; claims last the fallback instead"
+            );
+            now.saturating_add(self.settings.fallback_claim.as_millis() as i64)
+        };
+
+        let parsed: Vec<_> = records.iter().map(parse_record).collect();
+        let fifo = parsed.iter().any(|r| matches!(r, Ok(m) if m.is_fifo()));
+        let reports = if fifo {
+            self.run_in_order(parsed, claim_until).await
+        } else {
+            let mut indexed: Vec<(usize, RecordReport)> =
+                futures_util::stream::iter(parsed.into_iter().enumerate())
+                    .map(|(i, record)| async move { (i, self.run_one(record, claim_until).await) })
+                    .buffer_unordered(self.settings.max_concurrency.max(1))
+                    .collect()
+                    .await;
+            indexed.sort_by_key(|(i, _)| *i);
+            indexed.into_iter().map(|(_, r)| r).collect()
+        };
+
+        let response = BatchResponse {
+            batch_item_failures: reports
+                .iter()
+                .filter(|r| r.outcome.is_reported())
+                .filter_map(|r| r.message_id.clone())
+                .map(|item_identifier| BatchItemFailure { item_identifier })
+                .collect(),
+        };
+        let count = |name: &str| {
+            reports
+                .iter()
+                .filter(|r| r.outcome.as_str() == name)
+                .count()
+        };
+        tracing::info!(
+            records = reports.len(),
+            reported_failed = response.batch_item_failures.len(),
+            processed = count("processed"),
+            duplicates = count("duplicate"),
+            dead_lettered = count("dead-lettered"),
+            fifo,
+            "batch handled"
+        );
+        Ok(Handled {
+            response,
+            records: reports,
+        })
+    }
+
+    /// FIFO: in order; once a record of a group is reported failed, the group's later records
+    /// are reported failed unprocessed, so that SQS redelivers the group in order.
+    async fn run_in_order(
+        &self,
+        parsed: Vec<Result<Message, crate::message::MalformedRecord>>,
+        claim_until: i64,
+    ) -> Vec<RecordReport> {
+        let mut blocked: HashSet<Option<String>> = HashSet::new();
+        let mut reports = Vec::with_capacity(parsed.len());
+        for record in parsed {
+            let group = match &record {
+                Ok(m) => m.group_id.clone(),
+                Err(m) => m.group_id.clone(),
+            };
+            let report = if blocked.contains(&group) {
+                let message_id = match &record {
+                    Ok(m) => Some(m.message_id.clone()),
+                    Err(m) => m.message_id.clone(),
+                };
+                tracing::info!(
+                    message_id = message_id.as_deref().unwrap_or(""),
+                    group_id = group.as_deref().unwrap_or(""),
+                    outcome = "skipped",
+                    "an earlier message of this group failed; not processed"
+                );
+                RecordReport {
+                    message_id,
+                    key: None,
+                    outcome: Outcome::Skipped,
+                }
+            } else {
+                self.run_one(record, claim_until).await
+            };
+            if report.outcome.is_reported() {
+                blocked.insert(group);
+            }
+            reports.push(report);
+        }
+        reports
+    }
+
+    async fn run_one(
+        &self,
+        record: Result<Message, crate::message::MalformedRecord>,
+        claim_until: i64,
+    ) -> RecordReport {
+        match record {
+            // Boxed: the nested futures (SDK, HTTP client, processor) are too deep for the
+            // compiler's layout queries otherwise.
+            Ok(message) => Box::pin(self.run_message(&message, claim_until)).await,
+            Err(malformed) => {
+                match &malformed.message_id {
+                    Some(id) => tracing::warn!(
+                        message_id = %id,
+                        outcome = "malformed",
+                        reason = %malformed.reason,
+                        "malformed record; reported failed"
+                    ),
+                    None => tracing::error!(
+                        outcome = "malformed",
+                        reason = %malformed.reason,
+                        "record without a messageId cannot be reported; skipped"
+                    ),
+                }
+                RecordReport {
+                    message_id: malformed.message_id,
+                    key: None,
+                    outcome: Outcome::Malformed,
+                }
+            }
+        }
+    }
+
+    async fn run_message(&self, message: &Message, claim_until: i64) -> RecordReport {
+        let (meta, source) = RedriveMeta::read(&message.attributes, &message.message_id);
+        if let MetaSource::Garbled(why) = &source {
+            tracing::warn!(
+                message_id = %message.message_id,
+                problem = %why,
+                "unreadable x-redrive attribute; keyed on the MessageId"
+            );
+        }
+        let (key, outcome) = match derive(
+            &self.config.key_source,
+            &meta.original_message_id,
+            &message.body,
+        ) {
+            Ok(key) => {
+                let outcome = self.run_keyed(message, &meta, &key, claim_until).await;
+                (Some(key), outcome)
+            }
+            // Replaying cannot make a key appear: a permanent failure of this record alone.
+            Err(e) => (
+                None,
+                self.give_up(message, &meta, e.code(), &e.to_string()).await,
+            ),
+        };
+        let key_text = key.as_ref().map(IdempotencyKey::as_str).unwrap_or("");
+        let code = outcome.code().unwrap_or("");
+        if outcome.is_reported() {
+            tracing::warn!(
+                message_id = %message.message_id,
+                key = key_text,
+                original_message_id = %meta.original_message_id,
+                attempt = meta.attempt,
+                receive_count = message.receive_count,
+                outcome = outcome.as_str(),
+                code,
+                "record reported failed"
+            );
+        } else {
+            tracing::info!(
+                message_id = %message.message_id,
+                key = key_text,
+                original_message_id = %meta.original_message_id,
+                attempt = meta.attempt,
+                receive_count = message.receive_count,
+                outcome = outcome.as_str(),
+                code,
+                "record settled"
+            );
+        }
+        RecordReport {
+            message_id: Some(message.message_id.clone()),
+            key: key.map(|k| k.as_str().to_string()),
+            outcome,
+        }
+    }
+
+    async fn run_keyed(
+        &self,
+        message: &Message,
+        meta: &RedriveMeta,
+        key: &IdempotencyKey,
+        claim_until: i64,
+    ) -> Outcome {
+        let now = now_ms();
+        let claim = Claim {
+            key: key.as_str().to_string(),
+            token: format!(
+                "{:016x}-{}",
+                self.token_prefix,
+                self.token_counter.fetch_add(1, Ordering::Relaxed)
+            ),
+            now_ms: now,
+            expiration_s: self.expiration_s(now),
+            in_progress_expiration_ms: claim_until,
+        };
+        match self.store.claim(&claim).await {
+            Ok(ClaimOutcome::Claimed) => {}
+            Ok(ClaimOutcome::Completed) => return Outcome::Duplicate,
+            Ok(ClaimOutcome::InProgress { until_ms }) => {
+                tracing::info!(
+                    message_id = %message.message_id,
+                    key = %key,
+                    held_until_ms = until_ms,
+                    "another invocation holds this key"
+                );
+                self.retry_later(message, None).await;
+                return Outcome::InProgress;
+            }
+            Err(e) => {
+                tracing::error!(
+                    message_id = %message.message_id,
+                    key = %key,
+                    error = %e,
+                    "idempotency store unavailable; not processed"
+                );
+                let visibility_seconds = self.retry_later(message, None).await;
+                return Outcome::Retry {
+                    code: STORE_UNAVAILABLE.into(),
+                    visibility_seconds,
+                };
+            }
+        }
+
+        let result = AssertUnwindSafe(self.processor.process(message, key))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| {
+                Err(ProcessError::transient(
+                    PROCESSOR_PANIC,
+                    "the processing step panicked",
+                ))
+            });
+        match result {
+            Ok(()) => {
+                if let Err(e) = self
+                    .store
+                    .complete(&claim, self.expiration_s(now_ms()))
+                    .await
+                {
+                    // The side effect happened: reporting a failure would repeat it. The claim
+                    // stays IN_PROGRESS until it expires, which blocks nothing once this
+                    // message is deleted.
+                    tracing::error!(
+                        message_id = %message.message_id,
+                        key = %key,
+                        error = %e,
+                        "processed, but the COMPLETED record could not be written"
+                    );
+                }
+                Outcome::Processed
+            }
+            Err(ProcessError::Transient {
+                code,
+                message: text,
+                retry_after,
+            }) => {
+                tracing::info!(
+                    message_id = %message.message_id,
+                    key = %key,
+                    code = %code,
+                    error = %text,
+                    "transient failure"
+                );
+                self.release(&claim).await;
+                let visibility_seconds = self.retry_later(message, retry_after).await;
+                Outcome::Retry {
+                    code,
+                    visibility_seconds,
+                }
+            }
+            Err(ProcessError::Permanent {
+                code,
+                message: text,
+            }) => {
+                let outcome = self.give_up(message, meta, &code, &text).await;
+                self.release(&claim).await;
+                outcome
+            }
+        }
+    }
+
+    fn expiration_s(&self, now_ms: i64) -> i64 {
+        now_ms
+            .div_euclid(1000)
+            .saturating_add(i64::try_from(self.config.ttl_seconds).unwrap_or(i64::MAX))
+    }
+
+    async fn release(&self, claim: &Claim) {
+        if let Err(e) = self.store.release(claim).await {
+            tracing::warn!(
+                key = %claim.key,
+                error = %e,
+                "could not release the claim; the key is held until its in-progress expiry"
+            );
+        }
+    }
+
+    /// Sets the message's visibility to `retry_after` (capped at 900 s) or the retry backoff
+    /// for its receive count. Returns the visibility set, `None` when it could not be.
+    async fn retry_later(&self, message: &Message, retry_after: Option<Duration>) -> Option<u32> {
+        let seconds = match retry_after {
+            Some(after) => {
+                let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+                secs.min(u64::from(MAX_DELAY_SECONDS)) as u32
+            }
+            None => {
+                let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+                self.config
+                    .retry
+                    .delay_seconds(message.receive_count, None, &mut *rng)
+            }
+        };
+        let url = self.source_url(message).await?;
+        match self
+            .queue
+            .change_visibility(&url, &message.receipt_handle, seconds)
+            .await
+        {
+            Ok(()) => Some(seconds),
+            Err(e) => {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    error = %e,
+                    "could not set the retry visibility; the queue's own timeout applies"
+                );
+                None
+            }
+        }
+    }
+
+    /// Permanent failure: copy to the DLQ with the `lastError` stamp, then delete the original.
+    async fn give_up(
+        &self,
+        message: &Message,
+        meta: &RedriveMeta,
+        code: &str,
+        text: &str,
+    ) -> Outcome {
+        let Some(dlq) = &self.config.dlq_url else {
+            tracing::info!(
+                message_id = %message.message_id,
+                code,
+                error = %text,
+                "permanent failure; no DLQ_URL, so it is reported failed"
+            );
+            return Outcome::Failed { code: code.into() };
+        };
+        let mut stamped_meta = meta.clone();
+        stamped_meta.last_error = Some(LastError::new(
+            ErrorClass::Permanent,
+            code,
+            text,
+            rfc3339_from_millis(now_ms()),
+        ));
+        let mut attributes = message.attributes.clone();
+        stamped_meta.write_into(&mut attributes);
+        let stamped = attributes.len() <= MAX_ATTRIBUTES
+            && message_size(&message.body, &attributes) <= MAX_MESSAGE_BYTES;
+        if !stamped {
+            // The re-driver isolates an unstamped message at the limit (attribute-limit or
+            // size-limit) instead of replaying it.
+            tracing::warn!(
+                message_id = %message.message_id,
+                attributes = message.attributes.len(),
+                "no room for the x-redrive stamp; the DLQ copy goes unstamped"
+            );
+            attributes = message.attributes.clone();
+        }
+        let fifo = dlq.is_fifo();
+        let copy = Outgoing {
+            body: message.body.clone(),
+            attributes,
+            delay_seconds: None,
+            group_id: fifo.then(|| {
+                message
+                    .group_id
+                    .clone()
+                    .unwrap_or_else(|| meta.original_message_id.clone())
+            }),
+            // A repeat of this send (a retried invocation) is deduplicated by SQS.
+            dedup_id: fifo.then(|| message.message_id.clone()),
+        };
+        match self.queue.send(dlq.as_str(), &copy).await {
+            Err(e) => {
+                tracing::error!(
+                    message_id = %message.message_id,
+                    code,
+                    error = %e,
+                    "permanent failure, but the DLQ copy was not acknowledged; reported failed"
+                );
+                Outcome::Failed { code: code.into() }
+            }
+            Ok(copy_id) => {
+                match self.source_url(message).await {
+                    Some(url) => {
+                        if let Err(e) = self.queue.delete(&url, &message.receipt_handle).await {
+                            // Not reported failed: the event source mapping deletes it.
+                            tracing::warn!(
+                                message_id = %message.message_id,
+                                error = %e,
+                                "DLQ copy sent, but the original could not be deleted now"
+                            );
+                        }
+                    }
+                    None => tracing::warn!(
+                        message_id = %message.message_id,
+                        "DLQ copy sent; the source queue is unknown, the event source mapping deletes the original"
+                    ),
+                }
+                tracing::info!(
+                    message_id = %message.message_id,
+                    dlq_message_id = %copy_id,
+                    code,
+                    stamped,
+                    "permanent failure fast-tracked to the DLQ"
+                );
+                Outcome::DeadLettered {
+                    code: code.into(),
+                    stamped,
+                }
+            }
+        }
+    }
+
+    /// The URL of the record's source queue (GetQueueUrl from its ARN, cached per ARN).
+    async fn source_url(&self, message: &Message) -> Option<String> {
+        let Some(arn) = &message.source else {
+            tracing::warn!(
+                message_id = %message.message_id,
+                "record has no eventSourceARN; its queue cannot be called"
+            );
+            return None;
+        };
+        if let Some(url) = self
+            .queue_urls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&arn.arn)
+        {
+            return Some(url.clone());
+        }
+        match self.queue.queue_url(&arn.name, &arn.account).await {
+            Ok(url) => {
+                self.queue_urls
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(arn.arn.clone(), url.clone());
+                Some(url)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    queue = %arn.name,
+                    error = %e,
+                    "could not resolve the source queue URL"
+                );
+                None
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

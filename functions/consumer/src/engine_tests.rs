@@ -1,0 +1,918 @@
+//! The engine against the in-memory fakes: call counts, faults the emulator cannot produce on
+//! demand, and the decision rules. The same cases against moto and a real HTTP downstream are
+//! in `tests/`.
+
+use std::time::Duration;
+
+use redrive_shared::backoff::{Backoff, Jitter};
+use redrive_shared::config::QueueUrl;
+use redrive_shared::key::KeySource;
+use redrive_shared::meta::ATTRIBUTE_NAME;
+use redrive_shared::{Attributes, MessageAttribute};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::fake::{
+    FAKE_QUEUE_HOST, FakeQueue, FakeStore, QueueCall, ScriptedProcessor, Status, Step,
+};
+use crate::message::{QueueArn, record_to_event_json};
+
+const SOURCE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
+const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
+const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
+const SOURCE_URL: &str = "https://sqs.fake/123456789012/orders";
+
+fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
+    ConsumerConfig {
+        idempotency_table: "idempotency".into(),
+        key_source,
+        ttl_seconds: 3600,
+        dlq_url: dlq.then(|| QueueUrl::parse(DLQ).unwrap()),
+        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
+    }
+}
+
+fn message(id: &str, body: &str) -> Message {
+    Message {
+        message_id: id.into(),
+        receipt_handle: format!("handle-{id}"),
+        body: body.into(),
+        attributes: Attributes::new(),
+        receive_count: 1,
+        group_id: None,
+        source: QueueArn::parse(SOURCE_ARN),
+    }
+}
+
+fn fifo_message(id: &str, group: &str) -> Message {
+    Message {
+        group_id: Some(group.into()),
+        source: QueueArn::parse(FIFO_ARN),
+        ..message(id, "{}")
+    }
+}
+
+fn event(messages: &[Message]) -> Value {
+    json!({"Records": messages.iter().map(|m| record_to_event_json(m, "us-east-1")).collect::<Vec<_>>()})
+}
+
+fn in_a_minute() -> u64 {
+    (now_ms() + 60_000) as u64
+}
+
+type Fakes<'a> = Consumer<&'a FakeStore, &'a FakeQueue, &'a ScriptedProcessor>;
+
+fn consumer<'a>(
+    store: &'a FakeStore,
+    queue: &'a FakeQueue,
+    processor: &'a ScriptedProcessor,
+    config: ConsumerConfig,
+) -> Fakes<'a> {
+    Consumer::new(store, queue, processor, config)
+}
+
+fn outcomes(handled: &Handled) -> Vec<(&str, &str)> {
+    handled
+        .records
+        .iter()
+        .map(|r| (r.message_id.as_deref().unwrap_or(""), r.outcome.as_str()))
+        .collect()
+}
+
+fn transient_503() -> Step {
+    Step::Fail(ProcessError::transient(
+        "HTTP_503",
+        "downstream answered 503",
+    ))
+}
+
+fn permanent_400() -> Step {
+    Step::Fail(ProcessError::permanent(
+        "HTTP_400",
+        "downstream answered 400",
+    ))
+}
+
+#[tokio::test]
+async fn happy_path_costs_two_writes_no_read_and_no_sqs_call() {
+    // GIVEN three new messages
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let batch = [
+        message("m-1", "a"),
+        message("m-2", "b"),
+        message("m-3", "c"),
+    ];
+    let deadline = in_a_minute();
+
+    // WHEN the batch is handled
+    let handled = c.handle(&event(&batch), deadline).await.unwrap();
+
+    // THEN all succeed, each with one claim and one complete, and no SQS call at all
+    assert_eq!(handled.response, BatchResponse::default());
+    assert_eq!(
+        outcomes(&handled),
+        [
+            ("m-1", "processed"),
+            ("m-2", "processed"),
+            ("m-3", "processed")
+        ]
+    );
+    assert_eq!(store.calls.claim.load(Ordering::SeqCst), 3);
+    assert_eq!(store.calls.complete.load(Ordering::SeqCst), 3);
+    assert_eq!(store.calls.writes(), 6);
+    assert_eq!(store.calls.read.load(Ordering::SeqCst), 0);
+    assert!(queue.calls().is_empty(), "{:?}", queue.calls());
+    let record = store.record("m-1").unwrap();
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.in_progress_expiration_ms, deadline as i64);
+    let expected_expiry = now_ms() / 1000 + 3600;
+    assert!((expected_expiry - 2..=expected_expiry).contains(&record.expiration_s));
+    assert_eq!(
+        serde_json::to_value(&handled.response).unwrap(),
+        json!({"batchItemFailures": []})
+    );
+}
+
+#[tokio::test]
+async fn the_same_batch_twice_reaches_the_side_effect_once_per_key() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let batch = event(&[message("m-1", "a"), message("m-2", "b")]);
+
+    c.handle(&batch, in_a_minute()).await.unwrap();
+    let again = c.handle(&batch, in_a_minute()).await.unwrap();
+
+    assert_eq!(
+        outcomes(&again),
+        [("m-1", "duplicate"), ("m-2", "duplicate")]
+    );
+    assert!(again.response.batch_item_failures.is_empty());
+    assert_eq!((processor.effects("m-1"), processor.effects("m-2")), (1, 1));
+    assert_eq!(processor.total_calls(), 2);
+    // The duplicate cost one failed conditional write each, no read and no other write.
+    assert_eq!(store.calls.claim.load(Ordering::SeqCst), 4);
+    assert_eq!(store.calls.complete.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
+    // GIVEN two Lambda instances sharing the table, and a slow side effect
+    let (store, queue_a, queue_b) = (FakeStore::new(), FakeQueue::new(), FakeQueue::new());
+    let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(300));
+    let a = consumer(
+        &store,
+        &queue_a,
+        &processor,
+        config(true, KeySource::Message),
+    );
+    let b = consumer(
+        &store,
+        &queue_b,
+        &processor,
+        config(true, KeySource::Message),
+    );
+    let batch = event(&[message("m-1", "a")]);
+
+    // WHEN both handle the same message at once
+    let (ra, rb) = tokio::join!(
+        a.handle(&batch, in_a_minute()),
+        b.handle(&batch, in_a_minute())
+    );
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+
+    // THEN one processed it, the other reported it failed without calling the side effect
+    let mut got = vec![
+        ra.records[0].outcome.as_str(),
+        rb.records[0].outcome.as_str(),
+    ];
+    got.sort();
+    assert_eq!(got, ["in-progress", "processed"]);
+    assert_eq!(processor.calls("m-1"), 1);
+    assert_eq!(processor.effects("m-1"), 1);
+    let loser = if ra.records[0].outcome == Outcome::InProgress {
+        (&ra, &queue_a)
+    } else {
+        (&rb, &queue_b)
+    };
+    assert_eq!(loser.0.response.failed_ids(), ["m-1"]);
+    // ... and deferred it by the retry backoff (base 2, receive count 1, no jitter)
+    assert_eq!(
+        loser.1.visibility_changes(),
+        [("handle-m-1".to_string(), 2)]
+    );
+    // The winner's record is COMPLETED: the loser did not release it.
+    assert_eq!(store.record("m-1").unwrap().status, Status::Completed);
+}
+
+#[tokio::test]
+async fn a_redriven_copy_of_a_processed_message_is_a_duplicate() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    c.handle(&event(&[message("first-id", "order")]), in_a_minute())
+        .await
+        .unwrap();
+
+    // A redriven copy: new MessageId, x-redrive names the original.
+    let mut copy = message("second-id", "order");
+    let meta = RedriveMeta {
+        attempt: 1,
+        ..RedriveMeta::fresh("first-id")
+    };
+    meta.write_into(&mut copy.attributes);
+    let handled = c.handle(&event(&[copy]), in_a_minute()).await.unwrap();
+
+    assert_eq!(outcomes(&handled), [("second-id", "duplicate")]);
+    assert_eq!(handled.records[0].key.as_deref(), Some("first-id"));
+    assert_eq!(processor.effects("first-id"), 1);
+    assert_eq!(processor.total_calls(), 1);
+}
+
+#[tokio::test]
+async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
+    // GIVEN an invocation that claimed the key and then hung until it was killed
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let hanging = ScriptedProcessor::new(Step::Hang);
+    let crashed = consumer(&store, &queue, &hanging, config(true, KeySource::Message));
+    let batch = event(&[message("m-1", "a")]);
+    let deadline = now_ms() + 700;
+    let killed = tokio::time::timeout(
+        Duration::from_millis(100),
+        crashed.handle(&batch, deadline as u64),
+    )
+    .await;
+    assert!(killed.is_err(), "the hanging invocation must not finish");
+    let left = store.record("m-1").unwrap();
+    assert_eq!(
+        (left.status, left.in_progress_expiration_ms),
+        (Status::InProgress, deadline)
+    );
+
+    // WHEN the message comes back before that deadline
+    let healthy = ScriptedProcessor::default();
+    let next = consumer(&store, &queue, &healthy, config(true, KeySource::Message));
+    let early = next.handle(&batch, in_a_minute()).await.unwrap();
+    // THEN it is reported failed and not processed
+    assert_eq!(outcomes(&early), [("m-1", "in-progress")]);
+    assert_eq!(healthy.calls("m-1"), 0);
+
+    // WHEN it comes back after the deadline
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let late = next.handle(&batch, in_a_minute()).await.unwrap();
+    // THEN the claim is taken over and the message processed once
+    assert_eq!(outcomes(&late), [("m-1", "processed")]);
+    assert_eq!(healthy.effects("m-1"), 1);
+    assert_eq!(store.record("m-1").unwrap().status, Status::Completed);
+}
+
+#[tokio::test]
+async fn a_release_never_removes_a_claim_someone_else_took_over() {
+    let store = FakeStore::new();
+    let now = now_ms();
+    let first = Claim {
+        key: "k".into(),
+        token: "first".into(),
+        now_ms: now,
+        expiration_s: now / 1000 + 100,
+        in_progress_expiration_ms: now - 1, // already expired
+    };
+    assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Claimed);
+    let second = Claim {
+        token: "second".into(),
+        in_progress_expiration_ms: now + 60_000,
+        ..first.clone()
+    };
+    assert_eq!(store.claim(&second).await.unwrap(), ClaimOutcome::Claimed);
+    store.release(&first).await.unwrap();
+    assert_eq!(store.record("k").unwrap().token.as_deref(), Some("second"));
+    store.release(&second).await.unwrap();
+    assert!(store.record("k").is_none());
+}
+
+#[tokio::test]
+async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script("m-1", [transient_503()]);
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let mut m = message("m-1", "a");
+
+    let first = c
+        .handle(&event(&[m.clone(), message("m-2", "b")]), in_a_minute())
+        .await
+        .unwrap();
+    assert_eq!(first.response.failed_ids(), ["m-1"]);
+    assert_eq!(
+        first.outcome_of("m-1"),
+        Some(&Outcome::Retry {
+            code: "HTTP_503".into(),
+            visibility_seconds: Some(2)
+        })
+    );
+    assert!(store.record("m-1").is_none(), "the claim is released");
+    assert_eq!(
+        queue.calls(),
+        [
+            QueueCall::QueueUrl {
+                name: "orders".into(),
+                account: "123456789012".into()
+            },
+            QueueCall::ChangeVisibility {
+                queue_url: SOURCE_URL.into(),
+                receipt_handle: "handle-m-1".into(),
+                seconds: 2
+            }
+        ]
+    );
+
+    // The redelivery (receive count 2) succeeds.
+    m.receive_count = 2;
+    let second = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+    assert_eq!(outcomes(&second), [("m-1", "processed")]);
+    assert_eq!((processor.calls("m-1"), processor.effects("m-1")), (2, 1));
+}
+
+#[tokio::test]
+async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capped() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script("m-3", [transient_503()]);
+    processor.script(
+        "m-4",
+        [Step::Fail(ProcessError::retry_after(
+            "HTTP_429",
+            "slow down",
+            Duration::from_secs(17),
+        ))],
+    );
+    processor.script(
+        "m-5",
+        [Step::Fail(ProcessError::retry_after(
+            "HTTP_429",
+            "slow down",
+            Duration::from_secs(3600),
+        ))],
+    );
+    processor.script(
+        "m-6",
+        [Step::Fail(ProcessError::retry_after(
+            "HTTP_429",
+            "now",
+            Duration::from_millis(1),
+        ))],
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let third_receive = Message {
+        receive_count: 3,
+        ..message("m-3", "x")
+    };
+    let batch = [
+        third_receive,
+        message("m-4", "x"),
+        message("m-5", "x"),
+        message("m-6", "x"),
+    ];
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    assert_eq!(handled.response.failed_ids(), ["m-3", "m-4", "m-5", "m-6"]);
+    let mut got = queue.visibility_changes();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("handle-m-3".to_string(), 18), // 2 * 3^2
+            ("handle-m-4".to_string(), 17),
+            ("handle-m-5".to_string(), 900),
+            ("handle-m-6".to_string(), 1),
+        ]
+    );
+    // The queue URL was resolved once for the four messages of one queue.
+    let lookups = queue
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, QueueCall::QueueUrl { .. }))
+        .count();
+    assert_eq!(lookups, 1);
+}
+
+#[tokio::test]
+async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted() {
+    // GIVEN a redriven message (attempt 2) with other attributes, failing permanently
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script("orig-1", [permanent_400()]);
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let mut m = message("m-1", "not json \u{1F4E6}");
+    m.attributes
+        .insert("tenant".into(), MessageAttribute::string("acme"));
+    m.attributes
+        .insert("blob".into(), MessageAttribute::binary(vec![0u8, 255]));
+    let meta = RedriveMeta {
+        attempt: 2,
+        first_redriven_at: Some("2026-11-21T10:00:00Z".into()),
+        ..RedriveMeta::fresh("orig-1")
+    };
+    meta.write_into(&mut m.attributes);
+
+    let handled = c.handle(&event(&[m.clone()]), in_a_minute()).await.unwrap();
+
+    // THEN it is settled (not reported), the copy is on the DLQ and the original deleted
+    assert!(handled.response.batch_item_failures.is_empty());
+    assert_eq!(
+        handled.outcome_of("m-1"),
+        Some(&Outcome::DeadLettered {
+            code: "HTTP_400".into(),
+            stamped: true
+        })
+    );
+    let sends = queue.sends();
+    assert_eq!(sends.len(), 1);
+    let (url, copy) = &sends[0];
+    assert_eq!(url, DLQ);
+    assert_eq!(copy.body, m.body);
+    assert_eq!(copy.group_id, None);
+    assert_eq!(copy.attributes["tenant"], m.attributes["tenant"]);
+    assert_eq!(copy.attributes["blob"], m.attributes["blob"]);
+    assert_eq!(copy.attributes.len(), 3);
+    let (stamp, _) = RedriveMeta::read(&copy.attributes, "ignored");
+    assert!(stamp.is_permanent_failure());
+    assert_eq!(
+        (stamp.attempt, stamp.original_message_id.as_str()),
+        (2, "orig-1")
+    );
+    assert_eq!(
+        stamp.first_redriven_at.as_deref(),
+        Some("2026-11-21T10:00:00Z")
+    );
+    let last = stamp.last_error.unwrap();
+    assert_eq!(
+        (last.code.as_str(), last.message.as_str()),
+        ("HTTP_400", "downstream answered 400")
+    );
+    assert!(redrive_shared::timefmt::millis_from_rfc3339(&last.at).is_some());
+    assert_eq!(queue.deletes(), ["handle-m-1"]);
+    // Send before delete.
+    let order: Vec<&str> = queue
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            QueueCall::Send { .. } => Some("send"),
+            QueueCall::Delete { .. } => Some("delete"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, ["send", "delete"]);
+    assert!(store.record("orig-1").is_none(), "the claim is released");
+}
+
+#[tokio::test]
+async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::new(permanent_400()),
+    );
+    let c = consumer(
+        &store,
+        &queue,
+        &processor,
+        config(false, KeySource::Message),
+    );
+    let handled = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    assert_eq!(handled.response.failed_ids(), ["m-1"]);
+    assert_eq!(
+        handled.outcome_of("m-1"),
+        Some(&Outcome::Failed {
+            code: "HTTP_400".into()
+        })
+    );
+    assert!(queue.calls().is_empty());
+    assert!(store.record("m-1").is_none());
+}
+
+#[tokio::test]
+async fn a_message_at_the_attribute_limit_goes_to_the_dlq_unstamped() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::new(permanent_400()),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let mut full = message("m-1", "a");
+    for i in 0..10 {
+        full.attributes
+            .insert(format!("a{i}"), MessageAttribute::string("v"));
+    }
+    // Nine attributes plus a legacy counter: the stamp replaces the legacy slot.
+    let mut legacy = message("m-2", "b");
+    for i in 0..9 {
+        legacy
+            .attributes
+            .insert(format!("a{i}"), MessageAttribute::string("v"));
+    }
+    legacy
+        .attributes
+        .insert("x-redrive-attempt".into(), MessageAttribute::number("3"));
+
+    let handled = c
+        .handle(&event(&[full.clone(), legacy]), in_a_minute())
+        .await
+        .unwrap();
+
+    assert!(handled.response.batch_item_failures.is_empty());
+    assert_eq!(
+        handled.outcome_of("m-1"),
+        Some(&Outcome::DeadLettered {
+            code: "HTTP_400".into(),
+            stamped: false
+        })
+    );
+    assert_eq!(
+        handled.outcome_of("m-2"),
+        Some(&Outcome::DeadLettered {
+            code: "HTTP_400".into(),
+            stamped: true
+        })
+    );
+    let sends = queue.sends();
+    let copy_of = |body: &str| {
+        sends
+            .iter()
+            .find(|(_, m)| m.body == body)
+            .unwrap()
+            .1
+            .clone()
+    };
+    assert_eq!(copy_of("a").attributes, full.attributes);
+    let stamped = copy_of("b");
+    assert_eq!(stamped.attributes.len(), 10);
+    assert!(!stamped.attributes.contains_key("x-redrive-attempt"));
+    let (meta, _) = RedriveMeta::read(&stamped.attributes, "m-2");
+    assert_eq!(meta.attempt, 3);
+    assert!(meta.is_permanent_failure());
+}
+
+#[tokio::test]
+async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::new(permanent_400()),
+    );
+    queue.fail_next("SendMessage");
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let handled = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    assert_eq!(handled.response.failed_ids(), ["m-1"]);
+    assert!(queue.deletes().is_empty());
+    assert!(store.record("m-1").is_none());
+}
+
+#[tokio::test]
+async fn a_failed_delete_after_the_dlq_copy_still_settles_the_record() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::new(permanent_400()),
+    );
+    queue.fail_next("DeleteMessage");
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let handled = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    // Reporting it would put a second copy on the DLQ; the event source mapping deletes it.
+    assert!(handled.response.batch_item_failures.is_empty());
+    assert_eq!(queue.sends().len(), 1);
+}
+
+#[tokio::test]
+async fn pointer_key_errors_fail_only_their_record() {
+    let pointer = KeySource::Pointer("/paymentId".into());
+    let batch = [
+        message("good", r#"{"paymentId":"p-1"}"#),
+        message("missing", r#"{"other":1}"#),
+        message("not-json", "paymentId=p-2"),
+    ];
+
+    // With a DLQ: the two are fast-tracked there with the key error's code.
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, pointer.clone()));
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    assert!(handled.response.batch_item_failures.is_empty());
+    assert_eq!(handled.outcome_of("good"), Some(&Outcome::Processed));
+    assert_eq!(handled.records[0].key.as_deref(), Some("p-1"));
+    assert_eq!(
+        handled.outcome_of("missing"),
+        Some(&Outcome::DeadLettered {
+            code: "KEY_MISSING".into(),
+            stamped: true
+        })
+    );
+    assert_eq!(
+        handled.outcome_of("not-json"),
+        Some(&Outcome::DeadLettered {
+            code: "KEY_BODY_NOT_JSON".into(),
+            stamped: true
+        })
+    );
+    assert_eq!((processor.total_calls(), processor.effects("p-1")), (1, 1));
+    assert_eq!(
+        store.calls.claim.load(Ordering::SeqCst),
+        1,
+        "no claim without a key"
+    );
+    let mut deleted = queue.deletes();
+    deleted.sort();
+    assert_eq!(deleted, ["handle-missing", "handle-not-json"]);
+
+    // Without a DLQ: the two are reported failed, the good one is not.
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, config(false, pointer));
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    assert_eq!(handled.response.failed_ids(), ["missing", "not-json"]);
+    assert_eq!(processor.effects("p-1"), 1);
+}
+
+#[tokio::test]
+async fn store_unavailable_reports_every_record_and_processes_none() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let batch = event(&[message("m-1", "a"), message("m-2", "b")]);
+
+    store.set_down(true);
+    let down = c.handle(&batch, in_a_minute()).await.unwrap();
+    assert_eq!(down.response.failed_ids(), ["m-1", "m-2"]);
+    assert_eq!(
+        down.outcome_of("m-1"),
+        Some(&Outcome::Retry {
+            code: STORE_UNAVAILABLE.into(),
+            visibility_seconds: Some(2)
+        })
+    );
+    assert_eq!(processor.total_calls(), 0);
+    assert_eq!(queue.visibility_changes().len(), 2);
+
+    store.set_down(false);
+    let up = c.handle(&batch, in_a_minute()).await.unwrap();
+    assert!(up.response.batch_item_failures.is_empty());
+    assert_eq!((processor.effects("m-1"), processor.effects("m-2")), (1, 1));
+}
+
+#[tokio::test]
+async fn a_failed_complete_after_the_side_effect_is_still_success() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    store.fail_next("complete");
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let handled = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    // Reporting it would repeat the side effect as soon as the claim expires.
+    assert!(handled.response.batch_item_failures.is_empty());
+    assert_eq!(processor.effects("m-1"), 1);
+    // The claim still guards the key until its deadline.
+    assert_eq!(store.record("m-1").unwrap().status, Status::InProgress);
+    let again = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&again), [("m-1", "in-progress")]);
+    assert_eq!(processor.total_calls(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_release_keeps_the_key_until_the_claim_expires() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script("m-1", [transient_503()]);
+    store.fail_next("release");
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let batch = event(&[message("m-1", "a")]);
+    let deadline = now_ms() + 400;
+    let first = c.handle(&batch, deadline as u64).await.unwrap();
+    assert_eq!(first.response.failed_ids(), ["m-1"]);
+    assert_eq!(store.record("m-1").unwrap().status, Status::InProgress);
+
+    let early = c.handle(&batch, in_a_minute()).await.unwrap();
+    assert_eq!(outcomes(&early), [("m-1", "in-progress")]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let late = c.handle(&batch, in_a_minute()).await.unwrap();
+    assert_eq!(outcomes(&late), [("m-1", "processed")]);
+    assert_eq!((processor.calls("m-1"), processor.effects("m-1")), (2, 1));
+}
+
+#[tokio::test]
+async fn a_panicking_step_fails_its_record_only() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script("m-1", [Step::Panic]);
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let handled = c
+        .handle(
+            &event(&[message("m-1", "a"), message("m-2", "b")]),
+            in_a_minute(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(handled.response.failed_ids(), ["m-1"]);
+    assert!(
+        matches!(handled.outcome_of("m-1"), Some(Outcome::Retry { code, .. }) if code == PROCESSOR_PANIC)
+    );
+    assert!(store.record("m-1").is_none(), "released");
+    assert_eq!(processor.effects("m-2"), 1);
+}
+
+#[tokio::test]
+async fn a_malformed_record_fails_alone() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let mut batch = event(&[
+        message("m-1", "a"),
+        message("m-2", "b"),
+        message("m-3", "c"),
+    ]);
+    batch["Records"][1]["messageAttributes"] =
+        json!({"bad": {"dataType": "Binary", "binaryValue": "%%"}});
+    batch["Records"][2] = json!({"body": "no id"});
+
+    let handled = c.handle(&batch, in_a_minute()).await.unwrap();
+
+    assert_eq!(handled.response.failed_ids(), ["m-2"]);
+    assert_eq!(
+        outcomes(&handled),
+        [
+            ("m-1", "processed"),
+            ("m-2", "malformed"),
+            ("", "malformed")
+        ]
+    );
+    assert_eq!(processor.total_calls(), 1);
+
+    assert!(
+        c.handle(&json!({"detail-type": "Scheduled Event"}), in_a_minute())
+            .await
+            .is_err()
+    );
+    let empty = c
+        .handle(&json!({"Records": []}), in_a_minute())
+        .await
+        .unwrap();
+    assert!(empty.response.batch_item_failures.is_empty());
+}
+
+#[tokio::test]
+async fn a_garbled_x_redrive_keys_on_the_message_id() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let mut m = message("m-1", "a");
+    m.attributes
+        .insert(ATTRIBUTE_NAME.into(), MessageAttribute::string("{not json"));
+    let handled = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+    assert_eq!(handled.records[0].key.as_deref(), Some("m-1"));
+    assert_eq!(processor.effects("m-1"), 1);
+}
+
+#[tokio::test]
+async fn fifo_stops_a_group_at_its_first_reported_failure() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script("g1-2", [transient_503()]);
+    processor.script("g3-1", [permanent_400()]);
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let batch = [
+        fifo_message("g1-1", "g1"),
+        fifo_message("g2-1", "g2"),
+        fifo_message("g1-2", "g1"),
+        fifo_message("g3-1", "g3"),
+        fifo_message("g1-3", "g1"),
+        fifo_message("g2-2", "g2"),
+        fifo_message("g3-2", "g3"),
+    ];
+
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+
+    assert_eq!(
+        outcomes(&handled),
+        [
+            ("g1-1", "processed"),
+            ("g2-1", "processed"),
+            ("g1-2", "retry"),
+            // dead-lettered is settled: the group goes on
+            ("g3-1", "dead-lettered"),
+            ("g1-3", "skipped"),
+            ("g2-2", "processed"),
+            ("g3-2", "processed"),
+        ]
+    );
+    assert_eq!(handled.response.failed_ids(), ["g1-2", "g1-3"]);
+    assert_eq!(processor.calls("g1-3"), 0);
+    assert!(store.record("g1-3").is_none());
+}
+
+#[tokio::test]
+async fn a_fifo_dlq_copy_keeps_the_group_and_dedups_on_the_message_id() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::new(permanent_400()),
+    );
+    let mut cfg = config(true, KeySource::Message);
+    cfg.dlq_url = Some(
+        QueueUrl::parse("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq.fifo")
+            .unwrap(),
+    );
+    let c = consumer(&store, &queue, &processor, cfg);
+    c.handle(&event(&[fifo_message("m-1", "g-9")]), in_a_minute())
+        .await
+        .unwrap();
+    let (url, copy) = &queue.sends()[0];
+    assert!(url.ends_with("orders-dlq.fifo"));
+    assert_eq!(
+        (copy.group_id.as_deref(), copy.dedup_id.as_deref()),
+        (Some("g-9"), Some("m-1"))
+    );
+    assert_eq!(queue.deletes(), ["handle-m-1"]);
+    assert!(matches!(&queue.calls()[1], QueueCall::QueueUrl { name, .. } if name == "orders.fifo"));
+    assert!(queue.calls().iter().any(|c| matches!(c, QueueCall::Delete { queue_url, .. } if queue_url == &format!("{FAKE_QUEUE_HOST}/123456789012/orders.fifo"))));
+}
+
+#[tokio::test]
+async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::new(Step::Hang),
+    );
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    // cargo lambda watch reports the constant deadline 600000 (1970).
+    let _ = tokio::time::timeout(
+        Duration::from_millis(50),
+        c.handle(&event(&[message("m-1", "a")]), 600_000),
+    )
+    .await;
+    let until = store.record("m-1").unwrap().in_progress_expiration_ms;
+    let expected = now_ms() + 900_000;
+    assert!(
+        (expected - 2_000..=expected).contains(&until),
+        "{until} vs {expected}"
+    );
+}

@@ -1,0 +1,421 @@
+//! In-memory fakes of the ports and a scriptable processing step, with fault injection: for the
+//! faults an emulator cannot produce on demand (the store failing between claim and complete,
+//! a send that is never acknowledged) and to count the calls the happy path costs.
+//!
+//! [`FakeStore`] evaluates the same claim condition as the DynamoDB adapter.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use redrive_shared::key::IdempotencyKey;
+use redrive_shared::limits::Outgoing;
+
+use crate::message::Message;
+use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, PortError, QueueOps};
+use crate::process::{ProcessError, Processor};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn unavailable(operation: &'static str) -> PortError {
+    PortError {
+        operation,
+        code: "ServiceUnavailable".into(),
+        message: "injected fault".into(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    InProgress,
+    Completed,
+}
+
+/// One stored idempotency record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub status: Status,
+    pub expiration_s: i64,
+    pub in_progress_expiration_ms: i64,
+    pub token: Option<String>,
+}
+
+/// Calls per operation.
+#[derive(Debug, Default)]
+pub struct StoreCalls {
+    pub claim: AtomicU64,
+    pub complete: AtomicU64,
+    pub release: AtomicU64,
+    /// Reads: the fake never needs one, so this stays 0 (the happy path costs no read).
+    pub read: AtomicU64,
+}
+
+impl StoreCalls {
+    pub fn writes(&self) -> u64 {
+        self.claim.load(Ordering::SeqCst)
+            + self.complete.load(Ordering::SeqCst)
+            + self.release.load(Ordering::SeqCst)
+    }
+}
+
+/// An in-memory idempotency table.
+#[derive(Debug, Default)]
+pub struct FakeStore {
+    records: Mutex<HashMap<String, Record>>,
+    faults: Mutex<HashMap<&'static str, VecDeque<PortError>>>,
+    down: Mutex<bool>,
+    pub calls: StoreCalls,
+}
+
+impl FakeStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn record(&self, key: &str) -> Option<Record> {
+        lock(&self.records).get(key).cloned()
+    }
+
+    pub fn insert(&self, key: &str, record: Record) {
+        lock(&self.records).insert(key.to_string(), record);
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.records).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The next call of `operation` (`"claim"`, `"complete"`, `"release"`) fails.
+    pub fn fail_next(&self, operation: &'static str) {
+        lock(&self.faults)
+            .entry(operation)
+            .or_default()
+            .push_back(unavailable(operation));
+    }
+
+    /// Every call fails while down.
+    pub fn set_down(&self, down: bool) {
+        *lock(&self.down) = down;
+    }
+
+    fn fault(&self, operation: &'static str) -> Result<(), PortError> {
+        if *lock(&self.down) {
+            return Err(unavailable(operation));
+        }
+        match lock(&self.faults)
+            .get_mut(operation)
+            .and_then(VecDeque::pop_front)
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl IdempotencyStore for FakeStore {
+    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, PortError> {
+        self.calls.claim.fetch_add(1, Ordering::SeqCst);
+        self.fault("claim")?;
+        let mut records = lock(&self.records);
+        let claimable = match records.get(&claim.key) {
+            None => true,
+            Some(r) => {
+                r.expiration_s < claim.now_ms.div_euclid(1000)
+                    || (r.status == Status::InProgress
+                        && r.in_progress_expiration_ms < claim.now_ms)
+            }
+        };
+        if !claimable {
+            let r = &records[&claim.key];
+            return Ok(match r.status {
+                Status::Completed => ClaimOutcome::Completed,
+                Status::InProgress => ClaimOutcome::InProgress {
+                    until_ms: Some(r.in_progress_expiration_ms),
+                },
+            });
+        }
+        records.insert(
+            claim.key.clone(),
+            Record {
+                status: Status::InProgress,
+                expiration_s: claim.expiration_s,
+                in_progress_expiration_ms: claim.in_progress_expiration_ms,
+                token: Some(claim.token.clone()),
+            },
+        );
+        Ok(ClaimOutcome::Claimed)
+    }
+
+    async fn complete(&self, claim: &Claim, expiration_s: i64) -> Result<(), PortError> {
+        self.calls.complete.fetch_add(1, Ordering::SeqCst);
+        self.fault("complete")?;
+        lock(&self.records).insert(
+            claim.key.clone(),
+            Record {
+                status: Status::Completed,
+                expiration_s,
+                in_progress_expiration_ms: claim.in_progress_expiration_ms,
+                token: None,
+            },
+        );
+        Ok(())
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), PortError> {
+        self.calls.release.fetch_add(1, Ordering::SeqCst);
+        self.fault("release")?;
+        let mut records = lock(&self.records);
+        if records.get(&claim.key).and_then(|r| r.token.as_deref()) == Some(claim.token.as_str()) {
+            records.remove(&claim.key);
+        }
+        Ok(())
+    }
+}
+
+/// One SQS call the consumer made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueCall {
+    QueueUrl {
+        name: String,
+        account: String,
+    },
+    ChangeVisibility {
+        queue_url: String,
+        receipt_handle: String,
+        seconds: u32,
+    },
+    Send {
+        queue_url: String,
+        message: Outgoing,
+    },
+    Delete {
+        queue_url: String,
+        receipt_handle: String,
+    },
+}
+
+/// A recording SQS. `queue_url` answers `https://sqs.fake/<account>/<name>`.
+#[derive(Debug, Default)]
+pub struct FakeQueue {
+    calls: Mutex<Vec<QueueCall>>,
+    faults: Mutex<HashMap<&'static str, VecDeque<PortError>>>,
+}
+
+impl FakeQueue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn calls(&self) -> Vec<QueueCall> {
+        lock(&self.calls).clone()
+    }
+
+    pub fn sends(&self) -> Vec<(String, Outgoing)> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                QueueCall::Send { queue_url, message } => Some((queue_url, message)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn deletes(&self) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                QueueCall::Delete { receipt_handle, .. } => Some(receipt_handle),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// (receipt handle, seconds) of every ChangeMessageVisibility.
+    pub fn visibility_changes(&self) -> Vec<(String, u32)> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                QueueCall::ChangeVisibility {
+                    receipt_handle,
+                    seconds,
+                    ..
+                } => Some((receipt_handle, seconds)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The next call of `operation` (`"GetQueueUrl"`, `"ChangeMessageVisibility"`,
+    /// `"SendMessage"`, `"DeleteMessage"`) fails (it is still recorded).
+    pub fn fail_next(&self, operation: &'static str) {
+        lock(&self.faults)
+            .entry(operation)
+            .or_default()
+            .push_back(unavailable(operation));
+    }
+
+    fn record(&self, operation: &'static str, call: QueueCall) -> Result<(), PortError> {
+        lock(&self.calls).push(call);
+        match lock(&self.faults)
+            .get_mut(operation)
+            .and_then(VecDeque::pop_front)
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+pub const FAKE_QUEUE_HOST: &str = "https://sqs.fake";
+
+impl QueueOps for FakeQueue {
+    async fn queue_url(&self, name: &str, owner_account: &str) -> Result<String, PortError> {
+        self.record(
+            "GetQueueUrl",
+            QueueCall::QueueUrl {
+                name: name.into(),
+                account: owner_account.into(),
+            },
+        )?;
+        Ok(format!("{FAKE_QUEUE_HOST}/{owner_account}/{name}"))
+    }
+
+    async fn change_visibility(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        seconds: u32,
+    ) -> Result<(), PortError> {
+        self.record(
+            "ChangeMessageVisibility",
+            QueueCall::ChangeVisibility {
+                queue_url: queue_url.into(),
+                receipt_handle: receipt_handle.into(),
+                seconds,
+            },
+        )
+    }
+
+    async fn send(&self, queue_url: &str, message: &Outgoing) -> Result<String, PortError> {
+        self.record(
+            "SendMessage",
+            QueueCall::Send {
+                queue_url: queue_url.into(),
+                message: message.clone(),
+            },
+        )?;
+        Ok(format!("copy-{}", lock(&self.calls).len()))
+    }
+
+    async fn delete(&self, queue_url: &str, receipt_handle: &str) -> Result<(), PortError> {
+        self.record(
+            "DeleteMessage",
+            QueueCall::Delete {
+                queue_url: queue_url.into(),
+                receipt_handle: receipt_handle.into(),
+            },
+        )
+    }
+}
+
+/// What a [`ScriptedProcessor`] does for one call.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Succeed,
+    Fail(ProcessError),
+    /// Never returns: an invocation that crashed or timed out mid-way.
+    Hang,
+    Panic,
+}
+
+/// A processing step scripted per key (in call order), with a default for unscripted calls.
+/// Counts calls and successful side effects per key.
+#[derive(Debug)]
+pub struct ScriptedProcessor {
+    script: Mutex<HashMap<String, VecDeque<Step>>>,
+    default: Mutex<Step>,
+    /// Added before every step: lets concurrent invocations overlap.
+    pub delay: Duration,
+    calls: Mutex<HashMap<String, u32>>,
+    effects: Mutex<HashMap<String, u32>>,
+}
+
+impl Default for ScriptedProcessor {
+    fn default() -> Self {
+        Self::new(Step::Succeed)
+    }
+}
+
+impl ScriptedProcessor {
+    pub fn new(default: Step) -> Self {
+        Self {
+            script: Mutex::default(),
+            default: Mutex::new(default),
+            delay: Duration::ZERO,
+            calls: Mutex::default(),
+            effects: Mutex::default(),
+        }
+    }
+
+    pub fn with_delay(self, delay: Duration) -> Self {
+        Self { delay, ..self }
+    }
+
+    /// The next unscripted calls for `key` do `steps`, in order.
+    pub fn script(&self, key: &str, steps: impl IntoIterator<Item = Step>) {
+        lock(&self.script)
+            .entry(key.to_string())
+            .or_default()
+            .extend(steps);
+    }
+
+    pub fn set_default(&self, step: Step) {
+        *lock(&self.default) = step;
+    }
+
+    /// Calls for `key`, whatever their result.
+    pub fn calls(&self, key: &str) -> u32 {
+        lock(&self.calls).get(key).copied().unwrap_or(0)
+    }
+
+    /// Successful calls for `key`: the side effects.
+    pub fn effects(&self, key: &str) -> u32 {
+        lock(&self.effects).get(key).copied().unwrap_or(0)
+    }
+
+    pub fn total_calls(&self) -> u32 {
+        lock(&self.calls).values().sum()
+    }
+}
+
+impl Processor for ScriptedProcessor {
+    async fn process(&self, _message: &Message, key: &IdempotencyKey) -> Result<(), ProcessError> {
+        *lock(&self.calls)
+            .entry(key.as_str().to_string())
+            .or_default() += 1;
+        let step = lock(&self.script)
+            .get_mut(key.as_str())
+            .and_then(VecDeque::pop_front)
+            .unwrap_or_else(|| lock(&self.default).clone());
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        match step {
+            Step::Succeed => {
+                *lock(&self.effects)
+                    .entry(key.as_str().to_string())
+                    .or_default() += 1;
+                Ok(())
+            }
+            Step::Fail(e) => Err(e),
+            Step::Hang => std::future::pending().await,
+            Step::Panic => panic!("scripted panic in the processing step"),
+        }
+    }
+}

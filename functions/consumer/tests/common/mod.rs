@@ -1,0 +1,258 @@
+//! Shared setup of the consumer's integration tests: moto queues and table, a real downstream,
+//! Lambda SQS events built from messages really received from moto (real receipt handles), and
+//! the event source mapping's part (deleting what was not reported failed).
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
+use consumer::aws::{DynamoDbStore, SqsOps};
+use consumer::{BatchResponse, Consumer, HttpProcessor};
+use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
+use redrive_tests::{Downstream, QueueSet, REGION, create_idempotency_table, moto, receive_raw};
+use serde_json::{Map, Value, json};
+
+pub type HttpConsumer = Consumer<DynamoDbStore, SqsOps, HttpProcessor>;
+
+/// One test's world: its own queues, table and downstream on one shared moto.
+pub struct World {
+    pub sqs: aws_sdk_sqs::Client,
+    pub ddb: aws_sdk_dynamodb::Client,
+    pub queues: QueueSet,
+    pub table: String,
+    pub downstream: Downstream,
+}
+
+impl World {
+    pub async fn new(fifo: bool) -> World {
+        let sqs = moto().sqs().await;
+        let ddb = moto().dynamodb().await;
+        let queues = QueueSet::create(&sqs, fifo, 5).await;
+        let table = create_idempotency_table(&ddb).await;
+        let downstream = Downstream::start().await;
+        World {
+            sqs,
+            ddb,
+            queues,
+            table,
+            downstream,
+        }
+    }
+
+    /// The consumer's configuration, read the way the Lambda reads it: from variables.
+    /// Retry backoff 1 s without jitter unless `extra` says otherwise.
+    pub fn config(&self, dlq: bool, extra: &[(&str, &str)]) -> ConsumerConfig {
+        let mut vars: HashMap<String, String> = HashMap::from([
+            ("IDEMPOTENCY_TABLE".into(), self.table.clone()),
+            ("RETRY_BASE_SECONDS".into(), "1".into()),
+            ("RETRY_JITTER".into(), "none".into()),
+        ]);
+        if dlq {
+            vars.insert("DLQ_URL".into(), self.queues.dlq_url.clone());
+        }
+        for (k, v) in extra {
+            vars.insert(k.to_string(), v.to_string());
+        }
+        ConsumerConfig::from_env(&Env(move |k: &str| vars.get(k).cloned())).unwrap()
+    }
+
+    pub fn http(&self) -> HttpProcessor {
+        HttpProcessor::new(&DownstreamConfig {
+            url: self.downstream.url(),
+            timeout: Duration::from_secs(5),
+        })
+        .unwrap()
+    }
+
+    pub fn store(&self) -> DynamoDbStore {
+        DynamoDbStore::new(self.ddb.clone(), self.table.clone())
+    }
+
+    pub fn queue_ops(&self) -> SqsOps {
+        SqsOps {
+            client: self.sqs.clone(),
+        }
+    }
+
+    /// The shipped consumer (DynamoDB, SQS, HTTP) against this world.
+    pub fn consumer(&self, config: ConsumerConfig) -> HttpConsumer {
+        Consumer::new(self.store(), self.queue_ops(), self.http(), config)
+    }
+
+    /// Sends the bodies (with attributes) to the source queue and returns their MessageIds.
+    pub async fn send(&self, messages: &[(&str, &[(&str, MessageAttributeValue)])]) -> Vec<String> {
+        let mut ids = Vec::new();
+        for (body, attributes) in messages {
+            ids.push(
+                redrive_tests::send_raw(&self.sqs, &self.queues.source_url, body, attributes).await,
+            );
+        }
+        ids
+    }
+
+    /// Receives exactly `n` messages from the source queue (visibility 300 s, so that only the
+    /// consumer's own ChangeMessageVisibility can bring one back early).
+    pub async fn receive(&self, n: usize) -> Vec<SqsMessage> {
+        receive_n(&self.sqs, &self.queues.source_url, n).await
+    }
+
+    pub fn event(&self, messages: &[SqsMessage]) -> Value {
+        sqs_event(messages, &self.queues.source_arn)
+    }
+
+    /// The event source mapping's part after a successful invocation: delete every message of
+    /// the batch that was not reported failed.
+    pub async fn settle(&self, messages: &[SqsMessage], response: &BatchResponse) {
+        let failed = response.failed_ids();
+        for m in messages {
+            if !failed.contains(&m.message_id().unwrap()) {
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.queues.source_url)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// The idempotency record of `key`, if any.
+    pub async fn record(&self, key: &str) -> Option<HashMap<String, AttributeValue>> {
+        self.ddb
+            .get_item()
+            .table_name(&self.table)
+            .key("id", AttributeValue::S(key.into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+    }
+
+    pub async fn status(&self, key: &str) -> Option<String> {
+        self.record(key)
+            .await
+            .and_then(|r| r.get("status").and_then(|s| s.as_s().ok()).cloned())
+    }
+
+    pub async fn depth(&self, url: &str) -> u64 {
+        redrive_tests::queue_depth(&self.sqs, url).await
+    }
+}
+
+pub async fn receive_n(sqs: &aws_sdk_sqs::Client, url: &str, n: usize) -> Vec<SqsMessage> {
+    let started = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < n {
+        got.extend(receive_raw(sqs, url, 300).await);
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "received {} of {n} messages from {url}",
+            got.len()
+        );
+    }
+    assert_eq!(
+        got.len(),
+        n,
+        "received more messages than expected from {url}"
+    );
+    got
+}
+
+/// Polls until `n` messages are visible again (received with a 300 s visibility), or panics
+/// after `within`.
+pub async fn comes_back(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    n: usize,
+    within: Duration,
+) -> Vec<SqsMessage> {
+    let started = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < n {
+        got.extend(receive_raw(sqs, url, 300).await);
+        if started.elapsed() > within {
+            panic!(
+                "only {} of {n} messages came back to {url} within {within:?}",
+                got.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    got
+}
+
+/// A Lambda SQS event as the event source mapping builds it, from messages received with all
+/// message and system attributes.
+pub fn sqs_event(messages: &[SqsMessage], source_arn: &str) -> Value {
+    let records: Vec<Value> = messages.iter().map(|m| sqs_record(m, source_arn)).collect();
+    json!({ "Records": records })
+}
+
+fn sqs_record(m: &SqsMessage, source_arn: &str) -> Value {
+    let system: Map<String, Value> = m
+        .attributes()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str().to_string(), Value::String(v.clone())))
+        .collect();
+    let attributes: Map<String, Value> = m
+        .message_attributes()
+        .into_iter()
+        .flatten()
+        .map(|(name, v)| {
+            let mut a = json!({
+                "dataType": v.data_type(),
+                "stringListValues": [],
+                "binaryListValues": [],
+            });
+            if let Some(s) = v.string_value() {
+                a["stringValue"] = Value::String(s.to_string());
+            }
+            if let Some(b) = v.binary_value() {
+                a["binaryValue"] = Value::String(aws_smithy_types::base64::encode(b.as_ref()));
+            }
+            (name.clone(), a)
+        })
+        .collect();
+    json!({
+        "messageId": m.message_id(),
+        "receiptHandle": m.receipt_handle(),
+        "body": m.body(),
+        "attributes": system,
+        "messageAttributes": attributes,
+        "md5OfBody": m.md5_of_body(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": source_arn,
+        "awsRegion": REGION,
+    })
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A Lambda deadline `secs` from now, epoch ms.
+pub fn deadline_in(secs: u64) -> u64 {
+    now_ms() as u64 + secs * 1000
+}
+
+pub fn number(record: &HashMap<String, AttributeValue>, name: &str) -> i64 {
+    record[name].as_n().unwrap().parse().unwrap()
+}
+
+/// The body of every message of a queue, with its attributes, drained (deleted).
+pub async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<SqsMessage> {
+    redrive_tests::drain_all(sqs, url).await
+}
+
+pub fn attrs(m: &SqsMessage) -> redrive_shared::Attributes {
+    redrive_shared::sdk::attributes_from_sdk(m.message_attributes.as_ref())
+}

@@ -1,0 +1,171 @@
+//! The shipped `consumer` binary under `cargo lambda watch`, configured by environment variables
+//! as on AWS, invoked with SQS events built from messages really received from moto.
+
+mod common;
+
+use common::*;
+use redrive_shared::meta::RedriveMeta;
+use redrive_tests::{LambdaWatch, attr_binary, attr_string, moto};
+use serde_json::{Value, json};
+
+fn env(w: &World, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env = moto().env();
+    for (k, v) in [
+        ("IDEMPOTENCY_TABLE", w.table.as_str()),
+        ("DOWNSTREAM_URL", &w.downstream.url()),
+        ("DLQ_URL", w.queues.dlq_url.as_str()),
+        ("RETRY_BASE_SECONDS", "1"),
+        ("RETRY_JITTER", "none"),
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    {
+        env.retain(|(name, _)| name != k);
+        env.push((k.to_string(), v.to_string()));
+    }
+    env
+}
+
+fn failures(response: &Value) -> Vec<String> {
+    response["batchItemFailures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a partial batch response: {response}"))
+        .iter()
+        .map(|f| f["itemIdentifier"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_binary_settles_a_real_batch_under_cargo_lambda_watch() {
+    // GIVEN the consumer running under cargo lambda watch against moto and a downstream that
+    // rejects poison (400) and is unavailable for flaky messages (503)
+    let w = World::new(false).await;
+    w.downstream.reject_bodies_containing("poison", 400);
+    w.downstream.reject_bodies_containing("flaky", 503);
+    let watch = LambdaWatch::start(&["consumer"], &env(&w, &[])).await;
+
+    // AND three messages really received from the source queue
+    let ids = w
+        .send(&[
+            (
+                "{\"order\":\"good-marker-1\"}",
+                &[("tenant", attr_string("acme"))],
+            ),
+            (
+                "{\"order\":\"poison-marker-2\"}",
+                &[("blob", attr_binary(&[0, 255, 7]))],
+            ),
+            ("{\"order\":\"flaky-marker-3\"}", &[]),
+        ])
+        .await;
+    let (good, poison, flaky) = (&ids[0], &ids[1], &ids[2]);
+    let received = w.receive(3).await;
+
+    // WHEN the function is invoked with that batch
+    let response = watch.invoke("consumer", &w.event(&received)).await.unwrap();
+
+    // THEN only the flaky message is reported failed
+    assert_eq!(failures(&response), [flaky.as_str()], "{response}");
+    // AND the good one was delivered once, with its key
+    assert_eq!(w.downstream.deliveries(good), 1);
+    assert_eq!(w.downstream.attempts(flaky), 1);
+    assert_eq!(w.status(good).await.as_deref(), Some("COMPLETED"));
+    assert!(
+        w.record(flaky).await.is_none(),
+        "the flaky claim is released"
+    );
+    // AND the poison message is on the DLQ, stamped, its original deleted; the flaky one is
+    // back after its 1 s backoff (it was received for 300 s)
+    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].body(), Some("{\"order\":\"poison-marker-2\"}"));
+    let copy = attrs(&dlq[0]);
+    assert_eq!(
+        copy["blob"],
+        redrive_shared::MessageAttribute::binary(vec![0u8, 255, 7])
+    );
+    let (meta, _) = RedriveMeta::read(&copy, "x");
+    assert_eq!(meta.original_message_id, *poison);
+    assert_eq!(meta.last_error.unwrap().code, "HTTP_400");
+    let back = comes_back(
+        &w.sqs,
+        &w.queues.source_url,
+        1,
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(back[0].message_id(), Some(flaky.as_str()));
+    // (the good one is still in flight for the event source mapping to delete; the poison
+    // one is gone)
+    assert_eq!(w.depth(&w.queues.source_url).await, 2);
+
+    // WHEN the good message is delivered again together with the flaky one
+    let good_again: Vec<_> = received
+        .iter()
+        .filter(|m| m.message_id() == Some(good.as_str()))
+        .cloned()
+        .chain(back)
+        .collect();
+    let response = watch
+        .invoke("consumer", &w.event(&good_again))
+        .await
+        .unwrap();
+
+    // THEN the good one is not delivered a second time
+    assert_eq!(failures(&response), [flaky.as_str()]);
+    assert_eq!(w.downstream.deliveries(good), 1);
+    assert_eq!(w.downstream.attempts(good), 1);
+    assert_eq!(w.downstream.attempts(flaky), 2);
+
+    // AND the shipped fixture (a redriven message) is delivered under its originalMessageId
+    let fixture = redrive_tests::fixture("sqs-batch.json");
+    let response = watch.invoke("consumer", &fixture).await.unwrap();
+    assert_eq!(response, json!({"batchItemFailures": []}));
+    let original = "5fea7756-0ea4-451a-a703-a558b933e274";
+    assert_eq!(w.downstream.deliveries(original), 1);
+    let sent = w
+        .downstream
+        .requests()
+        .into_iter()
+        .find(|r| r.idempotency_key.as_deref() == Some(original))
+        .unwrap();
+    assert_eq!(
+        sent.body_text(),
+        fixture["Records"][0]["body"].as_str().unwrap()
+    );
+
+    // AND the logs are JSON lines with the message id, key and outcome, and no body
+    let log = watch.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("fields").and_then(|f| f.get("outcome")).is_some())
+        .collect();
+    let has = |id: &str, outcome: &str| {
+        lines.iter().any(|v| {
+            v["fields"]["message_id"] == json!(id)
+                && v["fields"]["key"] == json!(id)
+                && v["fields"]["outcome"] == json!(outcome)
+        })
+    };
+    assert!(has(good, "processed"), "{log}");
+    assert!(has(good, "duplicate"), "{log}");
+    assert!(has(poison, "dead-lettered"), "{log}");
+    assert!(has(flaky, "retry"), "{log}");
+    for marker in ["good-marker-1", "poison-marker-2", "flaky-marker-3"] {
+        assert!(!log.contains(marker), "a body reached the log: {marker}");
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_configuration_fails_init_naming_the_variable() {
+    let w = World::new(false).await;
+    let watch =
+        LambdaWatch::start(&["consumer"], &env(&w, &[("IDEMPOTENCY_TTL_SECONDS", "0")])).await;
+    let err = watch
+        .invoke("consumer", &json!({"Records": []}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("IDEMPOTENCY_TTL_SECONDS"), "{err}");
+    assert_eq!(w.downstream.total_attempts(), 0);
+}

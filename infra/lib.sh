@@ -1,0 +1,284 @@
+# shellcheck shell=bash
+# Shared by infra/deploy.sh and infra/destroy.sh: configuration, tools, preflight checks and
+# CloudFormation helpers. Every check here runs before anything in AWS is changed.
+
+INFRA_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$INFRA_DIR/.." && pwd)
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() {
+    printf '\nERROR: %s\n' "$1" >&2
+    shift
+    local line
+    for line in "$@"; do printf '       %s\n' "$line" >&2; done
+    exit 1
+}
+
+# ---------------------------------------------------------------- configuration
+# KEY=VALUE lines, taken literally; a variable already set in the environment wins.
+load_config() {
+    local file=${REDRIVE_CONFIG:-$INFRA_DIR/redrive.env} line key value
+    [ -f "$file" ] || die "configuration file $file not found" "Set REDRIVE_CONFIG to your settings file, or restore infra/redrive.env."
+    while IFS= read -r line || [ -n "$line" ]; do
+        line=${line%$'\r'}
+        case $line in '' | '#'*) continue ;; esac
+        [[ $line =~ ^([A-Z][A-Z0-9_]*)=(.*)$ ]] || die "$file: cannot read the line '$line'" "Lines are KEY=VALUE or # comments."
+        key=${BASH_REMATCH[1]}
+        value=${BASH_REMATCH[2]}
+        if [ -z "${!key+set}" ]; then export "$key=$value"; fi
+    done <"$file"
+}
+
+# ---------------------------------------------------------------- validation
+need_match() { # NAME REGEX EXPLANATION
+    [[ ${!1-} =~ $2 ]] || die "$1='${!1-}' is invalid: $3" "Set it in infra/redrive.env or the environment."
+}
+need_int() { # NAME MIN MAX
+    need_match "$1" '^[0-9]+$' "must be a whole number between $2 and $3"
+    if ((10#${!1} < $2 || 10#${!1} > $3)); then
+        die "$1=${!1} is invalid: must be between $2 and $3" "Set it in infra/redrive.env or the environment."
+    fi
+}
+need_bool() { need_match "$1" '^(true|false)$' "must be true or false"; }
+need_env_safe() { # a value that goes into a function's environment
+    case ${!1-} in
+        *"'"* | *$'\n'* | *$'\r'*) die "$1 must not contain quotes or line breaks" ;;
+    esac
+}
+
+validate_common_config() {
+    need_match STACK_NAME '^[A-Za-z][A-Za-z0-9-]{0,39}$' \
+        "1-40 letters, digits and hyphens, starting with a letter (function names are STACK_NAME-redriver)"
+}
+
+validate_deploy_config() {
+    validate_common_config
+    if [ -z "${DOWNSTREAM_URL-}" ]; then
+        die "DOWNSTREAM_URL is not set: the consumer needs the HTTP endpoint it delivers each message to." \
+            "Set it in infra/redrive.env or on the command line, e.g." \
+            "  DOWNSTREAM_URL=https://orders.example.com/ingest make deploy" \
+            "Nothing was changed."
+    fi
+    need_match DOWNSTREAM_URL '^https?://[^/[:space:]]+' "must be an http:// or https:// URL"
+    need_int MAX_RECEIVE_COUNT 1 1000
+    need_match CONSUMER_TIMEOUT_SECONDS '^(10|15|20|30|45|60|90|120|180|300|600|900)$' \
+        "must be one of 10 15 20 30 45 60 90 120 180 300 600 900 (the source queue's visibility timeout is six times it)"
+    need_int SOURCE_QUEUE_RETENTION_SECONDS 60 1209600
+    need_int DLQ_AGE_ALARM_SECONDS 300 1036800
+    # A standard queue's DLQ keeps each message's original enqueue time, so the DLQ deletes it
+    # 14 days after it entered the SOURCE queue; the age alarm must be able to fire before that.
+    if ((SOURCE_QUEUE_RETENTION_SECONDS + DLQ_AGE_ALARM_SECONDS >= 1209600)); then
+        die "SOURCE_QUEUE_RETENTION_SECONDS + DLQ_AGE_ALARM_SECONDS must stay below 1209600 (14 days)." \
+            "SQS counts the DLQ's 14-day retention from the message's first enqueue in the source queue," \
+            "so with ${SOURCE_QUEUE_RETENTION_SECONDS} + ${DLQ_AGE_ALARM_SECONDS} s a message can be deleted before the age alarm fires."
+    fi
+    need_int POISON_REMINDER_HOUR_UTC 0 23
+    need_match METRIC_NAMESPACE '^[A-Za-z0-9._#/-]{1,255}$' "letters, digits and . _ # / - (at most 255)"
+    case $METRIC_NAMESPACE in AWS/*) die "METRIC_NAMESPACE must not start with AWS/ (reserved for AWS)" ;; esac
+    need_match GUARD_ALARM_NAMES '^[^*?,]+(,[^*?,]+)*$|^$' "comma-separated alarm names without * or ?"
+    need_match ALERT_EMAIL '^$|^[^@[:space:]]+@[^@[:space:]]+$' "an e-mail address, or empty"
+    need_match LOG_RETENTION_DAYS '^(1|3|5|7|14|30|60|90|120|150|180|365|400|545|731|1096|1827|2192|2557|2922|3288|3653)$' \
+        "one of CloudWatch Logs' retention values (1 3 5 7 14 30 60 90 ... 3653)"
+    need_int BATCH_SIZE 1 10000
+    need_int MAX_BATCHING_WINDOW_SECONDS 0 300
+    if ((BATCH_SIZE > 10 && MAX_BATCHING_WINDOW_SECONDS < 1)); then
+        die "BATCH_SIZE=$BATCH_SIZE needs MAX_BATCHING_WINDOW_SECONDS of at least 1 (an SQS event source rule)."
+    fi
+    need_int MAX_CONCURRENCY 2 1000
+    need_bool ENABLE_SCHEDULE
+    need_match SCHEDULE_EXPRESSION '^(rate|cron)\(.+\)$' "an EventBridge rate(...) or cron(...) expression"
+    need_int REDRIVER_MEMORY_MB 128 10240
+    need_int CONSUMER_MEMORY_MB 128 10240
+    need_int REDRIVER_TIMEOUT_SECONDS 10 900
+    need_bool REARM_ALARM
+    need_bool DRY_RUN
+    need_bool FAST_TRACK_PERMANENT_FAILURES
+    need_bool SKIP_BUILD
+    local name
+    for name in MAX_REDRIVE_ATTEMPTS BACKOFF_BASE_SECONDS BACKOFF_MULTIPLIER BACKOFF_MAX_SECONDS BACKOFF_JITTER \
+        MAX_MESSAGES_PER_INVOCATION MAX_MESSAGES_PER_SECOND DOWNSTREAM_URL DOWNSTREAM_TIMEOUT_SECONDS \
+        IDEMPOTENCY_KEY IDEMPOTENCY_TTL_SECONDS RETRY_BASE_SECONDS RETRY_MULTIPLIER RETRY_MAX_SECONDS \
+        RETRY_JITTER RUST_LOG GUARD_ALARM_NAMES; do
+        need_env_safe "$name"
+    done
+    # The functions validate the rest of their settings at init (naming the variable); the
+    # values are not second-guessed here.
+}
+
+# ---------------------------------------------------------------- tools
+find_tools() {
+    # The project venv (make setup) holds awscli, cargo-lambda and zig; put it first.
+    if [ -d "$REPO_DIR/.venv/bin" ]; then PATH="$REPO_DIR/.venv/bin:$PATH"; fi
+    export PATH
+    AWS_CLI=${AWS_CLI:-$(command -v aws || true)}
+    [ -x "${AWS_CLI:-/nonexistent}" ] || die "the AWS CLI (aws) was not found." "Run 'make setup' (it installs awscli into .venv) or put aws on PATH."
+}
+
+find_cargo_lambda() {
+    CARGO_LAMBDA=${CARGO_LAMBDA:-$(command -v cargo-lambda || true)}
+    [ -x "${CARGO_LAMBDA:-/nonexistent}" ] || die "cargo-lambda was not found." "Run 'make setup' (it installs cargo-lambda into .venv) or put cargo-lambda on PATH."
+}
+
+aws_() { "$AWS_CLI" --region "$AWS_REGION" "$@"; }
+
+# ---------------------------------------------------------------- region and credentials
+resolve_region() {
+    if [ -z "${AWS_REGION-}" ]; then AWS_REGION=${AWS_DEFAULT_REGION-}; fi
+    if [ -z "$AWS_REGION" ]; then AWS_REGION=$("$AWS_CLI" configure get region 2>/dev/null || true); fi
+    [ -n "$AWS_REGION" ] || die "no AWS region configured." \
+        "Set AWS_REGION in infra/redrive.env or the environment (e.g. AWS_REGION=eu-west-1 make deploy)," \
+        "or configure one with 'aws configure'. Nothing was changed."
+    need_match AWS_REGION '^[a-z]{2}(-[a-z]+)+-[0-9]+$' "an AWS region name such as eu-west-1"
+    export AWS_REGION AWS_DEFAULT_REGION=$AWS_REGION
+}
+
+# Sets ACCOUNT_ID and PARTITION from the caller's identity.
+check_credentials() {
+    local out
+    if ! out=$(aws_ sts get-caller-identity --query '[Account,Arn]' --output text 2>&1); then
+        if grep -qiE 'Unable to locate credentials|NoCredentials|could not be found|partial credentials' <<<"$out"; then
+            die "no AWS credentials found." \
+                "Configure them with 'aws configure' or 'aws sso login', or export AWS_PROFILE or" \
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, then run this again. Nothing was changed."
+        fi
+        die "the AWS credentials were refused (aws sts get-caller-identity failed). Nothing was changed." \
+            "AWS CLI said: $(tr '\n' ' ' <<<"$out")"
+    fi
+    ACCOUNT_ID=$(awk '{print $1}' <<<"$out")
+    PARTITION=$(awk '{print $2}' <<<"$out" | cut -d: -f2)
+    if [ -z "$ACCOUNT_ID" ] || [ -z "$PARTITION" ]; then die "could not read the account from: $out"; fi
+}
+
+# ---------------------------------------------------------------- CloudFormation
+RESOURCES_STACK() { printf '%s' "$STACK_NAME"; }
+WIRING_STACK() { printf '%s-wiring' "$STACK_NAME"; }
+
+# Prints the stack's status, or NONE when it does not exist.
+stack_status() {
+    local out
+    if out=$(aws_ cloudformation describe-stacks --stack-name "$1" --query 'Stacks[0].StackStatus' --output text 2>&1); then
+        printf '%s' "$out"
+    elif grep -q 'does not exist' <<<"$out"; then
+        printf 'NONE'
+    else
+        die "could not read the state of stack $1. Nothing was changed." "AWS CLI said: $(tr '\n' ' ' <<<"$out")"
+    fi
+}
+
+failed_events_hint() {
+    printf 'aws cloudformation describe-stack-events --region %s --stack-name %s --query "StackEvents[?contains(ResourceStatus,'"'"'FAILED'"'"')].[LogicalResourceId,ResourceStatusReason]" --output text' "$AWS_REGION" "$1"
+}
+
+die_update_rollback_failed() {
+    die "stack $1 is in UPDATE_ROLLBACK_FAILED: an update failed and so did its rollback." \
+        "1. See why:  $(failed_events_hint "$1")" \
+        "2. Fix the cause, then finish the rollback:" \
+        "   aws cloudformation continue-update-rollback --region $AWS_REGION --stack-name $1" \
+        "   (add --resources-to-skip LOGICAL_ID for a resource that cannot be rolled back)" \
+        "3. Run make deploy again." \
+        "Nothing was changed."
+}
+
+# Stops with a fix for a stack that CloudFormation cannot update, before anything is changed.
+# $2 = deploy | destroy
+check_stack_usable() {
+    local stack=$1 purpose=$2 status
+    status=$(stack_status "$stack")
+    case $status in
+        NONE | CREATE_COMPLETE | UPDATE_COMPLETE | UPDATE_ROLLBACK_COMPLETE | IMPORT_COMPLETE | IMPORT_ROLLBACK_COMPLETE) ;;
+        ROLLBACK_COMPLETE | ROLLBACK_FAILED | DELETE_FAILED | REVIEW_IN_PROGRESS | UPDATE_ROLLBACK_FAILED)
+            [ "$purpose" = destroy ] && return 0
+            [ "$status" = UPDATE_ROLLBACK_FAILED ] && die_update_rollback_failed "$stack"
+            local why
+            case $status in
+                ROLLBACK_COMPLETE) why="its first creation failed and was rolled back" ;;
+                ROLLBACK_FAILED) why="its first creation failed and so did the rollback" ;;
+                DELETE_FAILED) why="a deletion of it failed half-way" ;;
+                REVIEW_IN_PROGRESS) why="a change set was created for it but never executed" ;;
+            esac
+            die "stack $stack is in $status: $why. CloudFormation cannot update a stack in this state." \
+                "1. See why:  $(failed_events_hint "$stack")" \
+                "2. Fix the cause (often a name already taken, a quota or a missing permission)." \
+                "3. Delete that stack:  aws cloudformation delete-stack --region $AWS_REGION --stack-name $stack" \
+                "   (or make destroy, which removes the whole system, queues and their messages included)" \
+                "4. Run make deploy again." \
+                "Nothing was changed."
+            ;;
+        *_IN_PROGRESS)
+            die "stack $stack is busy ($status): another CloudFormation operation is running." \
+                "Wait for it to finish (aws cloudformation describe-stacks --region $AWS_REGION --stack-name $stack)," \
+                "then run make ${purpose} again. Nothing was changed."
+            ;;
+        *)
+            die "stack $stack is in an unexpected state: $status. Nothing was changed." \
+                "See: $(failed_events_hint "$stack")"
+            ;;
+    esac
+}
+
+explain_stack_failure() { # STACK ACTION
+    local stack=$1 action=$2 status events
+    status=$(stack_status "$stack")
+    events=$(aws_ cloudformation describe-stack-events --stack-name "$stack" \
+        --query "StackEvents[?contains(ResourceStatus,'FAILED')].[LogicalResourceId,ResourceStatus,ResourceStatusReason]" \
+        --output text 2>/dev/null | head -n 10 || true)
+    printf '\nCloudFormation reported:\n%s\n' "${events:-  (no failed events)}" >&2
+    case $status in
+        ROLLBACK_COMPLETE | ROLLBACK_FAILED)
+            die "$action of stack $stack failed and it was rolled back ($status)." \
+                "Fix the cause above, delete the stack and deploy again:" \
+                "  aws cloudformation delete-stack --region $AWS_REGION --stack-name $stack" \
+                "  make deploy" ;;
+        *)
+            die "$action of stack $stack failed; it is now $status." \
+                "Fix the cause above and run make deploy again (see infra/README.md, 'When a deploy fails')." ;;
+    esac
+}
+
+# deploy_stack STACK TEMPLATE PARAMS_JSON_FILE
+deploy_stack() {
+    local stack=$1 template=$2 params=$3 out
+    local common=(--stack-name "$stack" --template-body "file://$template" --parameters "file://$params"
+        --capabilities CAPABILITY_IAM --tags "Key=project,Value=redrive" "Key=redrive:stack,Value=$STACK_NAME")
+    if [ "$(stack_status "$stack")" = NONE ]; then
+        say "creating stack $stack"
+        aws_ cloudformation create-stack "${common[@]}" >/dev/null
+        aws_ cloudformation wait stack-create-complete --stack-name "$stack" || explain_stack_failure "$stack" "creation"
+    else
+        say "updating stack $stack"
+        if ! out=$(aws_ cloudformation update-stack "${common[@]}" 2>&1); then
+            if grep -q 'No updates are to be performed' <<<"$out"; then
+                say "stack $stack is up to date"
+                return 0
+            fi
+            die "update of stack $stack was refused." "AWS CLI said: $(tr '\n' ' ' <<<"$out")"
+        fi
+        aws_ cloudformation wait stack-update-complete --stack-name "$stack" || explain_stack_failure "$stack" "update"
+    fi
+}
+
+# Writes a CloudFormation parameters file from KEY=VALUE arguments (values are pre-validated:
+# no quotes, backslashes or line breaks).
+write_params() {
+    local file=$1 first=1 kv
+    shift
+    {
+        printf '['
+        for kv in "$@"; do
+            case $kv in *'"'* | *\\*) die "stack parameter ${kv%%=*} must not contain \" or \\" ;; esac
+            [ $first = 1 ] || printf ','
+            first=0
+            printf '\n  {"ParameterKey": "%s", "ParameterValue": "%s"}' "${kv%%=*}" "${kv#*=}"
+        done
+        printf '\n]\n'
+    } >"$file"
+}
+
+# Reads a stack's outputs into OUT_<OutputKey> variables.
+read_outputs() {
+    local key value
+    while IFS=$'\t' read -r key value; do
+        [ -n "$key" ] && [ "$key" != None ] && printf -v "OUT_$key" '%s' "$value"
+    done < <(aws_ cloudformation describe-stacks --stack-name "$1" \
+        --query 'Stacks[0].Outputs[].[OutputKey,OutputValue]' --output text)
+}

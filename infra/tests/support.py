@@ -1,0 +1,205 @@
+"""Shared by the infra tests: paths, a moto server on loopback, CloudFormation YAML, AWS env."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import boto3
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+INFRA = REPO / "infra"
+TEMPLATES = INFRA / "templates"
+RESOURCES_TEMPLATE = TEMPLATES / "resources.yaml"
+WIRING_TEMPLATE = TEMPLATES / "wiring.yaml"
+GUARD_RULES = INFRA / "policy" / "redrive.guard"
+GUARD_TESTS = INFRA / "policy" / "redrive_tests.yaml"
+REGION = "eu-west-1"
+
+
+def venv_bin() -> Path:
+    """The directory of the interpreter running the tests: the project venv's bin."""
+    return Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    """A command from the venv, else from PATH."""
+    candidate = venv_bin() / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if not found:
+        raise AssertionError(f"{name} not found: run `make setup` (it installs the venv)")
+    return found
+
+
+def cfn_guard() -> str:
+    """cfn-guard as `make cfn-guard` installs it (target/tools/bin), or CFN_GUARD, or PATH."""
+    for candidate in (os.environ.get("CFN_GUARD"), str(REPO / "target/tools/bin/cfn-guard")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    found = shutil.which("cfn-guard")
+    if not found:
+        raise AssertionError(
+            "cfn-guard not found: run `make cfn-guard` (cargo install cfn-guard into target/tools)"
+        )
+    return found
+
+
+# ---------------------------------------------------------------- CloudFormation YAML
+class _CfnLoader(yaml.SafeLoader):
+    pass
+
+
+def _intrinsic(loader: yaml.Loader, tag_suffix: str, node: yaml.Node):
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if tag_suffix == "Ref":
+        return {"Ref": value}
+    if tag_suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{tag_suffix}": value}
+
+
+_CfnLoader.add_multi_constructor("!", _intrinsic)
+
+
+def load_template(path: Path) -> dict:
+    """A template in the long JSON form (short-form tags such as !Ref expanded)."""
+    with open(path, encoding="utf-8") as f:
+        return yaml.load(f, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+
+
+def write_json(data: dict, directory: Path, name: str) -> Path:
+    path = directory / name
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- moto
+class Moto:
+    """A moto server on 127.0.0.1 and a free port, in this process (its backends are ours)."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+        # "No Moto CloudFormation support for AWS::CloudWatch::Alarm": known, see test_stack_in_moto.
+        logging.getLogger("moto").setLevel(logging.ERROR)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def client(self, service: str):
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def account_id(self) -> str:
+        return self.client("sts").get_caller_identity()["Account"]
+
+    def set_stack_status(self, stack_name: str, status: str) -> None:
+        """Puts a stack into a state moto never reaches by itself (it does not roll back)."""
+        from moto.cloudformation.models import cloudformation_backends
+
+        backend = cloudformation_backends[self.account_id()][REGION]
+        stacks = [s for s in backend.stacks.values() if s.name == stack_name]
+        assert stacks, f"no stack {stack_name} in moto"
+        for stack in stacks:
+            stack.status = status
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+# Settings of infra/redrive.env: a developer's exported STACK_NAME or DRY_RUN must not leak
+# into a test run.
+def config_keys() -> list[str]:
+    keys = []
+    for line in (INFRA / "redrive.env").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            keys.append(line.split("=", 1)[0])
+    return keys
+
+
+def script_env(moto: Moto | None, **settings: str) -> dict:
+    """Environment for infra/deploy.sh and destroy.sh: the emulator, test credentials, no
+    instance metadata lookups (nothing leaves loopback), and only the given settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AWS_") and k not in config_keys() and k != "REDRIVE_CONFIG"
+    }
+    env["PATH"] = f"{venv_bin()}{os.pathsep}{env.get('PATH', '')}"
+    env.update(
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        AWS_DEFAULT_REGION=REGION,
+        AWS_MAX_ATTEMPTS="2",
+    )
+    if moto is not None:
+        env.update(
+            AWS_ENDPOINT_URL=moto.endpoint,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+        )
+    env.update(settings)
+    return env
+
+
+def run(cmd: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def fake_lambda_dir() -> Path:
+    """target/lambda's layout with a stand-in bootstrap for each function: a bare AArch64 ELF
+    header, enough for cargo lambda deploy to package it as arm64 (moto never runs it)."""
+    root = Path(tempfile.mkdtemp(prefix="redrive-lambda-"))
+    header = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
+    header += struct.pack("<HHIQQQIHHHHHH", 2, 183, 1, 0, 0, 0, 0, 64, 0, 0, 64, 0, 0)
+    for name in ("redriver", "consumer"):
+        (root / name).mkdir()
+        (root / name / "bootstrap").write_bytes(header)
+        (root / name / "bootstrap").chmod(0o755)
+    return root
+
+
+def policy_document(raw) -> dict:
+    """IAM policy documents as moto returns them: a dict, JSON text, or a Python repr."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        import ast
+
+        return ast.literal_eval(raw)
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]

@@ -1,0 +1,276 @@
+"""`make deploy` / `make destroy` (infra/deploy.sh, infra/destroy.sh) against a moto server.
+
+The scripts run as a user runs them, with AWS_ENDPOINT_URL pointing at moto: the AWS CLI
+deploys both stacks and `cargo lambda deploy` creates both functions (it honours
+AWS_ENDPOINT_URL). The only stand-in is the binary: SKIP_BUILD=true and a LAMBDA_DIR holding an
+AArch64 ELF header per function, since building the real arm64 binaries needs the aarch64
+toolchain and minutes, and moto never runs them.
+
+The failure modes are checked to stop with a clear message before anything is changed.
+moto never rolls a stack back, so the failed-state tests put the stack into that state through
+moto's backend, the way a failed creation leaves it on AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import unittest
+
+import support
+
+DEPLOY = str(support.INFRA / "deploy.sh")
+DESTROY = str(support.INFRA / "destroy.sh")
+DOWNSTREAM = "https://orders.example.com/ingest?source=redrive#v1"
+
+
+class DeployScript(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.moto = support.Moto()
+        cls.lambda_dir = support.fake_lambda_dir()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.moto.stop()
+        shutil.rmtree(cls.lambda_dir, ignore_errors=True)
+
+    # ---------------------------------------------------------------- helpers
+    def settings(self, stack: str, **extra: str) -> dict:
+        base = {
+            "STACK_NAME": stack,
+            "SKIP_BUILD": "true",
+            "LAMBDA_DIR": str(self.lambda_dir),
+            "DOWNSTREAM_URL": DOWNSTREAM,
+        }
+        base.update(extra)
+        return support.script_env(self.moto, **base)
+
+    def run_script(self, script: str, env: dict):
+        return support.run([script], env=env)
+
+    def stack_status(self, name: str) -> str | None:
+        cfn = self.moto.client("cloudformation")
+        for summary in cfn.list_stacks()["StackSummaries"]:
+            if summary["StackName"] == name and summary["StackStatus"] != "DELETE_COMPLETE":
+                return summary["StackStatus"]
+        return None
+
+    def function_names(self) -> set[str]:
+        return {f["FunctionName"] for f in self.moto.client("lambda").list_functions()["Functions"]}
+
+    def outputs(self, stack: str) -> dict:
+        described = self.moto.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+        return {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
+
+    def assert_stopped_early(self, result, *phrases: str) -> None:
+        self.assertNotEqual(result.returncode, 0, result.stderr)
+        for phrase in phrases:
+            self.assertIn(phrase, result.stderr)
+
+    def create_resources_stack(self, stack: str) -> None:
+        self.moto.client("cloudformation").create_stack(
+            StackName=stack,
+            TemplateBody=support.RESOURCES_TEMPLATE.read_text(encoding="utf-8"),
+            Capabilities=["CAPABILITY_IAM"],
+        )
+
+    # ---------------------------------------------------------------- the happy path
+    def test_deploy_creates_everything_reruns_cleanly_and_destroy_removes_it(self):
+        stack = support.unique("rdd")
+        env = self.settings(
+            stack,
+            GUARD_ALARM_NAMES="downstream-5xx,downstream-latency",
+            MAX_RECEIVE_COUNT="4",
+            CONSUMER_TIMEOUT_SECONDS="45",
+            REDRIVER_MEMORY_MB="512",
+            MAX_CONCURRENCY="3",
+        )
+        account = self.moto.account_id()
+
+        first = self.run_script(DEPLOY, env)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
+        self.assertEqual(self.stack_status(f"{stack}-wiring"), "CREATE_COMPLETE")
+        out = self.outputs(stack)
+
+        lam = self.moto.client("lambda")
+        redriver = lam.get_function_configuration(FunctionName=f"{stack}-redriver")
+        consumer = lam.get_function_configuration(FunctionName=f"{stack}-consumer")
+        for config in (redriver, consumer):
+            self.assertEqual(config["Architectures"], ["arm64"])
+            self.assertEqual(config["Runtime"], "provided.al2023")
+        self.assertEqual(redriver["Role"], out["RedriverRoleArn"])
+        self.assertEqual(consumer["Role"], out["ConsumerRoleArn"])
+        self.assertEqual((redriver["MemorySize"], redriver["Timeout"]), (512, 120))
+        # The consumer's timeout comes from the stack, whose source queue visibility is 6x it.
+        self.assertEqual((consumer["MemorySize"], consumer["Timeout"]), (256, 45))
+        sqs = self.moto.client("sqs")
+        source = sqs.get_queue_attributes(QueueUrl=out["SourceQueueUrl"], AttributeNames=["All"])["Attributes"]
+        self.assertEqual(int(source["VisibilityTimeout"]), 6 * 45)
+        self.assertEqual(int(json.loads(source["RedrivePolicy"])["maxReceiveCount"]), 4)
+
+        self.assertEqual(
+            redriver["Environment"]["Variables"],
+            {
+                "DLQ_URL": out["DeadLetterQueueUrl"],
+                "SOURCE_QUEUE_URL": out["SourceQueueUrl"],
+                "POISON_QUEUE_URL": out["PoisonQueueUrl"],
+                "MAX_REDRIVE_ATTEMPTS": "5",
+                "BACKOFF_BASE_SECONDS": "60",
+                "BACKOFF_MULTIPLIER": "2",
+                "BACKOFF_MAX_SECONDS": "900",
+                "BACKOFF_JITTER": "full",
+                "MAX_MESSAGES_PER_INVOCATION": "100",
+                "MAX_MESSAGES_PER_SECOND": "0",
+                "GUARD_ALARM_NAMES": "downstream-5xx,downstream-latency",
+                "REARM_ALARM": "true",
+                "METRIC_NAMESPACE": "DLQRedriver",
+                "DRY_RUN": "false",
+                "RUST_LOG": "info",
+            },
+        )
+        self.assertEqual(
+            consumer["Environment"]["Variables"],
+            {
+                "IDEMPOTENCY_TABLE": f"{stack}-idempotency",
+                "IDEMPOTENCY_KEY": "message",
+                "IDEMPOTENCY_TTL_SECONDS": "86400",
+                "DLQ_URL": out["DeadLetterQueueUrl"],
+                "DOWNSTREAM_URL": DOWNSTREAM,
+                "DOWNSTREAM_TIMEOUT_SECONDS": "10",
+                "RETRY_BASE_SECONDS": "2",
+                "RETRY_MULTIPLIER": "3",
+                "RETRY_MAX_SECONDS": "900",
+                "RETRY_JITTER": "full",
+                "RUST_LOG": "info",
+            },
+        )
+        # The guard alarm names became ARNs the re-driver's role may describe.
+        iam = self.moto.client("iam")
+        role_name = out["RedriverRoleArn"].rsplit("/", 1)[1]
+        guard = support.policy_document(
+            iam.get_role_policy(RoleName=role_name, PolicyName="redriver-guard-alarms")["PolicyDocument"]
+        )
+        self.assertEqual(
+            sorted(support.as_list(guard["Statement"][0]["Resource"])),
+            [f"arn:aws:cloudwatch:{support.REGION}:{account}:alarm:downstream-5xx",
+             f"arn:aws:cloudwatch:{support.REGION}:{account}:alarm:downstream-latency"],
+        )
+        mappings = lam.list_event_source_mappings(FunctionName=f"{stack}-consumer")["EventSourceMappings"]
+        self.assertEqual([(m["EventSourceArn"], m["ScalingConfig"]) for m in mappings],
+                         [(out["SourceQueueArn"], {"MaximumConcurrency": 3})])
+
+        second = self.run_script(DEPLOY, env)
+        self.assertEqual(second.returncode, 0, second.stderr)
+        self.assertIn(self.stack_status(stack), ("CREATE_COMPLETE", "UPDATE_COMPLETE"))
+        self.assertEqual(self.outputs(stack)["RedriverRoleArn"], out["RedriverRoleArn"])
+        self.assertEqual(len(lam.list_event_source_mappings(FunctionName=f"{stack}-consumer")["EventSourceMappings"]), 1)
+        self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
+                         {f"{stack}-redriver", f"{stack}-consumer"})
+
+        gone = self.run_script(DESTROY, env)
+        self.assertEqual(gone.returncode, 0, gone.stderr)
+        self.assertIsNone(self.stack_status(stack))
+        self.assertIsNone(self.stack_status(f"{stack}-wiring"))
+        self.assertFalse({f for f in self.function_names() if f.startswith(stack)})
+        queues = sqs.list_queues(QueueNamePrefix=stack).get("QueueUrls", [])
+        self.assertEqual(queues, [])
+
+        again = self.run_script(DESTROY, env)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertIn(f"stack {stack} does not exist", again.stderr)
+
+    def test_consumer_gets_no_dlq_url_when_fast_track_is_off(self):
+        stack = support.unique("rdf")
+        env = self.settings(stack, FAST_TRACK_PERMANENT_FAILURES="false", ENABLE_SCHEDULE="true")
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        variables = self.moto.client("lambda").get_function_configuration(
+            FunctionName=f"{stack}-consumer")["Environment"]["Variables"]
+        self.assertNotIn("DLQ_URL", variables)
+        rules = self.moto.client("events").list_rules(NamePrefix=f"{stack}-wiring-")["Rules"]
+        self.assertEqual([r["ScheduleExpression"] for r in rules], ["rate(1 hour)"])
+        self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+
+    # ---------------------------------------------------------------- failure modes
+    def test_no_credentials_stops_before_any_change(self):
+        stack = support.unique("rdc")
+        env = self.settings(stack)
+        del env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
+        for script in (DEPLOY, DESTROY):
+            result = self.run_script(script, env)
+            self.assert_stopped_early(result, "no AWS credentials found", "aws configure", "Nothing was changed")
+        self.assertIsNone(self.stack_status(stack))
+        self.assertFalse({f for f in self.function_names() if f.startswith(stack)})
+
+    def test_missing_downstream_url_stops_before_any_change(self):
+        stack = support.unique("rdu")
+        env = self.settings(stack)
+        del env["DOWNSTREAM_URL"]
+        result = self.run_script(DEPLOY, env)
+        self.assert_stopped_early(result, "DOWNSTREAM_URL is not set", "DOWNSTREAM_URL=https://", "Nothing was changed")
+        self.assertIsNone(self.stack_status(stack))
+
+    def test_missing_region_is_named(self):
+        env = self.settings(support.unique("rdr"))
+        del env["AWS_DEFAULT_REGION"]
+        self.assert_stopped_early(self.run_script(DEPLOY, env), "no AWS region configured", "AWS_REGION")
+
+    def test_invalid_settings_are_named_before_any_change(self):
+        stack = support.unique("rdv")
+        cases = {
+            "BATCH_SIZE=50 needs MAX_BATCHING_WINDOW_SECONDS": {"BATCH_SIZE": "50"},
+            "CONSUMER_TIMEOUT_SECONDS='40' is invalid": {"CONSUMER_TIMEOUT_SECONDS": "40"},
+            "must stay below 1209600": {"SOURCE_QUEUE_RETENTION_SECONDS": "604800", "DLQ_AGE_ALARM_SECONDS": "691200"},
+            "DRY_RUN='yes' is invalid": {"DRY_RUN": "yes"},
+            "DOWNSTREAM_URL='ftp://x' is invalid": {"DOWNSTREAM_URL": "ftp://x"},
+            "STACK_NAME='2bad' is invalid": {"STACK_NAME": "2bad"},
+        }
+        for phrase, extra in cases.items():
+            with self.subTest(phrase):
+                self.assert_stopped_early(self.run_script(DEPLOY, self.settings(stack, **extra)), phrase)
+        self.assertIsNone(self.stack_status(stack))
+
+    def test_rollback_complete_stack_is_explained_and_the_advice_works(self):
+        stack = support.unique("rdb")
+        self.create_resources_stack(stack)
+        self.moto.set_stack_status(stack, "ROLLBACK_COMPLETE")
+        env = self.settings(stack)
+
+        result = self.run_script(DEPLOY, env)
+        self.assert_stopped_early(
+            result, f"stack {stack} is in ROLLBACK_COMPLETE", "describe-stack-events",
+            f"aws cloudformation delete-stack --region {support.REGION} --stack-name {stack}", "make destroy",
+            "Nothing was changed",
+        )
+        self.assertEqual(self.stack_status(stack), "ROLLBACK_COMPLETE")
+        self.assertIsNone(self.stack_status(f"{stack}-wiring"))
+        self.assertFalse({f for f in self.function_names() if f.startswith(stack)})
+
+        # The fix the message gives: make destroy, then make deploy.
+        self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+        self.assertIsNone(self.stack_status(stack))
+        redeploy = self.run_script(DEPLOY, env)
+        self.assertEqual(redeploy.returncode, 0, redeploy.stderr)
+        self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
+        self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+
+    def test_update_rollback_failed_stack_is_explained(self):
+        stack = support.unique("rdz")
+        self.create_resources_stack(stack)
+        self.moto.set_stack_status(stack, "UPDATE_ROLLBACK_FAILED")
+        result = self.run_script(DEPLOY, self.settings(stack))
+        self.assert_stopped_early(result, "UPDATE_ROLLBACK_FAILED", "continue-update-rollback", "Nothing was changed")
+        self.assertFalse({f for f in self.function_names() if f.startswith(stack)})
+
+    def test_busy_stack_is_explained(self):
+        stack = support.unique("rdp")
+        self.create_resources_stack(stack)
+        self.moto.set_stack_status(stack, "UPDATE_IN_PROGRESS")
+        result = self.run_script(DEPLOY, self.settings(stack))
+        self.assert_stopped_early(result, "is busy (UPDATE_IN_PROGRESS)", "Nothing was changed")
+
+
+if __name__ == "__main__":
+    unittest.main()
