@@ -1,0 +1,60 @@
+//! Test harness for redrive: real AWS APIs from a moto server, unique resources per test,
+//! a scriptable downstream HTTP server, and a `cargo lambda watch` runner.
+//!
+//! Used as a dev-dependency by the other crates of the workspace:
+//! ```no_run
+//! # async fn demo() {
+//! use redrive_tests::{moto, unique_name, QueueSet};
+//! let sqs = moto().sqs().await;
+//! let queues = QueueSet::create(&sqs, false, 2).await;
+//! let _name = unique_name("orders");
+//! # let _ = queues;
+//! # }
+//! ```
+//!
+//! Everything here panics with a message on failure: it is meant for tests, where a panic
+//! is the failure report.
+
+mod downstream;
+mod dynamodb;
+mod lambda_watch;
+mod moto;
+mod names;
+mod process;
+mod sqs;
+
+use std::path::{Path, PathBuf};
+
+pub use downstream::{Downstream, Mode, ReceivedRequest};
+pub use dynamodb::create_idempotency_table;
+pub use lambda_watch::{LambdaWatch, WatchOptions};
+pub use moto::{Moto, REGION, moto};
+pub use names::unique_name;
+pub use sqs::{
+    QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string, drain_all,
+    queue_attributes, queue_depth, receive_raw, send_fifo, send_raw, wait_for_depth,
+};
+
+/// The workspace root (the directory holding the root `Cargo.toml`).
+pub fn workspace_root() -> &'static Path {
+    // CARGO_MANIFEST_DIR of this crate is `<root>/tests`.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives one level below the workspace root")
+}
+
+/// `<workspace>/.venv/bin`, where `make setup` installs moto and cargo-lambda.
+pub fn venv_bin() -> PathBuf {
+    workspace_root().join(".venv").join("bin")
+}
+
+/// The shipped event fixtures (`tests/fixtures/*.json`), parsed.
+pub fn fixture(name: &str) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("fixture {} is not JSON: {e}", path.display()))
+}

@@ -1,0 +1,202 @@
+//! One moto server per test process, started on first use and gone when the process ends.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_sqs::config::Credentials;
+
+/// The region every client and child process of the harness uses.
+pub const REGION: &str = "us-east-1";
+const ACCESS_KEY: &str = "testing";
+const SECRET_KEY: &str = "testing";
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A moto server listening on 127.0.0.1, private to this test process.
+#[derive(Debug)]
+pub struct Moto {
+    port: u16,
+    pid: u32,
+    // Held, never written: when this process ends the kernel closes the pipe, the launcher
+    // reads end of file and exits, so moto never outlives the tests that started it.
+    _lifeline: ChildStdin,
+}
+
+static MOTO: OnceLock<Moto> = OnceLock::new();
+
+/// The moto server of this test process, started on first call.
+///
+/// The launcher runs under `<workspace>/.venv/bin/python` (or `$REDRIVE_PYTHON`); it panics
+/// with "run `make setup`" when that interpreter is missing.
+pub fn moto() -> &'static Moto {
+    MOTO.get_or_init(Moto::start)
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let python = python();
+        if !python.exists() {
+            panic!(
+                "moto needs the project's Python at {}: run `make setup` (or point REDRIVE_PYTHON at a python with moto[server]==5.2.5)",
+                python.display()
+            );
+        }
+        let launcher = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("moto_launcher.py");
+        let mut child = Command::new(&python)
+            .arg(&launcher)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting {} {}: {e}", python.display(), launcher.display())
+            });
+        let lifeline = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+
+        // Read the port on a thread so a launcher that hangs cannot hang the tests.
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("moto-stdout".into())
+            .spawn(move || {
+                let mut lines = BufReader::new(stdout).lines();
+                let _ = tx.send(lines.next());
+                // Keep draining so the launcher never blocks on a full pipe.
+                for line in lines.map_while(Result::ok) {
+                    eprintln!("[moto] {line}");
+                }
+            })
+            .expect("spawning a thread");
+        let port = match rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(Some(Ok(line))) => line.trim().parse::<u16>().unwrap_or_else(|_| {
+                panic!("moto launcher printed {line:?} instead of a port number")
+            }),
+            Ok(_) => {
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                panic!(
+                    "moto launcher exited before printing its port ({status}); is moto[server] installed in {}? run `make setup`",
+                    python.display()
+                )
+            }
+            Err(_) => {
+                let _ = child.kill();
+                panic!("moto launcher printed no port within {STARTUP_TIMEOUT:?}")
+            }
+        };
+        wait_until_answers(port);
+        let pid = child.id();
+        // The child is not waited for: it ends with this process (see `_lifeline`).
+        drop(child);
+        Moto {
+            port,
+            pid,
+            _lifeline: lifeline,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Process id of the launcher (the Python process serving moto).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// An SDK config for this moto: its endpoint as the standard `endpoint_url` (the same
+    /// effect as `AWS_ENDPOINT_URL`), region us-east-1, static dummy credentials.
+    ///
+    /// Build clients per test (per tokio runtime): an SDK client keeps a connection pool
+    /// tied to the runtime that first used it.
+    pub async fn sdk_config(&self) -> SdkConfig {
+        aws_config::defaults(BehaviorVersion::latest())
+            .endpoint_url(self.endpoint())
+            .region(Region::new(REGION))
+            .credentials_provider(Credentials::new(
+                ACCESS_KEY,
+                SECRET_KEY,
+                None,
+                None,
+                "redrive-tests",
+            ))
+            .load()
+            .await
+    }
+
+    /// Environment for a child process (a Lambda under `cargo lambda watch`, the AWS CLI)
+    /// that must reach this moto through the SDK's standard variables.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("AWS_REGION", REGION.to_string()),
+            ("AWS_DEFAULT_REGION", REGION.to_string()),
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.to_string()),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.to_string()),
+            // Never wait on an instance metadata endpoint that does not exist here.
+            ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    pub async fn sqs(&self) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::new(&self.sdk_config().await)
+    }
+
+    pub async fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::new(&self.sdk_config().await)
+    }
+
+    pub async fn cloudwatch(&self) -> aws_sdk_cloudwatch::Client {
+        aws_sdk_cloudwatch::Client::new(&self.sdk_config().await)
+    }
+}
+
+fn python() -> PathBuf {
+    match std::env::var_os("REDRIVE_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => crate::venv_bin().join("python"),
+    }
+}
+
+/// Polls `GET /moto-api/data.json` until moto answers 200.
+fn wait_until_answers(port: u16) {
+    let started = Instant::now();
+    let mut last_error = String::new();
+    while started.elapsed() < STARTUP_TIMEOUT {
+        match http_status(port, "/moto-api/data.json") {
+            Ok(200) => return,
+            Ok(status) => last_error = format!("status {status}"),
+            Err(e) => last_error = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("moto on port {port} did not answer within {STARTUP_TIMEOUT:?}: {last_error}");
+}
+
+fn http_status(port: u16, path: &str) -> std::io::Result<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 32];
+    let n = stream.read(&mut head)?;
+    let line = String::from_utf8_lossy(&head[..n]);
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {line:?}")))
+}
