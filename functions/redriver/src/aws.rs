@@ -2,8 +2,9 @@
 
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit, StateValue};
 use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
-    MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry,
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
 };
 use redrive_shared::sdk::{attributes_from_sdk, attributes_to_sdk};
 
@@ -50,6 +51,25 @@ fn is_retryable_code(code: &str) -> bool {
         || c.contains("internalfailure")
         || c.contains("serviceunavailable")
         || c == "kms.throttlingexception"
+}
+
+/// Per-entry results of any SQS batch call.
+fn batch_outcome(
+    succeeded: impl Iterator<Item = String>,
+    failed: Vec<BatchResultErrorEntry>,
+) -> BatchOutcome {
+    BatchOutcome {
+        succeeded: succeeded.collect(),
+        failed: failed
+            .into_iter()
+            .map(|f| EntryFailure {
+                id: f.id,
+                code: f.code,
+                message: f.message.unwrap_or_default(),
+                sender_fault: f.sender_fault,
+            })
+            .collect(),
+    }
 }
 
 /// SQS through the SDK (AWS, or moto via `AWS_ENDPOINT_URL`).
@@ -130,19 +150,10 @@ impl Queue for SqsQueue {
             .send()
             .await
             .map_err(|e| port_error("SendMessageBatch", e))?;
-        Ok(BatchOutcome {
-            succeeded: out.successful.into_iter().map(|s| s.id).collect(),
-            failed: out
-                .failed
-                .into_iter()
-                .map(|f| EntryFailure {
-                    id: f.id,
-                    code: f.code,
-                    message: f.message.unwrap_or_default(),
-                    sender_fault: f.sender_fault,
-                })
-                .collect(),
-        })
+        Ok(batch_outcome(
+            out.successful.into_iter().map(|s| s.id),
+            out.failed,
+        ))
     }
 
     async fn delete_batch(
@@ -168,19 +179,10 @@ impl Queue for SqsQueue {
             .send()
             .await
             .map_err(|e| port_error("DeleteMessageBatch", e))?;
-        Ok(BatchOutcome {
-            succeeded: out.successful.into_iter().map(|s| s.id).collect(),
-            failed: out
-                .failed
-                .into_iter()
-                .map(|f| EntryFailure {
-                    id: f.id,
-                    code: f.code,
-                    message: f.message.unwrap_or_default(),
-                    sender_fault: f.sender_fault,
-                })
-                .collect(),
-        })
+        Ok(batch_outcome(
+            out.successful.into_iter().map(|s| s.id),
+            out.failed,
+        ))
     }
 
     async fn change_visibility_batch(
@@ -211,19 +213,10 @@ impl Queue for SqsQueue {
             .send()
             .await
             .map_err(|e| port_error("ChangeMessageVisibilityBatch", e))?;
-        Ok(BatchOutcome {
-            succeeded: out.successful.into_iter().map(|s| s.id).collect(),
-            failed: out
-                .failed
-                .into_iter()
-                .map(|f| EntryFailure {
-                    id: f.id,
-                    code: f.code,
-                    message: f.message.unwrap_or_default(),
-                    sender_fault: f.sender_fault,
-                })
-                .collect(),
-        })
+        Ok(batch_outcome(
+            out.successful.into_iter().map(|s| s.id),
+            out.failed,
+        ))
     }
 
     async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {

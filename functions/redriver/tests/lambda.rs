@@ -48,6 +48,10 @@ async fn the_lambda_drains_a_dlq_when_its_alarm_fires() {
         response,
         json!({"received":5,"redriven":5,"isolated":0,"failed":0,"dryRun":false,"stoppedBecause":"queue-empty","dlqRemaining":0})
     );
+    let conserved = queue_depth(&sqs, &queues.dlq_url).await
+        + queue_depth(&sqs, &queues.source_url).await
+        + queue_depth(&sqs, &queues.poison_url).await;
+    assert_eq!(conserved, 5, "DLQ + source + poison hold every message");
     let mut back: Vec<String> = drain_all(&sqs, &queues.source_url)
         .await
         .iter()

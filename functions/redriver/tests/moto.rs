@@ -182,6 +182,7 @@ async fn the_history_survives_a_second_redrive() {
     f.seal().await;
     let engine = f.engine(&[]);
     engine.run(&manual(10)).await;
+    f.assert_conserved().await;
     // The consumer fails again: the copy lands in the DLQ (as SQS's move would put it there).
     let copy = drain_all(&f.sqs, &f.queues.source_url).await.remove(0);
     let first = meta_of(&copy);
@@ -193,7 +194,9 @@ async fn the_history_survives_a_second_redrive() {
     )
     .await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
+    f.seal().await;
     engine.run(&manual(10)).await;
+    f.assert_conserved().await;
     let again = drain_all(&f.sqs, &f.queues.source_url).await.remove(0);
     let second = meta_of(&again);
     assert_eq!(second.attempt, 2);
