@@ -366,10 +366,10 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         let Some(alarm) = &request.trigger_alarm else {
             return;
         };
-        let backlog = matches!(
-            summary.stopped_because,
-            StopReason::Limit | StopReason::Deadline
-        ) && summary.dlq_remaining.is_none_or(|n| n > 0);
+        // An alarm notifies only on a state change: whatever stopped this drain (the limit, the
+        // deadline, an open circuit, failed sends, messages that arrived after the queue looked
+        // empty), messages left on the DLQ would wait with the alarm stuck in ALARM.
+        let backlog = summary.dlq_remaining.is_none_or(|n| n > 0);
         if !self.config.rearm_alarm || request.dry_run || !backlog {
             return;
         }

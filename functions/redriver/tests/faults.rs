@@ -467,6 +467,13 @@ async fn rearms_the_triggering_alarm_only_when_a_backlog_remains() {
     fill(&sqs, 15);
     engine.run(&request(10)).await;
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1);
+    // An open circuit with a backlog re-arms too, so the alarm polls until the guard closes.
+    let (sqs3, cw3, engine3) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors")]);
+    fill(&sqs3, 3);
+    cw3.set_state("downstream-errors", "ALARM");
+    let s = engine3.run(&alarm()).await;
+    assert_eq!(s.stopped_because, StopReason::CircuitOpen);
+    assert_eq!(cw3.set_ok_calls.lock().unwrap().as_slice(), ["orders-dlq-depth"]);
     let (sqs2, cw2, engine2) = setup(&[("REARM_ALARM", "false")]);
     fill(&sqs2, 15);
     engine2.run(&alarm()).await;

@@ -1,0 +1,123 @@
+//! Which messages `replay` and `discard` act on: by id (MessageId or originalMessageId), or
+//! all, narrowed by isolation reason, bounded by `--max`.
+
+use std::collections::BTreeSet;
+
+use redrive_shared::meta::{IsolationReason, RedriveMeta};
+
+use super::args::Selection;
+use crate::ports::Received;
+
+#[derive(Debug, Clone)]
+pub struct Filter {
+    ids: BTreeSet<String>,
+    found: BTreeSet<String>,
+    reasons: Vec<IsolationReason>,
+    max: Option<usize>,
+    taken: usize,
+}
+
+impl Filter {
+    pub fn new(selection: &Selection) -> Self {
+        Self {
+            ids: selection.id.iter().cloned().collect(),
+            found: BTreeSet::new(),
+            reasons: selection.reason.clone(),
+            max: selection.max.map(|n| n as usize),
+            taken: 0,
+        }
+    }
+
+    /// True once `--max` messages were taken.
+    pub fn full(&self) -> bool {
+        self.max.is_some_and(|max| self.taken >= max)
+    }
+
+    /// Whether the message is selected; a selected message counts towards `--max`.
+    pub fn take(&mut self, m: &Received) -> bool {
+        if self.full() {
+            return false;
+        }
+        let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+        let by_id = if self.ids.is_empty() {
+            true
+        } else {
+            let hits: Vec<String> = [&m.message_id, &meta.original_message_id]
+                .into_iter()
+                .filter(|id| self.ids.contains(*id))
+                .cloned()
+                .collect();
+            let hit = !hits.is_empty();
+            self.found.extend(hits);
+            hit
+        };
+        let by_reason =
+            self.reasons.is_empty() || meta.reason.is_some_and(|r| self.reasons.contains(&r));
+        let selected = by_id && by_reason;
+        if selected {
+            self.taken += 1;
+        }
+        selected
+    }
+
+    /// Ids asked for with `--id` that no visible message carried.
+    pub fn not_found(&self) -> Vec<String> {
+        self.ids.difference(&self.found).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redrive_shared::Attributes;
+
+    fn message(id: &str, original: &str, reason: Option<IsolationReason>) -> Received {
+        let mut attributes = Attributes::new();
+        RedriveMeta {
+            reason,
+            ..RedriveMeta::fresh(original)
+        }
+        .write_into(&mut attributes);
+        Received {
+            message_id: id.into(),
+            receipt_handle: "h".into(),
+            body: String::new(),
+            attributes,
+            group_id: None,
+            receive_count: 1,
+            sent_timestamp_ms: None,
+        }
+    }
+
+    fn selection(ids: &[&str], reasons: &[IsolationReason], max: Option<u32>) -> Selection {
+        Selection {
+            id: ids.iter().map(|s| s.to_string()).collect(),
+            all: ids.is_empty(),
+            reason: reasons.to_vec(),
+            max,
+        }
+    }
+
+    #[test]
+    fn ids_match_the_message_id_or_the_original_id() {
+        let mut f = Filter::new(&selection(&["m-1", "orig-2", "gone"], &[], None));
+        assert!(f.take(&message("m-1", "orig-1", None)));
+        assert!(f.take(&message("m-2", "orig-2", None)));
+        assert!(!f.take(&message("m-3", "orig-3", None)));
+        assert_eq!(f.not_found(), ["gone"]);
+    }
+
+    #[test]
+    fn reasons_narrow_and_max_bounds() {
+        let perm = Some(IsolationReason::PermanentFailure);
+        let maxed = Some(IsolationReason::MaxAttempts);
+        let mut f = Filter::new(&selection(&[], &[IsolationReason::MaxAttempts], Some(2)));
+        assert!(!f.take(&message("a", "a", perm)));
+        assert!(!f.take(&message("b", "b", None)));
+        assert!(f.take(&message("c", "c", maxed)));
+        assert!(!f.full());
+        assert!(f.take(&message("d", "d", maxed)));
+        assert!(f.full());
+        assert!(!f.take(&message("e", "e", maxed)), "over --max");
+    }
+}

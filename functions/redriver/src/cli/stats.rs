@@ -1,0 +1,164 @@
+//! `redrive stats`: depth, redrive policy, and histograms over a sample of messages.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::args::StatsArgs;
+use super::inspect::{QueueFacts, facts, warn_if_receives_count};
+use super::output::{Style, age, bytes};
+use super::scan::Scanner;
+use super::view::MessageView;
+use super::{CliError, Ctx, Outcome, now_ms};
+
+/// Histograms over sampled messages.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sample {
+    pub size: usize,
+    /// attempt -> messages
+    pub attempts: BTreeMap<u32, usize>,
+    /// isolation reason (`none` when not isolated) -> messages
+    pub reasons: BTreeMap<String, usize>,
+    /// `<class> <code>` of `lastError` -> messages
+    pub last_errors: BTreeMap<String, usize>,
+    /// Messages whose `x-redrive` could not be read.
+    pub garbled: usize,
+    pub oldest_age_seconds: Option<u64>,
+    pub bytes: usize,
+}
+
+impl Sample {
+    pub fn of(views: &[MessageView]) -> Self {
+        let mut s = Sample {
+            size: views.len(),
+            ..Sample::default()
+        };
+        for v in views {
+            *s.attempts.entry(v.attempt).or_default() += 1;
+            *s.reasons.entry(v.reason_label().to_string()).or_default() += 1;
+            if let Some(e) = &v.last_error {
+                let class = serde_json::to_value(e.class)
+                    .ok()
+                    .and_then(|c| c.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                *s.last_errors
+                    .entry(format!("{class} {}", e.code))
+                    .or_default() += 1;
+            }
+            s.garbled += usize::from(v.garbled.is_some());
+            s.oldest_age_seconds = s.oldest_age_seconds.max(v.age_seconds);
+            s.bytes += v.size_bytes;
+        }
+        s
+    }
+}
+
+pub async fn run(ctx: &Ctx, args: StatsArgs) -> Result<Outcome, CliError> {
+    let queue = ctx.queue();
+    let url = args.queue.as_str();
+    let facts = facts(&queue, url).await?;
+    let sample = if args.sample > 0 && facts.visible > 0 {
+        warn_if_receives_count(&facts, args.queue.name());
+        let mut scan = Scanner::new(&queue, url);
+        let collected = scan.collect(args.sample as usize).await;
+        scan.release().await;
+        let now = now_ms();
+        let views: Vec<MessageView> = collected?
+            .iter()
+            .map(|m| MessageView::new(m, now, None))
+            .collect();
+        Sample::of(&views)
+    } else {
+        Sample::default()
+    };
+
+    if ctx.json {
+        super::output::print_json(&json!({
+            "queue": url,
+            "name": args.queue.name(),
+            "fifo": args.queue.is_fifo(),
+            "visible": facts.visible,
+            "inFlight": facts.in_flight,
+            "delayed": facts.delayed,
+            "redrivePolicy": facts.redrive_policy,
+            "retentionSeconds": facts.retention_seconds,
+            "visibilityTimeoutSeconds": facts.visibility_timeout_seconds,
+            "sample": sample,
+        }));
+    } else {
+        print_text(&ctx.style, &args, &facts, &sample);
+    }
+    Ok(Outcome::Done)
+}
+
+fn print_text(s: &Style, args: &StatsArgs, facts: &QueueFacts, sample: &Sample) {
+    let row = |key: &str, value: String| println!("{}{value}", s.dim(&format!("{key:<16}")));
+    let kind = if args.queue.is_fifo() {
+        "FIFO"
+    } else {
+        "standard"
+    };
+    row("queue", format!("{} ({kind})", s.bold(args.queue.name())));
+    row(
+        "messages",
+        format!(
+            "{} visible, {} in flight, {} delayed",
+            facts.visible, facts.in_flight, facts.delayed
+        ),
+    );
+    let policy = match (facts.dead_letter_target(), facts.max_receive_count()) {
+        (Some(target), Some(n)) => {
+            let dlq = target.rsplit(':').next().unwrap_or(target);
+            format!("to {dlq} after {n} receives")
+        }
+        _ => "none (terminal queue)".to_string(),
+    };
+    row("redrive policy", policy);
+    if let Some(r) = facts.retention_seconds {
+        row("retention", age(r));
+    }
+    if sample.size == 0 {
+        let why = if args.sample == 0 {
+            "skipped (--sample 0)"
+        } else {
+            "no visible messages"
+        };
+        row("sample", why.into());
+        return;
+    }
+    let oldest = sample
+        .oldest_age_seconds
+        .map_or(String::new(), |a| format!(", oldest {}", age(a)));
+    row(
+        "sample",
+        format!(
+            "{} message(s){oldest}, {}",
+            sample.size,
+            bytes(sample.bytes)
+        ),
+    );
+    let widest = sample.attempts.values().copied().max().unwrap_or(1).max(1);
+    for (i, (attempt, n)) in sample.attempts.iter().enumerate() {
+        let bar = "#".repeat((n * 30).div_ceil(widest));
+        let key = if i == 0 { "attempts" } else { "" };
+        row(key, format!("{attempt:>3}  {bar} {n}"));
+    }
+    let list = |m: &BTreeMap<String, usize>| {
+        m.iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    row("reasons", list(&sample.reasons));
+    if !sample.last_errors.is_empty() {
+        row("last errors", list(&sample.last_errors));
+    }
+    if sample.garbled > 0 {
+        row(
+            "unreadable",
+            s.bad(&format!("{} x-redrive attribute(s)", sample.garbled)),
+        );
+    }
+}

@@ -1,0 +1,790 @@
+//! The built `redrive` binary against moto: what each command did to the queues, what it
+//! printed, and its exit code.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Command;
+
+use aws_sdk_sqs::types::{Message, QueueAttributeName};
+use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
+use redrive_tests::{
+    QueueSet, attr_binary, attr_string, drain_all, moto, queue_attributes, queue_depth, send_raw,
+    unique_name,
+};
+use serde_json::{Value, json};
+
+/// Variables of the re-driver, and output switches, that a developer's shell might have set.
+const REDRIVER_VARS: [&str; 11] = [
+    "NO_COLOR",
+    "CLICOLOR_FORCE",
+    "RUST_LOG",
+    "DLQ_URL",
+    "SOURCE_QUEUE_URL",
+    "POISON_QUEUE_URL",
+    "MAX_MESSAGES_PER_INVOCATION",
+    "MAX_MESSAGES_PER_SECOND",
+    "DRY_RUN",
+    "GUARD_ALARM_NAMES",
+    "BACKOFF_BASE_SECONDS",
+];
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+/// Runs the binary with moto's environment (and nothing of the caller's AWS_* or re-driver
+/// variables) plus `env` (an empty value removes a variable).
+fn redrive(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") || REDRIVER_VARS.contains(&k.as_str()) {
+            command.env_remove(k);
+        }
+    }
+    command
+        .args(args)
+        .envs(moto().env())
+        // No shared config files of the developer's.
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+    // An empty value removes the variable.
+    for (k, v) in env {
+        if v.is_empty() {
+            command.env_remove(k);
+        } else {
+            command.env(k, v);
+        }
+    }
+    let out = command.output().expect("running the redrive binary");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn meta_attr(meta: &RedriveMeta) -> aws_sdk_sqs::types::MessageAttributeValue {
+    attr_string(&meta.to_json())
+}
+
+fn parked(
+    original: &str,
+    attempt: u32,
+    reason: IsolationReason,
+    error: Option<&str>,
+) -> RedriveMeta {
+    RedriveMeta {
+        attempt,
+        first_redriven_at: Some("2026-11-21T10:00:00Z".into()),
+        last_redriven_at: Some("2026-11-21T10:30:00Z".into()),
+        isolated_at: Some("2026-11-21T11:00:00Z".into()),
+        reason: Some(reason),
+        last_error: error.map(|code| {
+            LastError::new(
+                ErrorClass::Permanent,
+                code,
+                "rejected",
+                "2026-11-21T10:59:00Z".into(),
+            )
+        }),
+        ..RedriveMeta::fresh(original)
+    }
+}
+
+fn meta_of(m: &Message) -> RedriveMeta {
+    let text = m.message_attributes().unwrap()[ATTRIBUTE_NAME]
+        .string_value()
+        .unwrap();
+    RedriveMeta::parse(text).unwrap()
+}
+
+async fn visible(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    queue_attributes(sqs, url)
+        .await
+        .get(&QueueAttributeName::ApproximateNumberOfMessages)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn bodies(messages: &[Message]) -> Vec<String> {
+    let mut b: Vec<String> = messages
+        .iter()
+        .map(|m| m.body().unwrap().to_string())
+        .collect();
+    b.sort();
+    b
+}
+
+#[test]
+fn help_documents_every_command_and_the_exit_codes() {
+    let help = redrive(&["--help"], &[]);
+    assert_eq!(help.code, 0);
+    for command in ["stats", "peek", "drain", "replay", "discard"] {
+        assert!(
+            help.stdout.contains(command),
+            "{command} missing:\n{}",
+            help.stdout
+        );
+        let sub = redrive(&[command, "--help"], &[]);
+        assert_eq!(sub.code, 0, "{command} --help");
+        assert!(
+            sub.stdout.contains("--json"),
+            "{command} --help:\n{}",
+            sub.stdout
+        );
+    }
+    for text in [
+        "Exit codes",
+        "NO_COLOR",
+        "AWS_ENDPOINT_URL",
+        "--profile",
+        "--region",
+    ] {
+        assert!(help.stdout.contains(text), "{text} missing");
+    }
+    // A usage error is exit code 2, on stderr.
+    let bad = redrive(&["peek"], &[]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("--queue"), "{}", bad.stderr);
+}
+
+#[tokio::test]
+async fn stats_reports_depth_policy_and_histograms_and_releases_its_sample() {
+    // GIVEN a DLQ with three fresh messages, two at attempt 2, one stamped permanent, and one
+    // delayed message
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    for i in 0..3 {
+        send_raw(&sqs, &q.dlq_url, &format!("fresh-{i}"), &[]).await;
+    }
+    for i in 0..2 {
+        let meta = RedriveMeta {
+            attempt: 2,
+            ..RedriveMeta::fresh(&format!("orig-{i}"))
+        };
+        send_raw(
+            &sqs,
+            &q.dlq_url,
+            "again",
+            &[(ATTRIBUTE_NAME, meta_attr(&meta))],
+        )
+        .await;
+    }
+    let stamped = RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "HTTP_400",
+            "bad",
+            "t".into(),
+        )),
+        ..RedriveMeta::fresh("orig-p")
+    };
+    send_raw(
+        &sqs,
+        &q.dlq_url,
+        "poison",
+        &[(ATTRIBUTE_NAME, meta_attr(&stamped))],
+    )
+    .await;
+    sqs.send_message()
+        .queue_url(&q.dlq_url)
+        .message_body("later")
+        .delay_seconds(600)
+        .send()
+        .await
+        .unwrap();
+
+    // WHEN stats runs on it
+    let run = redrive(&["stats", "--queue", &q.dlq_url, "--json"], &[]);
+
+    // THEN it counts the queue, has no redrive policy (terminal), and histograms the sample
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let s = run.json();
+    assert_eq!(s["visible"], 6);
+    assert_eq!(s["delayed"], 1);
+    assert_eq!(s["inFlight"], 0);
+    assert_eq!(s["redrivePolicy"], Value::Null);
+    assert_eq!(s["retentionSeconds"], 1_209_600);
+    assert_eq!(s["sample"]["size"], 6);
+    assert_eq!(s["sample"]["attempts"], json!({"0": 4, "2": 2}));
+    assert_eq!(s["sample"]["reasons"], json!({"none": 6}));
+    assert_eq!(s["sample"]["lastErrors"], json!({"permanent HTTP_400": 1}));
+    // AND the sampled messages are visible again at once
+    assert_eq!(visible(&sqs, &q.dlq_url).await, 6);
+
+    // WHEN it runs on the source queue, as text
+    send_raw(&sqs, &q.source_url, "x", &[]).await;
+    let run = redrive(&["stats", "--queue", &q.source_url], &[]);
+    // THEN it names the DLQ of the redrive policy and warns that its sample counts as a receive
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains(&format!("to {} after 3 receives", q.dlq_name)),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("attempts"), "{}", run.stdout);
+    assert!(run.stderr.contains("maxReceiveCount 3"), "{}", run.stderr);
+    assert!(
+        !run.stdout.contains('\x1b'),
+        "no colour when stdout is not a terminal"
+    );
+}
+
+#[tokio::test]
+async fn peek_shows_history_without_consuming_and_bodies_only_on_request() {
+    // GIVEN a poison queue with two parked messages
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let perm = parked(
+        "orig-a",
+        2,
+        IsolationReason::PermanentFailure,
+        Some("HTTP_400"),
+    );
+    let a = send_raw(
+        &sqs,
+        &q.poison_url,
+        "{\"order\":\"a-secret-body\"}",
+        &[
+            (ATTRIBUTE_NAME, meta_attr(&perm)),
+            ("tenant", attr_string("acme")),
+            ("blob", attr_binary(&[1, 2, 3])),
+        ],
+    )
+    .await;
+    let maxed = parked("orig-b", 5, IsolationReason::MaxAttempts, None);
+    send_raw(
+        &sqs,
+        &q.poison_url,
+        "b-body",
+        &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
+    )
+    .await;
+
+    // WHEN peek shows them as JSON
+    let run = redrive(
+        &["peek", "--queue", &q.poison_url, "-n", "5", "--json"],
+        &[],
+    );
+
+    // THEN each message's history is decoded, without its body
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let messages = run.json()["messages"].as_array().unwrap().clone();
+    assert_eq!(messages.len(), 2);
+    let by_id: HashMap<&str, &Value> = messages
+        .iter()
+        .map(|m| (m["originalMessageId"].as_str().unwrap(), m))
+        .collect();
+    let ma = by_id["orig-a"];
+    assert_eq!(ma["messageId"], a.as_str());
+    assert_eq!(ma["attempt"], 2);
+    assert_eq!(ma["reason"], "permanent-failure");
+    assert_eq!(ma["lastError"]["code"], "HTTP_400");
+    assert_eq!(
+        ma["attributes"]["tenant"],
+        json!({"dataType":"String","value":"acme"})
+    );
+    assert_eq!(
+        ma["attributes"]["blob"],
+        json!({"dataType":"Binary","bytes":3})
+    );
+    assert!(ma["attributes"].get(ATTRIBUTE_NAME).is_none());
+    assert!(ma["ageSeconds"].as_u64().is_some());
+    assert!(ma["sizeBytes"].as_u64().unwrap() > 24);
+    assert_eq!(by_id["orig-b"]["reason"], "max-attempts");
+    assert!(!run.stdout.contains("secret"), "no body without --body");
+    // AND nothing was consumed: both are visible again at once
+    assert_eq!(visible(&sqs, &q.poison_url).await, 2);
+    assert_eq!(queue_depth(&sqs, &q.poison_url).await, 2);
+
+    // WHEN peek shows one with its body, cut, as text
+    let run = redrive(
+        &[
+            "peek",
+            "--queue",
+            &q.poison_url,
+            "-n",
+            "2",
+            "--body",
+            "--body-chars",
+            "12",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("2 shown"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("reason permanent-failure"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("permanent HTTP_400"), "{}", run.stdout);
+    assert!(run.stdout.contains("{\"order\":\"a-…"), "{}", run.stdout);
+    assert!(!run.stdout.contains("secret"), "cut at 12 characters");
+    assert_eq!(visible(&sqs, &q.poison_url).await, 2);
+}
+
+#[tokio::test]
+async fn drain_redrives_and_isolates_like_the_lambda_with_flags_over_env() {
+    // GIVEN a DLQ with two plain messages, one stamped permanent, one at the last attempt
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let other = QueueSet::create(&sqs, false, 3).await;
+    let plain_a = send_raw(
+        &sqs,
+        &q.dlq_url,
+        "plain-a",
+        &[("tenant", attr_string("acme"))],
+    )
+    .await;
+    send_raw(&sqs, &q.dlq_url, "plain-b", &[]).await;
+    let perm = RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "HTTP_400",
+            "bad",
+            "t".into(),
+        )),
+        ..RedriveMeta::fresh("orig-p")
+    };
+    send_raw(
+        &sqs,
+        &q.dlq_url,
+        "perm",
+        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
+    )
+    .await;
+    let last = RedriveMeta {
+        attempt: 5,
+        ..RedriveMeta::fresh("orig-l")
+    };
+    send_raw(
+        &sqs,
+        &q.dlq_url,
+        "last",
+        &[(ATTRIBUTE_NAME, meta_attr(&last))],
+    )
+    .await;
+    // The environment names another queue set's DLQ, holding a message: the flags must win.
+    send_raw(&sqs, &other.dlq_url, "not mine", &[]).await;
+    let namespace = unique_name("ns");
+    let env = [
+        ("DLQ_URL", other.dlq_url.as_str()),
+        ("SOURCE_QUEUE_URL", q.source_url.as_str()),
+        ("POISON_QUEUE_URL", q.poison_url.as_str()),
+        ("BACKOFF_BASE_SECONDS", "0"),
+        ("METRIC_NAMESPACE", namespace.as_str()),
+    ];
+
+    // WHEN a dry run drains it
+    let dry = redrive(&["drain", "--dlq", &q.dlq_url, "--dry-run", "--json"], &env);
+    // THEN it plans without moving anything, and releases the messages
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert_eq!(
+        dry.json(),
+        json!({"received":4,"redriven":2,"isolated":2,"failed":0,"dryRun":true,"stoppedBecause":"queue-empty","dlqRemaining":4})
+    );
+    assert_eq!(visible(&sqs, &q.dlq_url).await, 4);
+    assert_eq!(queue_depth(&sqs, &q.source_url).await, 0);
+
+    // WHEN it drains one message at most
+    let one = redrive(
+        &["drain", "--dlq", &q.dlq_url, "--max", "1", "--json"],
+        &env,
+    );
+    assert_eq!(one.code, 0, "{}", one.stderr);
+    assert_eq!(one.json()["received"], 1);
+    assert_eq!(one.json()["stoppedBecause"], "limit");
+
+    // WHEN it drains the rest, as text
+    let run = redrive(&["drain", "--dlq", &q.dlq_url, "--max", "50"], &env);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("stopped because"), "{}", run.stdout);
+    assert!(run.stdout.contains("queue-empty"), "{}", run.stdout);
+    assert!(run.stdout.contains("left on the DLQ"), "{}", run.stdout);
+
+    // THEN the plain ones went to the source with attempt 1, the others to poison with reasons
+    assert_eq!(queue_depth(&sqs, &q.dlq_url).await, 0);
+    let source = drain_all(&sqs, &q.source_url).await;
+    assert_eq!(bodies(&source), ["plain-a", "plain-b"]);
+    for m in &source {
+        assert_eq!(meta_of(m).attempt, 1);
+    }
+    let a = source.iter().find(|m| m.body() == Some("plain-a")).unwrap();
+    assert_eq!(meta_of(a).original_message_id, plain_a);
+    assert_eq!(
+        a.message_attributes().unwrap()["tenant"].string_value(),
+        Some("acme")
+    );
+    let poison = drain_all(&sqs, &q.poison_url).await;
+    let reasons: BTreeMap<String, Option<IsolationReason>> = poison
+        .iter()
+        .map(|m| (m.body().unwrap().to_string(), meta_of(m).reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        BTreeMap::from([
+            ("last".to_string(), Some(IsolationReason::MaxAttempts)),
+            ("perm".to_string(), Some(IsolationReason::PermanentFailure)),
+        ])
+    );
+    // AND the other set's DLQ (named only by the environment) was not touched
+    assert_eq!(visible(&sqs, &other.dlq_url).await, 1);
+    assert_eq!(queue_depth(&sqs, &other.source_url).await, 0);
+
+    // AND the metrics went to CloudWatch under the configured namespace
+    let cw = moto().cloudwatch().await;
+    let listed = cw
+        .list_metrics()
+        .namespace(&namespace)
+        .send()
+        .await
+        .unwrap();
+    let names: std::collections::BTreeSet<String> = listed
+        .metrics()
+        .iter()
+        .filter_map(|m| m.metric_name().map(str::to_string))
+        .collect();
+    assert!(names.contains("SuccessfulRedrives"), "{names:?}");
+}
+
+#[tokio::test]
+async fn drain_without_configuration_names_the_variable_and_touches_nothing() {
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    send_raw(&sqs, &q.dlq_url, "stays", &[]).await;
+    let run = redrive(
+        &["drain", "--dlq", &q.dlq_url, "--poison", &q.poison_url],
+        &[],
+    );
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("SOURCE_QUEUE_URL") && run.stderr.contains("--source"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(visible(&sqs, &q.dlq_url).await, 1);
+}
+
+#[tokio::test]
+async fn replay_sends_back_with_manual_reason_and_deletes_only_what_was_sent() {
+    // GIVEN three parked messages: a permanent failure, two that ran out of attempts
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let perm = parked(
+        "orig-a",
+        2,
+        IsolationReason::PermanentFailure,
+        Some("HTTP_400"),
+    );
+    send_raw(
+        &sqs,
+        &q.poison_url,
+        "body-a",
+        &[
+            (ATTRIBUTE_NAME, meta_attr(&perm)),
+            ("blob", attr_binary(&[0, 255, 7])),
+        ],
+    )
+    .await;
+    for name in ["b", "c"] {
+        let maxed = parked(
+            &format!("orig-{name}"),
+            5,
+            IsolationReason::MaxAttempts,
+            None,
+        );
+        send_raw(
+            &sqs,
+            &q.poison_url,
+            &format!("body-{name}"),
+            &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
+        )
+        .await;
+    }
+    let replay = |extra: &[&str]| {
+        let mut args = vec!["replay", "--from", &q.poison_url, "--to", &q.source_url];
+        args.extend_from_slice(extra);
+        redrive(&args, &[])
+    };
+
+    // WHEN a dry run picks the permanent failure by its originalMessageId
+    let dry = replay(&["--id", "orig-a", "--dry-run", "--json"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert_eq!(dry.json()["replayed"][0]["originalMessageId"], "orig-a");
+    // THEN nothing moved and everything is visible again
+    assert_eq!(queue_depth(&sqs, &q.source_url).await, 0);
+    assert_eq!(visible(&sqs, &q.poison_url).await, 3);
+
+    // WHEN it is replayed for real
+    let run = replay(&["--id", "orig-a", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = run.json();
+    assert_eq!(report["replayed"].as_array().unwrap().len(), 1);
+    assert_eq!(report["failed"], json!([]));
+
+    // THEN the copy on the source queue has the same body and attributes, attempt 0, no
+    // lastError, reason manual, the same originalMessageId
+    let source = drain_all(&sqs, &q.source_url).await;
+    assert_eq!(bodies(&source), ["body-a"]);
+    let copy = &source[0];
+    assert_eq!(
+        copy.message_attributes().unwrap()["blob"]
+            .binary_value()
+            .map(|b| b.as_ref().to_vec()),
+        Some(vec![0, 255, 7])
+    );
+    let meta = meta_of(copy);
+    assert_eq!(meta.attempt, 0);
+    assert_eq!(meta.last_error, None);
+    assert_eq!(meta.reason, Some(IsolationReason::Manual));
+    assert_eq!(meta.original_message_id, "orig-a");
+    // AND only that one left the poison queue; the others are visible again
+    assert_eq!(visible(&sqs, &q.poison_url).await, 2);
+    assert_eq!(queue_depth(&sqs, &q.poison_url).await, 2);
+
+    // WHEN the replayed copy fails again on its way and lands in the DLQ, the re-driver
+    // redrives it instead of isolating it (its lastError is gone)
+    send_raw(
+        &sqs,
+        &q.dlq_url,
+        copy.body().unwrap(),
+        &[(ATTRIBUTE_NAME, meta_attr(&meta))],
+    )
+    .await;
+    let drained = redrive(
+        &[
+            "drain",
+            "--json",
+            "--dlq",
+            &q.dlq_url,
+            "--source",
+            &q.source_url,
+            "--poison",
+            &q.poison_url,
+        ],
+        &[("BACKOFF_BASE_SECONDS", "0")],
+    );
+    assert_eq!(drained.json()["redriven"], 1, "{}", drained.stdout);
+    assert_eq!(drained.json()["isolated"], 0);
+    assert_eq!(meta_of(&drain_all(&sqs, &q.source_url).await[0]).attempt, 1);
+
+    // WHEN one of the max-attempts messages is replayed in a batch of one
+    let run = replay(&["--all", "--reason", "max-attempts", "--max", "1"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("replayed 1 message(s)"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(queue_depth(&sqs, &q.source_url).await, 1);
+    assert_eq!(queue_depth(&sqs, &q.poison_url).await, 1);
+
+    // WHEN an id that is not there is asked for
+    let run = replay(&["--id", "no-such-id", "--json"]);
+    // THEN it says so and exits 3, touching nothing
+    assert_eq!(run.code, 3, "{}", run.stdout);
+    assert_eq!(run.json()["notFound"], json!(["no-such-id"]));
+    assert_eq!(visible(&sqs, &q.poison_url).await, 1);
+}
+
+#[tokio::test]
+async fn discard_refuses_without_yes_and_says_what_it_deleted() {
+    // GIVEN three parked messages, one of them a permanent failure
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let perm = parked(
+        "orig-p",
+        1,
+        IsolationReason::PermanentFailure,
+        Some("HTTP_422"),
+    );
+    let p = send_raw(
+        &sqs,
+        &q.poison_url,
+        "p",
+        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
+    )
+    .await;
+    let mut others = Vec::new();
+    for name in ["x", "y"] {
+        let m = parked(
+            &format!("orig-{name}"),
+            5,
+            IsolationReason::MaxAttempts,
+            None,
+        );
+        others.push(
+            send_raw(
+                &sqs,
+                &q.poison_url,
+                name,
+                &[(ATTRIBUTE_NAME, meta_attr(&m))],
+            )
+            .await,
+        );
+    }
+
+    // WHEN discard runs without --yes
+    let run = redrive(&["discard", "--queue", &q.poison_url, "--all"], &[]);
+    // THEN it lists what it would delete, deletes nothing, and exits 2
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("would delete 3 message(s)"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stderr.contains("--yes"), "{}", run.stderr);
+    assert_eq!(visible(&sqs, &q.poison_url).await, 3);
+
+    // WHEN the permanent failures are discarded
+    let run = redrive(
+        &[
+            "discard",
+            "--queue",
+            &q.poison_url,
+            "--all",
+            "--reason",
+            "permanent-failure",
+            "--yes",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = run.json();
+    let deleted: Vec<&str> = report["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["messageId"].as_str().unwrap())
+        .collect();
+    assert_eq!(deleted, [p.as_str()]);
+    assert_eq!(report["deleted"][0]["lastError"]["code"], "HTTP_422");
+
+    // WHEN one more is discarded by id, as text
+    let run = redrive(
+        &[
+            "discard",
+            "--queue",
+            &q.poison_url,
+            "--id",
+            &others[0],
+            "--yes",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("deleted 1 message(s)"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains(&others[0]), "{}", run.stdout);
+
+    // THEN only the last one is left, visible
+    let left = drain_all(&sqs, &q.poison_url).await;
+    assert_eq!(bodies(&left), ["y"]);
+}
+
+#[tokio::test]
+async fn aws_errors_exit_1_and_the_profile_supplies_the_region() {
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    send_raw(&sqs, &q.dlq_url, "m", &[]).await;
+    let missing = q.dlq_url.replace(&q.dlq_name, "no-such-queue");
+    let run = redrive(&["stats", "--queue", &missing], &[]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stderr.contains("GetQueueAttributes"), "{}", run.stderr);
+
+    // A profile whose config names the region, and no region in the environment.
+    let dir = std::env::temp_dir().join(unique_name("aws-config"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config");
+    std::fs::write(&config, "[profile ops]\nregion = us-east-1\n").unwrap();
+    let config = config.to_str().unwrap();
+    let base = [
+        ("AWS_CONFIG_FILE", config),
+        ("AWS_REGION", ""),
+        ("AWS_DEFAULT_REGION", ""),
+    ];
+    let run = redrive(
+        &[
+            "--profile",
+            "ops",
+            "stats",
+            "--queue",
+            &q.dlq_url,
+            "--json",
+            "--sample",
+            "0",
+        ],
+        &base,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["visible"], 1);
+    let run = redrive(
+        &["--profile", "nobody", "stats", "--queue", &q.dlq_url],
+        &base,
+    );
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(run.stderr.contains("no AWS region"), "{}", run.stderr);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn colour_is_forced_by_clicolor_force_and_no_color_wins() {
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let perm = parked(
+        "orig-c",
+        1,
+        IsolationReason::PermanentFailure,
+        Some("HTTP_400"),
+    );
+    send_raw(
+        &sqs,
+        &q.poison_url,
+        "c",
+        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
+    )
+    .await;
+    let args = ["peek", "--queue", q.poison_url.as_str()];
+
+    let forced = redrive(&args, &[("CLICOLOR_FORCE", "1")]);
+    assert_eq!(forced.code, 0, "{}", forced.stderr);
+    assert!(
+        forced.stdout.contains("\x1b[33mpermanent-failure\x1b[0m"),
+        "{:?}",
+        forced.stdout
+    );
+
+    let plain = redrive(&args, &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    assert!(
+        plain.stdout.contains("reason permanent-failure"),
+        "{}",
+        plain.stdout
+    );
+    assert!(!plain.stdout.contains('\x1b'), "{:?}", plain.stdout);
+    // --json is never coloured
+    let json = redrive(
+        &["--json", "peek", "--queue", q.poison_url.as_str()],
+        &[("CLICOLOR_FORCE", "1")],
+    );
+    assert!(!json.stdout.contains('\x1b'));
+    json.json();
+}
