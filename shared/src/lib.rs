@@ -10,6 +10,7 @@
 //! - [`key`]: idempotency keys for the consumer.
 //! - [`timefmt`]: RFC 3339 timestamps without a date-time dependency.
 //! - `sdk` (feature `aws`): conversions to and from `aws-sdk-sqs` types.
+//! - `logging` (feature `logging`): the JSON log setup of the Lambdas and the CLI.
 
 pub mod attributes;
 pub mod backoff;
@@ -18,6 +19,8 @@ pub mod decision;
 pub mod event;
 pub mod key;
 pub mod limits;
+#[cfg(feature = "logging")]
+pub mod logging;
 pub mod meta;
 #[cfg(feature = "aws")]
 pub mod sdk;

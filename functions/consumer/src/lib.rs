@@ -33,13 +33,5 @@ pub use redrive_shared::key::IdempotencyKey;
 /// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
 /// no code path logs one.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_target(false)
-        .try_init();
+    redrive_shared::logging::init_json_logging("info", false);
 }

@@ -473,7 +473,10 @@ async fn rearms_the_triggering_alarm_only_when_a_backlog_remains() {
     cw3.set_state("downstream-errors", "ALARM");
     let s = engine3.run(&alarm()).await;
     assert_eq!(s.stopped_because, StopReason::CircuitOpen);
-    assert_eq!(cw3.set_ok_calls.lock().unwrap().as_slice(), ["orders-dlq-depth"]);
+    assert_eq!(
+        cw3.set_ok_calls.lock().unwrap().as_slice(),
+        ["orders-dlq-depth"]
+    );
     let (sqs2, cw2, engine2) = setup(&[("REARM_ALARM", "false")]);
     fill(&sqs2, 15);
     engine2.run(&alarm()).await;

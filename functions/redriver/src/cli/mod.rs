@@ -81,16 +81,7 @@ impl Ctx {
 /// Logs of the engine go to stderr as JSON lines, `warn` and above unless `RUST_LOG` says
 /// otherwise: stdout is the command's output.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .try_init();
+    redrive_shared::logging::init_json_logging("warn", true);
 }
 
 /// The SDK configuration from the standard chain (`AWS_REGION`, `AWS_PROFILE`,
