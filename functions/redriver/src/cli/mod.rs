@@ -1,5 +1,5 @@
 //! `redrive`, the operator CLI: the replay workflow (inspect, fix, replay in batches, verify,
-//! discard) on the same engine and ports as the Lambda. See `CLI.md`.
+//! discard) on the same engine and ports as the Lambda. See the README, "Operator CLI".
 //!
 //! Every command that reads messages holds them (invisible) only while it runs and releases
 //! them at once when it ends; a message is deleted only after its copy was acknowledged
