@@ -56,19 +56,31 @@ fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-/// What an existing record means for a claim that failed its condition.
-pub fn outcome_of(record: &HashMap<String, AttributeValue>) -> ClaimOutcome {
+/// What an existing record means for a claim (by `token`) that failed its condition.
+///
+/// An IN_PROGRESS record carrying this claim's own token is this claim: its write went
+/// through but the reply was lost (a timeout or a reset connection), and the SDK's retry of
+/// the same PutItem then failed the condition on it. It is claimed, not held by another.
+pub fn outcome_of(record: &HashMap<String, AttributeValue>, token: &str) -> ClaimOutcome {
     let status = record.get(item::STATUS).and_then(|v| v.as_s().ok());
+    let own = record
+        .get(item::CLAIM_TOKEN)
+        .and_then(|v| v.as_s().ok())
+        .is_some_and(|t| t == token);
     let until_ms = record
         .get(item::IN_PROGRESS_EXPIRATION)
         .and_then(|v| v.as_n().ok())
         .and_then(|v| v.parse::<i64>().ok());
     match status.map(String::as_str) {
         Some(item::COMPLETED) => ClaimOutcome::Completed,
+        Some(item::IN_PROGRESS) if own => ClaimOutcome::Claimed,
         // IN_PROGRESS, or a status this version does not know: never run the side effect.
         _ => ClaimOutcome::InProgress { until_ms },
     }
 }
+
+/// The key the init-time warm-up reads (see [`DynamoDbStore::warm_up`]).
+pub const WARM_UP_KEY: &str = "redrive:warm-up";
 
 /// The idempotency table through the SDK.
 #[derive(Clone, Debug)]
@@ -85,8 +97,25 @@ impl DynamoDbStore {
         }
     }
 
+    /// One eventually consistent GetItem (of [`WARM_UP_KEY`], projecting only the key), made
+    /// at init so that resolving credentials and the endpoint and opening the connection are
+    /// not paid by the first invocation. It writes nothing, so a record that happens to have
+    /// that key is left as it is.
+    pub async fn warm_up(&self) -> Result<(), PortError> {
+        self.client
+            .get_item()
+            .table_name(&self.table)
+            .key(item::ID, s(WARM_UP_KEY))
+            .projection_expression("#id")
+            .expression_attribute_names("#id", item::ID)
+            .send()
+            .await
+            .map_err(|e| port_error("GetItem", e))?;
+        Ok(())
+    }
+
     /// Only when the service did not return the old item with a failed condition.
-    async fn holder(&self, key: &str) -> Result<ClaimOutcome, PortError> {
+    async fn holder(&self, key: &str, token: &str) -> Result<ClaimOutcome, PortError> {
         let out = self
             .client
             .get_item()
@@ -97,7 +126,7 @@ impl DynamoDbStore {
             .await
             .map_err(|e| port_error("GetItem", e))?;
         Ok(match out.item {
-            Some(record) => outcome_of(&record),
+            Some(record) => outcome_of(&record, token),
             // Released in between: report it held, so that the message is simply retried.
             None => ClaimOutcome::InProgress { until_ms: None },
         })
@@ -130,8 +159,8 @@ impl IdempotencyStore for DynamoDbStore {
             Ok(_) => Ok(ClaimOutcome::Claimed),
             Err(SdkError::ServiceError(se)) => match se.err() {
                 PutItemError::ConditionalCheckFailedException(failed) => match failed.item() {
-                    Some(record) => Ok(outcome_of(record)),
-                    None => self.holder(&claim.key).await,
+                    Some(record) => Ok(outcome_of(record, &claim.token)),
+                    None => self.holder(&claim.key, &claim.token).await,
                 },
                 _ => Err(port_error("PutItem", SdkError::ServiceError(se))),
             },

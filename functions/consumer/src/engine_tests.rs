@@ -302,6 +302,33 @@ async fn a_release_never_removes_a_claim_someone_else_took_over() {
 }
 
 #[tokio::test]
+async fn a_claim_repeated_after_its_reply_was_lost_is_still_its_own() {
+    let store = FakeStore::new();
+    let now = now_ms();
+    let claim = Claim {
+        key: "k".into(),
+        token: "mine".into(),
+        now_ms: now,
+        expiration_s: now / 1000 + 100,
+        in_progress_expiration_ms: now + 60_000,
+    };
+    assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
+    // the retry of the same write (same token) finds its own IN_PROGRESS record
+    assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
+    // anyone else still finds it held
+    let other = Claim {
+        token: "theirs".into(),
+        ..claim.clone()
+    };
+    assert_eq!(
+        store.claim(&other).await.unwrap(),
+        ClaimOutcome::InProgress {
+            until_ms: Some(now + 60_000)
+        }
+    );
+}
+
+#[tokio::test]
 async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
     let (store, queue, processor) = (
         FakeStore::new(),

@@ -135,6 +135,10 @@ impl IdempotencyStore for FakeStore {
             let r = &records[&claim.key];
             return Ok(match r.status {
                 Status::Completed => ClaimOutcome::Completed,
+                // The same claim again (its first reply was lost): it is ours.
+                Status::InProgress if r.token.as_deref() == Some(claim.token.as_str()) => {
+                    ClaimOutcome::Claimed
+                }
                 Status::InProgress => ClaimOutcome::InProgress {
                     until_ms: Some(r.in_progress_expiration_ms),
                 },

@@ -25,6 +25,13 @@ async fn main() -> Result<(), Error> {
         aws_sdk_dynamodb::Client::new(&sdk),
         config.idempotency_table.clone(),
     );
+    // Connect at init (bounded, so that an unreachable endpoint cannot eat the init phase);
+    // the happy path makes no SQS call, so DynamoDB is the connection the first record needs.
+    match tokio::time::timeout(std::time::Duration::from_secs(2), store.warm_up()).await {
+        Ok(Ok(())) => tracing::debug!("warm-up: the idempotency table answered"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "warm-up: cannot read the idempotency table yet"),
+        Err(_) => tracing::warn!("warm-up: the idempotency table did not answer within 2 s"),
+    }
     let queue = SqsOps {
         client: aws_sdk_sqs::Client::new(&sdk),
     };

@@ -642,6 +642,21 @@ async fn fifo_stops_a_group_after_its_first_failure() {
 }
 
 #[tokio::test]
+async fn the_init_warm_up_reads_the_table_and_writes_nothing() {
+    let w = World::new(false).await;
+    // on the real table: answers, and leaves the table as it was (empty)
+    w.store().warm_up().await.expect("the table answers");
+    assert!(w.record(consumer::aws::WARM_UP_KEY).await.is_none());
+    let scanned = w.ddb.scan().table_name(&w.table).send().await.unwrap();
+    assert_eq!(scanned.count(), 0);
+    // on a table that does not exist: an error naming the operation, for init to log
+    let missing = consumer::aws::DynamoDbStore::new(w.ddb.clone(), "no-such-table");
+    let err = missing.warm_up().await.expect_err("no such table");
+    assert_eq!(err.operation, "GetItem");
+    assert_eq!(err.code, "ResourceNotFoundException");
+}
+
+#[tokio::test]
 async fn the_dynamodb_store_keeps_the_contract_record() {
     let w = World::new(false).await;
     let store = w.store();
@@ -668,6 +683,11 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
         ClaimOutcome::InProgress {
             until_ms: Some(now + 60_000)
         }
+    );
+    // The same claim again (its first reply was lost, the SDK retried the PutItem) is ours.
+    assert_eq!(
+        store.claim(&claim("a", now, now + 60_000)).await.unwrap(),
+        ClaimOutcome::Claimed
     );
     // A release by someone else's token leaves it; the owner's release removes it.
     store.release(&claim("b", now, 0)).await.unwrap();
