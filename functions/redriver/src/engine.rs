@@ -236,6 +236,23 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         }
     }
 
+    /// One GetQueueAttributes on the DLQ, made at init so that resolving credentials and the
+    /// endpoint and opening the connection are not paid by the first invocation. It reads the
+    /// depth and touches no message; a failure is logged and left to the invocations, which
+    /// retry and report their own errors.
+    pub async fn warm_up(&self) -> Result<u64, PortError> {
+        match self.queue.depth(self.config.dlq_url.as_str()).await {
+            Ok(d) => {
+                tracing::debug!(dlq_depth = d.total(), "warm-up: the DLQ answered");
+                Ok(d.total())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "warm-up: cannot read the DLQ depth yet");
+                Err(e)
+            }
+        }
+    }
+
     /// Handles one invocation payload. An unrecognized event is an error and touches nothing.
     pub async fn handle(
         &self,

@@ -26,6 +26,8 @@ async fn main() -> Result<(), Error> {
         cloudwatch,
         config,
     );
+    // Connect at init, bounded so that an unreachable endpoint cannot eat the init phase.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), engine.warm_up()).await;
     let engine = &engine;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = redriver::deadline_instant(event.context.deadline);

@@ -560,3 +560,18 @@ async fn a_manual_drain_overrides_the_batch_and_dry_run() {
     assert_eq!((s.received, s.redriven), (15, 15));
     assert_eq!(sqs.len(DLQ), 15);
 }
+
+#[tokio::test]
+async fn the_init_warm_up_reads_the_dlq_depth_and_moves_nothing() {
+    let (sqs, _cw, engine) = setup(&[]);
+    fill(&sqs, 3);
+    assert_eq!(engine.warm_up().await.expect("the DLQ answers"), 3);
+    assert_eq!(sqs.calls.depth.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(sqs.calls.drain_calls(), 0);
+    assert_eq!(sqs.len(DLQ), 3);
+    // a failing warm-up is reported to init (which logs it), not retried, and moves nothing
+    sqs.fail_next("GetQueueAttributes", throttled("GetQueueAttributes"));
+    assert!(engine.warm_up().await.is_err());
+    assert_eq!(sqs.calls.depth.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(sqs.len(DLQ), 3);
+}
