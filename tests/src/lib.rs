@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::create_idempotency_table;
 pub use lambda_watch::{LambdaWatch, WatchOptions};
-pub use moto::{Moto, REGION, moto};
+pub use moto::{Moto, REGION, moto, moto_fast_clock};
 pub use names::unique_name;
 pub use sqs::{
     QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string, drain_all,

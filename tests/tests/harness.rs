@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::types::QueueAttributeName;
 use redrive_tests::{
     Downstream, LambdaWatch, Mode, QueueSet, WatchOptions, attr_binary, attr_custom, attr_number,
-    attr_string, create_idempotency_table, drain_all, moto, queue_attributes, queue_depth,
-    receive_raw, send_fifo, send_raw,
+    attr_string, create_idempotency_table, drain_all, moto, moto_fast_clock, queue_attributes,
+    queue_depth, receive_raw, send_fifo, send_raw,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -69,6 +69,40 @@ async fn a_message_received_past_max_receive_count_lands_in_the_dlq_intact() {
     assert!(system.contains_key(&aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp));
     // drained means deleted
     assert_eq!(queue_depth(&sqs, &queues.dlq_url).await, 0);
+}
+
+#[tokio::test]
+async fn the_fast_clock_moto_keeps_delays_visibility_and_the_redrive_policy() {
+    // GIVEN the benchmarks' moto (SQS reads the clock through time.time()), a queue set with
+    // maxReceiveCount 2, and one message sent with a 1 s delay
+    let fast = moto_fast_clock();
+    assert_ne!(fast.port(), moto().port(), "a server of its own");
+    let sqs = fast.sqs().await;
+    let queues = QueueSet::create(&sqs, false, 2).await;
+    sqs.send_message()
+        .queue_url(&queues.source_url)
+        .message_body("later")
+        .delay_seconds(1)
+        .send()
+        .await
+        .unwrap();
+
+    // THEN the delay holds it back, a receive hides it for its visibility timeout, and the
+    // third receive moves it to the DLQ: every clock reading still behaves as in stock moto
+    assert_eq!(receive_raw(&sqs, &queues.source_url, 1).await.len(), 0);
+    let delayed = queue_attributes(&sqs, &queues.source_url).await;
+    assert_eq!(
+        delayed[&QueueAttributeName::ApproximateNumberOfMessagesDelayed],
+        "1"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(receive_raw(&sqs, &queues.source_url, 1).await.len(), 1);
+    assert_eq!(receive_raw(&sqs, &queues.source_url, 1).await.len(), 0);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(receive_raw(&sqs, &queues.source_url, 1).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(receive_raw(&sqs, &queues.source_url, 1).await.len(), 0);
+    assert_eq!(queue_depth(&sqs, &queues.dlq_url).await, 1);
 }
 
 #[tokio::test]
