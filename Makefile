@@ -45,6 +45,10 @@ include infra/Makefile.inc
 # demo last: it doubles as the system test (exit 1 on a lost or twice-delivered order).
 TEST_STEPS := lint test-rust test-infra demo
 
+# Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
+include bench/Makefile.inc
+TEST_STEPS += soak-moto
+
 .PHONY: setup test test-rust lint build demo
 
 setup: $(VENV_STAMP)

@@ -1,0 +1,82 @@
+//! The fault-injection soak, printed as its reconciliation.
+//!
+//! ```text
+//! soak fake [--messages 20000] [--seed N] [--fault-rate 0.2]   # port fakes, paused clock
+//! soak moto [--messages 2000]  [--seed N] [--fault-rate 0.2]   # moto behind the fault proxy
+//!           [--kill-share 0.3] [--pollers N]                    # either
+//! ```
+//! Exits 1 when a message was lost or the reconciliation found a violation. The figures are
+//! also written to `target/soak/<fake|moto>.json`.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use redrive_bench::bench::on_modelled_clock;
+use redrive_bench::soak::{self, SoakSettings};
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: soak <fake|moto> [--messages N] [--seed N] [--fault-rate R] [--kill-share R] [--pollers N]"
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(which) = args.first().cloned() else {
+        return usage();
+    };
+    let mut settings = if which == "moto" {
+        SoakSettings::moto(2000, 7)
+    } else {
+        SoakSettings::fake(20_000, 7)
+    };
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let Some(value) = rest.next() else {
+            return usage();
+        };
+        match (flag.as_str(), value.parse::<f64>()) {
+            ("--messages", Ok(v)) => settings.messages = v as u64,
+            ("--seed", Ok(v)) => settings.seed = v as u64,
+            ("--fault-rate", Ok(v)) => settings.fault_rate = v,
+            ("--kill-share", Ok(v)) => settings.kill_share = v,
+            ("--pollers", Ok(v)) if v >= 1.0 => settings.pollers = v as usize,
+            _ => return usage(),
+        }
+    }
+    // The functions' own JSON logs, when asked for (RUST_LOG=info): one line per action.
+    if std::env::var_os("RUST_LOG").is_some() {
+        redriver::init_logging();
+    }
+    let wall = Instant::now();
+    let report = match which.as_str() {
+        "fake" => on_modelled_clock(soak::fake::run(&settings)),
+        "moto" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+            .block_on(soak::moto::run(&settings)),
+        _ => return usage(),
+    };
+    print!("{report}");
+    if which == "fake" {
+        println!(
+            "  (modelled time on tokio's paused clock; wall time {:.1} s)",
+            wall.elapsed().as_secs_f64()
+        );
+    }
+    let dir = redrive_tests::workspace_root().join("target").join("soak");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let path = dir.join(format!("{which}.json"));
+        if let Ok(json) = serde_json::to_string_pretty(&report) {
+            let _ = std::fs::write(&path, json);
+        }
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,229 @@
+//! The soak's flaky downstream: decides per delivery whether it succeeds, fails transiently
+//! (503, 429 with `Retry-After`, a reset connection) or permanently (400), and counts the side
+//! effects per idempotency key. One decision function serves the HTTP server of the moto
+//! soak and the in-process processing step of the port-fake soak.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use consumer::{Message, ProcessError, Processor};
+use redrive_shared::backoff::{RandomSource, SplitMix64};
+use redrive_shared::key::IdempotencyKey;
+use tokio::io::BufReader;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::http1::{accept_loop, read_head, read_request_body, response_head, write_message};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Marks a message the downstream always rejects (400): a poison payload.
+pub const POISON_MARKER: &str = "\"kind\":\"poison\"";
+/// Marks a message the downstream never accepts (503 every time): it must end in the poison
+/// queue with `max-attempts`.
+pub const DOOMED_MARKER: &str = "\"kind\":\"doomed\"";
+
+/// What the downstream does with one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// 200: the side effect happens.
+    Apply,
+    /// 503.
+    Unavailable,
+    /// 429 with `Retry-After: 1`.
+    TooManyRequests,
+    /// The connection is reset before anything happens.
+    Reset,
+    /// 400: the payload can never succeed.
+    Reject,
+}
+
+/// The downstream's behaviour and its ledger of side effects.
+pub struct Flaky {
+    rng: Mutex<SplitMix64>,
+    /// Share of deliveries of ordinary messages that fail transiently.
+    pub failure_rate: f64,
+    effects: Mutex<HashMap<String, u32>>,
+    verdicts: Mutex<HashMap<&'static str, u64>>,
+}
+
+impl Flaky {
+    pub fn new(failure_rate: f64, seed: u64) -> Arc<Self> {
+        Arc::new(Self {
+            rng: Mutex::new(SplitMix64::new(seed)),
+            failure_rate,
+            effects: Mutex::new(HashMap::new()),
+            verdicts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Decides one delivery and, when it succeeds, records the side effect under `key`.
+    pub fn deliver(&self, body: &str, key: Option<&str>, can_reset: bool) -> Verdict {
+        let verdict = if body.contains(POISON_MARKER) {
+            Verdict::Reject
+        } else if body.contains(DOOMED_MARKER) {
+            Verdict::Unavailable
+        } else {
+            let mut rng = lock(&self.rng);
+            if rng.next_unit() >= self.failure_rate {
+                Verdict::Apply
+            } else {
+                let r = rng.next_unit();
+                if r < 0.6 {
+                    Verdict::Unavailable
+                } else if r < 0.85 || !can_reset {
+                    Verdict::TooManyRequests
+                } else {
+                    Verdict::Reset
+                }
+            }
+        };
+        if verdict == Verdict::Apply {
+            *lock(&self.effects)
+                .entry(key.unwrap_or("<no key>").to_string())
+                .or_default() += 1;
+        }
+        *lock(&self.verdicts)
+            .entry(match verdict {
+                Verdict::Apply => "200",
+                Verdict::Unavailable => "503",
+                Verdict::TooManyRequests => "429",
+                Verdict::Reset => "reset",
+                Verdict::Reject => "400",
+            })
+            .or_default() += 1;
+        verdict
+    }
+
+    /// Successful deliveries per key: the side effects a non-idempotent downstream would
+    /// have performed.
+    pub fn effects(&self) -> HashMap<String, u32> {
+        lock(&self.effects).clone()
+    }
+
+    /// Answers given, by status.
+    pub fn verdicts(&self) -> HashMap<&'static str, u64> {
+        lock(&self.verdicts).clone()
+    }
+}
+
+/// The processing step of the port-fake soak: the flaky downstream, in process.
+pub struct FlakyProcessor(pub Arc<Flaky>);
+
+impl Processor for FlakyProcessor {
+    async fn process(&self, message: &Message, key: &IdempotencyKey) -> Result<(), ProcessError> {
+        match self.0.deliver(&message.body, Some(key.as_str()), false) {
+            Verdict::Apply => Ok(()),
+            Verdict::Unavailable | Verdict::Reset => Err(ProcessError::transient(
+                "HTTP_503",
+                "downstream unavailable",
+            )),
+            Verdict::TooManyRequests => Err(ProcessError::retry_after(
+                "HTTP_429",
+                "downstream throttled",
+                Duration::from_secs(1),
+            )),
+            Verdict::Reject => Err(ProcessError::permanent("HTTP_400", "downstream rejected")),
+        }
+    }
+}
+
+/// The flaky downstream as an HTTP server, for the shipped `HttpProcessor`.
+pub struct FlakyServer {
+    addr: SocketAddr,
+    accept_loop: JoinHandle<()>,
+}
+
+impl Drop for FlakyServer {
+    fn drop(&mut self) {
+        self.accept_loop.abort();
+    }
+}
+
+impl FlakyServer {
+    pub async fn start(flaky: Arc<Flaky>) -> io::Result<Self> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let accept_loop = accept_loop(listener, flaky, serve);
+        Ok(Self { addr, accept_loop })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/deliver", self.addr)
+    }
+}
+
+async fn serve(stream: TcpStream, flaky: Arc<Flaky>) -> io::Result<()> {
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::new(rd);
+    loop {
+        let Some(head) = read_head(&mut rd).await? else {
+            return Ok(());
+        };
+        let body = read_request_body(&mut rd, &head).await?;
+        let text = String::from_utf8_lossy(&body);
+        let verdict = flaky.deliver(&text, head.header("idempotency-key"), true);
+        let response = match verdict {
+            Verdict::Apply => response_head(200),
+            Verdict::Unavailable => response_head(503),
+            Verdict::TooManyRequests => response_head(429).with_header("retry-after", "1"),
+            Verdict::Reject => response_head(400),
+            Verdict::Reset => {
+                if let Ok(stream) = rd.into_inner().reunite(wr) {
+                    let _ = stream.set_zero_linger();
+                }
+                return Ok(());
+            }
+        };
+        write_message(&mut wr, &response, b"").await?;
+        if head.wants_close() {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poison_and_doomed_payloads_never_succeed() {
+        let flaky = Flaky::new(0.0, 1);
+        for _ in 0..100 {
+            assert_eq!(
+                flaky.deliver(r#"{"kind":"poison"}"#, Some("p"), true),
+                Verdict::Reject
+            );
+            assert_eq!(
+                flaky.deliver(r#"{"kind":"doomed"}"#, Some("d"), true),
+                Verdict::Unavailable
+            );
+        }
+        assert!(flaky.effects().is_empty());
+        assert_eq!(
+            flaky.deliver(r#"{"kind":"normal"}"#, Some("n"), true),
+            Verdict::Apply
+        );
+        assert_eq!(flaky.effects()["n"], 1);
+    }
+
+    #[test]
+    fn ordinary_deliveries_fail_at_the_configured_rate() {
+        let flaky = Flaky::new(0.2, 7);
+        let n = 20_000;
+        let failed = (0..n)
+            .filter(|i| flaky.deliver("{}", Some(&i.to_string()), false) != Verdict::Apply)
+            .count();
+        let share = failed as f64 / n as f64;
+        assert!((0.18..0.22).contains(&share), "{share}");
+        assert!(
+            !flaky.verdicts().contains_key("reset"),
+            "no resets in process"
+        );
+    }
+}

@@ -1,0 +1,581 @@
+//! A loopback HTTP proxy in front of the emulator: the functions reach it through
+//! `AWS_ENDPOINT_URL` (or an SDK config's endpoint) and it forwards to moto.
+//!
+//! - **Counts** every call by operation (`X-Amz-Target`, or the `Action` of a query-protocol
+//!   body), empty receives, and SDK retries (`amz-sdk-request: attempt=N`, N > 1).
+//! - **Adds latency**: a per-call round trip (default 20 ms, SQS's documented per-call
+//!   latency), and optionally a connection set-up cost on a connection's first request.
+//! - **Injects faults** into SQS and DynamoDB calls by a [`FaultPlan`]: throttling, 500s,
+//!   connection resets before or after the call took effect, answers later than the client's
+//!   timeout, and SendMessageBatch / DeleteMessageBatch entries reported in `Failed` (those
+//!   entries are removed from the request, so they really did not happen).
+//! - **Kills** on demand: [`Proxy::arm_kill`] holds the n-th call of an operation forever and
+//!   tells the harness, which then drops the caller mid-call (a process killed there).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redrive_shared::backoff::SplitMix64;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, BufReader};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::faults::{FaultCounts, FaultKind, FaultPlan, KillSwitch, failing_entries};
+use crate::http1::{
+    Head, accept_loop, read_head, read_request_body, read_response_body, response_head,
+    write_message,
+};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Which service a call is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    Sqs,
+    DynamoDb,
+    CloudWatch,
+    Other,
+}
+
+/// What the proxy saw.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ProxyStats {
+    /// Calls by operation name (`ReceiveMessage`, `PutItem`, `PutMetricData`...), retries
+    /// included: what the service would bill.
+    pub calls: BTreeMap<String, u64>,
+    /// ReceiveMessage calls answered with no message.
+    pub empty_receives: u64,
+    /// Calls that were an SDK retry of an earlier attempt.
+    pub sdk_retries: u64,
+    pub faults: FaultCounts,
+    /// Batch entries reported failed by a `BatchEntries` fault.
+    pub failed_entries: u64,
+    /// Idempotency keys whose COMPLETED write met a fault (a repeat of such a key's side
+    /// effect is the contract's documented window, see the consumer's `Processor`).
+    pub completion_faulted: BTreeSet<String>,
+    /// Idempotency keys whose claim (`PutItem` with `status` = `IN_PROGRESS`) took effect while
+    /// its answer was lost (a reset after the call, a timeout).
+    pub claim_lost: BTreeSet<String>,
+    /// Calls held by an armed kill, by operation.
+    pub kills: BTreeMap<String, u64>,
+    /// Time the upstream (the emulator) took to answer, by operation, in seconds: the
+    /// emulator's own cost, which the real service does not have.
+    pub upstream_seconds: BTreeMap<String, f64>,
+}
+
+impl ProxyStats {
+    pub fn calls_of(&self, operation: &str) -> u64 {
+        self.calls.get(operation).copied().unwrap_or(0)
+    }
+
+    pub fn total_calls(&self) -> u64 {
+        self.calls.values().sum()
+    }
+
+    /// Calls of the given operations.
+    pub fn sum_of(&self, operations: &[&str]) -> u64 {
+        operations.iter().map(|o| self.calls_of(o)).sum()
+    }
+}
+
+struct Shared {
+    upstream: SocketAddr,
+    latency: Mutex<Duration>,
+    connect_latency: Mutex<Duration>,
+    faults: Mutex<Option<FaultPlan>>,
+    rng: Mutex<SplitMix64>,
+    stats: Mutex<ProxyStats>,
+    kill: KillSwitch,
+}
+
+/// The running proxy. Stops accepting when dropped.
+pub struct Proxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept_loop: JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept_loop.abort();
+    }
+}
+
+impl Proxy {
+    /// Binds 127.0.0.1:0 on the current tokio runtime, forwarding to `upstream`.
+    pub async fn start(upstream: SocketAddr, latency: Duration) -> io::Result<Proxy> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            upstream,
+            latency: Mutex::new(latency),
+            connect_latency: Mutex::new(Duration::ZERO),
+            faults: Mutex::new(None),
+            rng: Mutex::new(SplitMix64::new(0x5eed)),
+            stats: Mutex::new(ProxyStats::default()),
+            kill: KillSwitch::default(),
+        });
+        let accept_loop = accept_loop(listener, shared.clone(), serve);
+        Ok(Proxy {
+            addr,
+            shared,
+            accept_loop,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, for `AWS_ENDPOINT_URL`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn set_latency(&self, latency: Duration) {
+        *lock(&self.shared.latency) = latency;
+    }
+
+    /// Extra delay on the first request of each client connection (TCP and TLS set-up).
+    pub fn set_connect_latency(&self, latency: Duration) {
+        *lock(&self.shared.connect_latency) = latency;
+    }
+
+    /// Starts (or, with `None`, stops) injecting faults, with a seeded random source.
+    pub fn set_faults(&self, plan: Option<FaultPlan>, seed: u64) {
+        *lock(&self.shared.rng) = SplitMix64::new(seed);
+        *lock(&self.shared.faults) = plan;
+    }
+
+    pub fn stats(&self) -> ProxyStats {
+        lock(&self.shared.stats).clone()
+    }
+
+    /// Returns the counts so far and starts again from zero.
+    pub fn take_stats(&self) -> ProxyStats {
+        std::mem::take(&mut *lock(&self.shared.stats))
+    }
+
+    /// Holds the `nth` (1-based) next call of one of `operations` forever, never forwarding
+    /// it, and resolves the returned receiver when it arrives: the caller is to be killed there.
+    pub fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
+        self.shared.kill.arm(operations, nth)
+    }
+
+    pub fn disarm_kill(&self) {
+        self.shared.kill.disarm();
+    }
+}
+
+/// The service and operation of a request.
+pub fn operation(head: &Head, body: &[u8]) -> (Service, String) {
+    if let Some(target) = head.header("x-amz-target") {
+        let (prefix, op) = target.rsplit_once('.').unwrap_or(("", target));
+        let service = if prefix.starts_with("AmazonSQS") {
+            Service::Sqs
+        } else if prefix.starts_with("DynamoDB") {
+            Service::DynamoDb
+        } else if prefix.contains("CloudWatch") || prefix.starts_with("GraniteServiceVersion") {
+            Service::CloudWatch
+        } else {
+            Service::Other
+        };
+        return (service, op.to_string());
+    }
+    // Query protocol: Action=...&Version=...
+    let text = String::from_utf8_lossy(body);
+    let field = |name: &str| {
+        text.split('&')
+            .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+            .map(str::to_string)
+    };
+    match field("Action") {
+        Some(action) => {
+            let service = match field("Version").as_deref() {
+                Some("2010-08-01") => Service::CloudWatch,
+                Some("2012-11-05") => Service::Sqs,
+                _ => Service::Other,
+            };
+            (service, action)
+        }
+        None => (
+            Service::Other,
+            format!("{} {}", head.method(), head.target()),
+        ),
+    }
+}
+
+fn sdk_attempt(head: &Head) -> u32 {
+    head.header("amz-sdk-request")
+        .and_then(|v| {
+            v.split(';')
+                .find_map(|p| p.trim().strip_prefix("attempt="))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(1)
+}
+
+fn is_batch(op: &str) -> bool {
+    matches!(op, "SendMessageBatch" | "DeleteMessageBatch")
+}
+
+/// An idempotency record write of the consumer: `PutItem` of `(status, id)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RecordWrite {
+    Claim(String),
+    Completion(String),
+}
+
+fn record_write(service: Service, op: &str, body: &[u8]) -> Option<RecordWrite> {
+    if service != Service::DynamoDb || op != "PutItem" {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let item = v.get("Item")?;
+    let key = item.pointer("/id/S")?.as_str()?.to_string();
+    match item.pointer("/status/S")?.as_str()? {
+        "COMPLETED" => Some(RecordWrite::Completion(key)),
+        "IN_PROGRESS" => Some(RecordWrite::Claim(key)),
+        _ => None,
+    }
+}
+
+fn error_response(service: Service, kind: FaultKind) -> (Head, Vec<u8>) {
+    let (status, code, message) = match (service, kind) {
+        (Service::DynamoDb, FaultKind::Throttle) => (
+            400,
+            "ThrottlingException",
+            "Rate of requests exceeds the allowed throughput.",
+        ),
+        (Service::DynamoDb, _) => (500, "InternalServerError", "Internal server error"),
+        (_, FaultKind::Throttle) => (400, "ThrottlingException", "Rate exceeded"),
+        (_, _) => (
+            500,
+            "InternalError",
+            "We encountered an internal error. Please try again.",
+        ),
+    };
+    let namespace = match service {
+        Service::DynamoDb => "com.amazonaws.dynamodb.v20120810",
+        _ => "com.amazonaws.sqs",
+    };
+    let body = json!({ "__type": format!("{namespace}#{code}"), "message": message }).to_string();
+    let fault = if status == 400 { "Sender" } else { "Receiver" };
+    let head = response_head(status)
+        .with_header("content-type", "application/x-amz-json-1.0")
+        .with_header("x-amzn-requestid", "injected-fault")
+        .with_header("x-amzn-query-error", format!("{code};{fault}"));
+    (head, body.into_bytes())
+}
+
+enum Decision {
+    Forward,
+    Fault(FaultKind),
+    /// An armed kill landed on this call (already reported to the harness).
+    Kill,
+}
+
+impl Shared {
+    fn decide(&self, service: Service, op: &str, write: Option<&RecordWrite>) -> Decision {
+        if self.kill.lands(op) {
+            *lock(&self.stats).kills.entry(op.to_string()).or_default() += 1;
+            return Decision::Kill;
+        }
+        if !matches!(service, Service::Sqs | Service::DynamoDb) {
+            return Decision::Forward;
+        }
+        let drawn = {
+            let plan = lock(&self.faults);
+            let Some(plan) = plan.as_ref() else {
+                return Decision::Forward;
+            };
+            plan.draw(&mut *lock(&self.rng), is_batch(op))
+        };
+        match drawn {
+            None => Decision::Forward,
+            Some(kind) => {
+                let mut stats = lock(&self.stats);
+                stats.faults.add(kind);
+                match write {
+                    Some(RecordWrite::Completion(key)) => {
+                        stats.completion_faulted.insert(key.clone());
+                    }
+                    Some(RecordWrite::Claim(key)) if kind.applies() => {
+                        stats.claim_lost.insert(key.clone());
+                    }
+                    _ => {}
+                }
+                Decision::Fault(kind)
+            }
+        }
+    }
+
+    fn timeout_hold(&self) -> Duration {
+        lock(&self.faults)
+            .as_ref()
+            .map_or(Duration::from_secs(5), |p| p.timeout_hold)
+    }
+}
+
+/// Sends one request to the upstream on a fresh connection and reads the whole answer.
+async fn forward(upstream: SocketAddr, head: &Head, body: &[u8]) -> io::Result<(Head, Vec<u8>)> {
+    let stream = TcpStream::connect(upstream).await?;
+    let _ = stream.set_nodelay(true);
+    let (rd, mut wr) = stream.into_split();
+    let mut request = head.clone();
+    request.set_header("connection", "close");
+    write_message(&mut wr, &request, body).await?;
+    let mut rd = BufReader::new(rd);
+    let response = read_head(&mut rd)
+        .await?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+    let (body, _) = read_response_body(&mut rd, &response, head.method()).await?;
+    Ok((response, body))
+}
+
+fn bad_gateway(e: &io::Error) -> (Head, Vec<u8>) {
+    let body = format!("proxy: upstream failed: {e}").into_bytes();
+    (
+        Head::new("HTTP/1.1 502 Bad Gateway").with_header("content-type", "text/plain"),
+        body,
+    )
+}
+
+/// Removes the failing entries from a batch request. Returns the request body to forward
+/// (`None` when no entry is left) and the ids reported failed.
+fn split_batch(body: &[u8], rng: &mut SplitMix64) -> Option<(Option<Vec<u8>>, Vec<String>)> {
+    let mut request: Value = serde_json::from_slice(body).ok()?;
+    let entries = request.get_mut("Entries")?.as_array_mut()?;
+    let failing = failing_entries(entries.len(), rng);
+    let mut failed_ids = Vec::new();
+    let mut kept = Vec::new();
+    for (i, entry) in entries.drain(..).enumerate() {
+        if failing.contains(&i) {
+            failed_ids.push(entry.get("Id")?.as_str()?.to_string());
+        } else {
+            kept.push(entry);
+        }
+    }
+    if kept.is_empty() {
+        return Some((None, failed_ids));
+    }
+    *entries = kept;
+    Some((Some(request.to_string().into_bytes()), failed_ids))
+}
+
+fn merge_failed(response_body: &[u8], failed_ids: &[String]) -> Vec<u8> {
+    let mut response: Value =
+        serde_json::from_slice(response_body).unwrap_or_else(|_| json!({"Successful": []}));
+    let failed = failed_ids.iter().map(|id| {
+        json!({
+            "Id": id,
+            "SenderFault": false,
+            "Code": "InternalError",
+            "Message": "injected by the fault proxy",
+        })
+    });
+    match response.get_mut("Failed").and_then(Value::as_array_mut) {
+        Some(list) => list.extend(failed),
+        None => response["Failed"] = Value::Array(failed.collect()),
+    }
+    response.to_string().into_bytes()
+}
+
+/// Closes the client connection with a TCP reset.
+fn reset(reader: BufReader<OwnedReadHalf>, writer: tokio::net::tcp::OwnedWriteHalf) {
+    if let Ok(stream) = reader.into_inner().reunite(writer) {
+        let _ = stream.set_zero_linger();
+        drop(stream);
+    }
+}
+
+async fn serve(stream: TcpStream, shared: Arc<Shared>) -> io::Result<()> {
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::new(rd);
+    let mut first = true;
+    loop {
+        let Some(head) = read_head(&mut rd).await? else {
+            return Ok(());
+        };
+        let body = read_request_body(&mut rd, &head).await?;
+        let (service, op) = operation(&head, &body);
+        let write = record_write(service, &op, &body);
+        {
+            let mut stats = lock(&shared.stats);
+            *stats.calls.entry(op.clone()).or_default() += 1;
+            if sdk_attempt(&head) > 1 {
+                stats.sdk_retries += 1;
+            }
+        }
+        let mut delay = *lock(&shared.latency);
+        if first {
+            delay += *lock(&shared.connect_latency);
+            first = false;
+        }
+        let decision = shared.decide(service, &op, write.as_ref());
+        if let Decision::Kill = decision {
+            // Never forwarded: wait until the killed caller's connection goes away.
+            let mut sink = [0u8; 1024];
+            while rd.read(&mut sink).await.unwrap_or(0) > 0 {}
+            return Ok(());
+        }
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let (response, response_body) = match decision {
+            Decision::Kill => unreachable!("handled above"),
+            Decision::Forward => {
+                let started = std::time::Instant::now();
+                let answer = forward(shared.upstream, &head, &body).await;
+                *lock(&shared.stats)
+                    .upstream_seconds
+                    .entry(op.clone())
+                    .or_default() += started.elapsed().as_secs_f64();
+                match answer {
+                    Ok(r) => r,
+                    Err(e) => bad_gateway(&e),
+                }
+            }
+            Decision::Fault(kind @ (FaultKind::Throttle | FaultKind::ServerError)) => {
+                error_response(service, kind)
+            }
+            Decision::Fault(FaultKind::ResetBefore) => {
+                reset(rd, wr);
+                return Ok(());
+            }
+            Decision::Fault(FaultKind::ResetAfter) => {
+                let _ = forward(shared.upstream, &head, &body).await;
+                reset(rd, wr);
+                return Ok(());
+            }
+            Decision::Fault(FaultKind::Timeout) => {
+                tokio::time::sleep(shared.timeout_hold()).await;
+                // Applied late; the client gave up meanwhile, so its connection is done.
+                let _ = forward(shared.upstream, &head, &body).await;
+                return Ok(());
+            }
+            Decision::Fault(FaultKind::BatchEntries) => {
+                let split = split_batch(&body, &mut lock(&shared.rng));
+                match split {
+                    None => match forward(shared.upstream, &head, &body).await {
+                        Ok(r) => r,
+                        Err(e) => bad_gateway(&e),
+                    },
+                    Some((rest, failed_ids)) => {
+                        lock(&shared.stats).failed_entries += failed_ids.len() as u64;
+                        match rest {
+                            None => (
+                                response_head(200)
+                                    .with_header("content-type", "application/x-amz-json-1.0"),
+                                merge_failed(b"{\"Successful\":[]}", &failed_ids),
+                            ),
+                            Some(rest) => match forward(shared.upstream, &head, &rest).await {
+                                Ok((h, b)) if h.status() == 200 => {
+                                    (h, merge_failed(&b, &failed_ids))
+                                }
+                                Ok(other) => other,
+                                Err(e) => bad_gateway(&e),
+                            },
+                        }
+                    }
+                }
+            }
+        };
+        if op == "ReceiveMessage" && response.status() == 200 {
+            let empty = serde_json::from_slice::<Value>(&response_body)
+                .ok()
+                .and_then(|v| v.get("Messages").and_then(Value::as_array).map(Vec::len))
+                .unwrap_or(0)
+                == 0;
+            if empty {
+                lock(&shared.stats).empty_receives += 1;
+            }
+        }
+        let mut out = response;
+        out.remove_header("connection");
+        let close = head.wants_close();
+        if close {
+            out.set_header("connection", "close");
+        }
+        write_message(&mut wr, &out, &response_body).await?;
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_are_named_from_the_target_or_the_action() {
+        let h =
+            Head::new("POST / HTTP/1.1").with_header("X-Amz-Target", "AmazonSQS.ReceiveMessage");
+        assert_eq!(operation(&h, b""), (Service::Sqs, "ReceiveMessage".into()));
+        let h =
+            Head::new("POST / HTTP/1.1").with_header("x-amz-target", "DynamoDB_20120810.PutItem");
+        assert_eq!(operation(&h, b"{}"), (Service::DynamoDb, "PutItem".into()));
+        let h = Head::new("POST / HTTP/1.1");
+        assert_eq!(
+            operation(&h, b"Action=PutMetricData&Version=2010-08-01&Namespace=x"),
+            (Service::CloudWatch, "PutMetricData".into())
+        );
+    }
+
+    #[test]
+    fn sdk_attempts_are_read_from_the_header() {
+        let h = Head::new("POST / HTTP/1.1").with_header("amz-sdk-request", "attempt=2; max=3");
+        assert_eq!(sdk_attempt(&h), 2);
+        assert_eq!(sdk_attempt(&Head::new("POST / HTTP/1.1")), 1);
+    }
+
+    #[test]
+    fn a_split_batch_forwards_the_rest_and_reports_the_failed() {
+        let body = json!({"QueueUrl": "q", "Entries": (0..10).map(|i| json!({"Id": i.to_string(), "MessageBody": "b"})).collect::<Vec<_>>()});
+        let mut rng = SplitMix64::new(9);
+        let (rest, failed) = split_batch(body.to_string().as_bytes(), &mut rng).unwrap();
+        let rest: Value = serde_json::from_slice(&rest.unwrap()).unwrap();
+        let kept: Vec<&str> = rest["Entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["Id"].as_str().unwrap())
+            .collect();
+        assert_eq!(kept.len() + failed.len(), 10);
+        assert!(kept.iter().all(|k| !failed.contains(&k.to_string())));
+        assert_eq!(rest["QueueUrl"], "q");
+
+        let merged: Value =
+            serde_json::from_slice(&merge_failed(br#"{"Successful":[{"Id":"x"}]}"#, &failed))
+                .unwrap();
+        assert_eq!(merged["Successful"].as_array().unwrap().len(), 1);
+        assert_eq!(merged["Failed"].as_array().unwrap().len(), failed.len());
+        assert_eq!(merged["Failed"][0]["SenderFault"], false);
+    }
+
+    #[test]
+    fn idempotency_record_writes_are_recognised() {
+        let body = br#"{"TableName":"t","Item":{"id":{"S":"k-1"},"status":{"S":"COMPLETED"}}}"#;
+        assert_eq!(
+            record_write(Service::DynamoDb, "PutItem", body),
+            Some(RecordWrite::Completion("k-1".into()))
+        );
+        let claim = br#"{"TableName":"t","Item":{"id":{"S":"k-1"},"status":{"S":"IN_PROGRESS"}}}"#;
+        assert_eq!(
+            record_write(Service::DynamoDb, "PutItem", claim),
+            Some(RecordWrite::Claim("k-1".into()))
+        );
+        assert_eq!(record_write(Service::Sqs, "PutItem", body), None);
+        assert_eq!(record_write(Service::DynamoDb, "DeleteItem", body), None);
+    }
+}

@@ -1,0 +1,281 @@
+//! The soak on moto: the functions' SDK clients reach moto through the fault proxy; the
+//! harness's producer, event source mapping and inventory talk to moto directly.
+
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, SendMessageBatchRequestEntry,
+};
+use consumer::aws::{DynamoDbStore, SqsOps};
+use consumer::message::QueueArn;
+use consumer::{Consumer, HttpProcessor};
+use futures_util::future::join_all;
+use redrive_shared::config::DownstreamConfig;
+use redrive_shared::sdk::attributes_from_sdk;
+use redrive_tests::{QueueSet, create_idempotency_table, drain_all, queue_depth};
+use redriver::Engine;
+use redriver::aws::{CloudWatch, SqsQueue};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Depths, Emulator, LayerStats, Parked, Place, Reconciliation, SoakSettings};
+use crate::downstream::{Flaky, FlakyServer};
+use crate::faults::FaultPlan;
+use crate::proxy::Proxy;
+
+/// Per-attempt timeout of the functions' SDK clients in the soak.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the proxy holds a timed-out call (past the attempt timeout) before applying it.
+pub const TIMEOUT_HOLD: Duration = Duration::from_secs(3);
+
+pub struct MotoEmulator<'a> {
+    direct: Client,
+    queues: QueueSet,
+    proxy: &'a Proxy,
+    source_arn: QueueArn,
+}
+
+impl Emulator for MotoEmulator<'_> {
+    async fn produce(&self, bodies: Vec<String>) -> Vec<String> {
+        let chunks: Vec<Vec<(usize, String)>> = bodies
+            .into_iter()
+            .enumerate()
+            .collect::<Vec<_>>()
+            .chunks(10)
+            .map(<[_]>::to_vec)
+            .collect();
+        let results = join_all(chunks.into_iter().map(|chunk| async move {
+            let entries = chunk
+                .iter()
+                .map(|(i, b)| {
+                    SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(b)
+                        .build()
+                        .expect("id and body are set")
+                })
+                .collect();
+            let out = self
+                .direct
+                .send_message_batch()
+                .queue_url(&self.queues.source_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("producing: {e:?}"));
+            assert!(out.failed.is_empty(), "producing: {:?}", out.failed);
+            out.successful
+                .into_iter()
+                .map(|s| (s.id.parse::<usize>().expect("our ids"), s.message_id))
+                .collect::<Vec<_>>()
+        }))
+        .await;
+        let mut ids: Vec<(usize, String)> = results.into_iter().flatten().collect();
+        ids.sort();
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    async fn poll(&self, max: usize, visibility: Duration) -> Vec<consumer::Message> {
+        let out = self
+            .direct
+            .receive_message()
+            .queue_url(&self.queues.source_url)
+            .max_number_of_messages(max as i32)
+            .wait_time_seconds(1)
+            .visibility_timeout(visibility.as_secs() as i32)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await;
+        let Ok(out) = out else {
+            return Vec::new();
+        };
+        out.messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| {
+                let receive_count = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1);
+                consumer::Message {
+                    attributes: attributes_from_sdk(m.message_attributes.as_ref()),
+                    message_id: m.message_id.unwrap_or_default(),
+                    receipt_handle: m.receipt_handle.unwrap_or_default(),
+                    body: m.body.unwrap_or_default(),
+                    receive_count,
+                    group_id: None,
+                    source: Some(self.source_arn.clone()),
+                }
+            })
+            .collect()
+    }
+
+    async fn settle(&self, receipt_handles: Vec<String>) {
+        for chunk in receipt_handles.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(r)
+                        .build()
+                        .expect("id and handle are set")
+                })
+                .collect();
+            // A handle already deleted (the consumer's permanent path) is fine.
+            let _ = self
+                .direct
+                .delete_message_batch()
+                .queue_url(&self.queues.source_url)
+                .set_entries(Some(entries))
+                .send()
+                .await;
+        }
+    }
+
+    async fn source_depth(&self) -> u64 {
+        queue_depth(&self.direct, &self.queues.source_url).await
+    }
+
+    async fn depths(&self) -> Depths {
+        let q = &self.queues;
+        Depths {
+            source: queue_depth(&self.direct, &q.source_url).await,
+            dlq: queue_depth(&self.direct, &q.dlq_url).await,
+            poison: queue_depth(&self.direct, &q.poison_url).await,
+        }
+    }
+
+    async fn inventory(&self) -> Vec<Parked> {
+        let mut parked = Vec::new();
+        let q = &self.queues;
+        for (place, url) in [
+            (Place::Source, &q.source_url),
+            (Place::Dlq, &q.dlq_url),
+            (Place::Poison, &q.poison_url),
+        ] {
+            // In-flight and delayed messages come back within the soak's timeouts.
+            let started = Instant::now();
+            loop {
+                for m in drain_all(&self.direct, url).await {
+                    let attributes = attributes_from_sdk(m.message_attributes.as_ref());
+                    parked.push(Parked::read(
+                        place,
+                        m.message_id().unwrap_or(""),
+                        &attributes,
+                    ));
+                }
+                if queue_depth(&self.direct, url).await == 0
+                    || started.elapsed() > Duration::from_secs(60)
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        parked
+    }
+
+    fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
+        self.proxy.arm_kill(operations, nth)
+    }
+
+    fn disarm_kill(&self) {
+        self.proxy.disarm_kill();
+    }
+
+    fn layer_stats(&self) -> LayerStats {
+        let s = self.proxy.stats();
+        LayerStats {
+            calls: s.total_calls(),
+            faults: s.faults,
+            sdk_retries: s.sdk_retries,
+            failed_entries: s.failed_entries,
+            completion_faulted: s.completion_faulted,
+            claim_lost: s.claim_lost,
+            kills_between_send_and_delete: s.kills.get("DeleteMessageBatch").copied().unwrap_or(0),
+        }
+    }
+
+    fn idle(&self) -> Duration {
+        // The poll itself long-polls for a second.
+        Duration::from_millis(50)
+    }
+}
+
+/// The soak on the test process's moto server, the one with the fast clock (the same SQS
+/// behaviour without the CPU per message in the queue that would make thousands of messages
+/// take many minutes; see `tests/moto_launcher.py --fast-clock`).
+pub async fn run(settings: &SoakSettings) -> Reconciliation {
+    let moto = redrive_tests::moto_fast_clock();
+    let direct = moto.sqs().await;
+    let ddb_direct = moto.dynamodb().await;
+    let queues = QueueSet::create(&direct, false, 2).await;
+    let table = create_idempotency_table(&ddb_direct).await;
+    let proxy = Proxy::start(crate::endpoint_addr(&moto.endpoint()), Duration::ZERO)
+        .await
+        .expect("starting the fault proxy");
+    proxy.set_faults(
+        Some(FaultPlan::soak(settings.fault_rate, TIMEOUT_HOLD)),
+        settings.seed,
+    );
+    let sdk = crate::sdk_config(&proxy.endpoint(), Some(ATTEMPT_TIMEOUT)).await;
+
+    let flaky = Flaky::new(settings.downstream_failure_rate, settings.seed ^ 0xf1a);
+    let server = FlakyServer::start(flaky.clone())
+        .await
+        .expect("starting the downstream");
+    let processor = HttpProcessor::new(&DownstreamConfig {
+        url: server.url(),
+        timeout: Duration::from_secs(5),
+    })
+    .expect("a valid downstream URL");
+    let consumer = Consumer::new(
+        DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone()),
+        SqsOps {
+            client: Client::new(&sdk),
+        },
+        processor,
+        super::consumer_config(&table, &queues.dlq_url),
+    );
+    let cloudwatch = CloudWatch {
+        client: aws_sdk_cloudwatch::Client::new(&sdk),
+    };
+    let engine = Engine::new(
+        SqsQueue {
+            client: Client::new(&sdk),
+        },
+        cloudwatch.clone(),
+        cloudwatch,
+        super::redriver_config(&queues.dlq_url, &queues.source_url, &queues.poison_url),
+    )
+    .with_settings(super::redriver_settings())
+    .with_seed(settings.seed);
+
+    let env = MotoEmulator {
+        source_arn: QueueArn::parse(&queues.source_arn).expect("moto gives a valid ARN"),
+        direct: direct.clone(),
+        queues: queues.clone(),
+        proxy: &proxy,
+    };
+    let report = super::run("moto", &env, &consumer, &engine, &flaky, settings).await;
+    // SOAK_PROFILE=1: where moto's time went, by operation (the proxy's view).
+    if std::env::var_os("SOAK_PROFILE").is_some() {
+        let s = proxy.stats();
+        eprintln!(
+            "calls {:?}\nupstream seconds {:?}",
+            s.calls, s.upstream_seconds
+        );
+    }
+
+    for url in [&queues.source_url, &queues.dlq_url, &queues.poison_url] {
+        let _ = direct.delete_queue().queue_url(url).send().await;
+    }
+    let _ = ddb_direct.delete_table().table_name(&table).send().await;
+    report
+}

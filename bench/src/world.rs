@@ -1,0 +1,843 @@
+//! The world of the port-fake soak: an in-memory SQS and idempotency table on tokio's clock,
+//! behind a fault layer that behaves like the AWS SDK over a flaky network.
+//!
+//! - Standard queues with a RedrivePolicy: a message received `maxReceiveCount` times moves to
+//!   the DLQ on its next receive, keeping its MessageId, as SQS (and moto) do. Visibility
+//!   timeouts and delays run on tokio's clock, so the soak can run on the paused clock.
+//! - Each call of the functions' ports is up to [`World::max_attempts`] attempts (the SDK's
+//!   standard retry mode, with its jittered exponential backoff); each attempt fails by the
+//!   [`FaultPlan`]: throttling and 500s (nothing applied), resets before or after the service
+//!   applied it, timeouts (applied, but the answer is lost), failed batch entries.
+//! - The harness's own calls (producer, event source mapping, reconciliation) bypass faults,
+//!   as AWS's own pollers do not go through the functions' network.
+//! - [`World::arm_kill`] kills the re-driver at its n-th call of chosen operations (its first
+//!   DeleteMessageBatch: between send and delete): the call never returns and the harness
+//!   drops the drain there.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use consumer::fake::FakeStore;
+use consumer::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
+use redrive_shared::Attributes;
+use redrive_shared::backoff::{RandomSource, SplitMix64};
+use redrive_shared::limits::Outgoing;
+use redriver::ports::{
+    BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, Received, SendEntry,
+};
+use serde::Serialize;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::faults::{FaultCounts, FaultKind, FaultPlan, KillSwitch, failing_entries};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A stored message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    pub message_id: String,
+    pub body: String,
+    pub attributes: Attributes,
+    pub receive_count: u32,
+    visible_at: Instant,
+    receipt: Option<String>,
+}
+
+#[derive(Default)]
+struct StoredQueue {
+    messages: VecDeque<StoredMessage>,
+    /// (DLQ URL, maxReceiveCount)
+    redrive: Option<(String, u32)>,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<String, StoredQueue>,
+    next_id: u64,
+}
+
+/// What the fault layer did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WorldStats {
+    /// Attempts by operation (what the service would bill).
+    pub calls: BTreeMap<String, u64>,
+    pub sdk_retries: u64,
+    pub faults: FaultCounts,
+    pub failed_entries: u64,
+    /// Keys whose COMPLETED write met a fault.
+    pub completion_faulted: std::collections::BTreeSet<String>,
+    /// Keys whose claim took effect but whose answer was lost (reset after, timeout).
+    pub claim_lost: std::collections::BTreeSet<String>,
+    /// Calls a kill landed on, by operation.
+    pub kills: BTreeMap<String, u64>,
+}
+
+/// An injected failure as the caller sees it.
+#[derive(Debug, Clone)]
+struct Injected {
+    operation: &'static str,
+    code: &'static str,
+}
+
+impl From<Injected> for PortError {
+    fn from(e: Injected) -> Self {
+        PortError {
+            operation: e.operation,
+            code: e.code.into(),
+            message: "injected by the soak's fault layer".into(),
+            retryable: true,
+        }
+    }
+}
+
+impl From<Injected> for consumer::ports::PortError {
+    fn from(e: Injected) -> Self {
+        consumer::ports::PortError {
+            operation: e.operation,
+            code: e.code.into(),
+            message: "injected by the soak's fault layer".into(),
+        }
+    }
+}
+
+fn code_of(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::Throttle => "ThrottlingException",
+        FaultKind::ServerError => "InternalError",
+        FaultKind::ResetBefore | FaultKind::ResetAfter => "DispatchFailure",
+        FaultKind::Timeout => "Timeout",
+        FaultKind::BatchEntries => "InternalError",
+    }
+}
+
+/// The in-memory SQS and its fault layer.
+pub struct World {
+    state: Mutex<State>,
+    plan: Mutex<Option<FaultPlan>>,
+    rng: Mutex<SplitMix64>,
+    stats: Mutex<WorldStats>,
+    kill: KillSwitch,
+    /// Share of the re-driver's sent entries acknowledged but never stored: a deliberately
+    /// broken service, to prove that the soak's reconciliation catches a loss.
+    lossy_sends: Mutex<f64>,
+    /// Attempts per call, as the SDK's standard retry mode.
+    pub max_attempts: u32,
+    /// How long a timed-out attempt keeps the caller waiting.
+    pub attempt_timeout: Duration,
+    /// Where tokio's clock stood at the wall-clock instant `epoch_ms`.
+    epoch: (Instant, i64),
+}
+
+impl World {
+    pub fn new(seed: u64) -> Arc<Self> {
+        let wall_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        Arc::new(Self {
+            state: Mutex::new(State::default()),
+            plan: Mutex::new(None),
+            rng: Mutex::new(SplitMix64::new(seed)),
+            stats: Mutex::new(WorldStats::default()),
+            kill: KillSwitch::default(),
+            lossy_sends: Mutex::new(0.0),
+            max_attempts: 3,
+            attempt_timeout: Duration::from_secs(3),
+            epoch: (Instant::now(), wall_ms),
+        })
+    }
+
+    pub fn set_faults(&self, plan: Option<FaultPlan>) {
+        *lock(&self.plan) = plan;
+    }
+
+    /// Breaks the world on purpose (see `lossy_sends`): only for tests of the soak itself.
+    pub fn set_lossy_sends(&self, share: f64) {
+        *lock(&self.lossy_sends) = share;
+    }
+
+    pub fn stats(&self) -> WorldStats {
+        lock(&self.stats).clone()
+    }
+
+    /// Epoch milliseconds on the world's clock (tokio's, which may be paused).
+    pub fn now_ms(&self) -> i64 {
+        self.epoch.1 + self.epoch.0.elapsed().as_millis() as i64
+    }
+
+    /// Kills the re-driver at its `nth` next call of one of `operations` (see the module
+    /// docs): that call never returns.
+    pub fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
+        self.kill.arm(operations, nth)
+    }
+
+    /// Never returns when an armed kill lands on this call.
+    async fn kill_point(&self, operation: &str) {
+        if self.kill.lands(operation) {
+            *lock(&self.stats)
+                .kills
+                .entry(operation.to_string())
+                .or_default() += 1;
+            std::future::pending::<()>().await;
+        }
+    }
+
+    pub fn disarm_kill(&self) {
+        self.kill.disarm();
+    }
+
+    pub fn create_queue(&self, url: &str, redrive: Option<(&str, u32)>) {
+        lock(&self.state).queues.insert(
+            url.to_string(),
+            StoredQueue {
+                messages: VecDeque::new(),
+                redrive: redrive.map(|(dlq, max)| (dlq.to_string(), max)),
+            },
+        );
+    }
+
+    /// Sends a message as a producer does (no faults); returns its MessageId.
+    pub fn push(&self, url: &str, body: &str, attributes: Attributes) -> String {
+        let mut s = lock(&self.state);
+        push_locked(&mut s, url, body, attributes, 0)
+    }
+
+    /// Every message of a queue (visible, in flight, delayed).
+    pub fn messages(&self, url: &str) -> Vec<StoredMessage> {
+        lock(&self.state)
+            .queues
+            .get(url)
+            .map(|q| q.messages.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn depth(&self, url: &str) -> u64 {
+        lock(&self.state)
+            .queues
+            .get(url)
+            .map_or(0, |q| q.messages.len() as u64)
+    }
+
+    /// ReceiveMessage without faults (the event source mapping's poller).
+    pub fn receive_direct(&self, url: &str, max: usize, visibility: Duration) -> Vec<Received> {
+        receive_locked(&mut lock(&self.state), url, max, visibility)
+    }
+
+    /// DeleteMessage without faults; a stale receipt handle is a no-op, as in SQS.
+    pub fn delete_direct(&self, url: &str, receipt_handle: &str) {
+        delete_locked(&mut lock(&self.state), url, receipt_handle);
+    }
+
+    /// Runs one port call as the SDK would: attempts, backoff, faults. `apply` performs the
+    /// call against the state; for batch calls it gets the entry positions that fail.
+    async fn call<T>(
+        &self,
+        operation: &'static str,
+        batch_len: Option<usize>,
+        apply: impl FnMut(&mut State, &[usize]) -> T,
+    ) -> Result<T, Injected> {
+        self.call_counting(operation, batch_len, &mut Vec::new(), apply)
+            .await
+    }
+
+    /// [`Self::call`], adding the faults its attempts met to `faults`.
+    async fn call_counting<T>(
+        &self,
+        operation: &'static str,
+        batch_len: Option<usize>,
+        faults: &mut Vec<FaultKind>,
+        mut apply: impl FnMut(&mut State, &[usize]) -> T,
+    ) -> Result<T, Injected> {
+        let mut last = Injected {
+            operation,
+            code: "InternalError",
+        };
+        for attempt in 1..=self.max_attempts.max(1) {
+            if attempt > 1 {
+                lock(&self.stats).sdk_retries += 1;
+                // The SDK's standard mode: jittered exponential backoff from 1 s.
+                let cap = 2f64.powi(attempt as i32 - 2);
+                let wait = lock(&self.rng).next_unit() * cap;
+                tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+            }
+            let fault = {
+                let plan = lock(&self.plan);
+                plan.as_ref()
+                    .and_then(|p| p.draw(&mut *lock(&self.rng), batch_len.is_some()))
+            };
+            {
+                let mut stats = lock(&self.stats);
+                *stats.calls.entry(operation.to_string()).or_default() += 1;
+                if let Some(kind) = fault {
+                    stats.faults.add(kind);
+                    faults.push(kind);
+                }
+            }
+            match fault {
+                None => return Ok(apply(&mut lock(&self.state), &[])),
+                Some(FaultKind::BatchEntries) => {
+                    let n = batch_len.unwrap_or(0);
+                    let failing = failing_entries(n, &mut lock(&self.rng));
+                    lock(&self.stats).failed_entries += failing.len() as u64;
+                    return Ok(apply(&mut lock(&self.state), &failing));
+                }
+                Some(kind) => {
+                    if kind == FaultKind::Timeout {
+                        tokio::time::sleep(self.attempt_timeout).await;
+                    }
+                    if kind.applies() {
+                        let _ = apply(&mut lock(&self.state), &[]);
+                    }
+                    last = Injected {
+                        operation,
+                        code: code_of(kind),
+                    };
+                }
+            }
+        }
+        Err(last)
+    }
+}
+
+fn push_locked(
+    s: &mut State,
+    url: &str,
+    body: &str,
+    attributes: Attributes,
+    delay_seconds: u32,
+) -> String {
+    s.next_id += 1;
+    let id = format!("m-{:010}", s.next_id);
+    s.queues
+        .entry(url.to_string())
+        .or_default()
+        .messages
+        .push_back(StoredMessage {
+            message_id: id.clone(),
+            body: body.to_string(),
+            attributes,
+            receive_count: 0,
+            visible_at: Instant::now() + Duration::from_secs(u64::from(delay_seconds)),
+            receipt: None,
+        });
+    id
+}
+
+fn receive_locked(s: &mut State, url: &str, max: usize, visibility: Duration) -> Vec<Received> {
+    let now = Instant::now();
+    let Some(queue) = s.queues.get_mut(url) else {
+        return Vec::new();
+    };
+    let redrive = queue.redrive.clone();
+    let mut out = Vec::new();
+    let mut moved = Vec::new();
+    let mut i = 0;
+    while i < queue.messages.len() && out.len() < max {
+        let m = &mut queue.messages[i];
+        if m.visible_at > now {
+            i += 1;
+            continue;
+        }
+        if let Some((_, max_receives)) = &redrive
+            && m.receive_count >= *max_receives
+        {
+            let mut m = queue.messages.remove(i).expect("index in range");
+            m.receipt = None;
+            m.visible_at = now;
+            moved.push(m);
+            continue;
+        }
+        s.next_id += 1;
+        let receipt = format!("rh-{}-{}", m.message_id, s.next_id);
+        m.receive_count += 1;
+        m.visible_at = now + visibility;
+        m.receipt = Some(receipt.clone());
+        out.push(Received {
+            message_id: m.message_id.clone(),
+            receipt_handle: receipt,
+            body: m.body.clone(),
+            attributes: m.attributes.clone(),
+            group_id: None,
+            receive_count: m.receive_count,
+            sent_timestamp_ms: None,
+        });
+        i += 1;
+    }
+    if let Some((dlq, _)) = redrive {
+        s.queues.entry(dlq).or_default().messages.extend(moved);
+    }
+    out
+}
+
+/// True when the message was deleted; a stale handle deletes nothing (and is no error).
+fn delete_locked(s: &mut State, url: &str, receipt_handle: &str) -> bool {
+    let Some(queue) = s.queues.get_mut(url) else {
+        return false;
+    };
+    match queue
+        .messages
+        .iter()
+        .position(|m| m.receipt.as_deref() == Some(receipt_handle))
+    {
+        Some(pos) => {
+            queue.messages.remove(pos);
+            true
+        }
+        None => false,
+    }
+}
+
+fn change_visibility_locked(
+    s: &mut State,
+    url: &str,
+    receipt_handle: &str,
+    visibility: Duration,
+) -> bool {
+    let Some(queue) = s.queues.get_mut(url) else {
+        return false;
+    };
+    match queue
+        .messages
+        .iter_mut()
+        .find(|m| m.receipt.as_deref() == Some(receipt_handle))
+    {
+        Some(m) => {
+            m.visible_at = Instant::now() + visibility;
+            if visibility.is_zero() {
+                m.receipt = None;
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+fn entry_failure(id: &str) -> EntryFailure {
+    EntryFailure {
+        id: id.to_string(),
+        code: "InternalError".into(),
+        message: "injected by the soak's fault layer".into(),
+        sender_fault: false,
+    }
+}
+
+/// The re-driver's [`Queue`] port on the world.
+#[derive(Clone)]
+pub struct WorldQueue(pub Arc<World>);
+
+impl Queue for WorldQueue {
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        _wait_seconds: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<Received>, PortError> {
+        self.0.kill_point("ReceiveMessage").await;
+        let visibility = Duration::from_secs(visibility_seconds.max(0) as u64);
+        let max = max_messages.clamp(1, 10) as usize;
+        Ok(self
+            .0
+            .call("ReceiveMessage", None, |s, _| {
+                receive_locked(s, queue_url, max, visibility)
+            })
+            .await?)
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        entries: &[SendEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.0.kill_point("SendMessageBatch").await;
+        let lossy = *lock(&self.0.lossy_sends);
+        Ok(self
+            .0
+            .call("SendMessageBatch", Some(entries.len()), |s, failing| {
+                let mut outcome = BatchOutcome::default();
+                for (i, e) in entries.iter().enumerate() {
+                    if failing.contains(&i) {
+                        outcome.failed.push(entry_failure(&e.id));
+                        continue;
+                    }
+                    if lossy > 0.0 && lock(&self.0.rng).next_unit() < lossy {
+                        outcome.succeeded.push(e.id.clone());
+                        continue;
+                    }
+                    push_locked(
+                        s,
+                        queue_url,
+                        &e.body,
+                        e.attributes.clone(),
+                        e.delay_seconds.unwrap_or(0),
+                    );
+                    outcome.succeeded.push(e.id.clone());
+                }
+                outcome
+            })
+            .await?)
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.0.kill_point("DeleteMessageBatch").await;
+        Ok(self
+            .0
+            .call("DeleteMessageBatch", Some(entries.len()), |s, failing| {
+                let mut outcome = BatchOutcome::default();
+                for (i, e) in entries.iter().enumerate() {
+                    if failing.contains(&i) {
+                        outcome.failed.push(entry_failure(&e.id));
+                        continue;
+                    }
+                    delete_locked(s, queue_url, &e.receipt_handle);
+                    outcome.succeeded.push(e.id.clone());
+                }
+                outcome
+            })
+            .await?)
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+        visibility_seconds: i32,
+    ) -> Result<BatchOutcome, PortError> {
+        let visibility = Duration::from_secs(visibility_seconds.max(0) as u64);
+        Ok(self
+            .0
+            .call("ChangeMessageVisibilityBatch", None, |s, _| {
+                let mut outcome = BatchOutcome::default();
+                for e in entries {
+                    if change_visibility_locked(s, queue_url, &e.receipt_handle, visibility) {
+                        outcome.succeeded.push(e.id.clone());
+                    } else {
+                        outcome.failed.push(EntryFailure {
+                            id: e.id.clone(),
+                            code: "ReceiptHandleIsInvalid".into(),
+                            message: "stale receipt handle".into(),
+                            sender_fault: true,
+                        });
+                    }
+                }
+                outcome
+            })
+            .await?)
+    }
+
+    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
+        self.0.kill_point("GetQueueAttributes").await;
+        Ok(self
+            .0
+            .call("GetQueueAttributes", None, |s, _| {
+                let now = Instant::now();
+                let mut d = Depth::default();
+                if let Some(q) = s.queues.get(queue_url) {
+                    for m in &q.messages {
+                        if m.visible_at <= now {
+                            d.visible += 1;
+                        } else if m.receipt.is_some() {
+                            d.in_flight += 1;
+                        } else {
+                            d.delayed += 1;
+                        }
+                    }
+                }
+                d
+            })
+            .await?)
+    }
+}
+
+/// The consumer's [`QueueOps`] port on the world. Queue URLs are `https://sqs.world/<account>/<name>`.
+#[derive(Clone)]
+pub struct WorldOps(pub Arc<World>);
+
+pub const WORLD_HOST: &str = "https://sqs.world";
+
+pub fn world_url(account: &str, name: &str) -> String {
+    format!("{WORLD_HOST}/{account}/{name}")
+}
+
+impl QueueOps for WorldOps {
+    async fn queue_url(
+        &self,
+        name: &str,
+        owner_account: &str,
+    ) -> Result<String, consumer::ports::PortError> {
+        let url = world_url(owner_account, name);
+        Ok(self.0.call("GetQueueUrl", None, |_, _| url.clone()).await?)
+    }
+
+    async fn change_visibility(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        visibility_seconds: u32,
+    ) -> Result<(), consumer::ports::PortError> {
+        let visibility = Duration::from_secs(u64::from(visibility_seconds));
+        let found = self
+            .0
+            .call("ChangeMessageVisibility", None, |s, _| {
+                change_visibility_locked(s, queue_url, receipt_handle, visibility)
+            })
+            .await?;
+        if found {
+            Ok(())
+        } else {
+            Err(consumer::ports::PortError {
+                operation: "ChangeMessageVisibility",
+                code: "ReceiptHandleIsInvalid".into(),
+                message: "stale receipt handle".into(),
+            })
+        }
+    }
+
+    async fn send(
+        &self,
+        queue_url: &str,
+        message: &Outgoing,
+    ) -> Result<String, consumer::ports::PortError> {
+        Ok(self
+            .0
+            .call("SendMessage", None, |s, _| {
+                push_locked(
+                    s,
+                    queue_url,
+                    &message.body,
+                    message.attributes.clone(),
+                    message.delay_seconds.unwrap_or(0),
+                )
+            })
+            .await?)
+    }
+
+    async fn delete(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+    ) -> Result<(), consumer::ports::PortError> {
+        self.0
+            .call("DeleteMessage", None, |s, _| {
+                delete_locked(s, queue_url, receipt_handle);
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// The consumer's idempotency table on the world: the consumer's own [`FakeStore`] (which
+/// evaluates the DynamoDB adapter's claim condition) behind the fault layer, on the world's
+/// clock. The consumer stamps claims with the wall clock; they are moved onto the world's
+/// clock, keeping their durations, so that claims expire as the soak's time passes.
+pub struct WorldStore {
+    pub world: Arc<World>,
+    pub table: FakeStore,
+}
+
+impl WorldStore {
+    pub fn new(world: Arc<World>) -> Self {
+        Self {
+            world,
+            table: FakeStore::new(),
+        }
+    }
+
+    fn on_world_clock(&self, claim: &Claim) -> Claim {
+        let now = self.world.now_ms();
+        Claim {
+            key: claim.key.clone(),
+            token: claim.token.clone(),
+            now_ms: now,
+            expiration_s: now.div_euclid(1000)
+                + (claim.expiration_s - claim.now_ms.div_euclid(1000)),
+            in_progress_expiration_ms: now + (claim.in_progress_expiration_ms - claim.now_ms),
+        }
+    }
+}
+
+impl IdempotencyStore for WorldStore {
+    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, consumer::ports::PortError> {
+        let claim = self.on_world_clock(claim);
+        // The store's own call is synchronous underneath: run it inside the attempt.
+        let table = &self.table;
+        let mut faults = Vec::new();
+        let outcome = self
+            .world
+            .call_counting("PutItem", None, &mut faults, |_, _| {
+                futures_util::FutureExt::now_or_never(table.claim(&claim))
+                    .expect("the in-memory table never waits")
+            })
+            .await;
+        if faults.iter().any(|k| k.applies()) {
+            lock(&self.world.stats).claim_lost.insert(claim.key.clone());
+        }
+        outcome?
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        expiration_s: i64,
+    ) -> Result<(), consumer::ports::PortError> {
+        let mapped = self.on_world_clock(claim);
+        let expiration = mapped.expiration_s + (expiration_s - claim.expiration_s);
+        let table = &self.table;
+        let mut faults = Vec::new();
+        let result = self
+            .world
+            .call_counting("PutItem", None, &mut faults, |_, _| {
+                futures_util::FutureExt::now_or_never(table.complete(&mapped, expiration))
+                    .expect("the in-memory table never waits")
+            })
+            .await;
+        if !faults.is_empty() {
+            lock(&self.world.stats)
+                .completion_faulted
+                .insert(claim.key.clone());
+        }
+        result?
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), consumer::ports::PortError> {
+        let table = &self.table;
+        self.world
+            .call("DeleteItem", None, |_, _| {
+                futures_util::FutureExt::now_or_never(table.release(claim))
+                    .expect("the in-memory table never waits")
+            })
+            .await?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SRC: &str = "https://sqs.world/000000000000/src";
+    const DLQ: &str = "https://sqs.world/000000000000/dlq";
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_received_max_times_moves_to_the_dlq_keeping_its_id() {
+        let world = World::new(1);
+        world.create_queue(DLQ, None);
+        world.create_queue(SRC, Some((DLQ, 2)));
+        let id = world.push(SRC, "b", Attributes::new());
+        for expected_count in 1..=2 {
+            let got = world.receive_direct(SRC, 10, Duration::from_secs(1));
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].receive_count, expected_count);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        assert!(
+            world
+                .receive_direct(SRC, 10, Duration::from_secs(1))
+                .is_empty()
+        );
+        let dlq = world.messages(DLQ);
+        assert_eq!(dlq.len(), 1);
+        assert_eq!(dlq[0].message_id, id);
+        assert_eq!(world.depth(SRC), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_receipt_deletes_nothing() {
+        let world = World::new(1);
+        world.create_queue(SRC, None);
+        world.push(SRC, "b", Attributes::new());
+        let first = world.receive_direct(SRC, 1, Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let second = world.receive_direct(SRC, 1, Duration::from_secs(30));
+        world.delete_direct(SRC, &first[0].receipt_handle);
+        assert_eq!(world.depth(SRC), 1);
+        world.delete_direct(SRC, &second[0].receipt_handle);
+        assert_eq!(world.depth(SRC), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn faults_fail_attempts_and_the_sdk_layer_retries_them() {
+        let world = World::new(5);
+        world.create_queue(SRC, None);
+        world.set_faults(Some(FaultPlan {
+            rate: 1.0,
+            weights: vec![(FaultKind::ResetAfter, 1)],
+            timeout_hold: Duration::ZERO,
+        }));
+        let q = WorldQueue(world.clone());
+        let entry = SendEntry {
+            id: "0".into(),
+            body: "b".into(),
+            attributes: Attributes::new(),
+            delay_seconds: None,
+            group_id: None,
+            dedup_id: None,
+        };
+        let err = q.send_batch(SRC, &[entry]).await.unwrap_err();
+        assert!(err.retryable);
+        // Every attempt took effect although each one failed: three copies, no ack.
+        assert_eq!(world.depth(SRC), 3);
+        let stats = world.stats();
+        assert_eq!(stats.calls["SendMessageBatch"], 3);
+        assert_eq!(stats.sdk_retries, 2);
+        assert_eq!(stats.faults.get(FaultKind::ResetAfter), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_entries_are_not_applied() {
+        let world = World::new(5);
+        world.create_queue(SRC, None);
+        world.set_faults(Some(FaultPlan {
+            rate: 1.0,
+            weights: vec![(FaultKind::BatchEntries, 1)],
+            timeout_hold: Duration::ZERO,
+        }));
+        let q = WorldQueue(world.clone());
+        let entries: Vec<SendEntry> = (0..10)
+            .map(|i| SendEntry {
+                id: i.to_string(),
+                body: "b".into(),
+                attributes: Attributes::new(),
+                delay_seconds: None,
+                group_id: None,
+                dedup_id: None,
+            })
+            .collect();
+        let out = q.send_batch(SRC, &entries).await.unwrap();
+        assert!(!out.failed.is_empty());
+        assert_eq!(out.succeeded.len() + out.failed.len(), 10);
+        assert_eq!(world.depth(SRC), out.succeeded.len() as u64);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn claims_expire_on_the_world_clock() {
+        let world = World::new(1);
+        let store = WorldStore::new(world.clone());
+        let wall = 1_000_000_000_000;
+        let claim = Claim {
+            key: "k".into(),
+            token: "t1".into(),
+            now_ms: wall,
+            expiration_s: wall / 1000 + 86_400,
+            in_progress_expiration_ms: wall + 10_000,
+        };
+        assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
+        let again = Claim {
+            token: "t2".into(),
+            ..claim.clone()
+        };
+        assert!(matches!(
+            store.claim(&again).await.unwrap(),
+            ClaimOutcome::InProgress { .. }
+        ));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(store.claim(&again).await.unwrap(), ClaimOutcome::Claimed);
+    }
+}

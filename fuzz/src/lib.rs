@@ -1,0 +1,3 @@
+//! The fuzz targets' checks (see [`checks`]).
+
+pub mod checks;
