@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::proxy::Proxy;
 use crate::runtime_api::{RuntimeApi, exec, lambda_env, peak_rss_kb};
 
 /// What runs of one function measured.
@@ -17,6 +18,9 @@ pub struct ColdStart {
     pub function: String,
     pub binary: PathBuf,
     pub init_ms: Vec<f64>,
+    /// Of each init, the time its calls waited on the network (the proxy's answered calls
+    /// while the Lambda initialised): the init-time connection warm-up.
+    pub init_network_ms: Vec<f64>,
     pub first_invocation_ms: Vec<f64>,
     pub second_invocation_ms: Vec<f64>,
     pub peak_rss_kb: Vec<u64>,
@@ -44,6 +48,21 @@ impl ColdStart {
         median(&self.init_ms)
     }
 
+    /// Init without the time it waited on the network: what the Lambda itself costs.
+    pub fn init_local(&self) -> f64 {
+        let local: Vec<f64> = self
+            .init_ms
+            .iter()
+            .zip(&self.init_network_ms)
+            .map(|(init, net)| init - net)
+            .collect();
+        median(&local)
+    }
+
+    pub fn init_network(&self) -> f64 {
+        median(&self.init_network_ms)
+    }
+
     pub fn first_invocation(&self) -> f64 {
         median(&self.first_invocation_ms)
     }
@@ -59,11 +78,13 @@ impl ColdStart {
 }
 
 /// Runs `binary` `runs` times. Before each run, `prepare(run)` returns the run's two events
-/// (and sets up what they need); `extra_env` is the function's own configuration.
+/// (and sets up what they need); `extra_env` is the function's own configuration; `network`
+/// is the proxy its AWS calls go through, if any (for the init's network time).
 pub async fn measure<F, Fut>(
     function: &str,
     binary: &Path,
     extra_env: &[(String, String)],
+    network: Option<&Proxy>,
     runs: usize,
     mut prepare: F,
 ) -> ColdStart
@@ -77,7 +98,16 @@ where
         ..ColdStart::default()
     };
     for run in 0..runs {
-        if let Err(why) = one_run(function, binary, extra_env, run, &mut prepare, &mut result).await
+        if let Err(why) = one_run(
+            function,
+            binary,
+            extra_env,
+            network,
+            run,
+            &mut prepare,
+            &mut result,
+        )
+        .await
         {
             result.failures.push(format!("run {run}: {why}"));
         }
@@ -89,6 +119,7 @@ async fn one_run<F, Fut>(
     function: &str,
     binary: &Path,
     extra_env: &[(String, String)],
+    network: Option<&Proxy>,
     run: usize,
     prepare: &mut F,
     result: &mut ColdStart,
@@ -112,6 +143,8 @@ where
         128,
     );
     env.extend(extra_env.iter().cloned());
+    let held = || network.map_or(0.0, |p| p.stats().held_seconds);
+    let held_before = held();
     let (mut child, started) = exec(binary, &env).map_err(|e| format!("exec: {e}"))?;
     let outcome = async {
         // The first `next` is timestamped when it arrives; the loop only notices early
@@ -134,6 +167,7 @@ where
             }
         };
         let init = first.duration_since(started);
+        let init_network = held() - held_before;
         let mut invocations = Vec::new();
         for id in &ids {
             let (took, ok) = api
@@ -147,13 +181,14 @@ where
         }
         // The runtime is back on `next`: its peak so far is the invocation's peak.
         let rss = peak_rss_kb(child.id()).ok_or("no /proc status")?;
-        Ok::<_, String>((init, invocations, rss))
+        Ok::<_, String>((init, init_network, invocations, rss))
     }
     .await;
     let _ = child.kill();
     let _ = child.wait();
-    let (init, invocations, rss) = outcome?;
+    let (init, init_network, invocations, rss) = outcome?;
     result.init_ms.push(init.as_secs_f64() * 1000.0);
+    result.init_network_ms.push(init_network * 1000.0);
     if let Some(d) = invocations.first() {
         result.first_invocation_ms.push(d.as_secs_f64() * 1000.0);
     }

@@ -70,6 +70,9 @@ pub struct ProxyStats {
     /// Time the upstream (the emulator) took to answer, by operation, in seconds: the
     /// emulator's own cost, which the real service does not have.
     pub upstream_seconds: BTreeMap<String, f64>,
+    /// Seconds callers waited on answered calls, from the request read to the answer written
+    /// (latency, connection set-up, the upstream), summed over calls.
+    pub held_seconds: f64,
 }
 
 impl ProxyStats {
@@ -407,6 +410,7 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) -> io::Result<()> {
             return Ok(());
         };
         let body = read_request_body(&mut rd, &head).await?;
+        let received = std::time::Instant::now();
         let (service, op) = operation(&head, &body);
         let write = record_write(service, &op, &body);
         {
@@ -507,6 +511,7 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) -> io::Result<()> {
             out.set_header("connection", "close");
         }
         write_message(&mut wr, &out, &response_body).await?;
+        lock(&shared.stats).held_seconds += received.elapsed().as_secs_f64();
         if close {
             return Ok(());
         }

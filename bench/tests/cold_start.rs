@@ -8,7 +8,7 @@ use serde_json::json;
 #[tokio::test]
 async fn a_bootstrap_is_timed_from_exec_to_its_first_next_and_through_two_invocations() {
     let binary = Path::new(env!("CARGO_BIN_EXE_hello_lambda"));
-    let cs = coldstart::measure("hello", binary, &[], 2, |run| async move {
+    let cs = coldstart::measure("hello", binary, &[], None, 2, |run| async move {
         vec![json!({"run": run}), json!({"run": run, "second": true})]
     })
     .await;
@@ -23,7 +23,7 @@ async fn a_bootstrap_is_timed_from_exec_to_its_first_next_and_through_two_invoca
 #[tokio::test]
 async fn a_binary_that_never_asks_for_work_is_reported_not_timed() {
     // `true` exits at once without calling the Runtime API.
-    let cs = coldstart::measure("true", Path::new("/bin/true"), &[], 1, |_| async {
+    let cs = coldstart::measure("true", Path::new("/bin/true"), &[], None, 1, |_| async {
         vec![json!({})]
     })
     .await;

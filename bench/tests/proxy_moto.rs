@@ -66,6 +66,9 @@ async fn calls_are_counted_by_operation_and_delayed_by_the_latency() {
     assert_eq!(stats.empty_receives, 1);
     assert_eq!(stats.sdk_retries, 0);
     assert_eq!(stats.total_calls(), 3);
+    // the callers waited at least the latency on each call, and not longer than they ran
+    assert!(stats.held_seconds >= 3.0 * 0.050, "{}", stats.held_seconds);
+    assert!(stats.held_seconds <= started.elapsed().as_secs_f64());
 }
 
 #[tokio::test]

@@ -350,7 +350,7 @@ async fn cold_section(o: &Options, report: &mut Report) {
     let runs = o.cold_runs;
 
     eprintln!("bench: cold start, hello_lambda...");
-    let hello_cs = coldstart::measure("hello", &hello, &[], runs, |_| async {
+    let hello_cs = coldstart::measure("hello", &hello, &[], None, runs, |_| async {
         vec![json!({}), json!({})]
     })
     .await;
@@ -364,14 +364,21 @@ async fn cold_section(o: &Options, report: &mut Report) {
         ("METRIC_NAMESPACE", "RedriveBench".into()),
         ("RUST_LOG", "info".into()),
     ]);
-    let redriver_cs = coldstart::measure("redriver", &redriver, &redriver_env, runs, |_| {
-        let direct = direct.clone();
-        let dlq = queues.dlq_url.clone();
-        async move {
-            preload(&direct, &dlq, 20).await;
-            vec![json!({"maxMessages": 10}), json!({"maxMessages": 10})]
-        }
-    })
+    let redriver_cs = coldstart::measure(
+        "redriver",
+        &redriver,
+        &redriver_env,
+        Some(&proxy),
+        runs,
+        |_| {
+            let direct = direct.clone();
+            let dlq = queues.dlq_url.clone();
+            async move {
+                preload(&direct, &dlq, 20).await;
+                vec![json!({"maxMessages": 10}), json!({"maxMessages": 10})]
+            }
+        },
+    )
     .await;
 
     eprintln!("bench: cold start, consumer...");
@@ -386,7 +393,7 @@ async fn cold_section(o: &Options, report: &mut Report) {
         ("RUST_LOG", "info".into()),
     ]);
     let source_arn = queues.source_arn.clone();
-    let consumer_cs = coldstart::measure("consumer", &consumer, &consumer_env, runs, |run| {
+    let consumer_cs = coldstart::measure("consumer", &consumer, &consumer_env, Some(&proxy), runs, |run| {
         let arn = source_arn.clone();
         async move {
             (0..2)
@@ -421,7 +428,21 @@ async fn cold_section(o: &Options, report: &mut Report) {
                 "ms",
             )
             .fraction()
-            .note("published hello world: 13-18 ms init on Lambda"),
+            .note(format!(
+                "published hello world: 13-18 ms init on Lambda; {:.1} ms of it waiting on the init-time warm-up call",
+                cs.init_network()
+            )),
+        );
+        report.rows.push(
+            Row::new(
+                &section,
+                &format!("{name}: init less its network wait"),
+                cs.init_local(),
+                hello_cs.init(),
+                "ms",
+            )
+            .fraction()
+            .note("what the binary itself costs: loading, configuration, SDK clients"),
         );
         report.rows.push(
             Row::new(
