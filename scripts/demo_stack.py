@@ -24,31 +24,12 @@ import sys
 from pathlib import Path
 
 import boto3
-import yaml
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "infra" / "templates" / "resources.yaml"
+INFRA = Path(__file__).resolve().parents[1] / "infra"
+TEMPLATE = INFRA / "templates" / "resources.yaml"
 
-
-# ---------------------------------------------------------------- CloudFormation YAML
-class _CfnLoader(yaml.SafeLoader):
-    pass
-
-
-def _intrinsic(loader: yaml.Loader, tag_suffix: str, node: yaml.Node):
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    if tag_suffix == "Ref":
-        return {"Ref": value}
-    if tag_suffix == "GetAtt" and isinstance(value, str):
-        value = value.split(".", 1)
-    return {f"Fn::{tag_suffix}": value}
-
-
-_CfnLoader.add_multi_constructor("!", _intrinsic)
+sys.path.insert(0, str(INFRA))
+import cfn_yaml  # noqa: E402 - infra/cfn_yaml.py, shared with the infra tests
 
 
 class Resolver:
@@ -168,7 +149,7 @@ def main() -> int:
     cfn = session.client("cloudformation")
     sqs = session.client("sqs")
     text = TEMPLATE.read_text(encoding="utf-8")
-    template = yaml.load(text, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    template = cfn_yaml.loads(text)
 
     cfn.create_stack(
         StackName=args.stack,

@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 
 import boto3
-import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
@@ -24,6 +23,9 @@ WIRING_TEMPLATE = TEMPLATES / "wiring.yaml"
 GUARD_RULES = INFRA / "policy" / "redrive.guard"
 GUARD_TESTS = INFRA / "policy" / "redrive_tests.yaml"
 REGION = "eu-west-1"
+
+sys.path.insert(0, str(INFRA))
+import cfn_yaml  # noqa: E402 - infra/cfn_yaml.py, shared with scripts/demo_stack.py
 
 
 def venv_bin() -> Path:
@@ -56,31 +58,9 @@ def cfn_guard() -> str:
 
 
 # ---------------------------------------------------------------- CloudFormation YAML
-class _CfnLoader(yaml.SafeLoader):
-    pass
-
-
-def _intrinsic(loader: yaml.Loader, tag_suffix: str, node: yaml.Node):
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    if tag_suffix == "Ref":
-        return {"Ref": value}
-    if tag_suffix == "GetAtt" and isinstance(value, str):
-        value = value.split(".", 1)
-    return {f"Fn::{tag_suffix}": value}
-
-
-_CfnLoader.add_multi_constructor("!", _intrinsic)
-
-
 def load_template(path: Path) -> dict:
     """A template in the long JSON form (short-form tags such as !Ref expanded)."""
-    with open(path, encoding="utf-8") as f:
-        return yaml.load(f, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    return cfn_yaml.load(path)
 
 
 def write_json(data: dict, directory: Path, name: str) -> Path:

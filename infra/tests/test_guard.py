@@ -17,7 +17,6 @@ import tempfile
 import unittest
 from pathlib import Path
 
-import yaml
 
 import support
 
@@ -74,7 +73,7 @@ class RuleUnitTests(unittest.TestCase):
         self.assertGreaterEqual(len(report["test_cases"]), len(rule_names()))
 
     def test_every_rule_has_an_input_it_must_fail(self):
-        cases = yaml.load(support.GUARD_TESTS.read_text(encoding="utf-8"), Loader=support._CfnLoader)
+        cases = support.cfn_yaml.loads(support.GUARD_TESTS.read_text(encoding="utf-8"))
         with_failing_example = {
             rule for case in cases for rule, expected in case["expectations"]["rules"].items() if expected == "FAIL"
         }
