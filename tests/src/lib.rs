@@ -32,7 +32,7 @@ pub use moto::{Moto, REGION, moto, moto_fast_clock};
 pub use names::unique_name;
 pub use sqs::{
     QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string, drain_all,
-    queue_attributes, queue_depth, receive_raw, send_fifo, send_raw, wait_for_depth,
+    queue_attributes, queue_depth, receive_raw, send_fifo, send_raw, sqs_event, wait_for_depth,
 };
 
 /// The workspace root (the directory holding the root `Cargo.toml`).

@@ -10,7 +10,9 @@ use aws_sdk_sqs::types::{
     QueueAttributeName,
 };
 
-use crate::unique_name;
+use serde_json::{Map, Value, json};
+
+use crate::{REGION, unique_name};
 
 /// 14 days, the SQS maximum: the retention of the terminal queues (DLQ, poison).
 pub const TERMINAL_RETENTION_SECONDS: &str = "1209600";
@@ -315,4 +317,54 @@ pub fn attr_custom(data_type: &str, value: &str) -> MessageAttributeValue {
         .string_value(value)
         .build()
         .expect("data type is set")
+}
+
+/// The Lambda SQS event for received messages, as the event source mapping builds it: records
+/// with their system attributes, message attributes (binary values in base64) and checksums.
+pub fn sqs_event(messages: &[Message], source_arn: &str) -> Value {
+    let records: Vec<Value> = messages.iter().map(|m| sqs_record(m, source_arn)).collect();
+    json!({ "Records": records })
+}
+
+fn sqs_record(m: &Message, source_arn: &str) -> Value {
+    let system: Map<String, Value> = m
+        .attributes()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str().to_string(), Value::String(v.clone())))
+        .collect();
+    let attributes: Map<String, Value> = m
+        .message_attributes()
+        .into_iter()
+        .flatten()
+        .map(|(name, v)| {
+            let mut a = json!({
+                "dataType": v.data_type(),
+                "stringListValues": [],
+                "binaryListValues": [],
+            });
+            if let Some(s) = v.string_value() {
+                a["stringValue"] = Value::String(s.to_string());
+            }
+            if let Some(b) = v.binary_value() {
+                a["binaryValue"] = Value::String(aws_smithy_types::base64::encode(b.as_ref()));
+            }
+            (name.clone(), a)
+        })
+        .collect();
+    let mut record = json!({
+        "messageId": m.message_id(),
+        "receiptHandle": m.receipt_handle(),
+        "body": m.body(),
+        "attributes": system,
+        "messageAttributes": attributes,
+        "md5OfBody": m.md5_of_body(),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": source_arn,
+        "awsRegion": REGION,
+    });
+    if let Some(md5) = m.md5_of_message_attributes() {
+        record["md5OfMessageAttributes"] = json!(md5);
+    }
+    record
 }

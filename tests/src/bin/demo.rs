@@ -37,9 +37,10 @@ use aws_sdk_sqs::types::{
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use redrive_tests::{
-    Downstream, LambdaWatch, Mode, REGION, WatchOptions, fixture, moto, venv_bin, workspace_root,
+    Downstream, LambdaWatch, Mode, REGION, WatchOptions, fixture, moto, sqs_event, venv_bin,
+    workspace_root,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 // ---------------------------------------------------------------- the incident, demo-sized
 const ORDERS: usize = 240;
@@ -675,77 +676,6 @@ async fn delete_from_source(demo: &Demo, messages: &[&Message]) {
         demo.console
             .event(&format!("event source: DeleteMessageBatch failed: {e:?}"));
     }
-}
-
-/// The Lambda SQS event for received messages, as the event source mapping builds it.
-fn sqs_event(messages: &[Message], source_arn: &str) -> Value {
-    let records: Vec<Value> = messages
-        .iter()
-        .map(|m| {
-            let attributes: Map<String, Value> = m
-                .attributes()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.as_str().to_string(), json!(v)))
-                .collect();
-            let message_attributes: Map<String, Value> = m
-                .message_attributes()
-                .into_iter()
-                .flatten()
-                .map(|(name, v)| {
-                    let mut a = json!({
-                        "dataType": v.data_type(),
-                        "stringListValues": [],
-                        "binaryListValues": [],
-                    });
-                    if let Some(s) = v.string_value() {
-                        a["stringValue"] = json!(s);
-                    }
-                    if let Some(b) = v.binary_value() {
-                        a["binaryValue"] = json!(base64(b.as_ref()));
-                    }
-                    (name.clone(), a)
-                })
-                .collect();
-            let mut record = json!({
-                "messageId": m.message_id(),
-                "receiptHandle": m.receipt_handle(),
-                "body": m.body(),
-                "attributes": attributes,
-                "messageAttributes": message_attributes,
-                "md5OfBody": m.md5_of_body(),
-                "eventSource": "aws:sqs",
-                "eventSourceARN": source_arn,
-                "awsRegion": REGION,
-            });
-            if let Some(md5) = m.md5_of_message_attributes() {
-                record["md5OfMessageAttributes"] = json!(md5);
-            }
-            record
-        })
-        .collect();
-    json!({ "Records": records })
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// The `x-redrive` metadata of a message, if any.

@@ -12,8 +12,8 @@ use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
 use consumer::aws::{DynamoDbStore, SqsOps};
 use consumer::{BatchResponse, Consumer, HttpProcessor};
 use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
-use redrive_tests::{Downstream, QueueSet, REGION, create_idempotency_table, moto, receive_raw};
-use serde_json::{Map, Value, json};
+use redrive_tests::{Downstream, QueueSet, create_idempotency_table, moto, receive_raw, sqs_event};
+use serde_json::Value;
 
 pub type HttpConsumer = Consumer<DynamoDbStore, SqsOps, HttpProcessor>;
 
@@ -184,52 +184,6 @@ pub async fn comes_back(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     got
-}
-
-/// A Lambda SQS event as the event source mapping builds it, from messages received with all
-/// message and system attributes.
-pub fn sqs_event(messages: &[SqsMessage], source_arn: &str) -> Value {
-    let records: Vec<Value> = messages.iter().map(|m| sqs_record(m, source_arn)).collect();
-    json!({ "Records": records })
-}
-
-fn sqs_record(m: &SqsMessage, source_arn: &str) -> Value {
-    let system: Map<String, Value> = m
-        .attributes()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.as_str().to_string(), Value::String(v.clone())))
-        .collect();
-    let attributes: Map<String, Value> = m
-        .message_attributes()
-        .into_iter()
-        .flatten()
-        .map(|(name, v)| {
-            let mut a = json!({
-                "dataType": v.data_type(),
-                "stringListValues": [],
-                "binaryListValues": [],
-            });
-            if let Some(s) = v.string_value() {
-                a["stringValue"] = Value::String(s.to_string());
-            }
-            if let Some(b) = v.binary_value() {
-                a["binaryValue"] = Value::String(aws_smithy_types::base64::encode(b.as_ref()));
-            }
-            (name.clone(), a)
-        })
-        .collect();
-    json!({
-        "messageId": m.message_id(),
-        "receiptHandle": m.receipt_handle(),
-        "body": m.body(),
-        "attributes": system,
-        "messageAttributes": attributes,
-        "md5OfBody": m.md5_of_body(),
-        "eventSource": "aws:sqs",
-        "eventSourceARN": source_arn,
-        "awsRegion": REGION,
-    })
 }
 
 pub fn now_ms() -> i64 {
