@@ -16,12 +16,35 @@ message it receives or sends. At 1,000 messages that is 8 million calls and abou
 CPU in a drain, an emulator cost that AWS does not have and that hides the latency the
 benchmarks measure. The flag gives the SQS model the same clock read through `time.time()`;
 a call with an explicit datetime still goes to moto's function. Nothing else changes.
+
+Always: moto's DynamoDB checks a write's condition and then applies it without a lock, so two
+concurrent conditional PutItems on one key can both succeed under a threaded server, which
+DynamoDB never allows (a conditional write is atomic). The launcher serialises moto's DynamoDB
+writes behind one lock, so that the consumer's idempotency claims meet DynamoDB's semantics.
 """
 
 import logging
 import os
 import sys
 import time
+
+
+def serialise_dynamodb_writes() -> None:
+    import functools
+    import threading
+
+    from moto.dynamodb.models import DynamoDBBackend
+
+    lock = threading.RLock()
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items", "get_item"):
+        unlocked = getattr(DynamoDBBackend, name)
+
+        @functools.wraps(unlocked)
+        def locked(*args, __unlocked=unlocked, **kwargs):
+            with lock:
+                return __unlocked(*args, **kwargs)
+
+        setattr(DynamoDBBackend, name, locked)
 
 
 def use_fast_clock() -> None:
@@ -43,6 +66,7 @@ def main() -> None:
     if os.environ.get("REDRIVE_MOTO_VERBOSE") != "1":
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
+    serialise_dynamodb_writes()
     if "--fast-clock" in sys.argv[1:]:
         use_fast_clock()
 

@@ -24,14 +24,21 @@ impl SplitMix64 {
         Self(seed)
     }
 
-    /// Seeded from the clock and a stack address: different per process and per call site.
+    /// Seeded from std's per-process random hash keys (drawn from the OS once per thread, then
+    /// advanced for every `RandomState`), the clock and a process-wide counter: different per
+    /// process and per call, also for two calls in the same nanosecond.
     pub fn from_entropy() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static CALLS: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
+            .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let local = 0u8;
-        Self(nanos ^ (std::ptr::addr_of!(local) as u64).rotate_left(32))
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+        Self(h.finish())
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -239,6 +246,16 @@ pub fn whole_seconds(raw: f64, max: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entropy_seeds_differ_call_after_call() {
+        // The consumer's claim tokens come from these seeds: two instances in one process
+        // (or one nanosecond) must never share one.
+        let firsts: std::collections::HashSet<u64> = (0..10_000)
+            .map(|_| SplitMix64::from_entropy().next_u64())
+            .collect();
+        assert_eq!(firsts.len(), 10_000);
+    }
     use proptest::prelude::*;
 
     fn policy(jitter: Jitter) -> Backoff {

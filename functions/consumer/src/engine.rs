@@ -196,6 +196,8 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         config: ConsumerConfig,
         settings: Settings,
     ) -> Self {
+        // Claim tokens must never repeat across instances: a claim that finds its own token on
+        // an IN_PROGRESS record takes it for its own (a retried write whose answer was lost).
         let mut rng = SplitMix64::from_entropy();
         let token_prefix = rng.next_u64();
         Self {
