@@ -41,6 +41,10 @@ pub struct Settings {
     /// How long a claim lasts when the invocation has no usable deadline (a local emulator
     /// reports one in the past): the longest a Lambda invocation can run.
     pub fallback_claim: Duration,
+    /// Further tries of a COMPLETED write that failed (beyond the SDK's own retries), each
+    /// after twice the previous wait, from `complete_retry_base`, while the claim holds.
+    pub complete_retries: u32,
+    pub complete_retry_base: Duration,
 }
 
 impl Default for Settings {
@@ -48,6 +52,8 @@ impl Default for Settings {
         Self {
             max_concurrency: 10,
             fallback_claim: Duration::from_secs(900),
+            complete_retries: 3,
+            complete_retry_base: Duration::from_millis(100),
         }
     }
 }
@@ -421,6 +427,46 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         }
     }
 
+    /// Writes COMPLETED after the side effect, retrying a failed write while the claim holds:
+    /// until it lands, a duplicate copy that arrives after the claim expires would repeat the
+    /// side effect (with the same `Idempotency-Key`).
+    async fn complete(&self, message: &Message, key: &IdempotencyKey, claim: &Claim) {
+        let mut wait = self.settings.complete_retry_base;
+        let mut tries_left = self.settings.complete_retries;
+        loop {
+            let Err(e) = self
+                .store
+                .complete(claim, self.expiration_s(now_ms()))
+                .await
+            else {
+                return;
+            };
+            let retry_at = now_ms().saturating_add(wait.as_millis() as i64);
+            if tries_left == 0 || retry_at >= claim.in_progress_expiration_ms {
+                // The side effect happened: reporting a failure would repeat it. The claim
+                // stays IN_PROGRESS until it expires, which blocks nothing once this message
+                // is deleted.
+                tracing::error!(
+                    message_id = %message.message_id,
+                    key = %key,
+                    error = %e,
+                    "processed, but the COMPLETED record could not be written"
+                );
+                return;
+            }
+            tracing::warn!(
+                message_id = %message.message_id,
+                key = %key,
+                error = %e,
+                retry_in_ms = wait.as_millis() as u64,
+                "COMPLETED write failed; retrying"
+            );
+            tokio::time::sleep(wait).await;
+            wait *= 2;
+            tries_left -= 1;
+        }
+    }
+
     async fn run_keyed(
         &self,
         message: &Message,
@@ -479,21 +525,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             });
         match result {
             Ok(()) => {
-                if let Err(e) = self
-                    .store
-                    .complete(&claim, self.expiration_s(now_ms()))
-                    .await
-                {
-                    // The side effect happened: reporting a failure would repeat it. The claim
-                    // stays IN_PROGRESS until it expires, which blocks nothing once this
-                    // message is deleted.
-                    tracing::error!(
-                        message_id = %message.message_id,
-                        key = %key,
-                        error = %e,
-                        "processed, but the COMPLETED record could not be written"
-                    );
-                }
+                self.complete(message, key, &claim).await;
                 Outcome::Processed
             }
             Err(ProcessError::Transient {

@@ -730,12 +730,16 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
         FakeQueue::new(),
         ScriptedProcessor::default(),
     );
-    store.fail_next("complete");
+    // the write and its three retries all fail
+    for _ in 0..4 {
+        store.fail_next("complete");
+    }
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let handled = c
         .handle(&event(&[message("m-1", "a")]), in_a_minute())
         .await
         .unwrap();
+    assert_eq!(store.calls.complete.load(Ordering::SeqCst), 4);
     // Reporting it would repeat the side effect as soon as the claim expires.
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(processor.effects("m-1"), 1);
@@ -747,6 +751,51 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
         .unwrap();
     assert_eq!(outcomes(&again), [("m-1", "in-progress")]);
     assert_eq!(processor.total_calls(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_complete_is_retried_until_it_lands() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    store.fail_next("complete");
+    store.fail_next("complete");
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let handled = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    assert!(handled.response.batch_item_failures.is_empty());
+    assert_eq!(store.calls.complete.load(Ordering::SeqCst), 3);
+    assert_eq!(store.record("m-1").unwrap().status, Status::Completed);
+    // a duplicate copy is now recognised at once, whenever it comes
+    let again = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&again), [("m-1", "duplicate")]);
+    assert_eq!(processor.effects("m-1"), 1);
+}
+
+#[tokio::test]
+async fn a_complete_is_not_retried_past_the_claim() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    store.fail_next("complete");
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    // 50 ms left: less than the first retry's 100 ms wait
+    let handled = c
+        .handle(&event(&[message("m-1", "a")]), (now_ms() + 50) as u64)
+        .await
+        .unwrap();
+    assert!(handled.response.batch_item_failures.is_empty());
+    assert_eq!(store.calls.complete.load(Ordering::SeqCst), 1);
+    assert_eq!(store.record("m-1").unwrap().status, Status::InProgress);
 }
 
 #[tokio::test]
