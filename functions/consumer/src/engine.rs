@@ -506,6 +506,10 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                     error = %e,
                     "idempotency store unavailable; not processed"
                 );
+                // The claim may have been written with only its answer lost: release it (a
+                // delete conditioned on this claim's token, a no-op otherwise), so that the
+                // retry is not held off by our own claim until it expires.
+                self.release(&claim).await;
                 let visibility_seconds = self.retry_later(message, None).await;
                 return Outcome::Retry {
                     code: STORE_UNAVAILABLE.into(),

@@ -754,6 +754,31 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
 }
 
 #[tokio::test]
+async fn a_claim_written_but_answered_with_an_error_is_released_for_the_retry() {
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    store.lose_next_claim_reply();
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let first = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    assert_eq!(first.response.failed_ids(), ["m-1"]);
+    assert_eq!(processor.total_calls(), 0);
+    // the claim that did land was released with its token: nothing holds the key
+    assert!(store.record("m-1").is_none());
+    let retry = c
+        .handle(&event(&[message("m-1", "a")]), in_a_minute())
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&retry), [("m-1", "processed")]);
+    assert_eq!(processor.effects("m-1"), 1);
+}
+
+#[tokio::test]
 async fn a_failed_complete_is_retried_until_it_lands() {
     let (store, queue, processor) = (
         FakeStore::new(),

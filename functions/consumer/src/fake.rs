@@ -66,6 +66,8 @@ impl StoreCalls {
 pub struct FakeStore {
     records: Mutex<HashMap<String, Record>>,
     faults: Mutex<HashMap<&'static str, VecDeque<PortError>>>,
+    /// Claims that are applied and then answered with an error (the reply was lost).
+    lost_claim_replies: Mutex<u32>,
     down: Mutex<bool>,
     pub calls: StoreCalls,
 }
@@ -97,6 +99,12 @@ impl FakeStore {
             .entry(operation)
             .or_default()
             .push_back(unavailable(operation));
+    }
+
+    /// The next claim is applied, but its caller gets an error: the answer was lost (a
+    /// timeout or a reset after DynamoDB wrote it) and every retry failed too.
+    pub fn lose_next_claim_reply(&self) {
+        *lock(&self.lost_claim_replies) += 1;
     }
 
     /// Every call fails while down.
@@ -153,6 +161,11 @@ impl IdempotencyStore for FakeStore {
                 token: Some(claim.token.clone()),
             },
         );
+        let mut lost = lock(&self.lost_claim_replies);
+        if *lost > 0 {
+            *lost -= 1;
+            return Err(unavailable("claim"));
+        }
         Ok(ClaimOutcome::Claimed)
     }
 
