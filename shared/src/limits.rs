@@ -132,6 +132,38 @@ pub fn split_fifo_batches<T>(
     split_batches_by(entries, size, group)
 }
 
+/// FIFO order across batches: once an entry of a message group was not acknowledged, no later
+/// entry of that group may be sent in the same run (it would overtake the failed one). Batches
+/// come from [`split_fifo_batches`]; each batch is split with [`HeldGroups::partition`] before
+/// it is sent, and every entry that was not acknowledged is recorded with [`HeldGroups::hold`].
+#[derive(Debug, Clone, Default)]
+pub struct HeldGroups(HashSet<String>);
+
+impl HeldGroups {
+    /// Splits a batch into the entries that may be sent now and those held behind an earlier
+    /// failure of their group, keeping the order of each.
+    pub fn partition<T>(
+        &self,
+        batch: Vec<T>,
+        group: impl Fn(&T) -> Option<&str>,
+    ) -> (Vec<T>, Vec<T>) {
+        batch
+            .into_iter()
+            .partition(|e| group(e).is_none_or(|g| !self.0.contains(g)))
+    }
+
+    /// An entry of `group` was not acknowledged: the group is held from now on.
+    pub fn hold(&mut self, group: Option<&str>) {
+        if let Some(g) = group {
+            self.0.insert(g.to_string());
+        }
+    }
+
+    pub fn is_held(&self, group: &str) -> bool {
+        self.0.contains(group)
+    }
+}
+
 fn split_batches_by<T>(
     entries: Vec<T>,
     size: impl Fn(&T) -> usize,
@@ -282,6 +314,19 @@ mod tests {
                 vec![("a", 3)]
             ]
         );
+    }
+
+    #[test]
+    fn a_group_that_failed_is_held_for_the_rest_of_the_run() {
+        let mut held = HeldGroups::default();
+        let entries = vec![("a", 1), ("b", 1), ("a", 2), ("c", 1)];
+        let batches = split_fifo_batches(entries, |_| 1, |e| Some(e.0));
+        let (send, hold) = held.partition(batches[0].clone(), |e| Some(e.0));
+        assert_eq!((send, hold), (vec![("a", 1), ("b", 1)], vec![]));
+        held.hold(Some("a"));
+        let (send, hold) = held.partition(batches[1].clone(), |e| Some(e.0));
+        assert_eq!((send, hold), (vec![("c", 1)], vec![("a", 2)]));
+        assert!(held.is_held("a") && !held.is_held("b"));
     }
 
     proptest! {
