@@ -3,7 +3,8 @@
 
 use crate::attributes::{Attributes, message_size};
 use crate::backoff::{Backoff, RandomSource};
-use crate::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
+use crate::key::sha256_hex;
+use crate::limits::{MAX_ATTRIBUTES, MAX_FIFO_ID_LEN, MAX_MESSAGE_BYTES};
 use crate::meta::{IsolationReason, MetaSource, RedriveMeta};
 use crate::timefmt::rfc3339_from_millis;
 
@@ -177,7 +178,7 @@ pub fn decide(
         let poison_fifo = policy.poison_fifo;
         return Decision::Isolate(IsolationPlan {
             reason,
-            dedup_id: poison_fifo.then(|| dedup_id(&meta.original_message_id, meta.attempt, "p")),
+            dedup_id: poison_fifo.then(|| dedup_id(message.message_id, "p")),
             group_id: group_for(poison_fifo),
             meta: RedriveMeta {
                 isolated_at: Some(now),
@@ -197,7 +198,7 @@ pub fn decide(
             group_id: group_for(policy.source_fifo),
             dedup_id: policy
                 .source_fifo
-                .then(|| dedup_id(&stamped_meta.original_message_id, attempt, "r")),
+                .then(|| dedup_id(message.message_id, "r")),
             meta: stamped_meta,
             attributes: stamped,
             read_from,
@@ -207,7 +208,7 @@ pub fn decide(
             group_id: group_for(policy.poison_fifo),
             dedup_id: policy
                 .poison_fifo
-                .then(|| dedup_id(&stamped_meta.original_message_id, stamped_meta.attempt, "p")),
+                .then(|| dedup_id(message.message_id, "p")),
             meta: stamped_meta,
             stamped: true,
             attributes: stamped,
@@ -216,10 +217,26 @@ pub fn decide(
     }
 }
 
-/// FIFO deduplication id from the chain's original id and the attempt: a crash-and-retry of the
-/// same redrive is deduplicated by SQS, while the next attempt is a new message.
-pub fn dedup_id(original_message_id: &str, attempt: u32, kind: &str) -> String {
-    format!("{original_message_id}-{kind}{attempt}")
+/// FIFO `MessageDeduplicationId` of a move of one received message: `kind` (`r` to the source,
+/// `p` to the poison queue) and the MessageId of the copy being moved. A retry of the same
+/// received message (a crash between send and delete) is deduplicated by SQS; every later move
+/// is a new message, even of a chain that `redrive replay` restarted at attempt 0 with the same
+/// `originalMessageId` and the same attempt numbers.
+///
+/// Total: SQS MessageIds are UUIDs and are used as they are; an id that is not 1 to 128
+/// characters of ASCII letters, digits and punctuation with its prefix is replaced by the hex
+/// SHA-256 of its text, so the result is always a valid deduplication id.
+pub fn dedup_id(moved_message_id: &str, kind: &str) -> String {
+    let plain = format!("{kind}-{moved_message_id}");
+    let valid = !moved_message_id.is_empty()
+        && plain.len() <= MAX_FIFO_ID_LEN
+        && plain.bytes().all(|b| b.is_ascii_graphic());
+    if valid {
+        plain
+    } else {
+        // "h" marks a digested id, so that it never equals a plain one.
+        format!("{kind}h{}", sha256_hex(moved_message_id.as_bytes(), 32))
+    }
 }
 
 #[cfg(test)]
@@ -494,7 +511,7 @@ mod tests {
         };
         assert_eq!(plan.delay_seconds, None);
         assert_eq!(plan.group_id.as_deref(), Some("customer-7"));
-        assert_eq!(plan.dedup_id, Some(format!("{ORIG}-r2")));
+        assert_eq!(plan.dedup_id.as_deref(), Some("r-m-now"));
         let out = Outgoing {
             body: m.body.clone(),
             attributes: plan.attributes.clone(),
@@ -504,7 +521,7 @@ mod tests {
         };
         assert_eq!(out.validate(true), Ok(()));
         // The same message decided twice (a retry after a crash) gets the same dedup id.
-        assert_eq!(run(&m, &p).dedup_id(), Some(format!("{ORIG}-r2").as_str()));
+        assert_eq!(run(&m, &p).dedup_id(), Some("r-m-now"));
 
         let iso = RedriveMeta {
             attempt: 3,
@@ -516,7 +533,83 @@ mod tests {
             panic!()
         };
         assert_eq!(plan.group_id.as_deref(), Some("customer-7"));
-        assert_eq!(plan.dedup_id, Some(format!("{ORIG}-p3")));
+        assert_eq!(plan.dedup_id.as_deref(), Some("p-m-now"));
+    }
+
+    fn run_as(message_id: &str, m: &Msg, p: &Policy) -> Decision {
+        let view = ReceivedMessage {
+            message_id,
+            ..m.view()
+        };
+        decide(&view, p, NOW, &mut Fixed(0.5))
+    }
+
+    #[test]
+    fn item_01_fifo_dedup_id_follows_the_moved_message_not_the_chain() {
+        let p = Policy {
+            source_fifo: true,
+            poison_fifo: true,
+            ..policy()
+        };
+        // A chain replayed at attempt 0 and redriven again: the same originalMessageId and the
+        // same next attempt, but a new received copy (a new MessageId).
+        let mut m = message(with_meta(&RedriveMeta::fresh(ORIG)));
+        m.group_id = Some("customer-7".into());
+        let first = run_as("dlq-copy-1", &m, &p);
+        let after_replay = run_as("dlq-copy-2", &m, &p);
+        assert!(first.is_redrive() && after_replay.is_redrive());
+        assert_eq!(first.meta().attempt, after_replay.meta().attempt);
+        assert_ne!(
+            first.dedup_id(),
+            after_replay.dedup_id(),
+            "a later move of the replayed chain must not be deduplicated away"
+        );
+        // A retry of the same received message (crash between send and delete) deduplicates.
+        assert_eq!(first.dedup_id(), run_as("dlq-copy-1", &m, &p).dedup_id());
+
+        // The same for isolation: a replayed-then-isolated copy is a new poison message.
+        let spent = RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let mut m = message(with_meta(&spent));
+        m.group_id = Some("customer-7".into());
+        let a = run_as("dlq-copy-1", &m, &p);
+        let b = run_as("dlq-copy-2", &m, &p);
+        assert!(!a.is_redrive() && !b.is_redrive());
+        assert_ne!(a.dedup_id(), b.dedup_id());
+        assert_eq!(a.dedup_id(), run_as("dlq-copy-1", &m, &p).dedup_id());
+    }
+
+    #[test]
+    fn item_01_dedup_id_is_a_valid_fifo_id_for_any_message_id() {
+        let cases = [
+            "5fea7756-0ea4-451a-a703-a558b933e274".to_string(),
+            String::new(),
+            "has space and é".to_string(),
+            "x".repeat(200),
+            "x".repeat(126),
+        ];
+        for id in &cases {
+            for kind in ["r", "p"] {
+                let out = Outgoing {
+                    body: "b".into(),
+                    attributes: Attributes::new(),
+                    delay_seconds: None,
+                    group_id: Some("g".into()),
+                    dedup_id: Some(dedup_id(id, kind)),
+                };
+                assert_eq!(out.validate(true), Ok(()), "{id:?}");
+            }
+        }
+        // Distinct ids stay distinct, even when they have to be digested.
+        assert_ne!(
+            dedup_id(&"x".repeat(200), "r"),
+            dedup_id(&"x".repeat(201), "r")
+        );
+        assert_ne!(dedup_id("a b", "r"), dedup_id("a_b", "r"));
+        // A move to the source and a move to the poison queue of one message differ.
+        assert_ne!(dedup_id("dlq-copy-1", "r"), dedup_id("dlq-copy-1", "p"));
     }
 
     #[test]

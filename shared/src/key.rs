@@ -1,6 +1,7 @@
 //! Idempotency keys for the consumer: which value of a message identifies its side effect.
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// Keys longer than this are rejected (DynamoDB allows 2048 bytes for a partition key).
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -129,6 +130,19 @@ pub fn derive(
             IdempotencyKey::try_from(text)
         }
     }
+}
+
+/// The first `hex_chars` hex digits (at most 64) of the SHA-256 of `bytes`, lowercase.
+pub fn sha256_hex(bytes: &[u8], hex_chars: usize) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(64);
+    for b in digest.iter() {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    out.truncate(hex_chars.min(64));
+    out
 }
 
 #[cfg(test)]

@@ -471,7 +471,11 @@ async fn fifo_two_groups_keep_their_order_and_get_derived_dedup_ids() {
             .cloned();
         assert_eq!(
             dedup,
-            Some(format!("{}-r1", meta_of(m).original_message_id))
+            // A first redrive: the moved DLQ copy's MessageId is the chain's original id.
+            Some(redrive_shared::decision::dedup_id(
+                &meta_of(m).original_message_id,
+                "r"
+            ))
         );
     }
 }
