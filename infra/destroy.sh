@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # make destroy: removes everything make deploy created, in the reverse order:
 # the wiring stack, both functions (cargo lambda deploy made them, so CloudFormation does not
-# know them), then the resources stack (queues with any messages still in them, the table,
-# topics, alarms, log groups, roles). Re-runnable: what is already gone is skipped.
+# know them), the resources stack (topics, alarms, dashboard, log groups, roles), then the
+# DLQ, the poison queue and the idempotency table, which that stack retains (DeletionPolicy
+# Retain). Refuses, before changing anything, while the DLQ or the poison queue holds
+# messages, unless FORCE=1. Turns the stacks' termination protection off first.
+# Re-runnable: what is already gone is skipped.
 set -euo pipefail
 # shellcheck source=infra/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -17,11 +20,42 @@ WIRING=$(WIRING_STACK)
 check_stack_usable "$WIRING" destroy
 check_stack_usable "$RESOURCES" destroy
 
+# ---------------------------------------------------------------- parked messages
+queue_url() { # NAME: its URL, or nothing when it does not exist
+    aws_ sqs get-queue-url --queue-name "$1" --query QueueUrl --output text 2>/dev/null || true
+}
+queue_depth() { # URL: visible + in flight + delayed
+    aws_ sqs get-queue-attributes --queue-url "$1" --attribute-names ApproximateNumberOfMessages \
+        ApproximateNumberOfMessagesNotVisible ApproximateNumberOfMessagesDelayed \
+        --query 'Attributes.[ApproximateNumberOfMessages,ApproximateNumberOfMessagesNotVisible,ApproximateNumberOfMessagesDelayed]' \
+        --output text | awk '{ print $1 + $2 + $3 }'
+}
+DLQ_URL=$(queue_url "$STACK_NAME-dlq")
+POISON_URL=$(queue_url "$STACK_NAME-poison")
+parked=
+for url in $DLQ_URL $POISON_URL; do
+    depth=$(queue_depth "$url") || die "could not read the depth of $url. Nothing was changed."
+    if [ "$depth" != 0 ]; then parked+="${parked:+, }$url holds $depth"; fi
+done
+if [ -n "$parked" ]; then
+    if [ "${FORCE-}" = 1 ]; then
+        say "FORCE=1: deleting parked messages ($parked)"
+    else
+        die "refusing to destroy: messages are parked ($parked)." \
+            "They are failed deliveries that nobody has handled. Inspect them with 'redrive peek'," \
+            "replay ('redrive replay') or discard ('redrive discard') them, or run FORCE=1 make destroy" \
+            "to delete them with everything else. Nothing was changed."
+    fi
+fi
+
 delete_stack() {
     local stack=$1
     if [ "$(stack_status "$stack")" = NONE ]; then
         say "stack $stack does not exist"
         return 0
+    fi
+    if [ "$(aws_ cloudformation describe-stacks --stack-name "$stack" --query 'Stacks[0].EnableTerminationProtection' --output text)" = True ]; then
+        aws_ cloudformation update-termination-protection --no-enable-termination-protection --stack-name "$stack" >/dev/null
     fi
     say "deleting stack $stack"
     aws_ cloudformation delete-stack --stack-name "$stack"
@@ -57,4 +91,17 @@ delete_stack "$WIRING"
 delete_function "$STACK_NAME-redriver"
 delete_function "$STACK_NAME-consumer"
 delete_stack "$RESOURCES"
+# Retained by the stack (DeletionPolicy Retain): deleted here, after the check above.
+for url in $DLQ_URL $POISON_URL; do
+    aws_ sqs delete-queue --queue-url "$url"
+    say "deleted queue $url"
+done
+if aws_ dynamodb describe-table --table-name "$STACK_NAME-idempotency" >/dev/null 2>&1; then
+    aws_ dynamodb delete-table --table-name "$STACK_NAME-idempotency" >/dev/null
+    aws_ dynamodb wait table-not-exists --table-name "$STACK_NAME-idempotency"
+    say "deleted table $STACK_NAME-idempotency"
+fi
 say "redrive stack $STACK_NAME is removed from $AWS_REGION"
+if [ -n "$DLQ_URL$POISON_URL" ]; then
+    say "SQS refuses these queue names for 60 s; make deploy waits and retries if it meets that."
+fi

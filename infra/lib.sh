@@ -10,7 +10,7 @@ die() {
     printf '\nERROR: %s\n' "$1" >&2
     shift
     local line
-    for line in "$@"; do printf '       %s\n' "$line" >&2; done
+    for line in ${@+"$@"}; do printf '       %s\n' "$line" >&2; done
     exit 1
 }
 
@@ -64,18 +64,29 @@ validate_deploy_config() {
     need_match CONSUMER_TIMEOUT_SECONDS '^(10|15|20|30|45|60|90|120|180|300|600|900)$' \
         "must be one of 10 15 20 30 45 60 90 120 180 300 600 900 (the source queue's visibility timeout is six times it)"
     need_int SOURCE_QUEUE_RETENTION_SECONDS 60 1209600
-    need_int DLQ_AGE_ALARM_SECONDS 300 1036800
-    # A standard queue's DLQ keeps each message's original enqueue time, so the DLQ deletes it
-    # 14 days after it entered the SOURCE queue; the age alarm must be able to fire before that.
-    if ((SOURCE_QUEUE_RETENTION_SECONDS + DLQ_AGE_ALARM_SECONDS >= 1209600)); then
-        die "SOURCE_QUEUE_RETENTION_SECONDS + DLQ_AGE_ALARM_SECONDS must stay below 1209600 (14 days)." \
-            "SQS counts the DLQ's 14-day retention from the message's first enqueue in the source queue," \
-            "so with ${SOURCE_QUEUE_RETENTION_SECONDS} + ${DLQ_AGE_ALARM_SECONDS} s a message can be deleted before the age alarm fires."
+    need_int SOURCE_MAXIMUM_MESSAGE_SIZE 1024 1048576
+    need_int SOURCE_AGE_ALARM_SECONDS 300 1209600
+    if ((SOURCE_AGE_ALARM_SECONDS >= SOURCE_QUEUE_RETENTION_SECONDS)); then
+        die "SOURCE_AGE_ALARM_SECONDS must stay below SOURCE_QUEUE_RETENTION_SECONDS." \
+            "Otherwise the source queue deletes an unconsumed message before its age alarm fires."
     fi
+    need_int DLQ_AGE_ALARM_SECONDS 300 1036800
+    need_int DLQ_FINAL_AGE_ALARM_SECONDS 300 1036800
+    if ((DLQ_AGE_ALARM_SECONDS >= DLQ_FINAL_AGE_ALARM_SECONDS)); then
+        die "DLQ_AGE_ALARM_SECONDS must stay below DLQ_FINAL_AGE_ALARM_SECONDS (first stage, then the last call)."
+    fi
+    # A standard queue's DLQ keeps each message's original enqueue time, so the DLQ deletes it
+    # 14 days after it entered the SOURCE queue; the last age alarm must be able to fire before that.
+    if ((SOURCE_QUEUE_RETENTION_SECONDS + DLQ_FINAL_AGE_ALARM_SECONDS >= 1209600)); then
+        die "SOURCE_QUEUE_RETENTION_SECONDS + DLQ_FINAL_AGE_ALARM_SECONDS must stay below 1209600 (14 days)." \
+            "SQS counts the DLQ's 14-day retention from the message's first enqueue in the source queue," \
+            "so with ${SOURCE_QUEUE_RETENTION_SECONDS} + ${DLQ_FINAL_AGE_ALARM_SECONDS} s a message can be deleted before the age alarm fires."
+    fi
+    need_int POISON_AGE_ALARM_SECONDS 300 1123200
     need_int POISON_REMINDER_HOUR_UTC 0 23
     need_match METRIC_NAMESPACE '^[A-Za-z0-9._#/-]{1,255}$' "letters, digits and . _ # / - (at most 255)"
     case $METRIC_NAMESPACE in AWS/*) die "METRIC_NAMESPACE must not start with AWS/ (reserved for AWS)" ;; esac
-    need_match GUARD_ALARM_NAMES '^[^*?,]+(,[^*?,]+)*$|^$' "comma-separated alarm names without * or ?"
+    need_match GUARD_ALARM_NAMES '^[^*?,]+(,[^*?,]+)*$|^$' "comma-separated alarm names without * or ?, empty (the consumer's errors alarm) or none"
     need_match ALERT_EMAIL '^$|^[^@[:space:]]+@[^@[:space:]]+$' "an e-mail address, or empty"
     need_match LOG_RETENTION_DAYS '^(1|3|5|7|14|30|60|90|120|150|180|365|400|545|731|1096|1827|2192|2557|2922|3288|3653)$' \
         "one of CloudWatch Logs' retention values (1 3 5 7 14 30 60 90 ... 3653)"
@@ -90,6 +101,7 @@ validate_deploy_config() {
     need_int REDRIVER_MEMORY_MB 128 10240
     need_int CONSUMER_MEMORY_MB 128 10240
     need_int REDRIVER_TIMEOUT_SECONDS 10 900
+    need_match REDRIVER_RESERVED_CONCURRENCY '^(1|none)$' "1 (one re-driver at a time) or none (see infra/README.md)"
     need_bool REARM_ALARM
     need_bool DRY_RUN
     need_bool FAST_TRACK_PERMANENT_FAILURES
@@ -119,7 +131,17 @@ find_cargo_lambda() {
     [ -x "${CARGO_LAMBDA:-/nonexistent}" ] || die "cargo-lambda was not found." "Run 'make setup' (it installs cargo-lambda into .venv) or put cargo-lambda on PATH."
 }
 
-aws_() { "$AWS_CLI" --region "$AWS_REGION" "$@"; }
+# AWS CLI v1 (the venv's) replaces the SQS endpoint with its legacy queue.amazonaws.com name
+# unless --endpoint-url is given, ignoring AWS_ENDPOINT_URL for SQS alone; the standard
+# variables are passed on explicitly so that SQS calls reach the same endpoint as the others.
+aws_() {
+    local sqs_endpoint=${AWS_ENDPOINT_URL_SQS:-${AWS_ENDPOINT_URL-}}
+    if [ "${1-}" = sqs ] && [ -n "$sqs_endpoint" ]; then
+        "$AWS_CLI" --region "$AWS_REGION" --endpoint-url "$sqs_endpoint" ${@+"$@"}
+    else
+        "$AWS_CLI" --region "$AWS_REGION" ${@+"$@"}
+    fi
+}
 
 # ---------------------------------------------------------------- region and credentials
 resolve_region() {
@@ -137,9 +159,13 @@ check_credentials() {
     local out
     if ! out=$(aws_ sts get-caller-identity --query '[Account,Arn]' --output text 2>&1); then
         if grep -qiE 'Unable to locate credentials|NoCredentials|could not be found|partial credentials' <<<"$out"; then
+            # The venv's AWS CLI (make setup) is v1, which has no `aws sso login`.
             die "no AWS credentials found." \
-                "Configure them with 'aws configure' or 'aws sso login', or export AWS_PROFILE or" \
-                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, then run this again. Nothing was changed."
+                "Configure them with 'aws configure' (access keys), or export AWS_PROFILE naming a profile" \
+                "in ~/.aws/config, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN)." \
+                "For IAM Identity Center (SSO), log in with an AWS CLI v2 installed separately" \
+                "('aws sso login --profile NAME'; the CLI in .venv is v1 and has no 'sso login')," \
+                "then export AWS_PROFILE=NAME. Run this again then. Nothing was changed."
         fi
         die "the AWS credentials were refused (aws sts get-caller-identity failed). Nothing was changed." \
             "AWS CLI said: $(tr '\n' ' ' <<<"$out")"
@@ -235,26 +261,86 @@ explain_stack_failure() { # STACK ACTION
     esac
 }
 
+# Seconds to wait before retrying after SQS refused a queue name it deleted less than 60 s ago
+# (QueueDeletedRecently), and how often. Tests set the wait to 0.
+QUEUE_NAME_REUSE_WAIT_SECONDS=${QUEUE_NAME_REUSE_WAIT_SECONDS:-65}
+QUEUE_NAME_REUSE_ATTEMPTS=${QUEUE_NAME_REUSE_ATTEMPTS:-3}
+
+failed_reasons() { # STACK: the reasons of its failed events, one per line
+    aws_ cloudformation describe-stack-events --stack-name "$1" \
+        --query "StackEvents[?contains(ResourceStatus,'FAILED')].ResourceStatusReason" \
+        --output text 2>/dev/null || true
+}
+
+# After a failed first creation: delete what the attempt created and kept (DeletionPolicy
+# Retain keeps a queue or a table through the rollback too), then the stack, so that the next
+# attempt starts from nothing. Only resources whose creation completed in this attempt are
+# deleted; they are seconds old and nothing has written to them.
+discard_failed_creation() { # STACK
+    local stack=$1 logical physical status
+    while IFS=$'\t' read -r logical physical status; do
+        [ -n "$physical" ] && [ "$physical" != None ] || continue
+        case $status in CREATE_COMPLETE | DELETE_SKIPPED) ;; *) continue ;; esac
+        case $logical in
+            DeadLetterQueue | PoisonQueue)
+                say "deleting queue $physical, created by the failed attempt"
+                aws_ sqs delete-queue --queue-url "$physical" >/dev/null 2>&1 || true ;;
+            IdempotencyTable)
+                say "deleting table $physical, created by the failed attempt"
+                aws_ dynamodb delete-table --table-name "$physical" >/dev/null 2>&1 || true
+                aws_ dynamodb wait table-not-exists --table-name "$physical" 2>/dev/null || true ;;
+        esac
+    done < <(aws_ cloudformation list-stack-resources --stack-name "$stack" \
+        --query 'StackResourceSummaries[].[LogicalResourceId,PhysicalResourceId,ResourceStatus]' --output text 2>/dev/null || true)
+    aws_ cloudformation delete-stack --stack-name "$stack"
+    aws_ cloudformation wait stack-delete-complete --stack-name "$stack" ||
+        die "could not delete the failed stack $stack before retrying." "See: $(failed_events_hint "$stack")"
+}
+
+# Termination protection on: a stack of this system is deleted by make destroy (which checks
+# that no messages are parked first), not by a stray delete-stack.
+protect_stack() { # STACK
+    if [ "$(aws_ cloudformation describe-stacks --stack-name "$1" --query 'Stacks[0].EnableTerminationProtection' --output text)" != True ]; then
+        aws_ cloudformation update-termination-protection --enable-termination-protection --stack-name "$1" >/dev/null
+    fi
+}
+
 # deploy_stack STACK TEMPLATE PARAMS_JSON_FILE
 deploy_stack() {
-    local stack=$1 template=$2 params=$3 out
+    local stack=$1 template=$2 params=$3 out attempt=1
     local common=(--stack-name "$stack" --template-body "file://$template" --parameters "file://$params"
         --capabilities CAPABILITY_IAM --tags "Key=project,Value=redrive" "Key=redrive:stack,Value=$STACK_NAME")
     if [ "$(stack_status "$stack")" = NONE ]; then
-        say "creating stack $stack"
-        aws_ cloudformation create-stack "${common[@]}" >/dev/null
-        aws_ cloudformation wait stack-create-complete --stack-name "$stack" || explain_stack_failure "$stack" "creation"
+        while :; do
+            say "creating stack $stack"
+            aws_ cloudformation create-stack ${common[@]+"${common[@]}"} >/dev/null
+            aws_ cloudformation wait stack-create-complete --stack-name "$stack" && break
+            # SQS refuses a queue name for 60 s after that queue was deleted (make destroy, then
+            # make deploy): wait and create the stack again.
+            if failed_reasons "$stack" | grep -qE 'QueueDeletedRecently|wait 60 seconds after deleting a queue' &&
+                ((attempt < QUEUE_NAME_REUSE_ATTEMPTS)); then
+                say "SQS refuses a queue name deleted less than 60 s ago (QueueDeletedRecently):" \
+                    "removing the failed stack, retrying in ${QUEUE_NAME_REUSE_WAIT_SECONDS} s (attempt $((attempt + 1)) of $QUEUE_NAME_REUSE_ATTEMPTS)"
+                discard_failed_creation "$stack"
+                sleep "$QUEUE_NAME_REUSE_WAIT_SECONDS"
+                attempt=$((attempt + 1))
+                continue
+            fi
+            explain_stack_failure "$stack" "creation"
+        done
     else
         say "updating stack $stack"
-        if ! out=$(aws_ cloudformation update-stack "${common[@]}" 2>&1); then
+        if ! out=$(aws_ cloudformation update-stack ${common[@]+"${common[@]}"} 2>&1); then
             if grep -q 'No updates are to be performed' <<<"$out"; then
                 say "stack $stack is up to date"
+                protect_stack "$stack"
                 return 0
             fi
             die "update of stack $stack was refused." "AWS CLI said: $(tr '\n' ' ' <<<"$out")"
         fi
         aws_ cloudformation wait stack-update-complete --stack-name "$stack" || explain_stack_failure "$stack" "update"
     fi
+    protect_stack "$stack"
 }
 
 # Writes a CloudFormation parameters file from KEY=VALUE arguments (values are pre-validated:
@@ -264,7 +350,7 @@ write_params() {
     shift
     {
         printf '['
-        for kv in "$@"; do
+        for kv in ${@+"$@"}; do
             case $kv in *'"'* | *\\*) die "stack parameter ${kv%%=*} must not contain \" or \\" ;; esac
             [ $first = 1 ] || printf ','
             first=0

@@ -70,11 +70,46 @@ def write_json(data: dict, directory: Path, name: str) -> Path:
 
 
 # ---------------------------------------------------------------- moto
+def _teach_moto_termination_protection() -> None:
+    """moto 5.2.5 stores EnableTerminationProtection from CreateStack but has no
+    UpdateTerminationProtection and deletes a protected stack anyway. Both added here, as AWS
+    documents them, so that the scripts' protection on and off is exercised."""
+    from moto.cloudformation.exceptions import ValidationError
+    from moto.cloudformation.responses import CloudFormationResponse
+    from moto.core.responses import ActionResult
+
+    if getattr(CloudFormationResponse, "_redrive_termination_protection", False):
+        return
+
+    def update_termination_protection(self):
+        stack = self.cloudformation_backend.get_stack(self._get_param("StackName"))
+        stack.enable_termination_protection = str(self._get_param("EnableTerminationProtection")).lower() == "true"
+        return ActionResult({"StackId": stack.stack_id})
+
+    original_delete = CloudFormationResponse.delete_stack
+
+    def delete_stack(self):
+        name = self._get_param("StackName")
+        try:
+            stack = self.cloudformation_backend.get_stack(name)
+        except Exception:  # noqa: BLE001 - moto's own answer for an unknown stack
+            return original_delete(self)
+        if stack.enable_termination_protection and stack.status != "DELETE_COMPLETE":
+            raise ValidationError(message=f"Stack [{name}] cannot be deleted while TerminationProtection is enabled")
+        return original_delete(self)
+
+    CloudFormationResponse.update_termination_protection = update_termination_protection
+    CloudFormationResponse.delete_stack = delete_stack
+    CloudFormationResponse._redrive_termination_protection = True
+
+
 class Moto:
     """A moto server on 127.0.0.1 and a free port, in this process (its backends are ours)."""
 
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
+
+        _teach_moto_termination_protection()
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         # "No Moto CloudFormation support for AWS::CloudWatch::Alarm": known, see test_stack_in_moto.

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import unittest
+from pathlib import Path
 
 import support
 
 DEPLOY = str(support.INFRA / "deploy.sh")
 DESTROY = str(support.INFRA / "destroy.sh")
+ROLLBACK = str(support.INFRA / "rollback.sh")
 DOWNSTREAM = "https://orders.example.com/ingest?source=redrive#v1"
 
 
@@ -146,26 +149,37 @@ class DeployScript(unittest.TestCase):
                 "RUST_LOG": "info",
             },
         )
-        # The guard alarm names became ARNs the re-driver's role may describe.
-        iam = self.moto.client("iam")
-        role_name = out["RedriverRoleArn"].rsplit("/", 1)[1]
-        guard = support.policy_document(
-            iam.get_role_policy(RoleName=role_name, PolicyName="redriver-guard-alarms")["PolicyDocument"]
-        )
-        self.assertEqual(
-            sorted(support.as_list(guard["Statement"][0]["Resource"])),
-            [f"arn:aws:cloudwatch:{support.REGION}:{account}:alarm:downstream-5xx",
-             f"arn:aws:cloudwatch:{support.REGION}:{account}:alarm:downstream-latency"],
-        )
-        mappings = lam.list_event_source_mappings(FunctionName=f"{stack}-consumer")["EventSourceMappings"]
+        # Every trigger goes through the alias `live`, on the version this deploy published.
+        for function in (f"{stack}-redriver", f"{stack}-consumer"):
+            alias = lam.get_alias(FunctionName=function, Name="live")
+            self.assertNotEqual(alias["FunctionVersion"], "$LATEST")
+            self.assertEqual(alias["Description"], "previous=none")
+        mappings = lam.list_event_source_mappings(FunctionName=f"{stack}-consumer:live")["EventSourceMappings"]
         self.assertEqual([(m["EventSourceArn"], m["ScalingConfig"]) for m in mappings],
                          [(out["SourceQueueArn"], {"MaximumConcurrency": 3})])
+        # AWS names the alias; moto resolves it to the version the alias points at.
+        live = lam.get_alias(FunctionName=f"{stack}-consumer", Name="live")["FunctionVersion"]
+        self.assertIn(mappings[0]["FunctionArn"].rsplit(":", 1)[1], ("live", live))
+        rules = self.moto.client("events").list_rules(NamePrefix=f"{stack}-wiring-")["Rules"]
+        self.assertEqual([r["ScheduleExpression"] for r in rules], ["rate(5 minutes)"])
+        targets = self.moto.client("events").list_targets_by_rule(Rule=rules[0]["Name"])["Targets"]
+        self.assertEqual([t["Arn"] for t in targets],
+                         [f"arn:aws:lambda:{support.REGION}:{account}:function:{stack}-redriver:live"])
+        # One re-driver at a time.
+        self.assertEqual(lam.get_function_concurrency(FunctionName=f"{stack}-redriver")["ReservedConcurrentExecutions"], 1)
+        # Termination protection on both stacks; the dashboard's address printed.
+        cfn = self.moto.client("cloudformation")
+        for name in (stack, f"{stack}-wiring"):
+            self.assertTrue(cfn.describe_stacks(StackName=name)["Stacks"][0]["EnableTerminationProtection"], name)
+        self.assertIn(f"dashboard      {out['DashboardUrl']}", first.stdout)
+        self.assertIn(f"#dashboards:name={stack}", out["DashboardUrl"])
+        self.assertEqual(out["DashboardName"], stack)
 
         second = self.run_script(DEPLOY, env)
         self.assertEqual(second.returncode, 0, second.stderr)
         self.assertIn(self.stack_status(stack), ("CREATE_COMPLETE", "UPDATE_COMPLETE"))
         self.assertEqual(self.outputs(stack)["RedriverRoleArn"], out["RedriverRoleArn"])
-        self.assertEqual(len(lam.list_event_source_mappings(FunctionName=f"{stack}-consumer")["EventSourceMappings"]), 1)
+        self.assertEqual(len(lam.list_event_source_mappings(FunctionName=f"{stack}-consumer:live")["EventSourceMappings"]), 1)
         self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
                          {f"{stack}-redriver", f"{stack}-consumer"})
 
@@ -190,8 +204,182 @@ class DeployScript(unittest.TestCase):
             FunctionName=f"{stack}-consumer")["Environment"]["Variables"]
         self.assertNotIn("DLQ_URL", variables)
         rules = self.moto.client("events").list_rules(NamePrefix=f"{stack}-wiring-")["Rules"]
-        self.assertEqual([r["ScheduleExpression"] for r in rules], ["rate(1 hour)"])
+        self.assertEqual([r["ScheduleExpression"] for r in rules], ["rate(5 minutes)"])
+        # The default guard is the stack's consumer-errors alarm.
+        redriver = self.moto.client("lambda").get_function_configuration(FunctionName=f"{stack}-redriver")
+        self.assertEqual(redriver["Environment"]["Variables"]["GUARD_ALARM_NAMES"], f"{stack}-consumer-errors")
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+
+    def test_issue12_empty_guard_list_deploys_the_bash_3_2_path(self):
+        # GUARD_ALARM_NAMES=none: the empty list that stopped deploy.sh under macOS's bash 3.2.
+        stack = support.unique("rde")
+        env = self.settings(stack, GUARD_ALARM_NAMES="none", REDRIVER_RESERVED_CONCURRENCY="none")
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lam = self.moto.client("lambda")
+        variables = lam.get_function_configuration(FunctionName=f"{stack}-redriver")["Environment"]["Variables"]
+        self.assertEqual(variables["GUARD_ALARM_NAMES"], "")
+        self.assertNotIn("ReservedConcurrentExecutions", lam.get_function_concurrency(FunctionName=f"{stack}-redriver"))
+        self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+
+    # ---------------------------------------------------------------- issue 12: deploys that succeed, redeploys that can be undone
+    def shim(self, name: str, body: str) -> tuple[str, Path]:
+        """An executable stand-in that injects a failure N times, then runs the real tool;
+        returns its path and the file in which it counts its calls."""
+        directory = Path(tempfile.mkdtemp(prefix="redrive-shim-"))
+        self.addCleanup(shutil.rmtree, directory, True)
+        path = directory / name
+        path.write_text("#!/usr/bin/env bash\nset -u\nSTATE=" + str(directory) + "\n" + body, encoding="utf-8")
+        path.chmod(0o755)
+        return str(path), directory
+
+    def test_issue12_create_function_is_retried_until_lambda_can_assume_the_new_role(self):
+        stack = support.unique("rdi")
+        real = support.tool("cargo-lambda")
+        # The first two CreateFunction calls meet a role IAM has not propagated yet.
+        shim, state = self.shim("cargo-lambda", f"""
+if [ "$2" = deploy ]; then
+    n=$(cat "$STATE/fails" 2>/dev/null || echo 0)
+    if [ "$n" -lt 2 ]; then
+        echo $((n + 1)) >"$STATE/fails"
+        echo 'Error: InvalidParameterValueException: The role defined for the function cannot be assumed by Lambda.' >&2
+        exit 1
+    fi
+    echo "$4" >>"$STATE/deployed"
+fi
+exec {real} "$@"
+""")
+        env = self.settings(stack, CARGO_LAMBDA=shim, IAM_PROPAGATION_WAIT_SECONDS="0")
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stderr.count("IAM has not propagated role"), 2)
+        self.assertEqual((state / "deployed").read_text().split(), ["--binary-name", "--binary-name"])
+        self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
+                         {f"{stack}-redriver", f"{stack}-consumer"})
+        self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+
+    def test_issue12_create_function_retries_are_bounded(self):
+        stack = support.unique("rdj")
+        shim, _ = self.shim("cargo-lambda", """
+echo 'Error: InvalidParameterValueException: The role defined for the function cannot be assumed by Lambda.' >&2
+exit 1
+""")
+        env = self.settings(stack, CARGO_LAMBDA=shim, IAM_PROPAGATION_WAIT_SECONDS="0", IAM_PROPAGATION_ATTEMPTS="3")
+        result = self.run_script(DEPLOY, env)
+        self.assert_stopped_early(result, "cargo lambda deploy of", "make deploy again")
+        self.assertEqual(result.stderr.count("IAM has not propagated role"), 2)
+        self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+
+    def test_issue12_stack_creation_waits_out_queue_deleted_recently(self):
+        stack = support.unique("rdq")
+        real = support.tool("aws")
+        # SQS refuses the DLQ's name once (a destroy less than 60 s ago): the stack's creation
+        # fails with CloudFormation's event for it. moto cannot fail a creation, so the shim
+        # reports that failure for the first creation, as the AWS CLI would.
+        shim, state = self.shim("aws", f"""
+case " $* " in
+    *" create-stack "*) echo x >>"$STATE/creates" ;;
+esac
+if [ ! -e "$STATE/failed" ]; then
+    case " $* " in
+        *" wait stack-create-complete "*)
+            touch "$STATE/failed"
+            echo 'Waiter StackCreateComplete failed: Waiter encountered a terminal failure state' >&2
+            exit 255 ;;
+    esac
+fi
+if [ -e "$STATE/failed" ] && [ ! -e "$STATE/explained" ]; then
+    case " $* " in
+        *" describe-stack-events "*)
+            touch "$STATE/explained"
+            echo 'Resource handler returned message: "You must wait 60 seconds after deleting a queue before you can create another with the same name. (Service: Sqs, Status Code: 400, Request ID: 0)" (RequestToken: 0, HandlerErrorCode: GeneralServiceException)'
+            exit 0 ;;
+    esac
+fi
+exec {real} "$@"
+""")
+        env = self.settings(stack, AWS_CLI=shim, QUEUE_NAME_REUSE_WAIT_SECONDS="0")
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("QueueDeletedRecently", result.stderr)
+        self.assertEqual(len((state / "creates").read_text().split()), 3)  # resources twice, wiring once
+        self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
+        sqs = self.moto.client("sqs")
+        self.assertEqual(sorted(u.rsplit("/", 1)[1] for u in sqs.list_queues(QueueNamePrefix=stack)["QueueUrls"]),
+                         [f"{stack}-dlq", f"{stack}-poison", f"{stack}-source"])
+        self.assertEqual(self.run_script(DESTROY, self.settings(stack)).returncode, 0)
+
+    def test_issue12_rollback_points_live_back_at_the_previous_versions(self):
+        stack = support.unique("rdk")
+        lam = self.moto.client("lambda")
+        env = self.settings(stack)
+        self.assertEqual(self.run_script(DEPLOY, env).returncode, 0)
+        first = {f: lam.get_alias(FunctionName=f"{stack}-{f}", Name="live")["FunctionVersion"]
+                 for f in ("redriver", "consumer")}
+        # A second deploy with a changed setting: a new re-driver version goes live.
+        second = self.run_script(DEPLOY, self.settings(stack, MAX_REDRIVE_ATTEMPTS="7"))
+        self.assertEqual(second.returncode, 0, second.stderr)
+        live = lam.get_alias(FunctionName=f"{stack}-redriver", Name="live")["FunctionVersion"]
+        self.assertGreater(int(live), int(first["redriver"]))
+        self.assertEqual(lam.get_function_configuration(FunctionName=f"{stack}-redriver", Qualifier="live")
+                         ["Environment"]["Variables"]["MAX_REDRIVE_ATTEMPTS"], "7")
+
+        result = self.run_script(ROLLBACK, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        after = {f: lam.get_alias(FunctionName=f"{stack}-{f}", Name="live")["FunctionVersion"]
+                 for f in ("redriver", "consumer")}
+        self.assertEqual(after, first)
+        self.assertEqual(lam.get_function_configuration(FunctionName=f"{stack}-redriver", Qualifier="live")
+                         ["Environment"]["Variables"]["MAX_REDRIVE_ATTEMPTS"], "5")
+        # Nothing more is recorded: a second rollback says so and changes nothing.
+        self.assert_stopped_early(self.run_script(ROLLBACK, env), "nothing to roll back")
+        self.assertEqual({f: lam.get_alias(FunctionName=f"{stack}-{f}", Name="live")["FunctionVersion"]
+                          for f in ("redriver", "consumer")}, first)
+        self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+
+    def test_issue12_destroy_refuses_while_messages_are_parked_unless_forced(self):
+        stack = support.unique("rdx")
+        env = self.settings(stack)
+        self.assertEqual(self.run_script(DEPLOY, env).returncode, 0)
+        sqs = self.moto.client("sqs")
+        for queue in ("dlq", "poison"):
+            url = sqs.get_queue_url(QueueName=f"{stack}-{queue}")["QueueUrl"]
+            sqs.send_message(QueueUrl=url, MessageBody="parked")
+            refused = self.run_script(DESTROY, env)
+            self.assert_stopped_early(refused, "refusing to destroy", f"{url} holds 1", "FORCE=1", "Nothing was changed")
+            self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
+            self.assertEqual(self.stack_status(f"{stack}-wiring"), "CREATE_COMPLETE")
+            self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
+                             {f"{stack}-redriver", f"{stack}-consumer"})
+            sqs.purge_queue(QueueUrl=url)
+        sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=f"{stack}-dlq")["QueueUrl"], MessageBody="parked")
+
+        forced = self.run_script(DESTROY, {**env, "FORCE": "1"})
+        self.assertEqual(forced.returncode, 0, forced.stderr)
+        self.assertIn("FORCE=1: deleting parked messages", forced.stderr)
+        self.assertIsNone(self.stack_status(stack))
+        self.assertEqual(sqs.list_queues(QueueNamePrefix=stack).get("QueueUrls", []), [])
+        tables = self.moto.client("dynamodb").list_tables()["TableNames"]
+        self.assertNotIn(f"{stack}-idempotency", tables)
+
+    def test_issue12_a_stray_stack_delete_is_refused_and_keeps_parked_messages_anyway(self):
+        stack = support.unique("rdt")
+        env = self.settings(stack)
+        self.assertEqual(self.run_script(DEPLOY, env).returncode, 0)
+        cfn = self.moto.client("cloudformation")
+        with self.assertRaisesRegex(Exception, "TerminationProtection"):
+            cfn.delete_stack(StackName=stack)
+        # Past the protection, the stack goes but the DLQ, the poison queue and the table stay.
+        for name in (f"{stack}-wiring", stack):
+            cfn.update_termination_protection(StackName=name, EnableTerminationProtection=False)
+            cfn.delete_stack(StackName=name)
+        self.assertIsNone(self.stack_status(stack))
+        queues = self.moto.client("sqs").list_queues(QueueNamePrefix=stack).get("QueueUrls", [])
+        self.assertEqual(sorted(u.rsplit("/", 1)[1] for u in queues), [f"{stack}-dlq", f"{stack}-poison"])
+        self.assertIn(f"{stack}-idempotency", self.moto.client("dynamodb").list_tables()["TableNames"])
+        # make destroy still finds and removes them.
+        self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+        self.assertEqual(self.moto.client("sqs").list_queues(QueueNamePrefix=stack).get("QueueUrls", []), [])
 
     # ---------------------------------------------------------------- failure modes
     def test_no_credentials_stops_before_any_change(self):
@@ -222,7 +410,10 @@ class DeployScript(unittest.TestCase):
         cases = {
             "BATCH_SIZE=50 needs MAX_BATCHING_WINDOW_SECONDS": {"BATCH_SIZE": "50"},
             "CONSUMER_TIMEOUT_SECONDS='40' is invalid": {"CONSUMER_TIMEOUT_SECONDS": "40"},
-            "must stay below 1209600": {"SOURCE_QUEUE_RETENTION_SECONDS": "604800", "DLQ_AGE_ALARM_SECONDS": "691200"},
+            "must stay below 1209600": {"SOURCE_QUEUE_RETENTION_SECONDS": "604800", "DLQ_FINAL_AGE_ALARM_SECONDS": "691200"},
+            "DLQ_AGE_ALARM_SECONDS must stay below DLQ_FINAL_AGE_ALARM_SECONDS": {"DLQ_AGE_ALARM_SECONDS": "604800"},
+            "SOURCE_AGE_ALARM_SECONDS must stay below": {"SOURCE_AGE_ALARM_SECONDS": "345600"},
+            "REDRIVER_RESERVED_CONCURRENCY='2' is invalid": {"REDRIVER_RESERVED_CONCURRENCY": "2"},
             "DRY_RUN='yes' is invalid": {"DRY_RUN": "yes"},
             "DOWNSTREAM_URL='ftp://x' is invalid": {"DOWNSTREAM_URL": "ftp://x"},
             "STACK_NAME='2bad' is invalid": {"STACK_NAME": "2bad"},

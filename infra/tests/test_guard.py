@@ -111,12 +111,28 @@ MUTATIONS = {
         "resources", lambda t: _resources(t)["IdempotencyTable"]["Properties"].pop("PointInTimeRecoverySpecification")),
     "no_wildcard_iam_actions": (
         "resources", lambda t: _statement(t, "ConsumerRole", "IdempotencyRecords").update(Action="dynamodb:*")),
-    "wildcard_resource_only_for_put_metric_data": (
+    "wildcard_resource_only_for_metrics_and_describe_alarms": (
         "resources", lambda t: _statement(t, "RedriverRole", "SendToSourceAndPoison").update(Resource="*")),
     "lambda_permissions_scoped": (
         "wiring", lambda t: _resources(t)["TriggerTopicInvokesRedriver"]["Properties"].pop("SourceArn")),
     "sqs_event_source_reports_batch_failures": (
         "wiring", lambda t: _resources(t)["ConsumerEventSource"]["Properties"].pop("FunctionResponseTypes")),
+    "terminal_data_retained": (
+        "resources", lambda t: _resources(t)["IdempotencyTable"].update(DeletionPolicy="Delete")),
+    "queues_set_maximum_message_size": (
+        "resources", lambda t: _resources(t)["PoisonQueue"]["Properties"].pop("MaximumMessageSize")),
+    "loss_alarms_present": (
+        "resources", lambda t: _resources(t).pop("SourceOldestMessageAgeAlarm")),
+    "ok_actions_not_on_alerts_topic": (
+        "resources", lambda t: _resources(t)["DlqFinalAgeAlarm"]["Properties"].update(OKActions=[{"Ref": "AlertsTopic"}])),
+    "dashboard_present": (
+        "resources", lambda t: _resources(t).pop("Dashboard") and t["Outputs"].pop("DashboardUrl")
+        and t["Outputs"].pop("DashboardName")),
+    "invocations_through_live_alias": (
+        "wiring", lambda t: _resources(t)["ConsumerEventSource"]["Properties"].update(
+            FunctionName={"Ref": "ConsumerFunctionName"})),
+    "schedule_on_by_default": (
+        "wiring", lambda t: t["Parameters"]["EnableSchedule"].update(Default="false")),
 }
 
 
