@@ -5,18 +5,14 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use consumer::{Message, ProcessError, Processor};
 use redrive_shared::backoff::{RandomSource, SplitMix64};
 use redrive_shared::key::IdempotencyKey;
-use tokio::io::BufReader;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
-use crate::http1::{accept_loop, read_head, read_request_body, response_head, write_message};
+use crate::loopback::{Answer, Server, respond};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -134,56 +130,27 @@ impl Processor for FlakyProcessor {
 }
 
 /// The flaky downstream as an HTTP server, for the shipped `HttpProcessor`.
-pub struct FlakyServer {
-    addr: SocketAddr,
-    accept_loop: JoinHandle<()>,
-}
-
-impl Drop for FlakyServer {
-    fn drop(&mut self) {
-        self.accept_loop.abort();
-    }
-}
+pub struct FlakyServer(Server);
 
 impl FlakyServer {
     pub async fn start(flaky: Arc<Flaky>) -> io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
-        let accept_loop = accept_loop(listener, flaky, serve);
-        Ok(Self { addr, accept_loop })
+        let server = Server::start(move |call| {
+            let text = String::from_utf8_lossy(&call.body);
+            let answer = match flaky.deliver(&text, call.header("idempotency-key"), true) {
+                Verdict::Apply => respond(200, &[], ""),
+                Verdict::Unavailable => respond(503, &[], ""),
+                Verdict::TooManyRequests => respond(429, &[("retry-after", "1")], ""),
+                Verdict::Reject => respond(400, &[], ""),
+                Verdict::Reset => Answer::Reset,
+            };
+            std::future::ready(answer)
+        })
+        .await?;
+        Ok(Self(server))
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}/deliver", self.addr)
-    }
-}
-
-async fn serve(stream: TcpStream, flaky: Arc<Flaky>) -> io::Result<()> {
-    let (rd, mut wr) = stream.into_split();
-    let mut rd = BufReader::new(rd);
-    loop {
-        let Some(head) = read_head(&mut rd).await? else {
-            return Ok(());
-        };
-        let body = read_request_body(&mut rd, &head).await?;
-        let text = String::from_utf8_lossy(&body);
-        let verdict = flaky.deliver(&text, head.header("idempotency-key"), true);
-        let response = match verdict {
-            Verdict::Apply => response_head(200),
-            Verdict::Unavailable => response_head(503),
-            Verdict::TooManyRequests => response_head(429).with_header("retry-after", "1"),
-            Verdict::Reject => response_head(400),
-            Verdict::Reset => {
-                if let Ok(stream) = rd.into_inner().reunite(wr) {
-                    let _ = stream.set_zero_linger();
-                }
-                return Ok(());
-            }
-        };
-        write_message(&mut wr, &response, b"").await?;
-        if head.wants_close() {
-            return Ok(());
-        }
+        format!("http://{}/deliver", self.0.addr())
     }
 }
 

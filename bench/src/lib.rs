@@ -1,6 +1,7 @@
 //! Benchmarks of redrive against the naive redrive script, the fault-injection soak that
 //! proves no loss, and the tools they need.
 //!
+//! - [`loopback`]: the hyper server the proxy, the downstream and the Runtime API share.
 //! - [`proxy`]: a loopback HTTP proxy in front of moto that counts calls, adds per-call
 //!   latency, injects faults and kills callers between send and delete.
 //! - [`baseline`]: the redrive script people write (receive 10, then send and delete each
@@ -17,7 +18,7 @@ pub mod bench;
 pub mod coldstart;
 pub mod downstream;
 pub mod faults;
-pub mod http1;
+pub mod loopback;
 pub mod proxy;
 pub mod report;
 pub mod runtime_api;

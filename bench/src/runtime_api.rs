@@ -5,20 +5,16 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::BufReader;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::http1::{Head, accept_loop, read_head, read_request_body, response_head, write_message};
+use crate::loopback::{Answer, Call, Server, respond};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -70,33 +66,24 @@ impl Shared {
 
 /// The running Runtime API. Stops accepting when dropped.
 pub struct RuntimeApi {
-    addr: SocketAddr,
+    server: Server,
     shared: Arc<Shared>,
-    accept_loop: JoinHandle<()>,
-}
-
-impl Drop for RuntimeApi {
-    fn drop(&mut self) {
-        self.accept_loop.abort();
-    }
 }
 
 impl RuntimeApi {
     pub async fn start() -> io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
-        let accept_loop = accept_loop(listener, shared.clone(), serve);
-        Ok(Self {
-            addr,
-            shared,
-            accept_loop,
+        let server = Server::start({
+            let shared = shared.clone();
+            move |call| serve(call, shared.clone())
         })
+        .await?;
+        Ok(Self { server, shared })
     }
 
     /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
     pub fn address(&self) -> String {
-        self.addr.to_string()
+        self.server.addr().to_string()
     }
 
     /// Queues an invocation; `next` hands events out in order.
@@ -188,71 +175,60 @@ async fn next_event(shared: &Shared) -> (String, Value) {
     }
 }
 
-async fn serve(stream: TcpStream, shared: Arc<Shared>) -> io::Result<()> {
-    let (rd, mut wr) = stream.into_split();
-    let mut rd = BufReader::new(rd);
-    loop {
-        let Some(head) = read_head(&mut rd).await? else {
-            return Ok(());
-        };
-        let body = read_request_body(&mut rd, &head).await?;
-        let target = head.target().to_string();
-        let path = target.strip_prefix(PREFIX).unwrap_or("");
-        let (response, response_body): (Head, Vec<u8>) =
-            if head.method() == "GET" && path == "/invocation/next" {
-                shared.record(Seen::Next { at: Instant::now() });
-                let (request_id, event) = next_event(&shared).await;
-                shared.record(Seen::Served {
-                    request_id: request_id.clone(),
-                    at: Instant::now(),
-                });
-                let head = response_head(200)
-                .with_header("content-type", "application/json")
-                .with_header("lambda-runtime-aws-request-id", &request_id)
-                .with_header(
-                    "lambda-runtime-deadline-ms",
-                    (wall_ms() + 30_000).to_string(),
-                )
-                .with_header(
+async fn serve(call: Call, shared: Arc<Shared>) -> Answer {
+    let path = call.head.uri.path().strip_prefix(PREFIX).unwrap_or("");
+    let post = call.head.method == "POST";
+    if call.head.method == "GET" && path == "/invocation/next" {
+        shared.record(Seen::Next { at: Instant::now() });
+        let (request_id, event) = next_event(&shared).await;
+        shared.record(Seen::Served {
+            request_id: request_id.clone(),
+            at: Instant::now(),
+        });
+        let deadline = (wall_ms() + 30_000).to_string();
+        return respond(
+            200,
+            &[
+                ("content-type", "application/json"),
+                ("lambda-runtime-aws-request-id", &request_id),
+                ("lambda-runtime-deadline-ms", &deadline),
+                (
                     "lambda-runtime-invoked-function-arn",
                     "arn:aws:lambda:us-east-1:123456789012:function:bench",
-                )
-                .with_header(
+                ),
+                (
                     "lambda-runtime-trace-id",
                     "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0",
-                );
-                (head, event.to_string().into_bytes())
-            } else if head.method() == "POST" && path == "/init/error" {
-                shared.record(Seen::InitError {
-                    at: Instant::now(),
-                    body,
-                });
-                (response_head(202), b"{}".to_vec())
-            } else if let Some(rest) = path.strip_prefix("/invocation/")
-                && head.method() == "POST"
-            {
-                let (request_id, what) = rest.rsplit_once('/').unwrap_or((rest, ""));
-                let request_id = request_id.to_string();
-                let at = Instant::now();
-                match what {
-                    "response" => shared.record(Seen::Response {
-                        request_id,
-                        at,
-                        body,
-                    }),
-                    "error" => shared.record(Seen::Error {
-                        request_id,
-                        at,
-                        body,
-                    }),
-                    _ => {}
-                }
-                (response_head(202), b"{}".to_vec())
-            } else {
-                (response_head(404), b"{}".to_vec())
-            };
-        write_message(&mut wr, &response, &response_body).await?;
+                ),
+            ],
+            event.to_string(),
+        );
     }
+    let (at, body) = (Instant::now(), call.body.to_vec());
+    if post && path == "/init/error" {
+        shared.record(Seen::InitError { at, body });
+    } else if let Some(rest) = path.strip_prefix("/invocation/")
+        && post
+    {
+        let (request_id, what) = rest.rsplit_once('/').unwrap_or((rest, ""));
+        let request_id = request_id.to_string();
+        match what {
+            "response" => shared.record(Seen::Response {
+                request_id,
+                at,
+                body,
+            }),
+            "error" => shared.record(Seen::Error {
+                request_id,
+                at,
+                body,
+            }),
+            _ => {}
+        }
+    } else {
+        return respond(404, &[], "{}");
+    }
+    respond(202, &[], "{}")
 }
 
 /// The environment Lambda sets for a custom runtime (`provided.al2023`), for a function of
@@ -328,13 +304,15 @@ pub fn peak_rss_kb(pid: u32) -> Option<u64> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
+    /// One request on a connection of its own, as raw HTTP/1; the whole answer.
     async fn request(addr: &str, raw: String) -> String {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(raw.as_bytes()).await.unwrap();
-        let mut buf = vec![0u8; 4096];
-        let n = s.read(&mut buf).await.unwrap();
-        String::from_utf8_lossy(&buf[..n]).into_owned()
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
     }
 
     #[tokio::test]
@@ -343,7 +321,7 @@ mod tests {
         api.push_event("req-1", serde_json::json!({"a": 1}));
         let answer = request(
             &api.address(),
-            "GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+            "GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into(),
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -353,7 +331,7 @@ mod tests {
 
         let answer = request(
             &api.address(),
-            "POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\nContent-Length: 2\r\n\r\nok".into(),
+            "POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok".into(),
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
