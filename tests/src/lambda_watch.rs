@@ -1,37 +1,49 @@
 //! Runs the workspace's Lambdas under `cargo lambda watch` and invokes them.
 //!
+//! One build serves the tests, the demo and the functions. `make test` builds with
+//! `cargo test --workspace --all-targets`, whose feature resolution includes the
+//! dev-dependencies (aws-smithy-mocks, proptest, ... turn on features of serde, hyper,
+//! getrandom, ...); `cargo run --bin X`, which `cargo lambda watch` issues to start a function,
+//! resolves without them and so builds a second variant of most of the dependency graph
+//! (2 min 48 s on a fresh clone). So the runner does not let cargo-lambda build anything:
+//! - `build_lambdas` runs `cargo build --workspace --examples --bin X ...` (see `BUILD_ARGS`):
+//!   the whole workspace selected and an example target requested is what makes cargo resolve
+//!   features exactly as `cargo test --workspace --all-targets` does, while it builds only the
+//!   binaries (and the small examples). After `make test`'s build it compiles no dependency;
+//!   on a fresh clone `make demo` (scripts/demo.sh, same arguments) compiles the graph once.
+//!   The test `first_ten_minutes_the_lambda_build_reuses_the_test_build` holds this.
+//! - `cargo lambda watch --only-lambda-apis` serves the Lambda invoke and runtime APIs only;
+//!   the runner starts the built executables itself with the environment cargo-lambda would
+//!   give them (`AWS_LAMBDA_RUNTIME_API=http://127.0.0.1:PORT/.rt/<function>`,
+//!   `AWS_LAMBDA_FUNCTION_NAME`, version and memory), `concurrency` instances of a function at
+//!   its first invoke, and again after they ended.
+//!
+//! The functions thus run with the dev-dependency feature set; `cargo lambda build` ships them
+//! without it (features only add code: nothing the handlers use changes).
+//!
 //! How cargo-lambda 1.9.2 behaves here (checked against its source and by experiment):
-//! - `cargo lambda watch -A 127.0.0.1 -P PORT --ignore-changes` serves the Lambda invoke API
-//!   on `http://127.0.0.1:PORT/2015-03-31/functions/<bin>/invocations`; `--ignore-changes`
-//!   stops it from rebuilding and restarting a function when a file changes.
-//! - It starts a function on its first invoke with `cargo run --manifest-path Cargo.toml
-//!   --bin <bin>` (dev profile, no extra flags; the function process gets cargo-lambda's
-//!   own environment plus AWS_LAMBDA_RUNTIME_API and friends). It needs a fixed port: with
-//!   `-P 0` the function would be told port 0.
+//! - `cargo lambda watch -A 127.0.0.1 -P PORT --only-lambda-apis` serves the Lambda invoke API
+//!   on `http://127.0.0.1:PORT/2015-03-31/functions/<bin>/invocations` and queues each invoke
+//!   until an instance of that function asks `/.rt/<bin>/2018-06-01/runtime/invocation/next`.
+//!   A name that is no binary of the workspace is answered with 404 at once.
 //! - A function error comes back as HTTP 500 with the runtime's error document
 //!   `{"errorType": "...", "errorMessage": "..."}`; a panic too ("Lambda panicked: ...").
-//! - A function process that exits (a failed init, a build error) is logged as
-//!   "command exited" and its pending invokes are never answered: `invoke` watches for
-//!   that and fails at once with the log's tail instead of hanging.
 //! - Every invocation's deadline (`lambda-runtime-deadline-ms`) is the constant 600000, i.e.
 //!   1970-01-01T00:10:00Z: a handler that budgets its time from `Context::deadline` sees none.
 //!
-//! Cost: `cargo run --bin X` resolves features without dev-dependencies, while
-//! `cargo test --workspace` resolves them with (aws-smithy-mocks, proptest, ... turn on
-//! features of serde_json, aws-smithy-http-client, ...). The functions therefore build as a
-//! second variant of most of the dependency graph, once per target dir; it is the variant
-//! that `cargo lambda build` ships, features-wise. `start` builds it up front with
-//! `cargo build --bin X` (identical selection, so the later `cargo run` finds it fresh),
-//! with cargo's progress on stderr.
+//! A function process that exits (a failed init) would leave its invokes unanswered: `invoke`
+//! watches the instances and fails at once with the log's tail instead of hanging.
 //!
-//! Lifetime: cargo lambda watch runs under a guard (see `process`) in its own process group;
-//! dropping the `LambdaWatch`, or the test process dying in any way, stops it, and its
-//! functions exit with it (they lose their runtime API).
+//! Lifetime: cargo lambda watch and every function instance run under a guard (see `process`)
+//! in their own process groups; dropping the `LambdaWatch`, or the test process dying in any
+//! way, stops them.
 
+use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -46,7 +58,7 @@ use crate::{unique_name, venv_bin, workspace_root};
 pub struct WatchOptions {
     /// The binaries (function names) the test will invoke; built before the server starts
     /// so that a compile error fails `start` with cargo's output. Empty: every binary of
-    /// the workspace. Any workspace binary can be invoked either way.
+    /// the workspace. Another workspace binary is built at its first invoke.
     pub bins: Vec<String>,
     /// Environment of the functions (e.g. `moto().env()` plus their configuration). Every
     /// inherited `AWS_*` variable (but the build's `AWS_LC_*`) is removed first, so nothing
@@ -72,17 +84,120 @@ impl Default for WatchOptions {
     }
 }
 
+/// The arguments of the one build (after `cargo`), without the `--bin`/`--bins` selection.
+/// scripts/demo.sh builds with the same ones: change them together.
+pub const BUILD_ARGS: [&str; 3] = ["build", "--workspace", "--examples"];
+
+/// What `build_lambdas` built.
+#[derive(Clone, Debug, Default)]
+pub struct LambdaBuild {
+    /// Binary name -> executable.
+    pub executables: HashMap<String, PathBuf>,
+    /// The artifact files of the packages outside the workspace (fresh or not): the identity
+    /// of the dependency builds, features and profile hashed into their names.
+    pub dependency_artifacts: BTreeSet<PathBuf>,
+    /// Packages outside the workspace that this build compiled (were not fresh).
+    pub compiled_dependencies: BTreeSet<String>,
+}
+
+/// Builds `bins` (every binary of the workspace when empty) with `BUILD_ARGS`, cargo's
+/// progress and diagnostics on our stderr. `Err` holds cargo's exit status.
+pub fn build_lambdas(bins: &[String]) -> Result<LambdaBuild, String> {
+    let mut args: Vec<String> = BUILD_ARGS.iter().map(|s| s.to_string()).collect();
+    if bins.is_empty() {
+        args.push("--bins".into());
+    }
+    for bin in bins {
+        args.extend(["--bin".to_string(), bin.clone()]);
+    }
+    cargo_json(&args)
+}
+
+/// `cargo ARGS --message-format=json-render-diagnostics` in the workspace root, with this
+/// process's environment unchanged (the outer build's: a changed variable that a build script
+/// tracks would rebuild it), its artifacts collected from the JSON messages.
+pub(crate) fn cargo_json(args: &[String]) -> Result<LambdaBuild, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .current_dir(workspace_root())
+        .args(args)
+        .args(["--message-format", "json-render-diagnostics"])
+        .stdout(Stdio::piped())
+        // cargo's progress goes straight to our stderr (libtest does not capture a child's
+        // output): the first build can take minutes and should say so.
+        .stderr(Stdio::inherit());
+    let description = format!("{command:?}");
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("running {description}: {e}"))?;
+    let mut build = LambdaBuild::default();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let package = message["package_id"].as_str().unwrap_or_default();
+        let in_workspace = package.starts_with("path+file://");
+        if !in_workspace {
+            let files = message["filenames"].as_array().into_iter().flatten();
+            build
+                .dependency_artifacts
+                .extend(files.filter_map(Value::as_str).map(PathBuf::from));
+            if message["fresh"] == false {
+                build.compiled_dependencies.insert(package.to_string());
+            }
+        }
+        let is_bin = message["target"]["kind"]
+            .as_array()
+            .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"));
+        if let (true, Some(name), Some(exe)) = (
+            is_bin,
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+        ) {
+            build
+                .executables
+                .insert(name.to_string(), PathBuf::from(exe));
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {description}: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "{status}: see cargo's output above. Command: {description}"
+        ));
+    }
+    Ok(build)
+}
+
 /// A running `cargo lambda watch`, stopped (with the functions it started) when dropped.
 #[derive(Debug)]
 pub struct LambdaWatch {
+    /// Function instances by function name; stopped before the server.
+    instances: Mutex<HashMap<String, Vec<Guarded>>>,
     guard: Guarded,
     port: u16,
     log_path: PathBuf,
+    log_file: File,
     invoke_timeout: Duration,
+    concurrency: usize,
+    env: Vec<(String, String)>,
+    env_remove: Vec<String>,
+    executables: Mutex<HashMap<String, PathBuf>>,
+    compiled_dependencies: BTreeSet<String>,
 }
 
 impl Drop for LambdaWatch {
     fn drop(&mut self) {
+        let instances = std::mem::take(self.instances.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for mut instance in instances.into_values().flatten() {
+            instance.stop(Duration::from_secs(10));
+        }
         self.guard.stop(Duration::from_secs(10));
         // Keep the log of a failing test (and say where it is); drop a passing test's.
         if std::thread::panicking() {
@@ -95,13 +210,6 @@ impl Drop for LambdaWatch {
 
 /// Lines of the log quoted in an error.
 const LOG_TAIL_LINES: usize = 40;
-/// Lines that cargo-lambda logs when a function process ends; its invokes then never return.
-const FUNCTION_ENDED: [&str; 4] = [
-    "command exited",
-    "command killed",
-    "command stopped",
-    "command ended by exception",
-];
 
 impl LambdaWatch {
     /// Builds `bins`, starts `cargo lambda watch` serving them with `env`, and waits until
@@ -123,8 +231,13 @@ impl LambdaWatch {
                 cargo_lambda.display()
             );
         }
+        let bins = options.bins.clone();
+        let build = tokio::task::spawn_blocking(move || build_lambdas(&bins))
+            .await
+            .expect("the build task does not panic")
+            .unwrap_or_else(|e| panic!("building the Lambdas failed: {e}"));
         let (env, env_remove) = child_environment(&options.env);
-        prebuild(&options, &env, &env_remove).await;
+        let (server_env, _) = child_environment(&[]);
 
         let log_dir = target_dir().join("lambda-watch");
         std::fs::create_dir_all(&log_dir)
@@ -135,18 +248,20 @@ impl LambdaWatch {
         for _ in 0..3 {
             let port = free_port();
             let log_path = log_dir.join(format!("{}.log", unique_name("watch")));
-            let log = File::create(&log_path)
+            // Appending: the server and every function instance write to it.
+            let log_file = File::options()
+                .create(true)
+                .append(true)
+                .open(&log_path)
                 .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
             let args: Vec<String> = [
                 "lambda",
                 "watch",
+                "--only-lambda-apis",
                 "--invoke-address",
                 "127.0.0.1",
                 "--invoke-port",
                 &port.to_string(),
-                "--ignore-changes",
-                "--concurrency",
-                &options.concurrency.to_string(),
                 "--manifest-path",
                 "Cargo.toml",
             ]
@@ -157,16 +272,23 @@ impl LambdaWatch {
                 &cargo_lambda,
                 &args,
                 workspace_root(),
-                &env,
+                &server_env,
                 &env_remove,
-                &log,
+                &log_file,
             )
             .unwrap_or_else(|e| panic!("starting {}: {e}", cargo_lambda.display()));
             let watch = LambdaWatch {
+                instances: Mutex::new(HashMap::new()),
                 guard,
                 port,
                 log_path,
+                log_file,
                 invoke_timeout: options.invoke_timeout,
+                concurrency: options.concurrency.max(1),
+                env: env.clone(),
+                env_remove: env_remove.clone(),
+                executables: Mutex::new(build.executables.clone()),
+                compiled_dependencies: build.compiled_dependencies.clone(),
             };
             match watch.wait_until_listening(options.startup_timeout).await {
                 Ok(()) => return watch,
@@ -213,6 +335,12 @@ impl LambdaWatch {
         self.guard.pid()
     }
 
+    /// The packages outside the workspace that `start`'s build compiled: none after
+    /// `make test`'s build or an earlier `make demo`.
+    pub fn compiled_dependencies(&self) -> &BTreeSet<String> {
+        &self.compiled_dependencies
+    }
+
     /// The Lambda Invoke API address of one function.
     pub fn invoke_url(&self, function: &str) -> String {
         format!(
@@ -221,7 +349,7 @@ impl LambdaWatch {
         )
     }
 
-    /// Everything cargo lambda watch and its functions printed so far (the functions'
+    /// Everything cargo lambda watch and the functions printed so far (the functions'
     /// stdout and stderr included, so tests can read their JSON log lines).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
@@ -240,10 +368,10 @@ impl LambdaWatch {
     pub async fn invoke(&self, function: &str, event: &Value) -> Result<Value, String> {
         let body = serde_json::to_vec(event).expect("a JSON value serializes");
         let path = format!("/2015-03-31/functions/{function}/invocations");
-        let log_offset = self.log_len();
+        let started = self.ensure_instances(function).await?;
         let outcome = tokio::select! {
             response = post(self.port, &path, &body) => response,
-            ended = self.function_ended(log_offset) => Err(ended),
+            ended = self.function_ended(function, started) => Err(ended),
             _ = tokio::time::sleep(self.invoke_timeout) => {
                 Err(format!("no answer within {:?}", self.invoke_timeout))
             }
@@ -269,40 +397,98 @@ impl LambdaWatch {
         }
     }
 
-    /// Resolves (with a description) once the log shows a function process ending after
-    /// `offset`, or cargo lambda watch itself exits; never resolves otherwise.
-    async fn function_ended(&self, offset: u64) -> String {
+    /// Starts `concurrency` instances of `function` unless they run: at its first invoke,
+    /// and again after they ended (as cargo-lambda starts a function again). Returns whether
+    /// it has instances (false: not a binary of the workspace; cargo-lambda answers 404).
+    async fn ensure_instances(&self, function: &str) -> Result<bool, String> {
+        let mut executable = self.executable(function);
+        if executable.is_none() {
+            // A workspace binary that `bins` did not list is built now; any other name is
+            // left to cargo-lambda (404).
+            let name = function.to_string();
+            let built = tokio::task::spawn_blocking(move || {
+                workspace_bins()
+                    .contains(&name)
+                    .then(|| build_lambdas(&[name]))
+            })
+            .await
+            .expect("the build task does not panic");
+            if let Some(built) = built {
+                let built = built.map_err(|e| format!("building the function failed: {e}"))?;
+                self.executables
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(built.executables);
+                executable = self.executable(function);
+            }
+        }
+        let Some(executable) = executable else {
+            return Ok(false);
+        };
+        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        let running = instances.entry(function.to_string()).or_default();
+        if running.len() == self.concurrency && running.iter().all(Guarded::is_running) {
+            return Ok(true);
+        }
+        for mut ended in running.drain(..) {
+            ended.stop(Duration::from_secs(1));
+        }
+        let mut env = self.env.clone();
+        env.extend([
+            ("AWS_LAMBDA_FUNCTION_VERSION".to_string(), "1".to_string()),
+            (
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE".to_string(),
+                "4096".to_string(),
+            ),
+            (
+                "AWS_LAMBDA_RUNTIME_API".to_string(),
+                format!("http://127.0.0.1:{}/.rt/{function}", self.port),
+            ),
+            ("AWS_LAMBDA_FUNCTION_NAME".to_string(), function.to_string()),
+        ]);
+        for _ in 0..self.concurrency {
+            let instance = Guarded::spawn(
+                &executable,
+                &[],
+                workspace_root(),
+                &env,
+                &self.env_remove,
+                &self.log_file,
+            )
+            .map_err(|e| format!("invoke {function}: starting {}: {e}", executable.display()))?;
+            running.push(instance);
+        }
+        Ok(true)
+    }
+
+    fn executable(&self, function: &str) -> Option<PathBuf> {
+        self.executables
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(function)
+            .cloned()
+    }
+
+    /// Resolves (with a description) once an instance of `function` ended, or cargo lambda
+    /// watch itself exits; never resolves otherwise.
+    async fn function_ended(&self, function: &str, has_instances: bool) -> String {
         loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
             if !self.guard.is_running() {
                 return "cargo lambda watch exited".to_string();
             }
-            let new = self.log_since(offset);
-            if let Some(line) = new
-                .lines()
-                .find(|line| FUNCTION_ENDED.iter().any(|m| line.contains(m)))
-            {
-                return format!("the function process ended ({})", line.trim());
+            if has_instances {
+                let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(ended) = instances
+                    .get(function)
+                    .into_iter()
+                    .flatten()
+                    .find(|i| !i.is_running())
+                {
+                    return format!("the function process ended (pid {})", ended.pid());
+                }
             }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-
-    fn log_len(&self) -> u64 {
-        std::fs::metadata(&self.log_path)
-            .map(|m| m.len())
-            .unwrap_or(0)
-    }
-
-    fn log_since(&self, offset: u64) -> String {
-        let mut text = String::new();
-        if let Ok(mut file) = File::open(&self.log_path)
-            && file.seek(SeekFrom::Start(offset)).is_ok()
-        {
-            let mut bytes = Vec::new();
-            let _ = file.read_to_end(&mut bytes);
-            text = String::from_utf8_lossy(&bytes).into_owned();
-        }
-        text
     }
 
     fn log_tail(&self) -> String {
@@ -312,20 +498,40 @@ impl LambdaWatch {
     }
 }
 
-/// The environment of cargo-lambda (and so of cargo and the functions): ours, without the
-/// SDK's `AWS_*` settings, with `.venv/bin` first on PATH, plus `extra`.
+/// The binaries of the workspace's packages (`cargo metadata`), empty if it fails.
+fn workspace_bins() -> Vec<String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .current_dir(workspace_root())
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .stderr(Stdio::inherit())
+        .output();
+    let Ok(output) = output else {
+        return Vec::new();
+    };
+    let metadata: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let packages = metadata["packages"].as_array().into_iter().flatten();
+    let targets = packages.flat_map(|p| p["targets"].as_array().into_iter().flatten());
+    targets
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
+        })
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The environment of cargo-lambda and the functions: ours, without the SDK's `AWS_*`
+/// settings, with `.venv/bin` first on PATH, plus `extra`.
 fn child_environment(extra: &[(String, String)]) -> (Vec<(String, String)>, Vec<String>) {
     let remove: Vec<String> = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
-        // AWS_LC_* configure the aws-lc-sys build (its build script tracks them): keep them,
-        // or the nested cargo would rebuild the TLS stack.
         .filter(|k| k.starts_with("AWS_") && !k.starts_with("AWS_LC_"))
         .collect();
     let venv = venv_bin();
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut entries: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    // Only prepend when missing, so that cargo sees the same PATH as the outer build did
-    // under `make test` (a changed PATH can invalidate build scripts that track it).
     if entries.first() != Some(&venv) {
         entries.insert(0, venv);
     }
@@ -336,39 +542,6 @@ fn child_environment(extra: &[(String, String)]) -> (Vec<(String, String)>, Vec<
     )];
     env.extend(extra.iter().cloned());
     (env, remove)
-}
-
-/// `cargo build --bin …` with the same package selection, profile and environment as the
-/// `cargo run --bin …` that cargo lambda watch will issue, so that run finds everything fresh.
-async fn prebuild(options: &WatchOptions, env: &[(String, String)], env_remove: &[String]) {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = std::process::Command::new(cargo);
-    command
-        .current_dir(workspace_root())
-        .args(["build", "--manifest-path", "Cargo.toml"]);
-    if options.bins.is_empty() {
-        command.arg("--bins");
-    }
-    for bin in &options.bins {
-        command.args(["--bin", bin]);
-    }
-    for name in env_remove {
-        command.env_remove(name);
-    }
-    command.envs(env.iter().map(|(k, v)| (k, v)));
-    // cargo's progress goes straight to our stderr (libtest does not capture a child's
-    // output): the first build of a variant can take minutes and should say so.
-    command.stdout(Stdio::null()).stderr(Stdio::inherit());
-    let description = format!("{command:?}");
-    let status = tokio::task::spawn_blocking(move || command.status())
-        .await
-        .expect("the build task does not panic")
-        .unwrap_or_else(|e| panic!("running {description}: {e}"));
-    if !status.success() {
-        panic!(
-            "building the Lambdas failed ({status}): see cargo's output above. Command: {description}"
-        );
-    }
 }
 
 fn target_dir() -> PathBuf {
@@ -451,6 +624,44 @@ fn dechunk(mut raw: &[u8]) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 12, "The first ten minutes": the dependency graph is built once. After the build
+    /// of `make test` (`cargo test --workspace --all-targets`), the build of the Lambdas, the
+    /// demo and the harness's own function (what scripts/demo.sh and `LambdaWatch` run)
+    /// needs no dependency artifact that build did not make, and compiles none. Slow the first
+    /// time when run alone (it makes `make test`'s build); seconds under `make test`.
+    #[test]
+    fn first_ten_minutes_the_lambda_build_reuses_the_test_build() {
+        let test_build: Vec<String> = ["test", "--workspace", "--all-targets", "--no-run"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let tests = cargo_json(&test_build).unwrap();
+        let bins: Vec<String> = ["demo", "redriver", "consumer", "echo_lambda"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let lambdas = build_lambdas(&bins).unwrap();
+
+        let second_variant: Vec<&PathBuf> = lambdas
+            .dependency_artifacts
+            .difference(&tests.dependency_artifacts)
+            .collect();
+        assert!(
+            second_variant.is_empty(),
+            "the Lambda build needs {} dependency artifacts that the test build did not make, e.g. {:?}",
+            second_variant.len(),
+            &second_variant[..second_variant.len().min(5)]
+        );
+        assert!(
+            lambdas.compiled_dependencies.is_empty(),
+            "the Lambda build compiled dependencies again: {:?}",
+            lambdas.compiled_dependencies
+        );
+        for bin in &bins {
+            assert!(lambdas.executables[bin].exists(), "{bin} was not built");
+        }
+    }
 
     #[test]
     fn parses_plain_and_chunked_answers() {

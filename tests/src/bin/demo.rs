@@ -4,12 +4,15 @@
 //!    CloudFormation by `scripts/demo_stack.py` (which creates through the API what moto's
 //!    CloudFormation skips: the alarms, the table's TTL).
 //! 2. Both Lambdas under `cargo lambda watch`, configured by environment variables as on AWS
-//!    (demo-sized backoffs).
+//!    (demo-sized backoffs). scripts/demo.sh builds them with this binary in one build, the
+//!    one `make test` makes (see tests/src/lambda_watch.rs), so no dependency compiles twice.
 //! 3. An incident: a producer sends orders; the downstream HTTP service goes down (503) for a
 //!    while and rejects orders with a negative amount for good (400). The demo plays the Lambda
 //!    SQS event source (ReportBatchItemFailures), CloudWatch's evaluation of the DLQ alarm (real
 //!    alarm state via SetAlarmState, the SNS notification delivered to the re-driver) and the
-//!    safety-net schedule. Like SQS, the event source sometimes delivers a batch twice.
+//!    safety-net schedule, at its production default (every 5 minutes: it does not fire in the
+//!    demo's few minutes, so every drain comes from an alarm notification that the re-driver's
+//!    re-arm made possible). Like SQS, the event source sometimes delivers a batch twice.
 //!    moto's SQS is not safe under concurrent calls on one queue (a ReceiveMessage racing
 //!    another, or a delete, fails with a 500 and strands messages in flight), so the demo's
 //!    pollers take turns to receive and delete, and the re-driver runs one invocation at a time
@@ -17,7 +20,7 @@
 //! 4. A report reconciled order by order: delivered exactly once (by Idempotency-Key and by the
 //!    order id in the body), parked in the poison queue with a reason, or lost; the re-driver's
 //!    CloudWatch metrics read back. Exit code 1 when an order was lost or delivered twice, or a
-//!    number does not add up.
+//!    number does not add up, or the re-driver never re-armed its alarm.
 //!
 //! `REDRIVE_DEMO_ENV="NAME=VALUE,..."` adds to (or overrides) the Lambdas' environment, e.g.
 //! `IDEMPOTENCY_KEY=/customer` keys the consumer on the customer instead of the order: most
@@ -59,8 +62,9 @@ const POLLERS: usize = 3;
 const DUPLICATE_EVERY: u64 = 4;
 /// CloudWatch evaluates the DLQ alarm every minute; the demo every 2 s.
 const ALARM_PERIOD: Duration = Duration::from_secs(2);
-/// The safety-net schedule, `rate(1 hour)` in production.
-const SCHEDULE: Duration = Duration::from_secs(15);
+/// The safety-net schedule at its production default, `rate(5 minutes)` (wiring.yaml): the
+/// demo's drains must come from the alarm, re-armed by the re-driver.
+const SCHEDULE: Duration = Duration::from_secs(300);
 /// The whole incident must settle within this.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(300);
 const STACK: &str = "redrive-demo";
@@ -209,7 +213,7 @@ async fn main() -> ExitCode {
         downstream.url()
     ));
 
-    console.event("building and starting both Lambdas under cargo lambda watch (the first build takes a few minutes)");
+    console.event("starting both Lambdas under cargo lambda watch");
     let watch = LambdaWatch::start_with(WatchOptions {
         bins: vec!["consumer".into(), "redriver".into()],
         env: lambda_env(&stack, &downstream),
@@ -218,9 +222,15 @@ async fn main() -> ExitCode {
         ..WatchOptions::default()
     })
     .await;
+    let compiled = watch.compiled_dependencies().len();
     console.event(&format!(
-        "cargo lambda watch on {}: functions consumer and redriver",
-        watch.endpoint()
+        "cargo lambda watch on {}: functions consumer and redriver ({})",
+        watch.endpoint(),
+        if compiled == 0 {
+            "built with the demo: no dependency compiled again".to_string()
+        } else {
+            format!("their build compiled {compiled} dependencies")
+        }
     ));
 
     let demo = Arc::new(Demo {
@@ -241,7 +251,7 @@ async fn main() -> ExitCode {
     });
     warm_up(&demo).await;
     demo.console.event(&format!(
-        "demo-sized settings: maxReceiveCount 3; consumer retry 1 s, 2 s; re-driver backoff 3 s x2^n (equal jitter, at most 30 s), 5 attempts, 100 per invocation; DLQ alarm evaluated every {} s; safety-net schedule every {} s",
+        "demo-sized settings: maxReceiveCount 3; consumer retry 1 s, 2 s; re-driver backoff 3 s x2^n (equal jitter, at most 30 s), 5 attempts, 100 per invocation; DLQ alarm evaluated every {} s; safety-net schedule every {} s (the production default)",
         ALARM_PERIOD.as_secs(),
         SCHEDULE.as_secs()
     ));
@@ -713,7 +723,8 @@ fn order_id_of(body: &str) -> Option<String> {
 /// CloudWatch's evaluation of the trigger alarm (the DLQ's ApproximateNumberOfMessagesVisible
 /// greater than 0): a transition to ALARM sets the alarm's real state and notifies the trigger
 /// topic, whose subscriber is the re-driver. A notification happens only on a state change,
-/// which is why the re-driver re-arms the alarm when it leaves a backlog.
+/// which is why the re-driver re-arms the alarm (sets it to OK) after every alarm-triggered
+/// drain: inflow during or after the drain then fires it again.
 async fn alarm_evaluator(demo: Arc<Demo>) {
     while !demo.stopped() {
         tokio::time::sleep(ALARM_PERIOD).await;
@@ -803,11 +814,11 @@ async fn run_redriver(demo: &Demo, trigger: &str, event: &Value) {
                 summary["failed"],
                 summary["dlqRemaining"]
             );
-            if trigger == "alarm"
-                && matches!(stopped.as_str(), "limit" | "deadline")
-                && alarm_state(demo).await == StateValue::Ok
-            {
+            // The evaluator set the alarm to ALARM before this invocation and waits for it:
+            // an OK now is the re-driver's re-arm.
+            if trigger == "alarm" && alarm_state(demo).await == StateValue::Ok {
                 demo.counters.rearms.fetch_add(1, Ordering::SeqCst);
+                *demo.alarm.lock().unwrap() = "OK";
                 line.push_str("; it re-armed the alarm (OK) so that it fires again");
             }
             demo.console.event(&line);
@@ -1183,10 +1194,20 @@ async fn report(demo: &Demo, orders: &[Order], settled: bool, metrics_from: i64)
         trigger_text.join(", "),
         stop_text.join(", ")
     );
+    // With the schedule at its production default, only the alarm drains the DLQ in the
+    // demo's few minutes; it can notify again only because the re-driver re-arms it.
+    let rearm_ok = load(&c.rearms) > 0;
     println!(
-        "DLQ alarm                     notified the re-driver {} time(s); re-armed by the re-driver {} time(s)",
+        "DLQ alarm                     notified the re-driver {} time(s); re-armed by the re-driver {} time(s){}",
         load(&c.alarm_notifications),
-        load(&c.rearms)
+        load(&c.rearms),
+        mark(rearm_ok)
+    );
+    ok &= rearm_ok;
+    println!(
+        "safety-net schedule           every {} s (production default): ran {} time(s)",
+        SCHEDULE.as_secs(),
+        load(&c.scheduled_runs)
     );
 
     // The re-driver's metrics, read back from CloudWatch.
