@@ -337,10 +337,7 @@ async fn forward(upstream: SocketAddr, head: &Parts, body: Bytes) -> Forwarded {
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(connection);
-    let mut request = Request::new(Full::new(body));
-    *request.method_mut() = head.method.clone();
-    *request.uri_mut() = head.uri.clone();
-    *request.headers_mut() = head.headers.clone();
+    let mut request = Request::from_parts(head.clone(), Full::new(body));
     // Framed anew from the body, which a batch fault may have shortened.
     let headers = request.headers_mut();
     headers.remove(CONTENT_LENGTH);
@@ -434,7 +431,7 @@ async fn serve(call: Call, shared: Arc<Shared>) -> Answer {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        let answer = answer(&shared, call, &op, service, fault).await;
+        let answer = handle(&shared, call, &op, service, fault).await;
         if let Answer::Respond(_) = &answer {
             lock(&shared.stats).held_seconds += received.elapsed().as_secs_f64();
         }
@@ -453,7 +450,8 @@ fn is_empty_receive(response: &Response<Bytes>) -> bool {
             == 0
 }
 
-async fn answer(
+/// What the proxy does with a call, after the latency.
+async fn handle(
     shared: &Shared,
     call: Call,
     op: &str,
