@@ -7,8 +7,8 @@ use std::process::Command;
 use aws_sdk_sqs::types::{Message, QueueAttributeName};
 use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_tests::{
-    QueueSet, attr_binary, attr_string, drain_all, moto, queue_attributes, queue_depth, send_raw,
-    unique_name,
+    QueueSet, attr_binary, attr_string, drain_all, moto, queue_attributes, queue_depth, send_fifo,
+    send_raw, unique_name,
 };
 use serde_json::{Value, json};
 
@@ -550,7 +550,7 @@ async fn replay_sends_back_with_manual_reason_and_deletes_only_what_was_sent() {
     let meta = meta_of(copy);
     assert_eq!(meta.attempt, 0);
     assert_eq!(meta.last_error, None);
-    assert_eq!(meta.reason, Some(IsolationReason::Manual));
+    assert_eq!(meta.reason, None);
     assert_eq!(meta.original_message_id, "orig-a");
     // AND only that one left the poison queue; the others are visible again
     assert_eq!(visible(&sqs, &q.poison_url).await, 2);
@@ -787,4 +787,383 @@ async fn colour_is_forced_by_clicolor_force_and_no_color_wins() {
     );
     assert!(!json.stdout.contains('\x1b'));
     json.json();
+}
+
+fn dedup_of(m: &Message) -> String {
+    m.attributes()
+        .and_then(|a| {
+            a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageDeduplicationId)
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no MessageDeduplicationId on {m:?}"))
+}
+
+#[tokio::test]
+async fn item_01_replay_to_fifo_derives_the_dedup_id_from_the_moved_message() {
+    // GIVEN a FIFO set with a parked message of group customer-7
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, true, 3).await;
+    let maxed = parked("orig-f", 5, IsolationReason::MaxAttempts, None);
+    let first_parked = send_fifo(
+        &sqs,
+        &q.poison_url,
+        "fifo-body",
+        "customer-7",
+        "parked-1",
+        &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
+    )
+    .await;
+    let replay = || {
+        redrive(
+            &[
+                "replay",
+                "--from",
+                &q.poison_url,
+                "--to",
+                &q.source_url,
+                "--all",
+                "--json",
+            ],
+            &[],
+        )
+    };
+
+    // WHEN it is replayed
+    let run = replay();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let copies = drain_all(&sqs, &q.source_url).await;
+    assert_eq!(bodies(&copies), ["fifo-body"]);
+    let first = dedup_of(&copies[0]);
+
+    // AND the same chain comes back to the poison queue and is replayed again
+    let back = send_fifo(
+        &sqs,
+        &q.poison_url,
+        "fifo-body",
+        "customer-7",
+        "parked-2",
+        &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
+    )
+    .await;
+    let run = replay();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let copies = drain_all(&sqs, &q.source_url).await;
+    assert_eq!(bodies(&copies), ["fifo-body"]);
+    let second = dedup_of(&copies[0]);
+
+    // THEN each copy's dedup id is the shared rule's, from the parked message that was moved,
+    // so the second replay of the chain is never deduplicated away
+    assert_eq!(
+        first,
+        redrive_shared::decision::dedup_id(&first_parked, "manual")
+    );
+    assert_eq!(second, redrive_shared::decision::dedup_id(&back, "manual"));
+    assert_ne!(first, second);
+    assert_eq!(meta_of(&copies[0]).original_message_id, "orig-f");
+    assert_eq!(
+        copies[0]
+            .attributes()
+            .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
+            .map(String::as_str),
+        Some("customer-7")
+    );
+}
+
+#[tokio::test]
+async fn item_13_unstamped_replay_is_refused_without_allow_unstamped() {
+    // GIVEN a poison queue with a message parked with 10 attributes and no x-redrive (an
+    // attribute-limit isolation), and an ordinary parked message
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let full: Vec<(String, aws_sdk_sqs::types::MessageAttributeValue)> = (0..10)
+        .map(|i| (format!("a{i}"), attr_string(&format!("v{i}"))))
+        .collect();
+    let full_refs: Vec<(&str, aws_sdk_sqs::types::MessageAttributeValue)> =
+        full.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let unstamped = send_raw(&sqs, &q.poison_url, "no-room", &full_refs).await;
+    let maxed = parked("orig-s", 5, IsolationReason::MaxAttempts, None);
+    send_raw(
+        &sqs,
+        &q.poison_url,
+        "stamped",
+        &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
+    )
+    .await;
+    let replay = |extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            "--from",
+            &q.poison_url,
+            "--to",
+            &q.source_url,
+            "--all",
+        ];
+        args.extend_from_slice(extra);
+        redrive(&args, &[])
+    };
+
+    // WHEN everything is replayed without --allow-unstamped
+    let run = replay(&["--json"]);
+
+    // THEN the stamped one went, the unstamped one is refused, left in place and listed, and
+    // the exit code says not everything was done
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["replayed"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        report["refusedUnstamped"][0]["messageId"],
+        unstamped.as_str()
+    );
+    assert_eq!(report["unstamped"], json!([]));
+    assert_eq!(bodies(&drain_all(&sqs, &q.source_url).await), ["stamped"]);
+    assert_eq!(visible(&sqs, &q.poison_url).await, 1);
+
+    // WHEN a text run says why
+    let run = replay(&[]);
+    assert_eq!(run.code, 3, "{}", run.stdout);
+    assert!(run.stdout.contains("--allow-unstamped"), "{}", run.stdout);
+
+    // WHEN the operator allows it
+    let run = replay(&["--allow-unstamped", "--json"]);
+
+    // THEN it warns before sending, and the copy carries the attributes exactly as received
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("without x-redrive") && run.stderr.contains(&unstamped),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.json()["unstamped"], json!([unstamped]));
+    let copies = drain_all(&sqs, &q.source_url).await;
+    assert_eq!(bodies(&copies), ["no-room"]);
+    let attrs = copies[0].message_attributes().unwrap();
+    assert_eq!(attrs.len(), 10);
+    assert!(!attrs.contains_key(ATTRIBUTE_NAME));
+    assert_eq!(queue_depth(&sqs, &q.poison_url).await, 0);
+}
+
+#[tokio::test]
+async fn item_13_a_replayed_copy_does_not_look_isolated_to_stats_and_reason_filters() {
+    // GIVEN a permanent failure replayed to the source queue (whose maxReceiveCount leaves
+    // room for the receives of the commands below)
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 10).await;
+    let perm = parked(
+        "orig-r",
+        2,
+        IsolationReason::PermanentFailure,
+        Some("HTTP_400"),
+    );
+    send_raw(
+        &sqs,
+        &q.poison_url,
+        "replay-me",
+        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
+    )
+    .await;
+    let run = redrive(
+        &[
+            "replay",
+            "--from",
+            &q.poison_url,
+            "--to",
+            &q.source_url,
+            "--all",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    // AND, beside it, a copy an older replay left with its old reason and isolatedAt, sent on
+    // after it was isolated
+    let older = RedriveMeta {
+        attempt: 0,
+        last_error: None,
+        reason: Some(IsolationReason::Manual),
+        last_redriven_at: Some("2026-11-22T09:00:00Z".into()),
+        ..parked("orig-o", 5, IsolationReason::Manual, None)
+    };
+    send_raw(
+        &sqs,
+        &q.source_url,
+        "older-copy",
+        &[(ATTRIBUTE_NAME, meta_attr(&older))],
+    )
+    .await;
+
+    // WHEN stats samples the source queue
+    let run = redrive(&["stats", "--queue", &q.source_url, "--json"], &[]);
+
+    // THEN neither copy counts as isolated
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["sample"]["reasons"], json!({"none": 2}));
+
+    // AND no --reason filter picks them
+    for reason in ["permanent-failure", "manual"] {
+        let run = redrive(
+            &[
+                "discard",
+                "--queue",
+                &q.source_url,
+                "--all",
+                "--reason",
+                reason,
+                "--json",
+            ],
+            &[],
+        );
+        assert_eq!(run.json()["wouldDelete"], json!([]), "--reason {reason}");
+    }
+    // AND the replayed copy's stamp carries no isolation at all
+    let copies = drain_all(&sqs, &q.source_url).await;
+    let replayed = copies
+        .iter()
+        .find(|m| m.body() == Some("replay-me"))
+        .unwrap();
+    let meta = meta_of(replayed);
+    assert_eq!((&meta.reason, &meta.isolated_at), (&None, &None));
+}
+
+/// A FIFO poison queue whose group `g` starts with a message the filter does not select, then
+/// `maxed` messages it does: the unselected head stays held while the walk runs, which locks
+/// the rest of its group beyond the first receive.
+async fn fifo_group_behind_an_unselected_head(sqs: &aws_sdk_sqs::Client, maxed: usize) -> QueueSet {
+    let q = QueueSet::create(sqs, true, 3).await;
+    let perm = parked(
+        "orig-h",
+        1,
+        IsolationReason::PermanentFailure,
+        Some("HTTP_400"),
+    );
+    send_fifo(
+        sqs,
+        &q.poison_url,
+        "head",
+        "g",
+        "head",
+        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
+    )
+    .await;
+    for i in 0..maxed {
+        let m = parked(&format!("orig-{i}"), 5, IsolationReason::MaxAttempts, None);
+        send_fifo(
+            sqs,
+            &q.poison_url,
+            &format!("m{i:02}"),
+            "g",
+            &format!("m{i}"),
+            &[(ATTRIBUTE_NAME, meta_attr(&m))],
+        )
+        .await;
+    }
+    q
+}
+
+#[tokio::test]
+async fn item_14_replay_all_reports_what_it_did_not_reach() {
+    // GIVEN 22 max-attempts messages behind a permanent failure in one FIFO group
+    let sqs = moto().sqs().await;
+    let q = fifo_group_behind_an_unselected_head(&sqs, 22).await;
+    let replay = |extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            "--from",
+            &q.poison_url,
+            "--to",
+            &q.source_url,
+            "--all",
+            "--reason",
+            "max-attempts",
+        ];
+        args.extend_from_slice(extra);
+        redrive(&args, &[])
+    };
+
+    // WHEN the max-attempts messages are replayed
+    let run = replay(&["--json"]);
+
+    // THEN it does not report success: the walk could not reach the messages behind the
+    // held head, and it says how many it did not reach
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    let replayed = report["replayed"].as_array().unwrap().len();
+    assert_eq!(report["status"], "incomplete", "{report}");
+    assert_eq!(report["notSelected"], 1);
+    assert_eq!(report["notReached"], json!(22 - replayed));
+    assert!(replayed < 22, "{report}");
+    // AND what it did not replay is still parked
+    assert_eq!(
+        queue_depth(&sqs, &q.poison_url).await,
+        (23 - replayed) as u64
+    );
+
+    // WHEN it runs again, as text, and still cannot reach the end
+    let run = replay(&[]);
+    assert_eq!(run.code, 3, "{}", run.stdout);
+    assert!(run.stdout.contains("incomplete"), "{}", run.stdout);
+    assert!(run.stdout.contains("not reached"), "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn item_14_discard_all_reports_what_it_did_not_reach() {
+    let sqs = moto().sqs().await;
+    let q = fifo_group_behind_an_unselected_head(&sqs, 12).await;
+    let run = redrive(
+        &[
+            "discard",
+            "--queue",
+            &q.poison_url,
+            "--all",
+            "--reason",
+            "max-attempts",
+            "--yes",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    let deleted = report["deleted"].as_array().unwrap().len();
+    assert_eq!(report["status"], "incomplete", "{report}");
+    assert_eq!(report["notReached"], json!(12 - deleted));
+    assert_eq!(
+        queue_depth(&sqs, &q.poison_url).await,
+        (13 - deleted) as u64
+    );
+
+    // A walk that covers the whole queue is complete, and --max is a limit, not a failure.
+    let q = QueueSet::create(&sqs, false, 3).await;
+    for i in 0..3 {
+        let m = parked(&format!("orig-{i}"), 5, IsolationReason::MaxAttempts, None);
+        send_raw(&sqs, &q.poison_url, "x", &[(ATTRIBUTE_NAME, meta_attr(&m))]).await;
+    }
+    let run = redrive(
+        &[
+            "discard",
+            "--queue",
+            &q.poison_url,
+            "--all",
+            "--max",
+            "1",
+            "--yes",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert_eq!(run.json()["status"], "limit");
+    assert_eq!(run.json()["notReached"], 0);
+    let run = redrive(
+        &[
+            "discard",
+            "--queue",
+            &q.poison_url,
+            "--all",
+            "--yes",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert_eq!(run.json()["status"], "complete");
+    assert_eq!(run.json()["deleted"].as_array().unwrap().len(), 2);
 }

@@ -18,7 +18,9 @@ Exit codes:
   1  an AWS call failed; the command did not complete (nothing is lost: a message is deleted
      only after its copy was acknowledged, and held messages reappear after their timeout)
   2  usage or configuration error, or `discard` without --yes; nothing was changed
-  3  incomplete: some messages failed, were not found, or a guard alarm kept the circuit open
+  3  incomplete: some messages failed, were refused or not found, a guard alarm kept the
+     circuit open, or `replay`/`discard` did not reach the end of the queue (the report says
+     how many were not reached; --max reached is not an error)
 
 Workflow: stats -> peek -> fix the cause -> replay in batches (--max) -> stats -> discard.";
 
@@ -62,14 +64,18 @@ pub enum Command {
     /// Send parked messages back to the source queue after a fix
     ///
     /// Each copy keeps its body, attributes and originalMessageId (the consumer's idempotency
-    /// key); x-redrive gets attempt 0, no lastError, and `reason: manual`. A message is deleted
-    /// from the poison queue only after its copy was acknowledged.
+    /// key); x-redrive gets attempt 0 and no lastError, isolatedAt or reason (the copy is no
+    /// longer parked). A message is deleted from the poison queue only after its copy was
+    /// acknowledged. A message parked without room for x-redrive (10 attributes, or too large
+    /// for the destination) is refused unless --allow-unstamped. Exit code 3 when anything
+    /// was not replayed or the walk did not reach the end of the queue.
     #[command(group(ArgGroup::new("select").required(true).args(["id", "all"])))]
     Replay(ReplayArgs),
     /// Delete messages that cannot be recovered (needs --yes)
     ///
     /// Lists every message it deleted. Without --yes it lists what it would delete, deletes
-    /// nothing, and exits with code 2.
+    /// nothing, and exits with code 2. Exit code 3 when anything was not deleted or the walk
+    /// did not reach the end of the queue.
     #[command(group(ArgGroup::new("select").required(true).args(["id", "all"])))]
     Discard(DiscardArgs),
 }
@@ -153,6 +159,11 @@ pub struct ReplayArgs {
     /// Show what would be replayed; send and delete nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also replay messages with no room for x-redrive, as received. The consumer then keys
+    /// each copy on its new MessageId: replayed again (or delivered twice), it is processed
+    /// again. Without this flag they are left where they are and listed.
+    #[arg(long)]
+    pub allow_unstamped: bool,
 }
 
 #[derive(Debug, Args)]

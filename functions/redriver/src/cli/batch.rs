@@ -3,42 +3,86 @@
 use std::collections::{HashMap, HashSet};
 
 use redrive_shared::attributes::message_size;
-use redrive_shared::limits::split_batches;
+use redrive_shared::limits::{HeldGroups, split_batches, split_fifo_batches};
 
 use super::scan::retry;
 use crate::ports::{HandleEntry, PortError, Queue, SendEntry};
 
-/// Per entry id: acknowledged, or the error of its last try.
+/// Per entry id: acknowledged, the error of its last try, or (FIFO) held back unsent because
+/// an earlier entry of its group was not acknowledged.
 #[derive(Debug, Default)]
 pub struct Acks {
     pub ok: HashSet<String>,
     pub failed: HashMap<String, String>,
+    pub held: HashSet<String>,
 }
 
 /// Entries whose failure is worth another try (not the sender's fault) are retried twice.
 const ENTRY_TRIES: usize = 3;
 
-pub async fn send<Q: Queue>(queue: &Q, url: &str, entries: Vec<SendEntry>) -> Acks {
+/// Sends in valid batches. With `order` (a FIFO destination) the batches are the engine's FIFO
+/// batches, one entry per group each, and a group with an entry that was not acknowledged is
+/// held for the rest of the run, so that a failed entry is never retried after a later entry
+/// of its group went through.
+pub async fn send<Q: Queue>(
+    queue: &Q,
+    url: &str,
+    entries: Vec<SendEntry>,
+    mut order: Option<&mut HeldGroups>,
+) -> Acks {
     let mut acks = Acks::default();
-    for batch in split_batches(entries, |e| message_size(&e.body, &e.attributes)) {
-        let mut pending = batch;
-        for _ in 0..ENTRY_TRIES {
-            match retry(|| queue.send_batch(url, &pending)).await {
-                Ok(outcome) => {
-                    let retry_ids = record(&mut acks, outcome.succeeded, outcome.failed);
-                    pending.retain(|e| retry_ids.contains(&e.id));
-                }
-                Err(e) => {
-                    fail_all(&mut acks, pending.iter().map(|e| e.id.clone()), &e);
-                    pending.clear();
-                }
+    let size = |e: &SendEntry| message_size(&e.body, &e.attributes);
+    let batches = if order.is_some() {
+        split_fifo_batches(entries, size, |e| e.group_id.as_deref())
+    } else {
+        split_batches(entries, size)
+    };
+    for batch in batches {
+        let batch = match order.as_deref() {
+            Some(held) => {
+                let (send, hold) = held.partition(batch, |e| e.group_id.as_deref());
+                acks.held.extend(hold.into_iter().map(|e| e.id));
+                send
             }
-            if pending.is_empty() {
-                break;
+            None => batch,
+        };
+        if batch.is_empty() {
+            continue;
+        }
+        let groups: Vec<(String, Option<String>)> = batch
+            .iter()
+            .map(|e| (e.id.clone(), e.group_id.clone()))
+            .collect();
+        send_one(queue, url, batch, &mut acks).await;
+        if let Some(held) = order.as_deref_mut() {
+            for (id, group) in groups {
+                if !acks.ok.contains(&id) {
+                    held.hold(group.as_deref());
+                }
             }
         }
     }
     acks
+}
+
+/// One batch, its retryable failures retried.
+async fn send_one<Q: Queue>(queue: &Q, url: &str, batch: Vec<SendEntry>, acks: &mut Acks) {
+    let mut pending = batch;
+    for _ in 0..ENTRY_TRIES {
+        match retry(|| queue.send_batch(url, &pending)).await {
+            Ok(outcome) => {
+                let retry_ids = record(acks, outcome.succeeded, outcome.failed);
+                pending.retain(|e| retry_ids.contains(&e.id));
+            }
+            Err(e) => {
+                fail_all(acks, pending.iter().map(|e| e.id.clone()), &e);
+                pending.clear();
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
+    }
 }
 
 pub async fn delete<Q: Queue>(queue: &Q, url: &str, entries: Vec<HandleEntry>) -> Acks {

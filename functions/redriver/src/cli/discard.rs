@@ -5,12 +5,12 @@
 use serde_json::{Value, json};
 
 use super::args::DiscardArgs;
-use super::replay::line;
-use super::scan::Scanner;
+use super::replay::{line, outcome};
+use super::scan::{Reach, Scanner, Status};
 use super::select::Filter;
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, batch, now_ms};
-use crate::ports::{HandleEntry, Queue, Received};
+use crate::ports::{HandleEntry, PortError, Queue, Received};
 
 #[derive(Debug, Default)]
 struct Report {
@@ -25,21 +25,22 @@ pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<Outcome, CliError> {
     let mut scan = Scanner::new(&queue, url);
     let mut report = Report::default();
     let walked = walk(&queue, &mut scan, &mut filter, url, args.yes, &mut report).await;
+    let reach = scan.reach(filter.stop(), filter.taken(), &walked).await;
     scan.release().await;
-    walked?;
 
     let not_found = filter.not_found();
     if ctx.json {
-        print_json(&args, &report, &not_found);
+        print_json(&args, &report, &not_found, &reach);
     } else {
-        print_text(ctx, &args, &report, &not_found);
+        print_text(ctx, &args, &report, &not_found, &reach);
     }
-    Ok(if !args.yes {
+    if let Some(e) = &reach.error {
+        eprintln!("error: {e}");
+    }
+    Ok(if !args.yes && reach.status != Status::Failed {
         Outcome::Refused
-    } else if !report.failed.is_empty() || !not_found.is_empty() {
-        Outcome::Incomplete
     } else {
-        Outcome::Done
+        outcome(&reach, !report.failed.is_empty() || !not_found.is_empty())
     })
 }
 
@@ -50,7 +51,7 @@ async fn walk<Q: Queue>(
     url: &str,
     really: bool,
     report: &mut Report,
-) -> Result<(), CliError> {
+) -> Result<(), PortError> {
     while !filter.full() {
         let batch = scan.next(10).await?;
         if batch.is_empty() {
@@ -91,7 +92,7 @@ async fn walk<Q: Queue>(
     Ok(())
 }
 
-fn print_json(args: &DiscardArgs, report: &Report, not_found: &[String]) {
+fn print_json(args: &DiscardArgs, report: &Report, not_found: &[String], reach: &Reach) {
     let failed: Vec<Value> = report
         .failed
         .iter()
@@ -109,10 +110,15 @@ fn print_json(args: &DiscardArgs, report: &Report, not_found: &[String]) {
         "wouldDelete": would,
         "failed": failed,
         "notFound": not_found,
+        "status": reach.status,
+        "seen": reach.seen,
+        "notSelected": reach.not_selected,
+        "notReached": reach.not_reached,
+        "error": reach.error,
     }));
 }
 
-fn print_text(ctx: &Ctx, args: &DiscardArgs, report: &Report, not_found: &[String]) {
+fn print_text(ctx: &Ctx, args: &DiscardArgs, report: &Report, not_found: &[String], reach: &Reach) {
     let s = &ctx.style;
     let name = args.queue.name();
     if args.yes {
@@ -143,6 +149,13 @@ fn print_text(ctx: &Ctx, args: &DiscardArgs, report: &Report, not_found: &[Strin
             s.bad("not found:"),
             not_found.join(", ")
         );
+    }
+    if let Some(short) = reach.shortfall() {
+        let label = match reach.status {
+            Status::Limit => s.warn("note:"),
+            _ => s.bad("not reached:"),
+        };
+        println!("{label} {short}");
     }
     if !args.yes {
         eprintln!("refusing to delete without --yes: re-run with --yes to delete these");

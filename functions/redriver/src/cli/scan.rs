@@ -5,6 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::ports::{HandleEntry, PortError, Queue, Received};
 
 /// Visibility timeout of held messages: long enough for a scan, short enough that a command
@@ -41,6 +43,9 @@ pub struct Scanner<'a, Q: Queue> {
     held: HashMap<String, String>,
     seen: HashSet<String>,
     exhausted: bool,
+    /// The scan met only messages it had returned before (their hold ran out): it cannot
+    /// tell whether messages it never saw are left.
+    came_back: bool,
 }
 
 impl<'a, Q: Queue> Scanner<'a, Q> {
@@ -52,6 +57,7 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
             held: HashMap::new(),
             seen: HashSet::new(),
             exhausted: false,
+            came_back: false,
         }
     }
 
@@ -82,8 +88,10 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
             if !fresh.is_empty() {
                 return Ok(fresh);
             }
-            // Only messages seen before: the scan went all the way round.
+            // Only messages seen before: their hold ran out (a long scan) or the queue was
+            // walked round. Stop, and say that the end was not proven.
             self.exhausted = true;
+            self.came_back = true;
         }
         Ok(Vec::new())
     }
@@ -99,6 +107,37 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
             out.extend(batch);
         }
         Ok(out)
+    }
+
+    /// Messages returned by this scan so far.
+    pub fn seen(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Where the walk ended, measured before [`release`](Self::release) (while what the scan
+    /// holds is still in flight): what is left visible on the queue is what it did not reach.
+    pub async fn reach(&self, stop: Stop, taken: usize, walked: &Result<(), PortError>) -> Reach {
+        let left = retry(|| self.queue.depth(self.url))
+            .await
+            .map(|d| d.visible);
+        let not_reached = left.as_ref().ok().copied();
+        let status = match (walked, stop) {
+            (Err(_), _) => Status::Failed,
+            (Ok(()), Stop::Limit) => Status::Limit,
+            (Ok(()), Stop::AllFound) => Status::Complete,
+            (Ok(()), Stop::Exhausted) if !self.came_back && not_reached == Some(0) => {
+                Status::Complete
+            }
+            (Ok(()), Stop::Exhausted) => Status::Incomplete,
+        };
+        Reach {
+            status,
+            seen: self.seen.len(),
+            not_selected: self.seen.len().saturating_sub(taken),
+            not_reached,
+            came_back: self.came_back,
+            error: walked.as_ref().err().map(ToString::to_string),
+        }
     }
 
     /// The message is gone from the queue (deleted): nothing to release.
@@ -143,6 +182,91 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
             );
         }
         unreleased
+    }
+}
+
+/// Why a walk over a queue stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// `--max` messages were taken.
+    Limit,
+    /// Every `--id` asked for was found (the rest of the queue is not asked for).
+    AllFound,
+    /// Nothing more could be received (or an AWS call failed).
+    Exhausted,
+}
+
+/// How a walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Every message of the queue was looked at (or every `--id` was found).
+    Complete,
+    /// `--max` was reached: the rest is for the next run.
+    Limit,
+    /// The walk stopped before the end of the queue: messages are left that it never saw.
+    Incomplete,
+    /// An AWS call failed part-way.
+    Failed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::Limit => "limit",
+            Self::Incomplete => "incomplete",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// How far a walk over a queue got, so that an early stop never reads as success.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reach {
+    pub status: Status,
+    /// Messages looked at.
+    pub seen: usize,
+    /// Looked at but not selected (another reason, another id, over `--max`): left in place.
+    pub not_selected: usize,
+    /// Messages visible on the queue when the walk ended (ApproximateNumberOfMessages; `None`
+    /// when it could not be read): the ones it did not reach. On a FIFO queue they include
+    /// the messages behind a held message of their group.
+    pub not_reached: Option<u64>,
+    /// Messages came back during the walk (their hold ran out): the end was not proven.
+    pub came_back: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Reach {
+    /// One line for text output when the walk did not cover the queue, else `None`.
+    pub fn shortfall(&self) -> Option<String> {
+        let left = self
+            .not_reached
+            .map_or("an unknown number of".to_string(), |n| n.to_string());
+        match self.status {
+            Status::Complete => None,
+            Status::Limit => Some(format!(
+                "stopped at --max; {left} message(s) not reached (run again for the next batch)"
+            )),
+            Status::Incomplete => {
+                let why = if self.came_back {
+                    "messages came back before the walk ended (a long walk outlived its hold)"
+                } else {
+                    "messages were left that it could not receive (on a FIFO queue: behind a held message of their group)"
+                };
+                Some(format!(
+                    "incomplete: the queue was not exhausted; {left} message(s) not reached, {} seen but not selected: {why}; run again",
+                    self.not_selected
+                ))
+            }
+            Status::Failed => Some(format!(
+                "failed part-way ({}); {left} message(s) not reached",
+                self.error.as_deref().unwrap_or("an AWS call failed")
+            )),
+        }
     }
 }
 
@@ -192,5 +316,38 @@ mod tests {
         // The newest handles are the ones released.
         assert_eq!(scan.release().await, 0);
         assert_eq!(sqs.depth_visible(Q), 3);
+    }
+
+    #[tokio::test]
+    async fn a_walk_whose_messages_came_back_is_not_complete() {
+        // GIVEN a walk that met only messages it had seen (a long walk outlived its hold)
+        let sqs = FakeSqs::new();
+        sqs.create_queue(Q);
+        for i in 0..3 {
+            sqs.push(Q, &format!("m{i}"), Attributes::new(), None);
+        }
+        let mut scan = Scanner::new(&sqs, Q);
+        assert_eq!(scan.next(10).await.unwrap().len(), 3);
+        sqs.expire_visibility(Q);
+        assert!(scan.next(10).await.unwrap().is_empty());
+
+        // THEN it does not call itself complete
+        let reach = scan.reach(Stop::Exhausted, 0, &Ok(())).await;
+        assert_eq!(reach.status, Status::Incomplete);
+        assert!(reach.came_back);
+        assert_eq!((reach.seen, reach.not_selected), (3, 3));
+        assert!(reach.shortfall().unwrap().contains("came back"));
+        scan.release().await;
+
+        // AND a walk that received everything and saw nothing come back is complete
+        let mut scan = Scanner::new(&sqs, Q);
+        assert_eq!(scan.collect(10).await.unwrap().len(), 3);
+        let reach = scan.reach(Stop::Exhausted, 3, &Ok(())).await;
+        assert_eq!(
+            (reach.status, reach.not_reached),
+            (Status::Complete, Some(0))
+        );
+        assert_eq!(reach.shortfall(), None);
+        scan.release().await;
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use redrive_shared::meta::{IsolationReason, RedriveMeta};
 
 use super::args::Selection;
+use super::view::standing_reason;
 use crate::ports::Received;
 
 #[derive(Debug, Clone)]
@@ -51,13 +52,31 @@ impl Filter {
             self.found.extend(hits);
             hit
         };
-        let by_reason =
-            self.reasons.is_empty() || meta.reason.is_some_and(|r| self.reasons.contains(&r));
+        let by_reason = self.reasons.is_empty()
+            || standing_reason(&meta).is_some_and(|r| self.reasons.contains(r));
         let selected = by_id && by_reason;
         if selected {
             self.taken += 1;
         }
         selected
+    }
+
+    /// Messages taken so far.
+    pub fn taken(&self) -> usize {
+        self.taken
+    }
+
+    /// Why the walk that used this filter ended. The walk goes on after the last `--id` was
+    /// found (another copy of the same chain may follow); what it did not reach then is not
+    /// what was asked for.
+    pub fn stop(&self) -> super::scan::Stop {
+        if self.full() {
+            super::scan::Stop::Limit
+        } else if !self.ids.is_empty() && self.found.len() == self.ids.len() {
+            super::scan::Stop::AllFound
+        } else {
+            super::scan::Stop::Exhausted
+        }
     }
 
     /// Ids asked for with `--id` that no visible message carried.
@@ -114,9 +133,9 @@ mod tests {
         let mut f = Filter::new(&selection(&[], &[IsolationReason::MaxAttempts], Some(2)));
         assert!(!f.take(&message("a", "a", perm)));
         assert!(!f.take(&message("b", "b", None)));
-        assert!(f.take(&message("c", "c", maxed)));
+        assert!(f.take(&message("c", "c", maxed.clone())));
         assert!(!f.full());
-        assert!(f.take(&message("d", "d", maxed)));
+        assert!(f.take(&message("d", "d", maxed.clone())));
         assert!(f.full());
         assert!(!f.take(&message("e", "e", maxed)), "over --max");
     }

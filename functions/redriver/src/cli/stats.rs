@@ -39,10 +39,7 @@ impl Sample {
             *s.attempts.entry(v.attempt).or_default() += 1;
             *s.reasons.entry(v.reason_label().to_string()).or_default() += 1;
             if let Some(e) = &v.last_error {
-                let class = serde_json::to_value(e.class)
-                    .ok()
-                    .and_then(|c| c.as_str().map(str::to_string))
-                    .unwrap_or_default();
+                let class = e.class.as_str();
                 *s.last_errors
                     .entry(format!("{class} {}", e.code))
                     .or_default() += 1;

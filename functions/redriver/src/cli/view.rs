@@ -3,7 +3,7 @@
 
 use redrive_shared::attributes::{AttributeValue, message_size};
 use redrive_shared::meta::{ATTRIBUTE_NAME, IsolationReason, LastError, MetaSource, RedriveMeta};
-use redrive_shared::timefmt::rfc3339_from_millis;
+use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -35,10 +35,28 @@ pub struct MessageView {
     pub body: Option<String>,
 }
 
+/// The isolation a stamp stands for, if any: its `reason`, unless the message was sent on
+/// after it was isolated (`lastRedrivenAt` later than `isolatedAt`). Replays and redrives now
+/// drop `isolatedAt` and `reason`; copies written before that still carry them, and must not
+/// look parked to `stats` and `--reason`.
+pub fn standing_reason(meta: &RedriveMeta) -> Option<&IsolationReason> {
+    let moved_on = match (&meta.isolated_at, &meta.last_redriven_at) {
+        (Some(isolated), Some(redriven)) => {
+            match (millis_from_rfc3339(isolated), millis_from_rfc3339(redriven)) {
+                (Some(i), Some(r)) => r > i,
+                _ => false,
+            }
+        }
+        _ => false,
+    };
+    if moved_on { None } else { meta.reason.as_ref() }
+}
+
 impl MessageView {
     /// `body_chars`: `Some(n)` shows the body cut to n characters, `None` hides it.
     pub fn new(m: &Received, now_ms: i64, body_chars: Option<usize>) -> Self {
         let (meta, source) = RedriveMeta::read(&m.attributes, &m.message_id);
+        let reason = standing_reason(&meta).cloned();
         let attributes = m
             .attributes
             .iter()
@@ -57,8 +75,8 @@ impl MessageView {
             message_id: m.message_id.clone(),
             original_message_id: meta.original_message_id,
             attempt: meta.attempt,
-            reason: meta.reason,
-            isolated_at: meta.isolated_at,
+            isolated_at: meta.isolated_at.filter(|_| reason.is_some()),
+            reason,
             last_redriven_at: meta.last_redriven_at,
             last_error: meta.last_error,
             garbled: match source {
@@ -76,8 +94,8 @@ impl MessageView {
         }
     }
 
-    pub fn reason_label(&self) -> &'static str {
-        self.reason.map_or("none", IsolationReason::as_str)
+    pub fn reason_label(&self) -> &str {
+        self.reason.as_ref().map_or("none", IsolationReason::as_str)
     }
 
     /// A block of text: the id, then one line per fact.
@@ -94,7 +112,7 @@ impl MessageView {
             line(&mut out, "original", self.original_message_id.clone());
         }
         let mut history = format!("attempt {}", self.attempt);
-        if let Some(reason) = self.reason {
+        if let Some(reason) = &self.reason {
             let reason = match reason {
                 IsolationReason::Manual => style.good(reason.as_str()),
                 _ => style.warn(reason.as_str()),
@@ -113,9 +131,11 @@ impl MessageView {
             );
         }
         if let Some(e) = &self.last_error {
-            let class = match e.class {
+            let class = match &e.class {
                 redrive_shared::ErrorClass::Permanent => style.bad("permanent"),
                 redrive_shared::ErrorClass::Transient => style.warn("transient"),
+                // A newer writer's class, shown as written.
+                other => style.warn(other.as_str()),
             };
             line(
                 &mut out,
