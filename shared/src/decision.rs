@@ -140,16 +140,16 @@ pub fn decide(
         Ok(meta.attempt + 1)
     };
 
-    let stamped_meta = match intended {
+    let stamped_meta = match &intended {
         Ok(attempt) => RedriveMeta {
-            attempt,
+            attempt: *attempt,
             first_redriven_at: meta.first_redriven_at.clone().or_else(|| Some(now.clone())),
             last_redriven_at: Some(now.clone()),
             ..meta.clone()
         },
         Err(reason) => RedriveMeta {
             isolated_at: Some(now.clone()),
-            reason: Some(reason),
+            reason: Some(reason.clone()),
             ..meta.clone()
         },
     };
@@ -177,12 +177,12 @@ pub fn decide(
         // The stamp does not fit: park the message exactly as received rather than loop untracked.
         let poison_fifo = policy.poison_fifo;
         return Decision::Isolate(IsolationPlan {
-            reason,
+            reason: reason.clone(),
             dedup_id: poison_fifo.then(|| dedup_id(message.message_id, "p")),
             group_id: group_for(poison_fifo),
             meta: RedriveMeta {
                 isolated_at: Some(now),
-                reason: Some(reason),
+                reason: Some(reason.clone()),
                 ..meta
             },
             stamped: false,

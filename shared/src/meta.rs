@@ -2,6 +2,7 @@
 //! slot, as compact JSON. Reading is total: every input yields a usable [`RedriveMeta`].
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::attributes::{AttributeValue, Attributes, MessageAttribute};
 
@@ -16,33 +17,53 @@ pub const MAX_ERROR_MESSAGE_CHARS: usize = 256;
 const MAX_ORIGINAL_ID_LEN: usize = 100;
 
 /// Why a message was parked in the poison queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+///
+/// A reason this crate does not know (written by a newer re-driver) is kept as its text in
+/// [`IsolationReason::Other`] and written back unchanged: it is never a reason to restart a
+/// message's history.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum IsolationReason {
     MaxAttempts,
     PermanentFailure,
     AttributeLimit,
     SizeLimit,
     Manual,
+    /// SQS kept rejecting the copy as the sender's fault (not throttling, not a 5xx).
+    SendRejected,
+    /// A reason written by a newer writer, kept as text.
+    Other(String),
 }
 
 impl IsolationReason {
-    pub const ALL: [IsolationReason; 5] = [
+    /// The reasons this crate writes.
+    pub const ALL: [IsolationReason; 6] = [
         Self::MaxAttempts,
         Self::PermanentFailure,
         Self::AttributeLimit,
         Self::SizeLimit,
         Self::Manual,
+        Self::SendRejected,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             Self::MaxAttempts => "max-attempts",
             Self::PermanentFailure => "permanent-failure",
             Self::AttributeLimit => "attribute-limit",
             Self::SizeLimit => "size-limit",
             Self::Manual => "manual",
+            Self::SendRejected => "send-rejected",
+            Self::Other(text) => text,
         }
+    }
+
+    /// The reason named by `text`: a known one, else [`IsolationReason::Other`].
+    pub fn from_text(text: &str) -> Self {
+        Self::ALL
+            .iter()
+            .find(|r| r.as_str() == text)
+            .cloned()
+            .unwrap_or_else(|| Self::Other(text.to_string()))
     }
 }
 
@@ -52,20 +73,79 @@ impl std::fmt::Display for IsolationReason {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+impl Serialize for IsolationReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for IsolationReason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(Self::from_text(&text))
+    }
+}
+
+/// `lastError.class`. A class this crate does not know is kept as text in
+/// [`ErrorClass::Other`]; only `permanent` isolates a message at once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
     Transient,
     Permanent,
+    /// A class written by a newer writer, kept as text.
+    Other(String),
 }
 
-/// The consumer's stamp when it gives up on a message.
+impl ErrorClass {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Transient => "transient",
+            Self::Permanent => "permanent",
+            Self::Other(text) => text,
+        }
+    }
+
+    pub fn from_text(text: &str) -> Self {
+        match text {
+            "transient" => Self::Transient,
+            "permanent" => Self::Permanent,
+            other => Self::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorClass {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorClass {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(Self::from_text(&text))
+    }
+}
+
+/// The consumer's stamp when it gives up on a message. Fields a newer writer added are kept in
+/// `extra` and written back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LastError {
     pub class: ErrorClass,
+    #[serde(default)]
     pub code: String,
+    #[serde(default)]
     pub message: String,
+    #[serde(default)]
     pub at: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 impl LastError {
@@ -78,27 +158,81 @@ impl LastError {
             code: code.into(),
             message,
             at,
+            extra: Map::new(),
         }
     }
 }
 
 /// The decoded `x-redrive` value. A value of this type is always writable.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// Only `v`, `attempt` and `originalMessageId` are structural: without them (or with them
+/// ill-typed) the stamp is garbled. Any other field this crate does not know, or a known
+/// optional field it cannot read (say `"firstRedrivenAt": 5` from a buggy writer), is kept
+/// as written in `extra` and written back, so that a newer writer's stamp survives an older
+/// re-driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedriveMeta {
     pub v: u32,
     pub attempt: u32,
     pub original_message_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_redriven_at: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_redriven_at: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolated_at: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<IsolationReason>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<LastError>,
+    /// Fields kept as written: unknown ones, and known optional ones that could not be read.
+    pub extra: Map<String, Value>,
+}
+
+const FIELD_V: &str = "v";
+const FIELD_ATTEMPT: &str = "attempt";
+const FIELD_ORIGINAL: &str = "originalMessageId";
+const FIELD_FIRST: &str = "firstRedrivenAt";
+const FIELD_LAST: &str = "lastRedrivenAt";
+const FIELD_ISOLATED: &str = "isolatedAt";
+const FIELD_REASON: &str = "reason";
+const FIELD_LAST_ERROR: &str = "lastError";
+
+impl Serialize for RedriveMeta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry(FIELD_V, &self.v)?;
+        map.serialize_entry(FIELD_ATTEMPT, &self.attempt)?;
+        map.serialize_entry(FIELD_ORIGINAL, &self.original_message_id)?;
+        let mut written: Vec<&str> = vec![FIELD_V, FIELD_ATTEMPT, FIELD_ORIGINAL];
+        for (name, value) in [
+            (FIELD_FIRST, &self.first_redriven_at),
+            (FIELD_LAST, &self.last_redriven_at),
+            (FIELD_ISOLATED, &self.isolated_at),
+        ] {
+            if let Some(value) = value {
+                map.serialize_entry(name, value)?;
+                written.push(name);
+            }
+        }
+        if let Some(reason) = &self.reason {
+            map.serialize_entry(FIELD_REASON, reason)?;
+            written.push(FIELD_REASON);
+        }
+        if let Some(last_error) = &self.last_error {
+            map.serialize_entry(FIELD_LAST_ERROR, last_error)?;
+            written.push(FIELD_LAST_ERROR);
+        }
+        for (name, value) in &self.extra {
+            if !written.contains(&name.as_str()) {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for RedriveMeta {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        Self::from_value(value).map_err(serde::de::Error::custom)
+    }
 }
 
 /// Where a [`RedriveMeta`] came from, so that callers can log what they repaired.
@@ -127,6 +261,7 @@ impl RedriveMeta {
             isolated_at: None,
             reason: None,
             last_error: None,
+            extra: Map::new(),
         }
     }
 
@@ -179,17 +314,52 @@ impl RedriveMeta {
 
     /// Parses the JSON value of an `x-redrive` attribute, checking what the type promises.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let meta: RedriveMeta = serde_json::from_str(text)
-            .map_err(|e| format!("{ATTRIBUTE_NAME} is not valid: {e}"))?;
-        if meta.v == 0 {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| format!("{ATTRIBUTE_NAME} is not valid JSON: {e}"))?;
+        Self::from_value(value)
+    }
+
+    /// Reads a decoded `x-redrive` object. Structural fields (`v`, `attempt`,
+    /// `originalMessageId`) must be there and well typed; everything else is read if it can
+    /// be and otherwise kept as written in `extra`.
+    fn from_value(value: Value) -> Result<Self, String> {
+        let Value::Object(mut fields) = value else {
+            return Err(format!("{ATTRIBUTE_NAME} is not a JSON object"));
+        };
+        let v = take_u32(&mut fields, FIELD_V)?;
+        if v == 0 {
             return Err(format!("{ATTRIBUTE_NAME} has version 0"));
         }
-        if !valid_original_id(&meta.original_message_id) {
-            return Err(format!(
-                "{ATTRIBUTE_NAME} originalMessageId must be 1 to {MAX_ORIGINAL_ID_LEN} characters of letters, digits and -_.:"
-            ));
-        }
-        Ok(meta)
+        let attempt = take_u32(&mut fields, FIELD_ATTEMPT)?;
+        let original_message_id = match fields.remove(FIELD_ORIGINAL) {
+            Some(Value::String(id)) if valid_original_id(&id) => id,
+            _ => {
+                return Err(format!(
+                    "{ATTRIBUTE_NAME} originalMessageId must be 1 to {MAX_ORIGINAL_ID_LEN} characters of letters, digits and -_.:"
+                ));
+            }
+        };
+        let text = |v: &Value| v.as_str().map(str::to_string);
+        let first_redriven_at = read_field(&mut fields, FIELD_FIRST, text);
+        let last_redriven_at = read_field(&mut fields, FIELD_LAST, text);
+        let isolated_at = read_field(&mut fields, FIELD_ISOLATED, text);
+        let reason = read_field(&mut fields, FIELD_REASON, |v| {
+            v.as_str().map(IsolationReason::from_text)
+        });
+        let last_error = read_field(&mut fields, FIELD_LAST_ERROR, |v| {
+            LastError::deserialize(v).ok()
+        });
+        Ok(Self {
+            v,
+            attempt,
+            original_message_id,
+            first_redriven_at,
+            last_redriven_at,
+            isolated_at,
+            reason,
+            last_error,
+            extra: fields,
+        })
     }
 
     /// The compact JSON value, always at the version this crate writes.
@@ -205,6 +375,15 @@ impl RedriveMeta {
         MessageAttribute::string(self.to_json())
     }
 
+    /// Drops the marks of an earlier isolation (`isolatedAt`, `reason`, also when kept
+    /// unread in `extra`): a copy sent on to be processed again must not look parked.
+    pub fn clear_isolation(&mut self) {
+        self.isolated_at = None;
+        self.reason = None;
+        self.extra.remove(FIELD_ISOLATED);
+        self.extra.remove(FIELD_REASON);
+    }
+
     /// True when the consumer gave up on this message for good.
     pub fn is_permanent_failure(&self) -> bool {
         matches!(&self.last_error, Some(e) if e.class == ErrorClass::Permanent)
@@ -216,6 +395,31 @@ impl RedriveMeta {
         attributes.remove(LEGACY_ATTEMPT_ATTRIBUTE);
         attributes.insert(ATTRIBUTE_NAME.to_string(), self.to_attribute());
     }
+}
+
+/// Takes a field out of `fields` if `read` can read it; otherwise it stays there (kept as
+/// written, in `extra`).
+fn read_field<T>(
+    fields: &mut Map<String, Value>,
+    name: &str,
+    read: impl FnOnce(&Value) -> Option<T>,
+) -> Option<T> {
+    let value = read(fields.get(name)?)?;
+    fields.remove(name);
+    Some(value)
+}
+
+fn take_u32(fields: &mut Map<String, Value>, name: &str) -> Result<u32, String> {
+    fields
+        .remove(name)
+        .and_then(|v| v.as_u64())
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            format!(
+                "{ATTRIBUTE_NAME} {name} must be a whole number from 0 to {}",
+                u32::MAX
+            )
+        })
 }
 
 fn parse_legacy_attempt(v: &str) -> Option<u32> {
@@ -291,9 +495,10 @@ mod tests {
             MessageAttribute::string(r#"{"v":1,"attempt":3,"originalMessageId":""}"#),
             MessageAttribute::string(r#"{"v":1,"attempt":3,"originalMessageId":"has space"}"#),
             MessageAttribute::string(r#"{"v":0,"attempt":3,"originalMessageId":"a"}"#),
-            MessageAttribute::string(
-                r#"{"v":1,"attempt":3,"originalMessageId":"a","reason":"bogus"}"#,
-            ),
+            MessageAttribute::string(r#"[1,2]"#),
+            MessageAttribute::string(r#"{"v":1,"attempt":"3","originalMessageId":"a"}"#),
+            MessageAttribute::string(r#"{"v":1,"attempt":3,"originalMessageId":7}"#),
+            MessageAttribute::string(r#"{"attempt":3,"originalMessageId":"a"}"#),
             MessageAttribute::number("3"),
             MessageAttribute::binary(b"{}".to_vec()),
         ];
@@ -391,7 +596,8 @@ mod tests {
                 "\"permanent-failure\"",
                 "\"attribute-limit\"",
                 "\"size-limit\"",
-                "\"manual\""
+                "\"manual\"",
+                "\"send-rejected\""
             ]
         );
         for r in IsolationReason::ALL {
@@ -415,6 +621,72 @@ mod tests {
             .unwrap();
         assert_eq!(m.attempt, 1);
         assert!(m.to_json().starts_with(r#"{"v":1,"#));
+    }
+
+    fn read_text(text: &str) -> (RedriveMeta, MetaSource) {
+        RedriveMeta::read(
+            &attrs_with(ATTRIBUTE_NAME, MessageAttribute::string(text)),
+            "current-id",
+        )
+    }
+
+    #[test]
+    fn item_12_unknown_reason_keeps_the_history_and_is_written_back() {
+        let text = format!(
+            r#"{{"v":1,"attempt":3,"originalMessageId":"{ID}","isolatedAt":"2026-11-21T11:00:00Z","reason":"quarantined-by-v2"}}"#
+        );
+        let (meta, src) = read_text(&text);
+        assert_eq!(src, MetaSource::Current, "an unknown reason is not garbage");
+        assert_eq!((meta.attempt, meta.original_message_id.as_str()), (3, ID));
+        assert_eq!(
+            meta.reason.as_ref().map(|r| r.to_string()).as_deref(),
+            Some("quarantined-by-v2")
+        );
+        assert_eq!(meta.to_json(), text, "written back unchanged");
+    }
+
+    #[test]
+    fn item_12_unknown_error_class_and_fields_are_kept_as_text() {
+        let text = format!(
+            r#"{{"v":1,"attempt":2,"originalMessageId":"{ID}","lastError":{{"class":"throttled-v2","code":"X","message":"m","at":"t","retryAfter":5}},"future":{{"a":[1,2.50]}}}}"#
+        );
+        let (meta, src) = read_text(&text);
+        assert_eq!(src, MetaSource::Current);
+        assert_eq!((meta.attempt, meta.original_message_id.as_str()), (2, ID));
+        assert!(!meta.is_permanent_failure(), "only `permanent` isolates");
+        assert_eq!(
+            meta.last_error
+                .as_ref()
+                .map(|e| e.class.to_string())
+                .as_deref(),
+            Some("throttled-v2")
+        );
+        // Unknown fields, inside lastError and beside it, survive a write by this version.
+        let written = meta.to_json();
+        assert!(written.contains(r#""retryAfter":5"#), "{written}");
+        assert!(written.contains(r#""future":{"a":[1,2.5]}"#), "{written}");
+        assert_eq!(RedriveMeta::parse(&written).unwrap(), meta);
+    }
+
+    #[test]
+    fn item_12_an_unreadable_optional_field_does_not_restart_the_history() {
+        let text = format!(
+            r#"{{"v":1,"attempt":4,"originalMessageId":"{ID}","firstRedrivenAt":5,"reason":["x"],"lastError":"oops"}}"#
+        );
+        let (meta, src) = read_text(&text);
+        assert_eq!(src, MetaSource::Current);
+        assert_eq!((meta.attempt, meta.original_message_id.as_str()), (4, ID));
+        assert_eq!(meta.first_redriven_at, None);
+        assert_eq!(meta.reason, None);
+        // Kept as written (unknown and unreadable fields are written after the known ones).
+        let as_value = |t: &str| serde_json::from_str::<Value>(t).unwrap();
+        assert_eq!(as_value(&meta.to_json()), as_value(&text));
+        // A value this version writes replaces the unreadable one, never duplicates the key.
+        let mut again = meta.clone();
+        again.first_redriven_at = Some("2026-11-21T10:00:00Z".into());
+        let json = again.to_json();
+        assert_eq!(json.matches("firstRedrivenAt").count(), 1, "{json}");
+        assert!(json.contains(r#""firstRedrivenAt":"2026-11-21T10:00:00Z""#));
     }
 
     fn arb_meta() -> impl Strategy<Value = RedriveMeta> {
@@ -447,6 +719,7 @@ mod tests {
                 isolated_at: iso,
                 reason,
                 last_error,
+                extra: Map::new(),
             },
         )
     }
