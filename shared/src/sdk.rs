@@ -1,11 +1,33 @@
 //! Conversions between the pure attribute model and `aws-sdk-sqs` types (feature `aws`).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
 
 use crate::attributes::{AttributeValue, Attributes, MessageAttribute};
+
+pub use aws_sdk_sqs::config::timeout::TimeoutConfig;
+
+/// Connecting to an AWS endpoint takes milliseconds; longer means it is unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// One HTTP attempt. Above the re-driver's 1 s long poll, far above a normal SQS, DynamoDB or
+/// CloudWatch answer.
+pub const OPERATION_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// One operation, the SDK's own retries included: a stalled call ends here, so that it cannot
+/// outlive the Lambda deadline margin or the visibility timeout of the messages it carries.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Timeouts for every SDK client of both Lambdas (`aws_config::defaults(..).timeout_config(..)`):
+/// without them only the connect is bounded, and a stalled send or delete outlives the deadline.
+pub fn timeout_config() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(OPERATION_ATTEMPT_TIMEOUT)
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build()
+}
 
 /// SDK attributes as received, to the model. Values are kept byte for byte; an attribute with
 /// neither a string nor a binary value (list values are reserved by SQS and never set) keeps
@@ -53,6 +75,18 @@ pub fn attributes_to_sdk(attrs: &Attributes) -> HashMap<String, MessageAttribute
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn item_05_every_client_gets_attempt_and_operation_timeouts() {
+        let t = timeout_config();
+        assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
+        assert_eq!(
+            t.operation_attempt_timeout(),
+            Some(OPERATION_ATTEMPT_TIMEOUT)
+        );
+        assert_eq!(t.operation_timeout(), Some(OPERATION_TIMEOUT));
+        assert!(OPERATION_ATTEMPT_TIMEOUT <= OPERATION_TIMEOUT);
+    }
 
     #[test]
     fn round_trips_every_type_byte_for_byte() {

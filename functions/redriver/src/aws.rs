@@ -1,6 +1,6 @@
 //! SDK adapters for the ports: SQS, CloudWatch alarms and metrics.
 
-use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit, StateValue};
+use aws_sdk_cloudwatch::types::{AlarmType, Dimension, MetricDatum, StandardUnit, StateValue};
 use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
     DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
@@ -9,8 +9,8 @@ use aws_sdk_sqs::types::{
 use redrive_shared::sdk::{attributes_from_sdk, attributes_to_sdk};
 
 use crate::ports::{
-    Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, Metrics, PortError, Queue, Received,
-    RunMetrics, SendEntry,
+    AlarmInfo, AlarmState, Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, Metrics,
+    PortError, Queue, Received, RunMetrics, SendEntry,
 };
 
 /// Maps an SDK error to a [`PortError`], classifying what is worth retrying.
@@ -243,6 +243,22 @@ impl Queue for SqsQueue {
             delayed: get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
         })
     }
+
+    async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::MaximumMessageSize)
+            .send()
+            .await
+            .map_err(|e| port_error("GetQueueAttributes", e))?;
+        Ok(out
+            .attributes
+            .unwrap_or_default()
+            .get(&QueueAttributeName::MaximumMessageSize)
+            .and_then(|v| v.parse::<usize>().ok()))
+    }
 }
 
 fn cw_error<E, R>(
@@ -273,6 +289,15 @@ where
     }
 }
 
+/// INSUFFICIENT_DATA (and any state this SDK does not know) is not ALARM.
+fn alarm_state(state: Option<&StateValue>) -> AlarmState {
+    match state {
+        Some(StateValue::Alarm) => AlarmState::Alarm,
+        Some(StateValue::Ok) => AlarmState::Ok,
+        _ => AlarmState::InsufficientData,
+    }
+}
+
 /// CloudWatch alarms and metrics through the SDK.
 #[derive(Clone)]
 pub struct CloudWatch {
@@ -280,34 +305,49 @@ pub struct CloudWatch {
 }
 
 impl Alarms for CloudWatch {
-    async fn in_alarm(&self, names: &[String]) -> Result<Vec<String>, PortError> {
-        let mut open = Vec::new();
-        // DescribeAlarms takes at most 100 names per call.
+    async fn describe(&self, names: &[String]) -> Result<Vec<AlarmInfo>, PortError> {
+        let mut found = Vec::new();
+        // DescribeAlarms takes at most 100 names per call. Without `AlarmTypes` it answers with
+        // metric alarms only; and it pages with `NextToken`.
         for chunk in names.chunks(100) {
-            let out = self
-                .client
-                .describe_alarms()
-                .set_alarm_names(Some(chunk.to_vec()))
-                .send()
-                .await
-                .map_err(|e| cw_error("DescribeAlarms", e))?;
-            let alarms = out
-                .metric_alarms
-                .unwrap_or_default()
-                .into_iter()
-                .map(|a| (a.alarm_name, a.state_value));
-            let composite = out
-                .composite_alarms
-                .unwrap_or_default()
-                .into_iter()
-                .map(|a| (a.alarm_name, a.state_value));
-            for (name, state) in alarms.chain(composite) {
-                if state == Some(StateValue::Alarm) {
-                    open.push(name.unwrap_or_default());
+            let mut next_token: Option<String> = None;
+            loop {
+                let out = self
+                    .client
+                    .describe_alarms()
+                    .set_alarm_names(Some(chunk.to_vec()))
+                    .alarm_types(AlarmType::MetricAlarm)
+                    .alarm_types(AlarmType::CompositeAlarm)
+                    .set_next_token(next_token.take())
+                    .send()
+                    .await
+                    .map_err(|e| cw_error("DescribeAlarms", e))?;
+                for a in out.metric_alarms() {
+                    let period = match (a.period(), a.evaluation_periods()) {
+                        (Some(p), Some(n)) if p > 0 && n > 0 => Some(p as u64 * n as u64),
+                        (Some(p), _) if p > 0 => Some(p as u64),
+                        _ => None,
+                    };
+                    found.push(AlarmInfo {
+                        name: a.alarm_name().unwrap_or_default().to_string(),
+                        state: alarm_state(a.state_value()),
+                        period_seconds: period,
+                    });
+                }
+                for a in out.composite_alarms() {
+                    found.push(AlarmInfo {
+                        name: a.alarm_name().unwrap_or_default().to_string(),
+                        state: alarm_state(a.state_value()),
+                        period_seconds: None,
+                    });
+                }
+                match out.next_token() {
+                    Some(t) if !t.is_empty() => next_token = Some(t.to_string()),
+                    _ => break,
                 }
             }
         }
-        Ok(open)
+        Ok(found)
     }
 
     async fn set_ok(&self, name: &str, reason: &str) -> Result<(), PortError> {
@@ -348,6 +388,8 @@ impl Metrics for CloudWatch {
             .metric_data(datum("SuccessfulRedrives", m.successful_redrives))
             .metric_data(datum("PoisonPillsIsolated", m.poison_pills_isolated))
             .metric_data(datum("RedriveFailures", m.redrive_failures))
+            .metric_data(datum("DlqReceiveFailures", m.dlq_receive_failures))
+            .metric_data(datum("UnplaceableMessages", m.unplaceable_messages))
             .send()
             .await
             .map_err(|e| cw_error("PutMetricData", e))?;

@@ -1,7 +1,7 @@
 //! The drain: receive from the DLQ, decide each message, send the copies, and delete from the
 //! DLQ only what the destination acknowledged.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,8 +17,8 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::ports::{
-    Alarms, BatchOutcome, EntryFailure, HandleEntry, Metrics, PortError, Queue, Received,
-    RunMetrics, SendEntry,
+    AlarmState, Alarms, BatchOutcome, EntryFailure, HandleEntry, Metrics, PortError, Queue,
+    Received, RunMetrics, SendEntry,
 };
 
 /// Why a drain stopped (the contract's `stoppedBecause`).
@@ -70,6 +70,25 @@ pub struct Summary {
     /// Messages left on the DLQ (visible, in flight and delayed) after the run; `null` when the
     /// queue could not be asked.
     pub dlq_remaining: Option<u64>,
+    /// Why the DLQ could not be read (ReceiveMessage failed for good); such a drain fails the
+    /// invocation. Not part of the response.
+    #[serde(skip)]
+    pub dlq_unreadable: Option<String>,
+    /// Messages neither the source nor the poison queue accepts; they stay on the DLQ.
+    #[serde(skip)]
+    pub unplaceable: u64,
+}
+
+/// Why an invocation fails.
+#[derive(Debug, thiserror::Error)]
+pub enum InvocationError {
+    /// An unrecognized event: nothing was touched.
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The DLQ could not be read: published as `DlqReceiveFailures` and failed, so that the
+    /// Lambda `Errors` alarm sees it.
+    #[error("the DLQ cannot be read: {reason}")]
+    DlqUnreadable { reason: String, summary: Summary },
 }
 
 /// One drain, resolved from the trigger and the configuration.
@@ -96,16 +115,32 @@ pub struct Settings {
     /// Tries of a call (or of failed batch entries) that failed in a retryable way.
     pub retry_attempts: u32,
     pub retry_base: Duration,
+    /// The longest any one port call may take: the SDK's operation timeout, enforced by the
+    /// engine too (a fake or a custom port has no SDK timeouts).
+    pub call_timeout: Duration,
+    /// Time kept for the calls after the drain (DLQ depth, PutMetricData, DescribeAlarms,
+    /// SetAlarmState): no drain call runs into it.
+    pub post_drain_reserve: Duration,
 }
+
+/// Calls after the drain, each bounded by `call_timeout`: DLQ depth, PutMetricData,
+/// DescribeAlarms and SetAlarmState.
+const POST_DRAIN_CALLS: u32 = 4;
+/// Calls of one batch in flight when the margin starts: receive, send, delete.
+const BATCH_CALLS: u32 = 3;
 
 impl Default for Settings {
     fn default() -> Self {
+        let call_timeout = redrive_shared::sdk::OPERATION_TIMEOUT;
         Self {
-            deadline_margin: Duration::from_secs(5),
+            // One batch in flight plus the calls after the drain, each at its timeout.
+            deadline_margin: call_timeout * (BATCH_CALLS + POST_DRAIN_CALLS),
             receive_wait_seconds: 1,
             visibility_seconds: 60,
             retry_attempts: 3,
             retry_base: Duration::from_millis(100),
+            call_timeout,
+            post_drain_reserve: call_timeout * POST_DRAIN_CALLS,
         }
     }
 }
@@ -118,6 +153,9 @@ pub struct Engine<Q, A, M> {
     pub settings: Settings,
     rng: Mutex<SplitMix64>,
     clock: fn() -> i64,
+    /// When each trigger alarm was last re-armed by this process (at most once per period
+    /// while a drain makes no progress).
+    rearmed: Mutex<HashMap<String, Instant>>,
 }
 
 fn system_now_ms() -> i64 {
@@ -147,6 +185,10 @@ struct Run {
     held: Mutex<Vec<HandleEntry>>,
     blocked_groups: Mutex<HashSet<String>>,
     pacer: Option<Pacer>,
+    /// No drain call runs past this (the deadline minus the post-drain reserve).
+    calls_end: Option<Instant>,
+    dlq_unreadable: Mutex<Option<String>>,
+    unplaceable: AtomicU64,
 }
 
 impl Run {
@@ -213,6 +255,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             settings: Settings::default(),
             rng: Mutex::new(SplitMix64::from_entropy()),
             clock: system_now_ms,
+            rearmed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -258,7 +301,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         &self,
         event: &serde_json::Value,
         deadline: Option<Instant>,
-    ) -> Result<Summary, EventError> {
+    ) -> Result<Summary, InvocationError> {
         let trigger = recognize(event)?;
         let defaults = DrainRequest {
             max_messages: self.config.max_messages_per_invocation,
@@ -268,8 +311,8 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         };
         let request = match trigger {
             Trigger::Alarm(alarm) => {
-                if let Some(skip) = alarm.skip_for(self.config.dlq_url.name()) {
-                    tracing::info!(alarm = %alarm.alarm_name, state = %alarm.new_state, queue = ?alarm.queue_name, action = skip.as_str(), "alarm ignored");
+                if let Some(skip) = alarm.skip_for_dlq(self.config.dlq_url.as_str()) {
+                    tracing::info!(alarm = %alarm.alarm_name, alarm_arn = ?alarm.alarm_arn, state = %alarm.new_state, queues = ?alarm.queue_names, action = skip.as_str(), "alarm ignored");
                     let summary = Summary {
                         received: 0,
                         redriven: 0,
@@ -278,8 +321,10 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                         dry_run: defaults.dry_run,
                         stopped_because: skip.into(),
                         dlq_remaining: None,
+                        dlq_unreadable: None,
+                        unplaceable: 0,
                     };
-                    self.publish(&summary).await;
+                    self.publish(&summary, deadline).await;
                     log_summary(&summary);
                     return Ok(summary);
                 }
@@ -295,12 +340,20 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             },
             Trigger::Scheduled => defaults,
         };
-        Ok(self.run(&request).await)
+        let summary = self.run(&request).await;
+        match &summary.dlq_unreadable {
+            Some(reason) => Err(InvocationError::DlqUnreadable {
+                reason: reason.clone(),
+                summary,
+            }),
+            None => Ok(summary),
+        }
     }
 
     /// Circuit check, drain, metrics, re-arm, summary log.
     pub async fn run(&self, request: &DrainRequest) -> Summary {
-        let mut summary = match self.open_guards().await {
+        let end = request.deadline;
+        let mut summary = match self.open_guards(end).await {
             Some(open) => {
                 tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: nothing received");
                 Summary {
@@ -311,27 +364,49 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                     dry_run: request.dry_run,
                     stopped_because: StopReason::CircuitOpen,
                     dlq_remaining: None,
+                    dlq_unreadable: None,
+                    unplaceable: 0,
                 }
             }
             None => self.drain(request).await,
         };
-        summary.dlq_remaining = self.dlq_remaining().await;
-        self.publish(&summary).await;
+        // Each call below is bounded by `call_timeout` and by the deadline itself.
+        summary.dlq_remaining = self.dlq_remaining(end).await;
+        self.publish(&summary, end).await;
         self.rearm(request, &summary).await;
         log_summary(&summary);
         summary
     }
 
-    async fn open_guards(&self) -> Option<Vec<String>> {
-        if self.config.guard_alarm_names.is_empty() {
+    /// The guard alarms that keep the circuit open: those in ALARM, and those that do not exist
+    /// (a misspelt or deleted guard fails closed). INSUFFICIENT_DATA is not ALARM.
+    async fn open_guards(&self, end: Option<Instant>) -> Option<Vec<String>> {
+        let names = &self.config.guard_alarm_names;
+        if names.is_empty() {
             return None;
         }
         match self
-            .retry(|| self.alarms.in_alarm(&self.config.guard_alarm_names))
+            .retry(end, || {
+                self.bounded(end, "DescribeAlarms", self.alarms.describe(names))
+            })
             .await
         {
-            Ok(open) if open.is_empty() => None,
-            Ok(open) => Some(open),
+            Ok(found) => {
+                let mut open: Vec<String> = found
+                    .iter()
+                    .filter(|a| a.state == AlarmState::Alarm && names.contains(&a.name))
+                    .map(|a| a.name.clone())
+                    .collect();
+                let missing: Vec<&String> = names
+                    .iter()
+                    .filter(|n| !found.iter().any(|a| &a.name == *n))
+                    .collect();
+                if !missing.is_empty() {
+                    tracing::error!(guards = ?missing, action = "circuit-open", "guard alarm does not exist (misspelt or deleted): treating the circuit as open");
+                    open.extend(missing.into_iter().map(|n| format!("missing:{n}")));
+                }
+                (!open.is_empty()).then_some(open)
+            }
             Err(e) => {
                 // Fail closed: replaying into a system whose health is unknown risks a storm.
                 tracing::error!(error = %e, "cannot read guard alarms; treating the circuit as open");
@@ -340,9 +415,12 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         }
     }
 
-    async fn dlq_remaining(&self) -> Option<u64> {
+    async fn dlq_remaining(&self, end: Option<Instant>) -> Option<u64> {
+        let dlq = self.config.dlq_url.as_str();
         match self
-            .retry(|| self.queue.depth(self.config.dlq_url.as_str()))
+            .retry(end, || {
+                self.bounded(end, "GetQueueAttributes", self.queue.depth(dlq))
+            })
             .await
         {
             Ok(d) => Some(d.total()),
@@ -353,8 +431,8 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         }
     }
 
-    async fn publish(&self, summary: &Summary) {
-        let metrics = if summary.dry_run {
+    async fn publish(&self, summary: &Summary, end: Option<Instant>) {
+        let mut metrics = if summary.dry_run {
             RunMetrics {
                 redrive_failures: summary.failed,
                 ..RunMetrics::default()
@@ -364,14 +442,20 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 successful_redrives: summary.redriven,
                 poison_pills_isolated: summary.isolated,
                 redrive_failures: summary.failed,
+                unplaceable_messages: summary.unplaceable,
+                ..RunMetrics::default()
             }
         };
+        metrics.dlq_receive_failures = u64::from(summary.dlq_unreadable.is_some());
         let result = self
-            .metrics
-            .publish(
-                &self.config.metric_namespace,
-                self.config.dlq_url.name(),
-                metrics,
+            .bounded(
+                end,
+                "PutMetricData",
+                self.metrics.publish(
+                    &self.config.metric_namespace,
+                    self.config.dlq_url.name(),
+                    metrics,
+                ),
             )
             .await;
         if let Err(e) = result {
@@ -379,16 +463,59 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         }
     }
 
+    /// An alarm notifies only on a state change: after an alarm-triggered drain whose alarm is
+    /// still in ALARM, set it to OK whatever the backlog, so that inflow during or after the
+    /// drain fires it again at its next evaluation. A drain that moved nothing (an open circuit,
+    /// sends that keep failing) re-arms at most once per alarm period, so that a guard incident
+    /// costs one notification per period rather than one per evaluation.
     async fn rearm(&self, request: &DrainRequest, summary: &Summary) {
         let Some(alarm) = &request.trigger_alarm else {
             return;
         };
-        // An alarm notifies only on a state change: whatever stopped this drain (the limit, the
-        // deadline, an open circuit, failed sends, messages that arrived after the queue looked
-        // empty), messages left on the DLQ would wait with the alarm stuck in ALARM.
-        let backlog = summary.dlq_remaining.is_none_or(|n| n > 0);
-        if !self.config.rearm_alarm || request.dry_run || !backlog {
+        if !self.config.rearm_alarm || request.dry_run {
             return;
+        }
+        let end = request.deadline;
+        let names = std::slice::from_ref(alarm);
+        let period = match self
+            .retry(end, || {
+                self.bounded(end, "DescribeAlarms", self.alarms.describe(names))
+            })
+            .await
+        {
+            Ok(found) => match found.into_iter().find(|a| &a.name == alarm) {
+                Some(a) if a.state == AlarmState::Alarm => {
+                    Duration::from_secs(a.period_seconds.unwrap_or(60).max(1))
+                }
+                Some(a) => {
+                    tracing::debug!(alarm = %alarm, state = ?a.state, "trigger alarm not in ALARM: nothing to re-arm");
+                    return;
+                }
+                None => {
+                    tracing::warn!(alarm = %alarm, "the triggering alarm does not exist: nothing to re-arm");
+                    return;
+                }
+            },
+            Err(e) => {
+                // Unknown state: re-arming a stuck alarm matters more than one spare call.
+                tracing::warn!(alarm = %alarm, error = %e, "cannot read the triggering alarm; re-arming anyway");
+                Duration::from_secs(60)
+            }
+        };
+        let stuck = summary.stopped_because == StopReason::CircuitOpen
+            || (summary.received > 0 && summary.redriven + summary.isolated == 0);
+        let now = Instant::now();
+        if stuck {
+            let last = self
+                .rearmed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(alarm)
+                .copied();
+            if last.is_some_and(|t| now < t + period) {
+                tracing::info!(alarm = %alarm, action = "rearm-skipped", period_seconds = period.as_secs(), "no progress and re-armed less than one alarm period ago");
+                return;
+            }
         }
         let reason = format!(
             "redrive re-arm: stopped by {} with {} messages left on the DLQ; the next evaluation fires again",
@@ -397,8 +524,17 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 .dlq_remaining
                 .map_or("unknown".to_string(), |n| n.to_string())
         );
-        match self.retry(|| self.alarms.set_ok(alarm, &reason)).await {
+        match self
+            .retry(end, || {
+                self.bounded(end, "SetAlarmState", self.alarms.set_ok(alarm, &reason))
+            })
+            .await
+        {
             Ok(()) => {
+                self.rearmed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(alarm.clone(), now);
                 tracing::info!(alarm = %alarm, action = "rearm", "alarm set to OK so that it fires again")
             }
             Err(e) => tracing::error!(alarm = %alarm, error = %e, "re-arming the alarm failed"),
@@ -407,6 +543,14 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
 
     /// Drains up to `request.max_messages`, several pipelines at once (one for FIFO queues).
     pub async fn drain(&self, request: &DrainRequest) -> Summary {
+        // The margin is at most a quarter of the time left, so that a short Lambda timeout
+        // still drains; the reserve for the calls after the drain at most half the margin.
+        let margin = request.deadline.map_or(self.settings.deadline_margin, |d| {
+            self.settings
+                .deadline_margin
+                .min(d.saturating_duration_since(Instant::now()) / 4)
+        });
+        let reserve = self.settings.post_drain_reserve.min(margin / 2);
         let run = Run {
             remaining: AtomicU32::new(request.max_messages),
             stop: Mutex::new(None),
@@ -417,6 +561,9 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             held: Mutex::new(Vec::new()),
             blocked_groups: Mutex::new(HashSet::new()),
             pacer: Pacer::new(self.config.max_messages_per_second),
+            calls_end: request.deadline.map(|d| d - reserve),
+            dlq_unreadable: Mutex::new(None),
+            unplaceable: AtomicU64::new(0),
         };
         let fifo = self.config.dlq_url.is_fifo() || self.config.source_queue_url.is_fifo();
         let pipelines = if fifo {
@@ -433,18 +580,11 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         } else {
             self.settings.visibility_seconds
         };
-        // The margin is at most a quarter of the time left, so that a short Lambda timeout
-        // still drains.
-        let margin = request.deadline.map_or(self.settings.deadline_margin, |d| {
-            self.settings
-                .deadline_margin
-                .min(d.saturating_duration_since(Instant::now()) / 4)
-        });
         join_all((0..pipelines).map(|_| self.pipeline(&run, request, visibility, margin))).await;
 
         if request.dry_run {
             let held = std::mem::take(&mut *run.held.lock().unwrap_or_else(|e| e.into_inner()));
-            self.release(held).await;
+            self.release(&run, held).await;
         }
         let stopped_because = run
             .stop
@@ -459,6 +599,12 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             dry_run: request.dry_run,
             stopped_because,
             dlq_remaining: None,
+            dlq_unreadable: run
+                .dlq_unreadable
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+            unplaceable: run.unplaceable.load(Ordering::SeqCst),
         }
     }
 
@@ -493,14 +639,32 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 }
             }
             let wait = self.settings.receive_wait_seconds;
+            let end = run.calls_end;
             let messages = match self
-                .retry(|| self.queue.receive(dlq, want as i32, wait, visibility))
+                .retry(end, || {
+                    self.bounded(
+                        end,
+                        "ReceiveMessage",
+                        self.queue.receive(dlq, want as i32, wait, visibility),
+                    )
+                })
                 .await
             {
                 Ok(m) => m,
-                Err(e) => {
-                    tracing::error!(error = %e, "receiving from the DLQ failed; stopping");
+                Err(_) if end.is_some_and(|e| Instant::now() >= e) => {
                     run.unreserve(want);
+                    run.stop(StopReason::Deadline);
+                    return;
+                }
+                Err(e) => {
+                    // AccessDenied, KMS, a deleted queue, or a service that keeps failing: the
+                    // invocation fails (and says so in a metric) instead of ending quietly.
+                    tracing::error!(error = %e, action = "dlq-unreadable", "receiving from the DLQ failed for good; the invocation fails");
+                    run.unreserve(want);
+                    run.dlq_unreadable
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert_with(|| e.to_string());
                     run.stop(StopReason::Other);
                     return;
                 }
@@ -594,8 +758,8 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             (s, p)
         } else {
             futures_util::future::join(
-                self.send_all(self.config.source_queue_url.as_str(), to_source),
-                self.send_all(self.config.poison_queue_url.as_str(), to_poison),
+                self.send_all(run, self.config.source_queue_url.as_str(), to_source),
+                self.send_all(run, self.config.poison_queue_url.as_str(), to_poison),
             )
             .await
         };
@@ -612,7 +776,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 receipt_handle: handle.clone(),
             })
             .collect();
-        let deleted = self.delete_all(deletes).await;
+        let deleted = self.delete_all(run, deletes).await;
 
         for (i, (message_id, _, decision)) in meta.iter().enumerate() {
             let id = i.to_string();
@@ -654,6 +818,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     /// Sends entries in valid batches, concurrently; returns the acknowledged entry ids.
     async fn send_all(
         &self,
+        run: &Run,
         queue_url: &str,
         entries: Vec<SendEntry>,
     ) -> (Vec<String>, Vec<String>) {
@@ -664,7 +829,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         let results = join_all(
             batches
                 .into_iter()
-                .map(|b| self.send_with_retry(queue_url, b)),
+                .map(|b| self.send_with_retry(run, queue_url, b)),
         )
         .await;
         (results.into_iter().flatten().collect(), Vec::new())
@@ -696,7 +861,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 .iter()
                 .map(|e| (e.id.clone(), e.group_id.clone()))
                 .collect();
-            let ok = self.send_with_retry(queue_url, send).await;
+            let ok = self.send_with_retry(run, queue_url, send).await;
             let mut blocked = run.blocked_groups.lock().unwrap_or_else(|e| e.into_inner());
             for (id, group) in groups {
                 if !ok.contains(&id)
@@ -711,13 +876,26 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     /// One batch, retrying the whole call or its retryable failed entries.
-    async fn send_with_retry(&self, queue_url: &str, mut batch: Vec<SendEntry>) -> Vec<String> {
+    async fn send_with_retry(
+        &self,
+        run: &Run,
+        queue_url: &str,
+        mut batch: Vec<SendEntry>,
+    ) -> Vec<String> {
         let mut acked = Vec::new();
+        let end = run.calls_end;
         for attempt in 0..self.settings.retry_attempts.max(1) {
-            if attempt > 0 {
-                tokio::time::sleep(self.retry_delay(attempt)).await;
+            if attempt > 0 && !self.pause_before_retry(end, attempt).await {
+                break;
             }
-            match self.queue.send_batch(queue_url, &batch).await {
+            match self
+                .bounded(
+                    end,
+                    "SendMessageBatch",
+                    self.queue.send_batch(queue_url, &batch),
+                )
+                .await
+            {
                 Ok(outcome) => {
                     let retry: HashSet<String> = retryable_ids(&outcome.failed);
                     log_entry_failures("SendMessageBatch", queue_url, &outcome);
@@ -739,17 +917,25 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     /// Deletes from the DLQ; returns the ids deleted.
-    async fn delete_all(&self, mut entries: Vec<HandleEntry>) -> HashSet<String> {
+    async fn delete_all(&self, run: &Run, mut entries: Vec<HandleEntry>) -> HashSet<String> {
         let mut deleted = HashSet::new();
         let dlq = self.config.dlq_url.as_str();
+        let end = run.calls_end;
         for attempt in 0..self.settings.retry_attempts.max(1) {
             if entries.is_empty() {
                 break;
             }
-            if attempt > 0 {
-                tokio::time::sleep(self.retry_delay(attempt)).await;
+            if attempt > 0 && !self.pause_before_retry(end, attempt).await {
+                break;
             }
-            match self.queue.delete_batch(dlq, &entries).await {
+            match self
+                .bounded(
+                    end,
+                    "DeleteMessageBatch",
+                    self.queue.delete_batch(dlq, &entries),
+                )
+                .await
+            {
                 Ok(outcome) => {
                     log_entry_failures("DeleteMessageBatch", dlq, &outcome);
                     let retry = retryable_ids(&outcome.failed);
@@ -768,8 +954,9 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     /// Dry run: make every held message visible again at once.
-    async fn release(&self, held: Vec<HandleEntry>) {
+    async fn release(&self, run: &Run, held: Vec<HandleEntry>) {
         let dlq = self.config.dlq_url.as_str();
+        let end = run.calls_end;
         for chunk in held.chunks(10) {
             let entries: Vec<HandleEntry> = chunk
                 .iter()
@@ -780,7 +967,13 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 })
                 .collect();
             match self
-                .retry(|| self.queue.change_visibility_batch(dlq, &entries, 0))
+                .retry(end, || {
+                    self.bounded(
+                        end,
+                        "ChangeMessageVisibilityBatch",
+                        self.queue.change_visibility_batch(dlq, &entries, 0),
+                    )
+                })
                 .await
             {
                 Ok(o) => log_entry_failures("ChangeMessageVisibilityBatch", dlq, &o),
@@ -795,8 +988,18 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         self.settings.retry_base * 2u32.saturating_pow(attempt.saturating_sub(1))
     }
 
-    /// Retries a whole call while it fails in a retryable way.
-    async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, PortError>
+    /// Sleeps before retry `attempt`; false when that would end past `end`.
+    async fn pause_before_retry(&self, end: Option<Instant>, attempt: u32) -> bool {
+        let delay = self.retry_delay(attempt);
+        if end.is_some_and(|e| Instant::now() + delay >= e) {
+            return false;
+        }
+        tokio::time::sleep(delay).await;
+        true
+    }
+
+    /// Retries a whole call while it fails in a retryable way and there is time left.
+    async fn retry<T, F, Fut>(&self, end: Option<Instant>, mut call: F) -> Result<T, PortError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, PortError>>,
@@ -808,10 +1011,37 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 Err(e) if e.retryable && attempt + 1 < self.settings.retry_attempts => {
                     attempt += 1;
                     tracing::warn!(error = %e, attempt, "retrying");
-                    tokio::time::sleep(self.retry_delay(attempt)).await;
+                    if !self.pause_before_retry(end, attempt).await {
+                        return Err(e);
+                    }
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// One port call, given at most `call_timeout` and never past `end`: a stalled call fails
+    /// as a retryable `Timeout` instead of outliving the deadline (and the visibility timeout
+    /// of the messages it carries).
+    async fn bounded<T>(
+        &self,
+        end: Option<Instant>,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, PortError>>,
+    ) -> Result<T, PortError> {
+        let budget = end.map_or(self.settings.call_timeout, |e| {
+            self.settings
+                .call_timeout
+                .min(e.saturating_duration_since(Instant::now()))
+        });
+        match tokio::time::timeout(budget, call).await {
+            Ok(result) => result,
+            Err(_) => Err(PortError {
+                operation,
+                code: "Timeout".into(),
+                message: format!("no answer within {} ms", budget.as_millis()),
+                retryable: true,
+            }),
         }
     }
 }

@@ -9,12 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_shared::Attributes;
-use redrive_shared::limits::{MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, Outgoing, is_fifo};
+use redrive_shared::limits::{
+    MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES, Outgoing, is_fifo,
+};
 use tokio::time::Instant;
 
 use crate::ports::{
-    Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, Metrics, PortError, Queue, Received,
-    RunMetrics, SendEntry,
+    AlarmInfo, AlarmState, Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, Metrics,
+    PortError, Queue, Received, RunMetrics, SendEntry,
 };
 
 /// A stored message.
@@ -49,6 +51,8 @@ pub struct CallCounts {
     pub delete_batch: AtomicU64,
     pub change_visibility: AtomicU64,
     pub depth: AtomicU64,
+    /// GetQueueAttributes for `MaximumMessageSize`.
+    pub max_size: AtomicU64,
 }
 
 impl CallCounts {
@@ -77,6 +81,10 @@ pub struct FakeSqs {
     delete_fault: Mutex<Option<DeleteFault>>,
     /// When set, DeleteMessageBatch never returns: the process "dies" between send and delete.
     hang_deletes: Mutex<bool>,
+    /// Extra time the calls of an operation take (a stalled connection).
+    stalls: Mutex<HashMap<&'static str, Duration>>,
+    /// `MaximumMessageSize` per queue; SQS's largest (1 MiB) when not set.
+    max_sizes: Mutex<HashMap<String, usize>>,
 }
 
 pub fn throttled(operation: &'static str) -> PortError {
@@ -195,6 +203,33 @@ impl FakeSqs {
         *self.delete_fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(fault));
     }
 
+    /// Every call of `operation` takes `extra` longer (on top of the latency) until cleared
+    /// with `Duration::ZERO`.
+    pub fn stall(&self, operation: &'static str, extra: Duration) {
+        self.stalls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(operation, extra);
+    }
+
+    /// Sets a queue's `MaximumMessageSize`: larger sends fail as SQS fails them, per entry and
+    /// as the sender's fault.
+    pub fn set_max_message_size(&self, url: &str, bytes: usize) {
+        self.max_sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(url.to_string(), bytes);
+    }
+
+    fn max_size_of(&self, url: &str) -> usize {
+        self.max_sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(url)
+            .copied()
+            .unwrap_or(MAX_MESSAGE_BYTES)
+    }
+
     pub fn hang_deletes(&self, hang: bool) {
         *self.hang_deletes.lock().unwrap_or_else(|e| e.into_inner()) = hang;
     }
@@ -202,6 +237,16 @@ impl FakeSqs {
     async fn call(&self, operation: &'static str) -> Result<(), PortError> {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
+        }
+        let stall = self
+            .stalls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(operation)
+            .copied()
+            .unwrap_or_default();
+        if !stall.is_zero() {
+            tokio::time::sleep(stall).await;
         }
         let fault = self
             .call_faults
@@ -336,6 +381,7 @@ impl Queue for Arc<FakeSqs> {
                 format!("BatchRequestTooLong: {total} bytes"),
             ));
         }
+        let max_size = self.max_size_of(queue_url);
         let fault = self.send_fault.lock().unwrap_or_else(|e| e.into_inner());
         let mut outcome = BatchOutcome::default();
         let mut s = self.lock();
@@ -345,6 +391,18 @@ impl Queue for Arc<FakeSqs> {
         for e in entries {
             if let Some(f) = fault.as_ref().and_then(|f| f(queue_url, e)) {
                 outcome.failed.push(f);
+                continue;
+            }
+            let size = redrive_shared::attributes::message_size(&e.body, &e.attributes);
+            if size > max_size {
+                outcome.failed.push(EntryFailure {
+                    id: e.id.clone(),
+                    code: "InvalidParameterValue".into(),
+                    message: format!(
+                        "One or more parameters are invalid. Reason: Message must be shorter than {max_size} bytes."
+                    ),
+                    sender_fault: true,
+                });
                 continue;
             }
             if let Some(d) = &e.dedup_id
@@ -490,6 +548,18 @@ impl Queue for Arc<FakeSqs> {
         }
         Ok(d)
     }
+
+    async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
+        self.calls.max_size.fetch_add(1, Ordering::SeqCst);
+        self.call("GetQueueAttributes").await?;
+        if !self.lock().queues.contains_key(queue_url) {
+            return Err(invalid(
+                "GetQueueAttributes",
+                format!("no queue {queue_url}"),
+            ));
+        }
+        Ok(Some(self.max_size_of(queue_url)))
+    }
 }
 
 /// Alarm states and what the engine did to them.
@@ -500,6 +570,9 @@ pub struct FakeCloudWatch {
     pub published: Mutex<Vec<(String, String, RunMetrics)>>,
     pub fail_metrics: Mutex<bool>,
     pub fail_alarms: Mutex<bool>,
+    /// `Period` x `EvaluationPeriods` per alarm, in seconds (60 when not set).
+    pub periods: Mutex<HashMap<String, u64>>,
+    pub describe_calls: Mutex<u64>,
 }
 
 impl FakeCloudWatch {
@@ -525,15 +598,30 @@ fn unavailable(operation: &'static str) -> PortError {
 }
 
 impl Alarms for Arc<FakeCloudWatch> {
-    async fn in_alarm(&self, names: &[String]) -> Result<Vec<String>, PortError> {
+    async fn describe(&self, names: &[String]) -> Result<Vec<AlarmInfo>, PortError> {
+        *self
+            .describe_calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) += 1;
         if *self.fail_alarms.lock().unwrap_or_else(|e| e.into_inner()) {
             return Err(unavailable("DescribeAlarms"));
         }
         let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        let periods = self.periods.lock().unwrap_or_else(|e| e.into_inner());
         Ok(names
             .iter()
-            .filter(|n| states.get(*n).is_some_and(|s| s == "ALARM"))
-            .cloned()
+            .filter_map(|n| {
+                let state = match states.get(n)?.as_str() {
+                    "ALARM" => AlarmState::Alarm,
+                    "OK" => AlarmState::Ok,
+                    _ => AlarmState::InsufficientData,
+                };
+                Some(AlarmInfo {
+                    name: n.clone(),
+                    state,
+                    period_seconds: Some(periods.get(n).copied().unwrap_or(60)),
+                })
+            })
             .collect())
     }
 

@@ -8,7 +8,7 @@ pub mod engine;
 pub mod fake;
 pub mod ports;
 
-pub use engine::{DrainRequest, Engine, Settings, StopReason, Summary};
+pub use engine::{DrainRequest, Engine, InvocationError, Settings, StopReason, Summary};
 
 /// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
 /// no code path logs one.

@@ -14,7 +14,11 @@ async fn main() -> Result<(), Error> {
         tracing::error!(error = %e, "invalid configuration");
         e
     })?;
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    // Attempt and operation timeouts on every client: a stalled call cannot outlive the margin.
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(redrive_shared::sdk::timeout_config())
+        .load()
+        .await;
     let cloudwatch = CloudWatch {
         client: aws_sdk_cloudwatch::Client::new(&sdk),
     };
@@ -41,7 +45,14 @@ async fn main() -> Result<(), Error> {
             .handle(&event.payload, Some(deadline))
             .await
             .map_err(|e| {
-                tracing::error!(error = %e, "rejected event; nothing was touched");
+                match &e {
+                    redriver::InvocationError::Event(_) => {
+                        tracing::error!(error = %e, "rejected event; nothing was touched")
+                    }
+                    redriver::InvocationError::DlqUnreadable { .. } => {
+                        tracing::error!(error = %e, "the drain could not read the DLQ; failing the invocation")
+                    }
+                }
                 Error::from(e.to_string())
             })?;
         Ok::<_, Error>(summary)

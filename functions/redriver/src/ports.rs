@@ -109,14 +109,44 @@ pub trait Queue: Sync {
     ) -> impl Future<Output = Result<BatchOutcome, PortError>> + Send;
 
     fn depth(&self, queue_url: &str) -> impl Future<Output = Result<Depth, PortError>> + Send;
+
+    /// The queue's `MaximumMessageSize` in bytes (GetQueueAttributes). `None` when the queue
+    /// does not say; the engine then assumes SQS's largest, 1 MiB, and relies on the
+    /// send-rejected rule for a queue that is smaller.
+    fn max_message_size(
+        &self,
+        _queue_url: &str,
+    ) -> impl Future<Output = Result<Option<usize>, PortError>> + Send {
+        async { Ok(None) }
+    }
+}
+
+/// The state of an alarm, as DescribeAlarms reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlarmState {
+    Ok,
+    Alarm,
+    /// Not enough data to evaluate: treated as not in alarm.
+    InsufficientData,
+}
+
+/// A metric or composite alarm, as DescribeAlarms reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlarmInfo {
+    pub name: String,
+    pub state: AlarmState,
+    /// `Period` x `EvaluationPeriods` of a metric alarm, in seconds: the time one evaluation
+    /// covers. `None` for composite alarms.
+    pub period_seconds: Option<u64>,
 }
 
 pub trait Alarms: Sync {
-    /// The names among `names` whose state is ALARM.
-    fn in_alarm(
+    /// The metric and composite alarms among `names` (every page of DescribeAlarms). A name
+    /// that does not exist is absent from the answer.
+    fn describe(
         &self,
         names: &[String],
-    ) -> impl Future<Output = Result<Vec<String>, PortError>> + Send;
+    ) -> impl Future<Output = Result<Vec<AlarmInfo>, PortError>> + Send;
 
     /// Sets an alarm's state to OK (SetAlarmState), so that its next evaluation fires again.
     fn set_ok(
@@ -126,17 +156,21 @@ pub trait Alarms: Sync {
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 
-/// The three counts published per invocation.
+/// The counts published per invocation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunMetrics {
     pub successful_redrives: u64,
     pub poison_pills_isolated: u64,
     pub redrive_failures: u64,
+    /// Drains that could not read the DLQ at all (ReceiveMessage failed for good): 0 or 1.
+    pub dlq_receive_failures: u64,
+    /// Messages that neither the source nor the poison queue accepts: left on the DLQ.
+    pub unplaceable_messages: u64,
 }
 
 pub trait Metrics: Sync {
-    /// One PutMetricData with `SuccessfulRedrives`, `PoisonPillsIsolated`, `RedriveFailures`
-    /// (Unit Count, dimension `QueueName`).
+    /// One PutMetricData with `SuccessfulRedrives`, `PoisonPillsIsolated`, `RedriveFailures`,
+    /// `DlqReceiveFailures` and `UnplaceableMessages` (Unit Count, dimension `QueueName`).
     fn publish(
         &self,
         namespace: &str,

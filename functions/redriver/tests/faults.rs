@@ -288,6 +288,7 @@ async fn stops_before_the_deadline_and_finishes_in_flight_batches() {
     let cw = FakeCloudWatch::new();
     let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), cfg).with_settings(Settings {
         deadline_margin: Duration::from_millis(200),
+        post_drain_reserve: Duration::from_millis(20),
         ..settings()
     });
     let started = Instant::now();
@@ -409,6 +410,7 @@ async fn dry_run_plans_and_releases_everything() {
 async fn guard_alarm_in_alarm_opens_the_circuit() {
     let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors,latency")]);
     fill(&sqs, 3);
+    cw.set_state("downstream-errors", "OK");
     cw.set_state("latency", "ALARM");
     let s = engine.run(&request(10)).await;
     assert_eq!(s.stopped_because, StopReason::CircuitOpen);
@@ -444,43 +446,79 @@ async fn metrics_failure_never_fails_the_drain() {
 }
 
 #[tokio::test]
-async fn rearms_the_triggering_alarm_only_when_a_backlog_remains() {
+async fn issue_12_rearms_the_triggering_alarm_after_every_drain_whatever_the_backlog() {
     let (sqs, cw, engine) = setup(&[]);
     fill(&sqs, 15);
-    cw.set_state("orders-dlq-depth", "ALARM");
     let alarm = || DrainRequest {
         trigger_alarm: Some("orders-dlq-depth".into()),
         ..request(10)
     };
+    cw.set_state("orders-dlq-depth", "ALARM");
     let s = engine.run(&alarm()).await;
     assert_eq!(s.stopped_because, StopReason::Limit);
     assert_eq!(
         cw.set_ok_calls.lock().unwrap().as_slice(),
         ["orders-dlq-depth"]
     );
-    // The rest drains; queue empty: no re-arm.
+    // The rest drains to empty; the alarm is in ALARM again (inflow): re-armed all the same,
+    // or it would never notify again.
+    cw.set_state("orders-dlq-depth", "ALARM");
     let s = engine.run(&alarm()).await;
-    assert_eq!(s.redriven, 5);
+    assert_eq!((s.redriven, s.dlq_remaining), (5, Some(0)));
     assert_eq!(s.stopped_because, StopReason::QueueEmpty);
-    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1);
-    // Manual drains never re-arm; REARM_ALARM=false never re-arms.
+    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
+    // An alarm that already left ALARM is left alone.
+    let s = engine.run(&alarm()).await;
+    assert_eq!(s.stopped_because, StopReason::QueueEmpty);
+    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
+    // Manual drains never re-arm; dry runs never re-arm; REARM_ALARM=false never re-arms.
+    cw.set_state("orders-dlq-depth", "ALARM");
     fill(&sqs, 15);
     engine.run(&request(10)).await;
-    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1);
-    // An open circuit with a backlog re-arms too, so the alarm polls until the guard closes.
-    let (sqs3, cw3, engine3) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors")]);
-    fill(&sqs3, 3);
-    cw3.set_state("downstream-errors", "ALARM");
-    let s = engine3.run(&alarm()).await;
-    assert_eq!(s.stopped_because, StopReason::CircuitOpen);
-    assert_eq!(
-        cw3.set_ok_calls.lock().unwrap().as_slice(),
-        ["orders-dlq-depth"]
-    );
+    engine
+        .run(&DrainRequest {
+            dry_run: true,
+            ..alarm()
+        })
+        .await;
+    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
     let (sqs2, cw2, engine2) = setup(&[("REARM_ALARM", "false")]);
     fill(&sqs2, 15);
+    cw2.set_state("orders-dlq-depth", "ALARM");
     engine2.run(&alarm()).await;
     assert!(cw2.set_ok_calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn issue_12_an_open_circuit_rearms_at_most_once_per_alarm_period() {
+    let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors")]);
+    fill(&sqs, 3);
+    cw.set_state("downstream-errors", "ALARM");
+    cw.periods
+        .lock()
+        .unwrap()
+        .insert("orders-dlq-depth".into(), 300);
+    let alarm = DrainRequest {
+        trigger_alarm: Some("orders-dlq-depth".into()),
+        ..request(10)
+    };
+    cw.set_state("orders-dlq-depth", "ALARM");
+    let s = engine.run(&alarm).await;
+    assert_eq!(s.stopped_because, StopReason::CircuitOpen);
+    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1);
+    // The next evaluation a minute later fires again: the guard is still open, no re-arm.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    cw.set_state("orders-dlq-depth", "ALARM");
+    assert_eq!(
+        engine.run(&alarm).await.stopped_because,
+        StopReason::CircuitOpen
+    );
+    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1, "no flapping");
+    // One period (300 s) after the re-arm: again.
+    tokio::time::advance(Duration::from_secs(241)).await;
+    engine.run(&alarm).await;
+    assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
+    assert_eq!(sqs.len(DLQ), 3);
 }
 
 #[tokio::test]
@@ -574,4 +612,129 @@ async fn the_init_warm_up_reads_the_dlq_depth_and_moves_nothing() {
     assert!(engine.warm_up().await.is_err());
     assert_eq!(sqs.calls.depth.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(sqs.len(DLQ), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn item_05_a_stalled_send_does_not_push_the_invocation_past_its_deadline() {
+    let (sqs, cw, engine) = setup(&[]);
+    let engine = engine.with_settings(Settings {
+        retry_base: Duration::from_millis(100),
+        ..Settings::default()
+    });
+    fill(&sqs, 5);
+    cw.set_state("orders-dlq-depth", "ALARM");
+    // The connection stalls for an hour: far past the deadline and the 60 s visibility.
+    sqs.stall("SendMessageBatch", Duration::from_secs(3600));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(120);
+    let s = engine
+        .run(&DrainRequest {
+            deadline: Some(deadline),
+            trigger_alarm: Some("orders-dlq-depth".into()),
+            ..request(100)
+        })
+        .await;
+    assert!(
+        Instant::now() <= deadline,
+        "returned {:?} after the deadline",
+        Instant::now() - deadline
+    );
+    assert!(
+        Instant::now() - started < Duration::from_secs(60),
+        "done before the messages' visibility timeout ran out: {:?}",
+        Instant::now() - started
+    );
+    assert_eq!((s.received, s.redriven, s.failed), (5, 0, 5), "{s:?}");
+    assert_eq!(sqs.len(DLQ), 5, "nothing deleted that was not acknowledged");
+    assert_eq!(total(&sqs, [DLQ, SRC, POISON]), 5, "conservation");
+    assert_eq!(
+        cw.published.lock().unwrap().len(),
+        1,
+        "metrics still published"
+    );
+    assert_eq!(
+        cw.set_ok_calls.lock().unwrap().len(),
+        1,
+        "and the alarm re-armed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn item_05_calls_after_the_drain_are_bounded_by_the_deadline_too() {
+    let (sqs, cw, engine) = setup(&[]);
+    fill(&sqs, 3);
+    sqs.stall("GetQueueAttributes", Duration::from_secs(3600));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let s = engine
+        .run(&DrainRequest {
+            deadline: Some(deadline),
+            ..request(100)
+        })
+        .await;
+    assert!(Instant::now() <= deadline);
+    assert_eq!((s.redriven, s.dlq_remaining), (3, None));
+    assert_eq!(cw.published.lock().unwrap().len(), 1);
+}
+
+fn access_denied() -> redriver::ports::PortError {
+    redriver::ports::PortError {
+        operation: "ReceiveMessage",
+        code: "AccessDenied".into(),
+        message: "not authorized to perform sqs:receivemessage".into(),
+        retryable: false,
+    }
+}
+
+#[tokio::test]
+async fn item_06_a_dlq_that_cannot_be_read_fails_the_invocation_and_says_so_in_a_metric() {
+    let (sqs, cw, engine) = setup(&[]);
+    fill(&sqs, 2);
+    sqs.fail_next("ReceiveMessage", access_denied());
+    let err = engine.handle(&json!({}), None).await.unwrap_err();
+    let redriver::InvocationError::DlqUnreadable { reason, summary } = &err else {
+        panic!("{err}")
+    };
+    assert!(reason.contains("AccessDenied"), "{reason}");
+    assert_eq!(summary.received, 0);
+    assert!(err.to_string().contains("DLQ cannot be read"), "{err}");
+    let published = cw.published.lock().unwrap().clone();
+    assert_eq!(published.len(), 1, "one PutMetricData");
+    assert_eq!(published[0].2.dlq_receive_failures, 1);
+    assert_eq!(sqs.len(DLQ), 2);
+    // A readable DLQ publishes the metric as zero.
+    let s = engine.handle(&json!({}), None).await.unwrap();
+    assert_eq!(s.redriven, 2);
+    assert_eq!(cw.published.lock().unwrap()[1].2.dlq_receive_failures, 0);
+}
+
+#[tokio::test]
+async fn item_06_a_receive_that_keeps_being_throttled_fails_the_invocation_too() {
+    let (sqs, cw, engine) = setup(&[("MAX_CONCURRENT_BATCHES", "1")]);
+    fill(&sqs, 2);
+    for _ in 0..3 {
+        sqs.fail_next("ReceiveMessage", throttled("ReceiveMessage"));
+    }
+    let err = engine.handle(&json!({}), None).await.unwrap_err();
+    assert!(
+        matches!(err, redriver::InvocationError::DlqUnreadable { .. }),
+        "{err}"
+    );
+    assert_eq!(cw.published.lock().unwrap()[0].2.dlq_receive_failures, 1);
+}
+
+#[tokio::test]
+async fn item_07_a_guard_alarm_that_does_not_exist_opens_the_circuit() {
+    let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors,downstream-erors")]);
+    fill(&sqs, 2);
+    cw.set_state("downstream-errors", "OK");
+    let s = engine.run(&request(10)).await;
+    assert_eq!(s.stopped_because, StopReason::CircuitOpen);
+    assert_eq!(sqs.len(DLQ), 2);
+    assert_eq!(
+        sqs.calls.receive.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    // INSUFFICIENT_DATA is not ALARM.
+    cw.set_state("downstream-erors", "INSUFFICIENT_DATA");
+    assert_eq!(engine.run(&request(10)).await.redriven, 2);
 }
