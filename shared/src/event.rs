@@ -19,8 +19,50 @@ pub enum Trigger {
 pub struct AlarmNotification {
     pub alarm_name: String,
     pub new_state: String,
-    /// The `QueueName` dimension of the alarm's metric, when it has one.
+    /// The `QueueName` dimension of the alarm's metric, when it has one (the first of
+    /// `queue_names`).
     pub queue_name: Option<String>,
+    /// Every `QueueName` dimension: under `Trigger.Dimensions` (a metric alarm) and under
+    /// `Trigger.Metrics[].MetricStat.Metric.Dimensions` (a metric-math alarm).
+    pub queue_names: Vec<String>,
+    /// `AlarmArn` (`arn:aws:cloudwatch:REGION:ACCOUNT:alarm:NAME`), when present.
+    pub alarm_arn: Option<String>,
+}
+
+/// Region and account of a queue URL (`https://sqs.REGION.amazonaws.com/ACCOUNT/NAME`, the
+/// legacy `https://REGION.queue.amazonaws.com/ACCOUNT/NAME`), as far as the URL tells them:
+/// an emulator's `http://localhost:4566/ACCOUNT/NAME` has no region.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueueLocation {
+    pub region: Option<String>,
+    pub account: Option<String>,
+    pub name: String,
+}
+
+impl QueueLocation {
+    pub fn from_url(url: &str) -> Self {
+        let rest = url.split_once("://").map_or(url, |(_, r)| r);
+        let rest = rest.split(['?', '#']).next().unwrap_or("");
+        let mut parts = rest.split('/').filter(|p| !p.is_empty());
+        let host = parts.next().unwrap_or("").to_ascii_lowercase();
+        let path: Vec<&str> = parts.collect();
+        let name = path.last().map_or(String::new(), |n| n.to_string());
+        let account = (path.len() >= 2)
+            .then(|| path[path.len() - 2])
+            .filter(|a| a.len() == 12 && a.bytes().all(|b| b.is_ascii_digit()))
+            .map(str::to_string);
+        let labels: Vec<&str> = host.split(':').next().unwrap_or("").split('.').collect();
+        let region = match labels.as_slice() {
+            ["sqs", region, "amazonaws", ..] => Some(region.to_string()),
+            [region, "queue", "amazonaws", ..] => Some(region.to_string()),
+            _ => None,
+        };
+        Self {
+            region,
+            account,
+            name,
+        }
+    }
 }
 
 /// `{"maxMessages": N, "dryRun": bool}`, both optional.
@@ -78,15 +120,39 @@ pub enum EventError {
 }
 
 impl AlarmNotification {
-    /// Whether this notification should start a drain of the queue named `dlq_name`.
+    /// Whether this notification should start a drain of the queue named `dlq_name`: not when
+    /// the alarm is not in ALARM, nor when its `QueueName` dimensions (if any) all name other
+    /// queues. An alarm without a `QueueName` dimension was routed here on purpose.
     pub fn skip_for(&self, dlq_name: &str) -> Option<Skip> {
         if self.new_state != "ALARM" {
             return Some(Skip::NotInAlarm);
         }
-        match &self.queue_name {
-            Some(q) if q != dlq_name => Some(Skip::OtherQueue),
-            _ => None,
+        if !self.queue_names.is_empty() && !self.queue_names.iter().any(|q| q == dlq_name) {
+            return Some(Skip::OtherQueue);
         }
+        None
+    }
+
+    /// [`Self::skip_for`] the DLQ at `dlq_url`, and also skips an alarm whose `AlarmArn` names
+    /// another region or account than the URL does (where the URL tells them).
+    pub fn skip_for_dlq(&self, dlq_url: &str) -> Option<Skip> {
+        let dlq = QueueLocation::from_url(dlq_url);
+        if let Some(skip) = self.skip_for(&dlq.name) {
+            return Some(skip);
+        }
+        let (region, account) = self.arn_region_account()?;
+        let differs = |ours: &Option<String>, theirs: &str| {
+            !theirs.is_empty() && ours.as_deref().is_some_and(|o| o != theirs)
+        };
+        (differs(&dlq.region, region) || differs(&dlq.account, account)).then_some(Skip::OtherQueue)
+    }
+
+    /// Region and account of `AlarmArn`.
+    pub fn arn_region_account(&self) -> Option<(&str, &str)> {
+        let arn = self.alarm_arn.as_deref()?;
+        let mut parts = arn.splitn(6, ':');
+        let (_arn, _partition, _service) = (parts.next()?, parts.next()?, parts.next()?);
+        Some((parts.next()?, parts.next()?))
     }
 
     /// Parses the `Message` of an SNS notification sent by a CloudWatch alarm action.
@@ -101,21 +167,41 @@ impl AlarmNotification {
         };
         let alarm_name = field("AlarmName")?;
         let new_state = field("NewStateValue")?;
-        // Dimensions of a metric alarm are lowercase `name`/`value`; accept the API's casing too.
-        let queue_name = v
-            .pointer("/Trigger/Dimensions")
+        // Dimensions in notifications are lowercase `name`/`value`; accept the API's casing
+        // too. A metric-math alarm carries them per metric of its expression.
+        let trigger_dims = v.pointer("/Trigger/Dimensions").and_then(Value::as_array);
+        let math_dims = v
+            .pointer("/Trigger/Metrics")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .find_map(|d| {
-                let name = d.get("name").or_else(|| d.get("Name"))?.as_str()?;
-                let value = d.get("value").or_else(|| d.get("Value"))?.as_str()?;
-                (name == "QueueName").then(|| value.to_string())
+            .filter_map(|m| {
+                m.pointer("/MetricStat/Metric/Dimensions")
+                    .and_then(Value::as_array)
             });
+        let mut queue_names: Vec<String> = Vec::new();
+        for d in trigger_dims.into_iter().chain(math_dims).flatten() {
+            let text = |lower: &str, upper: &str| {
+                d.get(lower)
+                    .or_else(|| d.get(upper))
+                    .and_then(Value::as_str)
+            };
+            if let (Some("QueueName"), Some(value)) = (text("name", "Name"), text("value", "Value"))
+                && !queue_names.iter().any(|q| q == value)
+            {
+                queue_names.push(value.to_string());
+            }
+        }
+        let alarm_arn = v
+            .get("AlarmArn")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         Ok(Self {
             alarm_name,
             new_state,
-            queue_name,
+            queue_name: queue_names.first().cloned(),
+            queue_names,
+            alarm_arn,
         })
     }
 }
@@ -239,6 +325,83 @@ mod tests {
     const ALARM_FIXTURE: &str = include_str!("../../tests/fixtures/sns-cloudwatch-alarm.json");
     const SCHEDULE_FIXTURE: &str = include_str!("../../tests/fixtures/eventbridge-scheduled.json");
     const SQS_FIXTURE: &str = include_str!("../../tests/fixtures/sqs-batch.json");
+    const METRIC_MATH_FIXTURE: &str =
+        include_str!("../../tests/fixtures/sns-metric-math-alarm.json");
+    const METRIC_MATH_API_CASING_FIXTURE: &str =
+        include_str!("../../tests/fixtures/sns-metric-math-alarm-api-casing.json");
+    const OTHER_REGION_FIXTURE: &str =
+        include_str!("../../tests/fixtures/sns-cloudwatch-alarm-other-region.json");
+    const OTHER_ACCOUNT_FIXTURE: &str =
+        include_str!("../../tests/fixtures/sns-cloudwatch-alarm-other-account.json");
+    const ORDERS_DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
+
+    fn alarm_of(fixture: &str) -> AlarmNotification {
+        let v: Value = serde_json::from_str(fixture).unwrap();
+        match recognize(&v).unwrap() {
+            Trigger::Alarm(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn item_08_metric_math_alarm_of_another_queue_is_ignored() {
+        for fixture in [METRIC_MATH_FIXTURE, METRIC_MATH_API_CASING_FIXTURE] {
+            let a = alarm_of(fixture);
+            assert_eq!(a.queue_names, ["payments-dlq"]);
+            assert_eq!(a.skip_for_dlq(ORDERS_DLQ), Some(Skip::OtherQueue));
+            assert_eq!(
+                a.skip_for_dlq("https://sqs.us-east-1.amazonaws.com/123456789012/payments-dlq"),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn item_08_alarms_from_another_region_or_account_are_ignored() {
+        let region = alarm_of(OTHER_REGION_FIXTURE);
+        assert_eq!(region.queue_names, ["orders-dlq"]);
+        assert_eq!(region.skip_for_dlq(ORDERS_DLQ), Some(Skip::OtherQueue));
+        assert_eq!(
+            region.skip_for_dlq("https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq"),
+            None
+        );
+        let account = alarm_of(OTHER_ACCOUNT_FIXTURE);
+        assert_eq!(account.skip_for_dlq(ORDERS_DLQ), Some(Skip::OtherQueue));
+        // The legacy URL form carries region and account too.
+        assert_eq!(
+            account.skip_for_dlq("https://us-east-1.queue.amazonaws.com/123456789012/orders-dlq"),
+            Some(Skip::OtherQueue)
+        );
+        // An emulator URL has no region: only the account is compared.
+        assert_eq!(
+            region.skip_for_dlq("http://localhost:5000/123456789012/orders-dlq"),
+            None
+        );
+        assert_eq!(
+            account.skip_for_dlq("http://localhost:5000/123456789012/orders-dlq"),
+            Some(Skip::OtherQueue)
+        );
+        // The real fixture: same region and account, same queue.
+        assert_eq!(alarm_of(ALARM_FIXTURE).skip_for_dlq(ORDERS_DLQ), None);
+    }
+
+    #[test]
+    fn queue_locations_from_urls() {
+        let l = QueueLocation::from_url(ORDERS_DLQ);
+        assert_eq!(
+            (l.region.as_deref(), l.account.as_deref(), l.name.as_str()),
+            (Some("us-east-1"), Some("123456789012"), "orders-dlq")
+        );
+        let cn =
+            QueueLocation::from_url("https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q.fifo");
+        assert_eq!(cn.region.as_deref(), Some("cn-north-1"));
+        assert_eq!(cn.name, "q.fifo");
+        let local = QueueLocation::from_url("http://127.0.0.1:4566/000000000000/q");
+        assert_eq!(
+            (local.region, local.account.as_deref()),
+            (None, Some("000000000000"))
+        );
+    }
 
     fn alarm_event(state: &str, queue: Option<&str>) -> Value {
         let dims = match queue {
