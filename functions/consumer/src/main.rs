@@ -20,7 +20,10 @@ async fn main() -> Result<(), Error> {
     let processor = HttpProcessor::new(&downstream).inspect_err(|e| {
         tracing::error!(error = %e, "invalid configuration");
     })?;
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(redrive_shared::sdk::timeout_config())
+        .load()
+        .await;
     let store = DynamoDbStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
         config.idempotency_table.clone(),
