@@ -22,14 +22,14 @@ use futures_util::{FutureExt, StreamExt};
 use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::{MAX_DELAY_SECONDS, SplitMix64};
 use redrive_shared::config::ConsumerConfig;
-use redrive_shared::key::{IdempotencyKey, derive};
+use redrive_shared::key::{IdempotencyKey, KeyError, derive};
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{ErrorClass, LastError, MetaSource, RedriveMeta};
 use redrive_shared::timefmt::rfc3339_from_millis;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::message::{Message, parse_record};
+use crate::message::{MalformedRecord, Message, parse_record};
 use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
 use crate::process::{ProcessError, Processor};
 
@@ -45,6 +45,11 @@ pub struct Settings {
     /// after twice the previous wait, from `complete_retry_base`, while the claim holds.
     pub complete_retries: u32,
     pub complete_retry_base: Duration,
+    /// Time a record needs besides its processing step (claim, COMPLETED write and its
+    /// retries, release, visibility change, DLQ copy and delete). A record is started only
+    /// while the processor's [`Processor::time_limit`] plus this margin is left before the
+    /// invocation deadline; the others are reported failed untouched.
+    pub deadline_margin: Duration,
 }
 
 impl Default for Settings {
@@ -54,6 +59,7 @@ impl Default for Settings {
             fallback_claim: Duration::from_secs(900),
             complete_retries: 3,
             complete_retry_base: Duration::from_millis(100),
+            deadline_margin: Duration::from_secs(3),
         }
     }
 }
@@ -106,6 +112,9 @@ pub enum Outcome {
     Skipped,
     /// The record could not be read: reported failed when it has a MessageId.
     Malformed,
+    /// Not started: too little time was left before the invocation deadline to finish it.
+    /// Reported failed untouched (nothing claimed, no SQS call): SQS delivers it again.
+    Unstarted,
 }
 
 impl Outcome {
@@ -119,6 +128,7 @@ impl Outcome {
             Self::Failed { .. } => "failed",
             Self::Skipped => "skipped",
             Self::Malformed => "malformed",
+            Self::Unstarted => "unstarted",
         }
     }
 
@@ -236,7 +246,8 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
     }
 
     /// Handles one SQS event. `deadline_ms` is the invocation's deadline (epoch ms, from the
-    /// Lambda context): an IN_PROGRESS claim lasts until then.
+    /// Lambda context): an IN_PROGRESS claim lasts until then, and no record is started that
+    /// could not finish before it.
     pub async fn handle(&self, event: &Value, deadline_ms: u64) -> Result<Handled, EventError> {
         let records = event
             .get("Records")
@@ -244,29 +255,33 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             .ok_or(EventError("no Records array"))?;
         let now = now_ms();
         let deadline = i64::try_from(deadline_ms).unwrap_or(i64::MAX);
-        let claim_until = if deadline > now {
-            deadline
+        let window = if deadline > now {
+            Window {
+                claim_until: deadline,
+                deadline: Some(deadline),
+            }
         } else {
             tracing::debug!(
                 deadline_ms,
                 "the invocation deadline is in the past; claims last the fallback instead"
             );
-            now.saturating_add(self.settings.fallback_claim.as_millis() as i64)
+            Window {
+                claim_until: now.saturating_add(self.settings.fallback_claim.as_millis() as i64),
+                deadline: None,
+            }
         };
 
-        let parsed: Vec<_> = records.iter().map(parse_record).collect();
-        let fifo = parsed.iter().any(|r| matches!(r, Ok(m) if m.is_fifo()));
+        let prepared: Vec<Prepared> = records
+            .iter()
+            .map(|record| self.prepare(parse_record(record)))
+            .collect();
+        let fifo = prepared
+            .iter()
+            .any(|p| p.message().is_some_and(Message::is_fifo));
         let reports = if fifo {
-            self.run_in_order(parsed, claim_until).await
+            self.run_in_order(prepared, window).await
         } else {
-            let mut indexed: Vec<(usize, RecordReport)> =
-                futures_util::stream::iter(parsed.into_iter().enumerate())
-                    .map(|(i, record)| async move { (i, self.run_one(record, claim_until).await) })
-                    .buffer_unordered(self.settings.max_concurrency.max(1))
-                    .collect()
-                    .await;
-            indexed.sort_by_key(|(i, _)| *i);
-            indexed.into_iter().map(|(_, r)| r).collect()
+            self.run_concurrently(prepared, window).await
         };
 
         let response = BatchResponse {
@@ -289,6 +304,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             processed = count("processed"),
             duplicates = count("duplicate"),
             dead_lettered = count("dead-lettered"),
+            unstarted = count("unstarted"),
             fifo,
             "batch handled"
         );
@@ -298,25 +314,90 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         })
     }
 
-    /// FIFO: in order; once a record of a group is reported failed, the group's later records
-    /// are reported failed unprocessed, so that SQS redelivers the group in order.
-    async fn run_in_order(
+    /// Reads a record's metadata and derives its key: everything that needs no call.
+    fn prepare(&self, record: Result<Message, MalformedRecord>) -> Prepared {
+        let message = match record {
+            Ok(message) => message,
+            Err(malformed) => return Prepared::Malformed(malformed),
+        };
+        let (meta, source) = RedriveMeta::read(&message.attributes, &message.message_id);
+        if let MetaSource::Garbled(why) = &source {
+            tracing::warn!(
+                message_id = %message.message_id,
+                problem = %why,
+                "unreadable x-redrive attribute; keyed on the MessageId"
+            );
+        }
+        match derive(
+            &self.config.key_source,
+            &meta.original_message_id,
+            &message.body,
+        ) {
+            Ok(key) => Prepared::Keyed { message, meta, key },
+            Err(error) => Prepared::Unkeyed {
+                message,
+                meta,
+                error,
+            },
+        }
+    }
+
+    /// Standard queues: records with the same key form one group, whose first record is
+    /// processed and whose twins take its outcome; groups run concurrently.
+    async fn run_concurrently(&self, prepared: Vec<Prepared>, window: Window) -> Vec<RecordReport> {
+        let mut groups: Vec<Vec<(usize, Prepared)>> = Vec::new();
+        let mut group_of_key: HashMap<String, usize> = HashMap::new();
+        for (i, p) in prepared.into_iter().enumerate() {
+            let existing = p.key().and_then(|k| group_of_key.get(k.as_str()).copied());
+            match existing {
+                Some(g) => groups[g].push((i, p)),
+                None => {
+                    if let Some(k) = p.key() {
+                        group_of_key.insert(k.as_str().to_string(), groups.len());
+                    }
+                    groups.push(vec![(i, p)]);
+                }
+            }
+        }
+        let mut indexed: Vec<(usize, RecordReport)> = futures_util::stream::iter(groups)
+            .map(|group| Box::pin(self.run_group(group, window)))
+            .buffer_unordered(self.settings.max_concurrency.max(1))
+            .flat_map(futures_util::stream::iter)
+            .collect()
+            .await;
+        indexed.sort_by_key(|(i, _)| *i);
+        indexed.into_iter().map(|(_, r)| r).collect()
+    }
+
+    async fn run_group(
         &self,
-        parsed: Vec<Result<Message, crate::message::MalformedRecord>>,
-        claim_until: i64,
-    ) -> Vec<RecordReport> {
+        group: Vec<(usize, Prepared)>,
+        window: Window,
+    ) -> Vec<(usize, RecordReport)> {
+        let mut reports = Vec::with_capacity(group.len());
+        let mut members = group.into_iter();
+        let Some((i, leader)) = members.next() else {
+            return reports;
+        };
+        let (report, settled) = Box::pin(self.run_one(leader, window)).await;
+        reports.push((i, report));
+        for (i, twin) in members {
+            reports.push((i, Box::pin(self.run_twin(twin, &settled)).await));
+        }
+        reports
+    }
+
+    /// FIFO: in order; once a record of a group is reported failed, the group's later records
+    /// are reported failed unprocessed, so that SQS redelivers the group in order. A record
+    /// whose key an earlier record of the batch already handled takes that record's outcome.
+    async fn run_in_order(&self, prepared: Vec<Prepared>, window: Window) -> Vec<RecordReport> {
         let mut blocked: HashSet<Option<String>> = HashSet::new();
-        let mut reports = Vec::with_capacity(parsed.len());
-        for record in parsed {
-            let group = match &record {
-                Ok(m) => m.group_id.clone(),
-                Err(m) => m.group_id.clone(),
-            };
+        let mut settled_keys: HashMap<String, Settled> = HashMap::new();
+        let mut reports = Vec::with_capacity(prepared.len());
+        for record in prepared {
+            let group = record.group_id();
             let report = if blocked.contains(&group) {
-                let message_id = match &record {
-                    Ok(m) => Some(m.message_id.clone()),
-                    Err(m) => m.message_id.clone(),
-                };
+                let message_id = record.message_id();
                 tracing::info!(
                     message_id = message_id.as_deref().unwrap_or(""),
                     group_id = group.as_deref().unwrap_or(""),
@@ -328,8 +409,19 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                     key: None,
                     outcome: Outcome::Skipped,
                 }
+            } else if let Some(settled) = record
+                .key()
+                .and_then(|k| settled_keys.get(k.as_str()))
+                .cloned()
+            {
+                Box::pin(self.run_twin(record, &settled)).await
             } else {
-                self.run_one(record, claim_until).await
+                let key = record.key().map(|k| k.as_str().to_string());
+                let (report, settled) = Box::pin(self.run_one(record, window)).await;
+                if let Some(key) = key {
+                    settled_keys.insert(key, settled);
+                }
+                report
             };
             if report.outcome.is_reported() {
                 blocked.insert(group);
@@ -339,16 +431,19 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         reports
     }
 
-    async fn run_one(
-        &self,
-        record: Result<Message, crate::message::MalformedRecord>,
-        claim_until: i64,
-    ) -> RecordReport {
-        match record {
-            // Boxed: the nested futures (SDK, HTTP client, processor) are too deep for the
-            // compiler's layout queries otherwise.
-            Ok(message) => Box::pin(self.run_message(&message, claim_until)).await,
-            Err(malformed) => {
+    /// True when a record started now can finish before the deadline.
+    fn may_start(&self, window: Window) -> bool {
+        let Some(deadline) = window.deadline else {
+            return true;
+        };
+        let needed =
+            self.processor.time_limit().unwrap_or_default() + self.settings.deadline_margin;
+        deadline.saturating_sub(now_ms()) >= needed.as_millis() as i64
+    }
+
+    async fn run_one(&self, record: Prepared, window: Window) -> (RecordReport, Settled) {
+        let (message, meta, key) = match record {
+            Prepared::Malformed(malformed) => {
                 match &malformed.message_id {
                     Some(id) => tracing::warn!(
                         message_id = %id,
@@ -362,45 +457,103 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                         "record without a messageId cannot be reported; skipped"
                     ),
                 }
-                RecordReport {
+                let report = RecordReport {
                     message_id: malformed.message_id,
                     key: None,
                     outcome: Outcome::Malformed,
-                }
+                };
+                return (report, Settled::unstarted());
             }
-        }
+            Prepared::Unkeyed { message, .. } | Prepared::Keyed { message, .. }
+                if !self.may_start(window) =>
+            {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    outcome = "unstarted",
+                    "too little time left before the deadline to finish this record; reported failed untouched"
+                );
+                let report = RecordReport {
+                    message_id: Some(message.message_id.clone()),
+                    key: None,
+                    outcome: Outcome::Unstarted,
+                };
+                return (report, Settled::unstarted());
+            }
+            Prepared::Unkeyed {
+                message,
+                meta,
+                error,
+            } => {
+                // Replaying cannot make a key appear: a permanent failure of this record alone.
+                let outcome =
+                    Box::pin(self.give_up(&message, &meta, error.code(), &error.to_string())).await;
+                let report = self.finish(&message, &meta, None, outcome);
+                return (report, Settled::unstarted());
+            }
+            Prepared::Keyed { message, meta, key } => (message, meta, key),
+        };
+        // Boxed: the nested futures (SDK, HTTP client, processor) are too deep for the
+        // compiler's layout queries otherwise.
+        let settled = Box::pin(self.run_keyed(&message, &meta, &key, window.claim_until)).await;
+        let report = self.finish(&message, &meta, Some(&key), settled.outcome.clone());
+        (report, settled)
     }
 
-    async fn run_message(&self, message: &Message, claim_until: i64) -> RecordReport {
-        let (meta, source) = RedriveMeta::read(&message.attributes, &message.message_id);
-        if let MetaSource::Garbled(why) = &source {
-            tracing::warn!(
-                message_id = %message.message_id,
-                problem = %why,
-                "unreadable x-redrive attribute; keyed on the MessageId"
-            );
-        }
-        let (key, outcome) = match derive(
-            &self.config.key_source,
-            &meta.original_message_id,
-            &message.body,
-        ) {
-            Ok(key) => {
-                let outcome = self.run_keyed(message, &meta, &key, claim_until).await;
-                (Some(key), outcome)
-            }
-            // Replaying cannot make a key appear: a permanent failure of this record alone.
-            Err(e) => (
-                None,
-                self.give_up(message, &meta, e.code(), &e.to_string()).await,
-            ),
+    /// A record whose key an earlier record of this batch handled: it takes that outcome
+    /// (success: settled without a side effect; transient or in progress: reported failed
+    /// after the same delay; permanent: the same dead-lettering), and is never processed.
+    async fn run_twin(&self, record: Prepared, settled: &Settled) -> RecordReport {
+        let Prepared::Keyed { message, meta, key } = record else {
+            // Only keyed records have twins.
+            return Box::pin(self.run_one(record, Window::unbounded())).await.0;
         };
-        let key_text = key.as_ref().map(IdempotencyKey::as_str).unwrap_or("");
+        tracing::info!(
+            message_id = %message.message_id,
+            key_digest = %key_digest(key.as_str()),
+            leader_outcome = settled.outcome.as_str(),
+            "a record with the same key in this batch was handled first; taking its outcome"
+        );
+        let outcome = match &settled.outcome {
+            Outcome::Processed | Outcome::Duplicate => Outcome::Duplicate,
+            Outcome::InProgress => {
+                self.retry_later(&message, None).await;
+                Outcome::InProgress
+            }
+            Outcome::Retry {
+                code,
+                visibility_seconds,
+            } => {
+                let after = visibility_seconds.map(|s| Duration::from_secs(u64::from(s)));
+                let visibility_seconds = self.retry_later(&message, after).await;
+                Outcome::Retry {
+                    code: code.clone(),
+                    visibility_seconds,
+                }
+            }
+            Outcome::DeadLettered { code, .. } | Outcome::Failed { code } => {
+                let text = settled.error.as_deref().unwrap_or("permanent failure");
+                self.give_up(&message, &meta, code, text).await
+            }
+            Outcome::Unstarted => Outcome::Unstarted,
+            Outcome::Skipped | Outcome::Malformed => Outcome::Skipped,
+        };
+        self.finish(&message, &meta, Some(&key), outcome)
+    }
+
+    /// Logs one record's outcome and makes its report.
+    fn finish(
+        &self,
+        message: &Message,
+        meta: &RedriveMeta,
+        key: Option<&IdempotencyKey>,
+        outcome: Outcome,
+    ) -> RecordReport {
+        let digest = key.map(|k| key_digest(k.as_str())).unwrap_or_default();
         let code = outcome.code().unwrap_or("");
         if outcome.is_reported() {
             tracing::warn!(
                 message_id = %message.message_id,
-                key = key_text,
+                key_digest = %digest,
                 original_message_id = %meta.original_message_id,
                 attempt = meta.attempt,
                 receive_count = message.receive_count,
@@ -411,7 +564,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         } else {
             tracing::info!(
                 message_id = %message.message_id,
-                key = key_text,
+                key_digest = %digest,
                 original_message_id = %meta.original_message_id,
                 attempt = meta.attempt,
                 receive_count = message.receive_count,
@@ -448,7 +601,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 // is deleted.
                 tracing::error!(
                     message_id = %message.message_id,
-                    key = %key,
+                    key_digest = %key_digest(key.as_str()),
                     error = %e,
                     "processed, but the COMPLETED record could not be written"
                 );
@@ -456,7 +609,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             }
             tracing::warn!(
                 message_id = %message.message_id,
-                key = %key,
+                key_digest = %key_digest(key.as_str()),
                 error = %e,
                 retry_in_ms = wait.as_millis() as u64,
                 "COMPLETED write failed; retrying"
@@ -473,7 +626,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         meta: &RedriveMeta,
         key: &IdempotencyKey,
         claim_until: i64,
-    ) -> Outcome {
+    ) -> Settled {
         let now = now_ms();
         let claim = Claim {
             key: key.as_str().to_string(),
@@ -488,21 +641,21 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         };
         match self.store.claim(&claim).await {
             Ok(ClaimOutcome::Claimed) => {}
-            Ok(ClaimOutcome::Completed) => return Outcome::Duplicate,
+            Ok(ClaimOutcome::Completed) => return Outcome::Duplicate.into(),
             Ok(ClaimOutcome::InProgress { until_ms }) => {
                 tracing::info!(
                     message_id = %message.message_id,
-                    key = %key,
+                    key_digest = %key_digest(key.as_str()),
                     held_until_ms = until_ms,
                     "another invocation holds this key"
                 );
                 self.retry_later(message, None).await;
-                return Outcome::InProgress;
+                return Outcome::InProgress.into();
             }
             Err(e) => {
                 tracing::error!(
                     message_id = %message.message_id,
-                    key = %key,
+                    key_digest = %key_digest(key.as_str()),
                     error = %e,
                     "idempotency store unavailable; not processed"
                 );
@@ -514,7 +667,8 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 return Outcome::Retry {
                     code: STORE_UNAVAILABLE.into(),
                     visibility_seconds,
-                };
+                }
+                .into();
             }
         }
 
@@ -530,7 +684,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         match result {
             Ok(()) => {
                 self.complete(message, key, &claim).await;
-                Outcome::Processed
+                Outcome::Processed.into()
             }
             Err(ProcessError::Transient {
                 code,
@@ -539,7 +693,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             }) => {
                 tracing::info!(
                     message_id = %message.message_id,
-                    key = %key,
+                    key_digest = %key_digest(key.as_str()),
                     code = %code,
                     error = %text,
                     "transient failure"
@@ -550,6 +704,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                     code,
                     visibility_seconds,
                 }
+                .into()
             }
             Err(ProcessError::Permanent {
                 code,
@@ -557,7 +712,10 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             }) => {
                 let outcome = self.give_up(message, meta, &code, &text).await;
                 self.release(&claim).await;
-                outcome
+                Settled {
+                    outcome,
+                    error: Some(text),
+                }
             }
         }
     }
@@ -571,7 +729,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
     async fn release(&self, claim: &Claim) {
         if let Err(e) = self.store.release(claim).await {
             tracing::warn!(
-                key = %claim.key,
+                key_digest = %key_digest(&claim.key),
                 error = %e,
                 "could not release the claim; the key is held until its in-progress expiry"
             );
@@ -741,6 +899,103 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             }
         }
     }
+}
+
+/// The invocation's time: how long claims last, and the deadline records must finish by
+/// (`None` when the invocation has no usable deadline).
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    claim_until: i64,
+    deadline: Option<i64>,
+}
+
+impl Window {
+    fn unbounded() -> Self {
+        Self {
+            claim_until: now_ms(),
+            deadline: None,
+        }
+    }
+}
+
+/// A record read and keyed, before any call.
+enum Prepared {
+    Malformed(MalformedRecord),
+    /// The key could not be derived: a permanent failure of this record alone.
+    Unkeyed {
+        message: Message,
+        meta: RedriveMeta,
+        error: KeyError,
+    },
+    Keyed {
+        message: Message,
+        meta: RedriveMeta,
+        key: IdempotencyKey,
+    },
+}
+
+impl Prepared {
+    fn message(&self) -> Option<&Message> {
+        match self {
+            Self::Malformed(_) => None,
+            Self::Unkeyed { message, .. } | Self::Keyed { message, .. } => Some(message),
+        }
+    }
+
+    fn key(&self) -> Option<&IdempotencyKey> {
+        match self {
+            Self::Keyed { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    fn message_id(&self) -> Option<String> {
+        match self {
+            Self::Malformed(m) => m.message_id.clone(),
+            Self::Unkeyed { message, .. } | Self::Keyed { message, .. } => {
+                Some(message.message_id.clone())
+            }
+        }
+    }
+
+    fn group_id(&self) -> Option<String> {
+        match self {
+            Self::Malformed(m) => m.group_id.clone(),
+            Self::Unkeyed { message, .. } | Self::Keyed { message, .. } => message.group_id.clone(),
+        }
+    }
+}
+
+/// How a key's first record in the batch ended: its twins take this outcome.
+#[derive(Debug, Clone)]
+struct Settled {
+    outcome: Outcome,
+    /// The permanent failure's text, for the twins' `lastError` stamps.
+    error: Option<String>,
+}
+
+impl Settled {
+    fn unstarted() -> Self {
+        Outcome::Unstarted.into()
+    }
+}
+
+impl From<Outcome> for Settled {
+    fn from(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            error: None,
+        }
+    }
+}
+
+/// What the logs carry instead of a key: pointer keys are body content (an e-mail, a card
+/// token), so only the first 8 hex digits of the key's SHA-256 are logged, enough to
+/// correlate the lines of one key.
+pub fn key_digest(key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn now_ms() -> i64 {

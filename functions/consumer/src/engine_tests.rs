@@ -71,6 +71,20 @@ fn consumer<'a>(
     Consumer::new(store, queue, processor, config)
 }
 
+/// For the tests of claims that expire within the test: short deadlines, no start margin.
+fn consumer_without_margin<'a>(
+    store: &'a FakeStore,
+    queue: &'a FakeQueue,
+    processor: &'a ScriptedProcessor,
+    config: ConsumerConfig,
+) -> Fakes<'a> {
+    let settings = Settings {
+        deadline_margin: Duration::ZERO,
+        ..Settings::default()
+    };
+    Consumer::with_settings(store, queue, processor, config, settings)
+}
+
 fn outcomes(handled: &Handled) -> Vec<(&str, &str)> {
     handled
         .records
@@ -245,7 +259,8 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     // GIVEN an invocation that claimed the key and then hung until it was killed
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let hanging = ScriptedProcessor::new(Step::Hang);
-    let crashed = consumer(&store, &queue, &hanging, config(true, KeySource::Message));
+    let crashed =
+        consumer_without_margin(&store, &queue, &hanging, config(true, KeySource::Message));
     let batch = event(&[message("m-1", "a")]);
     let deadline = now_ms() + 700;
     let killed = tokio::time::timeout(
@@ -812,7 +827,7 @@ async fn a_complete_is_not_retried_past_the_claim() {
         ScriptedProcessor::default(),
     );
     store.fail_next("complete");
-    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let c = consumer_without_margin(&store, &queue, &processor, config(true, KeySource::Message));
     // 50 ms left: less than the first retry's 100 ms wait
     let handled = c
         .handle(&event(&[message("m-1", "a")]), (now_ms() + 50) as u64)
@@ -832,7 +847,7 @@ async fn a_failed_release_keeps_the_key_until_the_claim_expires() {
     );
     processor.script("m-1", [transient_503()]);
     store.fail_next("release");
-    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let c = consumer_without_margin(&store, &queue, &processor, config(true, KeySource::Message));
     let batch = event(&[message("m-1", "a")]);
     let deadline = now_ms() + 400;
     let first = c.handle(&batch, deadline as u64).await.unwrap();
@@ -1016,4 +1031,305 @@ async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
         (expected - 2_000..=expected).contains(&until),
         "{until} vs {expected}"
     );
+}
+
+fn pointer_config(dlq: bool) -> ConsumerConfig {
+    config(dlq, KeySource::Pointer("/id".into()))
+}
+
+fn keyed(id: &str, key: &str) -> Message {
+    message(id, &json!({"id": key, "from": id}).to_string())
+}
+
+#[tokio::test]
+async fn item_09_records_are_not_started_when_the_deadline_is_too_close() {
+    // GIVEN a downstream that may take 10 s and an invocation with 5 s left
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let processor = ScriptedProcessor::default().with_time_limit(Duration::from_secs(10));
+    let c = consumer(&store, &queue, &processor, pointer_config(true));
+    let batch = [
+        keyed("m-1", "k-1"),
+        keyed("m-2", "k-2"),
+        keyed("m-3", "k-3"),
+    ];
+    let deadline = (now_ms() + 5_000) as u64;
+
+    // WHEN the batch is handled
+    let handled = c.handle(&event(&batch), deadline).await.unwrap();
+
+    // THEN no record was started: nothing claimed, processed or called, all reported failed
+    assert_eq!(
+        outcomes(&handled),
+        [
+            ("m-1", "unstarted"),
+            ("m-2", "unstarted"),
+            ("m-3", "unstarted")
+        ]
+    );
+    assert_eq!(handled.response.failed_ids(), ["m-1", "m-2", "m-3"]);
+    assert_eq!(processor.total_calls(), 0);
+    assert_eq!(store.calls.writes(), 0);
+    assert!(store.is_empty());
+    assert!(queue.calls().is_empty(), "{:?}", queue.calls());
+}
+
+#[tokio::test]
+async fn item_09_the_margin_alone_guards_a_step_without_a_time_limit_and_fifo_too() {
+    // GIVEN a step that states no time limit, FIFO records, and 1 s left (below the margin)
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let c = consumer(&store, &queue, &processor, pointer_config(true));
+    let batch = [fifo_message("f-1", "g1"), fifo_message("f-2", "g2")];
+    let deadline = (now_ms() + 1_000) as u64;
+
+    let handled = c.handle(&event(&batch), deadline).await.unwrap();
+
+    // THEN neither was started (a malformed key is not dead-lettered either)
+    assert_eq!(handled.response.failed_ids(), ["f-1", "f-2"]);
+    assert_eq!(outcomes(&handled)[0], ("f-1", "unstarted"));
+    assert_eq!(processor.total_calls(), 0);
+    assert!(queue.calls().is_empty(), "{:?}", queue.calls());
+
+    // AND with enough time left the same batch is handled
+    let handled = c
+        .handle(&event(&[keyed("m-9", "k-9")]), in_a_minute())
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&handled), [("m-9", "processed")]);
+}
+
+#[tokio::test]
+async fn item_10_twins_in_one_batch_are_processed_once_and_share_success() {
+    // GIVEN two records with the same key in one batch, and a side effect that takes a while
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(100));
+    let c = consumer(&store, &queue, &processor, pointer_config(true));
+    let batch = [
+        keyed("m-1", "k-1"),
+        keyed("m-2", "k-2"),
+        keyed("m-3", "k-1"),
+    ];
+
+    // WHEN the batch is handled
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+
+    // THEN the key reached the side effect once and no twin is reported failed
+    assert_eq!(handled.response, BatchResponse::default());
+    assert_eq!(
+        outcomes(&handled),
+        [
+            ("m-1", "processed"),
+            ("m-2", "processed"),
+            ("m-3", "duplicate")
+        ]
+    );
+    assert_eq!(processor.calls("k-1"), 1);
+    assert_eq!(store.calls.claim.load(Ordering::SeqCst), 2);
+    assert!(queue.calls().is_empty(), "{:?}", queue.calls());
+}
+
+#[tokio::test]
+async fn item_10_twins_share_a_transient_failure_and_its_delay() {
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(50));
+    processor.script(
+        "k-1",
+        [Step::Fail(ProcessError::retry_after(
+            "HTTP_429",
+            "downstream answered 429",
+            Duration::from_secs(42),
+        ))],
+    );
+    let c = consumer(&store, &queue, &processor, pointer_config(true));
+    let batch = [keyed("m-1", "k-1"), keyed("m-2", "k-1")];
+
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+
+    assert_eq!(handled.response.failed_ids(), ["m-1", "m-2"]);
+    assert_eq!(processor.calls("k-1"), 1);
+    let mut delays = queue.visibility_changes();
+    delays.sort();
+    assert_eq!(
+        delays,
+        [
+            ("handle-m-1".to_string(), 42),
+            ("handle-m-2".to_string(), 42)
+        ]
+    );
+    assert!(store.is_empty(), "the claim was released");
+}
+
+#[tokio::test]
+async fn item_10_twins_share_a_permanent_failure() {
+    // With a DLQ: each twin goes there stamped, the side effect ran once.
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(50));
+    processor.script("k-1", [permanent_400()]);
+    let c = consumer(&store, &queue, &processor, pointer_config(true));
+    let batch = [keyed("m-1", "k-1"), keyed("m-2", "k-1")];
+
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+
+    assert_eq!(
+        outcomes(&handled),
+        [("m-1", "dead-lettered"), ("m-2", "dead-lettered")]
+    );
+    assert_eq!(processor.calls("k-1"), 1);
+    let sends = queue.sends();
+    assert_eq!(sends.len(), 2);
+    for (_, copy) in &sends {
+        let (meta, _) = RedriveMeta::read(&copy.attributes, "x");
+        let last = meta.last_error.unwrap();
+        assert_eq!(last.code, "HTTP_400");
+        assert_eq!(last.message, "downstream answered 400");
+    }
+    let mut deletes = queue.deletes();
+    deletes.sort();
+    assert_eq!(deletes, ["handle-m-1", "handle-m-2"]);
+
+    // Without a DLQ: both reported failed, still one call.
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let processor = ScriptedProcessor::new(permanent_400()).with_delay(Duration::from_millis(50));
+    let c = consumer(&store, &queue, &processor, pointer_config(false));
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    assert_eq!(handled.response.failed_ids(), ["m-1", "m-2"]);
+    assert_eq!(processor.calls("k-1"), 1);
+}
+
+#[tokio::test]
+async fn item_10_fifo_twins_in_other_groups_take_the_first_outcome() {
+    // GIVEN a FIFO batch whose key k-1 appears in two groups and fails transiently first
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script("k-1", [transient_503()]);
+    let c = consumer(&store, &queue, &processor, pointer_config(true));
+    let fifo = |id: &str, group: &str, key: &str| Message {
+        group_id: Some(group.into()),
+        source: QueueArn::parse(FIFO_ARN),
+        ..keyed(id, key)
+    };
+    let batch = [
+        fifo("f-1", "g1", "k-1"),
+        fifo("f-2", "g2", "k-2"),
+        fifo("f-3", "g2", "k-1"),
+        fifo("f-4", "g3", "k-3"),
+    ];
+
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+
+    // THEN k-1 was tried once in this batch; its twin is reported failed with it
+    assert_eq!(
+        outcomes(&handled),
+        [
+            ("f-1", "retry"),
+            ("f-2", "processed"),
+            ("f-3", "retry"),
+            ("f-4", "processed"),
+        ]
+    );
+    assert_eq!(processor.calls("k-1"), 1);
+    assert_eq!(handled.response.failed_ids(), ["f-1", "f-3"]);
+}
+
+/// Captures every log line written on this thread while the guard lives (JSON, all levels).
+fn capture_logs() -> (tracing::subscriber::DefaultGuard, LogBuffer) {
+    let buffer = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(buffer.clone())
+        .finish();
+    (tracing::subscriber::set_default(subscriber), buffer)
+}
+
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn item_15_pointer_keys_are_logged_as_a_digest_never_raw() {
+    // GIVEN pointer keys that are personal data, on every path that logs a key
+    let (guard, logs) = capture_logs();
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(20));
+    let (ok, retry, perm, busy, down, twin) = (
+        "alice@example.com",
+        "bob@example.com",
+        "carol@example.com",
+        "dave@example.com",
+        "erin@example.com",
+        "frank@example.com",
+    );
+    processor.script(retry, [transient_503()]);
+    processor.script(perm, [permanent_400()]);
+    store.insert(
+        busy,
+        crate::fake::Record {
+            status: Status::InProgress,
+            expiration_s: now_ms() / 1000 + 3600,
+            in_progress_expiration_ms: now_ms() + 600_000,
+            token: Some("someone-else".into()),
+        },
+    );
+    let c = consumer(&store, &queue, &processor, pointer_config(true));
+    let batch = [
+        keyed("m-1", ok),
+        keyed("m-2", retry),
+        keyed("m-3", perm),
+        keyed("m-4", busy),
+        keyed("m-5", twin),
+        keyed("m-6", twin),
+    ];
+
+    // WHEN the batch is handled, then a key meets a failing store and a failing COMPLETED write
+    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    store.fail_next("claim");
+    c.handle(&event(&[keyed("m-7", down)]), in_a_minute())
+        .await
+        .unwrap();
+    store.fail_next("complete");
+    store.fail_next("release");
+    processor.script(down, [transient_503()]);
+    c.handle(&event(&[keyed("m-8", down)]), in_a_minute())
+        .await
+        .unwrap();
+    drop(guard);
+
+    // THEN no raw key reached the logs, and each key's lines carry its digest
+    assert_eq!(handled.response.failed_ids(), ["m-2", "m-4"]);
+    let text = logs.text();
+    assert!(text.contains("record settled"), "{text}");
+    for key in [ok, retry, perm, busy, down, twin] {
+        assert!(!text.contains(key), "{key} logged raw:\n{text}");
+        assert!(text.contains(&key_digest(key)), "{key}'s digest missing");
+    }
+    assert_eq!(key_digest(ok).len(), 8);
 }

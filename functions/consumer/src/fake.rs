@@ -359,6 +359,8 @@ pub struct ScriptedProcessor {
     default: Mutex<Step>,
     /// Added before every step: lets concurrent invocations overlap.
     pub delay: Duration,
+    /// What [`Processor::time_limit`] reports.
+    pub time_limit: Option<Duration>,
     calls: Mutex<HashMap<String, u32>>,
     effects: Mutex<HashMap<String, u32>>,
 }
@@ -375,6 +377,7 @@ impl ScriptedProcessor {
             script: Mutex::default(),
             default: Mutex::new(default),
             delay: Duration::ZERO,
+            time_limit: None,
             calls: Mutex::default(),
             effects: Mutex::default(),
         }
@@ -382,6 +385,13 @@ impl ScriptedProcessor {
 
     pub fn with_delay(self, delay: Duration) -> Self {
         Self { delay, ..self }
+    }
+
+    pub fn with_time_limit(self, limit: Duration) -> Self {
+        Self {
+            time_limit: Some(limit),
+            ..self
+        }
     }
 
     /// The next unscripted calls for `key` do `steps`, in order.
@@ -434,5 +444,9 @@ impl Processor for ScriptedProcessor {
             Step::Hang => std::future::pending().await,
             Step::Panic => panic!("scripted panic in the processing step"),
         }
+    }
+
+    fn time_limit(&self) -> Option<Duration> {
+        self.time_limit
     }
 }

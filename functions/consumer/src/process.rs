@@ -81,6 +81,13 @@ pub trait Processor: Sync {
         message: &Message,
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+
+    /// The longest one call can take (the shipped HTTP step: its request timeout). The engine
+    /// does not start a record when less than this plus [`crate::Settings::deadline_margin`]
+    /// is left before the Lambda deadline. `None` (the default): only the margin is kept.
+    fn time_limit(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl<T: Processor> Processor for &T {
@@ -90,5 +97,9 @@ impl<T: Processor> Processor for &T {
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send {
         (**self).process(message, key)
+    }
+
+    fn time_limit(&self) -> Option<Duration> {
+        (**self).time_limit()
     }
 }
