@@ -7,6 +7,11 @@
 //! - Any other 4xx: permanent.
 //! - Anything else (1xx, 3xx: redirects are not followed, since a redirected POST would lose
 //!   its body): transient, so that a misrouted endpoint never dead-letters good messages.
+//! - A key that cannot be an `Idempotency-Key` header value (control characters): permanent,
+//!   since no retry can change it.
+//!
+//! The answer's body is read up to [`MAX_ANSWER_BYTES`] and dropped (never logged: it may echo
+//! the message). Errors never carry the URL's userinfo or query string, which may hold secrets.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -21,15 +26,24 @@ use crate::process::{ProcessError, Processor};
 /// The header carrying the idempotency key to the downstream.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
+/// How much of an answer's body is read; the rest is dropped with the connection, so that a
+/// downstream answering with a huge body cannot exhaust the function's memory or time.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// Error code of a key that cannot be sent as a header value.
+pub const KEY_NOT_HEADER_VALUE: &str = "KEY_NOT_HEADER_VALUE";
+
 /// Delivers each body to one HTTP endpoint. Build once at init: the client pools connections.
 #[derive(Debug, Clone)]
 pub struct HttpProcessor {
     client: reqwest::Client,
     url: reqwest::Url,
+    timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpInitError {
+    /// `url` has its userinfo and query string redacted.
     #[error("DOWNSTREAM_URL {url:?} is not a valid URL: {reason}")]
     Url { url: String, reason: String },
     #[error("building the HTTP client: {0}")]
@@ -39,7 +53,7 @@ pub enum HttpInitError {
 impl HttpProcessor {
     pub fn new(config: &DownstreamConfig) -> Result<Self, HttpInitError> {
         let url = reqwest::Url::parse(&config.url).map_err(|e| HttpInitError::Url {
-            url: config.url.clone(),
+            url: redact_url_text(&config.url),
             reason: e.to_string(),
         })?;
         let client = reqwest::Client::builder()
@@ -48,7 +62,11 @@ impl HttpProcessor {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(HttpInitError::Client)?;
-        Ok(Self { client, url })
+        Ok(Self {
+            client,
+            url,
+            timeout: config.timeout,
+        })
     }
 }
 
@@ -59,10 +77,16 @@ impl Processor for HttpProcessor {
         } else {
             "text/plain; charset=utf-8"
         };
+        let Ok(key_header) = reqwest::header::HeaderValue::from_str(key.as_str()) else {
+            return Err(ProcessError::permanent(
+                KEY_NOT_HEADER_VALUE,
+                "the idempotency key has control characters, which an HTTP header value cannot carry",
+            ));
+        };
         let response = self
             .client
             .post(self.url.clone())
-            .header(IDEMPOTENCY_KEY_HEADER, key.as_str())
+            .header(IDEMPOTENCY_KEY_HEADER, key_header)
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(message.body.clone())
             .send()
@@ -75,13 +99,19 @@ impl Processor for HttpProcessor {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| parse_retry_after(v, now_ms()));
                 let status = response.status().as_u16();
-                // Read (and drop) the answer so that the connection goes back to the pool; it
-                // is never logged, since it may echo the body. The status alone decides.
-                let _ = response.bytes().await;
+                // Read (and drop) a short answer so that the connection goes back to the pool;
+                // it is never logged, since it may echo the body. The status alone decides.
+                drain_bounded(response).await;
                 classify_status(status, retry_after)
             }
-            Err(e) => Err(classify_transport_error(&e)),
+            Err(e) => Err(classify_transport_error(e, &self.url)),
         }
+    }
+
+    /// The request timeout (`DOWNSTREAM_TIMEOUT_SECONDS`): no record is started with less
+    /// than this (plus the engine's margin) left before the deadline.
+    fn time_limit(&self) -> Option<Duration> {
+        Some(self.timeout)
     }
 }
 
@@ -106,7 +136,22 @@ pub fn classify_status(status: u16, retry_after: Option<Duration>) -> Result<(),
     }
 }
 
-fn classify_transport_error(e: &reqwest::Error) -> ProcessError {
+/// Reads at most [`MAX_ANSWER_BYTES`] of the body; a longer answer is dropped unread with its
+/// connection.
+async fn drain_bounded(mut response: reqwest::Response) {
+    let mut read = 0;
+    while read < MAX_ANSWER_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => read += chunk.len(),
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+fn classify_transport_error(e: reqwest::Error, url: &reqwest::Url) -> ProcessError {
+    // reqwest's errors name the URL, userinfo and query string included: drop it, and redact
+    // any secret a cause may still quote.
+    let e = e.without_url();
     let code = if e.is_timeout() {
         "HTTP_TIMEOUT"
     } else if e.is_connect() {
@@ -114,8 +159,38 @@ fn classify_transport_error(e: &reqwest::Error) -> ProcessError {
     } else {
         "HTTP_TRANSPORT"
     };
-    // The error's text names the URL and the cause, never the body.
-    ProcessError::transient(code, error_chain(e))
+    ProcessError::transient(code, redact_secrets(&error_chain(&e), url))
+}
+
+/// Replaces the URL's password, username and query string wherever they occur in `text`.
+fn redact_secrets(text: &str, url: &reqwest::Url) -> String {
+    let mut text = text.to_string();
+    let secrets = [url.password(), Some(url.username()), url.query()];
+    for secret in secrets.into_iter().flatten().filter(|s| !s.is_empty()) {
+        text = text.replace(secret, "[redacted]");
+    }
+    text
+}
+
+/// A URL's text without its userinfo and query string, for messages about a URL that may not
+/// even parse.
+pub fn redact_url_text(url: &str) -> String {
+    let (url, had_query) = match url.split_once(['?', '#']) {
+        Some((before, _)) => (before, true),
+        None => (url, false),
+    };
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let host = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("[redacted]@{host}"),
+        None => authority.to_string(),
+    };
+    let query = if had_query { "?[redacted]" } else { "" };
+    format!("{scheme}{host}{path}{query}")
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -376,6 +451,135 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!((err.code(), err.is_permanent()), ("HTTP_CONNECT", false));
+    }
+
+    #[tokio::test]
+    async fn item_15_transport_errors_never_carry_the_urls_userinfo_or_query() {
+        // GIVEN a downstream URL with credentials and a token, where nobody listens
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!(
+            "http://svc-user:pa55word@{}/deliver?token=t0ken-secret",
+            closed.local_addr().unwrap()
+        );
+        drop(closed);
+
+        // WHEN a delivery fails to connect
+        let err = processor(url, 1)
+            .process(&message("x"), &key("k-1"))
+            .await
+            .unwrap_err();
+
+        // THEN its text (logged, and stamped into lastError) keeps none of them
+        let text = err.to_string();
+        assert_eq!(err.code(), "HTTP_CONNECT");
+        for secret in ["svc-user", "pa55word", "t0ken-secret"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+    }
+
+    #[test]
+    fn item_15_an_unparsable_url_is_named_without_its_secrets() {
+        let config = DownstreamConfig {
+            url: "http://svc-user:pa55word@exa mple.com/x?token=t0ken-secret".into(),
+            timeout: Duration::from_secs(1),
+        };
+        let text = HttpProcessor::new(&config).unwrap_err().to_string();
+        assert!(text.contains("exa mple.com/x"), "{text}");
+        for secret in ["svc-user", "pa55word", "t0ken-secret"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(
+            redact_url_text("https://u:p@h:8/a/b?q=1#f"),
+            "https://[redacted]@h:8/a/b?[redacted]"
+        );
+        assert_eq!(redact_url_text("https://h/a"), "https://h/a");
+    }
+
+    /// A loopback downstream that answers 200 with a body of `total` bytes (announced by its
+    /// Content-Length) and reports how many bytes it managed to write before the client went.
+    fn huge_answer_server(total: u64) -> (String, std::thread::JoinHandle<u64>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/deliver", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            // Bounds, not expectations: the server never outlives a stuck client for long.
+            stream
+                .set_write_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut content_length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    content_length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; content_length];
+            let _ = reader.read_exact(&mut body);
+            let mut stream = stream;
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {total}\r\n\r\n");
+            if stream.write_all(head.as_bytes()).is_err() {
+                return 0;
+            }
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut written = 0u64;
+            while written < total {
+                match stream.write(&chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => written += n as u64,
+                }
+            }
+            written
+        });
+        (url, server)
+    }
+
+    #[tokio::test]
+    async fn item_16_a_huge_answer_is_read_with_a_bound() {
+        // GIVEN a downstream that answers 200 with a 128 MiB body
+        let total = 128 * 1024 * 1024;
+        let (url, server) = huge_answer_server(total);
+
+        // WHEN a message is delivered
+        let result = processor(url, 60).process(&message("x"), &key("k-1")).await;
+
+        // THEN it succeeded on the status, and the client stopped reading early: the server
+        // wrote no more than the socket buffers hold beyond the cap
+        assert_eq!(result, Ok(()));
+        let written = tokio::task::spawn_blocking(move || server.join().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            written < total / 4,
+            "the client read {written} of {total} bytes"
+        );
+    }
+
+    #[tokio::test]
+    async fn item_17_a_key_that_cannot_be_a_header_value_is_a_permanent_failure() {
+        use redrive_tests::Downstream;
+        let downstream = Downstream::start().await;
+        let http = processor(downstream.url(), 1);
+        for bad in ["line\nbreak", "carriage\rreturn", "nul\0", "del\u{7f}"] {
+            let err = http.process(&message("x"), &key(bad)).await.unwrap_err();
+            assert_eq!(
+                (err.code(), err.is_permanent()),
+                (KEY_NOT_HEADER_VALUE, true),
+                "{bad:?}"
+            );
+        }
+        assert!(downstream.requests().is_empty(), "nothing was sent");
+        // A printable key still goes through.
+        http.process(&message("x"), &key("ok key-1:/+="))
+            .await
+            .unwrap();
     }
 
     #[test]
