@@ -112,7 +112,6 @@ write_env_file "$WORK/redriver.env" \
 consumer_env=(
     "IDEMPOTENCY_TABLE=$OUT_IdempotencyTableName"
     "IDEMPOTENCY_KEY=$IDEMPOTENCY_KEY"
-    "IDEMPOTENCY_TTL_SECONDS=$IDEMPOTENCY_TTL_SECONDS"
     "DOWNSTREAM_URL=$DOWNSTREAM_URL"
     "DOWNSTREAM_TIMEOUT_SECONDS=$DOWNSTREAM_TIMEOUT_SECONDS"
     "RETRY_BASE_SECONDS=$RETRY_BASE_SECONDS"
@@ -121,6 +120,7 @@ consumer_env=(
     "RETRY_JITTER=$RETRY_JITTER"
     "RUST_LOG=$RUST_LOG"
 )
+if [ -n "$IDEMPOTENCY_TTL_SECONDS" ]; then consumer_env+=("IDEMPOTENCY_TTL_SECONDS=$IDEMPOTENCY_TTL_SECONDS"); fi
 if [ "$FAST_TRACK_PERMANENT_FAILURES" = true ]; then consumer_env+=("DLQ_URL=$OUT_DeadLetterQueueUrl"); fi
 write_env_file "$WORK/consumer.env" ${consumer_env[@]+"${consumer_env[@]}"}
 

@@ -105,6 +105,7 @@ validate_deploy_config() {
     need_bool REARM_ALARM
     need_bool DRY_RUN
     need_bool FAST_TRACK_PERMANENT_FAILURES
+    need_match IDEMPOTENCY_TTL_SECONDS '^$|^[0-9]+$' "a number of seconds, or empty for the consumer's default"
     need_bool SKIP_BUILD
     local name
     for name in MAX_REDRIVE_ATTEMPTS BACKOFF_BASE_SECONDS BACKOFF_MULTIPLIER BACKOFF_MAX_SECONDS BACKOFF_JITTER \

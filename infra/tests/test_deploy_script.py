@@ -138,7 +138,6 @@ class DeployScript(unittest.TestCase):
             {
                 "IDEMPOTENCY_TABLE": f"{stack}-idempotency",
                 "IDEMPOTENCY_KEY": "message",
-                "IDEMPOTENCY_TTL_SECONDS": "86400",
                 "DLQ_URL": out["DeadLetterQueueUrl"],
                 "DOWNSTREAM_URL": DOWNSTREAM,
                 "DOWNSTREAM_TIMEOUT_SECONDS": "10",
@@ -197,12 +196,13 @@ class DeployScript(unittest.TestCase):
 
     def test_consumer_gets_no_dlq_url_when_fast_track_is_off(self):
         stack = support.unique("rdf")
-        env = self.settings(stack, FAST_TRACK_PERMANENT_FAILURES="false", ENABLE_SCHEDULE="true")
+        env = self.settings(stack, FAST_TRACK_PERMANENT_FAILURES="false", IDEMPOTENCY_TTL_SECONDS="3888000")
         result = self.run_script(DEPLOY, env)
         self.assertEqual(result.returncode, 0, result.stderr)
         variables = self.moto.client("lambda").get_function_configuration(
             FunctionName=f"{stack}-consumer")["Environment"]["Variables"]
         self.assertNotIn("DLQ_URL", variables)
+        self.assertEqual(variables["IDEMPOTENCY_TTL_SECONDS"], "3888000")
         rules = self.moto.client("events").list_rules(NamePrefix=f"{stack}-wiring-")["Rules"]
         self.assertEqual([r["ScheduleExpression"] for r in rules], ["rate(5 minutes)"])
         # The default guard is the stack's consumer-errors alarm.
