@@ -83,6 +83,8 @@ pub fn x_redrive(data: &[u8]) {
         backoff: Backoff::new(60.0, 2.0, 900, Jitter::Full).expect("valid"),
         source_fifo: mode & 4 != 0,
         poison_fifo: mode & 8 != 0,
+        source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
+        poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
     };
     let view = ReceivedMessage {
         message_id: "current-message-id",

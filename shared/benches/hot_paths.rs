@@ -49,6 +49,8 @@ fn bench_decide(c: &mut Criterion) {
         backoff: Backoff::new(60.0, 2.0, 900, Jitter::Full).expect("valid backoff"),
         source_fifo: false,
         poison_fifo: false,
+        source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
+        poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
     };
     let mut rng = SplitMix64::new(1);
     let mut group = c.benchmark_group("decide");

@@ -4,7 +4,7 @@
 use crate::attributes::{Attributes, message_size};
 use crate::backoff::{Backoff, RandomSource};
 use crate::key::sha256_hex;
-use crate::limits::{MAX_ATTRIBUTES, MAX_FIFO_ID_LEN, MAX_MESSAGE_BYTES};
+use crate::limits::{MAX_ATTRIBUTES, MAX_FIFO_ID_LEN};
 use crate::meta::{IsolationReason, MetaSource, RedriveMeta};
 use crate::timefmt::rfc3339_from_millis;
 
@@ -18,6 +18,12 @@ pub struct Policy {
     pub source_fifo: bool,
     /// The poison queue is FIFO.
     pub poison_fifo: bool,
+    /// The source queue's `MaximumMessageSize` (read at init): a redriven copy, stamp included,
+    /// must fit, else the message is isolated `size-limit` instead of being rejected forever.
+    pub source_max_bytes: usize,
+    /// The poison queue's `MaximumMessageSize`: an isolation copy that does not fit with its
+    /// stamp goes unstamped.
+    pub poison_max_bytes: usize,
 }
 
 /// A view of a message as received from the DLQ. The body is only measured, never parsed.
@@ -140,30 +146,6 @@ pub fn decide(
         Ok(meta.attempt + 1)
     };
 
-    let stamped_meta = match &intended {
-        Ok(attempt) => RedriveMeta {
-            attempt: *attempt,
-            first_redriven_at: meta.first_redriven_at.clone().or_else(|| Some(now.clone())),
-            last_redriven_at: Some(now.clone()),
-            ..meta.clone()
-        },
-        Err(reason) => RedriveMeta {
-            isolated_at: Some(now.clone()),
-            reason: Some(reason.clone()),
-            ..meta.clone()
-        },
-    };
-    let mut stamped = message.attributes.clone();
-    stamped_meta.write_into(&mut stamped);
-
-    let limit_breach = if stamped.len() > MAX_ATTRIBUTES {
-        Some(IsolationReason::AttributeLimit)
-    } else if message_size(message.body, &stamped) > MAX_MESSAGE_BYTES {
-        Some(IsolationReason::SizeLimit)
-    } else {
-        None
-    };
-
     let group_for = |fifo: bool| {
         fifo.then(|| {
             message
@@ -173,48 +155,67 @@ pub fn decide(
         })
     };
 
-    if let Some(reason) = limit_breach {
-        // The stamp does not fit: park the message exactly as received rather than loop untracked.
-        let poison_fifo = policy.poison_fifo;
-        return Decision::Isolate(IsolationPlan {
-            reason: reason.clone(),
-            dedup_id: poison_fifo.then(|| dedup_id(message.message_id, "p")),
-            group_id: group_for(poison_fifo),
-            meta: RedriveMeta {
-                isolated_at: Some(now),
-                reason: Some(reason.clone()),
-                ..meta
-            },
-            stamped: false,
-            attributes: message.attributes.clone(),
-            read_from,
-        });
-    }
-
-    match intended {
-        Ok(attempt) => Decision::Redrive(RedrivePlan {
-            delay_seconds: (!policy.source_fifo)
-                .then(|| policy.backoff.delay_seconds(attempt, None, rng)),
-            group_id: group_for(policy.source_fifo),
-            dedup_id: policy
-                .source_fifo
-                .then(|| dedup_id(message.message_id, "r")),
-            meta: stamped_meta,
-            attributes: stamped,
-            read_from,
-        }),
-        Err(reason) => Decision::Isolate(IsolationPlan {
+    let isolate = |reason: IsolationReason| {
+        let isolated = RedriveMeta {
+            isolated_at: Some(now.clone()),
+            reason: Some(reason.clone()),
+            ..meta.clone()
+        };
+        let mut attributes = message.attributes.clone();
+        isolated.write_into(&mut attributes);
+        let stamped = attributes.len() <= MAX_ATTRIBUTES
+            && message_size(message.body, &attributes) <= policy.poison_max_bytes;
+        if !stamped {
+            // The stamp does not fit: park the message exactly as received rather than lose
+            // it; the reason is then only in logs and metrics. Even unstamped it may be too
+            // large for the poison queue: the engine finds that out when the queue rejects it.
+            attributes = message.attributes.clone();
+        }
+        Decision::Isolate(IsolationPlan {
             reason,
-            group_id: group_for(policy.poison_fifo),
             dedup_id: policy
                 .poison_fifo
                 .then(|| dedup_id(message.message_id, "p")),
-            meta: stamped_meta,
-            stamped: true,
-            attributes: stamped,
-            read_from,
-        }),
+            group_id: group_for(policy.poison_fifo),
+            meta: isolated,
+            stamped,
+            attributes,
+            read_from: read_from.clone(),
+        })
+    };
+
+    let attempt = match intended {
+        Ok(attempt) => attempt,
+        Err(reason) => return isolate(reason),
+    };
+    let mut redriven = RedriveMeta {
+        attempt,
+        first_redriven_at: meta.first_redriven_at.clone().or_else(|| Some(now.clone())),
+        last_redriven_at: Some(now.clone()),
+        ..meta.clone()
+    };
+    // A message replayed from the poison queue carries its old isolation: a copy sent on to be
+    // processed again must not look parked.
+    redriven.clear_isolation();
+    let mut attributes = message.attributes.clone();
+    redriven.write_into(&mut attributes);
+    if attributes.len() > MAX_ATTRIBUTES {
+        return isolate(IsolationReason::AttributeLimit);
     }
+    if message_size(message.body, &attributes) > policy.source_max_bytes {
+        return isolate(IsolationReason::SizeLimit);
+    }
+    Decision::Redrive(RedrivePlan {
+        delay_seconds: (!policy.source_fifo)
+            .then(|| policy.backoff.delay_seconds(attempt, None, rng)),
+        group_id: group_for(policy.source_fifo),
+        dedup_id: policy
+            .source_fifo
+            .then(|| dedup_id(message.message_id, "r")),
+        meta: redriven,
+        attributes,
+        read_from,
+    })
 }
 
 /// FIFO `MessageDeduplicationId` of a move of one received message: `kind` (`r` to the source,
@@ -244,7 +245,7 @@ mod tests {
     use super::*;
     use crate::attributes::MessageAttribute;
     use crate::backoff::{Fixed, Jitter};
-    use crate::limits::Outgoing;
+    use crate::limits::{MAX_MESSAGE_BYTES, Outgoing};
     use crate::meta::{ATTRIBUTE_NAME, ErrorClass, LEGACY_ATTEMPT_ATTRIBUTE, LastError};
 
     const NOW: i64 = 1_795_255_200_000; // 2026-11-21T10:00:00Z
@@ -256,6 +257,8 @@ mod tests {
             backoff: Backoff::new(60.0, 2.0, 900, Jitter::None).unwrap(),
             source_fifo: false,
             poison_fifo: false,
+            source_max_bytes: MAX_MESSAGE_BYTES,
+            poison_max_bytes: MAX_MESSAGE_BYTES,
         }
     }
 
@@ -610,6 +613,103 @@ mod tests {
         assert_ne!(dedup_id("a b", "r"), dedup_id("a_b", "r"));
         // A move to the source and a move to the poison queue of one message differ.
         assert_ne!(dedup_id("dlq-copy-1", "r"), dedup_id("dlq-copy-1", "p"));
+    }
+
+    const KIB_256: usize = 262_144;
+
+    #[test]
+    fn item_03_a_copy_too_large_for_the_source_queue_is_isolated_by_size() {
+        // A 256 KiB source queue: a 255 KiB message that gains the stamp no longer fits.
+        let p = Policy {
+            source_max_bytes: KIB_256,
+            ..policy()
+        };
+        let mut m = message(Attributes::new());
+        m.body = "x".repeat(KIB_256 - 20);
+        let Decision::Isolate(plan) = run(&m, &p) else {
+            panic!("redriven into a queue that rejects it")
+        };
+        assert_eq!(plan.reason, IsolationReason::SizeLimit);
+        // The poison queue (1 MiB) has room for the isolation stamp: the copy carries it.
+        assert!(plan.stamped);
+        assert_eq!(
+            RedriveMeta::read(&plan.attributes, "x").0.reason,
+            Some(IsolationReason::SizeLimit)
+        );
+        // With room for the stamp it is redriven, and fits the source queue.
+        m.body = "x".repeat(KIB_256 - 300);
+        let d = run(&m, &p);
+        assert!(d.is_redrive());
+        assert!(message_size(&m.body, d.attributes()) <= KIB_256);
+    }
+
+    #[test]
+    fn item_03_an_isolation_copy_that_cannot_carry_the_stamp_goes_unstamped() {
+        let p = Policy {
+            source_max_bytes: KIB_256,
+            poison_max_bytes: KIB_256,
+            ..policy()
+        };
+        let spent = with_meta(&RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        });
+        let mut m = message(spent.clone());
+        m.body = "x".repeat(KIB_256 - message_size("", &spent) - 10);
+        let Decision::Isolate(plan) = run(&m, &p) else {
+            panic!()
+        };
+        assert_eq!(plan.reason, IsolationReason::MaxAttempts);
+        assert!(
+            !plan.stamped,
+            "the isolation stamp would exceed the poison queue's limit"
+        );
+        assert_eq!(plan.attributes, spent, "parked exactly as received");
+        assert_eq!(plan.meta.reason, Some(IsolationReason::MaxAttempts));
+        // Too large for the poison queue even unstamped: still a plan to isolate (the engine
+        // finds the poison queue rejecting it, and leaves it on the DLQ).
+        m.body = "x".repeat(KIB_256 + 1);
+        let Decision::Isolate(plan) = run(&m, &p) else {
+            panic!()
+        };
+        assert!(!plan.stamped);
+        assert_eq!(plan.reason, IsolationReason::MaxAttempts);
+        // And a redrive that fits neither queue is isolated size-limit, unstamped.
+        let mut fresh = message(Attributes::new());
+        fresh.body = "x".repeat(KIB_256 + 1);
+        let Decision::Isolate(plan) = run(&fresh, &p) else {
+            panic!()
+        };
+        assert_eq!(
+            (plan.reason, plan.stamped),
+            (IsolationReason::SizeLimit, false)
+        );
+    }
+
+    #[test]
+    fn item_13_a_redriven_copy_of_a_replayed_message_does_not_look_isolated() {
+        // What `redrive replay` writes: attempt 0 and the earlier isolation's marks.
+        let replayed = RedriveMeta {
+            attempt: 0,
+            isolated_at: Some("2026-11-20T09:00:00Z".into()),
+            reason: Some(IsolationReason::Manual),
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let Decision::Redrive(plan) = run(&message(with_meta(&replayed)), &policy()) else {
+            panic!()
+        };
+        assert_eq!(
+            (plan.meta.isolated_at.as_deref(), plan.meta.reason.as_ref()),
+            (None, None)
+        );
+        let written = plan.attributes[ATTRIBUTE_NAME].as_str().unwrap_or_default();
+        assert!(
+            !written.contains("isolatedAt") && !written.contains("reason"),
+            "{written}"
+        );
+        let (read, _) = RedriveMeta::read(&plan.attributes, "x");
+        assert_eq!((read.attempt, read.original_message_id.as_str()), (1, ORIG));
+        assert_eq!(read.reason, None);
     }
 
     #[test]

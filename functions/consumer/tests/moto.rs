@@ -9,7 +9,7 @@ use common::*;
 use consumer::aws::DynamoDbStore;
 use consumer::fake::{ScriptedProcessor, Step};
 use consumer::ports::{Claim, ClaimOutcome, IdempotencyStore};
-use consumer::{Consumer, Outcome};
+use consumer::{Consumer, FailedIds, Outcome};
 use redrive_shared::MessageAttribute;
 use redrive_shared::backoff::{Backoff, Fixed, Jitter};
 use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
@@ -420,6 +420,8 @@ async fn a_permanent_failure_is_fast_tracked_to_the_dlq_with_the_stamp_and_the_o
         backoff: Backoff::new(60.0, 2.0, 900, Jitter::None).unwrap(),
         source_fifo: false,
         poison_fifo: false,
+        source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
+        poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
     };
     for (m, want) in [
         (copy, IsolationReason::PermanentFailure),

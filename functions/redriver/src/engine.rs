@@ -7,11 +7,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::SplitMix64;
 use redrive_shared::config::RedriverConfig;
 use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
 use redrive_shared::event::{EventError, Skip, Trigger, recognize};
-use redrive_shared::limits::{MAX_RECEIVE, split_batches, split_fifo_batches};
+use redrive_shared::limits::{
+    MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, MAX_RECEIVE, split_batches, split_fifo_batches,
+};
+use redrive_shared::meta::IsolationReason;
 use redrive_shared::meta::MetaSource;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -156,6 +160,47 @@ pub struct Engine<Q, A, M> {
     /// When each trigger alarm was last re-armed by this process (at most once per period
     /// while a drain makes no progress).
     rearmed: Mutex<HashMap<String, Instant>>,
+    /// The destinations' `MaximumMessageSize`, once read.
+    limits: Mutex<Option<DestinationLimits>>,
+}
+
+/// `MaximumMessageSize` of the source and poison queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DestinationLimits {
+    pub source_max_bytes: usize,
+    pub poison_max_bytes: usize,
+}
+
+impl Default for DestinationLimits {
+    fn default() -> Self {
+        Self {
+            source_max_bytes: MAX_MESSAGE_BYTES,
+            poison_max_bytes: MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+/// A copy that its destination rejects as the sender's fault (not throttling, not a 5xx) is
+/// isolated `send-rejected` once the message has been received this many times from the DLQ
+/// (SQS's ApproximateReceiveCount: no state of our own), instead of looping until retention.
+pub const SEND_REJECTED_AFTER_RECEIVES: u32 = 3;
+
+/// What a send of entries came to.
+#[derive(Debug, Default)]
+struct Sent {
+    acked: Vec<String>,
+    /// FIFO: not sent, an earlier message of the group failed.
+    held: Vec<String>,
+    /// Rejected as the sender's fault: the entries, with the failure.
+    rejected: Vec<(SendEntry, EntryFailure)>,
+}
+
+impl Sent {
+    fn merge(&mut self, other: Sent) {
+        self.acked.extend(other.acked);
+        self.held.extend(other.held);
+        self.rejected.extend(other.rejected);
+    }
 }
 
 fn system_now_ms() -> i64 {
@@ -256,6 +301,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             rng: Mutex::new(SplitMix64::from_entropy()),
             clock: system_now_ms,
             rearmed: Mutex::new(HashMap::new()),
+            limits: Mutex::new(None),
         }
     }
 
@@ -271,12 +317,54 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     fn policy(&self) -> Policy {
+        let limits = self
+            .limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_default();
         Policy {
             max_attempts: self.config.max_redrive_attempts,
             backoff: self.config.backoff,
             source_fifo: self.config.source_queue_url.is_fifo(),
             poison_fifo: self.config.poison_queue_url.is_fifo(),
+            source_max_bytes: limits.source_max_bytes,
+            poison_max_bytes: limits.poison_max_bytes,
         }
+    }
+
+    /// Reads the destinations' `MaximumMessageSize` once (at init through [`Self::warm_up`],
+    /// else at the first drain); until it is known, SQS's largest is assumed and an oversize
+    /// copy is caught by the send-rejected rule.
+    pub async fn load_limits(&self) -> Result<DestinationLimits, PortError> {
+        if let Some(known) = *self.limits.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(known);
+        }
+        let source = self.config.source_queue_url.as_str();
+        let poison = self.config.poison_queue_url.as_str();
+        let (s, p) = futures_util::future::join(
+            self.bounded(
+                None,
+                "GetQueueAttributes",
+                self.queue.max_message_size(source),
+            ),
+            self.bounded(
+                None,
+                "GetQueueAttributes",
+                self.queue.max_message_size(poison),
+            ),
+        )
+        .await;
+        let limits = DestinationLimits {
+            source_max_bytes: s?.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES),
+            poison_max_bytes: p?.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES),
+        };
+        tracing::info!(
+            source_max_bytes = limits.source_max_bytes,
+            poison_max_bytes = limits.poison_max_bytes,
+            "destination MaximumMessageSize"
+        );
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = Some(limits);
+        Ok(limits)
     }
 
     /// One GetQueueAttributes on the DLQ, made at init so that resolving credentials and the
@@ -284,6 +372,9 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     /// depth and touches no message; a failure is logged and left to the invocations, which
     /// retry and report their own errors.
     pub async fn warm_up(&self) -> Result<u64, PortError> {
+        if let Err(e) = self.load_limits().await {
+            tracing::warn!(error = %e, "warm-up: cannot read the destinations' MaximumMessageSize yet");
+        }
         match self.queue.depth(self.config.dlq_url.as_str()).await {
             Ok(d) => {
                 tracing::debug!(dlq_depth = d.total(), "warm-up: the DLQ answered");
@@ -353,6 +444,9 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     /// Circuit check, drain, metrics, re-arm, summary log.
     pub async fn run(&self, request: &DrainRequest) -> Summary {
         let end = request.deadline;
+        if let Err(e) = self.load_limits().await {
+            tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
+        }
         let mut summary = match self.open_guards(end).await {
             Some(open) => {
                 tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: nothing received");
@@ -730,6 +824,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         let mut to_source = Vec::new();
         let mut to_poison = Vec::new();
         let mut meta = Vec::with_capacity(decided.len());
+        let mut received = Vec::with_capacity(decided.len());
         for (i, (m, d)) in decided.into_iter().enumerate() {
             let entry = SendEntry {
                 id: i.to_string(),
@@ -745,26 +840,81 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 to_poison.push(entry)
             }
             meta.push((m.message_id, m.receipt_handle, d));
+            received.push((m.attributes, m.group_id, m.receive_count));
         }
 
         let fifo = self.config.source_queue_url.is_fifo() || self.config.dlq_url.is_fifo();
-        let (source_acked, poison_acked) = if fifo {
-            let s = self
-                .send_fifo(run, self.config.source_queue_url.as_str(), to_source)
-                .await;
-            let p = self
-                .send_fifo(run, self.config.poison_queue_url.as_str(), to_poison)
-                .await;
+        let source_url = self.config.source_queue_url.as_str();
+        let poison_url = self.config.poison_queue_url.as_str();
+        let (mut source, mut poison) = if fifo {
+            let s = self.send_fifo(run, source_url, to_source).await;
+            let p = self.send_fifo(run, poison_url, to_poison).await;
             (s, p)
         } else {
             futures_util::future::join(
-                self.send_all(run, self.config.source_queue_url.as_str(), to_source),
-                self.send_all(run, self.config.poison_queue_url.as_str(), to_poison),
+                self.send_all(run, source_url, to_source),
+                self.send_all(run, poison_url, to_poison),
             )
             .await
         };
-        let acked: HashSet<String> = source_acked.0.into_iter().chain(poison_acked.0).collect();
-        let held: HashSet<String> = source_acked.1.into_iter().chain(poison_acked.1).collect();
+
+        // A copy the source keeps rejecting as the sender's fault (a queue smaller than it
+        // says, an attribute SQS refuses) would loop until retention: after a bounded number of
+        // receives it is isolated `send-rejected` instead.
+        let mut second = Vec::new();
+        for (entry, failure) in std::mem::take(&mut source.rejected) {
+            let Ok(i) = entry.id.parse::<usize>() else {
+                continue;
+            };
+            let (attributes, group_id, receive_count) = &received[i];
+            let message_id = meta[i].0.clone();
+            if *receive_count < SEND_REJECTED_AFTER_RECEIVES {
+                tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, action = "send-rejected:left-on-dlq", "the source queue rejected the copy; isolated if it keeps doing so");
+                continue;
+            }
+            let view = ReceivedMessage {
+                message_id: &message_id,
+                body: &entry.body,
+                attributes,
+                group_id: group_id.as_deref(),
+            };
+            let decision = self.isolate_send_rejected(&view);
+            tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, action = "isolate:send-rejected", "the source queue keeps rejecting the copy as the sender's fault");
+            second.push(SendEntry {
+                id: entry.id,
+                body: entry.body,
+                attributes: decision.attributes().clone(),
+                delay_seconds: None,
+                group_id: decision.group_id().map(str::to_string),
+                dedup_id: decision.dedup_id().map(str::to_string),
+            });
+            meta[i].2 = decision;
+        }
+        if !second.is_empty() {
+            // Straight to the poison queue, in FIFO batches where needed: the group was held
+            // back from the source for this invocation, which does not apply to the isolation.
+            let batches = if fifo {
+                split_fifo_batches(second, entry_size, |e| e.group_id.as_deref())
+            } else {
+                split_batches(second, entry_size)
+            };
+            for batch in batches {
+                poison.merge(self.send_with_retry(run, poison_url, batch).await);
+            }
+        }
+        source.merge(poison);
+        for (entry, failure) in &source.rejected {
+            let message_id = entry
+                .id
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| meta.get(i))
+                .map_or("?", |m| m.0.as_str());
+            tracing::error!(message_id = %message_id, code = %failure.code, error = %failure.message, action = "unplaceable:left-on-dlq", "the poison queue rejects this message too: it stays on the DLQ for a human");
+            run.unplaceable.fetch_add(1, Ordering::SeqCst);
+        }
+        let acked: HashSet<String> = source.acked.into_iter().collect();
+        let held: HashSet<String> = source.held.into_iter().collect();
 
         // Delete only what the destination acknowledged.
         let deletes: Vec<HandleEntry> = meta
@@ -815,15 +965,11 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         }
     }
 
-    /// Sends entries in valid batches, concurrently; returns the acknowledged entry ids.
-    async fn send_all(
-        &self,
-        run: &Run,
-        queue_url: &str,
-        entries: Vec<SendEntry>,
-    ) -> (Vec<String>, Vec<String>) {
+    /// Sends entries in valid batches, concurrently.
+    async fn send_all(&self, run: &Run, queue_url: &str, entries: Vec<SendEntry>) -> Sent {
+        let mut sent = Sent::default();
         if entries.is_empty() {
-            return (Vec::new(), Vec::new());
+            return sent;
         }
         let batches = split_batches(entries, entry_size);
         let results = join_all(
@@ -832,19 +978,16 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 .map(|b| self.send_with_retry(run, queue_url, b)),
         )
         .await;
-        (results.into_iter().flatten().collect(), Vec::new())
+        for r in results {
+            sent.merge(r);
+        }
+        sent
     }
 
     /// FIFO: one entry per group per batch, batches in order, and a group whose send failed is
     /// held back for the rest of the invocation so that no later message overtakes it.
-    async fn send_fifo(
-        &self,
-        run: &Run,
-        queue_url: &str,
-        entries: Vec<SendEntry>,
-    ) -> (Vec<String>, Vec<String>) {
-        let mut acked = Vec::new();
-        let mut held = Vec::new();
+    async fn send_fifo(&self, run: &Run, queue_url: &str, entries: Vec<SendEntry>) -> Sent {
+        let mut sent = Sent::default();
         let batches = split_fifo_batches(entries, entry_size, |e| e.group_id.as_deref());
         for batch in batches {
             let (send, hold): (Vec<SendEntry>, Vec<SendEntry>) = {
@@ -853,7 +996,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                     .into_iter()
                     .partition(|e| e.group_id.as_ref().is_none_or(|g| !blocked.contains(g)))
             };
-            held.extend(hold.into_iter().map(|e| e.id));
+            sent.held.extend(hold.into_iter().map(|e| e.id));
             if send.is_empty() {
                 continue;
             }
@@ -861,28 +1004,24 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 .iter()
                 .map(|e| (e.id.clone(), e.group_id.clone()))
                 .collect();
-            let ok = self.send_with_retry(run, queue_url, send).await;
+            let result = self.send_with_retry(run, queue_url, send).await;
             let mut blocked = run.blocked_groups.lock().unwrap_or_else(|e| e.into_inner());
             for (id, group) in groups {
-                if !ok.contains(&id)
+                if !result.acked.contains(&id)
                     && let Some(g) = group
                 {
                     blocked.insert(g);
                 }
             }
-            acked.extend(ok);
+            drop(blocked);
+            sent.merge(result);
         }
-        (acked, held)
+        sent
     }
 
     /// One batch, retrying the whole call or its retryable failed entries.
-    async fn send_with_retry(
-        &self,
-        run: &Run,
-        queue_url: &str,
-        mut batch: Vec<SendEntry>,
-    ) -> Vec<String> {
-        let mut acked = Vec::new();
+    async fn send_with_retry(&self, run: &Run, queue_url: &str, mut batch: Vec<SendEntry>) -> Sent {
+        let mut sent = Sent::default();
         let end = run.calls_end;
         for attempt in 0..self.settings.retry_attempts.max(1) {
             if attempt > 0 && !self.pause_before_retry(end, attempt).await {
@@ -899,7 +1038,12 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 Ok(outcome) => {
                     let retry: HashSet<String> = retryable_ids(&outcome.failed);
                     log_entry_failures("SendMessageBatch", queue_url, &outcome);
-                    acked.extend(outcome.succeeded);
+                    for f in outcome.failed.into_iter().filter(|f| f.sender_fault) {
+                        if let Some(pos) = batch.iter().position(|e| e.id == f.id) {
+                            sent.rejected.push((batch.swap_remove(pos), f));
+                        }
+                    }
+                    sent.acked.extend(outcome.succeeded);
                     batch.retain(|e| retry.contains(&e.id));
                 }
                 Err(e) => {
@@ -913,7 +1057,39 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 break;
             }
         }
-        acked
+        sent
+    }
+
+    /// The isolation of a message whose copy the source keeps rejecting: `decide`'s own
+    /// isolation (stamp, FIFO ids, the poison queue's size limit), with reason `send-rejected`.
+    fn isolate_send_rejected(&self, message: &ReceivedMessage<'_>) -> Decision {
+        let policy = Policy {
+            max_attempts: 0,
+            ..self.policy()
+        };
+        let now = (self.clock)();
+        let decision = {
+            let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+            decide(message, &policy, now, &mut *rng)
+        };
+        let Decision::Isolate(mut plan) = decision else {
+            return decision;
+        };
+        plan.reason = IsolationReason::SendRejected;
+        plan.meta.reason = Some(IsolationReason::SendRejected);
+        if plan.stamped {
+            let mut attributes = message.attributes.clone();
+            plan.meta.write_into(&mut attributes);
+            if attributes.len() <= MAX_ATTRIBUTES
+                && message_size(message.body, &attributes) <= policy.poison_max_bytes
+            {
+                plan.attributes = attributes;
+            } else {
+                plan.stamped = false;
+                plan.attributes = message.attributes.clone();
+            }
+        }
+        Decision::Isolate(plan)
     }
 
     /// Deletes from the DLQ; returns the ids deleted.
