@@ -14,8 +14,6 @@ pub struct QueueFacts {
     /// The queue's own RedrivePolicy (a source queue has one; the DLQ and poison queue must not).
     pub redrive_policy: Option<Value>,
     pub retention_seconds: Option<u64>,
-    /// `MaximumMessageSize` in bytes: what the queue accepts, body and attributes together.
-    pub maximum_message_size: Option<u64>,
     pub visibility_timeout_seconds: Option<u64>,
 }
 
@@ -52,7 +50,6 @@ pub async fn facts(queue: &SqsQueue, url: &str) -> Result<QueueFacts, PortError>
             .get(&QueueAttributeName::RedrivePolicy)
             .and_then(|v| serde_json::from_str(v).ok()),
         retention_seconds: number(QueueAttributeName::MessageRetentionPeriod),
-        maximum_message_size: number(QueueAttributeName::MaximumMessageSize),
         visibility_timeout_seconds: number(QueueAttributeName::VisibilityTimeout),
     })
 }

@@ -87,6 +87,10 @@ impl<Q: Queue> Queue for Counting<Q> {
     async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
         self.inner.depth(queue_url).await
     }
+
+    async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
+        self.inner.max_message_size(queue_url).await
+    }
 }
 
 /// The bar's redraw task; `None` when stderr is not a terminal.

@@ -18,7 +18,6 @@ use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::{Value, json};
 
 use super::args::ReplayArgs;
-use super::inspect::facts;
 use super::scan::{Reach, Scanner, Status};
 use super::select::Filter;
 use super::view::MessageView;
@@ -109,12 +108,15 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
         ));
     }
     let queue = ctx.queue();
-    let destination = facts(&queue, args.to.as_str()).await?;
+    // The destination's own limit (as the re-driver reads it), never above SQS's.
+    let max_bytes = queue
+        .max_message_size(args.to.as_str())
+        .await?
+        .unwrap_or(MAX_MESSAGE_BYTES)
+        .min(MAX_MESSAGE_BYTES);
     let plan = Plan {
         args: &args,
-        max_bytes: destination
-            .maximum_message_size
-            .map_or(MAX_MESSAGE_BYTES, |n| n as usize),
+        max_bytes,
     };
     let mut filter = Filter::new(&args.selection);
     let mut scan = Scanner::new(&queue, args.from.as_str());
