@@ -1167,3 +1167,39 @@ async fn item_14_discard_all_reports_what_it_did_not_reach() {
     assert_eq!(run.json()["status"], "complete");
     assert_eq!(run.json()["deleted"].as_array().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn item_13_a_stamp_too_large_for_the_destination_is_refused_too() {
+    // GIVEN a source queue that accepts 1 KiB, and a parked message that fits it only without
+    // x-redrive
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    sqs.set_queue_attributes()
+        .queue_url(&q.source_url)
+        .attributes(QueueAttributeName::MaximumMessageSize, "1024")
+        .send()
+        .await
+        .unwrap();
+    let body = "x".repeat(1000);
+    let big = send_raw(&sqs, &q.poison_url, &body, &[]).await;
+
+    // WHEN it is replayed without --allow-unstamped
+    let run = redrive(
+        &[
+            "replay",
+            "--from",
+            &q.poison_url,
+            "--to",
+            &q.source_url,
+            "--all",
+            "--json",
+        ],
+        &[],
+    );
+
+    // THEN it is refused, not sent to be keyed on a new MessageId
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.json()["refusedUnstamped"][0]["messageId"], big.as_str());
+    assert_eq!(queue_depth(&sqs, &q.source_url).await, 0);
+    assert_eq!(visible(&sqs, &q.poison_url).await, 1);
+}
