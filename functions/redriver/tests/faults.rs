@@ -10,7 +10,7 @@ use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::{ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_shared::{Attributes, MessageAttribute};
 use redriver::fake::{FakeCloudWatch, FakeSqs, throttled};
-use redriver::ports::EntryFailure;
+use redriver::ports::{EntryFailure, SendEntry};
 use redriver::{DrainRequest, Engine, Settings, StopReason};
 use serde_json::json;
 use tokio::time::Instant;
@@ -737,4 +737,104 @@ async fn item_07_a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     // INSUFFICIENT_DATA is not ALARM.
     cw.set_state("downstream-erors", "INSUFFICIENT_DATA");
     assert_eq!(engine.run(&request(10)).await.redriven, 2);
+}
+
+fn reason_in(sqs: &FakeSqs, url: &str, body: &str) -> Option<IsolationReason> {
+    let m = sqs
+        .messages(url)
+        .into_iter()
+        .find(|m| m.body == body)
+        .unwrap_or_else(|| panic!("{body} not on {url}"));
+    RedriveMeta::read(&m.attributes, &m.message_id).0.reason
+}
+
+#[tokio::test]
+async fn item_03_the_source_queues_own_size_limit_is_read_at_init_and_isolates_size_limit() {
+    let (sqs, _cw, engine) = setup(&[]);
+    sqs.set_max_message_size(SRC, 1024);
+    let body = "x".repeat(1000);
+    sqs.push(DLQ, &body, Attributes::new(), None);
+    sqs.push(DLQ, "small", Attributes::new(), None);
+    engine.warm_up().await.expect("warm-up");
+    assert_eq!(
+        sqs.calls.max_size.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "source and poison read once at init"
+    );
+    let s = engine.run(&request(10)).await;
+    assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
+    assert_eq!(
+        reason_in(&sqs, POISON, &body),
+        Some(IsolationReason::SizeLimit)
+    );
+    assert_eq!(sqs.messages(SRC)[0].body, "small");
+    engine.run(&request(10)).await;
+    assert_eq!(
+        sqs.calls.max_size.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "not read again"
+    );
+}
+
+fn reject_body(
+    body: &'static str,
+    queue: &'static str,
+) -> impl Fn(&str, &SendEntry) -> Option<EntryFailure> {
+    move |url, e| {
+        (url == queue && e.body == body).then(|| EntryFailure {
+            id: e.id.clone(),
+            code: "InvalidParameterValue".into(),
+            message: "rejected".into(),
+            sender_fault: true,
+        })
+    }
+}
+
+#[tokio::test]
+async fn item_03_a_copy_the_source_keeps_rejecting_is_isolated_send_rejected() {
+    let (sqs, cw, engine) = setup(&[]);
+    sqs.push(DLQ, "rejected", Attributes::new(), None);
+    sqs.push(DLQ, "fine", Attributes::new(), None);
+    sqs.fail_send_entries(reject_body("rejected", SRC));
+    // Receives 1 and 2: left on the DLQ, counted failed.
+    for _ in 0..2 {
+        let s = engine.run(&request(10)).await;
+        assert_eq!(s.failed, 1, "{s:?}");
+        assert_eq!(sqs.len(DLQ), 1);
+        sqs.expire_visibility(DLQ);
+    }
+    // Receive 3: isolated with its own reason instead of looping until retention.
+    let s = engine.run(&request(10)).await;
+    assert_eq!((s.isolated, s.failed), (1, 0), "{s:?}");
+    assert!(sqs.is_empty(DLQ));
+    assert_eq!(
+        reason_in(&sqs, POISON, "rejected"),
+        Some(IsolationReason::SendRejected)
+    );
+    assert_eq!(total(&sqs, [DLQ, SRC, POISON]), 2, "conservation");
+    let published = cw.published.lock().unwrap().clone();
+    assert_eq!(published[2].2.poison_pills_isolated, 1);
+    assert_eq!(published[2].2.unplaceable_messages, 0);
+}
+
+#[tokio::test]
+async fn item_03_a_message_the_poison_queue_rejects_too_stays_on_the_dlq_with_a_metric() {
+    let (sqs, cw, engine) = setup(&[]);
+    sqs.push(DLQ, "nowhere", Attributes::new(), None);
+    let src = reject_body("nowhere", SRC);
+    let poison = reject_body("nowhere", POISON);
+    sqs.fail_send_entries(move |url, e| src(url, e).or_else(|| poison(url, e)));
+    for _ in 0..3 {
+        engine.run(&request(10)).await;
+        sqs.expire_visibility(DLQ);
+    }
+    assert_eq!(sqs.len(DLQ), 1, "never deleted: it stays for a human");
+    assert_eq!(sqs.len(SRC) + sqs.len(POISON), 0);
+    let published = cw.published.lock().unwrap().clone();
+    assert_eq!(published[2].2.unplaceable_messages, 1, "{published:?}");
+    assert_eq!(published[2].2.redrive_failures, 1);
+    assert_eq!(
+        published[1].2.unplaceable_messages, 0,
+        "not before its receive count"
+    );
 }

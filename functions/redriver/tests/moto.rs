@@ -564,7 +564,9 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
     let guard = unique_name("guard");
     put_alarm(&f.cw, &guard, "downstream", StateValue::Alarm).await;
     f.seal().await;
-    let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("not-there,{guard}"))]);
+    let other = unique_name("healthy");
+    put_alarm(&f.cw, &other, "downstream", StateValue::Ok).await;
+    let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("{other},{guard}"))]);
     let s = engine.run(&manual(10)).await;
     assert_eq!(
         (s.received, s.stopped_because, s.dlq_remaining),
@@ -692,14 +694,14 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
     );
     f.assert_conserved().await;
 
-    // The rest: the queue empties, the alarm is left alone.
+    // The rest: the queue empties; the alarm, in ALARM again, is re-armed all the same.
     put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     let s2 = engine
         .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
         .await
         .unwrap();
     assert_eq!(s2.stopped_because, StopReason::QueueEmpty);
-    assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Alarm);
+    assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Ok);
     f.assert_conserved().await;
 
     assert_eq!(
@@ -708,4 +710,188 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
     );
     assert_eq!(metric_sum(&f, "PoisonPillsIsolated").await, 1.0);
     assert_eq!(metric_sum(&f, "RedriveFailures").await, 0.0);
+}
+
+#[tokio::test]
+async fn issue_12_the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_alarm_in_alarm() {
+    let mut f = Fixture::new(false).await;
+    for i in 0..4 {
+        f.to_dlq(&format!("first-{i}"), &[]).await;
+    }
+    let alarm = unique_name("dlq-depth");
+    put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
+    f.seal().await;
+    let engine = f.engine(&[]);
+    // The alarm fires; the drain empties the DLQ.
+    let s = engine
+        .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.redriven, s.stopped_because, s.dlq_remaining),
+        (4, StopReason::QueueEmpty, Some(0))
+    );
+    f.assert_conserved().await;
+    // Steady inflow: messages arrive right after the drain, and the alarm's next datapoint
+    // keeps it in ALARM (no state change, no notification) unless the re-driver re-armed it.
+    for i in 0..3 {
+        f.to_dlq(&format!("later-{i}"), &[]).await;
+    }
+    assert_eq!(
+        alarm_state(&f.cw, &alarm).await,
+        StateValue::Ok,
+        "left in OK, so that the next evaluation over the new messages notifies again"
+    );
+    // That next notification drains the newcomers and re-arms again (a drain that made
+    // progress is never rate-limited).
+    put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
+    f.seal().await;
+    let s = engine
+        .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
+        .await
+        .unwrap();
+    assert_eq!(s.redriven, 3);
+    assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Ok);
+    f.assert_conserved().await;
+    // A dry run never re-arms.
+    put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
+    engine
+        .run(&DrainRequest {
+            dry_run: true,
+            trigger_alarm: Some(alarm.clone()),
+            ..manual(10)
+        })
+        .await;
+    assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Alarm);
+}
+
+#[tokio::test]
+async fn item_06_a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures() {
+    let f = Fixture::new(false).await;
+    let engine = f.engine(&[]);
+    f.sqs
+        .delete_queue()
+        .queue_url(&f.queues.dlq_url)
+        .send()
+        .await
+        .expect("DeleteQueue");
+    let err = engine.handle(&json!({}), None).await.unwrap_err();
+    let redriver::InvocationError::DlqUnreadable { reason, summary } = &err else {
+        panic!("{err}")
+    };
+    assert!(reason.contains("ReceiveMessage"), "{reason}");
+    assert_eq!((summary.received, summary.dlq_remaining), (0, None));
+    assert_eq!(metric_sum(&f, "DlqReceiveFailures").await, 1.0);
+    assert_eq!(metric_sum(&f, "RedriveFailures").await, 0.0);
+}
+
+#[tokio::test]
+async fn item_07_a_guard_alarm_that_does_not_exist_opens_the_circuit() {
+    let mut f = Fixture::new(false).await;
+    f.to_dlq("waiting", &[]).await;
+    let healthy = unique_name("healthy");
+    put_alarm(&f.cw, &healthy, "downstream", StateValue::Ok).await;
+    f.seal().await;
+    let misspelt = format!("{healthy}-typo");
+    let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("{healthy},{misspelt}"))]);
+    let s = engine.run(&manual(10)).await;
+    assert_eq!(
+        (s.received, s.stopped_because, s.dlq_remaining),
+        (0, StopReason::CircuitOpen, Some(1))
+    );
+    f.assert_conserved().await;
+    // INSUFFICIENT_DATA is not ALARM: a guard without data yet does not hold the drain.
+    put_alarm(&f.cw, &misspelt, "downstream", StateValue::InsufficientData).await;
+    assert_eq!(engine.run(&manual(10)).await.redriven, 1);
+}
+
+#[tokio::test]
+async fn item_07_describe_alarms_asks_for_composite_and_metric_alarms() {
+    // Moto answers composite alarms whatever `AlarmTypes` says; AWS answers metric alarms
+    // only when it is absent. So the request itself is checked, on a loopback server.
+    let server = redrive_tests::Downstream::start().await;
+    let conf = aws_sdk_cloudwatch::config::Builder::from(&moto().sdk_config().await)
+        .endpoint_url(server.url())
+        .build();
+    let cw = CloudWatch {
+        client: aws_sdk_cloudwatch::Client::from_conf(conf),
+    };
+    use redriver::ports::Alarms;
+    let _ = cw.describe(&["guard".to_string()]).await;
+    let requests = server.requests();
+    let body = requests
+        .first()
+        .expect("DescribeAlarms was sent")
+        .body_text();
+    assert!(body.contains("Action=DescribeAlarms"), "{body}");
+    assert!(
+        body.contains("AlarmTypes.member.1=MetricAlarm")
+            && body.contains("AlarmTypes.member.2=CompositeAlarm"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn item_08_another_queues_metric_math_alarm_touches_nothing() {
+    let mut f = Fixture::new(false).await;
+    f.to_dlq("stay", &[]).await;
+    f.seal().await;
+    let engine = f.engine(&[]);
+    for fixture in [
+        "sns-metric-math-alarm.json",
+        "sns-metric-math-alarm-api-casing.json",
+        "sns-cloudwatch-alarm-other-account.json",
+    ] {
+        let mut event = redrive_tests::fixture(fixture);
+        // Same DLQ name as ours where the fixture names orders-dlq: only account differs.
+        let message = event["Records"][0]["Sns"]["Message"]
+            .as_str()
+            .unwrap()
+            .replace("orders-dlq", &f.queues.dlq_name);
+        event["Records"][0]["Sns"]["Message"] = json!(message);
+        let s = engine.handle(&event, None).await.unwrap();
+        assert_eq!(
+            (s.received, s.stopped_because),
+            (0, StopReason::OtherQueue),
+            "{fixture}"
+        );
+    }
+    f.assert_conserved().await;
+    let visible = queue_attributes(&f.sqs, &f.queues.dlq_url).await;
+    assert_eq!(
+        visible
+            .get(&QueueAttributeName::ApproximateNumberOfMessages)
+            .map(String::as_str),
+        Some("1"),
+        "not even received"
+    );
+}
+
+#[tokio::test]
+async fn item_03_a_source_queue_smaller_than_the_stamped_copy_isolates_size_limit() {
+    let mut f = Fixture::new(false).await;
+    f.sqs
+        .set_queue_attributes()
+        .queue_url(&f.queues.source_url)
+        .attributes(QueueAttributeName::MaximumMessageSize, "1024")
+        .send()
+        .await
+        .expect("a 1 KiB source queue");
+    // Fits the source as it is; the x-redrive stamp pushes it over. Moto checks the body only,
+    // so only the re-driver's own accounting against the limit it read can catch this.
+    let body = "z".repeat(1000);
+    let id = f.to_dlq(&body, &[]).await;
+    f.to_dlq("small", &[]).await;
+    f.seal().await;
+    let engine = f.engine(&[]);
+    engine.warm_up().await.expect("warm-up");
+    let s = engine.run(&manual(10)).await;
+    assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
+    f.assert_conserved().await;
+    let parked = drain_all(&f.sqs, &f.queues.poison_url).await;
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].body(), Some(body.as_str()));
+    let meta = meta_of(&parked[0]);
+    assert_eq!(meta.reason, Some(IsolationReason::SizeLimit));
+    assert_eq!(meta.original_message_id, id);
 }
