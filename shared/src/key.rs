@@ -1,6 +1,8 @@
 //! Idempotency keys for the consumer: which value of a message identifies its side effect.
 
-use serde_json::Value;
+use std::collections::HashMap;
+
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 /// Keys longer than this are rejected (DynamoDB allows 2048 bytes for a partition key).
@@ -86,6 +88,14 @@ impl KeyError {
 
 /// Derives the key of one message. `original_message_id` is the chain id from `x-redrive`
 /// (already defaulted to the MessageId by [`crate::meta::RedriveMeta::read`]).
+///
+/// - [`KeySource::Message`]: the `originalMessageId`.
+/// - [`KeySource::Pointer`]: the value at the pointer. A string is keyed by its value; a
+///   number by its exact text as written in the body, never through a float: so
+///   `123456789012345678901234` and `123456789012345678901235` are two keys, and so are `1`,
+///   `1.0` and `1e0` (spellings of one value are different keys: a producer that writes
+///   one id two ways gets two keys). A number and a string of the same characters (`42`,
+///   `"42"`) share a key.
 pub fn derive(
     source: &KeySource,
     original_message_id: &str,
@@ -93,43 +103,65 @@ pub fn derive(
 ) -> Result<IdempotencyKey, KeyError> {
     match source {
         KeySource::Message => IdempotencyKey::try_from(original_message_id.to_string()),
-        KeySource::Pointer(pointer) => {
-            let doc: Value = serde_json::from_str(body).map_err(|_| KeyError::BodyNotJson {
-                pointer: pointer.clone(),
-            })?;
-            let value = doc.pointer(pointer).ok_or_else(|| KeyError::Missing {
-                pointer: pointer.clone(),
-            })?;
-            let text = match value {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                Value::Null => {
-                    return Err(KeyError::Missing {
-                        pointer: pointer.clone(),
-                    });
+        KeySource::Pointer(pointer) => IdempotencyKey::try_from(pointer_text(body, pointer)?),
+    }
+}
+
+/// The text of the scalar at `pointer` (RFC 6901) in `body`, read from the raw JSON so that a
+/// number keeps the exact text it was written with.
+fn pointer_text(body: &str, pointer: &str) -> Result<String, KeyError> {
+    let not_json = || KeyError::BodyNotJson {
+        pointer: pointer.to_string(),
+    };
+    let missing = || KeyError::Missing {
+        pointer: pointer.to_string(),
+    };
+    // Parsing the whole body as one raw value checks that it is JSON, trailing text included.
+    let mut current: &RawValue = serde_json::from_str(body).map_err(|_| not_json())?;
+    if !pointer.is_empty() {
+        for token in pointer.split('/').skip(1) {
+            let token = token.replace("~1", "/").replace("~0", "~");
+            let raw = current.get();
+            current = match raw.as_bytes().first() {
+                Some(b'{') => {
+                    let mut fields: HashMap<String, &RawValue> =
+                        serde_json::from_str(raw).map_err(|_| not_json())?;
+                    fields.remove(&token).ok_or_else(missing)?
                 }
-                Value::Bool(_) => {
-                    return Err(KeyError::NotScalar {
-                        pointer: pointer.clone(),
-                        kind: "a boolean",
-                    });
+                Some(b'[') => {
+                    let items: Vec<&RawValue> =
+                        serde_json::from_str(raw).map_err(|_| not_json())?;
+                    let index = array_index(&token).ok_or_else(missing)?;
+                    items.get(index).copied().ok_or_else(missing)?
                 }
-                Value::Array(_) => {
-                    return Err(KeyError::NotScalar {
-                        pointer: pointer.clone(),
-                        kind: "an array",
-                    });
-                }
-                Value::Object(_) => {
-                    return Err(KeyError::NotScalar {
-                        pointer: pointer.clone(),
-                        kind: "an object",
-                    });
-                }
+                _ => return Err(missing()),
             };
-            IdempotencyKey::try_from(text)
         }
     }
+    let raw = current.get();
+    let not_scalar = |kind| KeyError::NotScalar {
+        pointer: pointer.to_string(),
+        kind,
+    };
+    match raw.as_bytes().first() {
+        Some(b'"') => serde_json::from_str::<String>(raw).map_err(|_| not_json()),
+        Some(b'-' | b'0'..=b'9') => Ok(raw.to_string()),
+        Some(b'n') => Err(missing()),
+        Some(b't' | b'f') => Err(not_scalar("a boolean")),
+        Some(b'[') => Err(not_scalar("an array")),
+        Some(b'{') => Err(not_scalar("an object")),
+        _ => Err(not_json()),
+    }
+}
+
+/// An RFC 6901 array index: `0` or digits without a leading zero (`-`, past the end, is
+/// never there).
+fn array_index(token: &str) -> Option<usize> {
+    let digits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (token.len() > 1 && token.starts_with('0')) {
+        return None;
+    }
+    token.parse().ok()
 }
 
 /// The first `hex_chars` hex digits (at most 64) of the SHA-256 of `bytes`, lowercase.
@@ -210,6 +242,88 @@ mod tests {
         assert_eq!(
             derive(&p, "x", &long).unwrap_err(),
             KeyError::TooLong(MAX_KEY_BYTES + 1)
+        );
+    }
+
+    fn key_at(pointer: &str, body: &str) -> Result<String, KeyError> {
+        derive(&KeySource::Pointer(pointer.into()), "x", body).map(|k| k.as_str().to_string())
+    }
+
+    #[test]
+    fn item_02_numeric_pointer_keys_keep_exact_text() {
+        let a = key_at("/id", r#"{"id":123456789012345678901234}"#).unwrap();
+        let b = key_at("/id", r#"{"id":123456789012345678901235}"#).unwrap();
+        assert_eq!(a, "123456789012345678901234");
+        assert_eq!(b, "123456789012345678901235");
+        assert_ne!(a, b, "two payments must not share a key");
+        // Beyond u64 and beyond f64's 53-bit mantissa.
+        assert_eq!(
+            key_at("/id", r#"{"id": 18446744073709551617 }"#).unwrap(),
+            "18446744073709551617"
+        );
+        assert_eq!(
+            key_at("/id", r#"{"id":9007199254740993}"#).unwrap(),
+            "9007199254740993"
+        );
+    }
+
+    #[test]
+    fn item_02_numbers_are_keyed_as_written_not_by_value() {
+        // Documented: the key is the number's text, so different spellings are different keys.
+        for (body, want) in [
+            (r#"{"id":1}"#, "1"),
+            (r#"{"id":1.0}"#, "1.0"),
+            (r#"{"id":1e3}"#, "1e3"),
+            (r#"{"id":-0}"#, "-0"),
+            (
+                r#"{"id":0.1000000000000000055511151231257827}"#,
+                "0.1000000000000000055511151231257827",
+            ),
+        ] {
+            assert_eq!(key_at("/id", body).unwrap(), want, "{body}");
+        }
+        assert_ne!(
+            key_at("/id", r#"{"id":1}"#).unwrap(),
+            key_at("/id", r#"{"id":1.0}"#).unwrap()
+        );
+    }
+
+    #[test]
+    fn item_02_pointer_walks_objects_arrays_and_escapes() {
+        let body = r#"{"a/b":{"m~n":[10, {"id" : 7.50}]}, "dup":1, "dup":2, "s":"\u00e9\"x"}"#;
+        assert_eq!(key_at("/a~1b/m~0n/1/id", body).unwrap(), "7.50");
+        assert_eq!(key_at("/a~1b/m~0n/0", body).unwrap(), "10");
+        assert_eq!(
+            key_at("/dup", body).unwrap(),
+            "2",
+            "the last duplicate wins, as in serde_json"
+        );
+        assert_eq!(
+            key_at("/s", body).unwrap(),
+            "é\"x",
+            "strings are keyed by their value"
+        );
+        for missing in [
+            "/a~1b/m~0n/2",
+            "/a~1b/m~0n/01",
+            "/a~1b/m~0n/-",
+            "/nope",
+            "/s/0",
+        ] {
+            assert_eq!(
+                key_at(missing, body).unwrap_err().code(),
+                "KEY_MISSING",
+                "{missing}"
+            );
+        }
+        assert_eq!(key_at("/a~1b", body).unwrap_err().code(), "KEY_NOT_SCALAR");
+        assert_eq!(
+            key_at("/id", r#"{"id":1} trailing"#).unwrap_err().code(),
+            "KEY_BODY_NOT_JSON"
+        );
+        assert_eq!(
+            key_at("/id", r#"{"id":01}"#).unwrap_err().code(),
+            "KEY_BODY_NOT_JSON"
         );
     }
 
