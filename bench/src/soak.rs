@@ -24,7 +24,7 @@ use std::time::Duration;
 use consumer::Consumer;
 use consumer::message::record_to_event_json;
 use consumer::ports::{IdempotencyStore, QueueOps};
-use consumer::{Message, Processor};
+use consumer::{FailedIds, Message, Processor};
 use futures_util::future::join_all;
 use redrive_shared::backoff::{RandomSource, SplitMix64};
 use redrive_shared::meta::RedriveMeta;

@@ -15,7 +15,6 @@
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::{FutureExt, StreamExt};
@@ -26,7 +25,6 @@ use redrive_shared::key::{IdempotencyKey, KeyError, derive};
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{ErrorClass, LastError, MetaSource, RedriveMeta};
 use redrive_shared::timefmt::rfc3339_from_millis;
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::message::{MalformedRecord, Message, parse_record};
@@ -64,27 +62,27 @@ impl Default for Settings {
     }
 }
 
-/// `{"batchItemFailures":[{"itemIdentifier":"<messageId>"}]}`
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct BatchResponse {
-    #[serde(rename = "batchItemFailures")]
-    pub batch_item_failures: Vec<BatchItemFailure>,
+/// `{"batchItemFailures":[{"itemIdentifier":"<messageId>"}]}`: `aws_lambda_events`' type.
+pub use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse as BatchResponse};
+
+/// The reported MessageIds of a batch response, in record order.
+pub trait FailedIds {
+    fn failed_ids(&self) -> Vec<&str>;
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BatchItemFailure {
-    #[serde(rename = "itemIdentifier")]
-    pub item_identifier: String,
-}
-
-impl BatchResponse {
-    /// The reported MessageIds, in record order.
-    pub fn failed_ids(&self) -> Vec<&str> {
+impl FailedIds for BatchResponse {
+    fn failed_ids(&self) -> Vec<&str> {
         self.batch_item_failures
             .iter()
             .map(|f| f.item_identifier.as_str())
             .collect()
     }
+}
+
+fn item_failure(item_identifier: String) -> BatchItemFailure {
+    let mut failure = BatchItemFailure::default();
+    failure.item_identifier = item_identifier;
+    failure
 }
 
 /// What became of one record.
@@ -196,8 +194,6 @@ pub struct Consumer<S, Q, P> {
     settings: Settings,
     rng: Mutex<SplitMix64>,
     queue_urls: Mutex<HashMap<String, String>>,
-    token_prefix: u64,
-    token_counter: AtomicU64,
 }
 
 impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
@@ -212,10 +208,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         config: ConsumerConfig,
         settings: Settings,
     ) -> Self {
-        // Claim tokens must never repeat across instances: a claim that finds its own token on
-        // an IN_PROGRESS record takes it for its own (a retried write whose answer was lost).
-        let mut rng = SplitMix64::from_entropy();
-        let token_prefix = rng.next_u64();
+        let rng = SplitMix64::from_entropy();
         Self {
             store,
             queue,
@@ -224,8 +217,6 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             settings,
             rng: Mutex::new(rng),
             queue_urls: Mutex::new(HashMap::new()),
-            token_prefix,
-            token_counter: AtomicU64::new(0),
         }
     }
 
@@ -284,14 +275,13 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             self.run_concurrently(prepared, window).await
         };
 
-        let response = BatchResponse {
-            batch_item_failures: reports
-                .iter()
-                .filter(|r| r.outcome.is_reported())
-                .filter_map(|r| r.message_id.clone())
-                .map(|item_identifier| BatchItemFailure { item_identifier })
-                .collect(),
-        };
+        let mut response = BatchResponse::default();
+        response.batch_item_failures = reports
+            .iter()
+            .filter(|r| r.outcome.is_reported())
+            .filter_map(|r| r.message_id.clone())
+            .map(item_failure)
+            .collect();
         let count = |name: &str| {
             reports
                 .iter()
@@ -630,11 +620,10 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         let now = now_ms();
         let claim = Claim {
             key: key.as_str().to_string(),
-            token: format!(
-                "{:016x}-{}",
-                self.token_prefix,
-                self.token_counter.fetch_add(1, Ordering::Relaxed)
-            ),
+            // A random v4 UUID: claim tokens must never repeat across instances, since a claim
+            // that finds its own token on an IN_PROGRESS record takes it for its own (a retried
+            // write whose answer was lost).
+            token: uuid::Uuid::new_v4().to_string(),
             now_ms: now,
             expiration_s: self.expiration_s(now),
             in_progress_expiration_ms: claim_until,

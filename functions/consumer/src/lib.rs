@@ -22,7 +22,8 @@ pub mod ports;
 pub mod process;
 
 pub use engine::{
-    BatchItemFailure, BatchResponse, Consumer, EventError, Handled, Outcome, Settings,
+    BatchItemFailure, BatchResponse, Consumer, EventError, FailedIds, Handled, Outcome, Settings,
+    key_digest,
 };
 pub use http::HttpProcessor;
 pub use message::Message;

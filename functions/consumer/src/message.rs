@@ -4,7 +4,9 @@
 //! attributes are converted to the shared attribute model byte for byte (`binaryValue` is
 //! base64 in the event).
 
+use aws_lambda_events::event::sqs::{SqsMessage, SqsMessageAttribute};
 use redrive_shared::{AttributeValue, Attributes, MessageAttribute};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// A received SQS message as the event source mapping delivered it.
@@ -71,15 +73,17 @@ pub struct MalformedRecord {
     pub reason: String,
 }
 
-/// Reads one record of the event's `Records` array.
+/// Reads one record of the event's `Records` array, through `aws_lambda_events`' typed
+/// [`SqsMessage`]. The MessageId and group are read first and loosely, so that a record that
+/// does not fit the type can still be reported (and keep its FIFO group blocked) on its own.
 pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
     let message_id = record
         .get("messageId")
         .and_then(Value::as_str)
         .filter(|id| !id.is_empty())
         .map(str::to_string);
-    let system = record.get("attributes");
-    let group_id = system
+    let group_id = record
+        .get("attributes")
         .and_then(|a| a.get("MessageGroupId"))
         .and_then(Value::as_str)
         .map(str::to_string);
@@ -91,39 +95,31 @@ pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
     let Some(id) = message_id.clone() else {
         return Err(malformed("no messageId".into()));
     };
-    let receipt_handle = match record.get("receiptHandle").and_then(Value::as_str) {
-        Some(h) if !h.is_empty() => h.to_string(),
+    let sqs = SqsMessage::deserialize(record).map_err(|e| malformed(mismatch(record, &e)))?;
+    let receipt_handle = match sqs.receipt_handle {
+        Some(h) if !h.is_empty() => h,
         _ => return Err(malformed("no receiptHandle".into())),
     };
-    let body = match record.get("body") {
-        Some(Value::String(b)) => b.clone(),
-        _ => return Err(malformed("no string body".into())),
+    let Some(body) = sqs.body else {
+        return Err(malformed("no string body".into()));
     };
-    let receive_count = match system.and_then(|a| a.get("ApproximateReceiveCount")) {
-        None | Some(Value::Null) => 1,
+    let receive_count = match sqs.attributes.get("ApproximateReceiveCount") {
+        None => 1,
         Some(v) => v
-            .as_str()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .or_else(|| v.as_u64().and_then(|n| u32::try_from(n).ok()))
-            .ok_or_else(|| malformed(format!("ApproximateReceiveCount {v} is not a count")))?,
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| malformed(format!("ApproximateReceiveCount {v:?} is not a count")))?,
     };
-    let attributes = match record.get("messageAttributes") {
-        None | Some(Value::Null) => Attributes::new(),
-        Some(Value::Object(map)) => {
-            let mut attributes = Attributes::new();
-            for (name, value) in map {
-                let attribute = parse_attribute(value)
-                    .map_err(|why| malformed(format!("message attribute {name:?}: {why}")))?;
-                attributes.insert(name.clone(), attribute);
-            }
-            attributes
-        }
-        Some(_) => return Err(malformed("messageAttributes is not an object".into())),
-    };
-    let source = match record.get("eventSourceARN").and_then(Value::as_str) {
+    let mut attributes = Attributes::new();
+    for (name, value) in sqs.message_attributes {
+        let attribute = convert_attribute(value)
+            .map_err(|why| malformed(format!("message attribute {name:?}: {why}")))?;
+        attributes.insert(name, attribute);
+    }
+    let source = match sqs.event_source_arn {
         None => None,
         Some(arn) => Some(
-            QueueArn::parse(arn)
+            QueueArn::parse(&arn)
                 .ok_or_else(|| malformed(format!("eventSourceARN {arn:?} is not an SQS ARN")))?,
         ),
     };
@@ -138,24 +134,30 @@ pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
     })
 }
 
+/// Names the field of `record` that does not fit [`SqsMessage`] (serde's own error does not).
+fn mismatch(record: &Value, error: &serde_json::Error) -> String {
+    let culprit = record.as_object().and_then(|fields| {
+        fields.iter().find_map(|(name, value)| {
+            let alone = Value::Object([(name.clone(), value.clone())].into_iter().collect());
+            SqsMessage::deserialize(&alone)
+                .err()
+                .map(|e| format!("{name}: {e}"))
+        })
+    });
+    culprit.unwrap_or_else(|| format!("not an SQS record: {error}"))
+}
+
 /// `{"dataType": "...", "stringValue": "..."}` or `{"dataType": "Binary...", "binaryValue": "<base64>"}`.
-fn parse_attribute(value: &Value) -> Result<MessageAttribute, String> {
+fn convert_attribute(value: SqsMessageAttribute) -> Result<MessageAttribute, String> {
     let data_type = value
-        .get("dataType")
-        .and_then(Value::as_str)
+        .data_type
         .filter(|t| !t.is_empty())
-        .ok_or("no dataType")?
-        .to_string();
-    let string_value = value.get("stringValue").and_then(Value::as_str);
-    let binary_value = value.get("binaryValue").and_then(Value::as_str);
+        .ok_or("no dataType")?;
     let base = data_type.split('.').next().unwrap_or("");
-    let value = match (base, string_value, binary_value) {
-        ("Binary", _, Some(b64)) => AttributeValue::Binary(
-            aws_smithy_types::base64::decode(b64)
-                .map_err(|e| format!("binaryValue is not base64: {e}"))?,
-        ),
+    let value = match (base, value.string_value, value.binary_value) {
+        ("Binary", _, Some(bytes)) => AttributeValue::Binary(bytes.0),
         ("Binary", _, None) => return Err("a Binary attribute has no binaryValue".into()),
-        (_, Some(s), _) => AttributeValue::String(s.to_string()),
+        (_, Some(s), _) => AttributeValue::String(s),
         (_, None, _) => return Err(format!("a {data_type} attribute has no stringValue")),
     };
     Ok(MessageAttribute { data_type, value })
@@ -307,6 +309,27 @@ mod tests {
         }
         let err = parse_record(&json!({"body": "b"})).unwrap_err();
         assert_eq!(err.message_id, None);
+        // The reason names what was wrong.
+        for (field, value, named) in [
+            ("body", json!(42), "body: "),
+            ("messageAttributes", json!([]), "messageAttributes: "),
+            (
+                "attributes",
+                json!({"ApproximateReceiveCount": "many"}),
+                "\"many\"",
+            ),
+            ("receiptHandle", json!(""), "no receiptHandle"),
+            (
+                "messageAttributes",
+                json!({"a": {"stringValue": "x"}}),
+                "message attribute \"a\": no dataType",
+            ),
+        ] {
+            let mut r = base.clone();
+            r[field] = value;
+            let reason = parse_record(&r).unwrap_err().reason;
+            assert!(reason.contains(named), "{reason:?} should name {named:?}");
+        }
         assert!(parse_record(&json!("a string")).is_err());
     }
 

@@ -1,0 +1,146 @@
+//! What the consumer logs, captured by a process-wide subscriber (its own test binary, so that
+//! no other test's subscriber races it): never a raw key.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step};
+use consumer::message::{QueueArn, record_to_event_json};
+use consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
+use redrive_shared::Attributes;
+use redrive_shared::backoff::{Backoff, Jitter};
+use redrive_shared::config::{ConsumerConfig, QueueUrl};
+use redrive_shared::key::KeySource;
+use serde_json::{Value, json};
+
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn keyed(id: &str, key: &str) -> Message {
+    Message {
+        message_id: id.into(),
+        receipt_handle: format!("handle-{id}"),
+        body: json!({"id": key, "from": id}).to_string(),
+        attributes: Attributes::new(),
+        receive_count: 1,
+        group_id: None,
+        source: QueueArn::parse("arn:aws:sqs:us-east-1:123456789012:orders"),
+    }
+}
+
+fn event(messages: &[Message]) -> Value {
+    json!({"Records": messages.iter().map(|m| record_to_event_json(m, "us-east-1")).collect::<Vec<_>>()})
+}
+
+#[tokio::test]
+async fn item_15_pointer_keys_are_logged_as_a_digest_never_raw() {
+    // GIVEN every log line of this process captured
+    let logs = LogBuffer::default();
+    tracing_subscriber::fmt()
+        .json()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(logs.clone())
+        .init();
+
+    // AND pointer keys that are personal data, on every path that logs a key
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(20));
+    let (ok, retry, perm, busy, down, twin) = (
+        "alice@example.com",
+        "bob@example.com",
+        "carol@example.com",
+        "dave@example.com",
+        "erin@example.com",
+        "frank@example.com",
+    );
+    let transient = || Step::Fail(ProcessError::transient("HTTP_503", "answered 503"));
+    processor.script(retry, [transient()]);
+    processor.script(
+        perm,
+        [Step::Fail(ProcessError::permanent(
+            "HTTP_400",
+            "answered 400",
+        ))],
+    );
+    store.insert(
+        busy,
+        Record {
+            status: Status::InProgress,
+            expiration_s: now_ms() / 1000 + 3600,
+            in_progress_expiration_ms: now_ms() + 600_000,
+            token: Some("someone-else".into()),
+        },
+    );
+    let config = ConsumerConfig {
+        idempotency_table: "idempotency".into(),
+        key_source: KeySource::Pointer("/id".into()),
+        ttl_seconds: 3600,
+        dlq_url: Some(
+            QueueUrl::parse("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq").unwrap(),
+        ),
+        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
+    };
+    let c = Consumer::new(&store, &queue, &processor, config);
+    let deadline = (now_ms() + 60_000) as u64;
+    let batch = [
+        keyed("m-1", ok),
+        keyed("m-2", retry),
+        keyed("m-3", perm),
+        keyed("m-4", busy),
+        keyed("m-5", twin),
+        keyed("m-6", twin),
+    ];
+
+    // WHEN the batch is handled, then a key meets a failing store and a failing COMPLETED write
+    let handled = c.handle(&event(&batch), deadline).await.unwrap();
+    store.fail_next("claim");
+    c.handle(&event(&[keyed("m-7", down)]), deadline)
+        .await
+        .unwrap();
+    store.fail_next("complete");
+    store.fail_next("release");
+    processor.script(down, [transient()]);
+    c.handle(&event(&[keyed("m-8", down)]), deadline)
+        .await
+        .unwrap();
+
+    // THEN no raw key reached the logs, and each key's lines carry its digest
+    assert_eq!(handled.response.failed_ids(), ["m-2", "m-4"]);
+    let text = logs.text();
+    assert!(text.contains("record settled"), "{text}");
+    for key in [ok, retry, perm, busy, down, twin] {
+        assert!(!text.contains(key), "{key} logged raw:\n{text}");
+        assert!(text.contains(&key_digest(key)), "{key}'s digest missing");
+    }
+    assert_eq!(key_digest(ok).len(), 8);
+}
