@@ -113,3 +113,27 @@ async fn a_config_error_fails_init_naming_the_variable_and_touches_no_queue() {
         Some("1")
     );
 }
+
+#[tokio::test]
+async fn item_06_a_dlq_that_cannot_be_read_fails_the_lambda_invocation() {
+    let sqs = moto().sqs().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let namespace = redrive_tests::unique_name("ns");
+    let mut env = moto().env();
+    env.extend(queues.redriver_env());
+    env.push(("METRIC_NAMESPACE".into(), namespace));
+    let watch = LambdaWatch::start(&["redriver"], &env).await;
+    sqs.delete_queue()
+        .queue_url(&queues.dlq_url)
+        .send()
+        .await
+        .expect("DeleteQueue");
+    // The invocation fails (so the Lambda Errors alarm sees it), naming the cause.
+    let err = watch.invoke("redriver", &json!({})).await.unwrap_err();
+    assert!(err.contains("DLQ cannot be read"), "{err}");
+    let log = watch.log();
+    assert!(
+        log.contains("\"action\":\"dlq-unreadable\""),
+        "an ERROR line says so"
+    );
+}
