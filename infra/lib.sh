@@ -227,7 +227,9 @@ check_stack_usable() {
                 "1. See why:  $(failed_events_hint "$stack")" \
                 "2. Fix the cause (often a name already taken, a quota or a missing permission)." \
                 "3. Delete that stack:  aws cloudformation delete-stack --region $AWS_REGION --stack-name $stack" \
-                "   (or make destroy, which removes the whole system, queues and their messages included)" \
+                "   or, better, make destroy: it also removes the queues and the table the stack retains" \
+                "   (DeletionPolicy Retain), which would otherwise block the next creation's names;" \
+                "   it refuses while the DLQ or the poison queue holds messages (FORCE=1 deletes them)" \
                 "4. Run make deploy again." \
                 "Nothing was changed."
             ;;
