@@ -347,6 +347,7 @@ pub fn redriver_settings() -> redriver::Settings {
         visibility_seconds: 5,
         retry_attempts: 3,
         retry_base: Duration::from_millis(100),
+        ..redriver::Settings::default()
     }
 }
 
