@@ -1044,8 +1044,10 @@ async fn report(demo: &Demo, orders: &[Order], settled: bool, metrics_from: i64)
     for r in &requests {
         *statuses.entry(r.status).or_default() += 1;
         if r.is_success() {
+            // The default key is `<originalMessageId>:<body digest>`: count by the chain id.
             if let Some(k) = &r.idempotency_key {
-                *by_key.entry(k.clone()).or_default() += 1;
+                let chain = k.split_once(':').map_or(k.as_str(), |(id, _)| id);
+                *by_key.entry(chain.to_string()).or_default() += 1;
             }
             if let Some(o) = order_id_of(&r.body_text()) {
                 *by_order.entry(o).or_default() += 1;
