@@ -138,7 +138,8 @@ pub struct Selection {
     #[arg(long)]
     pub all: bool,
     /// Only messages isolated for this reason (repeatable): max-attempts, permanent-failure,
-    /// attribute-limit, size-limit, manual.
+    /// attribute-limit, size-limit, manual. A message parked without room for x-redrive
+    /// carries no reason, and a copy sent on after its isolation no longer counts as isolated.
     #[arg(long, value_name = "REASON", value_parser = parse_reason, action = clap::ArgAction::Append)]
     pub reason: Vec<IsolationReason>,
     /// Act on this many messages at most: replay in batches, check, go on.
