@@ -299,6 +299,21 @@ impl RedriverConfig {
     }
 }
 
+/// The longest an IN_PROGRESS claim lasts: the consumer claims until the invocation's deadline
+/// (or, without a usable one, for its fallback), and a Lambda invocation runs 900 s at most.
+pub const LONGEST_CLAIM_SECONDS: u64 = 900;
+/// Slack between the record's `expiration` (whole epoch seconds, rounded down) and the claim's
+/// end in milliseconds, and for clock skew between the hosts of two invocations.
+pub const CLAIM_MARGIN_SECONDS: u64 = 60;
+/// `IDEMPOTENCY_TTL_SECONDS` below this is an init error: the claim condition lets anyone take a
+/// record whose `expiration` passed, so a TTL shorter than a claim would let a second
+/// invocation run a key whose side effect is still under way.
+pub const MIN_IDEMPOTENCY_TTL_SECONDS: u64 = LONGEST_CLAIM_SECONDS + CLAIM_MARGIN_SECONDS;
+/// Default `IDEMPOTENCY_TTL_SECONDS`: the whole retention chain a message can live through,
+/// source queue (at most 14 days) + DLQ (14 days) + poison queue (14 days) = 42 days, so that
+/// a copy replayed at the very end of it is still recognised as processed.
+pub const DEFAULT_IDEMPOTENCY_TTL_SECONDS: u64 = 3 * 14 * 86_400;
+
 /// Configuration of the idempotent consumer library.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConsumerConfig {
@@ -322,14 +337,20 @@ impl ConsumerConfig {
             }
         })?;
         let key_source = env.or("IDEMPOTENCY_KEY", KeySource::Message, KeySource::parse)?;
-        let ttl_seconds = env.or("IDEMPOTENCY_TTL_SECONDS", 86_400, |v| {
-            let n = parse_u64(v)?;
-            if n >= 1 {
-                Ok(n)
-            } else {
-                Err("must be a whole number of seconds >= 1".into())
-            }
-        })?;
+        let ttl_seconds = env.or(
+            "IDEMPOTENCY_TTL_SECONDS",
+            DEFAULT_IDEMPOTENCY_TTL_SECONDS,
+            |v| {
+                let n = parse_u64(v)?;
+                if n >= MIN_IDEMPOTENCY_TTL_SECONDS {
+                    Ok(n)
+                } else {
+                    Err(format!(
+                        "must be at least {MIN_IDEMPOTENCY_TTL_SECONDS} seconds: a record must outlive the longest claim ({LONGEST_CLAIM_SECONDS} s, the Lambda maximum timeout) plus {CLAIM_MARGIN_SECONDS} s, or two invocations can run one key at once"
+                    ))
+                }
+            },
+        )?;
         let dlq_url = env.optional("DLQ_URL", QueueUrl::parse)?;
         let retry = env.backoff(
             BackoffVars {
@@ -537,14 +558,14 @@ mod tests {
         let c = ConsumerConfig::from_env(&env(&[("IDEMPOTENCY_TABLE", "redrive-idempotency")]))
             .unwrap();
         assert_eq!(c.key_source, KeySource::Message);
-        assert_eq!(c.ttl_seconds, 86_400);
+        assert_eq!(c.ttl_seconds, DEFAULT_IDEMPOTENCY_TTL_SECONDS);
         assert_eq!(c.dlq_url, None);
         assert_eq!(c.retry, Backoff::new(2.0, 3.0, 900, Jitter::Full).unwrap());
 
         let c = ConsumerConfig::from_env(&env(&[
             ("IDEMPOTENCY_TABLE", "t-1"),
             ("IDEMPOTENCY_KEY", "/paymentId"),
-            ("IDEMPOTENCY_TTL_SECONDS", "60"),
+            ("IDEMPOTENCY_TTL_SECONDS", "3600"),
             ("DLQ_URL", DLQ),
             ("RETRY_BASE_SECONDS", "1"),
             ("RETRY_MULTIPLIER", "2"),
@@ -580,6 +601,40 @@ mod tests {
             ConsumerConfig::from_env(&env(&[])).unwrap_err().variable,
             "IDEMPOTENCY_TABLE"
         );
+    }
+
+    fn consumer_with_ttl(ttl: &str) -> Result<ConsumerConfig, ConfigError> {
+        ConsumerConfig::from_env(&env(&[
+            ("IDEMPOTENCY_TABLE", "t-1"),
+            ("IDEMPOTENCY_TTL_SECONDS", ttl),
+        ]))
+    }
+
+    #[test]
+    fn item_11_ttl_shorter_than_the_longest_claim_is_an_init_error() {
+        // A record that expires while its claim still holds lets a second invocation run the
+        // same key's side effect at once.
+        for short in ["1", "60", "899", "900"] {
+            let err = consumer_with_ttl(short).unwrap_err();
+            assert_eq!(
+                (err.variable, err.value.as_deref()),
+                ("IDEMPOTENCY_TTL_SECONDS", Some(short))
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("IDEMPOTENCY_TTL_SECONDS") && text.contains(short),
+                "{text}"
+            );
+        }
+        assert_eq!(consumer_with_ttl("960").unwrap().ttl_seconds, 960);
+    }
+
+    #[test]
+    fn item_11_default_ttl_covers_the_whole_retention_chain() {
+        let c = ConsumerConfig::from_env(&env(&[("IDEMPOTENCY_TABLE", "t-1")])).unwrap();
+        // Source retention (at most 14 days) + DLQ (14 days) + poison queue (14 days).
+        assert_eq!(c.ttl_seconds, 3 * 14 * 86_400);
+        assert_eq!(c.ttl_seconds, 3_628_800);
     }
 
     #[test]

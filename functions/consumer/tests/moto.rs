@@ -61,7 +61,7 @@ async fn the_same_batch_invoked_twice_delivers_once_per_key() {
     for id in &ids {
         let record = w.record(id).await.unwrap();
         assert_eq!(record["status"].as_s().unwrap(), "COMPLETED");
-        let ttl = now_ms() / 1000 + 86_400;
+        let ttl = now_ms() / 1000 + redrive_shared::config::DEFAULT_IDEMPOTENCY_TTL_SECONDS as i64;
         assert!((ttl - 5..=ttl).contains(&number(&record, "expiration")));
         assert_eq!(number(&record, "inProgressExpiration"), deadline as i64);
     }
