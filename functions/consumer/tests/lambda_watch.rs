@@ -67,7 +67,17 @@ async fn the_binary_settles_a_real_batch_under_cargo_lambda_watch() {
     // THEN only the flaky message is reported failed
     assert_eq!(failures(&response), [flaky.as_str()], "{response}");
     // AND the good one was delivered once, with its key
-    assert_eq!(w.downstream.deliveries(good), 1);
+    assert_eq!(
+        w.downstream.deliveries(good),
+        1,
+        "{:?}\n{}",
+        w.downstream
+            .requests()
+            .iter()
+            .map(|r| (r.idempotency_key.clone(), r.status))
+            .collect::<Vec<_>>(),
+        watch.log()
+    );
     assert_eq!(w.downstream.attempts(flaky), 1);
     assert_eq!(w.status(good).await.as_deref(), Some("COMPLETED"));
     assert!(

@@ -166,7 +166,18 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry()
     let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
     let received = w.receive(1).await;
     let hanging = ScriptedProcessor::new(Step::Hang);
-    let crashed = Consumer::new(w.store(), w.queue_ops(), &hanging, w.config(true, &[]));
+    // A 3 s deadline, so the test waits little for the claim to expire: no start margin.
+    let settings = consumer::Settings {
+        deadline_margin: Duration::ZERO,
+        ..consumer::Settings::default()
+    };
+    let crashed = Consumer::with_settings(
+        w.store(),
+        w.queue_ops(),
+        &hanging,
+        w.config(true, &[]),
+        settings,
+    );
     let deadline = deadline_in(3);
     let event = w.event(&received);
     let mut invocation = Box::pin(crashed.handle(&event, deadline));
