@@ -81,7 +81,7 @@ impl Flaky {
         };
         if verdict == Verdict::Apply {
             *lock(&self.effects)
-                .entry(key.unwrap_or("<no key>").to_string())
+                .entry(key.map_or("<no key>", chain_of).to_string())
                 .or_default() += 1;
         }
         *lock(&self.verdicts)
@@ -151,6 +151,19 @@ impl FlakyServer {
 
     pub fn url(&self) -> String {
         format!("http://{}/deliver", self.0.addr())
+    }
+}
+
+/// The chain a key belongs to: the default `message` key is `<originalMessageId>:<32 hex
+/// digits of the body's digest>`, and the soak reconciles by originalMessageId.
+fn chain_of(key: &str) -> &str {
+    match key.rsplit_once(':') {
+        Some((chain, digest))
+            if digest.len() == 32 && digest.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            chain
+        }
+        _ => key,
     }
 }
 

@@ -11,7 +11,8 @@ pub const MAX_KEY_BYTES: usize = 1024;
 /// Where the key comes from (`IDEMPOTENCY_KEY`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {
-    /// `message`: `originalMessageId` from `x-redrive`, else the MessageId. Stable across redrives.
+    /// `message`: `originalMessageId` from `x-redrive`, else the MessageId, bound to a digest
+    /// of the body. Stable across redrives and replays (byte-identical copies).
     Message,
     /// A JSON pointer into the body, such as `/paymentId`.
     Pointer(String),
@@ -89,7 +90,10 @@ impl KeyError {
 /// Derives the key of one message. `original_message_id` is the chain id from `x-redrive`
 /// (already defaulted to the MessageId by [`crate::meta::RedriveMeta::read`]).
 ///
-/// - [`KeySource::Message`]: the `originalMessageId`.
+/// - [`KeySource::Message`]: `<originalMessageId>:<digest>`, the digest being the first 16
+///   bytes of the body's SHA-256 in hex. Redriven and replayed copies are byte-identical, so
+///   they share the key; a producer that copies one message's `x-redrive` onto other payloads
+///   does not make them duplicates of it.
 /// - [`KeySource::Pointer`]: the value at the pointer. A string is keyed by its value; a
 ///   number by its exact text as written in the body, never through a float: so
 ///   `123456789012345678901234` and `123456789012345678901235` are two keys, and so are `1`,
@@ -102,9 +106,16 @@ pub fn derive(
     body: &str,
 ) -> Result<IdempotencyKey, KeyError> {
     match source {
-        KeySource::Message => IdempotencyKey::try_from(original_message_id.to_string()),
+        KeySource::Message => {
+            IdempotencyKey::try_from(format!("{original_message_id}:{}", body_digest(body)))
+        }
         KeySource::Pointer(pointer) => IdempotencyKey::try_from(pointer_text(body, pointer)?),
     }
+}
+
+/// The digest that binds a `message` key to the body: 16 bytes of SHA-256, in hex.
+pub fn body_digest(body: &str) -> String {
+    sha256_hex(body.as_bytes(), 32)
 }
 
 /// The text of the scalar at `pointer` (RFC 6901) in `body`, read from the raw JSON so that a
@@ -183,13 +194,10 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn message_key_is_the_original_id() {
-        assert_eq!(
-            derive(&KeySource::Message, "orig-1", "not json")
-                .unwrap()
-                .as_str(),
-            "orig-1"
-        );
+    fn message_key_is_the_original_id_bound_to_the_body_digest() {
+        let key = derive(&KeySource::Message, "orig-1", "not json").unwrap();
+        assert_eq!(key.as_str(), format!("orig-1:{}", body_digest("not json")));
+        assert_eq!(body_digest("not json").len(), 32);
     }
 
     #[test]
@@ -338,7 +346,71 @@ mod tests {
         assert!(KeySource::parse("paymentId").is_err());
     }
 
+    /// The key the consumer derives for a message with these attributes and body.
+    fn message_key(attributes: &crate::Attributes, message_id: &str, body: &str) -> String {
+        let (meta, _) = crate::RedriveMeta::read(attributes, message_id);
+        derive(&KeySource::Message, &meta.original_message_id, body)
+            .unwrap()
+            .as_str()
+            .to_string()
+    }
+
+    fn stamped(meta: &crate::RedriveMeta) -> crate::Attributes {
+        let mut a = crate::Attributes::new();
+        meta.write_into(&mut a);
+        a
+    }
+
+    fn arb_stamp(original: String) -> impl Strategy<Value = crate::RedriveMeta> {
+        (
+            any::<u32>(),
+            proptest::option::of("[0-9T:Z-]{0,20}"),
+            proptest::option::of("[0-9T:Z-]{0,20}"),
+            proptest::option::of(proptest::sample::select(
+                crate::IsolationReason::ALL.to_vec(),
+            )),
+        )
+            .prop_map(move |(attempt, first, last, reason)| crate::RedriveMeta {
+                attempt,
+                first_redriven_at: first,
+                last_redriven_at: last,
+                reason,
+                ..crate::RedriveMeta::fresh(&original)
+            })
+    }
+
     proptest! {
+        /// Item 4, one direction: byte-identical copies of a chain (any attempt, any stamp
+        /// fields, any current MessageId) share the key.
+        #[test]
+        fn item_04_redriven_copies_share_the_key(
+            (a, b) in "[A-Za-z0-9-]{1,40}".prop_flat_map(|id| (arb_stamp(id.clone()), arb_stamp(id))),
+            body in "\\PC{0,200}",
+            first_id in "[a-z0-9-]{1,36}",
+            second_id in "[a-z0-9-]{1,36}",
+        ) {
+            prop_assert_eq!(
+                message_key(&stamped(&a), &first_id, &body),
+                message_key(&stamped(&b), &second_id, &body)
+            );
+        }
+
+        /// Item 4, the other direction: one stamp copied onto different payloads (a producer
+        /// that copies every attribute of what it received) gives different keys.
+        #[test]
+        fn item_04_a_copied_stamp_on_other_payloads_gives_other_keys(
+            stamp in "[A-Za-z0-9-]{1,40}".prop_flat_map(arb_stamp),
+            body_a in "\\PC{0,200}",
+            body_b in "\\PC{0,200}",
+        ) {
+            prop_assume!(body_a != body_b);
+            let attributes = stamped(&stamp);
+            prop_assert_ne!(
+                message_key(&attributes, "m-a", &body_a),
+                message_key(&attributes, "m-b", &body_b)
+            );
+        }
+
         #[test]
         fn derive_never_panics(body in "\\PC{0,80}", pointer in "/[a-z/~0-9]{0,10}") {
             let _ = derive(&KeySource::Pointer(pointer), "id", &body);

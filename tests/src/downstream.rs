@@ -135,13 +135,14 @@ impl Downstream {
     }
 
     /// Successful (2xx) deliveries that carried this `Idempotency-Key`: the side effects.
+    /// `key` may also be a chain id: the default key is `<originalMessageId>:<body digest>`.
     pub fn deliveries(&self, key: &str) -> usize {
-        self.count(|r| r.is_success() && r.idempotency_key.as_deref() == Some(key))
+        self.count(|r| r.is_success() && keyed_by(r, key))
     }
 
-    /// Every request that carried this `Idempotency-Key`, whatever the answer.
+    /// Every request that carried this `Idempotency-Key` (or chain id), whatever the answer.
     pub fn attempts(&self, key: &str) -> usize {
-        self.count(|r| r.idempotency_key.as_deref() == Some(key))
+        self.count(|r| keyed_by(r, key))
     }
 
     /// All successful (2xx) deliveries.
@@ -407,4 +408,19 @@ fn reason(status: u16) -> &'static str {
         504 => "Gateway Timeout",
         _ => "Status",
     }
+}
+
+/// True when the request's `Idempotency-Key` is `key`, or is the default `message` key of the
+/// chain `key` (`<originalMessageId>:<32 hex digits of the body's digest>`).
+fn keyed_by(r: &ReceivedRequest, key: &str) -> bool {
+    let Some(sent) = r.idempotency_key.as_deref() else {
+        return false;
+    };
+    sent == key
+        || sent
+            .strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .is_some_and(|digest| {
+                digest.len() == 32 && digest.bytes().all(|b| b.is_ascii_hexdigit())
+            })
 }

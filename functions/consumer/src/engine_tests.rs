@@ -33,6 +33,14 @@ fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
     }
 }
 
+/// The default (`message`) idempotency key of a message with this chain id and body.
+fn key_of(original_message_id: &str, body: &str) -> String {
+    redrive_shared::key::derive(&KeySource::Message, original_message_id, body)
+        .unwrap()
+        .as_str()
+        .to_string()
+}
+
 fn message(id: &str, body: &str) -> Message {
     Message {
         message_id: id.into(),
@@ -142,7 +150,7 @@ async fn happy_path_costs_two_writes_no_read_and_no_sqs_call() {
     assert_eq!(store.calls.writes(), 6);
     assert_eq!(store.calls.read.load(Ordering::SeqCst), 0);
     assert!(queue.calls().is_empty(), "{:?}", queue.calls());
-    let record = store.record("m-1").unwrap();
+    let record = store.record(&key_of("m-1", "a")).unwrap();
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.in_progress_expiration_ms, deadline as i64);
     let expected_expiry = now_ms() / 1000 + 3600;
@@ -171,7 +179,13 @@ async fn the_same_batch_twice_reaches_the_side_effect_once_per_key() {
         [("m-1", "duplicate"), ("m-2", "duplicate")]
     );
     assert!(again.response.batch_item_failures.is_empty());
-    assert_eq!((processor.effects("m-1"), processor.effects("m-2")), (1, 1));
+    assert_eq!(
+        (
+            processor.effects(&key_of("m-1", "a")),
+            processor.effects(&key_of("m-2", "b"))
+        ),
+        (1, 1)
+    );
     assert_eq!(processor.total_calls(), 2);
     // The duplicate cost one failed conditional write each, no read and no other write.
     assert_eq!(store.calls.claim.load(Ordering::SeqCst), 4);
@@ -211,8 +225,8 @@ async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
     ];
     got.sort();
     assert_eq!(got, ["in-progress", "processed"]);
-    assert_eq!(processor.calls("m-1"), 1);
-    assert_eq!(processor.effects("m-1"), 1);
+    assert_eq!(processor.calls(&key_of("m-1", "a")), 1);
+    assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
     let loser = if ra.records[0].outcome == Outcome::InProgress {
         (&ra, &queue_a)
     } else {
@@ -225,7 +239,10 @@ async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
         [("handle-m-1".to_string(), 2)]
     );
     // The winner's record is COMPLETED: the loser did not release it.
-    assert_eq!(store.record("m-1").unwrap().status, Status::Completed);
+    assert_eq!(
+        store.record(&key_of("m-1", "a")).unwrap().status,
+        Status::Completed
+    );
 }
 
 #[tokio::test]
@@ -250,8 +267,11 @@ async fn a_redriven_copy_of_a_processed_message_is_a_duplicate() {
     let handled = c.handle(&event(&[copy]), in_a_minute()).await.unwrap();
 
     assert_eq!(outcomes(&handled), [("second-id", "duplicate")]);
-    assert_eq!(handled.records[0].key.as_deref(), Some("first-id"));
-    assert_eq!(processor.effects("first-id"), 1);
+    assert_eq!(
+        handled.records[0].key.as_deref(),
+        Some(key_of("first-id", "order").as_str())
+    );
+    assert_eq!(processor.effects(&key_of("first-id", "order")), 1);
     assert_eq!(processor.total_calls(), 1);
 }
 
@@ -270,7 +290,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     )
     .await;
     assert!(killed.is_err(), "the hanging invocation must not finish");
-    let left = store.record("m-1").unwrap();
+    let left = store.record(&key_of("m-1", "a")).unwrap();
     assert_eq!(
         (left.status, left.in_progress_expiration_ms),
         (Status::InProgress, deadline)
@@ -282,15 +302,18 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     let early = next.handle(&batch, in_a_minute()).await.unwrap();
     // THEN it is reported failed and not processed
     assert_eq!(outcomes(&early), [("m-1", "in-progress")]);
-    assert_eq!(healthy.calls("m-1"), 0);
+    assert_eq!(healthy.calls(&key_of("m-1", "a")), 0);
 
     // WHEN it comes back after the deadline
     tokio::time::sleep(Duration::from_millis(800)).await;
     let late = next.handle(&batch, in_a_minute()).await.unwrap();
     // THEN the claim is taken over and the message processed once
     assert_eq!(outcomes(&late), [("m-1", "processed")]);
-    assert_eq!(healthy.effects("m-1"), 1);
-    assert_eq!(store.record("m-1").unwrap().status, Status::Completed);
+    assert_eq!(healthy.effects(&key_of("m-1", "a")), 1);
+    assert_eq!(
+        store.record(&key_of("m-1", "a")).unwrap().status,
+        Status::Completed
+    );
 }
 
 #[tokio::test]
@@ -351,7 +374,7 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
         FakeQueue::new(),
         ScriptedProcessor::default(),
     );
-    processor.script("m-1", [transient_503()]);
+    processor.script(&key_of("m-1", "a"), [transient_503()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut m = message("m-1", "a");
 
@@ -367,7 +390,10 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
             visibility_seconds: Some(2)
         })
     );
-    assert!(store.record("m-1").is_none(), "the claim is released");
+    assert!(
+        store.record(&key_of("m-1", "a")).is_none(),
+        "the claim is released"
+    );
     assert_eq!(
         queue.calls(),
         [
@@ -387,7 +413,13 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
     m.receive_count = 2;
     let second = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
     assert_eq!(outcomes(&second), [("m-1", "processed")]);
-    assert_eq!((processor.calls("m-1"), processor.effects("m-1")), (2, 1));
+    assert_eq!(
+        (
+            processor.calls(&key_of("m-1", "a")),
+            processor.effects(&key_of("m-1", "a"))
+        ),
+        (2, 1)
+    );
 }
 
 #[tokio::test]
@@ -397,9 +429,9 @@ async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capp
         FakeQueue::new(),
         ScriptedProcessor::default(),
     );
-    processor.script("m-3", [transient_503()]);
+    processor.script(&key_of("m-3", "x"), [transient_503()]);
     processor.script(
-        "m-4",
+        &key_of("m-4", "x"),
         [Step::Fail(ProcessError::retry_after(
             "HTTP_429",
             "slow down",
@@ -407,7 +439,7 @@ async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capp
         ))],
     );
     processor.script(
-        "m-5",
+        &key_of("m-5", "x"),
         [Step::Fail(ProcessError::retry_after(
             "HTTP_429",
             "slow down",
@@ -415,7 +447,7 @@ async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capp
         ))],
     );
     processor.script(
-        "m-6",
+        &key_of("m-6", "x"),
         [Step::Fail(ProcessError::retry_after(
             "HTTP_429",
             "now",
@@ -463,7 +495,7 @@ async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted
         FakeQueue::new(),
         ScriptedProcessor::default(),
     );
-    processor.script("orig-1", [permanent_400()]);
+    processor.script(&key_of("orig-1", "not json \u{1F4E6}"), [permanent_400()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut m = message("m-1", "not json \u{1F4E6}");
     m.attributes
@@ -525,7 +557,12 @@ async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted
         })
         .collect();
     assert_eq!(order, ["send", "delete"]);
-    assert!(store.record("orig-1").is_none(), "the claim is released");
+    assert!(
+        store
+            .record(&key_of("orig-1", "not json \u{1F4E6}"))
+            .is_none(),
+        "the claim is released"
+    );
 }
 
 #[tokio::test]
@@ -553,7 +590,7 @@ async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
         })
     );
     assert!(queue.calls().is_empty());
-    assert!(store.record("m-1").is_none());
+    assert!(store.record(&key_of("m-1", "a")).is_none());
 }
 
 #[tokio::test]
@@ -633,7 +670,7 @@ async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
         .unwrap();
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert!(queue.deletes().is_empty());
-    assert!(store.record("m-1").is_none());
+    assert!(store.record(&key_of("m-1", "a")).is_none());
 }
 
 #[tokio::test]
@@ -736,7 +773,13 @@ async fn store_unavailable_reports_every_record_and_processes_none() {
     store.set_down(false);
     let up = c.handle(&batch, in_a_minute()).await.unwrap();
     assert!(up.response.batch_item_failures.is_empty());
-    assert_eq!((processor.effects("m-1"), processor.effects("m-2")), (1, 1));
+    assert_eq!(
+        (
+            processor.effects(&key_of("m-1", "a")),
+            processor.effects(&key_of("m-2", "b"))
+        ),
+        (1, 1)
+    );
 }
 
 #[tokio::test]
@@ -758,9 +801,12 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 4);
     // Reporting it would repeat the side effect as soon as the claim expires.
     assert!(handled.response.batch_item_failures.is_empty());
-    assert_eq!(processor.effects("m-1"), 1);
+    assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
     // The claim still guards the key until its deadline.
-    assert_eq!(store.record("m-1").unwrap().status, Status::InProgress);
+    assert_eq!(
+        store.record(&key_of("m-1", "a")).unwrap().status,
+        Status::InProgress
+    );
     let again = c
         .handle(&event(&[message("m-1", "a")]), in_a_minute())
         .await
@@ -785,13 +831,13 @@ async fn a_claim_written_but_answered_with_an_error_is_released_for_the_retry() 
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(processor.total_calls(), 0);
     // the claim that did land was released with its token: nothing holds the key
-    assert!(store.record("m-1").is_none());
+    assert!(store.record(&key_of("m-1", "a")).is_none());
     let retry = c
         .handle(&event(&[message("m-1", "a")]), in_a_minute())
         .await
         .unwrap();
     assert_eq!(outcomes(&retry), [("m-1", "processed")]);
-    assert_eq!(processor.effects("m-1"), 1);
+    assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
 }
 
 #[tokio::test]
@@ -810,14 +856,17 @@ async fn a_failed_complete_is_retried_until_it_lands() {
         .unwrap();
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 3);
-    assert_eq!(store.record("m-1").unwrap().status, Status::Completed);
+    assert_eq!(
+        store.record(&key_of("m-1", "a")).unwrap().status,
+        Status::Completed
+    );
     // a duplicate copy is now recognised at once, whenever it comes
     let again = c
         .handle(&event(&[message("m-1", "a")]), in_a_minute())
         .await
         .unwrap();
     assert_eq!(outcomes(&again), [("m-1", "duplicate")]);
-    assert_eq!(processor.effects("m-1"), 1);
+    assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
 }
 
 #[tokio::test]
@@ -836,7 +885,10 @@ async fn a_complete_is_not_retried_past_the_claim() {
         .unwrap();
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 1);
-    assert_eq!(store.record("m-1").unwrap().status, Status::InProgress);
+    assert_eq!(
+        store.record(&key_of("m-1", "a")).unwrap().status,
+        Status::InProgress
+    );
 }
 
 #[tokio::test]
@@ -846,21 +898,30 @@ async fn a_failed_release_keeps_the_key_until_the_claim_expires() {
         FakeQueue::new(),
         ScriptedProcessor::default(),
     );
-    processor.script("m-1", [transient_503()]);
+    processor.script(&key_of("m-1", "a"), [transient_503()]);
     store.fail_next("release");
     let c = consumer_without_margin(&store, &queue, &processor, config(true, KeySource::Message));
     let batch = event(&[message("m-1", "a")]);
     let deadline = now_ms() + 400;
     let first = c.handle(&batch, deadline as u64).await.unwrap();
     assert_eq!(first.response.failed_ids(), ["m-1"]);
-    assert_eq!(store.record("m-1").unwrap().status, Status::InProgress);
+    assert_eq!(
+        store.record(&key_of("m-1", "a")).unwrap().status,
+        Status::InProgress
+    );
 
     let early = c.handle(&batch, in_a_minute()).await.unwrap();
     assert_eq!(outcomes(&early), [("m-1", "in-progress")]);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let late = c.handle(&batch, in_a_minute()).await.unwrap();
     assert_eq!(outcomes(&late), [("m-1", "processed")]);
-    assert_eq!((processor.calls("m-1"), processor.effects("m-1")), (2, 1));
+    assert_eq!(
+        (
+            processor.calls(&key_of("m-1", "a")),
+            processor.effects(&key_of("m-1", "a"))
+        ),
+        (2, 1)
+    );
 }
 
 #[tokio::test]
@@ -870,7 +931,7 @@ async fn a_panicking_step_fails_its_record_only() {
         FakeQueue::new(),
         ScriptedProcessor::default(),
     );
-    processor.script("m-1", [Step::Panic]);
+    processor.script(&key_of("m-1", "a"), [Step::Panic]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let handled = c
         .handle(
@@ -883,8 +944,8 @@ async fn a_panicking_step_fails_its_record_only() {
     assert!(
         matches!(handled.outcome_of("m-1"), Some(Outcome::Retry { code, .. }) if code == PROCESSOR_PANIC)
     );
-    assert!(store.record("m-1").is_none(), "released");
-    assert_eq!(processor.effects("m-2"), 1);
+    assert!(store.record(&key_of("m-1", "a")).is_none(), "released");
+    assert_eq!(processor.effects(&key_of("m-2", "b")), 1);
 }
 
 #[tokio::test]
@@ -941,8 +1002,11 @@ async fn a_garbled_x_redrive_keys_on_the_message_id() {
     m.attributes
         .insert(ATTRIBUTE_NAME.into(), MessageAttribute::string("{not json"));
     let handled = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
-    assert_eq!(handled.records[0].key.as_deref(), Some("m-1"));
-    assert_eq!(processor.effects("m-1"), 1);
+    assert_eq!(
+        handled.records[0].key.as_deref(),
+        Some(key_of("m-1", "a").as_str())
+    );
+    assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
 }
 
 #[tokio::test]
@@ -952,8 +1016,8 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
         FakeQueue::new(),
         ScriptedProcessor::default(),
     );
-    processor.script("g1-2", [transient_503()]);
-    processor.script("g3-1", [permanent_400()]);
+    processor.script(&key_of("g1-2", "{}"), [transient_503()]);
+    processor.script(&key_of("g3-1", "{}"), [permanent_400()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let batch = [
         fifo_message("g1-1", "g1"),
@@ -981,8 +1045,8 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
         ]
     );
     assert_eq!(handled.response.failed_ids(), ["g1-2", "g1-3"]);
-    assert_eq!(processor.calls("g1-3"), 0);
-    assert!(store.record("g1-3").is_none());
+    assert_eq!(processor.calls(&key_of("g1-3", "{}")), 0);
+    assert!(store.record(&key_of("g1-3", "{}")).is_none());
 }
 
 #[tokio::test]
@@ -1026,7 +1090,10 @@ async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
         c.handle(&event(&[message("m-1", "a")]), 600_000),
     )
     .await;
-    let until = store.record("m-1").unwrap().in_progress_expiration_ms;
+    let until = store
+        .record(&key_of("m-1", "a"))
+        .unwrap()
+        .in_progress_expiration_ms;
     let expected = now_ms() + 900_000;
     assert!(
         (expected - 2_000..=expected).contains(&until),

@@ -137,7 +137,11 @@ async fn the_binary_settles_a_real_batch_under_cargo_lambda_watch() {
         .downstream
         .requests()
         .into_iter()
-        .find(|r| r.idempotency_key.as_deref() == Some(original))
+        .find(|r| {
+            r.idempotency_key
+                .as_deref()
+                .is_some_and(|k| k.starts_with(&format!("{original}:")))
+        })
         .unwrap();
     assert_eq!(
         sent.body_text(),

@@ -121,8 +121,11 @@ impl World {
     }
 
     /// The idempotency record of `key`, if any.
+    /// The record of `key`, or of the chain `key` when it is a message id: the default key is
+    /// `<originalMessageId>:<body digest>`.
     pub async fn record(&self, key: &str) -> Option<HashMap<String, AttributeValue>> {
-        self.ddb
+        let exact = self
+            .ddb
             .get_item()
             .table_name(&self.table)
             .key("id", AttributeValue::S(key.into()))
@@ -130,7 +133,23 @@ impl World {
             .send()
             .await
             .unwrap()
-            .item
+            .item;
+        if exact.is_some() {
+            return exact;
+        }
+        self.ddb
+            .scan()
+            .table_name(&self.table)
+            .filter_expression("begins_with(id, :chain)")
+            .expression_attribute_values(":chain", AttributeValue::S(format!("{key}:")))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .next()
     }
 
     pub async fn status(&self, key: &str) -> Option<String> {
