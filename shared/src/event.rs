@@ -2,6 +2,8 @@
 //! CloudWatch alarm, a manual drain object, or an EventBridge scheduled event. Anything else is
 //! an error that names what was wrong, and nothing is touched.
 
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use aws_lambda_events::sns::SnsEvent;
 use serde_json::{Map, Value};
 
 /// Keys a manual invocation may carry.
@@ -223,17 +225,19 @@ pub fn recognize(event: &Value) -> Result<Trigger, EventError> {
         .as_object()
         .ok_or_else(|| EventError::NotAnObject(kind(event)))?;
     if let Some(records) = obj.get("Records") {
-        return recognize_sns(records).map(Trigger::Alarm);
+        return recognize_sns(event, records).map(Trigger::Alarm);
     }
     if obj.contains_key("detail-type")
         || obj.get("source").is_some_and(Value::is_string) && obj.contains_key("detail")
     {
-        return recognize_scheduled(obj);
+        return recognize_scheduled(event, obj);
     }
     recognize_manual(obj).map(Trigger::Manual)
 }
 
-fn recognize_sns(records: &Value) -> Result<AlarmNotification, EventError> {
+/// The checks that name what is wrong come first; then the envelope is read as the ecosystem's
+/// `SnsEvent`, which also rejects a record that lacks a field SNS always sends.
+fn recognize_sns(event: &Value, records: &Value) -> Result<AlarmNotification, EventError> {
     let records = records
         .as_array()
         .ok_or_else(|| EventError::NotSns("Records is not an array".into()))?;
@@ -254,14 +258,24 @@ fn recognize_sns(records: &Value) -> Result<AlarmNotification, EventError> {
             "EventSource is {source:?}, not \"aws:sns\""
         )));
     }
-    let message = record
+    if record
         .pointer("/Sns/Message")
         .and_then(Value::as_str)
-        .ok_or_else(|| EventError::NotSns("no Sns.Message string".into()))?;
+        .is_none()
+    {
+        return Err(EventError::NotSns("no Sns.Message string".into()));
+    }
+    let sns: SnsEvent = serde_json::from_value(event.clone())
+        .map_err(|e| EventError::NotSns(format!("not an SNS notification record: {e}")))?;
+    let message = sns
+        .records
+        .first()
+        .map(|r| r.sns.message.as_str())
+        .ok_or_else(|| EventError::NotSns("0 records, expected exactly 1".into()))?;
     AlarmNotification::parse(message)
 }
 
-fn recognize_scheduled(obj: &Map<String, Value>) -> Result<Trigger, EventError> {
+fn recognize_scheduled(event: &Value, obj: &Map<String, Value>) -> Result<Trigger, EventError> {
     let detail_type = obj
         .get("detail-type")
         .and_then(Value::as_str)
@@ -272,7 +286,11 @@ fn recognize_scheduled(obj: &Map<String, Value>) -> Result<Trigger, EventError> 
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    if detail_type == "Scheduled Event" && source_name == "aws.events" {
+    let typed = serde_json::from_value::<EventBridgeEvent>(event.clone()).ok();
+    if let Some(e) = typed
+        && e.detail_type == "Scheduled Event"
+        && e.source == "aws.events"
+    {
         Ok(Trigger::Scheduled)
     } else {
         Err(EventError::NotScheduled {
@@ -409,7 +427,23 @@ mod tests {
             None => json!([]),
         };
         let message = json!({"AlarmName": "dlq-depth", "NewStateValue": state, "Trigger": {"Dimensions": dims}});
-        json!({"Records": [{"EventSource": "aws:sns", "Sns": {"Message": message.to_string()}}]})
+        let mut event: Value = serde_json::from_str(ALARM_FIXTURE).unwrap();
+        event["Records"][0]["Sns"]["Message"] = json!(message.to_string());
+        event
+    }
+
+    #[test]
+    fn an_sns_record_missing_what_sns_always_sends_is_rejected() {
+        let mut event = alarm_event("ALARM", Some("q"));
+        event["Records"][0]["Sns"]
+            .as_object_mut()
+            .unwrap()
+            .remove("TopicArn");
+        let err = recognize(&event).unwrap_err();
+        assert!(
+            matches!(&err, EventError::NotSns(m) if m.contains("TopicArn")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -507,8 +541,8 @@ mod tests {
             recognize(&json!("drain")),
             Err(EventError::NotAnObject("a string"))
         ));
-        let not_alarm =
-            json!({"Records": [{"EventSource": "aws:sns", "Sns": {"Message": "hello"}}]});
+        let mut not_alarm = alarm_event("ALARM", None);
+        not_alarm["Records"][0]["Sns"]["Message"] = json!("hello");
         assert!(matches!(
             recognize(&not_alarm),
             Err(EventError::NotAlarm(_))
