@@ -13,7 +13,7 @@ use redrive_shared::config::RedriverConfig;
 use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
 use redrive_shared::event::{EventError, Skip, Trigger, recognize};
 use redrive_shared::limits::{
-    MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, MAX_RECEIVE, split_batches, split_fifo_batches,
+    HeldGroups, MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, MAX_RECEIVE, split_batches, split_fifo_batches,
 };
 use redrive_shared::meta::IsolationReason;
 use redrive_shared::meta::MetaSource;
@@ -228,7 +228,7 @@ struct Run {
     isolated: AtomicU64,
     failed: AtomicU64,
     held: Mutex<Vec<HandleEntry>>,
-    blocked_groups: Mutex<HashSet<String>>,
+    held_groups: Mutex<HeldGroups>,
     pacer: Option<Pacer>,
     /// No drain call runs past this (the deadline minus the post-drain reserve).
     calls_end: Option<Instant>,
@@ -653,7 +653,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             isolated: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             held: Mutex::new(Vec::new()),
-            blocked_groups: Mutex::new(HashSet::new()),
+            held_groups: Mutex::new(HeldGroups::default()),
             pacer: Pacer::new(self.config.max_messages_per_second),
             calls_end: request.deadline.map(|d| d - reserve),
             dlq_unreadable: Mutex::new(None),
@@ -990,12 +990,11 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         let mut sent = Sent::default();
         let batches = split_fifo_batches(entries, entry_size, |e| e.group_id.as_deref());
         for batch in batches {
-            let (send, hold): (Vec<SendEntry>, Vec<SendEntry>) = {
-                let blocked = run.blocked_groups.lock().unwrap_or_else(|e| e.into_inner());
-                batch
-                    .into_iter()
-                    .partition(|e| e.group_id.as_ref().is_none_or(|g| !blocked.contains(g)))
-            };
+            let (send, hold) = run
+                .held_groups
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .partition(batch, |e| e.group_id.as_deref());
             sent.held.extend(hold.into_iter().map(|e| e.id));
             if send.is_empty() {
                 continue;
@@ -1005,15 +1004,13 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 .map(|e| (e.id.clone(), e.group_id.clone()))
                 .collect();
             let result = self.send_with_retry(run, queue_url, send).await;
-            let mut blocked = run.blocked_groups.lock().unwrap_or_else(|e| e.into_inner());
+            let mut held = run.held_groups.lock().unwrap_or_else(|e| e.into_inner());
             for (id, group) in groups {
-                if !result.acked.contains(&id)
-                    && let Some(g) = group
-                {
-                    blocked.insert(g);
+                if !result.acked.contains(&id) {
+                    held.hold(group.as_deref());
                 }
             }
-            drop(blocked);
+            drop(held);
             sent.merge(result);
         }
         sent
