@@ -156,7 +156,7 @@ impl FlakyServer {
 
 /// The chain a key belongs to: the default `message` key is `<originalMessageId>:<32 hex
 /// digits of the body's digest>`, and the soak reconciles by originalMessageId.
-fn chain_of(key: &str) -> &str {
+pub fn chain_of(key: &str) -> &str {
     match key.rsplit_once(':') {
         Some((chain, digest))
             if digest.len() == 32 && digest.bytes().all(|b| b.is_ascii_hexdigit()) =>

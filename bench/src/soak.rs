@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::downstream::{DOOMED_MARKER, Flaky, POISON_MARKER};
+use crate::downstream::{DOOMED_MARKER, Flaky, POISON_MARKER, chain_of};
 use crate::faults::FaultCounts;
 
 pub mod fake;
@@ -723,6 +723,14 @@ pub fn reconcile(
             ));
         }
     }
+    // The layers record idempotency writes by their DynamoDB key, `<originalMessageId>:<body
+    // digest>`; the soak reconciles by originalMessageId (the chain).
+    let completion_faulted: BTreeSet<&str> = layer
+        .completion_faulted
+        .iter()
+        .map(|k| chain_of(k))
+        .collect();
+    let claim_lost: BTreeSet<&str> = layer.claim_lost.iter().map(|k| chain_of(k)).collect();
     let mut keys: Vec<&String> = produced.keys().collect();
     keys.sort();
     for key in keys {
@@ -746,7 +754,9 @@ pub fn reconcile(
             }
             (d, n) => {
                 if n > 0 {
-                    if layer.completion_faulted.contains(key) || layer.claim_lost.contains(key) {
+                    if completion_faulted.contains(key.as_str())
+                        || claim_lost.contains(key.as_str())
+                    {
                         r.leftovers_explained += 1;
                     } else {
                         r.violations.push(format!(
@@ -758,7 +768,7 @@ pub fn reconcile(
                     r.delivered_once += 1;
                 } else {
                     r.delivered_repeatedly += 1;
-                    if layer.completion_faulted.contains(key) {
+                    if completion_faulted.contains(key.as_str()) {
                         r.repeats_explained += 1;
                     } else {
                         r.violations.push(format!(
@@ -822,6 +832,29 @@ mod tests {
         r.quiesced = true;
         assert!(r.violations.is_empty());
         assert_eq!((r.delivered_repeatedly, r.repeats_explained), (1, 1));
+        assert!(r.passed());
+    }
+
+    #[test]
+    fn failed_idempotency_writes_explain_by_chain_not_by_record_key() {
+        // The layers see DynamoDB keys (`<originalMessageId>:<body digest>`, issue 11 item 4);
+        // the soak reconciles by originalMessageId.
+        let produced: HashMap<String, Kind> = [
+            ("a".to_string(), Kind::Normal),
+            ("b".to_string(), Kind::Normal),
+        ]
+        .into();
+        let effects: HashMap<String, u32> = [("a".to_string(), 2), ("b".to_string(), 1)].into();
+        let digest = "0123456789abcdef0123456789abcdef";
+        let layer = LayerStats {
+            completion_faulted: [format!("a:{digest}")].into(),
+            claim_lost: [format!("b:{digest}")].into(),
+            ..LayerStats::default()
+        };
+        let mut r = reconcile(&produced, &[parked(Place::Poison, "b")], &effects, layer);
+        r.quiesced = true;
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!((r.repeats_explained, r.leftovers_explained), (1, 1));
         assert!(r.passed());
     }
 
