@@ -483,39 +483,10 @@ mod tests {
         sqs.create_queue(SOURCE);
         sqs.push(POISON, "keep-me", parked_attributes(), None);
         sqs.push(POISON, "send-me", parked_attributes(), None);
-        sqs.fail_send_entries(|_, e| {
-            (e.body == "keep-me").then(|| EntryFailure {
-                id: e.id.clone(),
-                code: "InternalError".into(),
-                message: "injected".into(),
-                sender_fault: false,
-            })
-        });
-        let args = ReplayArgs {
-            from: redrive_shared::config::QueueUrl::parse(POISON).unwrap(),
-            to: redrive_shared::config::QueueUrl::parse(SOURCE).unwrap(),
-            selection: super::super::args::Selection {
-                id: vec![],
-                all: true,
-                reason: vec![],
-                max: None,
-            },
-            dry_run: false,
-            allow_unstamped: false,
-        };
+        sqs.fail_send_entries(|_, e| (e.body == "keep-me").then(|| refuse(e)));
 
         // WHEN everything is replayed
-        let mut filter = Filter::new(&args.selection);
-        let mut scan = Scanner::new(&sqs, POISON);
-        let mut report = Report::default();
-        let plan = Plan {
-            args: &args,
-            max_bytes: MAX_MESSAGE_BYTES,
-        };
-        walk(&sqs, &mut scan, &mut filter, &plan, &mut report)
-            .await
-            .unwrap();
-        scan.release().await;
+        let report = replay_all(&sqs, POISON, SOURCE).await;
 
         // THEN the refused one is still parked (and visible again), the other moved
         assert_eq!(report.replayed.len(), 1);
