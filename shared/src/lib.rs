@@ -1,5 +1,6 @@
 //! Pure logic shared by the redrive Lambdas: no I/O, no clocks, no global randomness.
 //!
+//! - [`archive`]: the archive / export line format (JSON Lines) and its S3 key scheme.
 //! - [`attributes`]: the SQS message-attribute model and size accounting.
 //! - [`meta`]: the `x-redrive` attribute (parse, don't validate; reading is total).
 //! - [`backoff`]: exponential backoff with jitter, random source injectable.
@@ -12,6 +13,7 @@
 //! - `sdk` (feature `aws`): conversions to and from `aws-sdk-sqs` types.
 //! - `logging` (feature `logging`): the JSON log setup of the Lambdas and the CLI.
 
+pub mod archive;
 pub mod attributes;
 pub mod backoff;
 pub mod config;
