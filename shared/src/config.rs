@@ -220,6 +220,8 @@ pub struct RedriverConfig {
     /// Receive/send/delete pipelines in flight at once (`MAX_CONCURRENT_BATCHES`, default 4;
     /// FIFO queues always use 1 to keep order within a group).
     pub max_concurrent_batches: u32,
+    /// The adaptive circuit (issue 14): `None` when `CIRCUIT_TABLE` is unset (circuit off).
+    pub circuit: Option<CircuitConfig>,
 }
 
 impl RedriverConfig {
@@ -295,9 +297,118 @@ impl RedriverConfig {
             metric_namespace,
             dry_run,
             max_concurrent_batches,
+            circuit: CircuitConfig::from_env(env)?,
         })
     }
 }
+
+// --- adaptive circuit (issue 14) ---
+
+/// The adaptive circuit's configuration: its DynamoDB table and the rule's tunables (see
+/// [`crate::circuit`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CircuitConfig {
+    /// `CIRCUIT_TABLE`: one item per DLQ, partition key `queue`.
+    pub table: String,
+    pub settings: crate::circuit::CircuitSettings,
+}
+
+/// A DynamoDB table name: 3 to 255 of `a-z A-Z 0-9 _ - .`.
+pub fn parse_table_name(v: &str) -> Result<String, String> {
+    let ok = (3..=255).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be a DynamoDB table name (3 to 255 of a-z A-Z 0-9 _ - .)".into())
+    }
+}
+
+impl CircuitConfig {
+    /// `None` when `CIRCUIT_TABLE` is unset or blank (the circuit is off, and the other
+    /// `CIRCUIT_*` variables are still checked so that a typo is not silently ignored).
+    pub fn from_env<F: Fn(&str) -> Option<String>>(
+        env: &Env<F>,
+    ) -> Result<Option<Self>, ConfigError> {
+        let defaults = crate::circuit::CircuitSettings::default();
+        let seconds = |max: u64| {
+            move |v: &str| {
+                let n = parse_u64(v)?;
+                if (1..=max).contains(&n) {
+                    Ok(n as i64 * 1000)
+                } else {
+                    Err(format!("must be a whole number of seconds from 1 to {max}"))
+                }
+            }
+        };
+        let threshold = env.or("CIRCUIT_THRESHOLD", defaults.threshold, |v| {
+            let t = parse_f64(v)?;
+            if t > 0.0 && t <= 1.0 {
+                Ok(t)
+            } else {
+                Err("must be a fraction of bounced copies greater than 0 and at most 1".into())
+            }
+        })?;
+        let min_bounces = env.or("CIRCUIT_MIN_BOUNCES", defaults.min_bounces, |v| {
+            let n = parse_u32(v)?;
+            if n >= 1 {
+                Ok(n)
+            } else {
+                Err("must be a whole number >= 1".into())
+            }
+        })?;
+        // Windows and cool-downs up to 14 days, the longest SQS retention.
+        let window_ms = env.or(
+            "CIRCUIT_WINDOW_SECONDS",
+            defaults.window_ms,
+            seconds(1_209_600),
+        )?;
+        let cooldown_ms = env.or(
+            "CIRCUIT_COOLDOWN_SECONDS",
+            defaults.cooldown_ms,
+            seconds(1_209_600),
+        )?;
+        let max_cooldown_ms = env.or(
+            "CIRCUIT_MAX_COOLDOWN_SECONDS",
+            defaults.max_cooldown_ms.max(cooldown_ms),
+            seconds(1_209_600),
+        )?;
+        if max_cooldown_ms < cooldown_ms {
+            return Err(env.err(
+                "CIRCUIT_MAX_COOLDOWN_SECONDS",
+                format!(
+                    "must be at least CIRCUIT_COOLDOWN_SECONDS ({} s)",
+                    cooldown_ms / 1000
+                ),
+            ));
+        }
+        let canary_size = env.or("CIRCUIT_CANARY_SIZE", defaults.canary_size, |v| {
+            let n = parse_u32(v)?;
+            if (1..=10_000).contains(&n) {
+                Ok(n)
+            } else {
+                Err("must be a whole number of messages from 1 to 10000".into())
+            }
+        })?;
+        let Some(table) = env.optional("CIRCUIT_TABLE", parse_table_name)? else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            table,
+            settings: crate::circuit::CircuitSettings {
+                threshold,
+                min_bounces,
+                window_ms,
+                cooldown_ms,
+                max_cooldown_ms,
+                canary_size,
+            },
+        }))
+    }
+}
+
+// --- end adaptive circuit ---
 
 /// The longest an IN_PROGRESS claim lasts: the consumer claims until the invocation's deadline
 /// (or, without a usable one, for its fallback), and a Lambda invocation runs 900 s at most.
@@ -431,6 +542,67 @@ mod tests {
         pairs.extend_from_slice(extra);
         RedriverConfig::from_env(&env(&pairs))
     }
+
+    // --- adaptive circuit (issue 14) ---
+    #[test]
+    fn circuit_is_off_without_a_table_and_reads_its_variables() {
+        assert_eq!(redriver(&[]).unwrap().circuit, None);
+        let c = redriver(&[("CIRCUIT_TABLE", "redrive-circuit")])
+            .unwrap()
+            .circuit
+            .unwrap();
+        assert_eq!(c.table, "redrive-circuit");
+        assert_eq!(c.settings, crate::circuit::CircuitSettings::default());
+        let c = redriver(&[
+            ("CIRCUIT_TABLE", "t-1"),
+            ("CIRCUIT_THRESHOLD", "0.25"),
+            ("CIRCUIT_MIN_BOUNCES", "2"),
+            ("CIRCUIT_WINDOW_SECONDS", "20"),
+            ("CIRCUIT_COOLDOWN_SECONDS", "5"),
+            ("CIRCUIT_MAX_COOLDOWN_SECONDS", "40"),
+            ("CIRCUIT_CANARY_SIZE", "3"),
+        ])
+        .unwrap()
+        .circuit
+        .unwrap();
+        let s = c.settings;
+        assert_eq!(
+            (s.threshold, s.min_bounces, s.window_ms, s.cooldown_ms),
+            (0.25, 2, 20_000, 5_000)
+        );
+        assert_eq!((s.max_cooldown_ms, s.canary_size), (40_000, 3));
+        // A long cool-down raises the default maximum with it.
+        let c = redriver(&[
+            ("CIRCUIT_TABLE", "t-1"),
+            ("CIRCUIT_COOLDOWN_SECONDS", "7200"),
+        ]);
+        assert_eq!(
+            c.unwrap().circuit.unwrap().settings.max_cooldown_ms,
+            7_200_000
+        );
+    }
+
+    #[test]
+    fn circuit_errors_name_the_variable() {
+        for (var, value) in [
+            ("CIRCUIT_TABLE", "x"),
+            ("CIRCUIT_THRESHOLD", "0"),
+            ("CIRCUIT_THRESHOLD", "1.5"),
+            ("CIRCUIT_MIN_BOUNCES", "0"),
+            ("CIRCUIT_WINDOW_SECONDS", "0"),
+            ("CIRCUIT_COOLDOWN_SECONDS", "soon"),
+            ("CIRCUIT_CANARY_SIZE", "0"),
+            ("CIRCUIT_MAX_COOLDOWN_SECONDS", "1"),
+        ] {
+            let e = redriver(&[("CIRCUIT_TABLE", "t-1"), (var, value)]).unwrap_err();
+            assert_eq!(e.variable, var, "{e}");
+            assert!(e.to_string().contains(value), "{e}");
+        }
+        // Checked even while the circuit is off: a typo is not silently ignored.
+        let e = redriver(&[("CIRCUIT_CANARY_SIZE", "ten")]).unwrap_err();
+        assert_eq!(e.variable, "CIRCUIT_CANARY_SIZE");
+    }
+    // --- end adaptive circuit ---
 
     #[test]
     fn redriver_defaults_follow_the_contract() {

@@ -4,6 +4,7 @@
 //! - [`attributes`]: the SQS message-attribute model and size accounting.
 //! - [`meta`]: the `x-redrive` attribute (parse, don't validate; reading is total).
 //! - [`backoff`]: exponential backoff with jitter, random source injectable.
+//! - [`circuit`]: the adaptive circuit (bounce-back rate, canary, cool-down), pure.
 //! - [`limits`]: SQS's documented limits, enforced here because emulators do not, and batching.
 //! - [`decision`]: redrive or isolate one received message.
 //! - [`event`]: what invoked the re-driver.
@@ -16,6 +17,7 @@
 pub mod archive;
 pub mod attributes;
 pub mod backoff;
+pub mod circuit;
 pub mod config;
 pub mod decision;
 pub mod event;

@@ -3,6 +3,7 @@
 //! acknowledged. `main.rs` is the Lambda shell; the `redrive` CLI reuses the same engine.
 
 pub mod aws;
+pub mod circuit;
 pub mod cli;
 pub mod engine;
 pub mod fake;

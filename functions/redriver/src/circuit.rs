@@ -1,0 +1,509 @@
+//! The durable record of the adaptive circuit (issue 14): the [`CircuitStore`] port, its
+//! DynamoDB adapter and an in-memory fake. The rule itself is pure, in
+//! [`redrive_shared::circuit`].
+//!
+//! One item per DLQ in the table `CIRCUIT_TABLE`:
+//!
+//! | attribute   | type | meaning                                                     |
+//! |-------------|------|-------------------------------------------------------------|
+//! | `queue`     | S    | partition key: the DLQ URL                                  |
+//! | `version`   | N    | bumped by every write; each write is conditional on it      |
+//! | `state`     | S    | `closed`, `open`, `half-open` (a copy, for people and alarms) |
+//! | `operator`  | S    | `auto`, `open`, `closed` (a copy)                           |
+//! | `record`    | S    | the whole [`CircuitRecord`] as JSON (the truth)             |
+//! | `updatedAt` | S    | RFC 3339 time of the write                                  |
+//!
+//! Callers (the engine, the CLI, the workflow's CheckCircuitBreaker task) go through
+//! [`update`]: load, apply [`Event`]s, save on the version read, and on a conflict load again and
+//! apply the same events to what another writer left. Reading only: [`load_or_new`].
+//!
+//! ```ignore
+//! // The operator flag (workflow, CLI):
+//! let (record, transitions) =
+//!     circuit::set_override(&store, dlq_url, &settings, Override::Open, now_ms).await?;
+//! // Whether a run may redrive, and how much:
+//! let (_, mut record) = circuit::load_or_new(&store, dlq_url, &settings, now_ms).await?;
+//! record.tick(&settings, now_ms);
+//! let plan = record.plan(&settings); // Plan::Hold => nothing may be redriven
+//! ```
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Event, Override, Transition};
+
+use crate::aws::port_error;
+use crate::ports::PortError;
+
+/// Attribute names of a circuit item.
+pub mod item {
+    pub const QUEUE: &str = "queue";
+    pub const VERSION: &str = "version";
+    pub const STATE: &str = "state";
+    pub const OPERATOR: &str = "operator";
+    pub const RECORD: &str = "record";
+    pub const UPDATED_AT: &str = "updatedAt";
+}
+
+/// A record as stored, with the version its next write must name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub version: u64,
+    pub record: CircuitRecord,
+}
+
+/// What a conditional save came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaveOutcome {
+    /// Written; the item's version is now this.
+    Saved { version: u64 },
+    /// Another writer wrote first (or created the item): load again.
+    Conflict,
+}
+
+/// The durable record of each DLQ's circuit.
+pub trait CircuitStore: Sync {
+    /// False for [`NoCircuit`] (and `None`): the engine then never calls the store.
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    /// The record of `queue_url`, `None` when there is none yet.
+    fn load(
+        &self,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<Option<Stored>, PortError>> + Send;
+
+    /// Writes `record` if the stored version is still `expected` (`None`: if there is no item
+    /// yet); the new version is `expected + 1` (1 for a new item).
+    fn save(
+        &self,
+        queue_url: &str,
+        record: &CircuitRecord,
+        expected: Option<u64>,
+    ) -> impl Future<Output = Result<SaveOutcome, PortError>> + Send;
+}
+
+/// No circuit: the engine's default (`CIRCUIT_TABLE` unset).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCircuit;
+
+fn disabled() -> PortError {
+    PortError {
+        operation: "Circuit",
+        code: "CircuitOff".into(),
+        message: "the adaptive circuit is off: set CIRCUIT_TABLE".into(),
+        retryable: false,
+    }
+}
+
+impl CircuitStore for NoCircuit {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    async fn load(&self, _queue_url: &str) -> Result<Option<Stored>, PortError> {
+        Err(disabled())
+    }
+
+    async fn save(
+        &self,
+        _queue_url: &str,
+        _record: &CircuitRecord,
+        _expected: Option<u64>,
+    ) -> Result<SaveOutcome, PortError> {
+        Err(disabled())
+    }
+}
+
+/// `Some(store)` when the circuit is configured, `None` when not: one engine type for both.
+impl<S: CircuitStore + Send> CircuitStore for Option<S> {
+    fn enabled(&self) -> bool {
+        self.as_ref().is_some_and(S::enabled)
+    }
+
+    async fn load(&self, queue_url: &str) -> Result<Option<Stored>, PortError> {
+        match self {
+            Some(s) => s.load(queue_url).await,
+            None => Err(disabled()),
+        }
+    }
+
+    async fn save(
+        &self,
+        queue_url: &str,
+        record: &CircuitRecord,
+        expected: Option<u64>,
+    ) -> Result<SaveOutcome, PortError> {
+        match self {
+            Some(s) => s.save(queue_url, record, expected).await,
+            None => Err(disabled()),
+        }
+    }
+}
+
+impl<S: CircuitStore + Send> CircuitStore for std::sync::Arc<S> {
+    fn enabled(&self) -> bool {
+        (**self).enabled()
+    }
+
+    fn load(
+        &self,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<Option<Stored>, PortError>> + Send {
+        (**self).load(queue_url)
+    }
+
+    fn save(
+        &self,
+        queue_url: &str,
+        record: &CircuitRecord,
+        expected: Option<u64>,
+    ) -> impl Future<Output = Result<SaveOutcome, PortError>> + Send {
+        (**self).save(queue_url, record, expected)
+    }
+}
+
+/// Why an update did not land.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CircuitError {
+    #[error(transparent)]
+    Port(#[from] PortError),
+    #[error("the circuit record of {queue} kept changing under {tries} writes; try again")]
+    Contended { queue: String, tries: u32 },
+}
+
+/// Loads before an update gives up on a record others keep writing.
+pub const UPDATE_TRIES: u32 = 5;
+
+/// The stored version (`None`: no item yet) and the record, a new closed one when there is none.
+pub async fn load_or_new<S: CircuitStore>(
+    store: &S,
+    queue_url: &str,
+    settings: &CircuitSettings,
+    now_ms: i64,
+) -> Result<(Option<u64>, CircuitRecord), PortError> {
+    Ok(match store.load(queue_url).await? {
+        Some(s) => (Some(s.version), s.record),
+        None => (None, CircuitRecord::new(settings, now_ms)),
+    })
+}
+
+/// Applies `events` to the stored record and saves it on the version read; on a conflict,
+/// loads again and applies the same events to what is there now. Returns the record written
+/// and the transitions the events made on it.
+pub async fn update<S: CircuitStore>(
+    store: &S,
+    queue_url: &str,
+    settings: &CircuitSettings,
+    now_ms: i64,
+    events: &[Event],
+) -> Result<(CircuitRecord, Vec<Transition>), CircuitError> {
+    for _ in 0..UPDATE_TRIES {
+        let (version, mut record) = load_or_new(store, queue_url, settings, now_ms).await?;
+        let transitions: Vec<Transition> = events
+            .iter()
+            .flat_map(|e| record.apply(settings, e))
+            .collect();
+        match store.save(queue_url, &record, version).await? {
+            SaveOutcome::Saved { .. } => return Ok((record, transitions)),
+            SaveOutcome::Conflict => {
+                tracing::info!(
+                    queue = queue_url,
+                    "circuit record changed meanwhile; applying again"
+                )
+            }
+        }
+    }
+    Err(CircuitError::Contended {
+        queue: queue_url.to_string(),
+        tries: UPDATE_TRIES,
+    })
+}
+
+/// The operator's override (`redrive circuit open|close|auto`, the workflow's flag).
+pub async fn set_override<S: CircuitStore>(
+    store: &S,
+    queue_url: &str,
+    settings: &CircuitSettings,
+    mode: Override,
+    now_ms: i64,
+) -> Result<(CircuitRecord, Vec<Transition>), CircuitError> {
+    let events = [
+        Event::Tick { now: now_ms },
+        Event::Override { now: now_ms, mode },
+    ];
+    update(store, queue_url, settings, now_ms, &events).await
+}
+
+/// The circuit table in DynamoDB (AWS, or moto via `AWS_ENDPOINT_URL`).
+#[derive(Clone, Debug)]
+pub struct DynamoDbCircuitStore {
+    pub client: aws_sdk_dynamodb::Client,
+    pub table: String,
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+fn bad_item(queue_url: &str, problem: String) -> PortError {
+    PortError {
+        operation: "GetItem",
+        code: "BadCircuitItem".into(),
+        message: format!("the circuit item of {queue_url}: {problem}"),
+        retryable: false,
+    }
+}
+
+/// Reads an item's version and record.
+pub fn stored_from_item(
+    queue_url: &str,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<Stored, PortError> {
+    let version = item
+        .get(item::VERSION)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| bad_item(queue_url, format!("{} is not a number", item::VERSION)))?;
+    let text = item
+        .get(item::RECORD)
+        .and_then(|v| v.as_s().ok())
+        .ok_or_else(|| bad_item(queue_url, format!("{} is missing", item::RECORD)))?;
+    let record = serde_json::from_str(text).map_err(|e| {
+        bad_item(
+            queue_url,
+            format!("{} is not a circuit record: {e}", item::RECORD),
+        )
+    })?;
+    Ok(Stored { version, record })
+}
+
+impl CircuitStore for DynamoDbCircuitStore {
+    async fn load(&self, queue_url: &str) -> Result<Option<Stored>, PortError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(item::QUEUE, s(queue_url))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| port_error("GetItem", e))?;
+        out.item
+            .map(|i| stored_from_item(queue_url, &i))
+            .transpose()
+    }
+
+    async fn save(
+        &self,
+        queue_url: &str,
+        record: &CircuitRecord,
+        expected: Option<u64>,
+    ) -> Result<SaveOutcome, PortError> {
+        let version = expected.map_or(1, |v| v + 1);
+        let json = serde_json::to_string(record).map_err(|e| PortError {
+            operation: "PutItem",
+            code: "Serialization".into(),
+            message: e.to_string(),
+            retryable: false,
+        })?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(item::QUEUE, s(queue_url))
+            .item(item::VERSION, AttributeValue::N(version.to_string()))
+            .item(item::STATE, s(record.state.as_str()))
+            .item(item::OPERATOR, s(record.operator.as_str()))
+            .item(item::RECORD, AttributeValue::S(json))
+            .item(
+                item::UPDATED_AT,
+                s(&redrive_shared::timefmt::rfc3339_from_millis(now_ms)),
+            )
+            .expression_attribute_names("#k", item::QUEUE);
+        let put = match expected {
+            None => put.condition_expression("attribute_not_exists(#k)"),
+            Some(v) => put
+                .condition_expression("attribute_exists(#k) AND #v = :v")
+                .expression_attribute_names("#v", item::VERSION)
+                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
+        };
+        match put.send().await {
+            Ok(_) => Ok(SaveOutcome::Saved { version }),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(SaveOutcome::Conflict)
+            }
+            Err(e) => Err(port_error("PutItem", e)),
+        }
+    }
+}
+
+/// In-memory store with fault injection: for engine tests on the port fakes.
+#[derive(Debug, Default)]
+pub struct MemoryCircuitStore {
+    items: Mutex<HashMap<String, Stored>>,
+    /// Errors the next calls return, in order.
+    fail: Mutex<Vec<PortError>>,
+    /// Writes another writer makes just before the next saves (to provoke conflicts).
+    interfere: Mutex<Vec<Event>>,
+    saves: std::sync::atomic::AtomicU64,
+}
+
+impl MemoryCircuitStore {
+    pub fn new() -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self::default())
+    }
+
+    /// The stored record, if any.
+    pub fn get(&self, queue_url: &str) -> Option<Stored> {
+        self.lock().get(queue_url).cloned()
+    }
+
+    /// Writes a record as another writer would (the version goes up by one).
+    pub fn put(&self, queue_url: &str, record: CircuitRecord) {
+        let mut items = self.lock();
+        let version = items.get(queue_url).map_or(1, |s| s.version + 1);
+        items.insert(queue_url.to_string(), Stored { version, record });
+    }
+
+    /// The next call (load or save) fails with `error`.
+    pub fn fail_next(&self, error: PortError) {
+        self.fail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(error);
+    }
+
+    /// Just before the next save, another writer applies `event` to the stored record.
+    pub fn interfere_once(&self, event: Event) {
+        self.interfere
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
+    }
+
+    /// Successful saves so far.
+    pub fn saves(&self) -> u64 {
+        self.saves.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Stored>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take_fault(&self) -> Result<(), PortError> {
+        let mut fail = self.fail.lock().unwrap_or_else(|e| e.into_inner());
+        if fail.is_empty() {
+            Ok(())
+        } else {
+            Err(fail.remove(0))
+        }
+    }
+}
+
+impl CircuitStore for MemoryCircuitStore {
+    async fn load(&self, queue_url: &str) -> Result<Option<Stored>, PortError> {
+        self.take_fault()?;
+        Ok(self.get(queue_url))
+    }
+
+    async fn save(
+        &self,
+        queue_url: &str,
+        record: &CircuitRecord,
+        expected: Option<u64>,
+    ) -> Result<SaveOutcome, PortError> {
+        self.take_fault()?;
+        let interference: Vec<Event> =
+            std::mem::take(&mut *self.interfere.lock().unwrap_or_else(|e| e.into_inner()));
+        if !interference.is_empty() {
+            let settings = CircuitSettings::default();
+            let mut other = self
+                .get(queue_url)
+                .map_or_else(|| CircuitRecord::new(&settings, 0), |s| s.record);
+            for e in &interference {
+                other.apply(&settings, e);
+            }
+            self.put(queue_url, other);
+        }
+        let mut items = self.lock();
+        let current = items.get(queue_url).map(|s| s.version);
+        if current != expected {
+            return Ok(SaveOutcome::Conflict);
+        }
+        let version = expected.map_or(1, |v| v + 1);
+        items.insert(
+            queue_url.to_string(),
+            Stored {
+                version,
+                record: record.clone(),
+            },
+        );
+        self.saves.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(SaveOutcome::Saved { version })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redrive_shared::circuit::State;
+
+    const Q: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
+
+    #[tokio::test]
+    async fn update_creates_then_bumps_the_version() {
+        let store = MemoryCircuitStore::new();
+        let s = CircuitSettings::default();
+        let (r, t) = set_override(&store, Q, &s, Override::Open, 1000)
+            .await
+            .unwrap();
+        assert_eq!((r.state, t.len()), (State::Open, 1));
+        assert_eq!(store.get(Q).map(|s| s.version), Some(1));
+        set_override(&store, Q, &s, Override::Auto, 2000)
+            .await
+            .unwrap();
+        let stored = store.get(Q).unwrap();
+        assert_eq!(
+            (stored.version, stored.record.operator),
+            (2, Override::Auto)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_write_is_kept_and_the_events_applied_on_top() {
+        let store = MemoryCircuitStore::new();
+        let s = CircuitSettings::default();
+        store.put(Q, CircuitRecord::new(&s, 0));
+        // Another writer (the operator) holds it open between our load and our save.
+        store.interfere_once(Event::Override {
+            now: 500,
+            mode: Override::Open,
+        });
+        let events = [Event::Redriven { now: 1000, n: 7 }];
+        let (r, _) = update(&*store, Q, &s, 1000, &events).await.unwrap();
+        assert_eq!(r.operator, Override::Open, "the operator's write survives");
+        assert_eq!(r.counts().0, 7, "and our run's count is on top of it");
+        assert_eq!(store.get(Q).unwrap().version, 3);
+    }
+
+    #[tokio::test]
+    async fn off_is_an_error_naming_the_setting() {
+        let e = NoCircuit.load(Q).await.unwrap_err();
+        assert!(e.message.contains("CIRCUIT_TABLE"), "{e}");
+        assert!(!NoCircuit.enabled());
+        assert!(!None::<NoCircuit>.enabled());
+        assert!(Some(MemoryCircuitStore::default()).enabled());
+    }
+}

@@ -1,0 +1,871 @@
+//! The adaptive circuit of the re-driver: canary first, and a circuit that opens by itself when
+//! redriven copies bounce back to the DLQ. Pure: every function takes the time (`now_ms`, epoch
+//! milliseconds); no I/O, no clock.
+//!
+//! # Using it (re-driver, CLI, workflow, simulation)
+//! - Configuration (read at init by [`crate::config::RedriverConfig::from_env`], field
+//!   `circuit: Option<CircuitConfig>`); `CIRCUIT_TABLE` unset = circuit off, today's behaviour:
+//!   - `CIRCUIT_TABLE`: the DynamoDB table (partition key `queue` (S) = the DLQ URL).
+//!   - `CIRCUIT_THRESHOLD` (default 0.5): bounce-back rate, bounced / redriven, that opens it.
+//!   - `CIRCUIT_MIN_BOUNCES` (default 3): fewer bounced copies in the window never open it.
+//!   - `CIRCUIT_WINDOW_SECONDS` (default 900): how long after its redrive a copy that comes
+//!     back counts as bounced; also how long a canary must stay away to pass.
+//!   - `CIRCUIT_COOLDOWN_SECONDS` (default 300): Open before the first canary; doubled after
+//!     every failed canary up to `CIRCUIT_MAX_COOLDOWN_SECONDS` (default 3600).
+//!   - `CIRCUIT_CANARY_SIZE` (default 10): the messages a half-open circuit redrives.
+//! - The re-driver's response gains `"circuit": {"state": "closed"|"open"|"half-open",
+//!   "operator": "auto"|"open"|"closed", "plan": ..., "bounced": n, "budget": n|null}`
+//!   (absent when the circuit is off).
+//! - Metrics (namespace `METRIC_NAMESPACE`, dimension `QueueName`), only when the circuit is on:
+//!   `CircuitOpen` (1 while the circuit is open or half-open, else 0), `CircuitTransitions`
+//!   (transitions made by the invocation), `BouncedCopies` (bounced copies it saw).
+//!
+//! # The rule
+//! - A message received from the DLQ whose `x-redrive` shows it was redriven (`attempt >= 1`)
+//!   with `lastRedrivenAt` less than the window ago is a bounced copy ([`bounce_of`]).
+//! - Closed: drain. Copies redriven and copies bounced are counted per redrive time over the
+//!   window; when at least `min_bounces` bounced and bounced / redriven reaches the threshold,
+//!   the circuit opens: nothing is received, nothing redriven, no attempt spent.
+//! - Open: after the cool-down it is half-open.
+//! - Half-open: the next run redrives a canary of `canary_size` messages and nothing else; the
+//!   runs after it only look for canary copies coming back (they redrive nothing). When the
+//!   canary's bounce rate reaches the threshold, the circuit opens again with a doubled
+//!   cool-down; when the window passes without that, it closes and ramps up: the first run may
+//!   redrive twice the canary, each run after that twice the one before, until the budget
+//!   reaches `MAX_MESSAGES_PER_INVOCATION`.
+//! - The operator can hold it open (`open`), force it closed (`closed`) or hand it back to the
+//!   measurements (`auto`; from open that means a canary first, as after any cool-down).
+
+use serde::{Deserialize, Serialize};
+
+use crate::meta::RedriveMeta;
+use crate::timefmt::millis_from_rfc3339;
+
+/// Transitions kept in the record (oldest dropped first).
+pub const HISTORY_LEN: usize = 20;
+/// Sample buckets kept per window (counts are merged into buckets of window / this).
+const BUCKETS_PER_WINDOW: i64 = 20;
+
+/// The state of the circuit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// Drain as usual.
+    Closed,
+    /// Nothing is redriven: messages stay on the DLQ without spending attempts.
+    Open,
+    /// A canary is (or is about to be) out; nothing else is redriven.
+    HalfOpen,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Open => "open",
+            Self::HalfOpen => "half-open",
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The operator's override.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Override {
+    /// The measurements decide.
+    #[default]
+    Auto,
+    /// Held open whatever the measurements say.
+    Open,
+    /// Forced closed whatever the measurements say.
+    Closed,
+}
+
+impl Override {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Open => "open",
+            Self::Closed => "closed",
+        }
+    }
+
+    /// `auto`, `open`, `closed` (also `close`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "open" => Ok(Self::Open),
+            "closed" | "close" => Ok(Self::Closed),
+            _ => Err("must be auto, open or closed".into()),
+        }
+    }
+}
+
+impl std::fmt::Display for Override {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The tunables of the rule (see the module documentation for the variables).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CircuitSettings {
+    /// Bounced / redriven over the window at which the circuit opens, in (0, 1].
+    pub threshold: f64,
+    /// Fewer bounced copies than this in the window never open the circuit.
+    pub min_bounces: u32,
+    pub window_ms: i64,
+    pub cooldown_ms: i64,
+    pub max_cooldown_ms: i64,
+    pub canary_size: u32,
+}
+
+impl Default for CircuitSettings {
+    fn default() -> Self {
+        Self {
+            threshold: 0.5,
+            min_bounces: 3,
+            window_ms: 900_000,
+            cooldown_ms: 300_000,
+            max_cooldown_ms: 3_600_000,
+            canary_size: 10,
+        }
+    }
+}
+
+/// A count at a time (epoch milliseconds, the start of its bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sample {
+    pub at: i64,
+    pub n: u32,
+}
+
+/// The canary a half-open circuit sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Canary {
+    /// When it was sent; copies redriven from this second on are canary copies.
+    pub sent_at: i64,
+    pub sent: u32,
+    /// `originalMessageId`s of the canary copies seen back on the DLQ (each counted once).
+    #[serde(default)]
+    pub bounced: Vec<String>,
+}
+
+/// One change of state, kept in the record's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub at: i64,
+    pub from: State,
+    pub to: State,
+    pub reason: String,
+}
+
+/// A bounced copy: what the rule needs from its `x-redrive`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bounce {
+    pub original_message_id: String,
+    pub last_redriven_at: i64,
+}
+
+/// What a run may do, given the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "plan", content = "n")]
+pub enum Plan {
+    /// Drain as usual, at most `budget` messages when ramping up after a canary.
+    Drain { budget: Option<u32> },
+    /// Half-open: redrive at most this many messages, the canary.
+    Canary { size: u32 },
+    /// Half-open with the canary out: look for canary copies coming back, redrive nothing.
+    Watch,
+    /// Open: receive nothing.
+    Hold,
+}
+
+impl Plan {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Drain { .. } => "drain",
+            Self::Canary { .. } => "canary",
+            Self::Watch => "watch",
+            Self::Hold => "hold",
+        }
+    }
+
+    /// The most messages this run may redrive (`None`: no limit of the circuit's own).
+    pub fn budget(self) -> Option<u32> {
+        match self {
+            Self::Drain { budget } => budget,
+            Self::Canary { size } => Some(size),
+            Self::Watch | Self::Hold => Some(0),
+        }
+    }
+}
+
+/// One thing a run did or saw, in order: a run keeps its events so that, when another writer
+/// changed the record meanwhile (a conditional write that failed), it applies them again to
+/// the record as it now is instead of overwriting it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The run started: [`CircuitRecord::tick`].
+    Tick { now: i64 },
+    /// [`CircuitRecord::observe_bounces`].
+    Bounces { now: i64, bounces: Vec<Bounce> },
+    /// [`CircuitRecord::record_redriven`].
+    Redriven { now: i64, n: u32 },
+    /// [`CircuitRecord::end_run`].
+    EndRun { plan: Plan, max_per_run: u32 },
+    /// [`CircuitRecord::set_override`].
+    Override { now: i64, mode: Override },
+}
+
+/// The durable record of one DLQ's circuit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CircuitRecord {
+    pub state: State,
+    #[serde(default)]
+    pub operator: Override,
+    /// When the current state was entered.
+    pub since: i64,
+    /// The cool-down of the current (or next) open spell.
+    pub cooldown_ms: i64,
+    #[serde(default)]
+    pub canary: Option<Canary>,
+    /// Closed after a canary: the most messages the next run may redrive.
+    #[serde(default)]
+    pub ramp: Option<u32>,
+    /// Copies redriven, by the time they were sent, within the window.
+    #[serde(default)]
+    pub redriven: Vec<Sample>,
+    /// Bounced copies, by their `lastRedrivenAt`, within the window.
+    #[serde(default)]
+    pub bounced: Vec<Sample>,
+    /// The last [`HISTORY_LEN`] transitions, oldest first.
+    #[serde(default)]
+    pub history: Vec<Transition>,
+}
+
+/// The bounced copy `meta` describes, if it is one: redriven (`attempt >= 1`) with a readable
+/// `lastRedrivenAt` no longer than the window before `now_ms` (and not in the future beyond
+/// the one-second precision of the stamp).
+pub fn bounce_of(meta: &RedriveMeta, now_ms: i64, settings: &CircuitSettings) -> Option<Bounce> {
+    if meta.attempt == 0 {
+        return None;
+    }
+    let at = millis_from_rfc3339(meta.last_redriven_at.as_deref()?)?;
+    let age = now_ms - at;
+    ((-1000..=settings.window_ms).contains(&age)).then(|| Bounce {
+        original_message_id: meta.original_message_id.clone(),
+        last_redriven_at: at,
+    })
+}
+
+fn sum(samples: &[Sample]) -> u64 {
+    samples.iter().map(|s| u64::from(s.n)).sum()
+}
+
+fn add(samples: &mut Vec<Sample>, at: i64, n: u32, bucket_ms: i64) {
+    if n == 0 {
+        return;
+    }
+    let at = at - at.rem_euclid(bucket_ms);
+    match samples.iter_mut().find(|s| s.at == at) {
+        Some(s) => s.n = s.n.saturating_add(n),
+        None => {
+            samples.push(Sample { at, n });
+            samples.sort_by_key(|s| s.at);
+        }
+    }
+}
+
+impl CircuitRecord {
+    /// A circuit never seen before: closed, automatic.
+    pub fn new(settings: &CircuitSettings, now_ms: i64) -> Self {
+        Self {
+            state: State::Closed,
+            operator: Override::Auto,
+            since: now_ms,
+            cooldown_ms: settings.cooldown_ms,
+            canary: None,
+            ramp: None,
+            redriven: Vec::new(),
+            bounced: Vec::new(),
+            history: Vec::new(),
+        }
+    }
+
+    /// Bounced / redriven over the window (1 when copies bounced but none are known redriven:
+    /// another tool redrove them).
+    pub fn bounce_rate(&self) -> f64 {
+        let bounced = sum(&self.bounced);
+        if bounced == 0 {
+            return 0.0;
+        }
+        (bounced as f64 / sum(&self.redriven).max(1) as f64).min(1.0)
+    }
+
+    /// Copies redriven and bounced within the window.
+    pub fn counts(&self) -> (u64, u64) {
+        (sum(&self.redriven), sum(&self.bounced))
+    }
+
+    /// What a run may do now (call [`Self::tick`] first).
+    pub fn plan(&self, settings: &CircuitSettings) -> Plan {
+        match (self.operator, self.state) {
+            (Override::Open, _) => Plan::Hold,
+            (Override::Closed, _) => Plan::Drain { budget: None },
+            (Override::Auto, State::Closed) => Plan::Drain { budget: self.ramp },
+            (Override::Auto, State::Open) => Plan::Hold,
+            (Override::Auto, State::HalfOpen) => match self.canary {
+                None => Plan::Canary {
+                    size: settings.canary_size,
+                },
+                Some(_) => Plan::Watch,
+            },
+        }
+    }
+
+    fn go(&mut self, now_ms: i64, to: State, reason: String) -> Transition {
+        let t = Transition {
+            at: now_ms,
+            from: self.state,
+            to,
+            reason,
+        };
+        self.state = to;
+        self.since = now_ms;
+        self.history.push(t.clone());
+        if self.history.len() > HISTORY_LEN {
+            let excess = self.history.len() - HISTORY_LEN;
+            self.history.drain(..excess);
+        }
+        t
+    }
+
+    fn bucket_ms(settings: &CircuitSettings) -> i64 {
+        (settings.window_ms / BUCKETS_PER_WINDOW).max(1)
+    }
+
+    /// Drops samples older than the window.
+    fn prune(&mut self, settings: &CircuitSettings, now_ms: i64) {
+        let horizon = now_ms - settings.window_ms - Self::bucket_ms(settings);
+        self.redriven.retain(|s| s.at >= horizon);
+        self.bounced.retain(|s| s.at >= horizon);
+    }
+
+    fn open(&mut self, now_ms: i64, reason: String) -> Transition {
+        self.canary = None;
+        self.ramp = None;
+        // Copies counted before the open must not reopen the circuit after it closes.
+        self.redriven.clear();
+        self.bounced.clear();
+        self.go(now_ms, State::Open, reason)
+    }
+
+    /// The passing of time: an open circuit whose cool-down is over goes half-open; a canary
+    /// that stayed away for the whole window closes the circuit. Only in `auto`.
+    pub fn tick(&mut self, settings: &CircuitSettings, now_ms: i64) -> Vec<Transition> {
+        self.prune(settings, now_ms);
+        if self.operator != Override::Auto {
+            return Vec::new();
+        }
+        match self.state {
+            State::Open if now_ms >= self.since + self.cooldown_ms => {
+                let reason = format!("cool-down of {} s over", self.cooldown_ms / 1000);
+                vec![self.go(now_ms, State::HalfOpen, reason)]
+            }
+            State::HalfOpen => match &self.canary {
+                Some(c) if now_ms >= c.sent_at + settings.window_ms => {
+                    let reason = format!(
+                        "canary held: {} of {} copies came back within {} s",
+                        c.bounced.len(),
+                        c.sent,
+                        settings.window_ms / 1000
+                    );
+                    self.ramp = Some(c.sent.max(1).saturating_mul(2));
+                    self.canary = None;
+                    self.cooldown_ms = settings.cooldown_ms;
+                    self.redriven.clear();
+                    self.bounced.clear();
+                    vec![self.go(now_ms, State::Closed, reason)]
+                }
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// Bounced copies seen by a run (see [`bounce_of`]). Closed and automatic: opens the
+    /// circuit when the rate over the window reaches the threshold. Half-open with a canary
+    /// out: a copy redriven since the canary was sent is a canary copy; when they reach the
+    /// threshold of the canary, the circuit opens again with a doubled cool-down.
+    pub fn observe_bounces(
+        &mut self,
+        settings: &CircuitSettings,
+        now_ms: i64,
+        bounces: &[Bounce],
+    ) -> Vec<Transition> {
+        let bucket = Self::bucket_ms(settings);
+        for b in bounces {
+            if now_ms - b.last_redriven_at <= settings.window_ms {
+                add(&mut self.bounced, b.last_redriven_at, 1, bucket);
+            }
+            if let Some(c) = &mut self.canary {
+                // `lastRedrivenAt` has one-second precision.
+                let canary_copy = b.last_redriven_at >= c.sent_at - c.sent_at.rem_euclid(1000);
+                if canary_copy && !c.bounced.contains(&b.original_message_id) {
+                    c.bounced.push(b.original_message_id.clone());
+                }
+            }
+        }
+        self.prune(settings, now_ms);
+        if self.operator != Override::Auto {
+            return Vec::new();
+        }
+        match self.state {
+            State::Closed => {
+                let (redriven, bounced) = self.counts();
+                let rate = self.bounce_rate();
+                if bounced >= u64::from(settings.min_bounces.max(1)) && rate >= settings.threshold {
+                    let reason = format!(
+                        "bounce-back rate {rate:.2} >= {:.2}: {bounced} of {redriven} copies came back within {} s",
+                        settings.threshold,
+                        settings.window_ms / 1000
+                    );
+                    self.cooldown_ms = settings.cooldown_ms;
+                    return vec![self.open(now_ms, reason)];
+                }
+                Vec::new()
+            }
+            State::HalfOpen => {
+                let Some(c) = &self.canary else {
+                    return Vec::new();
+                };
+                let back = c.bounced.len() as u64;
+                if back > 0 && back as f64 >= settings.threshold * f64::from(c.sent.max(1)) {
+                    let reason = format!("canary bounced: {back} of {} copies came back", c.sent);
+                    self.cooldown_ms = self
+                        .cooldown_ms
+                        .saturating_mul(2)
+                        .min(settings.max_cooldown_ms)
+                        .max(settings.cooldown_ms);
+                    return vec![self.open(now_ms, reason)];
+                }
+                Vec::new()
+            }
+            State::Open => Vec::new(),
+        }
+    }
+
+    /// Copies a run redrove (sent and acknowledged). In half-open with no canary out, they
+    /// are the canary.
+    pub fn record_redriven(&mut self, settings: &CircuitSettings, now_ms: i64, n: u32) {
+        add(&mut self.redriven, now_ms, n, Self::bucket_ms(settings));
+        if self.state == State::HalfOpen
+            && self.operator == Override::Auto
+            && self.canary.is_none()
+            && n > 0
+        {
+            self.canary = Some(Canary {
+                sent_at: now_ms,
+                sent: n,
+                bounced: Vec::new(),
+            });
+        }
+    }
+
+    /// The end of a run that was allowed to drain: a closed circuit ramping up doubles its
+    /// budget, which ends once it reaches `max_per_run`.
+    pub fn end_run(&mut self, plan: Plan, max_per_run: u32) {
+        if let (Plan::Drain { budget: Some(_) }, State::Closed, Some(b)) =
+            (plan, self.state, self.ramp)
+        {
+            let next = b.saturating_mul(2);
+            self.ramp = (next < max_per_run).then_some(next);
+        }
+    }
+
+    /// Applies one event; returns the transitions it made.
+    pub fn apply(&mut self, settings: &CircuitSettings, event: &Event) -> Vec<Transition> {
+        match event {
+            Event::Tick { now } => self.tick(settings, *now),
+            Event::Bounces { now, bounces } => self.observe_bounces(settings, *now, bounces),
+            Event::Redriven { now, n } => {
+                self.record_redriven(settings, *now, *n);
+                Vec::new()
+            }
+            Event::EndRun { plan, max_per_run } => {
+                self.end_run(*plan, *max_per_run);
+                Vec::new()
+            }
+            Event::Override { now, mode } => self.set_override(*now, *mode),
+        }
+    }
+
+    /// The operator's override. `open` holds the circuit open; `closed` closes it and forgets
+    /// the measurements; `auto` hands it back (an open circuit then waits out its cool-down,
+    /// counted from when it opened, and sends a canary).
+    pub fn set_override(&mut self, now_ms: i64, mode: Override) -> Vec<Transition> {
+        let before = self.operator;
+        self.operator = mode;
+        let why = |s: &str| format!("operator: {s} (was {before})");
+        match mode {
+            Override::Open if self.state != State::Open => {
+                self.canary = None;
+                self.ramp = None;
+                vec![self.go(now_ms, State::Open, why("open"))]
+            }
+            Override::Closed if self.state != State::Closed => {
+                self.canary = None;
+                self.ramp = None;
+                self.redriven.clear();
+                self.bounced.clear();
+                vec![self.go(now_ms, State::Closed, why("closed"))]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timefmt::rfc3339_from_millis;
+
+    const T0: i64 = 1_800_000_000_000;
+    const MIN: i64 = 60_000;
+
+    fn settings() -> CircuitSettings {
+        CircuitSettings {
+            threshold: 0.5,
+            min_bounces: 3,
+            window_ms: 10 * MIN,
+            cooldown_ms: 5 * MIN,
+            max_cooldown_ms: 15 * MIN,
+            canary_size: 4,
+        }
+    }
+
+    fn bounce(id: &str, at: i64) -> Bounce {
+        Bounce {
+            original_message_id: id.into(),
+            last_redriven_at: at,
+        }
+    }
+
+    fn bounces(n: usize, at: i64) -> Vec<Bounce> {
+        (0..n).map(|i| bounce(&format!("m{i}"), at)).collect()
+    }
+
+    /// A closed circuit that redrove 10 copies at T0 and saw `n` of them back.
+    fn closed_after(n: usize) -> (CircuitRecord, Vec<Transition>) {
+        let s = settings();
+        let mut r = CircuitRecord::new(&s, T0);
+        r.record_redriven(&s, T0, 10);
+        let t = r.observe_bounces(&s, T0 + MIN, &bounces(n, T0));
+        (r, t)
+    }
+
+    fn opened() -> CircuitRecord {
+        let (r, t) = closed_after(6);
+        assert_eq!(t.len(), 1);
+        r
+    }
+
+    fn half_open() -> CircuitRecord {
+        let mut r = opened();
+        let t = r.tick(&settings(), T0 + MIN + 5 * MIN);
+        assert_eq!(t[0].to, State::HalfOpen);
+        r
+    }
+
+    #[test]
+    fn closed_drains_without_a_budget() {
+        let s = settings();
+        let r = CircuitRecord::new(&s, T0);
+        assert_eq!(r.state, State::Closed);
+        assert_eq!(r.plan(&s), Plan::Drain { budget: None });
+    }
+
+    #[test]
+    fn closed_opens_when_the_bounce_rate_reaches_the_threshold() {
+        let (r, t) = closed_after(5);
+        assert_eq!(r.state, State::Open);
+        assert_eq!(
+            (t[0].from, t[0].to, t[0].at),
+            (State::Closed, State::Open, T0 + MIN)
+        );
+        assert!(t[0].reason.contains("5 of 10"), "{}", t[0].reason);
+        assert_eq!(r.plan(&settings()), Plan::Hold);
+        assert_eq!(r.history, t);
+        assert!(r.bounced.is_empty(), "counts before the open are forgotten");
+    }
+
+    #[test]
+    fn closed_stays_closed_below_the_threshold_or_the_minimum() {
+        let (r, t) = closed_after(4);
+        assert!(t.is_empty());
+        assert_eq!(r.state, State::Closed);
+        assert_eq!(r.counts(), (10, 4));
+        // 2 of 2: rate 1, but fewer than min_bounces.
+        let s = settings();
+        let mut r = CircuitRecord::new(&s, T0);
+        r.record_redriven(&s, T0, 2);
+        assert!(r.observe_bounces(&s, T0, &bounces(2, T0)).is_empty());
+        assert_eq!(r.state, State::Closed);
+    }
+
+    #[test]
+    fn only_copies_redriven_within_the_window_count() {
+        let s = settings();
+        let mut r = CircuitRecord::new(&s, T0);
+        r.record_redriven(&s, T0, 3);
+        // Bounced copies redriven 11 minutes ago are old news.
+        let old = bounces(3, T0 - 11 * MIN);
+        assert!(r.observe_bounces(&s, T0, &old).is_empty());
+        assert_eq!(r.counts(), (3, 0));
+        // And samples age out of the window.
+        r.tick(&s, T0 + 12 * MIN);
+        assert_eq!(r.counts(), (0, 0));
+    }
+
+    #[test]
+    fn bounced_copies_with_none_known_redriven_count_as_rate_one() {
+        let s = settings();
+        let mut r = CircuitRecord::new(&s, T0);
+        let t = r.observe_bounces(&s, T0, &bounces(3, T0 - MIN));
+        assert_eq!(t.len(), 1);
+        assert_eq!(r.state, State::Open);
+    }
+
+    #[test]
+    fn open_goes_half_open_after_the_cool_down_only() {
+        let s = settings();
+        let mut r = opened();
+        assert!(r.tick(&s, T0 + MIN + 5 * MIN - 1).is_empty());
+        assert_eq!(r.state, State::Open);
+        let t = r.tick(&s, T0 + MIN + 5 * MIN);
+        assert_eq!((t[0].from, t[0].to), (State::Open, State::HalfOpen));
+        assert!(t[0].reason.contains("300 s"), "{}", t[0].reason);
+        assert_eq!(r.plan(&s), Plan::Canary { size: 4 });
+    }
+
+    #[test]
+    fn half_open_sends_a_canary_then_watches() {
+        let s = settings();
+        let mut r = half_open();
+        let at = T0 + 7 * MIN;
+        r.record_redriven(&s, at, 4);
+        assert_eq!(
+            r.canary,
+            Some(Canary {
+                sent_at: at,
+                sent: 4,
+                bounced: vec![]
+            })
+        );
+        assert_eq!(r.plan(&s), Plan::Watch);
+        assert_eq!(Plan::Watch.budget(), Some(0));
+        // A canary of 0 (an empty DLQ) is no canary: the next run tries again.
+        let mut empty = half_open();
+        empty.record_redriven(&s, at, 0);
+        assert_eq!(empty.plan(&s), Plan::Canary { size: 4 });
+    }
+
+    #[test]
+    fn half_open_reopens_with_a_doubled_cool_down_when_the_canary_bounces() {
+        let s = settings();
+        let mut r = half_open();
+        let sent = T0 + 7 * MIN + 500;
+        r.record_redriven(&s, sent, 4);
+        // A copy redriven before the canary is not a canary copy.
+        assert!(
+            r.observe_bounces(&s, sent + MIN, &[bounce("old", T0)])
+                .is_empty()
+        );
+        // One canary copy back (seen twice): 1 of 4 < 0.5.
+        let stamp = sent - 500; // lastRedrivenAt is whole seconds
+        let one = [bounce("c1", stamp), bounce("c1", stamp)];
+        assert!(r.observe_bounces(&s, sent + MIN, &one).is_empty());
+        assert_eq!(r.canary.as_ref().map(|c| c.bounced.len()), Some(1));
+        let t = r.observe_bounces(&s, sent + 2 * MIN, &[bounce("c2", stamp)]);
+        assert_eq!((t[0].from, t[0].to), (State::HalfOpen, State::Open));
+        assert!(t[0].reason.contains("2 of 4"), "{}", t[0].reason);
+        assert_eq!(r.cooldown_ms, 10 * MIN);
+        assert_eq!(r.canary, None);
+        // The longer cool-down applies, and doubling stops at the maximum.
+        let reopened = sent + 2 * MIN;
+        assert!(r.tick(&s, reopened + 5 * MIN).is_empty());
+        assert_eq!(r.tick(&s, reopened + 10 * MIN)[0].to, State::HalfOpen);
+        r.record_redriven(&s, reopened + 10 * MIN, 4);
+        let at = reopened + 10 * MIN;
+        r.observe_bounces(&s, at + MIN, &bounces(4, at));
+        assert_eq!(r.state, State::Open);
+        assert_eq!(r.cooldown_ms, 15 * MIN, "capped at the maximum");
+    }
+
+    #[test]
+    fn half_open_closes_and_ramps_up_when_the_canary_stays_away() {
+        let s = settings();
+        let mut r = half_open();
+        let sent = T0 + 7 * MIN;
+        r.record_redriven(&s, sent, 4);
+        assert!(r.tick(&s, sent + 10 * MIN - 1).is_empty());
+        let t = r.tick(&s, sent + 10 * MIN);
+        assert_eq!((t[0].from, t[0].to), (State::HalfOpen, State::Closed));
+        assert!(t[0].reason.contains("canary held"), "{}", t[0].reason);
+        assert_eq!(r.cooldown_ms, s.cooldown_ms);
+        // Ramp: 8, 16, 32, 64, then no budget of its own at 100 per run.
+        let mut budgets = vec![];
+        while let Plan::Drain { budget: Some(b) } = r.plan(&s) {
+            budgets.push(b);
+            r.end_run(r.plan(&s), 100);
+        }
+        assert_eq!(budgets, [8, 16, 32, 64]);
+        assert_eq!(r.plan(&s), Plan::Drain { budget: None });
+    }
+
+    #[test]
+    fn operator_open_holds_whatever_the_measurements_say() {
+        let s = settings();
+        let mut r = CircuitRecord::new(&s, T0);
+        let t = r.set_override(T0, Override::Open);
+        assert_eq!((t[0].from, t[0].to), (State::Closed, State::Open));
+        assert!(t[0].reason.starts_with("operator: open"));
+        assert_eq!(r.plan(&s), Plan::Hold);
+        // No cool-down ends it.
+        assert!(r.tick(&s, T0 + 100 * MIN).is_empty());
+        assert_eq!(r.plan(&s), Plan::Hold);
+        // Back to auto: the cool-down is over, so a canary first.
+        assert!(r.set_override(T0 + 100 * MIN, Override::Auto).is_empty());
+        assert_eq!(r.tick(&s, T0 + 100 * MIN)[0].to, State::HalfOpen);
+        assert_eq!(r.plan(&s), Plan::Canary { size: 4 });
+    }
+
+    #[test]
+    fn operator_closed_drains_whatever_the_measurements_say() {
+        let s = settings();
+        let mut r = opened();
+        let t = r.set_override(T0 + 2 * MIN, Override::Closed);
+        assert_eq!((t[0].from, t[0].to), (State::Open, State::Closed));
+        r.record_redriven(&s, T0 + 2 * MIN, 10);
+        assert!(
+            r.observe_bounces(&s, T0 + 3 * MIN, &bounces(10, T0 + 2 * MIN))
+                .is_empty()
+        );
+        assert_eq!(r.plan(&s), Plan::Drain { budget: None });
+        // Auto again: the measurements decide at the next observation.
+        r.set_override(T0 + 3 * MIN, Override::Auto);
+        let t = r.observe_bounces(&s, T0 + 3 * MIN, &[]);
+        assert_eq!(t[0].to, State::Open);
+    }
+
+    #[test]
+    fn history_keeps_the_last_transitions() {
+        let mut r = CircuitRecord::new(&settings(), T0);
+        for i in 0..30 {
+            let mode = if i % 2 == 0 {
+                Override::Open
+            } else {
+                Override::Closed
+            };
+            r.set_override(T0 + i, mode);
+        }
+        assert_eq!(r.history.len(), HISTORY_LEN);
+        assert_eq!(r.history.last().map(|t| t.at), Some(T0 + 29));
+        assert_eq!(r.history[0].at, T0 + 10);
+    }
+
+    #[test]
+    fn a_bounce_is_a_redriven_copy_back_within_the_window() {
+        let s = settings();
+        let meta = |attempt: u32, last: Option<i64>| RedriveMeta {
+            attempt,
+            last_redriven_at: last.map(rfc3339_from_millis),
+            ..RedriveMeta::fresh("orig")
+        };
+        let now = T0 + 30 * MIN;
+        assert_eq!(
+            bounce_of(&meta(2, Some(now - 5 * MIN)), now, &s),
+            Some(bounce("orig", now - 5 * MIN))
+        );
+        assert_eq!(bounce_of(&meta(0, Some(now - MIN)), now, &s), None);
+        assert_eq!(bounce_of(&meta(1, None), now, &s), None);
+        assert_eq!(bounce_of(&meta(1, Some(now - 11 * MIN)), now, &s), None);
+        assert_eq!(bounce_of(&meta(1, Some(now + 5 * MIN)), now, &s), None);
+        let mut garbled = meta(1, None);
+        garbled.last_redriven_at = Some("yesterday".into());
+        assert_eq!(bounce_of(&garbled, now, &s), None);
+    }
+
+    #[test]
+    fn samples_are_bucketed_so_the_record_stays_small() {
+        let s = settings();
+        let mut r = CircuitRecord::new(&s, T0);
+        for i in 0..1000 {
+            r.record_redriven(&s, T0 + i * 600, 1);
+        }
+        assert!(r.redriven.len() <= 21, "{}", r.redriven.len());
+        assert_eq!(r.counts().0, 1000);
+    }
+
+    #[test]
+    fn the_record_round_trips_through_json() {
+        let s = settings();
+        let mut r = half_open();
+        r.record_redriven(&s, T0 + 7 * MIN, 4);
+        r.observe_bounces(&s, T0 + 8 * MIN, &[bounce("c1", T0 + 7 * MIN)]);
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains(r#""state":"half-open""#), "{json}");
+        assert!(json.contains(r#""operator":"auto""#), "{json}");
+        assert_eq!(serde_json::from_str::<CircuitRecord>(&json).unwrap(), r);
+    }
+
+    #[test]
+    fn events_replayed_on_another_record_give_the_same_result_as_the_calls() {
+        let s = settings();
+        let events = [
+            Event::Tick { now: T0 },
+            Event::Redriven { now: T0, n: 10 },
+            Event::Bounces {
+                now: T0 + MIN,
+                bounces: bounces(6, T0),
+            },
+            Event::EndRun {
+                plan: Plan::Drain { budget: None },
+                max_per_run: 100,
+            },
+            Event::Override {
+                now: T0 + 2 * MIN,
+                mode: Override::Open,
+            },
+        ];
+        let mut r = CircuitRecord::new(&s, T0);
+        let made: Vec<Transition> = events.iter().flat_map(|e| r.apply(&s, e)).collect();
+        assert_eq!(
+            made.len(),
+            1,
+            "the operator's open on an open circuit is no transition"
+        );
+        assert_eq!(r.state, State::Open);
+        assert_eq!(r.operator, Override::Open);
+        let (direct, _) = closed_after(6);
+        assert_eq!(r.history, direct.history);
+    }
+
+    #[test]
+    fn override_parses_its_names() {
+        assert_eq!(Override::parse("open"), Ok(Override::Open));
+        assert_eq!(Override::parse("Close"), Ok(Override::Closed));
+        assert_eq!(Override::parse("closed"), Ok(Override::Closed));
+        assert_eq!(Override::parse("auto"), Ok(Override::Auto));
+        assert!(Override::parse("half").is_err());
+    }
+}
