@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use consumer::{Message, ProcessError, Processor};
-use redrive_shared::backoff::{RandomSource, SplitMix64};
+use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::key::IdempotencyKey;
 
 use crate::loopback::{Answer, Server, respond};
@@ -41,7 +41,7 @@ pub enum Verdict {
 
 /// The downstream's behaviour and its ledger of side effects.
 pub struct Flaky {
-    rng: Mutex<SplitMix64>,
+    rng: Mutex<JitterRng>,
     /// Share of deliveries of ordinary messages that fail transiently.
     pub failure_rate: f64,
     effects: Mutex<HashMap<String, u32>>,
@@ -51,7 +51,7 @@ pub struct Flaky {
 impl Flaky {
     pub fn new(failure_rate: f64, seed: u64) -> Arc<Self> {
         Arc::new(Self {
-            rng: Mutex::new(SplitMix64::new(seed)),
+            rng: Mutex::new(seeded_rng(seed)),
             failure_rate,
             effects: Mutex::new(HashMap::new()),
             verdicts: Mutex::new(HashMap::new()),

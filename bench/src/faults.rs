@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redrive_shared::backoff::{RandomSource, SplitMix64};
+use redrive_shared::backoff::RandomSource;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
@@ -164,7 +164,7 @@ impl FaultPlan {
 }
 
 /// Picks which entries of a batch fail: each with probability one half, at least one.
-pub fn failing_entries(n: usize, rng: &mut SplitMix64) -> Vec<usize> {
+pub fn failing_entries(n: usize, rng: &mut impl RandomSource) -> Vec<usize> {
     if n == 0 {
         return Vec::new();
     }
@@ -203,11 +203,12 @@ impl std::fmt::Display for FaultCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redrive_shared::backoff::seeded_rng;
 
     #[test]
     fn the_rate_is_the_share_of_calls_that_fail() {
         let plan = FaultPlan::soak(0.2, Duration::from_secs(1));
-        let mut rng = SplitMix64::new(7);
+        let mut rng = seeded_rng(7);
         let n = 100_000;
         let mut counts = FaultCounts::default();
         for _ in 0..n {
@@ -228,7 +229,7 @@ mod tests {
     #[test]
     fn batch_entry_faults_only_hit_batch_calls() {
         let plan = FaultPlan::soak(1.0, Duration::from_secs(1));
-        let mut rng = SplitMix64::new(1);
+        let mut rng = seeded_rng(1);
         for _ in 0..10_000 {
             let k = plan.draw(&mut rng, false).expect("rate 1 always fails");
             assert_ne!(k, FaultKind::BatchEntries);
@@ -241,7 +242,7 @@ mod tests {
 
     #[test]
     fn at_least_one_entry_fails_and_all_are_in_range() {
-        let mut rng = SplitMix64::new(3);
+        let mut rng = seeded_rng(3);
         for n in 1..=10 {
             for _ in 0..200 {
                 let picked = failing_entries(n, &mut rng);

@@ -24,7 +24,7 @@ use hyper::header::{CONNECTION, CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use redrive_shared::backoff::SplitMix64;
+use redrive_shared::backoff::{JitterRng, seeded_rng};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -95,7 +95,7 @@ struct Shared {
     latency: Mutex<Duration>,
     connect_latency: Mutex<Duration>,
     faults: Mutex<Option<FaultPlan>>,
-    rng: Mutex<SplitMix64>,
+    rng: Mutex<JitterRng>,
     stats: Mutex<ProxyStats>,
     kill: KillSwitch,
 }
@@ -114,7 +114,7 @@ impl Proxy {
             latency: Mutex::new(latency),
             connect_latency: Mutex::new(Duration::ZERO),
             faults: Mutex::new(None),
-            rng: Mutex::new(SplitMix64::new(0x5eed)),
+            rng: Mutex::new(seeded_rng(0x5eed)),
             stats: Mutex::new(ProxyStats::default()),
             kill: KillSwitch::default(),
         });
@@ -146,7 +146,7 @@ impl Proxy {
 
     /// Starts (or, with `None`, stops) injecting faults, with a seeded random source.
     pub fn set_faults(&self, plan: Option<FaultPlan>, seed: u64) {
-        *lock(&self.shared.rng) = SplitMix64::new(seed);
+        *lock(&self.shared.rng) = seeded_rng(seed);
         *lock(&self.shared.faults) = plan;
     }
 
@@ -367,7 +367,7 @@ fn relay(forwarded: Forwarded) -> Answer {
 
 /// Removes the failing entries from a batch request. Returns the request body to forward
 /// (`None` when no entry is left) and the ids reported failed.
-fn split_batch(body: &[u8], rng: &mut SplitMix64) -> Option<(Option<Vec<u8>>, Vec<String>)> {
+fn split_batch(body: &[u8], rng: &mut JitterRng) -> Option<(Option<Vec<u8>>, Vec<String>)> {
     let mut request: Value = serde_json::from_slice(body).ok()?;
     let entries = request.get_mut("Entries")?.as_array_mut()?;
     let failing = failing_entries(entries.len(), rng);
@@ -550,7 +550,7 @@ mod tests {
     #[test]
     fn a_split_batch_forwards_the_rest_and_reports_the_failed() {
         let body = json!({"QueueUrl": "q", "Entries": (0..10).map(|i| json!({"Id": i.to_string(), "MessageBody": "b"})).collect::<Vec<_>>()});
-        let mut rng = SplitMix64::new(9);
+        let mut rng = seeded_rng(9);
         let (rest, failed) = split_batch(body.to_string().as_bytes(), &mut rng).unwrap();
         let rest: Value = serde_json::from_slice(&rest.unwrap()).unwrap();
         let kept: Vec<&str> = rest["Entries"]

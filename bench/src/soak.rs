@@ -26,7 +26,7 @@ use consumer::message::record_to_event_json;
 use consumer::ports::{IdempotencyStore, QueueOps};
 use consumer::{FailedIds, Message, Processor};
 use futures_util::future::join_all;
-use redrive_shared::backoff::{RandomSource, SplitMix64};
+use redrive_shared::backoff::{RandomSource, seeded_rng};
 use redrive_shared::meta::RedriveMeta;
 use redriver::ports::{Alarms, Metrics, Queue};
 use redriver::{DrainRequest, Engine};
@@ -465,7 +465,7 @@ const CONSUMER_TIMEOUT_MS: u64 = 15_000;
 const REDRIVER_TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn producer<E: Emulator>(env: &E, settings: &SoakSettings, progress: &Progress) {
-    let mut rng = SplitMix64::new(settings.seed ^ 0xa11ce);
+    let mut rng = seeded_rng(settings.seed ^ 0xa11ce);
     let mut next = 0;
     while next < settings.messages && !progress.stopped() {
         if env.source_depth().await >= settings.high_water {
@@ -554,7 +554,7 @@ async fn redriver<E, Q, A, M>(
     A: Alarms,
     M: Metrics,
 {
-    let mut rng = SplitMix64::new(settings.seed ^ 0xdead);
+    let mut rng = seeded_rng(settings.seed ^ 0xdead);
     while !progress.stopped() {
         tokio::time::sleep(settings.redriver_tick).await;
         if env.depths().await.dlq == 0 {

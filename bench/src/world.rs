@@ -21,7 +21,7 @@ use std::time::Duration;
 use consumer::fake::FakeStore;
 use consumer::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
 use redrive_shared::Attributes;
-use redrive_shared::backoff::{RandomSource, SplitMix64};
+use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::Outgoing;
 use redriver::ports::{
     BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, Received, SendEntry,
@@ -118,7 +118,7 @@ fn code_of(kind: FaultKind) -> &'static str {
 pub struct World {
     state: Mutex<State>,
     plan: Mutex<Option<FaultPlan>>,
-    rng: Mutex<SplitMix64>,
+    rng: Mutex<JitterRng>,
     stats: Mutex<WorldStats>,
     kill: KillSwitch,
     /// Share of the re-driver's sent entries acknowledged but never stored: a deliberately
@@ -141,7 +141,7 @@ impl World {
         Arc::new(Self {
             state: Mutex::new(State::default()),
             plan: Mutex::new(None),
-            rng: Mutex::new(SplitMix64::new(seed)),
+            rng: Mutex::new(seeded_rng(seed)),
             stats: Mutex::new(WorldStats::default()),
             kill: KillSwitch::default(),
             lossy_sends: Mutex::new(0.0),

@@ -12,7 +12,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use redrive_shared::backoff::{Backoff, Jitter, SplitMix64};
+use redrive_shared::backoff::{Backoff, Jitter, seeded_rng};
 use redrive_shared::decision::{Policy, ReceivedMessage, decide};
 use redrive_shared::limits::split_batches;
 use redrive_shared::meta::{ATTRIBUTE_NAME, RedriveMeta};
@@ -52,7 +52,7 @@ fn bench_decide(c: &mut Criterion) {
         source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
     };
-    let mut rng = SplitMix64::new(1);
+    let mut rng = seeded_rng(1);
     let mut group = c.benchmark_group("decide");
     group.bench_function("redrive", |b| {
         b.iter(|| {

@@ -10,51 +10,34 @@ use std::str::FromStr;
 /// SQS's DelaySeconds limit, and the ceiling of every delay this crate computes.
 pub const MAX_DELAY_SECONDS: u32 = 900;
 
+/// The longest wait of the Step Functions orchestrator ([`Backoff::new_long`]): 12 h, SQS's
+/// longest visibility timeout, which hides a waiting message on the DLQ.
+pub const MAX_WAIT_SECONDS: u32 = 43_200;
+
 /// A source of uniform numbers in `[0, 1)`. Injectable so that tests are deterministic.
 pub trait RandomSource {
     fn next_unit(&mut self) -> f64;
 }
 
-/// SplitMix64: tiny, fast, good enough for jitter (not for cryptography).
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// Seeded from std's per-process random hash keys (drawn from the OS once per thread, then
-    /// advanced for every `RandomState`), the clock and a process-wide counter: different per
-    /// process and per call, also for two calls in the same nanosecond.
-    pub fn from_entropy() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static CALLS: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(nanos);
-        h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
-        Self(h.finish())
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+/// Every `rand` generator is a source: 53 random bits as an `f64` in `[0, 1)`.
+impl<R: rand::Rng + ?Sized> RandomSource for R {
+    fn next_unit(&mut self) -> f64 {
+        rand::RngExt::random::<f64>(self)
     }
 }
 
-impl RandomSource for SplitMix64 {
-    fn next_unit(&mut self) -> f64 {
-        // 53 random bits -> [0, 1)
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
+/// The generator behind jitter (and the bench's fault draws): `rand`'s `SmallRng`, small and
+/// fast, not for cryptography (claim tokens are `uuid` v4).
+pub type JitterRng = rand::rngs::SmallRng;
+
+/// A generator whose draws are fixed by `seed` (tests, the soak, the bench).
+pub fn seeded_rng(seed: u64) -> JitterRng {
+    rand::SeedableRng::seed_from_u64(seed)
+}
+
+/// A generator seeded from the operating system's entropy (the Lambdas).
+pub fn os_seeded_rng() -> JitterRng {
+    rand::make_rng()
 }
 
 /// A constant "random" value, for tests and for reasoning about bounds.
@@ -146,6 +129,8 @@ pub enum BackoffError {
         "max {0} must be between 0 and {MAX_DELAY_SECONDS} seconds (the SQS DelaySeconds limit)"
     )]
     Max(u64),
+    #[error("max {0} must be between 0 and {MAX_WAIT_SECONDS} seconds (12 h, the SQS visibility limit)")]
+    LongMax(u64),
 }
 
 impl Backoff {
@@ -166,6 +151,27 @@ impl Backoff {
             jitter,
         })
     }
+
+    // --- Step Functions orchestrator (issue 13) ---
+    /// A policy for the Step Functions orchestrator, whose waits are not SQS delays: `max` up
+    /// to [`MAX_WAIT_SECONDS`] (12 h, SQS's longest visibility timeout, which holds a waiting
+    /// message on the DLQ). Same formula and jitter as [`Backoff::new`].
+    pub fn new_long(
+        base: f64,
+        multiplier: f64,
+        max: u64,
+        jitter: Jitter,
+    ) -> Result<Self, BackoffError> {
+        if max > u64::from(MAX_WAIT_SECONDS) {
+            return Err(BackoffError::LongMax(max));
+        }
+        let capped = Self::new(base, multiplier, max.min(u64::from(MAX_DELAY_SECONDS)), jitter)?;
+        Ok(Self {
+            max: max as u32,
+            ..capped
+        })
+    }
+    // --- end Step Functions orchestrator ---
 
     pub fn base(&self) -> f64 {
         self.base
@@ -223,13 +229,18 @@ impl Backoff {
                 (self.base + u * (hi - self.base)).min(max)
             }
         };
-        whole_seconds(raw, self.max)
+        // `max` was bounded at construction: 900 by `new`, 12 h by `new_long`.
+        round_up_within(raw, self.max)
     }
 }
 
 /// Rounds up to whole seconds and clamps to `[0, min(max, 900)]`.
 pub fn whole_seconds(raw: f64, max: u32) -> u32 {
-    let cap = max.min(MAX_DELAY_SECONDS);
+    round_up_within(raw, max.min(MAX_DELAY_SECONDS))
+}
+
+/// Rounds up to whole seconds and clamps to `[0, cap]`.
+fn round_up_within(raw: f64, cap: u32) -> u32 {
     if !raw.is_finite() {
         return if raw == f64::INFINITY { cap } else { 0 };
     }
@@ -248,13 +259,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entropy_seeds_differ_call_after_call() {
-        // The consumer's claim tokens come from these seeds: two instances in one process
-        // (or one nanosecond) must never share one.
-        let firsts: std::collections::HashSet<u64> = (0..10_000)
-            .map(|_| SplitMix64::from_entropy().next_u64())
+    fn os_seeded_generators_differ() {
+        // Two Lambdas (or two engines in one process) must not jitter in lockstep.
+        let firsts: std::collections::HashSet<u64> = (0..1_000)
+            .map(|_| rand::Rng::next_u64(&mut os_seeded_rng()))
             .collect();
-        assert_eq!(firsts.len(), 10_000);
+        assert_eq!(firsts.len(), 1_000);
     }
     use proptest::prelude::*;
 
@@ -379,14 +389,49 @@ mod tests {
 
     #[test]
     fn seeded_source_is_deterministic_and_uniform_enough() {
-        let mut a = SplitMix64::new(42);
-        let mut b = SplitMix64::new(42);
-        let xs: Vec<f64> = (0..1000).map(|_| a.next_unit()).collect();
-        let ys: Vec<f64> = (0..1000).map(|_| b.next_unit()).collect();
-        assert_eq!(xs, ys);
+        let draws = |seed| -> Vec<f64> {
+            let mut rng = seeded_rng(seed);
+            (0..10_000).map(|_| rng.next_unit()).collect()
+        };
+        let xs = draws(42);
+        assert_eq!(xs, draws(42), "the same seed draws the same numbers");
+        assert_ne!(xs, draws(43), "another seed draws others");
         assert!(xs.iter().all(|x| (0.0..1.0).contains(x)));
+        // Uniform: every tenth of [0, 1) holds about a tenth of the draws (expected 1,000 each,
+        // standard deviation 30), and the mean is about 1/2.
+        let mut deciles = [0u32; 10];
+        for x in &xs {
+            deciles[(x * 10.0) as usize] += 1;
+        }
+        assert!(
+            deciles.iter().all(|&n| (850..1150).contains(&n)),
+            "{deciles:?}"
+        );
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
-        assert!((mean - 0.5).abs() < 0.05, "mean {mean}");
+        assert!((mean - 0.5).abs() < 0.02, "mean {mean}");
+    }
+
+    #[test]
+    fn seeded_full_jitter_spreads_over_the_whole_delay() {
+        // attempt 2: d = 120; full jitter draws uniform [0, 120] whole seconds.
+        let b = policy(Jitter::Full);
+        let mut rng = seeded_rng(7);
+        let delays: Vec<u32> = (0..2_000)
+            .map(|_| b.delay_seconds(2, None, &mut rng))
+            .collect();
+        assert!(delays.iter().all(|&d| d <= 120));
+        assert!(delays.iter().any(|&d| d <= 12), "reaches the lowest tenth");
+        assert!(
+            delays.iter().any(|&d| d >= 108),
+            "reaches the highest tenth"
+        );
+        let mean = delays.iter().map(|&d| f64::from(d)).sum::<f64>() / delays.len() as f64;
+        assert!((mean - 60.5).abs() < 4.0, "mean {mean}");
+        let mut again = seeded_rng(7);
+        let replay: Vec<u32> = (0..2_000)
+            .map(|_| b.delay_seconds(2, None, &mut again))
+            .collect();
+        assert_eq!(delays, replay, "a seed replays the same delays");
     }
 
     fn arb_jitter() -> impl Strategy<Value = Jitter> {
@@ -411,7 +456,7 @@ mod tests {
             previous in proptest::option::of(0.0f64..1e6),
         ) {
             let b = Backoff::new(base, multiplier, max, jitter).unwrap();
-            let mut rng = SplitMix64::new(seed);
+            let mut rng = seeded_rng(seed);
             let d = b.delay_seconds(attempt, previous, &mut rng);
             prop_assert!(d <= max as u32 && d <= MAX_DELAY_SECONDS);
             // Without jitter the delay never decreases as attempts grow.

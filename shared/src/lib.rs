@@ -3,7 +3,7 @@
 //! - [`archive`]: the archive / export line format (JSON Lines) and its S3 key scheme.
 //! - [`attributes`]: the SQS message-attribute model and size accounting.
 //! - [`meta`]: the `x-redrive` attribute (parse, don't validate; reading is total).
-//! - [`backoff`]: exponential backoff with jitter, random source injectable.
+//! - [`backoff`]: exponential backoff with jitter, random source injectable (`rand`'s SmallRng).
 //! - [`circuit`]: the adaptive circuit (bounce-back rate, canary, cool-down), pure.
 //! - [`limits`]: SQS's documented limits, enforced here because emulators do not, and batching.
 //! - [`decision`]: redrive or isolate one received message.
@@ -31,6 +31,6 @@ pub mod sdk;
 pub mod timefmt;
 
 pub use attributes::{AttributeValue, Attributes, MessageAttribute};
-pub use backoff::{Backoff, Jitter, RandomSource, SplitMix64};
+pub use backoff::{Backoff, Jitter, JitterRng, RandomSource};
 pub use decision::{Decision, IsolationPlan, Policy, ReceivedMessage, RedrivePlan};
 pub use meta::{ErrorClass, IsolationReason, LastError, MetaSource, RedriveMeta};

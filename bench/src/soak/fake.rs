@@ -152,9 +152,7 @@ pub async fn run_in(world: Arc<World>, settings: &SoakSettings) -> Reconciliatio
         FlakyProcessor(flaky.clone()),
         super::consumer_config("soak-idempotency", &env.dlq),
     )
-    .with_rng(redrive_shared::backoff::SplitMix64::new(
-        settings.seed ^ 0xc0,
-    ));
+    .with_rng(redrive_shared::backoff::seeded_rng(settings.seed ^ 0xc0));
     let cloudwatch = FakeCloudWatch::new();
     let engine = Engine::new(
         WorldQueue(world.clone()),

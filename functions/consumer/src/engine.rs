@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::{FutureExt, StreamExt};
 use redrive_shared::attributes::message_size;
-use redrive_shared::backoff::{MAX_DELAY_SECONDS, SplitMix64};
+use redrive_shared::backoff::{JitterRng, MAX_DELAY_SECONDS, os_seeded_rng};
 use redrive_shared::config::ConsumerConfig;
 use redrive_shared::key::{IdempotencyKey, KeyError, derive};
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
@@ -192,7 +192,7 @@ pub struct Consumer<S, Q, P> {
     processor: P,
     config: ConsumerConfig,
     settings: Settings,
-    rng: Mutex<SplitMix64>,
+    rng: Mutex<JitterRng>,
     queue_urls: Mutex<HashMap<String, String>>,
 }
 
@@ -208,7 +208,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         config: ConsumerConfig,
         settings: Settings,
     ) -> Self {
-        let rng = SplitMix64::from_entropy();
+        let rng = os_seeded_rng();
         Self {
             store,
             queue,
@@ -221,7 +221,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
     }
 
     /// Replaces the jitter's random source (deterministic tests).
-    pub fn with_rng(self, rng: SplitMix64) -> Self {
+    pub fn with_rng(self, rng: JitterRng) -> Self {
         Self {
             rng: Mutex::new(rng),
             ..self

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redrive_shared::attributes::message_size;
-use redrive_shared::backoff::SplitMix64;
+use redrive_shared::backoff::{JitterRng, os_seeded_rng, seeded_rng};
 use redrive_shared::config::RedriverConfig;
 use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
 use redrive_shared::event::{EventError, Skip, Trigger, recognize};
@@ -155,7 +155,7 @@ pub struct Engine<Q, A, M> {
     pub metrics: M,
     pub config: RedriverConfig,
     pub settings: Settings,
-    rng: Mutex<SplitMix64>,
+    rng: Mutex<JitterRng>,
     clock: fn() -> i64,
     /// When each trigger alarm was last re-armed by this process (at most once per period
     /// while a drain makes no progress).
@@ -298,7 +298,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             metrics,
             config,
             settings: Settings::default(),
-            rng: Mutex::new(SplitMix64::from_entropy()),
+            rng: Mutex::new(os_seeded_rng()),
             clock: system_now_ms,
             rearmed: Mutex::new(HashMap::new()),
             limits: Mutex::new(None),
@@ -312,7 +312,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
 
     /// Fixes the jitter's random source (tests, benchmarks).
     pub fn with_seed(self, seed: u64) -> Self {
-        *self.rng.lock().unwrap_or_else(|e| e.into_inner()) = SplitMix64::new(seed);
+        *self.rng.lock().unwrap_or_else(|e| e.into_inner()) = seeded_rng(seed);
         self
     }
 
