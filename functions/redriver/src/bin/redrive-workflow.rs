@@ -1,0 +1,59 @@
+//! The Step Functions orchestrator's task Lambda: configuration and clients once at init, then
+//! one task per invocation, chosen by the input's `"action"` (see `redriver::workflow`).
+
+use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
+use redrive_shared::config::Env;
+use redriver::aws::{CloudWatch, SqsQueue};
+use redriver::workflow::{SfnExecutions, Workflow, WorkflowConfig};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    redriver::init_logging();
+    // Config errors fail init, naming the variable, before any queue is touched.
+    let config = WorkflowConfig::from_env(&Env::process()).map_err(|e| {
+        tracing::error!(error = %e, "invalid configuration");
+        e
+    })?;
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(redrive_shared::sdk::timeout_config())
+        .load()
+        .await;
+    let cloudwatch = CloudWatch {
+        client: aws_sdk_cloudwatch::Client::new(&sdk),
+    };
+    let workflow = Workflow::new(
+        SqsQueue {
+            client: aws_sdk_sqs::Client::new(&sdk),
+        },
+        cloudwatch.clone(),
+        cloudwatch,
+        SfnExecutions {
+            client: aws_sdk_sfn::Client::new(&sdk),
+        },
+        config,
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), workflow.warm_up()).await;
+    let workflow = &workflow;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let deadline = redriver::deadline_instant(event.context.deadline);
+        let action = event
+            .payload
+            .get("action")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        tracing::info!(request_id = %event.context.request_id, action = %action, "task");
+        workflow
+            .handle(event.payload, Some(deadline))
+            .await
+            .map_err(|e| {
+                tracing::error!(action = %action, error_type = e.error_type(), error = %e, "task failed");
+                Diagnostic {
+                    error_type: e.error_type().to_string(),
+                    error_message: e.to_string(),
+                }
+            })
+    }))
+    .await
+}
