@@ -21,12 +21,29 @@ Always: moto's DynamoDB checks a write's condition and then applies it without a
 concurrent conditional PutItems on one key can both succeed under a threaded server, which
 DynamoDB never allows (a conditional write is atomic). The launcher serialises moto's DynamoDB
 writes behind one lock, so that the consumer's idempotency claims meet DynamoDB's semantics.
+
+`--sfn ROUTES_DIR` (the Step Functions tests, opt-in): moto executes state machines (the harness
+also enables it with `POST /moto-api/config {"stepfunctions":{"execute_state_machine":true}}`).
+- `MOTO_PORT` is set in this process's environment to the bound port, so the `aws-sdk:*` and
+  `sqs:*` task integrations, which call `localhost:$MOTO_PORT`, reach this very server.
+- Lambda Task states: moto's Lambda would need Docker. The boto3 Lambda client that moto's
+  Step Functions interpreter makes (`lambda_eval_utils.boto_client_for`) is routed instead to a
+  `cargo lambda watch` Invoke endpoint. Its request path carries the URL-encoded function ARN
+  (`/2015-03-31/functions/arn%3Aaws%3Alambda%3A...%3Afunction%3ANAME/invocations`); NAME is
+  looked up in ROUTES_DIR, where the harness writes one file per function, named NAME, holding
+  `<invoke endpoint> <binary>` (e.g. `http://127.0.0.1:9001 redrive-workflow`). The request
+  goes to `<invoke endpoint>/2015-03-31/functions/<binary>/invocations`; a function error
+  (cargo lambda watch: HTTP 500 + error document) is answered as AWS Lambda does (200,
+  `X-Amz-Function-Error: Unhandled`), so the task's error is the function's `errorType`. A
+  function with no route fails the task with an error naming it. Every other client moto
+  makes is unchanged.
 """
 
 import logging
 import os
 import sys
 import time
+import urllib.parse
 
 
 def serialise_dynamodb_writes() -> None:
@@ -62,19 +79,116 @@ def use_fast_clock() -> None:
     sqs_models.unix_time_millis = unix_time_millis
 
 
+class NoLambdaRoute(Exception):
+    pass
+
+
+def lambda_route(routes_dir: str, url: str) -> str:
+    """The cargo lambda watch URL for a Lambda Invoke request `url` of moto's interpreter."""
+    parts = urllib.parse.urlsplit(url)
+    segments = parts.path.split("/")
+    # ['', '2015-03-31', 'functions', '<url-encoded ARN or name>', 'invocations']
+    if len(segments) < 5 or segments[2] != "functions":
+        raise NoLambdaRoute(f"not a Lambda Invoke request: {parts.path}")
+    function = urllib.parse.unquote(segments[3])
+    # arn:aws:lambda:REGION:ACCOUNT:function:NAME[:QUALIFIER], or a bare NAME
+    fields = function.split(":")
+    name = fields[6] if len(fields) >= 7 and fields[5] == "function" else function
+    path = os.path.join(routes_dir, name)
+    try:
+        with open(path, encoding="utf-8") as f:
+            endpoint, binary = f.read().split()
+    except (OSError, ValueError) as e:
+        raise NoLambdaRoute(
+            f"no cargo lambda watch route for Lambda function {name!r} ({function}): "
+            f"the test must register it (missing or malformed {path}: {e})"
+        ) from None
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{endpoint}/2015-03-31/functions/{urllib.parse.quote(binary)}/invocations{query}"
+
+
+def invoke_through_watch(url: str, body):
+    """POSTs an Invoke to cargo lambda watch and answers as the Lambda service does.
+
+    cargo lambda watch answers a function error (or panic) with HTTP 500 and the runtime's
+    error document; AWS Lambda answers 200 with `X-Amz-Function-Error: Unhandled` and that
+    document as the payload, and Step Functions names the task's error after its `errorType`
+    (what `Retry` and `Catch` match). The answer is translated so moto's interpreter sees it.
+    """
+    import json
+    import urllib.error
+    import urllib.request
+
+    from botocore.awsrequest import AWSResponse
+    from moto.core.botocore_stubber import MockRawResponse
+
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    request = urllib.request.Request(
+        url, data=body or b"{}", method="POST", headers={"Content-Type": "application/json"}
+    )
+    headers = {}
+    try:
+        with urllib.request.urlopen(request) as answer:
+            status, payload = answer.status, answer.read()
+    except urllib.error.HTTPError as e:
+        status, payload = e.code, e.read()
+    if status == 500:
+        try:
+            document = json.loads(payload)
+        except ValueError:
+            document = None
+        if isinstance(document, dict) and "errorType" in document:
+            status, headers = 200, {"X-Amz-Function-Error": "Unhandled"}
+    headers["Content-Type"] = "application/json"
+    return AWSResponse(url, status, headers, MockRawResponse(payload))
+
+
+def route_step_functions_lambda(routes_dir: str) -> None:
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+        lambda_eval_utils,
+    )
+
+    moto_client_for = lambda_eval_utils.boto_client_for
+
+    def reroute(request, **_kwargs):
+        return invoke_through_watch(lambda_route(routes_dir, request.url), request.body)
+
+    def boto_client_for(region, service, state_credentials=None):
+        client = moto_client_for(
+            region=region, service=service, state_credentials=state_credentials
+        )
+        if service == "lambda":
+            client.meta.events.register_first("before-send.lambda.Invoke", reroute)
+        return client
+
+    lambda_eval_utils.boto_client_for = boto_client_for
+
+
 def main() -> None:
     if os.environ.get("REDRIVE_MOTO_VERBOSE") != "1":
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
     serialise_dynamodb_writes()
-    if "--fast-clock" in sys.argv[1:]:
+    args = sys.argv[1:]
+    if "--fast-clock" in args:
         use_fast_clock()
+    sfn_routes = None
+    if "--sfn" in args:
+        index = args.index("--sfn")
+        if index + 1 >= len(args):
+            sys.exit("moto_launcher.py: --sfn needs the routes directory")
+        sfn_routes = args[index + 1]
+        route_step_functions_lambda(sfn_routes)
 
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()  # returns once the listening socket exists
     _, port = server.get_host_and_port()
+    if sfn_routes is not None:
+        # Read by moto at each call (moto.settings.moto_server_port): set before any execution.
+        os.environ["MOTO_PORT"] = str(port)
     sys.stdout.write(f"{port}\n")
     sys.stdout.flush()
 

@@ -397,6 +397,20 @@ impl LambdaWatch {
         }
     }
 
+    /// Starts the instances of `function` now; `invoke` otherwise starts them at the first
+    /// invoke. For invokes that do not come through `invoke`: a state machine's Lambda tasks
+    /// that `moto_sfn` routes to this server (`Moto::route_lambda` calls it). Instances that
+    /// end are started again only by the next `invoke` or `start_function`.
+    pub async fn start_function(&self, function: &str) -> Result<(), String> {
+        if self.ensure_instances(function).await? {
+            Ok(())
+        } else {
+            Err(format!(
+                "start_function {function}: not a binary of the workspace"
+            ))
+        }
+    }
+
     /// Starts `concurrency` instances of `function` unless they run: at its first invoke,
     /// and again after they ended (as cargo-lambda starts a function again). Returns whether
     /// it has instances (false: not a binary of the workspace; cargo-lambda answers 404).
@@ -544,7 +558,7 @@ fn child_environment(extra: &[(String, String)]) -> (Vec<(String, String)>, Vec<
     (env, remove)
 }
 
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => workspace_root().join(dir),
         _ => workspace_root().join("target"),

@@ -21,6 +21,8 @@ mod lambda_watch;
 mod moto;
 mod names;
 mod process;
+/// Step Functions on moto (issue 13): `moto_sfn()`, routes to `cargo lambda watch`, helpers.
+pub mod sfn;
 mod sqs;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +30,7 @@ use std::path::{Path, PathBuf};
 pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::create_idempotency_table;
 pub use lambda_watch::{LambdaWatch, WatchOptions};
-pub use moto::{Moto, REGION, moto, moto_fast_clock};
+pub use moto::{Moto, REGION, moto, moto_fast_clock, moto_sfn};
 pub use names::unique_name;
 pub use sqs::{
     QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string, drain_all,

@@ -25,10 +25,16 @@ pub struct Moto {
     // Held, never written: when this process ends the kernel closes the pipe, the launcher
     // reads end of file and exits, so moto never outlives the tests that started it.
     _lifeline: ChildStdin,
+    /// `--sfn`: where the launcher looks up the `cargo lambda watch` route of a Lambda Task's
+    /// function (see `crate::sfn`). None for the other servers.
+    pub(crate) lambda_routes: Option<PathBuf>,
 }
 
 static MOTO: OnceLock<Moto> = OnceLock::new();
 static MOTO_FAST_CLOCK: OnceLock<Moto> = OnceLock::new();
+// Step Functions executions (see `crate::sfn`): a server of its own, so that the other tests'
+// moto stays exactly as it was.
+static MOTO_SFN: OnceLock<Moto> = OnceLock::new();
 
 /// The moto server of this test process, started on first call.
 ///
@@ -46,8 +52,41 @@ pub fn moto_fast_clock() -> &'static Moto {
     MOTO_FAST_CLOCK.get_or_init(|| Moto::start(true))
 }
 
+/// A moto of this process that executes Step Functions state machines, with `MOTO_PORT` set
+/// to its port (its `aws-sdk:*` and `sqs:*` tasks call itself) and its Lambda Task states routed
+/// to `cargo lambda watch` (`Moto::route_lambda`). See `moto_launcher.py --sfn` and `crate::sfn`.
+pub fn moto_sfn() -> &'static Moto {
+    MOTO_SFN.get_or_init(|| {
+        let routes = crate::lambda_watch::target_dir()
+            .join("sfn-routes")
+            .join(crate::unique_name("moto"));
+        std::fs::create_dir_all(&routes)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", routes.display()));
+        let mut moto = Moto::launch(&["--sfn".to_string(), routes.display().to_string()]);
+        moto.lambda_routes = Some(routes);
+        let answer = http_request(
+            moto.port,
+            "POST",
+            "/moto-api/config",
+            r#"{"stepfunctions":{"execute_state_machine":true}}"#,
+        );
+        match answer {
+            Ok(200 | 201) => moto,
+            other => panic!("enabling moto's state machine execution: {other:?}"),
+        }
+    })
+}
+
 impl Moto {
     fn start(fast_clock: bool) -> Moto {
+        let args: Vec<String> = fast_clock
+            .then(|| "--fast-clock".to_string())
+            .into_iter()
+            .collect();
+        Moto::launch(&args)
+    }
+
+    fn launch(launcher_args: &[String]) -> Moto {
         let python = python();
         if !python.exists() {
             panic!(
@@ -58,7 +97,7 @@ impl Moto {
         let launcher = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("moto_launcher.py");
         let mut child = Command::new(&python)
             .arg(&launcher)
-            .args(fast_clock.then_some("--fast-clock"))
+            .args(launcher_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -106,6 +145,7 @@ impl Moto {
             port,
             pid,
             _lifeline: lifeline,
+            lambda_routes: None,
         }
     }
 
@@ -196,11 +236,16 @@ fn wait_until_answers(port: u16) {
 }
 
 fn http_status(port: u16, path: &str) -> std::io::Result<u16> {
+    http_request(port, "GET", path, "")
+}
+
+fn http_request(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<u16> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )?;
     let mut head = [0u8; 32];
     let n = stream.read(&mut head)?;

@@ -1,0 +1,183 @@
+//! The Step Functions harness tests itself: moto executes a small state machine whose
+//! `aws-sdk:sqs` tasks call moto itself (MOTO_PORT), whose Lambda tasks run `echo_lambda` under
+//! a real `cargo lambda watch` (the launcher's route), and whose Wait state reads `SecondsPath`.
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_sfn::types::{ExecutionStatus, HistoryEventType};
+use redrive_tests::{LambdaWatch, QueueSet, WatchOptions, moto_sfn, sfn, unique_name};
+use serde_json::{Value, json};
+
+const DEFINITION: &str = r#"{
+  "Comment": "harness check: sqs via aws-sdk, a routed Lambda, a Wait with SecondsPath",
+  "StartAt": "Send",
+  "States": {
+    "Send": {
+      "Type": "Task",
+      "Resource": "arn:aws:states:::aws-sdk:sqs:sendMessage",
+      "Parameters": {"QueueUrl": "${QueueUrl}", "MessageBody.$": "$.body"},
+      "ResultPath": null,
+      "Next": "Receive"
+    },
+    "Receive": {
+      "Type": "Task",
+      "Resource": "arn:aws:states:::aws-sdk:sqs:receiveMessage",
+      "Parameters": {"QueueUrl": "${QueueUrl}", "MaxNumberOfMessages": 1, "WaitTimeSeconds": 1},
+      "ResultSelector": {"messages.$": "$.Messages"},
+      "ResultPath": "$.received",
+      "Next": "Echo"
+    },
+    "Echo": {
+      "Type": "Task",
+      "Resource": "arn:aws:states:::lambda:invoke",
+      "Parameters": {
+        "FunctionName": "${TaskFunction}",
+        "Payload": {"messages.$": "$.received.messages", "seconds.$": "$.seconds", "env": ["AWS_LAMBDA_FUNCTION_NAME"]}
+      },
+      "ResultSelector": {"echo.$": "$.Payload.echo", "function.$": "$.Payload.env.AWS_LAMBDA_FUNCTION_NAME"},
+      "ResultPath": "$.lambda",
+      "Next": "WaitForBackoff"
+    },
+    "WaitForBackoff": {"Type": "Wait", "SecondsPath": "$.lambda.echo.seconds", "Next": "Direct"},
+    "Direct": {
+      "Type": "Task",
+      "Resource": "${TaskFunction}",
+      "Parameters": {"fail.$": "$.fail"},
+      "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Caught"}],
+      "ResultPath": "$.direct",
+      "End": true
+    },
+    "Caught": {"Type": "Fail", "Error": "EchoFailed"}
+  }
+}"#;
+
+#[tokio::test]
+async fn moto_runs_sqs_tasks_a_routed_lambda_and_a_wait_with_seconds_path() {
+    // GIVEN the Step Functions moto, echo_lambda under cargo lambda watch routed as a
+    // uniquely named function, and a queue
+    let moto = moto_sfn();
+    assert_ne!(
+        moto.port(),
+        redrive_tests::moto().port(),
+        "a server of its own"
+    );
+    let watch = LambdaWatch::start_with(WatchOptions {
+        bins: vec!["echo_lambda".into()],
+        env: moto.env(),
+        ..WatchOptions::default()
+    })
+    .await;
+    let route = moto
+        .route_lambda(&unique_name("echo"), &watch, "echo_lambda")
+        .await;
+    let sqs = moto.sqs().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let definition = sfn::substitute_definition(
+        DEFINITION,
+        &[
+            ("QueueUrl", &queues.source_url),
+            ("TaskFunction", route.arn()),
+        ],
+    )
+    .unwrap();
+    let client = moto.sfn().await;
+    let machine = sfn::create_state_machine(&client, "harness", &definition).await;
+
+    // WHEN an execution runs whose direct Lambda task succeeds
+    let started = Instant::now();
+    let execution = sfn::start_execution(
+        &client,
+        &machine,
+        &json!({"body": "order o-1", "seconds": 2, "fail": null}),
+    )
+    .await;
+    let done = sfn::wait_for_execution(&client, &execution, Duration::from_secs(60)).await;
+
+    // THEN it succeeded: the message went through moto's SQS, the Lambda ran as echo_lambda,
+    // and the Wait slept the seconds the Lambda returned
+    let history = sfn::execution_history(&client, &execution).await;
+    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
+    assert_eq!(
+        done.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        lines.join("\n")
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the Wait did not wait"
+    );
+    let output: Value = serde_json::from_str(done.output().unwrap()).unwrap();
+    assert_eq!(
+        output["received"]["messages"][0]["Body"],
+        json!("order o-1")
+    );
+    assert_eq!(
+        output["lambda"]["echo"]["messages"][0]["Body"],
+        json!("order o-1")
+    );
+    assert_eq!(output["lambda"]["function"], json!("echo_lambda"));
+    assert_eq!(output["direct"]["echo"], json!({"fail": null}));
+    assert!(
+        history
+            .iter()
+            .any(|e| e.r#type() == &HistoryEventType::WaitStateExited),
+        "{}",
+        lines.join("\n")
+    );
+    // the received message is moto's own: it is in flight on the queue
+    let depth = redrive_tests::queue_attributes(&sqs, &queues.source_url).await;
+    let in_flight =
+        &depth[&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible];
+    assert_eq!(in_flight, "1");
+
+    // WHEN the direct Lambda task fails
+    let execution = sfn::start_execution(
+        &client,
+        &machine,
+        &json!({"body": "order o-2", "seconds": 0, "fail": "downstream said no"}),
+    )
+    .await;
+    let done = sfn::wait_for_execution(&client, &execution, Duration::from_secs(60)).await;
+    // THEN the function's error reaches the state machine: the task failed with its message,
+    // the Catch led to the Fail state
+    assert_eq!(done.status(), &ExecutionStatus::Failed);
+    assert_eq!(done.error(), Some("EchoFailed"));
+    // (the function error is answered as AWS Lambda does: its errorType names the error)
+    let history = sfn::execution_history(&client, &execution).await;
+    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
+    assert!(
+        lines.iter().any(|l| l.contains("LambdaFunctionFailed")
+            && !l.contains("error=Exception ")
+            && l.contains("downstream said no")),
+        "{}",
+        lines.join("\n")
+    );
+    drop(watch);
+}
+
+#[tokio::test]
+async fn a_lambda_task_without_a_route_fails_naming_the_function() {
+    let moto = moto_sfn();
+    let client = moto.sfn().await;
+    let name = unique_name("unrouted");
+    let definition = sfn::substitute_definition(
+        r#"{"StartAt":"T","States":{"T":{"Type":"Task","Resource":"${Fn}","End":true}}}"#,
+        &[("Fn", &sfn::lambda_arn(&name))],
+    )
+    .unwrap();
+    let machine = sfn::create_state_machine(&client, "unrouted", &definition).await;
+    let execution = sfn::start_execution(&client, &machine, &json!({})).await;
+    let done = sfn::wait_for_execution(&client, &execution, Duration::from_secs(30)).await;
+    assert_eq!(done.status(), &ExecutionStatus::Failed);
+    let history = sfn::execution_history(&client, &execution).await;
+    let text: String = history
+        .iter()
+        .map(sfn::describe_event)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        text.contains(&name),
+        "the failure names the function:\n{text}"
+    );
+}
