@@ -382,15 +382,23 @@ impl Metrics for CloudWatch {
                 .dimensions(dim.clone())
                 .build()
         };
-        self.client
+        let mut put = self
+            .client
             .put_metric_data()
             .namespace(namespace)
             .metric_data(datum("SuccessfulRedrives", m.successful_redrives))
             .metric_data(datum("PoisonPillsIsolated", m.poison_pills_isolated))
             .metric_data(datum("RedriveFailures", m.redrive_failures))
             .metric_data(datum("DlqReceiveFailures", m.dlq_receive_failures))
-            .metric_data(datum("UnplaceableMessages", m.unplaceable_messages))
-            .send()
+            .metric_data(datum("UnplaceableMessages", m.unplaceable_messages));
+        // The adaptive circuit (issue 14), only while it is on.
+        if let Some(c) = m.circuit {
+            put = put
+                .metric_data(datum("CircuitOpen", u64::from(c.open)))
+                .metric_data(datum("CircuitTransitions", c.transitions))
+                .metric_data(datum("BouncedCopies", c.bounced));
+        }
+        put.send()
             .await
             .map_err(|e| cw_error("PutMetricData", e))?;
         Ok(())

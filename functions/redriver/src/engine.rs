@@ -20,6 +20,11 @@ use redrive_shared::meta::MetaSource;
 use serde::Serialize;
 use tokio::time::Instant;
 
+// --- adaptive circuit (issue 14) ---
+mod circuit;
+use crate::circuit::{CircuitStore, NoCircuit};
+pub use circuit::CircuitSummary;
+// --- end adaptive circuit ---
 use crate::ports::{
     AlarmState, Alarms, BatchOutcome, EntryFailure, HandleEntry, Metrics, PortError, Queue,
     Received, RunMetrics, SendEntry,
@@ -81,6 +86,9 @@ pub struct Summary {
     /// Messages neither the source nor the poison queue accepts; they stay on the DLQ.
     #[serde(skip)]
     pub unplaceable: u64,
+    /// The adaptive circuit after the run (issue 14); absent when the circuit is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<CircuitSummary>,
 }
 
 /// Why an invocation fails.
@@ -149,10 +157,14 @@ impl Default for Settings {
     }
 }
 
-pub struct Engine<Q, A, M> {
+/// The engine. `C` is the adaptive circuit's store ([`NoCircuit`] by default: off, as when
+/// `CIRCUIT_TABLE` is unset); see [`Engine::with_circuit`].
+pub struct Engine<Q, A, M, C = NoCircuit> {
     pub queue: Q,
     pub alarms: A,
     pub metrics: M,
+    /// The adaptive circuit's record; used only when `config.circuit` is set too.
+    pub circuit: C,
     pub config: RedriverConfig,
     pub settings: Settings,
     rng: Mutex<JitterRng>,
@@ -220,7 +232,7 @@ enum Outcome {
     HeldForOrder,
 }
 
-struct Run {
+struct Run<'a> {
     remaining: AtomicU32,
     stop: Mutex<Option<StopReason>>,
     received: AtomicU64,
@@ -234,9 +246,11 @@ struct Run {
     calls_end: Option<Instant>,
     dlq_unreadable: Mutex<Option<String>>,
     unplaceable: AtomicU64,
+    /// The adaptive circuit's part of this run (issue 14); `None` when it is off.
+    circuit: Option<&'a circuit::CircuitRun>,
 }
 
-impl Run {
+impl Run<'_> {
     fn stop(&self, reason: StopReason) {
         let mut s = self.stop.lock().unwrap_or_else(|e| e.into_inner());
         s.get_or_insert(reason);
@@ -296,6 +310,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             queue,
             alarms,
             metrics,
+            circuit: NoCircuit,
             config,
             settings: Settings::default(),
             rng: Mutex::new(os_seeded_rng()),
@@ -303,6 +318,31 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             rearmed: Mutex::new(HashMap::new()),
             limits: Mutex::new(None),
         }
+    }
+}
+
+impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
+    /// The adaptive circuit's store (issue 14): used when `config.circuit` is set
+    /// (`CIRCUIT_TABLE`); `None` or [`NoCircuit`] keep the circuit off.
+    pub fn with_circuit<S: CircuitStore>(self, store: S) -> Engine<Q, A, M, S> {
+        Engine {
+            queue: self.queue,
+            alarms: self.alarms,
+            metrics: self.metrics,
+            circuit: store,
+            config: self.config,
+            settings: self.settings,
+            rng: self.rng,
+            clock: self.clock,
+            rearmed: self.rearmed,
+            limits: self.limits,
+        }
+    }
+
+    /// The wall clock (epoch milliseconds) of the stamps and of the circuit (tests, simulations).
+    pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn with_settings(mut self, settings: Settings) -> Self {
@@ -414,6 +454,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                         dlq_remaining: None,
                         dlq_unreadable: None,
                         unplaceable: 0,
+                        circuit: None,
                     };
                     self.publish(&summary, deadline).await;
                     log_summary(&summary);
@@ -460,9 +501,10 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                     dlq_remaining: None,
                     dlq_unreadable: None,
                     unplaceable: 0,
+                    circuit: None,
                 }
             }
-            None => self.drain(request).await,
+            None => self.drain_with_circuit(request).await,
         };
         // Each call below is bounded by `call_timeout` and by the deadline itself.
         summary.dlq_remaining = self.dlq_remaining(end).await;
@@ -474,7 +516,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
 
     /// The guard alarms that keep the circuit open: those in ALARM, and those that do not exist
     /// (a misspelt or deleted guard fails closed). INSUFFICIENT_DATA is not ALARM.
-    async fn open_guards(&self, end: Option<Instant>) -> Option<Vec<String>> {
+    pub(crate) async fn open_guards(&self, end: Option<Instant>) -> Option<Vec<String>> {
         let names = &self.config.guard_alarm_names;
         if names.is_empty() {
             return None;
@@ -509,7 +551,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         }
     }
 
-    async fn dlq_remaining(&self, end: Option<Instant>) -> Option<u64> {
+    pub(crate) async fn dlq_remaining(&self, end: Option<Instant>) -> Option<u64> {
         let dlq = self.config.dlq_url.as_str();
         match self
             .retry(end, || {
@@ -525,7 +567,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         }
     }
 
-    async fn publish(&self, summary: &Summary, end: Option<Instant>) {
+    pub(crate) async fn publish(&self, summary: &Summary, end: Option<Instant>) {
         let mut metrics = if summary.dry_run {
             RunMetrics {
                 redrive_failures: summary.failed,
@@ -541,6 +583,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             }
         };
         metrics.dlq_receive_failures = u64::from(summary.dlq_unreadable.is_some());
+        metrics.circuit = summary.circuit.as_ref().map(CircuitSummary::metrics);
         let result = self
             .bounded(
                 end,
@@ -562,7 +605,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     /// drain fires it again at its next evaluation. A drain that moved nothing (an open circuit,
     /// sends that keep failing) re-arms at most once per alarm period, so that a guard incident
     /// costs one notification per period rather than one per evaluation.
-    async fn rearm(&self, request: &DrainRequest, summary: &Summary) {
+    pub(crate) async fn rearm(&self, request: &DrainRequest, summary: &Summary) {
         let Some(alarm) = &request.trigger_alarm else {
             return;
         };
@@ -637,6 +680,15 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
 
     /// Drains up to `request.max_messages`, several pipelines at once (one for FIFO queues).
     pub async fn drain(&self, request: &DrainRequest) -> Summary {
+        self.drain_with(request, None).await
+    }
+
+    /// [`Self::drain`], with the adaptive circuit's part of the run when it is on.
+    async fn drain_with(
+        &self,
+        request: &DrainRequest,
+        circuit: Option<&circuit::CircuitRun>,
+    ) -> Summary {
         // The margin is at most a quarter of the time left, so that a short Lambda timeout
         // still drains; the reserve for the calls after the drain at most half the margin.
         let margin = request.deadline.map_or(self.settings.deadline_margin, |d| {
@@ -658,6 +710,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             calls_end: request.deadline.map(|d| d - reserve),
             dlq_unreadable: Mutex::new(None),
             unplaceable: AtomicU64::new(0),
+            circuit,
         };
         let fifo = self.config.dlq_url.is_fifo() || self.config.source_queue_url.is_fifo();
         let pipelines = if fifo {
@@ -665,8 +718,10 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         } else {
             self.config.max_concurrent_batches.max(1)
         };
-        // A dry run holds what it received until the end, so it never sees a message twice.
-        let visibility = if request.dry_run {
+        // A dry run (and a half-open circuit watching for its canary) holds what it received
+        // until the end, so it never sees a message twice.
+        let watch = circuit.is_some_and(|c| c.watching());
+        let visibility = if request.dry_run || watch {
             let until_deadline = request.deadline.map_or(900, |d| {
                 d.saturating_duration_since(Instant::now()).as_secs() + 60
             });
@@ -676,8 +731,9 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
         };
         join_all((0..pipelines).map(|_| self.pipeline(&run, request, visibility, margin))).await;
 
-        if request.dry_run {
-            let held = std::mem::take(&mut *run.held.lock().unwrap_or_else(|e| e.into_inner()));
+        // Held: a dry run's messages, and those the circuit kept from being redriven.
+        let held = std::mem::take(&mut *run.held.lock().unwrap_or_else(|e| e.into_inner()));
+        if !held.is_empty() {
             self.release(&run, held).await;
         }
         let stopped_because = run
@@ -699,10 +755,17 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
                 .unwrap_or_else(|e| e.into_inner())
                 .take(),
             unplaceable: run.unplaceable.load(Ordering::SeqCst),
+            circuit: None,
         }
     }
 
-    async fn pipeline(&self, run: &Run, request: &DrainRequest, visibility: i32, margin: Duration) {
+    async fn pipeline(
+        &self,
+        run: &Run<'_>,
+        request: &DrainRequest,
+        visibility: i32,
+        margin: Duration,
+    ) {
         let dlq = self.config.dlq_url.as_str();
         loop {
             if run.stopped() {
@@ -771,11 +834,28 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             }
             run.received
                 .fetch_add(messages.len() as u64, Ordering::SeqCst);
+            // --- adaptive circuit (issue 14): bounced copies are counted before anything is
+            // sent; an open circuit (or a watch for the canary) keeps the batch on the DLQ.
+            if let Some(c) = run.circuit
+                && !self.circuit_admits(run, c, &messages)
+            {
+                run.held.lock().unwrap_or_else(|e| e.into_inner()).extend(
+                    messages.into_iter().map(|m| HandleEntry {
+                        id: m.message_id,
+                        receipt_handle: m.receipt_handle,
+                    }),
+                );
+                continue;
+            }
+            // --- end adaptive circuit
             self.process(run, messages, request.dry_run).await;
+            if let Some(c) = run.circuit {
+                c.note_redriven(run.redriven.load(Ordering::SeqCst), request.dry_run);
+            }
         }
     }
 
-    fn decide_all(&self, messages: Vec<Received>) -> Vec<(Received, Decision)> {
+    pub(crate) fn decide_all(&self, messages: Vec<Received>) -> Vec<(Received, Decision)> {
         let policy = self.policy();
         let now = (self.clock)();
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
@@ -797,8 +877,54 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             .collect()
     }
 
-    async fn process(&self, run: &Run, messages: Vec<Received>, dry_run: bool) {
-        let decided = self.decide_all(messages);
+    async fn process(&self, run: &Run<'_>, messages: Vec<Received>, dry_run: bool) {
+        self.process_decided(run, self.decide_all(messages), dry_run)
+            .await
+    }
+
+    /// Sends messages already decided (the workflow's tasks decide before a wait) and deletes
+    /// from the DLQ only what was acknowledged: the same path as a drain's batch.
+    pub(crate) async fn apply_decided(
+        &self,
+        decided: Vec<(Received, Decision)>,
+        deadline: Option<Instant>,
+    ) -> Summary {
+        let run = Run {
+            remaining: AtomicU32::new(0),
+            stop: Mutex::new(None),
+            received: AtomicU64::new(decided.len() as u64),
+            redriven: AtomicU64::new(0),
+            isolated: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            held: Mutex::new(Vec::new()),
+            held_groups: Mutex::new(HeldGroups::default()),
+            pacer: None,
+            calls_end: deadline,
+            dlq_unreadable: Mutex::new(None),
+            unplaceable: AtomicU64::new(0),
+            circuit: None,
+        };
+        self.process_decided(&run, decided, false).await;
+        Summary {
+            received: run.received.load(Ordering::SeqCst),
+            redriven: run.redriven.load(Ordering::SeqCst),
+            isolated: run.isolated.load(Ordering::SeqCst),
+            failed: run.failed.load(Ordering::SeqCst),
+            dry_run: false,
+            stopped_because: StopReason::Limit,
+            dlq_remaining: None,
+            dlq_unreadable: None,
+            unplaceable: run.unplaceable.load(Ordering::SeqCst),
+            circuit: None,
+        }
+    }
+
+    async fn process_decided(
+        &self,
+        run: &Run<'_>,
+        decided: Vec<(Received, Decision)>,
+        dry_run: bool,
+    ) {
         if dry_run {
             let mut held = Vec::with_capacity(decided.len());
             for (i, (m, d)) in decided.into_iter().enumerate() {
@@ -966,7 +1092,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     /// Sends entries in valid batches, concurrently.
-    async fn send_all(&self, run: &Run, queue_url: &str, entries: Vec<SendEntry>) -> Sent {
+    async fn send_all(&self, run: &Run<'_>, queue_url: &str, entries: Vec<SendEntry>) -> Sent {
         let mut sent = Sent::default();
         if entries.is_empty() {
             return sent;
@@ -986,7 +1112,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
 
     /// FIFO: one entry per group per batch, batches in order, and a group whose send failed is
     /// held back for the rest of the invocation so that no later message overtakes it.
-    async fn send_fifo(&self, run: &Run, queue_url: &str, entries: Vec<SendEntry>) -> Sent {
+    async fn send_fifo(&self, run: &Run<'_>, queue_url: &str, entries: Vec<SendEntry>) -> Sent {
         let mut sent = Sent::default();
         let batches = split_fifo_batches(entries, entry_size, |e| e.group_id.as_deref());
         for batch in batches {
@@ -1017,7 +1143,12 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     /// One batch, retrying the whole call or its retryable failed entries.
-    async fn send_with_retry(&self, run: &Run, queue_url: &str, mut batch: Vec<SendEntry>) -> Sent {
+    async fn send_with_retry(
+        &self,
+        run: &Run<'_>,
+        queue_url: &str,
+        mut batch: Vec<SendEntry>,
+    ) -> Sent {
         let mut sent = Sent::default();
         let end = run.calls_end;
         for attempt in 0..self.settings.retry_attempts.max(1) {
@@ -1090,7 +1221,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     /// Deletes from the DLQ; returns the ids deleted.
-    async fn delete_all(&self, run: &Run, mut entries: Vec<HandleEntry>) -> HashSet<String> {
+    async fn delete_all(&self, run: &Run<'_>, mut entries: Vec<HandleEntry>) -> HashSet<String> {
         let mut deleted = HashSet::new();
         let dlq = self.config.dlq_url.as_str();
         let end = run.calls_end;
@@ -1127,7 +1258,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     /// Dry run: make every held message visible again at once.
-    async fn release(&self, run: &Run, held: Vec<HandleEntry>) {
+    async fn release(&self, run: &Run<'_>, held: Vec<HandleEntry>) {
         let dlq = self.config.dlq_url.as_str();
         let end = run.calls_end;
         for chunk in held.chunks(10) {
@@ -1172,7 +1303,11 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     }
 
     /// Retries a whole call while it fails in a retryable way and there is time left.
-    async fn retry<T, F, Fut>(&self, end: Option<Instant>, mut call: F) -> Result<T, PortError>
+    pub(crate) async fn retry<T, F, Fut>(
+        &self,
+        end: Option<Instant>,
+        mut call: F,
+    ) -> Result<T, PortError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, PortError>>,
@@ -1196,7 +1331,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
     /// One port call, given at most `call_timeout` and never past `end`: a stalled call fails
     /// as a retryable `Timeout` instead of outliving the deadline (and the visibility timeout
     /// of the messages it carries).
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         end: Option<Instant>,
         operation: &'static str,

@@ -4,6 +4,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 use redrive_shared::config::{Env, RedriverConfig};
 use redriver::Engine;
 use redriver::aws::{CloudWatch, SqsQueue};
+use redriver::circuit::DynamoDbCircuitStore;
 use serde_json::Value;
 
 #[tokio::main]
@@ -19,6 +20,7 @@ async fn main() -> Result<(), Error> {
         .timeout_config(redrive_shared::sdk::timeout_config())
         .load()
         .await;
+    let circuit_table = config.circuit.as_ref().map(|c| c.table.clone());
     let cloudwatch = CloudWatch {
         client: aws_sdk_cloudwatch::Client::new(&sdk),
     };
@@ -29,7 +31,12 @@ async fn main() -> Result<(), Error> {
         cloudwatch.clone(),
         cloudwatch,
         config,
-    );
+    )
+    // The adaptive circuit (issue 14): on when CIRCUIT_TABLE is set.
+    .with_circuit(circuit_table.map(|table| DynamoDbCircuitStore {
+        client: aws_sdk_dynamodb::Client::new(&sdk),
+        table,
+    }));
     // Connect at init, bounded so that an unreachable endpoint cannot eat the init phase.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), engine.warm_up()).await;
     let engine = &engine;

@@ -166,11 +166,25 @@ pub struct RunMetrics {
     pub dlq_receive_failures: u64,
     /// Messages that neither the source nor the poison queue accepts: left on the DLQ.
     pub unplaceable_messages: u64,
+    /// The adaptive circuit's metrics; `None` when the circuit is off (nothing published).
+    pub circuit: Option<CircuitMetrics>,
+}
+
+/// Published only while the adaptive circuit is on (issue 14).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CircuitMetrics {
+    /// `CircuitOpen`: 1 while the circuit is open or half-open after the run, else 0.
+    pub open: bool,
+    /// `CircuitTransitions`: transitions the run made.
+    pub transitions: u64,
+    /// `BouncedCopies`: redriven copies the run saw back on the DLQ within the window.
+    pub bounced: u64,
 }
 
 pub trait Metrics: Sync {
     /// One PutMetricData with `SuccessfulRedrives`, `PoisonPillsIsolated`, `RedriveFailures`,
-    /// `DlqReceiveFailures` and `UnplaceableMessages` (Unit Count, dimension `QueueName`).
+    /// `DlqReceiveFailures` and `UnplaceableMessages` (Unit Count, dimension `QueueName`), and
+    /// with the circuit on `CircuitOpen`, `CircuitTransitions` and `BouncedCopies`.
     fn publish(
         &self,
         namespace: &str,
