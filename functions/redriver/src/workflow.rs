@@ -62,12 +62,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::circuit::{CircuitStore, NoCircuit};
 use crate::engine::{DrainRequest, Engine, StopReason, Summary};
 use crate::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, Received};
 
 /// Map items of one `receiveBatch`, and drains of one scale-out round, at most: the ASL's Map
 /// `MaxConcurrency`, so that every item starts (and holds its message) at once.
 pub const MAX_PARALLEL: u32 = 40;
+
+/// Messages one execution handles in `messages` mode: about 20 history events each, within a
+/// Standard execution's 25,000.
+pub const MAX_MESSAGES_PER_EXECUTION: u32 = 1_000;
 
 /// The orchestrator's configuration: the re-driver's variables (its backoff capped at 900 s,
 /// for the scale-out drains), the same backoff up to 12 h for waits, and the workflow's own.
@@ -424,10 +429,12 @@ type Drainer<Q, A, M> = Arc<Engine<Q, A, M>>;
 
 /// The tasks, over one engine for decisions with long waits and one engine per drain count
 /// (velocity cap split K ways) for scale-out.
-pub struct Workflow<Q, A, M, X> {
+pub struct Workflow<Q, A, M, X, C = NoCircuit> {
     pub engine: Engine<Q, A, M>,
     pub config: WorkflowConfig,
     pub executions: X,
+    /// The circuit table (`CIRCUIT_TABLE`): its operator flag opens the circuit breaker.
+    pub circuit: C,
     drainers: Mutex<HashMap<u32, Drainer<Q, A, M>>>,
     settings: crate::engine::Settings,
     clock: fn() -> i64,
@@ -460,12 +467,35 @@ where
             engine: Engine::new(queue, alarms, metrics, deciding),
             config,
             executions,
+            circuit: NoCircuit,
             drainers: Mutex::new(HashMap::new()),
             settings: crate::engine::Settings::default(),
             clock: now_ms,
         }
     }
 
+    /// The circuit table whose operator flag (`redrive circuit open`) holds the breaker open.
+    pub fn with_circuit<S: CircuitStore>(self, store: S) -> Workflow<Q, A, M, X, S> {
+        Workflow {
+            engine: self.engine,
+            config: self.config,
+            executions: self.executions,
+            circuit: store,
+            drainers: self.drainers,
+            settings: self.settings,
+            clock: self.clock,
+        }
+    }
+}
+
+impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
+where
+    Q: Queue + Clone,
+    A: Alarms + Clone,
+    M: Metrics + Clone,
+    X: Executions,
+    C: CircuitStore,
+{
     /// Engine tunables (tests shorten the receive wait and retry pauses).
     pub fn with_settings(mut self, settings: crate::engine::Settings) -> Self {
         self.engine = self.engine.with_settings(settings.clone());
@@ -551,6 +581,14 @@ where
             return Err(invalid("execution input: maxMessages must be >= 1"));
         }
         let fifo = self.fifo();
+        if !fifo
+            && input.mode.unwrap_or(Mode::Messages) == Mode::Messages
+            && max_messages > MAX_MESSAGES_PER_EXECUTION
+        {
+            return Err(invalid(format!(
+                "execution input: maxMessages {max_messages} is above {MAX_MESSAGES_PER_EXECUTION}, the most one execution handles message by message (a Standard execution's history holds 25,000 events); use mode scaleOut for larger backlogs"
+            )));
+        }
         let drains = input.drains.unwrap_or(1);
         if !(1..=MAX_PARALLEL).contains(&drains) {
             return Err(invalid(format!(
@@ -603,11 +641,51 @@ where
         if let Some(open) = &guards {
             tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: the execution touches nothing");
         }
+        let (operator, held) = self.operator_flag().await;
         json!({
-            "open": guards.is_some(),
+            "open": guards.is_some() || held,
             "guards": guards.unwrap_or_default(),
-            "operator": Value::Null,
+            "operator": operator,
         })
+    }
+
+    /// The circuit record's operator flag and whether the record holds the circuit open
+    /// (`redrive circuit open`, or an adaptive circuit open and cooling down). A record that
+    /// cannot be read holds it open (fail closed, as unreadable guard alarms do).
+    async fn operator_flag(&self) -> (Value, bool) {
+        let Some(cfg) = &self.config.redriver.circuit else {
+            return (Value::Null, false);
+        };
+        if !self.circuit.enabled() {
+            return (Value::Null, false);
+        }
+        let now = (self.clock)();
+        match self
+            .circuit
+            .load(self.config.redriver.dlq_url.as_str())
+            .await
+        {
+            Ok(None) => (json!("auto"), false),
+            Ok(Some(stored)) => {
+                let mut record = stored.record;
+                let operator = record.operator.as_str();
+                // Read only: the tick shows what the record holds now; the Lambda writes it.
+                record.apply(&cfg.settings, &redrive_shared::circuit::Event::Tick { now });
+                let held = record.plan(&cfg.settings) == redrive_shared::circuit::Plan::Hold;
+                if held {
+                    tracing::warn!(
+                        operator,
+                        action = "circuit-open",
+                        "the circuit record holds the circuit open: the execution touches nothing"
+                    );
+                }
+                (json!(operator), held)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the circuit record; treating the circuit as open");
+                (json!("unknown"), true)
+            }
+        }
     }
 
     async fn receive(
@@ -1493,5 +1571,51 @@ mod tests {
             .unwrap();
         assert_eq!(out["open"], true);
         assert_eq!(out["guards"], json!(["downstream-errors"]));
+    }
+
+    #[tokio::test]
+    async fn the_operator_flag_opens_the_circuit() {
+        use crate::circuit::MemoryCircuitStore;
+        use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Override};
+        let (_, _, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+        let store = MemoryCircuitStore::default();
+        let mut record = CircuitRecord::new(&CircuitSettings::default(), 0);
+        record.operator = Override::Open;
+        store.put(DLQ, record.clone());
+        let wf = wf.with_circuit(store);
+        let out = wf
+            .handle(json!({"action":"checkCircuit"}), None)
+            .await
+            .unwrap();
+        assert_eq!(out["open"], true);
+        assert_eq!(out["operator"], "open");
+        assert_eq!(out["guards"], json!([]));
+        record.operator = Override::Auto;
+        wf.circuit.put(DLQ, record);
+        let out = wf
+            .handle(json!({"action":"checkCircuit"}), None)
+            .await
+            .unwrap();
+        assert_eq!(out["open"], false);
+        assert_eq!(out["operator"], "auto");
+    }
+
+    #[tokio::test]
+    async fn one_execution_handles_at_most_1000_messages_one_by_one() {
+        let (_, _, wf) = setup(&[]);
+        let start = |input: Value| json!({"action":"start","input":input,"executionArn":"e","stateMachineArn":"sm"});
+        let err = wf
+            .handle(start(json!({"maxMessages": 1001})), None)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("scaleOut"), "{err}");
+        let ok = wf
+            .handle(
+                start(json!({"maxMessages": 1001, "mode": "scaleOut"})),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(ok["run"]["maxMessages"], 1001);
     }
 }

@@ -4,6 +4,7 @@
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use redrive_shared::config::Env;
 use redriver::aws::{CloudWatch, SqsQueue};
+use redriver::circuit::DynamoDbCircuitStore;
 use redriver::workflow::{SfnExecutions, Workflow, WorkflowConfig};
 use serde_json::Value;
 
@@ -22,6 +23,7 @@ async fn main() -> Result<(), Error> {
     let cloudwatch = CloudWatch {
         client: aws_sdk_cloudwatch::Client::new(&sdk),
     };
+    let circuit_table = config.redriver.circuit.as_ref().map(|c| c.table.clone());
     let workflow = Workflow::new(
         SqsQueue {
             client: aws_sdk_sqs::Client::new(&sdk),
@@ -32,7 +34,12 @@ async fn main() -> Result<(), Error> {
             client: aws_sdk_sfn::Client::new(&sdk),
         },
         config,
-    );
+    )
+    // The operator's flag (`redrive circuit open`): read when CIRCUIT_TABLE is set.
+    .with_circuit(circuit_table.map(|table| DynamoDbCircuitStore {
+        client: aws_sdk_dynamodb::Client::new(&sdk),
+        table,
+    }));
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), workflow.warm_up()).await;
     let workflow = &workflow;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
