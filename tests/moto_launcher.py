@@ -37,6 +37,12 @@ also enables it with `POST /moto-api/config {"stepfunctions":{"execute_state_mac
   `X-Amz-Function-Error: Unhandled`), so the task's error is the function's `errorType`. A
   function with no route fails the task with an error naming it. Every other client moto
   makes is unchanged.
+- Fault injection (the tests' "a task fails once", the soak's injected failures): a route
+  file's further lines `fail <action> <count> <before|after>` answer the first <count> invokes
+  whose payload has `"action": "<action>"` (`*`: any) with the function error
+  `Lambda.ServiceException`, the error Step Functions reports when the Lambda service fails a
+  call. `before`: the function never ran; `after`: it ran (its effects happened), its answer is
+  lost. Counted per route file version, so rewriting the file starts again.
 """
 
 import logging
@@ -83,8 +89,21 @@ class NoLambdaRoute(Exception):
     pass
 
 
-def lambda_route(routes_dir: str, url: str) -> str:
-    """The cargo lambda watch URL for a Lambda Invoke request `url` of moto's interpreter."""
+class Route:
+    def __init__(self, url: str, path: str, faults: list, version: tuple):
+        self.url = url
+        self.path = path
+        self.faults = faults  # [(index, action, count, timing)]
+        self.version = version
+
+
+# (route path, file version, fault index) -> faults injected so far
+_injected: dict = {}
+_injected_lock = __import__("threading").Lock()
+
+
+def lambda_route(routes_dir: str, url: str) -> Route:
+    """The cargo lambda watch route for a Lambda Invoke request `url` of moto's interpreter."""
     parts = urllib.parse.urlsplit(url)
     segments = parts.path.split("/")
     # ['', '2015-03-31', 'functions', '<url-encoded ARN or name>', 'invocations']
@@ -97,17 +116,51 @@ def lambda_route(routes_dir: str, url: str) -> str:
     path = os.path.join(routes_dir, name)
     try:
         with open(path, encoding="utf-8") as f:
-            endpoint, binary = f.read().split()
-    except (OSError, ValueError) as e:
+            stat = os.fstat(f.fileno())
+            version = (stat.st_ino, stat.st_mtime_ns)
+            lines = f.read().splitlines()
+        endpoint, binary = lines[0].split()
+        faults = []
+        for index, line in enumerate(lines[1:]):
+            if not line.strip():
+                continue
+            kind, action, count, timing = line.split()
+            if kind != "fail" or timing not in ("before", "after"):
+                raise ValueError(f"bad fault line {line!r}")
+            faults.append((index, action, int(count), timing))
+    except (OSError, ValueError, IndexError) as e:
         raise NoLambdaRoute(
             f"no cargo lambda watch route for Lambda function {name!r} ({function}): "
             f"the test must register it (missing or malformed {path}: {e})"
         ) from None
     query = f"?{parts.query}" if parts.query else ""
-    return f"{endpoint}/2015-03-31/functions/{urllib.parse.quote(binary)}/invocations{query}"
+    target = f"{endpoint}/2015-03-31/functions/{urllib.parse.quote(binary)}/invocations{query}"
+    return Route(target, path, faults, version)
 
 
-def invoke_through_watch(url: str, body):
+def injected_fault(route: Route, body: bytes):
+    """The timing ('before'/'after') of a fault this invoke must suffer, or None."""
+    import json
+
+    if not route.faults:
+        return None
+    try:
+        action = json.loads(body or b"{}").get("action")
+    except (ValueError, AttributeError):
+        action = None
+    with _injected_lock:
+        for index, wanted, count, timing in route.faults:
+            if wanted != "*" and wanted != action:
+                continue
+            key = (route.path, route.version, index)
+            done = _injected.get(key, 0)
+            if done < count:
+                _injected[key] = done + 1
+                return timing
+    return None
+
+
+def invoke_through_watch(route: Route, body):
     """POSTs an Invoke to cargo lambda watch and answers as the Lambda service does.
 
     cargo lambda watch answers a function error (or panic) with HTTP 500 and the runtime's
@@ -124,15 +177,27 @@ def invoke_through_watch(url: str, body):
 
     if isinstance(body, str):
         body = body.encode("utf-8")
-    request = urllib.request.Request(
-        url, data=body or b"{}", method="POST", headers={"Content-Type": "application/json"}
-    )
+    url = route.url
+    fault = injected_fault(route, body)
     headers = {}
-    try:
-        with urllib.request.urlopen(request) as answer:
-            status, payload = answer.status, answer.read()
-    except urllib.error.HTTPError as e:
-        status, payload = e.code, e.read()
+    status, payload = 0, b""
+    if fault != "before":
+        request = urllib.request.Request(
+            url, data=body or b"{}", method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request) as answer:
+                status, payload = answer.status, answer.read()
+        except urllib.error.HTTPError as e:
+            status, payload = e.code, e.read()
+    if fault is not None:
+        status = 500
+        payload = json.dumps(
+            {
+                "errorType": "Lambda.ServiceException",
+                "errorMessage": f"injected by the test harness ({fault} the function ran)",
+            }
+        ).encode("utf-8")
     if status == 500:
         try:
             document = json.loads(payload)

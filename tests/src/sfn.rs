@@ -33,7 +33,7 @@
 //! It is stricter than CloudFormation in one way: a `${...}` left without a value is an error
 //! (in a deployment it would reach Step Functions as text and fail there).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sfn::Client;
@@ -57,6 +57,18 @@ pub fn lambda_arn(function_name: &str) -> String {
     format!("arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function_name}")
 }
 
+/// A fault the router injects into a routed function's invokes: the first `count` invokes
+/// whose payload's `"action"` is `action` (`"*"`: any) fail with the function error
+/// `Lambda.ServiceException` (what Step Functions reports when the Lambda service fails a call,
+/// which the ASL's `Retry` covers). `after_invoke`: the function ran and its answer was lost
+/// (its effects happened); otherwise it never ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskFault {
+    pub action: String,
+    pub count: u32,
+    pub after_invoke: bool,
+}
+
 /// A Lambda function name routed to a `cargo lambda watch` binary; the route is removed when
 /// this is dropped.
 #[derive(Debug)]
@@ -64,9 +76,16 @@ pub struct LambdaRoute {
     path: PathBuf,
     name: String,
     arn: String,
+    endpoint: String,
+    binary: String,
 }
 
 impl LambdaRoute {
+    /// Replaces the route's injected faults (counting starts again).
+    pub fn set_faults(&self, faults: &[TaskFault]) {
+        write_route(&self.path, &self.endpoint, &self.binary, faults);
+    }
+
     /// The function's ARN, for a Task state's `Resource` or a `lambda:invoke` `FunctionName`.
     pub fn arn(&self) -> &str {
         &self.arn
@@ -116,18 +135,38 @@ impl Moto {
             "route_lambda: {function_name:?} is not a Lambda function name"
         );
         let path = dir.join(function_name);
-        // Written whole then renamed: the launcher never reads half a route.
-        let partial = dir.join(format!(".{function_name}.partial"));
-        std::fs::write(&partial, format!("{} {binary}\n", watch.endpoint()))
-            .unwrap_or_else(|e| panic!("writing {}: {e}", partial.display()));
-        std::fs::rename(&partial, &path)
-            .unwrap_or_else(|e| panic!("renaming to {}: {e}", path.display()));
+        write_route(&path, &watch.endpoint(), binary, &[]);
         LambdaRoute {
             path,
             name: function_name.to_string(),
             arn: lambda_arn(function_name),
+            endpoint: watch.endpoint(),
+            binary: binary.to_string(),
         }
     }
+}
+
+/// Writes a route file whole, then renames it into place: the launcher never reads half a
+/// route, and a new version (its mtime) restarts the fault counts.
+fn write_route(path: &Path, endpoint: &str, binary: &str, faults: &[TaskFault]) {
+    let mut text = format!("{endpoint} {binary}\n");
+    for fault in faults {
+        assert!(
+            !fault.action.is_empty() && !fault.action.contains(char::is_whitespace),
+            "a fault's action is one word: {:?}",
+            fault.action
+        );
+        let timing = if fault.after_invoke {
+            "after"
+        } else {
+            "before"
+        };
+        text.push_str(&format!("fail {} {} {timing}\n", fault.action, fault.count));
+    }
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, text).unwrap_or_else(|e| panic!("writing {}: {e}", partial.display()));
+    std::fs::rename(&partial, path)
+        .unwrap_or_else(|e| panic!("renaming to {}: {e}", path.display()));
 }
 
 /// Applies CloudFormation's `DefinitionSubstitutions` to an ASL text: each `${Key}` of a given

@@ -181,3 +181,82 @@ async fn a_lambda_task_without_a_route_fails_naming_the_function() {
         "the failure names the function:\n{text}"
     );
 }
+
+#[tokio::test]
+async fn injected_task_faults_fail_the_first_invokes_of_an_action_then_retry_succeeds() {
+    let moto = moto_sfn();
+    let watch = LambdaWatch::start_with(WatchOptions {
+        bins: vec!["echo_lambda".into()],
+        env: moto.env(),
+        ..WatchOptions::default()
+    })
+    .await;
+    let route = moto
+        .route_lambda(&unique_name("faulty"), &watch, "echo_lambda")
+        .await;
+    route.set_faults(&[
+        sfn::TaskFault {
+            action: "first".into(),
+            count: 1,
+            after_invoke: false,
+        },
+        sfn::TaskFault {
+            action: "second".into(),
+            count: 2,
+            after_invoke: true,
+        },
+    ]);
+    let task = |action: &str, next: &str| {
+        let end = if next.is_empty() {
+            r#""End": true"#.to_string()
+        } else {
+            format!(r#""Next": "{next}""#)
+        };
+        format!(
+            r#""{action}": {{"Type": "Task", "Resource": "${{Fn}}", "Parameters": {{"action": "{action}"}},
+              "Retry": [{{"ErrorEquals": ["Lambda.ServiceException"], "IntervalSeconds": 1, "MaxAttempts": 3, "BackoffRate": 1}}],
+              "ResultPath": "$.{action}", {end}}}"#
+        )
+    };
+    let definition = format!(
+        r#"{{"StartAt": "first", "States": {{ {}, {}, {} }} }}"#,
+        task("first", "second"),
+        task("second", "third"),
+        task("third", "")
+    );
+    let definition = sfn::substitute_definition(&definition, &[("Fn", route.arn())]).unwrap();
+    let client = moto.sfn().await;
+    let machine = sfn::create_state_machine(&client, "faults", &definition).await;
+    let execution = sfn::start_execution(&client, &machine, &json!({})).await;
+    let done = sfn::wait_for_execution(&client, &execution, Duration::from_secs(60)).await;
+    let history = sfn::execution_history(&client, &execution).await;
+    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
+    assert_eq!(
+        done.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        lines.join("\n")
+    );
+    let failures: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("LambdaFunctionFailed"))
+        .collect();
+    assert_eq!(failures.len(), 3, "{}", lines.join("\n"));
+    assert!(
+        failures
+            .iter()
+            .all(|l| l.contains("error=Lambda.ServiceException")),
+        "{failures:?}"
+    );
+    assert_eq!(
+        failures
+            .iter()
+            .filter(|l| l.contains("after the function ran"))
+            .count(),
+        2
+    );
+    let output: Value = serde_json::from_str(done.output().unwrap()).unwrap();
+    for action in ["first", "second", "third"] {
+        assert_eq!(output[action]["echo"]["action"], json!(action));
+    }
+}
