@@ -6,6 +6,7 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
     SendMessageBatchRequestEntry,
 };
+use redrive_shared::archive::SystemAttributes;
 use redrive_shared::sdk::{attributes_from_sdk, attributes_to_sdk};
 
 use crate::ports::{
@@ -78,14 +79,16 @@ pub struct SqsQueue {
     pub client: aws_sdk_sqs::Client,
 }
 
-impl Queue for SqsQueue {
-    async fn receive(
+impl SqsQueue {
+    /// ReceiveMessage, each message with the system attributes an archive keeps (MessageGroupId,
+    /// MessageDeduplicationId, SequenceNumber, ...), which [`Received`] does not carry.
+    pub async fn receive_with_system(
         &self,
         queue_url: &str,
         max_messages: i32,
         wait_seconds: i32,
         visibility_seconds: i32,
-    ) -> Result<Vec<Received>, PortError> {
+    ) -> Result<Vec<(Received, SystemAttributes)>, PortError> {
         let out = self
             .client
             .receive_message()
@@ -105,7 +108,12 @@ impl Queue for SqsQueue {
             .map(|m| {
                 let sys = m.attributes.as_ref();
                 let get = |k: MessageSystemAttributeName| sys.and_then(|a| a.get(&k)).cloned();
-                Received {
+                let system = SystemAttributes::from_pairs(
+                    sys.into_iter()
+                        .flatten()
+                        .map(|(k, v)| (k.as_str(), v.as_str())),
+                );
+                let received = Received {
                     attributes: attributes_from_sdk(m.message_attributes.as_ref()),
                     group_id: get(MessageSystemAttributeName::MessageGroupId),
                     receive_count: get(MessageSystemAttributeName::ApproximateReceiveCount)
@@ -116,9 +124,25 @@ impl Queue for SqsQueue {
                     message_id: m.message_id.unwrap_or_default(),
                     receipt_handle: m.receipt_handle.unwrap_or_default(),
                     body: m.body.unwrap_or_default(),
-                }
+                };
+                (received, system)
             })
             .collect())
+    }
+}
+
+impl Queue for SqsQueue {
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        wait_seconds: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<Received>, PortError> {
+        let got = self
+            .receive_with_system(queue_url, max_messages, wait_seconds, visibility_seconds)
+            .await?;
+        Ok(got.into_iter().map(|(m, _)| m).collect())
     }
 
     async fn send_batch(
@@ -398,9 +422,7 @@ impl Metrics for CloudWatch {
                 .metric_data(datum("CircuitTransitions", c.transitions))
                 .metric_data(datum("BouncedCopies", c.bounced));
         }
-        put.send()
-            .await
-            .map_err(|e| cw_error("PutMetricData", e))?;
+        put.send().await.map_err(|e| cw_error("PutMetricData", e))?;
         Ok(())
     }
 }

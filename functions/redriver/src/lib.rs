@@ -8,6 +8,7 @@ pub mod cli;
 pub mod engine;
 pub mod fake;
 pub mod ports;
+pub mod s3;
 pub mod workflow;
 
 pub use engine::{DrainRequest, Engine, InvocationError, Settings, StopReason, Summary};

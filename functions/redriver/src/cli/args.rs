@@ -78,6 +78,25 @@ pub enum Command {
     /// did not reach the end of the queue.
     #[command(group(ArgGroup::new("select").required(true).args(["id", "all"])))]
     Discard(DiscardArgs),
+    // --- export / import (issue 15, engineer "export")
+    /// Write messages to a JSON Lines file or to S3, optionally deleting them
+    ///
+    /// One line per message in the archive format (body, every attribute with its type,
+    /// system attributes, x-redrive). Without --delete the queue is left as it was (the
+    /// messages are visible again when the command ends); with --delete a message is deleted
+    /// only after its line was written and fsync'd, or its S3 object acknowledged with a
+    /// SHA-256 checksum. Takes the filters of peek, replay and discard.
+    Export(super::export::ExportArgs),
+    /// Send the messages of an export or archive to a queue
+    ///
+    /// The whole input is read and validated first: a file with a bad line sends nothing, and
+    /// the error names the line and what was wrong. Bodies, attributes and x-redrive are sent
+    /// as archived (originalMessageId kept, so the consumer's idempotency key is the same
+    /// however often the file is imported); a message without x-redrive gets one keyed on
+    /// its archived MessageId. FIFO destinations keep the group id and get a deduplication id
+    /// derived from the archived MessageId.
+    Import(super::import::ImportArgs),
+    // --- end export / import
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +123,10 @@ pub struct PeekArgs {
     /// Characters of a body shown with --body.
     #[arg(long, value_name = "N", default_value_t = 200, requires = "body")]
     pub body_chars: usize,
+    // --- filters (issue 15, engineer "export"): the messages shown are those selected.
+    #[command(flatten)]
+    pub filters: super::filter::FilterArgs,
+    // --- end filters
 }
 
 #[derive(Debug, Args)]
@@ -134,14 +157,13 @@ pub struct Selection {
     /// A message to act on, by MessageId or originalMessageId (repeatable).
     #[arg(long, value_name = "ID", num_args = 1.., action = clap::ArgAction::Append)]
     pub id: Vec<String>,
-    /// Every message (narrowed by --reason, bounded by --max).
+    /// Every message (narrowed by the filters, bounded by --max).
     #[arg(long)]
     pub all: bool,
-    /// Only messages isolated for this reason (repeatable): max-attempts, permanent-failure,
-    /// attribute-limit, size-limit, manual. A message parked without room for x-redrive
-    /// carries no reason, and a copy sent on after its isolation no longer counts as isolated.
-    #[arg(long, value_name = "REASON", value_parser = parse_reason, action = clap::ArgAction::Append)]
-    pub reason: Vec<IsolationReason>,
+    // --- filters (issue 15, engineer "export"): shared with peek, export and import.
+    #[command(flatten)]
+    pub filters: super::filter::FilterArgs,
+    // --- end filters
     /// Act on this many messages at most: replay in batches, check, go on.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max: Option<u32>,
@@ -179,7 +201,7 @@ pub struct DiscardArgs {
     pub yes: bool,
 }
 
-fn parse_queue_url(v: &str) -> Result<QueueUrl, String> {
+pub fn parse_queue_url(v: &str) -> Result<QueueUrl, String> {
     QueueUrl::parse(v)
 }
 
@@ -232,7 +254,7 @@ mod tests {
             panic!("not replay")
         };
         assert_eq!(r.selection.id, ["a", "b", "c"]);
-        assert_eq!(r.selection.reason, [IsolationReason::MaxAttempts]);
+        assert_eq!(r.selection.filters.reason, [IsolationReason::MaxAttempts]);
     }
 
     #[test]

@@ -21,7 +21,7 @@ struct Report {
 pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<Outcome, CliError> {
     let queue = ctx.queue();
     let url = args.queue.as_str();
-    let mut filter = Filter::new(&args.selection);
+    let mut filter = Filter::new(&args.selection, now_ms());
     let mut scan = Scanner::new(&queue, url);
     let mut report = Report::default();
     let walked = walk(&queue, &mut scan, &mut filter, url, args.yes, &mut report).await;

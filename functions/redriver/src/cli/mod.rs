@@ -9,6 +9,11 @@ pub mod args;
 mod batch;
 mod discard;
 mod drain;
+// --- export / import and filters (issue 15, engineer "export")
+mod export;
+pub mod filter;
+mod import;
+// --- end export / import
 mod inspect;
 pub mod output;
 mod peek;
@@ -127,6 +132,10 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Drain(a) => drain::run(&ctx, a).await,
         Command::Replay(a) => replay::run(&ctx, a).await,
         Command::Discard(a) => discard::run(&ctx, a).await,
+        // --- export / import (issue 15)
+        Command::Export(a) => export::run(&ctx, a).await,
+        Command::Import(a) => import::run(&ctx, a).await,
+        // --- end export / import
     };
     match result {
         Ok(Outcome::Done) => ExitCode::from(exit::OK),

@@ -1,8 +1,11 @@
 //! `redrive peek`: messages shown, not consumed (visible again as soon as the command ends).
+//! With filters it shows the first `--max` messages they select: what `replay`, `discard` or
+//! `export` with the same filters would act on.
 
 use serde_json::json;
 
 use super::args::PeekArgs;
+use super::filter::MessageFilter;
 use super::inspect::{facts, warn_if_receives_count};
 use super::scan::Scanner;
 use super::view::MessageView;
@@ -14,19 +17,25 @@ pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
     let before = facts(&queue, url).await?;
     warn_if_receives_count(&before, args.queue.name());
 
+    let now = now_ms();
+    let filter = MessageFilter::new(&args.filters, now);
     let mut scan = Scanner::new(&queue, url);
-    let collected = scan.collect(args.max as usize).await;
+    let collected = if filter.is_empty() {
+        scan.collect(args.max as usize).await
+    } else {
+        collect_selected(&mut scan, &filter, args.max as usize).await
+    };
+    let seen = scan.seen();
     scan.release().await;
     let messages = collected?;
 
-    let now = now_ms();
     let body_chars = args.body.then_some(args.body_chars);
     let views: Vec<MessageView> = messages
         .iter()
         .map(|m| MessageView::new(m, now, body_chars))
         .collect();
     if ctx.json {
-        super::output::print_json(&json!({"queue": url, "messages": views}));
+        super::output::print_json(&json!({"queue": url, "messages": views, "seen": seen}));
         return Ok(Outcome::Done);
     }
     let s = &ctx.style;
@@ -38,8 +47,35 @@ pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
         before.in_flight,
         before.delayed
     );
+    if !filter.is_empty() {
+        println!(
+            "{}",
+            s.dim(&format!(
+                "{} selected by the filters among {seen} looked at",
+                views.len()
+            ))
+        );
+    }
     for (i, v) in views.iter().enumerate() {
         print!("{}", v.render(i + 1, s));
     }
     Ok(Outcome::Done)
+}
+
+/// Walks the queue until `max` messages matched the filter or nothing more is visible.
+async fn collect_selected<Q: crate::ports::Queue>(
+    scan: &mut Scanner<'_, Q>,
+    filter: &MessageFilter,
+    max: usize,
+) -> Result<Vec<crate::ports::Received>, crate::ports::PortError> {
+    let mut out = Vec::new();
+    while out.len() < max {
+        let batch = scan.next(10).await?;
+        if batch.is_empty() {
+            break;
+        }
+        out.extend(batch.into_iter().filter(|m| filter.matches(m)));
+    }
+    out.truncate(max);
+    Ok(out)
 }

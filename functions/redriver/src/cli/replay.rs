@@ -118,7 +118,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
         args: &args,
         max_bytes,
     };
-    let mut filter = Filter::new(&args.selection);
+    let mut filter = Filter::new(&args.selection, now_ms());
     let mut scan = Scanner::new(&queue, args.from.as_str());
     let mut report = Report::default();
     let walked = walk(&queue, &mut scan, &mut filter, &plan, &mut report).await;
@@ -513,7 +513,7 @@ mod tests {
             selection: super::super::args::Selection {
                 id: vec![],
                 all: true,
-                reason: vec![],
+                filters: Default::default(),
                 max: None,
             },
             dry_run: false,
@@ -523,7 +523,7 @@ mod tests {
             args: &args,
             max_bytes: MAX_MESSAGE_BYTES,
         };
-        let mut filter = Filter::new(&args.selection);
+        let mut filter = Filter::new(&args.selection, now_ms());
         let mut scan = Scanner::new(sqs, from);
         let mut report = Report::default();
         walk(sqs, &mut scan, &mut filter, &plan, &mut report)

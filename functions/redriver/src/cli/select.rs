@@ -1,29 +1,30 @@
 //! Which messages `replay` and `discard` act on: by id (MessageId or originalMessageId), or
-//! all, narrowed by isolation reason, bounded by `--max`.
+//! all, narrowed by the shared filters ([`super::filter`]), bounded by `--max`.
 
 use std::collections::BTreeSet;
 
-use redrive_shared::meta::{IsolationReason, RedriveMeta};
+use redrive_shared::meta::RedriveMeta;
 
 use super::args::Selection;
-use super::view::standing_reason;
+use super::filter::MessageFilter;
 use crate::ports::Received;
 
 #[derive(Debug, Clone)]
 pub struct Filter {
     ids: BTreeSet<String>,
     found: BTreeSet<String>,
-    reasons: Vec<IsolationReason>,
+    filter: MessageFilter,
     max: Option<usize>,
     taken: usize,
 }
 
 impl Filter {
-    pub fn new(selection: &Selection) -> Self {
+    /// `now_ms` is the instant `--older-than` and `--newer-than` count from.
+    pub fn new(selection: &Selection, now_ms: i64) -> Self {
         Self {
             ids: selection.id.iter().cloned().collect(),
             found: BTreeSet::new(),
-            reasons: selection.reason.clone(),
+            filter: MessageFilter::new(&selection.filters, now_ms),
             max: selection.max.map(|n| n as usize),
             taken: 0,
         }
@@ -52,9 +53,7 @@ impl Filter {
             self.found.extend(hits);
             hit
         };
-        let by_reason = self.reasons.is_empty()
-            || standing_reason(&meta).is_some_and(|r| self.reasons.contains(r));
-        let selected = by_id && by_reason;
+        let selected = by_id && self.filter.matches(m);
         if selected {
             self.taken += 1;
         }
@@ -88,7 +87,9 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::filter::FilterArgs;
     use redrive_shared::Attributes;
+    use redrive_shared::meta::IsolationReason;
 
     fn message(id: &str, original: &str, reason: Option<IsolationReason>) -> Received {
         let mut attributes = Attributes::new();
@@ -112,14 +113,17 @@ mod tests {
         Selection {
             id: ids.iter().map(|s| s.to_string()).collect(),
             all: ids.is_empty(),
-            reason: reasons.to_vec(),
+            filters: FilterArgs {
+                reason: reasons.to_vec(),
+                ..FilterArgs::default()
+            },
             max,
         }
     }
 
     #[test]
     fn ids_match_the_message_id_or_the_original_id() {
-        let mut f = Filter::new(&selection(&["m-1", "orig-2", "gone"], &[], None));
+        let mut f = Filter::new(&selection(&["m-1", "orig-2", "gone"], &[], None), 0);
         assert!(f.take(&message("m-1", "orig-1", None)));
         assert!(f.take(&message("m-2", "orig-2", None)));
         assert!(!f.take(&message("m-3", "orig-3", None)));
@@ -130,7 +134,7 @@ mod tests {
     fn reasons_narrow_and_max_bounds() {
         let perm = Some(IsolationReason::PermanentFailure);
         let maxed = Some(IsolationReason::MaxAttempts);
-        let mut f = Filter::new(&selection(&[], &[IsolationReason::MaxAttempts], Some(2)));
+        let mut f = Filter::new(&selection(&[], &[IsolationReason::MaxAttempts], Some(2)), 0);
         assert!(!f.take(&message("a", "a", perm)));
         assert!(!f.take(&message("b", "b", None)));
         assert!(f.take(&message("c", "c", maxed.clone())));
