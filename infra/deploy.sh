@@ -70,7 +70,7 @@ deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources
 read_outputs "$RESOURCES"
 for key in SourceQueueUrl SourceQueueArn DeadLetterQueueUrl PoisonQueueUrl IdempotencyTableName \
     TriggerTopicArn MetricNamespace ConsumerTimeoutSeconds RedriverFunctionName ConsumerFunctionName \
-    RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl; do
+    RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl CircuitTableName; do
     var=OUT_$key
     [ -n "${!var-}" ] || die "stack $RESOURCES has no output $key; was it created from another template?"
 done
@@ -108,6 +108,14 @@ write_env_file "$WORK/redriver.env" \
     "METRIC_NAMESPACE=$OUT_MetricNamespace" \
     "DRY_RUN=$DRY_RUN" \
     "RUST_LOG=$RUST_LOG"
+# ---- adaptive circuit (issue 14): on in every deploy (its table is in the stack); the rule's
+# tunables only where redrive.env sets them (the re-driver checks them at init, naming them).
+printf "%s='%s'\n" CIRCUIT_TABLE "$OUT_CircuitTableName" >>"$WORK/redriver.env"
+for name in CIRCUIT_THRESHOLD CIRCUIT_MIN_BOUNCES CIRCUIT_WINDOW_SECONDS CIRCUIT_COOLDOWN_SECONDS \
+    CIRCUIT_MAX_COOLDOWN_SECONDS CIRCUIT_CANARY_SIZE; do
+    if [ -n "${!name-}" ]; then printf "%s='%s'\n" "$name" "${!name}" >>"$WORK/redriver.env"; fi
+done
+# ---- end adaptive circuit ----
 
 consumer_env=(
     "IDEMPOTENCY_TABLE=$OUT_IdempotencyTableName"

@@ -1,8 +1,8 @@
-//! The world of the port-fake soak: an in-memory SQS and idempotency table on tokio's clock,
-//! behind a fault layer that behaves like the AWS SDK over a flaky network.
+//! The world of the port-fake soak: the re-driver's in-memory SQS ([`FakeSqs`]) and the
+//! consumer's idempotency table on tokio's clock, behind a fault layer that behaves like the
+//! AWS SDK over a flaky network.
 //!
-//! - Standard queues with a RedrivePolicy: a message received `maxReceiveCount` times moves to
-//!   the DLQ on its next receive, keeping its MessageId, as SQS (and moto) do. Visibility
+//! - Standard queues with a RedrivePolicy ([`FakeSqs::set_redrive_policy`]). Visibility
 //!   timeouts and delays run on tokio's clock, so the soak can run on the paused clock.
 //! - Each call of the functions' ports is up to [`World::max_attempts`] attempts (the SDK's
 //!   standard retry mode, with its jittered exponential backoff); each attempt fails by the
@@ -14,7 +14,7 @@
 //!   DeleteMessageBatch: between send and delete): the call never returns and the harness
 //!   drops the drain there.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use consumer::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::Outgoing;
+use redriver::fake::{FakeMessage, FakeSqs};
 use redriver::ports::{
     BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, Received, SendEntry,
 };
@@ -34,30 +35,6 @@ use crate::faults::{FaultCounts, FaultKind, FaultPlan, KillSwitch, failing_entri
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A stored message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredMessage {
-    pub message_id: String,
-    pub body: String,
-    pub attributes: Attributes,
-    pub receive_count: u32,
-    visible_at: Instant,
-    receipt: Option<String>,
-}
-
-#[derive(Default)]
-struct StoredQueue {
-    messages: VecDeque<StoredMessage>,
-    /// (DLQ URL, maxReceiveCount)
-    redrive: Option<(String, u32)>,
-}
-
-#[derive(Default)]
-struct State {
-    queues: HashMap<String, StoredQueue>,
-    next_id: u64,
 }
 
 /// What the fault layer did.
@@ -116,7 +93,7 @@ fn code_of(kind: FaultKind) -> &'static str {
 
 /// The in-memory SQS and its fault layer.
 pub struct World {
-    state: Mutex<State>,
+    sqs: Arc<FakeSqs>,
     plan: Mutex<Option<FaultPlan>>,
     rng: Mutex<JitterRng>,
     stats: Mutex<WorldStats>,
@@ -139,7 +116,7 @@ impl World {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
         Arc::new(Self {
-            state: Mutex::new(State::default()),
+            sqs: FakeSqs::new(),
             plan: Mutex::new(None),
             rng: Mutex::new(seeded_rng(seed)),
             stats: Mutex::new(WorldStats::default()),
@@ -191,45 +168,37 @@ impl World {
     }
 
     pub fn create_queue(&self, url: &str, redrive: Option<(&str, u32)>) {
-        lock(&self.state).queues.insert(
-            url.to_string(),
-            StoredQueue {
-                messages: VecDeque::new(),
-                redrive: redrive.map(|(dlq, max)| (dlq.to_string(), max)),
-            },
-        );
+        self.sqs.create_queue(url);
+        if let Some((dlq, max_receives)) = redrive {
+            self.sqs.set_redrive_policy(url, dlq, max_receives);
+        }
     }
 
     /// Sends a message as a producer does (no faults); returns its MessageId.
     pub fn push(&self, url: &str, body: &str, attributes: Attributes) -> String {
-        let mut s = lock(&self.state);
-        push_locked(&mut s, url, body, attributes, 0)
+        self.sqs.push(url, body, attributes, None)
     }
 
     /// Every message of a queue (visible, in flight, delayed).
-    pub fn messages(&self, url: &str) -> Vec<StoredMessage> {
-        lock(&self.state)
-            .queues
-            .get(url)
-            .map(|q| q.messages.iter().cloned().collect())
-            .unwrap_or_default()
+    pub fn messages(&self, url: &str) -> Vec<FakeMessage> {
+        self.sqs.messages(url)
     }
 
     pub fn depth(&self, url: &str) -> u64 {
-        lock(&self.state)
-            .queues
-            .get(url)
-            .map_or(0, |q| q.messages.len() as u64)
+        self.sqs.len(url) as u64
     }
 
     /// ReceiveMessage without faults (the event source mapping's poller).
     pub fn receive_direct(&self, url: &str, max: usize, visibility: Duration) -> Vec<Received> {
-        receive_locked(&mut lock(&self.state), url, max, visibility)
+        let max = max.clamp(1, 10) as i32;
+        self.sqs
+            .receive_now(url, max, visibility.as_secs() as i32)
+            .unwrap_or_else(|e| panic!("the harness's poller: {e}"))
     }
 
     /// DeleteMessage without faults; a stale receipt handle is a no-op, as in SQS.
     pub fn delete_direct(&self, url: &str, receipt_handle: &str) {
-        delete_locked(&mut lock(&self.state), url, receipt_handle);
+        let _ = self.sqs.delete_now(url, &[handle(receipt_handle)]);
     }
 
     /// Runs one port call as the SDK would: attempts, backoff, faults. `apply` performs the
@@ -238,7 +207,7 @@ impl World {
         &self,
         operation: &'static str,
         batch_len: Option<usize>,
-        apply: impl FnMut(&mut State, &[usize]) -> T,
+        apply: impl FnMut(&FakeSqs, &[usize]) -> T,
     ) -> Result<T, Injected> {
         self.call_counting(operation, batch_len, &mut Vec::new(), apply)
             .await
@@ -250,7 +219,7 @@ impl World {
         operation: &'static str,
         batch_len: Option<usize>,
         faults: &mut Vec<FaultKind>,
-        mut apply: impl FnMut(&mut State, &[usize]) -> T,
+        mut apply: impl FnMut(&FakeSqs, &[usize]) -> T,
     ) -> Result<T, Injected> {
         let mut last = Injected {
             operation,
@@ -278,19 +247,19 @@ impl World {
                 }
             }
             match fault {
-                None => return Ok(apply(&mut lock(&self.state), &[])),
+                None => return Ok(apply(&self.sqs, &[])),
                 Some(FaultKind::BatchEntries) => {
                     let n = batch_len.unwrap_or(0);
                     let failing = failing_entries(n, &mut lock(&self.rng));
                     lock(&self.stats).failed_entries += failing.len() as u64;
-                    return Ok(apply(&mut lock(&self.state), &failing));
+                    return Ok(apply(&self.sqs, &failing));
                 }
                 Some(kind) => {
                     if kind == FaultKind::Timeout {
                         tokio::time::sleep(self.attempt_timeout).await;
                     }
                     if kind.applies() {
-                        let _ = apply(&mut lock(&self.state), &[]);
+                        let _ = apply(&self.sqs, &[]);
                     }
                     last = Injected {
                         operation,
@@ -303,116 +272,19 @@ impl World {
     }
 }
 
-fn push_locked(
-    s: &mut State,
-    url: &str,
-    body: &str,
-    attributes: Attributes,
-    delay_seconds: u32,
-) -> String {
-    s.next_id += 1;
-    let id = format!("m-{:010}", s.next_id);
-    s.queues
-        .entry(url.to_string())
-        .or_default()
-        .messages
-        .push_back(StoredMessage {
-            message_id: id.clone(),
-            body: body.to_string(),
-            attributes,
-            receive_count: 0,
-            visible_at: Instant::now() + Duration::from_secs(u64::from(delay_seconds)),
-            receipt: None,
-        });
-    id
-}
-
-fn receive_locked(s: &mut State, url: &str, max: usize, visibility: Duration) -> Vec<Received> {
-    let now = Instant::now();
-    let Some(queue) = s.queues.get_mut(url) else {
-        return Vec::new();
-    };
-    let redrive = queue.redrive.clone();
-    let mut out = Vec::new();
-    let mut moved = Vec::new();
-    let mut i = 0;
-    while i < queue.messages.len() && out.len() < max {
-        let m = &mut queue.messages[i];
-        if m.visible_at > now {
-            i += 1;
-            continue;
-        }
-        if let Some((_, max_receives)) = &redrive
-            && m.receive_count >= *max_receives
-        {
-            let mut m = queue.messages.remove(i).expect("index in range");
-            m.receipt = None;
-            m.visible_at = now;
-            moved.push(m);
-            continue;
-        }
-        s.next_id += 1;
-        let receipt = format!("rh-{}-{}", m.message_id, s.next_id);
-        m.receive_count += 1;
-        m.visible_at = now + visibility;
-        m.receipt = Some(receipt.clone());
-        out.push(Received {
-            message_id: m.message_id.clone(),
-            receipt_handle: receipt,
-            body: m.body.clone(),
-            attributes: m.attributes.clone(),
-            group_id: None,
-            receive_count: m.receive_count,
-            sent_timestamp_ms: None,
-        });
-        i += 1;
-    }
-    if let Some((dlq, _)) = redrive {
-        s.queues.entry(dlq).or_default().messages.extend(moved);
-    }
-    out
-}
-
-/// True when the message was deleted; a stale handle deletes nothing (and is no error).
-fn delete_locked(s: &mut State, url: &str, receipt_handle: &str) -> bool {
-    let Some(queue) = s.queues.get_mut(url) else {
-        return false;
-    };
-    match queue
-        .messages
-        .iter()
-        .position(|m| m.receipt.as_deref() == Some(receipt_handle))
-    {
-        Some(pos) => {
-            queue.messages.remove(pos);
-            true
-        }
-        None => false,
+/// The fake's error (a request the service rejects) as the consumer's port reports it.
+fn consumer_error(operation: &'static str) -> impl Fn(PortError) -> consumer::ports::PortError {
+    move |e| consumer::ports::PortError {
+        operation,
+        code: e.code,
+        message: e.message,
     }
 }
 
-fn change_visibility_locked(
-    s: &mut State,
-    url: &str,
-    receipt_handle: &str,
-    visibility: Duration,
-) -> bool {
-    let Some(queue) = s.queues.get_mut(url) else {
-        return false;
-    };
-    match queue
-        .messages
-        .iter_mut()
-        .find(|m| m.receipt.as_deref() == Some(receipt_handle))
-    {
-        Some(m) => {
-            m.visible_at = Instant::now() + visibility;
-            if visibility.is_zero() {
-                m.receipt = None;
-            }
-            true
-        }
-        None => false,
+fn handle(receipt_handle: &str) -> HandleEntry {
+    HandleEntry {
+        id: "0".into(),
+        receipt_handle: receipt_handle.to_string(),
     }
 }
 
@@ -438,14 +310,11 @@ impl Queue for WorldQueue {
         visibility_seconds: i32,
     ) -> Result<Vec<Received>, PortError> {
         self.0.kill_point("ReceiveMessage").await;
-        let visibility = Duration::from_secs(visibility_seconds.max(0) as u64);
-        let max = max_messages.clamp(1, 10) as usize;
-        Ok(self
-            .0
-            .call("ReceiveMessage", None, |s, _| {
-                receive_locked(s, queue_url, max, visibility)
+        self.0
+            .call("ReceiveMessage", None, |sqs, _| {
+                sqs.receive_now(queue_url, max_messages, visibility_seconds)
             })
-            .await?)
+            .await?
     }
 
     async fn send_batch(
@@ -455,31 +324,27 @@ impl Queue for WorldQueue {
     ) -> Result<BatchOutcome, PortError> {
         self.0.kill_point("SendMessageBatch").await;
         let lossy = *lock(&self.0.lossy_sends);
-        Ok(self
-            .0
-            .call("SendMessageBatch", Some(entries.len()), |s, failing| {
+        self.0
+            .call("SendMessageBatch", Some(entries.len()), |sqs, failing| {
                 let mut outcome = BatchOutcome::default();
+                let mut stored = Vec::new();
                 for (i, e) in entries.iter().enumerate() {
                     if failing.contains(&i) {
                         outcome.failed.push(entry_failure(&e.id));
-                        continue;
-                    }
-                    if lossy > 0.0 && lock(&self.0.rng).next_unit() < lossy {
+                    } else if lossy > 0.0 && lock(&self.0.rng).next_unit() < lossy {
                         outcome.succeeded.push(e.id.clone());
-                        continue;
+                    } else {
+                        stored.push(e.clone());
                     }
-                    push_locked(
-                        s,
-                        queue_url,
-                        &e.body,
-                        e.attributes.clone(),
-                        e.delay_seconds.unwrap_or(0),
-                    );
-                    outcome.succeeded.push(e.id.clone());
                 }
-                outcome
+                if !stored.is_empty() {
+                    let sent = sqs.send_now(queue_url, &stored)?;
+                    outcome.succeeded.extend(sent.succeeded);
+                    outcome.failed.extend(sent.failed);
+                }
+                Ok(outcome)
             })
-            .await?)
+            .await?
     }
 
     async fn delete_batch(
@@ -488,21 +353,25 @@ impl Queue for WorldQueue {
         entries: &[HandleEntry],
     ) -> Result<BatchOutcome, PortError> {
         self.0.kill_point("DeleteMessageBatch").await;
-        Ok(self
-            .0
-            .call("DeleteMessageBatch", Some(entries.len()), |s, failing| {
+        self.0
+            .call("DeleteMessageBatch", Some(entries.len()), |sqs, failing| {
                 let mut outcome = BatchOutcome::default();
+                let mut applied = Vec::new();
                 for (i, e) in entries.iter().enumerate() {
                     if failing.contains(&i) {
                         outcome.failed.push(entry_failure(&e.id));
-                        continue;
+                    } else {
+                        applied.push(e.clone());
                     }
-                    delete_locked(s, queue_url, &e.receipt_handle);
-                    outcome.succeeded.push(e.id.clone());
                 }
-                outcome
+                if !applied.is_empty() {
+                    // SQS answers a stale receipt handle with success (and deletes nothing).
+                    sqs.delete_now(queue_url, &applied)?;
+                    outcome.succeeded.extend(applied.into_iter().map(|e| e.id));
+                }
+                Ok(outcome)
             })
-            .await?)
+            .await?
     }
 
     async fn change_visibility_batch(
@@ -511,49 +380,20 @@ impl Queue for WorldQueue {
         entries: &[HandleEntry],
         visibility_seconds: i32,
     ) -> Result<BatchOutcome, PortError> {
-        let visibility = Duration::from_secs(visibility_seconds.max(0) as u64);
-        Ok(self
-            .0
-            .call("ChangeMessageVisibilityBatch", None, |s, _| {
-                let mut outcome = BatchOutcome::default();
-                for e in entries {
-                    if change_visibility_locked(s, queue_url, &e.receipt_handle, visibility) {
-                        outcome.succeeded.push(e.id.clone());
-                    } else {
-                        outcome.failed.push(EntryFailure {
-                            id: e.id.clone(),
-                            code: "ReceiptHandleIsInvalid".into(),
-                            message: "stale receipt handle".into(),
-                            sender_fault: true,
-                        });
-                    }
-                }
-                outcome
+        self.0
+            .call("ChangeMessageVisibilityBatch", None, |sqs, _| {
+                sqs.change_visibility_now(queue_url, entries, visibility_seconds)
             })
-            .await?)
+            .await?
     }
 
     async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
         self.0.kill_point("GetQueueAttributes").await;
-        Ok(self
-            .0
-            .call("GetQueueAttributes", None, |s, _| {
-                let now = Instant::now();
-                let mut d = Depth::default();
-                if let Some(q) = s.queues.get(queue_url) {
-                    for m in &q.messages {
-                        if m.visible_at <= now {
-                            d.visible += 1;
-                        } else if m.receipt.is_some() {
-                            d.in_flight += 1;
-                        } else {
-                            d.delayed += 1;
-                        }
-                    }
-                }
-                d
+        self.0
+            .call("GetQueueAttributes", None, |sqs, _| {
+                sqs.depth_now(queue_url)
             })
-            .await?)
+            .await?
     }
 }
 
@@ -583,21 +423,21 @@ impl QueueOps for WorldOps {
         receipt_handle: &str,
         visibility_seconds: u32,
     ) -> Result<(), consumer::ports::PortError> {
-        let visibility = Duration::from_secs(u64::from(visibility_seconds));
-        let found = self
+        let visibility = i32::try_from(visibility_seconds).unwrap_or(i32::MAX);
+        let outcome = self
             .0
-            .call("ChangeMessageVisibility", None, |s, _| {
-                change_visibility_locked(s, queue_url, receipt_handle, visibility)
+            .call("ChangeMessageVisibility", None, |sqs, _| {
+                sqs.change_visibility_now(queue_url, &[handle(receipt_handle)], visibility)
             })
-            .await?;
-        if found {
-            Ok(())
-        } else {
-            Err(consumer::ports::PortError {
+            .await?
+            .map_err(consumer_error("ChangeMessageVisibility"))?;
+        match outcome.failed.into_iter().next() {
+            None => Ok(()),
+            Some(f) => Err(consumer::ports::PortError {
                 operation: "ChangeMessageVisibility",
-                code: "ReceiptHandleIsInvalid".into(),
-                message: "stale receipt handle".into(),
-            })
+                code: f.code,
+                message: f.message,
+            }),
         }
     }
 
@@ -606,18 +446,12 @@ impl QueueOps for WorldOps {
         queue_url: &str,
         message: &Outgoing,
     ) -> Result<String, consumer::ports::PortError> {
-        Ok(self
-            .0
-            .call("SendMessage", None, |s, _| {
-                push_locked(
-                    s,
-                    queue_url,
-                    &message.body,
-                    message.attributes.clone(),
-                    message.delay_seconds.unwrap_or(0),
-                )
+        self.0
+            .call("SendMessage", None, |sqs, _| {
+                sqs.send_message_now(queue_url, message)
             })
-            .await?)
+            .await?
+            .map_err(consumer_error("SendMessage"))
     }
 
     async fn delete(
@@ -625,11 +459,13 @@ impl QueueOps for WorldOps {
         queue_url: &str,
         receipt_handle: &str,
     ) -> Result<(), consumer::ports::PortError> {
+        // A stale receipt handle deletes nothing and is no error, as in SQS.
         self.0
-            .call("DeleteMessage", None, |s, _| {
-                delete_locked(s, queue_url, receipt_handle);
+            .call("DeleteMessage", None, |sqs, _| {
+                sqs.delete_now(queue_url, &[handle(receipt_handle)])
             })
-            .await?;
+            .await?
+            .map_err(consumer_error("DeleteMessage"))?;
         Ok(())
     }
 }

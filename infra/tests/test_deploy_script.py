@@ -131,6 +131,8 @@ class DeployScript(unittest.TestCase):
                 "METRIC_NAMESPACE": "DLQRedriver",
                 "DRY_RUN": "false",
                 "RUST_LOG": "info",
+                # The adaptive circuit (issue 14): on, its table from the stack.
+                "CIRCUIT_TABLE": f"{stack}-circuit",
             },
         )
         self.assertEqual(

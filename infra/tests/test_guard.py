@@ -133,6 +133,10 @@ MUTATIONS = {
             FunctionName={"Ref": "ConsumerFunctionName"})),
     "schedule_on_by_default": (
         "wiring", lambda t: t["Parameters"]["EnableSchedule"].update(Default="false")),
+    # ---- adaptive circuit (issue 14) ----
+    "circuit_alarm_and_least_privilege": (
+        "resources", lambda t: _statement(t, "RedriverRole", "CircuitRecord").update(
+            Action=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"])),
 }
 
 

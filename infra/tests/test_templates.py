@@ -72,7 +72,7 @@ class NamesAgree(unittest.TestCase):
         actions = {name: r["Properties"]["AlarmActions"] for name, r in self.resources.items()
                    if r["Type"] == "AWS::CloudWatch::Alarm"}
         self.assertEqual(actions.pop("DlqNotEmptyAlarm"), [{"Ref": "TriggerTopic"}])
-        self.assertEqual(len(actions), 14)
+        self.assertEqual(len(actions), 15)  # 14 + circuit-open (issue 14)
         for name, action in actions.items():
             self.assertEqual(action, [{"Ref": "AlertsTopic"}], name)
 
@@ -231,7 +231,7 @@ class Issue12Operations(unittest.TestCase):
         listed = {a.rsplit(":alarm:${AWS::StackName}-", 1)[1]
                   for w in widgets if w["type"] == "alarm" for a in w["properties"]["alarms"]}
         self.assertEqual(listed, alarm_names)
-        self.assertEqual(len(listed), 15)
+        self.assertEqual(len(listed), 16)  # 15 + circuit-open (issue 14)
         self.assertIn("#dashboards:name=${Dashboard}", self.template["Outputs"]["DashboardUrl"]["Value"]["Fn::Sub"])
 
 
@@ -283,6 +283,41 @@ class Issue11Iam(unittest.TestCase):
         self.assertEqual(by_sid["SendToSourceAndPoison"]["Resource"],
                          [{"Fn::GetAtt": ["SourceQueue", "Arn"]}, {"Fn::GetAtt": ["PoisonQueue", "Arn"]}])
         self.assertEqual(_actions(by_sid["RearmTriggerAlarm"]), ["cloudwatch:SetAlarmState"])
+
+
+class AdaptiveCircuit(unittest.TestCase):
+    """Issue 14: the circuit's table, the re-driver's least privilege on it, and its alarm."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.template = support.load_template(support.RESOURCES_TEMPLATE)
+        cls.resources = cls.template["Resources"]
+
+    def test_one_item_per_dlq_keyed_by_queue(self):
+        table = self.resources["CircuitTable"]["Properties"]
+        self.assertEqual(table["KeySchema"], [{"AttributeName": "queue", "KeyType": "HASH"}])
+        self.assertEqual(table["TableName"], {"Fn::Sub": "${AWS::StackName}-circuit"})
+        self.assertEqual(self.template["Outputs"]["CircuitTableName"]["Value"], {"Ref": "CircuitTable"})
+
+    def test_redriver_may_get_and_put_its_record_and_nothing_else_in_dynamodb(self):
+        statements = self.resources["RedriverRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        dynamo = [s for s in statements if any(a.startswith("dynamodb:") for a in _actions(s))]
+        self.assertEqual(len(dynamo), 1, dynamo)
+        self.assertEqual(sorted(_actions(dynamo[0])), ["dynamodb:GetItem", "dynamodb:PutItem"])
+        self.assertEqual(dynamo[0]["Resource"], {"Fn::GetAtt": ["CircuitTable", "Arn"]})
+        # The consumer has no business with the circuit.
+        consumer = self.resources["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        self.assertNotIn("CircuitTable", json.dumps(consumer))
+
+    def test_circuit_open_alarm_watches_the_metric_the_redriver_publishes(self):
+        p = self.resources["CircuitOpenAlarm"]["Properties"]
+        self.assertEqual((p["Namespace"], p["MetricName"]), ({"Ref": "MetricNamespace"}, "CircuitOpen"))
+        self.assertEqual(p["Dimensions"], [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]}}])
+        self.assertEqual((p["Statistic"], p["Threshold"], p["ComparisonOperator"]), ("Maximum", 0, "GreaterThanThreshold"))
+        self.assertEqual(p["AlarmActions"], [{"Ref": "AlertsTopic"}])
+        self.assertEqual(p["OKActions"], [{"Ref": "RecoveryTopic"}])
+        published = (support.REPO / "functions/redriver/src/aws.rs").read_text(encoding="utf-8")
+        self.assertIn('datum("CircuitOpen"', published)
 
 
 if __name__ == "__main__":

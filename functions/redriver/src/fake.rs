@@ -2,6 +2,10 @@
 //! real emulator cannot produce (partial batch failures, throttling, a crash between send and
 //! delete) and for scale runs without an emulator's cost. They enforce SQS's batch and message
 //! limits, so an engine that breaks them fails here too.
+//!
+//! [`FakeSqs`] is the one in-memory SQS of the repository: the fault tests, `make bench` and
+//! the soak's world (`bench/src/world.rs`, which puts an SDK-like fault layer in front of the
+//! `*_now` operations) all run on it. Its clock is tokio's, so it also runs on the paused clock.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,7 +43,39 @@ type DeleteFault = Box<dyn Fn(&FakeMessage) -> bool + Send + Sync>;
 struct State {
     queues: HashMap<String, VecDeque<FakeMessage>>,
     dedup: HashSet<(String, String)>,
+    /// RedrivePolicy per queue: (DLQ URL, maxReceiveCount).
+    redrive: HashMap<String, (String, u32)>,
     next_id: u64,
+}
+
+impl State {
+    /// Stores a message on `url` (created if missing); returns its MessageId.
+    fn store(
+        &mut self,
+        url: &str,
+        body: &str,
+        attributes: Attributes,
+        group_id: Option<String>,
+        delay_seconds: Option<u32>,
+    ) -> String {
+        self.next_id += 1;
+        let id = format!("fake-{:08}", self.next_id);
+        let delay = Duration::from_secs(u64::from(delay_seconds.unwrap_or(0)));
+        self.queues
+            .entry(url.to_string())
+            .or_default()
+            .push_back(FakeMessage {
+                message_id: id.clone(),
+                body: body.to_string(),
+                attributes,
+                group_id,
+                delay_seconds,
+                receive_count: 0,
+                visible_at: Instant::now() + delay,
+                receipt: None,
+            });
+        id
+    }
 }
 
 /// Calls per operation, counted.
@@ -116,6 +152,14 @@ impl FakeSqs {
         self.lock().queues.entry(url.to_string()).or_default();
     }
 
+    /// Gives `url` a RedrivePolicy: a message received `max_receives` times moves to `dlq` on
+    /// its next receive, keeping its MessageId, as SQS (and moto) do.
+    pub fn set_redrive_policy(&self, url: &str, dlq: &str, max_receives: u32) {
+        self.lock()
+            .redrive
+            .insert(url.to_string(), (dlq.to_string(), max_receives));
+    }
+
     /// Puts a message on a queue as a producer (or SQS's own DLQ move) would; returns its id.
     pub fn push(
         &self,
@@ -124,23 +168,8 @@ impl FakeSqs {
         attributes: Attributes,
         group_id: Option<&str>,
     ) -> String {
-        let mut s = self.lock();
-        s.next_id += 1;
-        let id = format!("fake-{:08}", s.next_id);
-        s.queues
-            .entry(url.to_string())
-            .or_default()
-            .push_back(FakeMessage {
-                message_id: id.clone(),
-                body: body.to_string(),
-                attributes,
-                group_id: group_id.map(str::to_string),
-                delay_seconds: None,
-                receive_count: 0,
-                visible_at: Instant::now(),
-                receipt: None,
-            });
-        id
+        self.lock()
+            .store(url, body, attributes, group_id.map(str::to_string), None)
     }
 
     /// All messages of a queue, visible or not.
@@ -292,16 +321,18 @@ fn check_batch_ids<'a>(
     Ok(seen.len())
 }
 
-impl Queue for Arc<FakeSqs> {
-    async fn receive(
+/// The operations applied at once, without latency, counters or injected faults: what the
+/// [`Queue`] port runs after its latency and faults, and what a fault layer in front of the
+/// fake (the soak's world) applies when an attempt reaches the service.
+impl FakeSqs {
+    /// ReceiveMessage. A queue with a RedrivePolicy moves a message received
+    /// `maxReceiveCount` times to its DLQ instead of returning it.
+    pub fn receive_now(
         &self,
         queue_url: &str,
         max_messages: i32,
-        _wait: i32,
         visibility_seconds: i32,
     ) -> Result<Vec<Received>, PortError> {
-        self.calls.receive.fetch_add(1, Ordering::SeqCst);
-        self.call("ReceiveMessage").await?;
         if !(1..=10).contains(&max_messages) {
             return Err(invalid(
                 "ReceiveMessage",
@@ -312,6 +343,7 @@ impl Queue for Arc<FakeSqs> {
         let fifo = is_fifo(queue_url);
         let mut s = self.lock();
         let s = &mut *s;
+        let redrive = s.redrive.get(queue_url).cloned();
         let q = s
             .queues
             .get_mut(queue_url)
@@ -319,17 +351,28 @@ impl Queue for Arc<FakeSqs> {
         // FIFO: a group whose earlier message is in flight (or delayed) is locked.
         let mut blocked: HashSet<String> = HashSet::new();
         let mut out = Vec::new();
-        for m in q.iter_mut() {
-            if out.len() == max_messages as usize {
-                break;
-            }
+        let mut moved = Vec::new();
+        let mut i = 0;
+        while i < q.len() && out.len() < max_messages as usize {
+            let m = &mut q[i];
             if m.visible_at > now {
                 if fifo && let Some(g) = &m.group_id {
                     blocked.insert(g.clone());
                 }
+                i += 1;
                 continue;
             }
             if fifo && m.group_id.as_ref().is_some_and(|g| blocked.contains(g)) {
+                i += 1;
+                continue;
+            }
+            if let Some((_, max_receives)) = &redrive
+                && m.receive_count >= *max_receives
+            {
+                let mut m = q.remove(i).expect("index in range");
+                m.receipt = None;
+                m.visible_at = now;
+                moved.push(m);
                 continue;
             }
             s.next_id += 1;
@@ -346,20 +389,31 @@ impl Queue for Arc<FakeSqs> {
                 receive_count: m.receive_count,
                 sent_timestamp_ms: None,
             });
+            i += 1;
         }
-        if out.is_empty() {
-            self.calls.empty_receive.fetch_add(1, Ordering::SeqCst);
+        if let Some((dlq, _)) = redrive {
+            s.queues.entry(dlq).or_default().extend(moved);
         }
         Ok(out)
     }
 
-    async fn send_batch(
+    /// SendMessageBatch: SQS's batch and message limits, the queue's `MaximumMessageSize`, the
+    /// injected per-entry faults and FIFO deduplication.
+    pub fn send_now(
         &self,
         queue_url: &str,
         entries: &[SendEntry],
     ) -> Result<BatchOutcome, PortError> {
-        self.calls.send_batch.fetch_add(1, Ordering::SeqCst);
-        self.call("SendMessageBatch").await?;
+        self.send_stored(queue_url, entries)
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// [`Self::send_now`], also returning the MessageIds of the messages it stored.
+    fn send_stored(
+        &self,
+        queue_url: &str,
+        entries: &[SendEntry],
+    ) -> Result<(BatchOutcome, Vec<String>), PortError> {
         check_batch_ids("SendMessageBatch", entries.iter().map(|e| e.id.as_str()))?;
         let fifo = is_fifo(queue_url);
         let mut total = 0;
@@ -384,6 +438,7 @@ impl Queue for Arc<FakeSqs> {
         let max_size = self.max_size_of(queue_url);
         let fault = self.send_fault.lock().unwrap_or_else(|e| e.into_inner());
         let mut outcome = BatchOutcome::default();
+        let mut ids = Vec::new();
         let mut s = self.lock();
         if !s.queues.contains_key(queue_url) {
             return Err(invalid("SendMessageBatch", format!("no queue {queue_url}")));
@@ -411,35 +466,52 @@ impl Queue for Arc<FakeSqs> {
                 outcome.succeeded.push(e.id.clone());
                 continue;
             }
-            s.next_id += 1;
-            let id = format!("fake-{:08}", s.next_id);
-            let delay = Duration::from_secs(u64::from(e.delay_seconds.unwrap_or(0)));
-            let q = s.queues.get_mut(queue_url).expect("checked above");
-            q.push_back(FakeMessage {
-                message_id: id,
-                body: e.body.clone(),
-                attributes: e.attributes.clone(),
-                group_id: e.group_id.clone(),
-                delay_seconds: e.delay_seconds,
-                receive_count: 0,
-                visible_at: Instant::now() + delay,
-                receipt: None,
-            });
+            ids.push(s.store(
+                queue_url,
+                &e.body,
+                e.attributes.clone(),
+                e.group_id.clone(),
+                e.delay_seconds,
+            ));
             outcome.succeeded.push(e.id.clone());
         }
-        Ok(outcome)
+        Ok((outcome, ids))
     }
 
-    async fn delete_batch(
+    /// SendMessage: [`Self::send_now`] for one message; returns its MessageId.
+    pub fn send_message_now(
+        &self,
+        queue_url: &str,
+        message: &Outgoing,
+    ) -> Result<String, PortError> {
+        let entry = SendEntry {
+            id: "0".into(),
+            body: message.body.clone(),
+            attributes: message.attributes.clone(),
+            delay_seconds: message.delay_seconds,
+            group_id: message.group_id.clone(),
+            dedup_id: message.dedup_id.clone(),
+        };
+        let (outcome, ids) = self.send_stored(queue_url, std::slice::from_ref(&entry))?;
+        if let Some(f) = outcome.failed.into_iter().next() {
+            return Err(PortError {
+                operation: "SendMessage",
+                code: f.code,
+                message: f.message,
+                retryable: !f.sender_fault,
+            });
+        }
+        // A FIFO duplicate within the deduplication window stores nothing (and has no new id).
+        Ok(ids.into_iter().next().unwrap_or_default())
+    }
+
+    /// DeleteMessageBatch. A receipt handle that is not the message's latest (or whose message
+    /// is gone) deletes nothing and fails its entry with `ReceiptHandleIsInvalid`.
+    pub fn delete_now(
         &self,
         queue_url: &str,
         entries: &[HandleEntry],
     ) -> Result<BatchOutcome, PortError> {
-        self.calls.delete_batch.fetch_add(1, Ordering::SeqCst);
-        if *self.hang_deletes.lock().unwrap_or_else(|e| e.into_inner()) {
-            std::future::pending::<()>().await;
-        }
-        self.call("DeleteMessageBatch").await?;
         check_batch_ids("DeleteMessageBatch", entries.iter().map(|e| e.id.as_str()))?;
         let fault = self.delete_fault.lock().unwrap_or_else(|e| e.into_inner());
         let mut outcome = BatchOutcome::default();
@@ -449,11 +521,11 @@ impl Queue for Arc<FakeSqs> {
             .get_mut(queue_url)
             .ok_or_else(|| invalid("DeleteMessageBatch", format!("no queue {queue_url}")))?;
         for e in entries {
-            let target = q
+            let pos = q
                 .iter()
-                .find(|m| m.receipt.as_deref() == Some(&e.receipt_handle));
-            if let (Some(f), Some(m)) = (fault.as_ref(), target)
-                && f(m)
+                .position(|m| m.receipt.as_deref() == Some(&e.receipt_handle));
+            if let (Some(f), Some(pos)) = (fault.as_ref(), pos)
+                && f(&q[pos])
             {
                 // A lasting fault: retries of this entry fail too.
                 outcome.failed.push(EntryFailure {
@@ -464,33 +536,24 @@ impl Queue for Arc<FakeSqs> {
                 });
                 continue;
             }
-            match q
-                .iter()
-                .position(|m| m.receipt.as_deref() == Some(&e.receipt_handle))
-            {
+            match pos {
                 Some(pos) => {
                     q.remove(pos);
                     outcome.succeeded.push(e.id.clone());
                 }
-                None => outcome.failed.push(EntryFailure {
-                    id: e.id.clone(),
-                    code: "ReceiptHandleIsInvalid".into(),
-                    message: "stale receipt handle".into(),
-                    sender_fault: true,
-                }),
+                None => outcome.failed.push(stale(&e.id)),
             }
         }
         Ok(outcome)
     }
 
-    async fn change_visibility_batch(
+    /// ChangeMessageVisibilityBatch; visibility 0 also forgets the receipt handle.
+    pub fn change_visibility_now(
         &self,
         queue_url: &str,
         entries: &[HandleEntry],
         visibility_seconds: i32,
     ) -> Result<BatchOutcome, PortError> {
-        self.calls.change_visibility.fetch_add(1, Ordering::SeqCst);
-        self.call("ChangeMessageVisibilityBatch").await?;
         check_batch_ids(
             "ChangeMessageVisibilityBatch",
             entries.iter().map(|e| e.id.as_str()),
@@ -516,20 +579,14 @@ impl Queue for Arc<FakeSqs> {
                     }
                     outcome.succeeded.push(e.id.clone());
                 }
-                None => outcome.failed.push(EntryFailure {
-                    id: e.id.clone(),
-                    code: "ReceiptHandleIsInvalid".into(),
-                    message: "stale".into(),
-                    sender_fault: true,
-                }),
+                None => outcome.failed.push(stale(&e.id)),
             }
         }
         Ok(outcome)
     }
 
-    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
-        self.calls.depth.fetch_add(1, Ordering::SeqCst);
-        self.call("GetQueueAttributes").await?;
+    /// GetQueueAttributes for the depth: visible, in flight (received), delayed.
+    pub fn depth_now(&self, queue_url: &str) -> Result<Depth, PortError> {
         let now = Instant::now();
         let s = self.lock();
         let q = s
@@ -547,6 +604,73 @@ impl Queue for Arc<FakeSqs> {
             }
         }
         Ok(d)
+    }
+}
+
+fn stale(id: &str) -> EntryFailure {
+    EntryFailure {
+        id: id.to_string(),
+        code: "ReceiptHandleIsInvalid".into(),
+        message: "stale receipt handle".into(),
+        sender_fault: true,
+    }
+}
+
+impl Queue for Arc<FakeSqs> {
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        _wait: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<Received>, PortError> {
+        self.calls.receive.fetch_add(1, Ordering::SeqCst);
+        self.call("ReceiveMessage").await?;
+        let out = self.receive_now(queue_url, max_messages, visibility_seconds)?;
+        if out.is_empty() {
+            self.calls.empty_receive.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(out)
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        entries: &[SendEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.calls.send_batch.fetch_add(1, Ordering::SeqCst);
+        self.call("SendMessageBatch").await?;
+        self.send_now(queue_url, entries)
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.calls.delete_batch.fetch_add(1, Ordering::SeqCst);
+        if *self.hang_deletes.lock().unwrap_or_else(|e| e.into_inner()) {
+            std::future::pending::<()>().await;
+        }
+        self.call("DeleteMessageBatch").await?;
+        self.delete_now(queue_url, entries)
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+        visibility_seconds: i32,
+    ) -> Result<BatchOutcome, PortError> {
+        self.calls.change_visibility.fetch_add(1, Ordering::SeqCst);
+        self.call("ChangeMessageVisibilityBatch").await?;
+        self.change_visibility_now(queue_url, entries, visibility_seconds)
+    }
+
+    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
+        self.calls.depth.fetch_add(1, Ordering::SeqCst);
+        self.call("GetQueueAttributes").await?;
+        self.depth_now(queue_url)
     }
 
     async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
