@@ -105,12 +105,14 @@ pub async fn preload(sqs: &Client, url: &str, n: u64) {
     }
 }
 
-fn engine_config(queues: &[(&str, &str)], pipelines: u32) -> RedriverConfig {
+/// `max_per_second` is `MAX_MESSAGES_PER_SECOND` (0: no cap).
+fn engine_config(queues: &[(&str, &str)], pipelines: u32, max_per_second: f64) -> RedriverConfig {
     let mut map: HashMap<String, String> = queues
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     map.insert("MAX_CONCURRENT_BATCHES".into(), pipelines.to_string());
+    map.insert("MAX_MESSAGES_PER_SECOND".into(), max_per_second.to_string());
     map.insert("METRIC_NAMESPACE".into(), "RedriveBench".into());
     RedriverConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
         .expect("the benchmark's configuration is valid")
@@ -152,6 +154,7 @@ pub async fn moto_ours(direct: &Client, proxy: &Proxy, n: u64, pipelines: u32) -
             ("POISON_QUEUE_URL", &queues.poison_url),
         ],
         pipelines,
+        0.0,
     );
     let sdk = crate::sdk_config(&proxy.endpoint(), None).await;
     let engine = Engine::new(
@@ -280,6 +283,18 @@ type FakeEngine = Engine<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>
 /// The re-driver over the port fake's three queues, with `pipelines` concurrent batches.
 fn fake_engine(sqs: &Arc<FakeSqs>, pipelines: u32) -> (Arc<FakeCloudWatch>, FakeEngine) {
     let cw = FakeCloudWatch::new();
+    let engine = capped_engine(sqs, &cw, pipelines, 0.0, 1);
+    (cw, engine)
+}
+
+/// [`fake_engine`] with `MAX_MESSAGES_PER_SECOND` = `max_per_second`, reporting to `cw`.
+fn capped_engine(
+    sqs: &Arc<FakeSqs>,
+    cw: &Arc<FakeCloudWatch>,
+    pipelines: u32,
+    max_per_second: f64,
+    seed: u64,
+) -> FakeEngine {
     let config = engine_config(
         &[
             ("DLQ_URL", FAKE_DLQ),
@@ -287,9 +302,90 @@ fn fake_engine(sqs: &Arc<FakeSqs>, pipelines: u32) -> (Arc<FakeCloudWatch>, Fake
             ("POISON_QUEUE_URL", FAKE_POISON),
         ],
         pipelines,
+        max_per_second,
     );
-    let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), config).with_seed(1);
-    (cw, engine)
+    Engine::new(sqs.clone(), cw.clone(), cw.clone(), config).with_seed(seed)
+}
+
+/// `k` bounded drains of the same engine at once over one DLQ: the Step Functions Map of drain
+/// tasks (issue 13).
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleOut {
+    pub drains: u32,
+    /// The velocity cap all drains share (`MAX_MESSAGES_PER_SECOND`); each drain gets
+    /// `global_cap / drains`.
+    pub global_cap: f64,
+    pub per_drain_cap: f64,
+    /// Each drain's `max_messages`: the DLQ's messages split evenly, rounded up.
+    pub per_drain_limit: u64,
+    /// The aggregate: every drain's calls, the time until the last one ended.
+    pub run: DrainRun,
+    /// Messages redriven by each drain.
+    pub redriven: Vec<u64>,
+    /// Messages on neither the source nor the DLQ (a loss).
+    pub lost: u64,
+    /// Messages on both, or twice on the source (a repeat).
+    pub repeated: u64,
+}
+
+/// Runs [`ScaleOut`]: `n` messages on the port fake with `latency` per call, `k` drains of
+/// `pipelines` pipelines each capped at `global_cap / k` messages per second, started together.
+pub async fn fake_scale_out(
+    n: u64,
+    latency: Duration,
+    pipelines: u32,
+    k: u32,
+    global_cap: f64,
+) -> ScaleOut {
+    let k = k.max(1);
+    let sqs = fake_with(n, latency);
+    let cw = FakeCloudWatch::new();
+    let per_drain_cap = global_cap / f64::from(k);
+    let per_drain_limit = n.div_ceil(u64::from(k));
+    let engines: Vec<FakeEngine> = (0..k)
+        .map(|i| capped_engine(&sqs, &cw, pipelines, per_drain_cap, 1 + u64::from(i)))
+        .collect();
+    let request = drain_request(per_drain_limit);
+    let started = Instant::now();
+    let summaries = join_all(engines.iter().map(|e| e.run(&request))).await;
+    let seconds = started.elapsed().as_secs_f64();
+    for (i, s) in summaries.iter().enumerate() {
+        assert!(
+            s.failed == 0 && s.isolated == 0 && s.redriven <= per_drain_limit,
+            "drain {i} of {k}: {s:?}"
+        );
+    }
+    // Every message is on the source (moved) or still on the DLQ; bodies are distinct.
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    for m in sqs
+        .messages(FAKE_SOURCE)
+        .into_iter()
+        .chain(sqs.messages(FAKE_DLQ))
+    {
+        *seen.entry(m.body).or_default() += 1;
+    }
+    let lost = (0..n).filter(|&i| !seen.contains_key(&body(i))).count() as u64;
+    let repeated = seen.values().map(|&c| u64::from(c.saturating_sub(1))).sum();
+    let moved = sqs.len(FAKE_SOURCE) as u64;
+    let published = cw.published.lock().map(|p| p.len() as u64).unwrap_or(0);
+    ScaleOut {
+        drains: k,
+        global_cap,
+        per_drain_cap,
+        per_drain_limit,
+        run: DrainRun {
+            who: format!("redrive ({k} drains of {pipelines} pipelines)"),
+            messages: n,
+            moved,
+            seconds,
+            calls: fake_calls(&sqs, published),
+            empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
+            emulator_seconds: BTreeMap::new(),
+        },
+        redriven: summaries.iter().map(|s| s.redriven).collect(),
+        lost,
+        repeated,
+    }
 }
 
 /// Ours on the port fake with `latency` per call, on the current runtime's clock (run it on a
@@ -410,6 +506,36 @@ mod tests {
         // Per invocation: 10 receives, 10 sends, 10 deletes, one depth, one metrics call.
         assert_eq!(run.total_calls(), 10 * 32);
         assert!(run.calls_per_message() <= 0.35);
+    }
+
+    #[test]
+    fn k_drains_over_one_dlq_lose_nothing_and_split_the_velocity_cap() {
+        // 2,000 messages, 5 drains of 2 pipelines, a global cap of 1,000 msg/s: each drain may
+        // take 400 messages at 200 msg/s, on the modelled clock (behaviour, not timing).
+        let (n, k, cap) = (2_000, 5, 1_000.0);
+        let out = on_modelled_clock(fake_scale_out(n, Duration::from_millis(20), 2, k, cap));
+        assert_eq!((out.lost, out.repeated), (0, 0), "{out:?}");
+        assert_eq!(
+            out.run.moved, n,
+            "the drains' shares cover the DLQ: {out:?}"
+        );
+        assert_eq!(out.redriven.iter().sum::<u64>(), n);
+        assert_eq!(out.per_drain_cap, 200.0);
+        assert_eq!(out.per_drain_limit, 400);
+        assert!(out.redriven.iter().all(|&r| r <= 400), "{:?}", out.redriven);
+        // The pacer grants each drain's receives at its share: the last of 400 messages
+        // (10 per receive) is granted (400 - 10) / 200 s after the start, so together the
+        // drains never go faster than the global cap.
+        assert!(out.run.seconds >= 390.0 / 200.0, "{}", out.run.seconds);
+        assert!(out.run.per_second() <= cap, "{}", out.run.per_second());
+        // A third of a call per message, as one drain: the drains' ends (an empty receive per
+        // pipeline at most, a depth and a metrics call each) are 5 x 4 calls at most.
+        assert!(out.run.calls_per_message() <= 0.31, "{:?}", out.run);
+        // Without the split, one drain at the global cap would take 2,000 messages at up to
+        // 1,000 msg/s: the split is what keeps K drains inside the cap.
+        let one = on_modelled_clock(fake_scale_out(n, Duration::from_millis(20), 2, 1, cap));
+        assert_eq!((one.lost, one.redriven.as_slice()), (0, &[n][..]));
+        assert_eq!(one.per_drain_cap, cap);
     }
 
     #[test]

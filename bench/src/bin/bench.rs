@@ -2,8 +2,9 @@
 //! Markdown table and written to `target/bench/` (`latest.md`, `latest.json`, `bench-<time>.json`).
 //!
 //! ```text
-//! bench [--only moto,fake,sweep,cold,size,micro] [--moto-messages 1000] [--fake-messages 20000]
-//!       [--latency-ms 20] [--pipelines 4] [--cold-runs 10] [--lambda-dir target/lambda]
+//! bench [--only moto,fake,scale,sweep,cold,size,micro] [--moto-messages 1000]
+//!       [--fake-messages 20000] [--latency-ms 20] [--pipelines 4] [--scale-drains 10]
+//!       [--scale-cap 6000] [--cold-runs 10] [--lambda-dir target/lambda]
 //!       [--arm64-dir target/lambda-arm64] [--criterion-dir target/criterion] [--out target/bench]
 //! ```
 //! The cold-start and package sections read the artefacts of `cargo lambda build --release`
@@ -16,8 +17,8 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use redrive_bench::bench::{
-    DrainRun, fake_baseline, fake_invocations, fake_ours, moto_baseline, moto_ours,
-    on_modelled_clock, preload,
+    DrainRun, ScaleOut, fake_baseline, fake_invocations, fake_ours, fake_scale_out, moto_baseline,
+    moto_ours, on_modelled_clock, preload,
 };
 use redrive_bench::coldstart;
 use redrive_bench::downstream::{Flaky, FlakyServer};
@@ -32,6 +33,10 @@ struct Options {
     fake_messages: u64,
     latency: Duration,
     pipelines: u32,
+    /// K, the drains of the scale-out section (a Step Functions Map of K drain tasks).
+    scale_drains: u32,
+    /// The global MAX_MESSAGES_PER_SECOND the K drains split.
+    scale_cap: u64,
     cold_runs: usize,
     lambda_dir: PathBuf,
     arm64_dir: PathBuf,
@@ -48,6 +53,8 @@ impl Options {
             fake_messages: 20_000,
             latency: Duration::from_millis(20),
             pipelines: 4,
+            scale_drains: 10,
+            scale_cap: 6_000,
             cold_runs: 10,
             lambda_dir: root.join("target/lambda"),
             arm64_dir: root.join("target/lambda-arm64"),
@@ -72,6 +79,8 @@ impl Options {
                 "--fake-messages" => o.fake_messages = number()?,
                 "--latency-ms" => o.latency = Duration::from_millis(number()?),
                 "--pipelines" => o.pipelines = number()? as u32,
+                "--scale-drains" => o.scale_drains = number()?.max(1) as u32,
+                "--scale-cap" => o.scale_cap = number()?,
                 "--cold-runs" => o.cold_runs = number()? as usize,
                 "--lambda-dir" => o.lambda_dir = PathBuf::from(value),
                 "--arm64-dir" => o.arm64_dir = PathBuf::from(value),
@@ -288,6 +297,79 @@ fn fake_section(o: &Options, rt: &tokio::runtime::Runtime, report: &mut Report) 
         "fake",
         json!({"ours_wall": ours_wall, "ours_modelled": ours_model, "baseline_modelled": base_model, "per_invocation": per_invocation}),
     );
+}
+
+/// Issue 13's scale-out: K bounded drains of the same engine at once over one DLQ (what the
+/// Step Functions Map of K drain tasks runs), each at the global velocity cap divided by K,
+/// against one invocation at the whole cap, in the same run.
+fn scale_section(o: &Options, rt: &tokio::runtime::Runtime, report: &mut Report) {
+    let (n, k, cap) = (o.fake_messages, o.scale_drains, o.scale_cap as f64);
+    let ms = o.latency.as_millis();
+    eprintln!("bench: scale-out, {k} drains and 1, {n} messages, wall clock...");
+    let many = rt.block_on(fake_scale_out(n, o.latency, o.pipelines, k, cap));
+    let one = rt.block_on(fake_scale_out(n, o.latency, o.pipelines, 1, cap));
+    let many_model = on_modelled_clock(fake_scale_out(n, o.latency, o.pipelines, k, cap));
+    let one_model = on_modelled_clock(fake_scale_out(n, o.latency, o.pipelines, 1, cap));
+    let lost: u64 = [&many, &one, &many_model, &one_model]
+        .iter()
+        .map(|r| r.lost)
+        .sum();
+    let section = format!(
+        "Scale-out on the in-memory port fake, {ms} ms/call, {n} messages, MAX_MESSAGES_PER_SECOND {cap:.0} split over K = {k} drains"
+    );
+    let calls = many.run.calls_per_message();
+    let met = many.run.per_second() >= 5_000.0 && calls <= 0.32 && lost == 0;
+    report.rows.push(
+        Row::new(
+            &section,
+            &format!("Aggregate drain throughput, {k} drains vs one invocation"),
+            many.run.per_second(),
+            one.run.per_second(),
+            "msg/s",
+        )
+        .speedup()
+        .target("≥ 5,000 msg/s at ≈ 0.30 calls/msg, lost 0", met)
+        .note(format!(
+            "wall clock: {k} drains of {p} pipelines at {:.0} msg/s each took {:.1} s ({}), one invocation {:.1} s; modelled clock {:.0} vs {:.0} msg/s; lost {lost}, repeated {}",
+            many.per_drain_cap,
+            many.run.seconds,
+            scale_note(&many),
+            one.run.seconds,
+            many_model.run.per_second(),
+            one_model.run.per_second(),
+            many.repeated + one.repeated,
+            p = o.pipelines,
+        )),
+    );
+    report.rows.push(
+        Row::new(
+            &section,
+            &format!("API calls per redriven message, {k} drains vs one invocation"),
+            calls,
+            one.run.calls_per_message(),
+            "",
+        )
+        .fraction()
+        .note(format!(
+            "{k} drains {}; one {}",
+            calls_note(&many.run),
+            calls_note(&one.run)
+        )),
+    );
+    merge_raw(
+        report,
+        "scale",
+        json!({"drains": many, "one": one, "drains_modelled": many_model, "one_modelled": one_model}),
+    );
+}
+
+fn scale_note(run: &ScaleOut) -> String {
+    let min = run.redriven.iter().min().copied().unwrap_or(0);
+    let max = run.redriven.iter().max().copied().unwrap_or(0);
+    format!(
+        "{min}-{max} messages per drain, limit {}",
+        run.per_drain_limit
+    )
 }
 
 fn sweep_section(o: &Options, report: &mut Report) {
@@ -616,6 +698,9 @@ fn main() -> ExitCode {
     }
     if o.wants("fake") {
         fake_section(&o, &rt, &mut report);
+    }
+    if o.wants("scale") {
+        scale_section(&o, &rt, &mut report);
     }
     if o.wants("sweep") {
         sweep_section(&o, &mut report);
