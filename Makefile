@@ -25,7 +25,7 @@ VENV_STAMP := $(VENV)/.installed-$(shell printf '%s' '$(PY_REQUIREMENTS)' | md5s
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 # The Lambdas that `make build` packages.
-LAMBDA_BINS := redriver consumer
+LAMBDA_BINS := redriver consumer archiver
 ARCH ?= x86_64
 ifeq ($(ARCH),x86_64)
   LAMBDA_ARCH_FLAG := --x86-64

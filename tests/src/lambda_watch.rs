@@ -651,7 +651,7 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let tests = cargo_json(&test_build).unwrap();
-        let bins: Vec<String> = ["demo", "redriver", "consumer", "echo_lambda"]
+        let bins: Vec<String> = ["demo", "redriver", "consumer", "archiver", "echo_lambda"]
             .iter()
             .map(|s| s.to_string())
             .collect();

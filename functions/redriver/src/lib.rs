@@ -2,6 +2,7 @@
 //! with backoff, isolates poison pills, and never deletes a message before its copy was
 //! acknowledged. `main.rs` is the Lambda shell; the `redrive` CLI reuses the same engine.
 
+pub mod archiver;
 pub mod aws;
 pub mod circuit;
 pub mod cli;

@@ -1,0 +1,52 @@
+//! The archiver Lambda: configuration, clients and the retention check once at init, then one
+//! sweep of the poison queue (and the DLQ) per event (the EventBridge schedule, or `{}` by hand).
+
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use redrive_shared::config::Env;
+use redriver::archiver::{
+    Archiver, ArchiverConfig, CloudWatchArchiveMetrics, S3Store, SqsArchiveQueue,
+};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    redriver::init_logging();
+    // Config errors fail init, naming the variable, before any queue is touched.
+    let config = ArchiverConfig::from_env(&Env::process()).map_err(|e| {
+        tracing::error!(error = %e, "invalid configuration");
+        e
+    })?;
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(redrive_shared::sdk::timeout_config())
+        .load()
+        .await;
+    let queue = SqsArchiveQueue {
+        client: aws_sdk_sqs::Client::new(&sdk),
+    };
+    // Path-style addressing: the bucket in the path works against AWS and any emulator
+    // reached through AWS_ENDPOINT_URL alike.
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .force_path_style(true)
+            .build(),
+    );
+    let metrics = CloudWatchArchiveMetrics {
+        client: aws_sdk_cloudwatch::Client::new(&sdk),
+    };
+    // Every queue's real retention, read now: a threshold not below it fails init.
+    let archiver = Archiver::init(queue, S3Store { client: s3 }, metrics, config)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "the archiver cannot start");
+            e
+        })?;
+    let archiver = &archiver;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let deadline = redriver::deadline_instant(event.context.deadline);
+        tracing::info!(request_id = %event.context.request_id, "invocation");
+        let summary = archiver.run(Some(deadline)).await;
+        tracing::info!(summary = %serde_json::to_string(&summary).unwrap_or_default(), "archive run");
+        Ok::<_, Error>(summary)
+    }))
+    .await
+}
