@@ -167,6 +167,12 @@ class StackInMoto(unittest.TestCase):
             self.assertEqual(attributes["MessageRetentionPeriod"], "1209600", suffix)
 
     # ---------------------------------------------------------------- table, topics, logs
+    def test_circuit_table_is_on_demand_keyed_by_queue(self):  # issue 14
+        table = self.moto.client("dynamodb").describe_table(TableName=f"{self.stack}-circuit")["Table"]
+        self.assertEqual(table["KeySchema"], [{"AttributeName": "queue", "KeyType": "HASH"}])
+        self.assertEqual(table["AttributeDefinitions"], [{"AttributeName": "queue", "AttributeType": "S"}])
+        self.assertEqual(table["BillingModeSummary"]["BillingMode"], "PAY_PER_REQUEST")
+
     def test_idempotency_table_is_on_demand_with_string_key_id(self):
         table = self.moto.client("dynamodb").describe_table(TableName=f"{self.stack}-idempotency")["Table"]
         self.assertEqual(table["KeySchema"], [{"AttributeName": "id", "KeyType": "HASH"}])
@@ -230,6 +236,12 @@ class StackInMoto(unittest.TestCase):
                 "RearmTriggerAlarm": {
                     "actions": ["cloudwatch:SetAlarmState"],
                     "resources": [self.arn("cloudwatch", f"alarm:{self.stack}-dlq-not-empty")],
+                    "condition": None,
+                },
+                # The adaptive circuit (issue 14): its own record, read and written, nothing else.
+                "CircuitRecord": {
+                    "actions": ["dynamodb:GetItem", "dynamodb:PutItem"],
+                    "resources": [self.arn("dynamodb", f"table/{self.stack}-circuit")],
                     "condition": None,
                 },
                 "WriteOwnLogs": {
