@@ -4,6 +4,7 @@
 //! soak fake [--messages 20000] [--seed N] [--fault-rate 0.2]   # port fakes, paused clock
 //! soak moto [--messages 2000]  [--seed N] [--fault-rate 0.2]   # moto behind the fault proxy
 //!           [--kill-share 0.3] [--pollers N]                    # either
+//! soak circuit [--messages 50] [--short]   # the adaptive circuit's outage simulation on moto
 //! ```
 //! Exits 1 when a message was lost or the reconciliation found a violation. The figures are
 //! also written to `target/soak/<fake|moto>.json`.
@@ -16,9 +17,45 @@ use redrive_bench::soak::{self, SoakSettings};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: soak <fake|moto> [--messages N] [--seed N] [--fault-rate R] [--kill-share R] [--pollers N]"
+        "usage: soak <fake|moto> [--messages N] [--seed N] [--fault-rate R] [--kill-share R] [--pollers N]\n       soak circuit [--messages N] [--short]"
     );
     ExitCode::from(2)
+}
+
+/// `soak circuit`: the outage simulation, without and with the adaptive circuit side by side
+/// (see `redrive_bench::circuit_sim`); its figures also go to `target/soak/circuit.json`.
+fn circuit(args: &[String]) -> ExitCode {
+    use redrive_bench::circuit_sim::{self, SimSettings};
+    let mut settings = SimSettings::full();
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        match flag.as_str() {
+            "--short" => settings = SimSettings::short(),
+            "--messages" => match rest.next().and_then(|v| v.parse().ok()) {
+                Some(n) => settings.messages = n,
+                None => return usage(),
+            },
+            _ => return usage(),
+        }
+    }
+    let report = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(circuit_sim::run(&settings));
+    print!("{report}");
+    let dir = redrive_tests::workspace_root().join("target").join("soak");
+    if std::fs::create_dir_all(&dir).is_ok()
+        && let Ok(json) = serde_json::to_string_pretty(&report)
+    {
+        let _ = std::fs::write(dir.join("circuit.json"), json);
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn main() -> ExitCode {
@@ -26,6 +63,9 @@ fn main() -> ExitCode {
     let Some(which) = args.first().cloned() else {
         return usage();
     };
+    if which == "circuit" {
+        return circuit(&args[1..]);
+    }
     let mut settings = if which == "moto" {
         SoakSettings::moto(2000, 7)
     } else {

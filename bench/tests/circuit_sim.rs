@@ -1,0 +1,62 @@
+//! The adaptive circuit's measured claim in its short form (issue 14), on moto: a downstream
+//! outage three times longer than the whole backoff schedule, 20 messages, once with the
+//! re-driver as it was and once with the adaptive circuit, side by side (about 50 s).
+//!
+//! The side without the circuit is the control: if the outage did not park every message
+//! there, the scenario would prove nothing about the circuit. The side with it must park none,
+//! empty the DLQ after the recovery, and deliver every message exactly once by the
+//! downstream's own records.
+
+use redrive_bench::circuit_sim::{self, SimSettings};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_circuit_parks_nothing_in_an_outage_that_parks_everything_without_it() {
+    let settings = SimSettings::short();
+    let report = circuit_sim::run(&settings).await;
+    println!("{report}");
+    let all = settings.messages;
+
+    let without = &report.without;
+    assert_eq!(
+        without.parked_during_outage, all,
+        "the control: without the circuit the outage must park every message\n{report}"
+    );
+    assert!(
+        without.lost.is_empty() && without.delivered_twice == 0 && without.violations.is_empty(),
+        "without the circuit: lost {:?}, delivered twice {}, violations {:?}",
+        without.lost,
+        without.delivered_twice,
+        without.violations
+    );
+
+    let with = report
+        .with
+        .as_ref()
+        .unwrap_or_else(|| panic!("the side with the circuit did not run\n{report}"));
+    assert_eq!(
+        with.parked_during_outage, 0,
+        "with the circuit nothing is parked during the outage\n{report}"
+    );
+    assert!(
+        with.stopped_because
+            .get("circuit-open")
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "the circuit never held a run open\n{report}"
+    );
+    assert!(
+        with.recovery_to_empty_seconds.is_some(),
+        "with the circuit the DLQ must empty after the recovery\n{report}"
+    );
+    assert_eq!(with.parked_total(), 0, "parked at the end\n{report}");
+    assert!(with.lost.is_empty(), "lost: {:?}\n{report}", with.lost);
+    assert_eq!(with.delivered_twice, 0, "delivered twice\n{report}");
+    assert!(
+        with.violations.is_empty(),
+        "violations: {:?}\n{report}",
+        with.violations
+    );
+    assert_eq!(with.delivered_once, all, "delivered once\n{report}");
+    assert!(report.passed(), "{report}");
+}
