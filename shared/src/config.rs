@@ -326,11 +326,12 @@ pub fn parse_table_name(v: &str) -> Result<String, String> {
 }
 
 impl CircuitConfig {
-    /// `None` when `CIRCUIT_TABLE` is unset or blank (the circuit is off, and the other
-    /// `CIRCUIT_*` variables are still checked so that a typo is not silently ignored).
-    pub fn from_env<F: Fn(&str) -> Option<String>>(
+    /// The rule's tunables (`CIRCUIT_THRESHOLD`, `CIRCUIT_MIN_BOUNCES`, `CIRCUIT_WINDOW_SECONDS`,
+    /// `CIRCUIT_COOLDOWN_SECONDS`, `CIRCUIT_MAX_COOLDOWN_SECONDS`, `CIRCUIT_CANARY_SIZE`), with
+    /// or without a table (the CLI's `drain --canary` uses them without one).
+    pub fn settings_from_env<F: Fn(&str) -> Option<String>>(
         env: &Env<F>,
-    ) -> Result<Option<Self>, ConfigError> {
+    ) -> Result<crate::circuit::CircuitSettings, ConfigError> {
         let defaults = crate::circuit::CircuitSettings::default();
         let seconds = |max: u64| {
             move |v: &str| {
@@ -391,20 +392,26 @@ impl CircuitConfig {
                 Err("must be a whole number of messages from 1 to 10000".into())
             }
         })?;
+        Ok(crate::circuit::CircuitSettings {
+            threshold,
+            min_bounces,
+            window_ms,
+            cooldown_ms,
+            max_cooldown_ms,
+            canary_size,
+        })
+    }
+
+    /// `None` when `CIRCUIT_TABLE` is unset or blank (the circuit is off, and the other
+    /// `CIRCUIT_*` variables are still checked so that a typo is not silently ignored).
+    pub fn from_env<F: Fn(&str) -> Option<String>>(
+        env: &Env<F>,
+    ) -> Result<Option<Self>, ConfigError> {
+        let settings = Self::settings_from_env(env)?;
         let Some(table) = env.optional("CIRCUIT_TABLE", parse_table_name)? else {
             return Ok(None);
         };
-        Ok(Some(Self {
-            table,
-            settings: crate::circuit::CircuitSettings {
-                threshold,
-                min_bounces,
-                window_ms,
-                cooldown_ms,
-                max_cooldown_ms,
-                canary_size,
-            },
-        }))
+        Ok(Some(Self { table, settings }))
     }
 }
 

@@ -612,3 +612,255 @@ async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
     let s = engine.run(&request(100)).await;
     assert_eq!((s.received, circuit_of(&s).1), (0, "hold"));
 }
+
+// ---------------------------------------------------------------- the CLI on moto
+
+struct CliRun {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl CliRun {
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+/// The `redrive` binary with moto's environment and nothing of the caller's AWS_*, re-driver
+/// or circuit variables, plus `env`.
+fn redrive(args: &[&str], env: &[(&str, &str)]) -> CliRun {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redrive"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_")
+            || k.starts_with("CIRCUIT_")
+            || k.ends_with("_URL")
+            || k.starts_with("MAX_")
+            || k.starts_with("BACKOFF_")
+            || k == "GUARD_ALARM_NAMES"
+        {
+            command.env_remove(k);
+        }
+    }
+    command
+        .args(args)
+        .envs(moto().env())
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .envs(env.iter().copied());
+    let out = command.output().expect("running the redrive binary");
+    CliRun {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn cli_circuit_without_a_table_names_the_setting() {
+    let dlq = "https://sqs.us-east-1.amazonaws.com/000000000000/some-dlq";
+    let run = redrive(&["circuit", "status", "--dlq", dlq], &[]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("CIRCUIT_TABLE"), "{}", run.stderr);
+    assert!(run.stderr.contains("--circuit-table"), "{}", run.stderr);
+    // A bad tunable is named too, before anything is touched.
+    let run = redrive(
+        &["drain", "--canary", "2", "--dlq", dlq],
+        &[
+            (
+                "SOURCE_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/000000000000/s",
+            ),
+            (
+                "POISON_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/000000000000/p",
+            ),
+            ("CIRCUIT_THRESHOLD", "2"),
+        ],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("CIRCUIT_THRESHOLD"), "{}", run.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_circuit_open_status_auto_show_the_state_and_its_history() {
+    let ddb = moto().dynamodb().await;
+    let table = circuit_table(&ddb).await;
+    let dlq = format!(
+        "https://sqs.us-east-1.amazonaws.com/000000000000/{}",
+        unique_name("dlq")
+    );
+    let env = [("CIRCUIT_COOLDOWN_SECONDS", "1")];
+    let base = |action: &'static str| {
+        vec![
+            "--json".to_string(),
+            "circuit".to_string(),
+            action.to_string(),
+            "--dlq".to_string(),
+            dlq.clone(),
+            "--circuit-table".to_string(),
+            table.clone(),
+        ]
+    };
+    let call = |action: &'static str| {
+        let args = base(action);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        redrive(&args, &env)
+    };
+    let status = tokio::task::block_in_place(|| call("status"));
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let j = status.json();
+    assert_eq!(j["version"], serde_json::Value::Null, "no record yet");
+    assert_eq!(j["record"]["state"], "closed");
+
+    let open = tokio::task::block_in_place(|| call("open"));
+    assert_eq!(open.code, 0, "{}", open.stderr);
+    let j = open.json();
+    assert_eq!(
+        (j["record"]["state"].as_str(), j["version"].as_u64()),
+        (Some("open"), Some(1))
+    );
+    assert_eq!(j["transitions"][0]["to"], "open");
+    assert_eq!(j["nextRun"]["plan"], "hold", "held open whatever the time");
+
+    let auto = tokio::task::block_in_place(|| call("auto"));
+    assert_eq!(auto.json()["record"]["operator"], "auto");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let j = tokio::task::block_in_place(|| call("status")).json();
+    assert_eq!(
+        j["nextRun"]["plan"], "canary",
+        "cool-down over: a canary first"
+    );
+    assert_eq!(j["record"]["history"].as_array().map(Vec::len), Some(1));
+
+    // The text form shows the history.
+    let text = tokio::task::block_in_place(|| {
+        redrive(
+            &[
+                "circuit",
+                "status",
+                "--dlq",
+                &dlq,
+                "--circuit-table",
+                &table,
+            ],
+            &env,
+        )
+    });
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(text.stdout.contains("history"), "{}", text.stdout);
+    assert!(text.stdout.contains("operator: open"), "{}", text.stdout);
+}
+
+async fn fill_dlq(sqs: &aws_sdk_sqs::Client, dlq: &str, n: usize) {
+    for i in 0..n {
+        sqs.send_message()
+            .queue_url(dlq)
+            .message_body(format!("m-{i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// The downstream is down: copies that reach the source go back to the DLQ as they are.
+async fn bounce_source_to_dlq(sqs: aws_sdk_sqs::Client, source: String, dlq: String) {
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(&source)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        for m in got.messages.unwrap_or_default() {
+            sqs.send_message()
+                .queue_url(&dlq)
+                .message_body(m.body.clone().unwrap_or_default())
+                .set_message_attributes(m.message_attributes.clone())
+                .send()
+                .await
+                .unwrap();
+            sqs.delete_message()
+                .queue_url(&source)
+                .receipt_handle(m.receipt_handle.unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+fn drain_args<'a>(q: &'a QueueSet, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--json",
+        "drain",
+        "--dlq",
+        &q.dlq_url,
+        "--source",
+        &q.source_url,
+        "--poison",
+        &q.poison_url,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_drain_canary_stops_when_its_copies_come_back() {
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    fill_dlq(&sqs, &q.dlq_url, 5).await;
+    let mover = tokio::spawn(bounce_source_to_dlq(
+        sqs.clone(),
+        q.source_url.clone(),
+        q.dlq_url.clone(),
+    ));
+    let ns = unique_name("ns");
+    let run = tokio::task::block_in_place(|| {
+        redrive(
+            &drain_args(&q, &["--canary", "2", "--canary-window", "20"]),
+            &[("BACKOFF_BASE_SECONDS", "0"), ("METRIC_NAMESPACE", &ns)],
+        )
+    });
+    mover.abort();
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let j = run.json();
+    assert_eq!(j["redriven"], 2);
+    assert_eq!(j["canary"]["failed"], true, "{j}");
+    assert_eq!(j["canary"]["bounced"], 1 + 1, "{j}");
+    assert!(
+        j["canary"]["waitedSeconds"].as_u64().unwrap() < 20,
+        "stopped at once"
+    );
+    // Nothing beyond the canary was sent: 3 untouched + 2 bounced on the DLQ.
+    assert_eq!(queue_depth(&sqs, &q.dlq_url).await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_drain_canary_that_stays_away_drains_the_rest() {
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    fill_dlq(&sqs, &q.dlq_url, 5).await;
+    let ns = unique_name("ns");
+    let run = tokio::task::block_in_place(|| {
+        redrive(
+            &drain_args(&q, &["--canary", "2", "--canary-window", "2"]),
+            &[("BACKOFF_BASE_SECONDS", "0"), ("METRIC_NAMESPACE", &ns)],
+        )
+    });
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let j = run.json();
+    assert_eq!(j["canary"]["failed"], false, "{j}");
+    assert_eq!(j["canary"]["bounced"], 0);
+    assert_eq!(j["redriven"], 5, "the canary and then the rest");
+    assert_eq!(queue_depth(&sqs, &q.dlq_url).await, 0);
+    assert_eq!(queue_depth(&sqs, &q.source_url).await, 5);
+}

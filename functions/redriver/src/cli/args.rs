@@ -97,6 +97,25 @@ pub enum Command {
     /// derived from the archived MessageId.
     Import(super::import::ImportArgs),
     // --- end export / import
+    // --- adaptive circuit (issue 14, engineer "circuit")
+    /// Show or override the adaptive circuit of a DLQ
+    ///
+    /// status: the state (closed, open, half-open), the operator's override, the next run's
+    /// plan, the bounce-back counts over the window and the last transitions. open: hold it
+    /// open (nothing is redriven). close: force it closed (drain whatever the measurements
+    /// say). auto: hand it back to the measurements. Needs CIRCUIT_TABLE or --circuit-table.
+    Circuit(super::circuit::CircuitArgs),
+    // --- end adaptive circuit
+    // --- Step Functions history (issue 13, engineer "workflow-tests")
+    /// What the Step Functions orchestrator did with one message, across executions
+    ///
+    /// Lists the state machine's newest executions and reads their histories
+    /// (GetExecutionHistory): each decision (attempt, backoff held on the DLQ and as
+    /// DelaySeconds, destination, reason), hold and outcome recorded about the message, found
+    /// by its originalMessageId (the same across redrives) or an SQS MessageId. Changes
+    /// nothing. Exit code 3 when there is no record of it.
+    History(super::history::HistoryArgs),
+    // --- end Step Functions history
 }
 
 #[derive(Debug, Args)]
@@ -149,6 +168,15 @@ pub struct DrainArgs {
     /// Where poison pills go (overrides POISON_QUEUE_URL).
     #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
     pub poison: Option<QueueUrl>,
+    // --- adaptive circuit (issue 14, engineer "circuit")
+    /// Replay N messages first, wait for the verdict (do their copies come back to the DLQ
+    /// within the window?), and drain the rest only if they do not; exit code 3 if they do.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub canary: Option<u32>,
+    /// How long the canary's copies have to come back (default CIRCUIT_WINDOW_SECONDS, 900).
+    #[arg(long, value_name = "SECONDS", requires = "canary", value_parser = clap::value_parser!(u64).range(1..))]
+    pub canary_window: Option<u64>,
+    // --- end adaptive circuit
 }
 
 /// Which messages `replay` and `discard` act on.

@@ -10,7 +10,11 @@ use super::args::DrainArgs;
 use super::progress::{Bar, Counters, Counting};
 use super::{CliError, Ctx, Outcome};
 use crate::aws::CloudWatch;
+use crate::circuit::{CircuitStore, DynamoDbCircuitStore};
+use crate::ports::Queue;
 use crate::{DrainRequest, Engine, StopReason, Summary};
+use redrive_shared::circuit::{CircuitSettings, State};
+use std::time::Duration;
 
 /// The flag that sets each variable, for error messages.
 const FLAGS: [(&str, &str); 5] = [
@@ -54,6 +58,17 @@ pub fn config(args: &DrainArgs) -> Result<RedriverConfig, CliError> {
 
 pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     let config = config(&args)?;
+    // --- adaptive circuit (issue 14): the canary's tunables are checked before any queue is
+    // touched, and the drain honours the circuit's record when CIRCUIT_TABLE is set.
+    let canary = match args.canary {
+        Some(n) => Some((n, super::circuit::canary_settings()?)),
+        None => None,
+    };
+    let circuit_store = config.circuit.as_ref().map(|c| DynamoDbCircuitStore {
+        client: aws_sdk_dynamodb::Client::new(&ctx.sdk),
+        table: c.table.clone(),
+    });
+    // --- end adaptive circuit
     let counters = Arc::new(Counters::default());
     let queue = Counting {
         inner: ctx.queue(),
@@ -70,7 +85,11 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
         deadline: None,
         trigger_alarm: None,
     };
-    let engine = Engine::new(queue, cloudwatch.clone(), cloudwatch, config);
+    let engine =
+        Engine::new(queue, cloudwatch.clone(), cloudwatch, config).with_circuit(circuit_store);
+    if let Some((n, settings)) = canary {
+        return run_canary(ctx, &engine, &request, n, &settings, args.canary_window).await;
+    }
     let bar = if ctx.json {
         None
     } else {
@@ -87,13 +106,126 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     } else {
         print_text(ctx, &engine.config, &summary);
     }
-    Ok(match summary.stopped_because {
+    Ok(outcome(&summary))
+}
+
+fn outcome(summary: &Summary) -> Outcome {
+    match summary.stopped_because {
         StopReason::Other => Outcome::Failed,
         StopReason::CircuitOpen => Outcome::Incomplete,
         _ if summary.failed > 0 => Outcome::Incomplete,
         _ => Outcome::Done,
-    })
+    }
 }
+
+// --- adaptive circuit (issue 14): `drain --canary N`.
+/// Replays `n` messages, waits for the verdict, and drains the rest of the budget only if the
+/// canary's copies did not come back.
+async fn run_canary<Q: Queue, C: CircuitStore>(
+    ctx: &Ctx,
+    engine: &Engine<Q, CloudWatch, CloudWatch, C>,
+    request: &DrainRequest,
+    n: u32,
+    settings: &CircuitSettings,
+    window_flag: Option<u64>,
+) -> Result<Outcome, CliError> {
+    let first = DrainRequest {
+        max_messages: n.min(request.max_messages),
+        ..request.clone()
+    };
+    let started = super::now_ms();
+    let canary = engine.run(&first).await;
+    let window = super::circuit::canary_window(window_flag, settings);
+    let judged = !canary.dry_run && canary.redriven > 0;
+    if !ctx.json {
+        print_text(ctx, &engine.config, &canary);
+    }
+    if !judged || matches!(canary.stopped_because, StopReason::Other) {
+        if ctx.json {
+            let mut out = serde_json::to_value(&canary).unwrap_or_default();
+            out["canary"] = serde_json::json!({"sent": canary.redriven, "judged": false});
+            super::output::print_json(&out);
+        } else {
+            println!("canary: nothing redriven, so there is nothing to judge; stopping");
+        }
+        return Ok(outcome(&canary));
+    }
+    if !ctx.json {
+        println!(
+            "canary: {} redriven; waiting up to {} s for copies to come back to the DLQ",
+            canary.redriven,
+            window.as_secs()
+        );
+    }
+    let every = (window / 10).clamp(Duration::from_secs(1), Duration::from_secs(10));
+    let verdict = super::circuit::watch_canary(
+        &ctx.queue(),
+        engine.config.dlq_url.as_str(),
+        started,
+        canary.redriven,
+        settings,
+        window,
+        every,
+    )
+    .await?;
+    let verdict_json = super::circuit::verdict_json(&verdict, canary.redriven);
+    if verdict.failed {
+        if ctx.json {
+            let mut out = serde_json::to_value(&canary).unwrap_or_default();
+            out["canary"] = verdict_json;
+            super::output::print_json(&out);
+        } else {
+            println!(
+                "{}",
+                ctx.style.bad(&format!(
+                    "canary bounced: {} of {} copies came back within {} s; the rest stays on the DLQ",
+                    verdict.bounced.len(),
+                    canary.redriven,
+                    verdict.waited.as_secs()
+                ))
+            );
+        }
+        return Ok(Outcome::Incomplete);
+    }
+    if !ctx.json {
+        println!(
+            "{}",
+            ctx.style.good(&format!(
+                "canary held: {} of {} copies came back within {} s; draining the rest",
+                verdict.bounced.len(),
+                canary.redriven,
+                window.as_secs()
+            ))
+        );
+    }
+    let rest = request.max_messages.saturating_sub(canary.received as u32);
+    let summary = if rest == 0 {
+        canary
+    } else {
+        let more = engine
+            .run(&DrainRequest {
+                max_messages: rest,
+                ..request.clone()
+            })
+            .await;
+        Summary {
+            received: canary.received + more.received,
+            redriven: canary.redriven + more.redriven,
+            isolated: canary.isolated + more.isolated,
+            failed: canary.failed + more.failed,
+            ..more
+        }
+    };
+    if ctx.json {
+        let mut out = serde_json::to_value(&summary).unwrap_or_default();
+        out["canary"] = verdict_json;
+        super::output::print_json(&out);
+    } else {
+        print_text(ctx, &engine.config, &summary);
+    }
+    Ok(outcome(&summary))
+}
+// --- end adaptive circuit
 
 fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
     let st = &ctx.style;
@@ -130,11 +262,27 @@ fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
         },
     );
     let stop = match s.stopped_because {
+        // --- adaptive circuit (issue 14)
+        StopReason::CircuitOpen if s.circuit.as_ref().is_some_and(|c| c.state != State::Closed) => {
+            st.bad("circuit-open (the adaptive circuit: see `redrive circuit status`)")
+        }
+        // --- end adaptive circuit
         StopReason::CircuitOpen => st.bad("circuit-open (a guard alarm is in ALARM)"),
         StopReason::Other => st.bad("other (receiving from the DLQ failed)"),
         r => r.as_str().to_string(),
     };
     row("stopped because", stop);
+    // --- adaptive circuit (issue 14)
+    if let Some(c) = &s.circuit {
+        row(
+            "circuit",
+            format!(
+                "{} (operator {}, plan {}, {} bounced back, {} transitions)",
+                c.state, c.operator, c.plan, c.bounced, c.transitions
+            ),
+        );
+    }
+    // --- end adaptive circuit
     row(
         "left on the DLQ",
         s.dlq_remaining

@@ -7,6 +7,9 @@
 
 pub mod args;
 mod batch;
+// --- adaptive circuit (issue 14, engineer "circuit")
+pub mod circuit;
+// --- end adaptive circuit
 mod discard;
 mod drain;
 // --- export / import and filters (issue 15, engineer "export")
@@ -14,6 +17,9 @@ mod export;
 pub mod filter;
 mod import;
 // --- end export / import
+// --- Step Functions history (issue 13, engineer "workflow-tests")
+pub mod history;
+// --- end Step Functions history
 mod inspect;
 pub mod output;
 mod peek;
@@ -136,6 +142,12 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Export(a) => export::run(&ctx, a).await,
         Command::Import(a) => import::run(&ctx, a).await,
         // --- end export / import
+        // --- adaptive circuit (issue 14)
+        Command::Circuit(a) => circuit::run(&ctx, a).await,
+        // --- end adaptive circuit
+        // --- Step Functions history (issue 13)
+        Command::History(a) => history::run(&ctx, a).await,
+        // --- end Step Functions history
     };
     match result {
         Ok(Outcome::Done) => ExitCode::from(exit::OK),
