@@ -8,12 +8,17 @@
 #   2. cargo lambda build --release --arm64 (unless SKIP_BUILD=true)
 #   3. stack STACK_NAME (infra/templates/resources.yaml): queues, table, topics, alarms, log
 #      groups, roles
-#   4. cargo lambda deploy of both functions, with the roles, names and environment read from
+#   4. cargo lambda deploy of the functions (re-driver, consumer, archiver), with the roles, names and environment read from
 #      that stack's outputs and infra/redrive.env (the only place function settings live);
 #      each gets a new version and its alias `live` moves to it (make rollback moves it back);
 #      the re-driver gets reserved concurrency 1
 #   5. stack STACK_NAME-wiring (infra/templates/wiring.yaml): SNS subscription and permission,
 #      SQS event source mapping, safety-net schedule, all on the `live` aliases
+#
+# ORCHESTRATOR=stepfunctions (issue 13) adds the task function STACK_NAME-workflow-tasks (binary
+# redrive-workflow, alias live) in step 4, and in step 5 the state machine (definition
+# infra/statemachine/redrive.asl.json) with the EventBridge rule on the DLQ alarm instead of the
+# SNS subscription; ORCHESTRATOR=lambda (the default) removes them again.
 #
 # Settings: infra/redrive.env, overridable from the environment. See infra/README.md.
 set -euo pipefail
@@ -44,7 +49,9 @@ else
         --package redriver --package consumer) ||
         die "cargo lambda build failed (see above). Nothing in AWS was changed."
 fi
-for bin in redriver consumer; do
+lambda_bins=(redriver consumer archiver)
+if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi # issue 13
+for bin in "${lambda_bins[@]}"; do
     [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing." \
         "Build it with: cargo lambda build --release --arm64 (or set SKIP_BUILD=false). Nothing in AWS was changed."
 done
@@ -65,15 +72,28 @@ write_params "$WORK/resources.json" \
     "PoisonReminderHourUtc=$POISON_REMINDER_HOUR_UTC" \
     "MetricNamespace=$METRIC_NAMESPACE" \
     "AlertEmail=$ALERT_EMAIL" \
-    "LogRetentionDays=$LOG_RETENTION_DAYS"
+    "LogRetentionDays=$LOG_RETENTION_DAYS" \
+    "ArchivePrefix=$ARCHIVE_PREFIX" \
+    "ArchiveNoncurrentVersionDays=$ARCHIVE_NONCURRENT_VERSION_DAYS" \
+    "ArchiveInfrequentAccessDays=$ARCHIVE_INFREQUENT_ACCESS_DAYS" \
+    "Orchestrator=$ORCHESTRATOR"
 deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json"
 read_outputs "$RESOURCES"
 for key in SourceQueueUrl SourceQueueArn DeadLetterQueueUrl PoisonQueueUrl IdempotencyTableName \
     TriggerTopicArn MetricNamespace ConsumerTimeoutSeconds RedriverFunctionName ConsumerFunctionName \
-    RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl CircuitTableName; do
+    RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl CircuitTableName \
+    ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn; do
     var=OUT_$key
     [ -n "${!var-}" ] || die "stack $RESOURCES has no output $key; was it created from another template?"
 done
+# ---- Step Functions orchestrator (issue 13) ----
+if [ "$ORCHESTRATOR" = stepfunctions ]; then
+    for key in WorkflowFunctionName WorkflowRoleArn StateMachineName StateMachineLogGroupArn WorkflowTriggerAlarmName; do
+        var=OUT_$key
+        [ -n "${!var-}" ] || die "stack $RESOURCES has no output $key (ORCHESTRATOR=stepfunctions); was it created from another template?"
+    done
+fi
+# ---- end Step Functions orchestrator ----
 
 # ---------------------------------------------------------------- 4. functions
 # The guard: the template's default (the consumer's errors alarm) unless redrive.env names
@@ -131,6 +151,17 @@ consumer_env=(
 if [ -n "$IDEMPOTENCY_TTL_SECONDS" ]; then consumer_env+=("IDEMPOTENCY_TTL_SECONDS=$IDEMPOTENCY_TTL_SECONDS"); fi
 if [ "$FAST_TRACK_PERMANENT_FAILURES" = true ]; then consumer_env+=("DLQ_URL=$OUT_DeadLetterQueueUrl"); fi
 write_env_file "$WORK/consumer.env" ${consumer_env[@]+"${consumer_env[@]}"}
+
+# The archiver (issue 15): its own role, the only one that may write the archive bucket.
+write_env_file "$WORK/archiver.env" \
+    "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
+    "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
+    "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
+    "DLQ_URL=$OUT_DeadLetterQueueUrl" \
+    "ARCHIVE_DLQ=$ARCHIVE_DLQ" \
+    "ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS" \
+    "METRIC_NAMESPACE=$OUT_MetricNamespace" \
+    "RUST_LOG=$RUST_LOG"
 
 # A role created seconds ago is often not assumable by Lambda yet (IAM is eventually
 # consistent): CreateFunction fails with InvalidParameterValueException "The role defined for
@@ -203,6 +234,26 @@ fi
 deploy_function consumer "$OUT_ConsumerFunctionName" "$OUT_ConsumerRoleArn" \
     "$CONSUMER_MEMORY_MB" "$OUT_ConsumerTimeoutSeconds" "$WORK/consumer.env"
 publish_live "$OUT_ConsumerFunctionName"
+deploy_function archiver "$OUT_ArchiverFunctionName" "$OUT_ArchiverRoleArn" \
+    "$ARCHIVER_MEMORY_MB" "$ARCHIVER_TIMEOUT_SECONDS" "$WORK/archiver.env"
+publish_live "$OUT_ArchiverFunctionName"
+
+# ---- Step Functions orchestrator (issue 13): the task function, the re-driver's settings plus
+# its own; the state machine (step 5) invokes its alias live.
+WORKFLOW_FUNCTION_NAME=$STACK_NAME-workflow-tasks
+if [ "$ORCHESTRATOR" = stepfunctions ]; then
+    # The re-driver's environment (same queues, guards, table, velocity), its backoff cap raised
+    # to WORKFLOW_BACKOFF_MAX_SECONDS when set (up to 12 h here).
+    grep -v '^BACKOFF_MAX_SECONDS=' "$WORK/redriver.env" >"$WORK/redrive-workflow.env"
+    printf "%s='%s'\n" BACKOFF_MAX_SECONDS "${WORKFLOW_BACKOFF_MAX_SECONDS:-$BACKOFF_MAX_SECONDS}" >>"$WORK/redrive-workflow.env"
+    for name in WORKFLOW_MAX_DELAY_SECONDS WORKFLOW_HOLD_SLACK_SECONDS WORKFLOW_BATCH_SIZE WORKFLOW_SEARCH_RECEIVES; do
+        if [ -n "${!name-}" ]; then printf "%s='%s'\n" "$name" "${!name}" >>"$WORK/redrive-workflow.env"; fi
+    done
+    deploy_function redrive-workflow "$OUT_WorkflowFunctionName" "$OUT_WorkflowRoleArn" \
+        "$WORKFLOW_MEMORY_MB" "$WORKFLOW_TIMEOUT_SECONDS" "$WORK/redrive-workflow.env"
+    publish_live "$OUT_WorkflowFunctionName"
+fi
+# ---- end Step Functions orchestrator ----
 
 # ---------------------------------------------------------------- 5. wiring stack
 write_params "$WORK/wiring.json" \
@@ -214,8 +265,30 @@ write_params "$WORK/wiring.json" \
     "MaximumBatchingWindowSeconds=$MAX_BATCHING_WINDOW_SECONDS" \
     "MaximumConcurrency=$MAX_CONCURRENCY" \
     "EnableSchedule=$ENABLE_SCHEDULE" \
-    "ScheduleExpression=$SCHEDULE_EXPRESSION"
-deploy_stack "$WIRING" "$INFRA_DIR/templates/wiring.yaml" "$WORK/wiring.json"
+    "ScheduleExpression=$SCHEDULE_EXPRESSION" \
+    "ArchiverFunctionName=$OUT_ArchiverFunctionName" \
+    "ArchiveScheduleExpression=$ARCHIVE_SCHEDULE_EXPRESSION" \
+    "Orchestrator=$ORCHESTRATOR" \
+    "WorkflowFunctionName=${OUT_WorkflowFunctionName-}" \
+    "StateMachineName=${OUT_StateMachineName-}" \
+    "StateMachineLogGroupArn=${OUT_StateMachineLogGroupArn-}" \
+    "TriggerAlarmName=${OUT_WorkflowTriggerAlarmName-}" \
+    "WorkflowLogLevel=${WORKFLOW_LOG_LEVEL:-ALL}"
+# The state machine's definition goes into the template here (issue 13; see render_wiring_template).
+render_wiring_template "$INFRA_DIR/templates/wiring.yaml" "$INFRA_DIR/statemachine/redrive.asl.json" "$WORK/wiring.yaml"
+deploy_stack "$WIRING" "$WORK/wiring.yaml" "$WORK/wiring.json"
+
+# ---- Step Functions orchestrator (issue 13): back to the Lambda, the state machine is gone
+# with the wiring stack's update; its task function, left by an earlier stepfunctions deploy,
+# goes too (its role went with the resources stack).
+if [ "$ORCHESTRATOR" = lambda ] &&
+    aws_ lambda get-function --function-name "$WORKFLOW_FUNCTION_NAME" >/dev/null 2>&1; then
+    aws_ lambda delete-function --function-name "$WORKFLOW_FUNCTION_NAME" >/dev/null ||
+        die "could not delete the task function $WORKFLOW_FUNCTION_NAME (ORCHESTRATOR=lambda)." \
+            "The Lambda orchestrator is wired; delete it by hand: aws lambda delete-function --function-name $WORKFLOW_FUNCTION_NAME"
+    say "ORCHESTRATOR=lambda: deleted the task function $WORKFLOW_FUNCTION_NAME of the state machine"
+fi
+# ---- end Step Functions orchestrator ----
 
 cat <<EOF
 
@@ -225,8 +298,10 @@ redrive is deployed (stacks $RESOURCES and $WIRING, region $AWS_REGION).
   poison queue   $OUT_PoisonQueueUrl
   alerts topic   ${OUT_AlertsTopicArn:-?}   <- subscribe people here (or set ALERT_EMAIL)
   recoveries     ${OUT_RecoveryTopicArn:-?}   <- OK notifications (a chat channel, or nothing)
-  functions      $OUT_RedriverFunctionName, $OUT_ConsumerFunctionName (alias live; undo with make rollback)
+  functions      $OUT_RedriverFunctionName, $OUT_ConsumerFunctionName, $OUT_ArchiverFunctionName (alias live; undo with make rollback)
+  archive        s3://$OUT_ArchiveBucketName/$OUT_ArchivePrefix/ (messages older than $ARCHIVE_AFTER_DAYS days, $ARCHIVE_SCHEDULE_EXPRESSION)
   dashboard      $OUT_DashboardUrl
+  orchestrator   $ORCHESTRATOR$([ "$ORCHESTRATOR" = stepfunctions ] && printf ' (state machine %s, task function %s)' "$OUT_StateMachineName" "$OUT_WorkflowFunctionName")
 Try it:  aws sqs send-message --region $AWS_REGION --queue-url $OUT_SourceQueueUrl --message-body '{"hello":"redrive"}'
 Remove:  make destroy
 EOF

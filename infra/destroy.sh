@@ -90,6 +90,7 @@ delete_stack "$WIRING"
 # ConsumerFunctionName); derived here too so that a half-created stack is still cleaned up.
 delete_function "$STACK_NAME-redriver"
 delete_function "$STACK_NAME-consumer"
+delete_function "$STACK_NAME-archiver"
 delete_stack "$RESOURCES"
 # Retained by the stack (DeletionPolicy Retain): deleted here, after the check above.
 for url in $DLQ_URL $POISON_URL; do
@@ -102,6 +103,8 @@ if aws_ dynamodb describe-table --table-name "$STACK_NAME-idempotency" >/dev/nul
     say "deleted table $STACK_NAME-idempotency"
 fi
 say "redrive stack $STACK_NAME is removed from $AWS_REGION"
+# The archive bucket (DeletionPolicy Retain) is kept: archived messages are deleted by a person.
+say "the archive bucket, if any, is kept (its name starts with $(tr '[:upper:]' '[:lower:]' <<<"$STACK_NAME")-archivebucket); empty and delete it by hand once its messages are no longer needed"
 if [ -n "$DLQ_URL$POISON_URL" ]; then
     say "SQS refuses these queue names for 60 s; make deploy waits and retries if it meets that."
 fi

@@ -107,6 +107,18 @@ validate_deploy_config() {
     need_bool FAST_TRACK_PERMANENT_FAILURES
     need_match IDEMPOTENCY_TTL_SECONDS '^$|^[0-9]+$' "a number of seconds, or empty for the consumer's default"
     need_bool SKIP_BUILD
+    # ---- archive (issue 15, archiver) ----
+    need_match ARCHIVE_AFTER_DAYS '^([0-9]|1[0-2])(\.[0-9]+)?$|^13$' \
+        "a number of days above 0 and at most 13, such as 10 or 0.5 (the schedule needs room before the 14-day retention)"
+    if [[ $ARCHIVE_AFTER_DAYS =~ ^0(\.0*)?$ ]]; then die "ARCHIVE_AFTER_DAYS must be above 0."; fi
+    need_match ARCHIVE_SCHEDULE_EXPRESSION '^(rate|cron)\(.+\)$' "an EventBridge rate(...) or cron(...) expression"
+    need_match ARCHIVE_PREFIX '^[A-Za-z0-9_-]{1,64}$' "1-64 letters, digits, _ and - (one key segment)"
+    need_bool ARCHIVE_DLQ
+    need_int ARCHIVE_NONCURRENT_VERSION_DAYS 1 3650
+    need_int ARCHIVE_INFREQUENT_ACCESS_DAYS 30 3650
+    need_int ARCHIVER_MEMORY_MB 128 10240
+    need_int ARCHIVER_TIMEOUT_SECONDS 30 900
+    # ---- end archive ----
     local name
     for name in MAX_REDRIVE_ATTEMPTS BACKOFF_BASE_SECONDS BACKOFF_MULTIPLIER BACKOFF_MAX_SECONDS BACKOFF_JITTER \
         MAX_MESSAGES_PER_INVOCATION MAX_MESSAGES_PER_SECOND DOWNSTREAM_URL DOWNSTREAM_TIMEOUT_SECONDS \

@@ -42,6 +42,7 @@ rollback_function() { # FUNCTION_NAME
 
 rollback_function "$STACK_NAME-redriver"
 rollback_function "$STACK_NAME-consumer"
+rollback_function "$STACK_NAME-archiver"
 if [ "$rolled_back" = 0 ]; then
     die "nothing to roll back: no function has a previous version recorded by the last make deploy." \
         "To point an alias at a version by hand:" \

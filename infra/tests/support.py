@@ -197,7 +197,7 @@ def fake_lambda_dir() -> Path:
     root = Path(tempfile.mkdtemp(prefix="redrive-lambda-"))
     header = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
     header += struct.pack("<HHIQQQIHHHHHH", 2, 183, 1, 0, 0, 0, 0, 64, 0, 0, 64, 0, 0)
-    for name in ("redriver", "consumer"):
+    for name in ("redriver", "consumer", "archiver"):
         (root / name).mkdir()
         (root / name / "bootstrap").write_bytes(header)
         (root / name / "bootstrap").chmod(0o755)

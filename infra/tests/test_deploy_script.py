@@ -162,6 +162,8 @@ class DeployScript(unittest.TestCase):
         live = lam.get_alias(FunctionName=f"{stack}-consumer", Name="live")["FunctionVersion"]
         self.assertIn(mappings[0]["FunctionArn"].rsplit(":", 1)[1], ("live", live))
         rules = self.moto.client("events").list_rules(NamePrefix=f"{stack}-wiring-")["Rules"]
+        # The re-driver's safety net; the archiver's schedule (issue 15) is checked in test_archive.py.
+        rules = [r for r in rules if r["ScheduleExpression"] != "rate(1 hour)"]
         self.assertEqual([r["ScheduleExpression"] for r in rules], ["rate(5 minutes)"])
         targets = self.moto.client("events").list_targets_by_rule(Rule=rules[0]["Name"])["Targets"]
         self.assertEqual([t["Arn"] for t in targets],
@@ -182,7 +184,7 @@ class DeployScript(unittest.TestCase):
         self.assertEqual(self.outputs(stack)["RedriverRoleArn"], out["RedriverRoleArn"])
         self.assertEqual(len(lam.list_event_source_mappings(FunctionName=f"{stack}-consumer:live")["EventSourceMappings"]), 1)
         self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
-                         {f"{stack}-redriver", f"{stack}-consumer"})
+                         {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver"})
 
         gone = self.run_script(DESTROY, env)
         self.assertEqual(gone.returncode, 0, gone.stderr)
@@ -206,7 +208,7 @@ class DeployScript(unittest.TestCase):
         self.assertNotIn("DLQ_URL", variables)
         self.assertEqual(variables["IDEMPOTENCY_TTL_SECONDS"], "3888000")
         rules = self.moto.client("events").list_rules(NamePrefix=f"{stack}-wiring-")["Rules"]
-        self.assertEqual([r["ScheduleExpression"] for r in rules], ["rate(5 minutes)"])
+        self.assertEqual(sorted(r["ScheduleExpression"] for r in rules), ["rate(1 hour)", "rate(5 minutes)"])
         # The default guard is the stack's consumer-errors alarm.
         redriver = self.moto.client("lambda").get_function_configuration(FunctionName=f"{stack}-redriver")
         self.assertEqual(redriver["Environment"]["Variables"]["GUARD_ALARM_NAMES"], f"{stack}-consumer-errors")
@@ -255,9 +257,9 @@ exec {real} "$@"
         result = self.run_script(DEPLOY, env)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stderr.count("IAM has not propagated role"), 2)
-        self.assertEqual((state / "deployed").read_text().split(), ["--binary-name", "--binary-name"])
+        self.assertEqual((state / "deployed").read_text().split(), ["--binary-name"] * 3)  # redriver, consumer, archiver
         self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
-                         {f"{stack}-redriver", f"{stack}-consumer"})
+                         {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver"})
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
 
     def test_issue12_create_function_retries_are_bounded(self):
@@ -352,7 +354,7 @@ exec {real} "$@"
             self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
             self.assertEqual(self.stack_status(f"{stack}-wiring"), "CREATE_COMPLETE")
             self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
-                             {f"{stack}-redriver", f"{stack}-consumer"})
+                             {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver"})
             sqs.purge_queue(QueueUrl=url)
         sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=f"{stack}-dlq")["QueueUrl"], MessageBody="parked")
 

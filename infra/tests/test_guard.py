@@ -133,6 +133,17 @@ MUTATIONS = {
             FunctionName={"Ref": "ConsumerFunctionName"})),
     "schedule_on_by_default": (
         "wiring", lambda t: t["Parameters"]["EnableSchedule"].update(Default="false")),
+    # ---- archive (issue 15, archiver) ----
+    "buckets_encrypted_versioned_private": (
+        "resources", lambda t: _resources(t)["ArchiveBucket"]["Properties"].pop("PublicAccessBlockConfiguration")),
+    "buckets_retained_with_lifecycle": (
+        "resources", lambda t: _resources(t)["ArchiveBucket"].update(DeletionPolicy="Delete")),
+    "buckets_deny_insecure_transport": (
+        "resources", lambda t: _resources(t)["ArchiveBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"].pop(0)),
+    "archive_written_only_by_archiver": (
+        "resources", lambda t: _statement(t, "ArchiverRole", "WriteArchiveObjects").update(
+            Resource={"Fn::Sub": "${ArchiveBucket.Arn}/*"})),
+    # ---- end archive ----
     # ---- adaptive circuit (issue 14) ----
     "circuit_alarm_and_least_privilege": (
         "resources", lambda t: _statement(t, "RedriverRole", "CircuitRecord").update(

@@ -59,6 +59,7 @@ class StackInMoto(unittest.TestCase):
         for name, role in (
             (cls.outputs["RedriverFunctionName"], cls.outputs["RedriverRoleArn"]),
             (cls.outputs["ConsumerFunctionName"], cls.outputs["ConsumerRoleArn"]),
+            (cls.outputs["ArchiverFunctionName"], cls.outputs["ArchiverRoleArn"]),  # issue 15
         ):
             lam.create_function(
                 FunctionName=name,
@@ -85,6 +86,7 @@ class StackInMoto(unittest.TestCase):
                 {"ParameterKey": "MaximumConcurrency", "ParameterValue": "7"},
                 {"ParameterKey": "EnableSchedule", "ParameterValue": "true"},
                 {"ParameterKey": "ScheduleExpression", "ParameterValue": "rate(30 minutes)"},
+                {"ParameterKey": "ArchiverFunctionName", "ParameterValue": cls.outputs["ArchiverFunctionName"]},
             ],
         )
         cls.wiring_status = cfn.describe_stacks(StackName=cls.wiring)["Stacks"][0]["StackStatus"]
@@ -190,7 +192,8 @@ class StackInMoto(unittest.TestCase):
         found = {g["logGroupName"]: g.get("retentionInDays") for g in groups["logGroups"]}
         self.assertEqual(
             found,
-            {f"/aws/lambda/{self.stack}-redriver": 14, f"/aws/lambda/{self.stack}-consumer": 14},
+            {f"/aws/lambda/{self.stack}-redriver": 14, f"/aws/lambda/{self.stack}-consumer": 14,
+             f"/aws/lambda/{self.stack}-archiver": 14},  # issue 15
         )
 
     # ---------------------------------------------------------------- IAM
@@ -308,7 +311,7 @@ class StackInMoto(unittest.TestCase):
         policy = json.loads(
             self.moto.client("lambda").get_policy(FunctionName=self.outputs["RedriverFunctionName"], Qualifier="live")["Policy"]
         )
-        rule = self.moto.client("events").list_rules(NamePrefix=f"{self.wiring}-")["Rules"]
+        rule = self.moto.client("events").list_rules(NamePrefix=f"{self.wiring}-RedriverSchedule")["Rules"]
         self.assertEqual(len(rule), 1)
         self.assertEqual(
             sorted((s["Principal"]["Service"], s["Condition"]["ArnLike"]["AWS:SourceArn"]) for s in policy["Statement"]),
@@ -317,7 +320,7 @@ class StackInMoto(unittest.TestCase):
 
     def test_safety_net_schedule_targets_the_redriver(self):
         events = self.moto.client("events")
-        rule = events.list_rules(NamePrefix=f"{self.wiring}-")["Rules"][0]
+        rule = events.list_rules(NamePrefix=f"{self.wiring}-RedriverSchedule")["Rules"][0]
         self.assertEqual(rule["ScheduleExpression"], "rate(30 minutes)")
         targets = events.list_targets_by_rule(Rule=rule["Name"])["Targets"]
         self.assertEqual([t["Arn"] for t in targets], [self.arn("lambda", f"function:{self.stack}-redriver:live")])

@@ -72,7 +72,7 @@ class NamesAgree(unittest.TestCase):
         actions = {name: r["Properties"]["AlarmActions"] for name, r in self.resources.items()
                    if r["Type"] == "AWS::CloudWatch::Alarm"}
         self.assertEqual(actions.pop("DlqNotEmptyAlarm"), [{"Ref": "TriggerTopic"}])
-        self.assertEqual(len(actions), 15)  # 14 + circuit-open (issue 14)
+        self.assertEqual(len(actions), 16)  # 14 + circuit-open (issue 14) + archive-failures (issue 15)
         for name, action in actions.items():
             self.assertEqual(action, [{"Ref": "AlertsTopic"}], name)
 
@@ -231,7 +231,7 @@ class Issue12Operations(unittest.TestCase):
         listed = {a.rsplit(":alarm:${AWS::StackName}-", 1)[1]
                   for w in widgets if w["type"] == "alarm" for a in w["properties"]["alarms"]}
         self.assertEqual(listed, alarm_names)
-        self.assertEqual(len(listed), 16)  # 15 + circuit-open (issue 14)
+        self.assertEqual(len(listed), 17)  # 15 + circuit-open (issue 14) + archive-failures (issue 15)
         self.assertIn("#dashboards:name=${Dashboard}", self.template["Outputs"]["DashboardUrl"]["Value"]["Fn::Sub"])
 
 

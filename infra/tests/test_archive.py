@@ -1,0 +1,128 @@
+"""Issue 15, the archiver's infrastructure: the archive bucket, the archiver's role (the only
+writer), its schedule and its alarm, read from the parsed templates (moto ignores deletion
+policies, bucket policies and alarms); Guard checks the same from the rules' side."""
+
+from __future__ import annotations
+
+import re
+import unittest
+
+import support
+
+
+def _actions(statement: dict) -> list[str]:
+    return support.as_list(statement["Action"])
+
+
+class ArchiveTemplates(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.template = support.load_template(support.RESOURCES_TEMPLATE)
+        cls.resources = cls.template["Resources"]
+        cls.wiring = support.load_template(support.WIRING_TEMPLATE)
+
+    def statements(self, role: str) -> dict:
+        return {s["Sid"]: s for s in self.resources[role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]}
+
+    def test_bucket_is_encrypted_versioned_private_retained_with_a_lifecycle(self):
+        bucket = self.resources["ArchiveBucket"]
+        self.assertEqual((bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]), ("Retain", "Retain"))
+        p = bucket["Properties"]
+        self.assertEqual(p["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+                         ["ServerSideEncryptionByDefault"]["SSEAlgorithm"], "AES256")
+        self.assertEqual(p["VersioningConfiguration"], {"Status": "Enabled"})
+        self.assertEqual(p["PublicAccessBlockConfiguration"], {
+            "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True})
+        [rule] = p["LifecycleConfiguration"]["Rules"]
+        self.assertEqual(rule["Status"], "Enabled")
+        self.assertEqual(rule["NoncurrentVersionExpiration"], {"NoncurrentDays": {"Ref": "ArchiveNoncurrentVersionDays"}})
+        self.assertNotIn("ExpirationInDays", rule, "current archive objects never expire by themselves")
+
+    def test_bucket_policy_denies_plain_http_and_writes_by_anyone_but_the_archiver(self):
+        statements = {s["Sid"]: s for s in
+                      self.resources["ArchiveBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]}
+        tls = statements["DenyInsecureTransport"]
+        self.assertEqual((tls["Effect"], tls["Principal"], tls["Condition"]),
+                         ("Deny", "*", {"Bool": {"aws:SecureTransport": "false"}}))
+        only = statements["OnlyTheArchiverWritesObjects"]
+        self.assertEqual((only["Effect"], only["Action"]), ("Deny", "s3:PutObject"))
+        self.assertEqual(only["Condition"], {"ArnNotEquals": {"aws:PrincipalArn": {"Fn::GetAtt": ["ArchiverRole", "Arn"]}}})
+
+    def test_archiver_role_puts_under_the_prefix_and_touches_only_poison_and_dlq(self):
+        by_sid = self.statements("ArchiverRole")
+        self.assertEqual(_actions(by_sid["WriteArchiveObjects"]), ["s3:PutObject"])
+        self.assertEqual(by_sid["WriteArchiveObjects"]["Resource"], {"Fn::Sub": "${ArchiveBucket.Arn}/${ArchivePrefix}/*"})
+        sqs = by_sid["SweepPoisonAndDlq"]
+        self.assertEqual(sorted(_actions(sqs)), ["sqs:ChangeMessageVisibility", "sqs:DeleteMessage",
+                                                 "sqs:GetQueueAttributes", "sqs:ReceiveMessage"])
+        self.assertEqual(sqs["Resource"], [{"Fn::GetAtt": ["PoisonQueue", "Arn"]},
+                                           {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}])
+        # No other role of the stack names S3.
+        for name, r in self.resources.items():
+            if r["Type"] == "AWS::IAM::Role" and name != "ArchiverRole":
+                actions = [a for p in r["Properties"].get("Policies", [])
+                           for s in p["PolicyDocument"]["Statement"] for a in _actions(s)]
+                self.assertFalse([a for a in actions if a.startswith("s3:")], name)
+
+    def test_every_api_the_archiver_role_grants_is_called_by_the_archiver(self):
+        source = "".join(p.read_text(encoding="utf-8") for p in (
+            support.REPO / "functions/redriver/src/archiver.rs",
+            support.REPO / "functions/redriver/src/bin/archiver.rs",
+            support.REPO / "functions/redriver/src/aws.rs",  # the batch delete/visibility calls it reuses
+        ))
+        for statement in self.statements("ArchiverRole").values():
+            for action in _actions(statement):
+                service, operation = action.split(":")
+                if service == "logs":
+                    continue
+                snake = re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+                with self.subTest(action=action):
+                    self.assertRegex(source, rf"\.{snake}(_batch)?\(\)", f"ArchiverRole grants {action}, no code calls it")
+
+    def test_alarm_on_archive_failures_and_archiver_errors(self):
+        alarm = self.resources["ArchiveFailuresAlarm"]["Properties"]
+        self.assertEqual(alarm["AlarmActions"], [{"Ref": "AlertsTopic"}])
+        self.assertEqual(alarm["OKActions"], [{"Ref": "RecoveryTopic"}])
+        self.assertEqual((alarm["Threshold"], alarm["ComparisonOperator"]), (0, "GreaterThanThreshold"))
+        metrics = {m["Id"]: m for m in alarm["Metrics"]}
+        for queue_id, queue in (("poison", "PoisonQueue"), ("dlq", "DeadLetterQueue")):
+            metric = metrics[queue_id]["MetricStat"]["Metric"]
+            self.assertEqual((metric["Namespace"], metric["MetricName"]), ({"Ref": "MetricNamespace"}, "ArchiveFailures"))
+            self.assertEqual(metric["Dimensions"], [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}])
+        errors = metrics["errors"]["MetricStat"]["Metric"]
+        self.assertEqual((errors["Namespace"], errors["MetricName"]), ("AWS/Lambda", "Errors"))
+        self.assertEqual(errors["Dimensions"][0]["Value"], self.template["Outputs"]["ArchiverFunctionName"]["Value"])
+        returned = [m for m in alarm["Metrics"] if m.get("ReturnData")]
+        self.assertEqual(len(returned), 1)
+        for ref in ("poison", "dlq", "errors"):
+            self.assertIn(f"FILL({ref}, 0)", returned[0]["Expression"])
+
+    def test_log_group_is_the_one_lambda_writes(self):
+        name = self.template["Outputs"]["ArchiverFunctionName"]["Value"]["Fn::Sub"]
+        self.assertEqual(self.resources["ArchiverLogGroup"]["Properties"]["LogGroupName"], {"Fn::Sub": f"/aws/lambda/{name}"})
+
+    def test_schedule_runs_the_archiver_hourly_through_its_live_alias(self):
+        r = self.wiring["Resources"]
+        self.assertEqual(self.wiring["Parameters"]["ArchiveScheduleExpression"]["Default"], "rate(1 hour)")
+        self.assertEqual(r["ArchiverSchedule"]["Properties"]["State"], "ENABLED")
+        self.assertNotIn("Condition", r["ArchiverSchedule"])
+        self.assertTrue(r["ArchiverSchedule"]["Properties"]["Targets"][0]["Arn"]["Fn::Sub"].endswith(
+            ":function:${ArchiverFunctionName}:live"))
+        permission = r["ScheduleInvokesArchiver"]["Properties"]
+        self.assertEqual((permission["FunctionName"], permission["SourceArn"]),
+                         ({"Fn::Sub": "${ArchiverFunctionName}:live"}, {"Fn::GetAtt": ["ArchiverSchedule", "Arn"]}))
+
+    def test_settings_default_to_ten_days_and_deploy_passes_them(self):
+        env = (support.INFRA / "redrive.env").read_text(encoding="utf-8")
+        self.assertIn("\nARCHIVE_AFTER_DAYS=10\n", env)
+        self.assertIn("\nARCHIVE_SCHEDULE_EXPRESSION=rate(1 hour)\n", env)
+        deploy = (support.INFRA / "deploy.sh").read_text(encoding="utf-8")
+        for line in ('"ARCHIVE_BUCKET=$OUT_ArchiveBucketName"', '"POISON_QUEUE_URL=$OUT_PoisonQueueUrl"',
+                     '"DLQ_URL=$OUT_DeadLetterQueueUrl"', '"ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS"',
+                     '"ArchiverFunctionName=$OUT_ArchiverFunctionName"',
+                     'deploy_function archiver "$OUT_ArchiverFunctionName" "$OUT_ArchiverRoleArn"'):
+            self.assertIn(line, deploy)
+
+
+if __name__ == "__main__":
+    unittest.main()
