@@ -13,9 +13,15 @@
 //!   - `CIRCUIT_COOLDOWN_SECONDS` (default 300): Open before the first canary; doubled after
 //!     every failed canary up to `CIRCUIT_MAX_COOLDOWN_SECONDS` (default 3600).
 //!   - `CIRCUIT_CANARY_SIZE` (default 10): the messages a half-open circuit redrives.
+//! - Engine: `Engine::new(..).with_circuit(store)` with a `redriver::circuit::CircuitStore`
+//!   (`DynamoDbCircuitStore`, or `MemoryCircuitStore` for fakes; `Option<S>` is a store too,
+//!   `None` = off); `with_clock(fn() -> i64)` compresses time in simulations (the stamps'
+//!   `lastRedrivenAt` and the circuit use it). The circuit is on when both the store and
+//!   `config.circuit` are there.
 //! - The re-driver's response gains `"circuit": {"state": "closed"|"open"|"half-open",
-//!   "operator": "auto"|"open"|"closed", "plan": ..., "bounced": n, "budget": n|null}`
-//!   (absent when the circuit is off).
+//!   "operator": "auto"|"open"|"closed", "plan": "drain"|"canary"|"watch"|"hold",
+//!   "budget": n|null, "bounced": n, "transitions": n}` (`Summary::circuit`, absent when the
+//!   circuit is off); an open circuit stops a run with `stoppedBecause: circuit-open`.
 //! - Metrics (namespace `METRIC_NAMESPACE`, dimension `QueueName`), only when the circuit is on:
 //!   `CircuitOpen` (1 while the circuit is open or half-open, else 0), `CircuitTransitions`
 //!   (transitions made by the invocation), `BouncedCopies` (bounced copies it saw).
