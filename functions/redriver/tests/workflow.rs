@@ -162,6 +162,26 @@ impl Workflow {
         .await
     }
 
+    /// Runs the operator CLI against this moto with `--state-machine` of this test:
+    /// (exit code, stdout, stderr).
+    async fn history_cli(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redrive"));
+        command
+            .args(args)
+            .args(["--state-machine", &self.machine])
+            .env("NO_COLOR", "1")
+            .envs(moto_sfn().env());
+        let out = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap()
+            .expect("running redrive");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     async fn start(&self, input: Value) -> String {
         sfn::start_execution(&self.sfn, &self.machine, &input).await
     }
@@ -334,6 +354,72 @@ async fn redrives_with_backoff_and_records_each_decision_in_the_history() {
         let expected = if body(m) == "order o-103" { 2 } else { 1 };
         assert_eq!(meta.attempt, expected, "{}", body(m));
     }
+
+    // WHEN o-103 fails again (its copy, x-redrive and all, back on the DLQ) and a second
+    // execution redrives it
+    let again = source.iter().find(|m| body(m) == "order o-103").unwrap();
+    send_raw(
+        &wf.sqs,
+        &wf.queues.dlq_url,
+        body(again),
+        &[(ATTRIBUTE_NAME, attr_string(&meta(again).to_json()))],
+    )
+    .await;
+    let second = wf.run(json!({})).await;
+    assert_eq!(
+        second.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        second.lines()
+    );
+
+    // THEN `redrive history` tells its story across both executions
+    let run = wf.history_cli(&["history", "orig-103"]).await;
+    assert_eq!(run.0, Some(0), "{run:?}");
+    let text = &run.1;
+    assert!(
+        text.contains("history of orig-103: 6 records in 2 of the 2 newest executions"),
+        "{text}"
+    );
+    assert!(text.contains("redriven as attempt 2"), "{text}");
+    assert!(text.contains("redriven as attempt 3"), "{text}");
+    assert!(text.contains("held on the DLQ"), "{text}");
+    assert!(
+        !text.contains("order o-10"),
+        "no body in the history: {text}"
+    );
+    let run = wf.history_cli(&["history", "orig-103", "--json"]).await;
+    assert_eq!(run.0, Some(0), "{run:?}");
+    let doc: Value = serde_json::from_str(&run.1).unwrap();
+    let executions = doc["executions"].as_array().unwrap();
+    assert_eq!(executions.len(), 2, "{doc:#}");
+    let kinds: Vec<Vec<&str>> = executions
+        .iter()
+        .map(|x| {
+            x["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["kind"].as_str().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ["decided", "held", "redriven"],
+            ["decided", "held", "redriven"]
+        ]
+    );
+    assert_eq!(executions[1]["records"][2]["detail"]["attempt"], json!(3));
+    assert_eq!(
+        executions[1]["records"][0]["detail"]["waitSeconds"],
+        json!(4)
+    );
+    // an unknown message: exit 3, said plainly
+    let run = wf.history_cli(&["history", "o-404"]).await;
+    assert_eq!(run.0, Some(3), "{run:?}");
+    assert!(run.1.contains("no record of o-404"), "{run:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
