@@ -21,15 +21,12 @@ use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::ChecksumAlgorithm;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use redrive_shared::Attributes;
 use redrive_shared::archive::{self, ArchivedMessage, SystemAttributes};
 use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_u32};
 use redrive_shared::sdk::attributes_from_sdk;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::aws::{SqsQueue, port_error};
 use crate::ports::{BatchOutcome, HandleEntry, PortError, Queue};
@@ -723,37 +720,11 @@ pub struct S3Store {
     pub client: aws_sdk_s3::Client,
 }
 
-/// The standard base64 of the SHA-256 of `bytes`: what S3's `x-amz-checksum-sha256` carries.
-pub fn sha256_base64(bytes: &[u8]) -> String {
-    archive::base64_encode(&Sha256::digest(bytes))
-}
+pub use crate::s3::sha256_base64;
 
 impl ObjectStore for S3Store {
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<(), PortError> {
-        let checksum = sha256_base64(&body);
-        // With the checksum in the request S3 hashes what it received and refuses the put
-        // (BadDigest) when they differ: a success means the bytes are stored as sent.
-        let out = self
-            .client
-            .put_object()
-            .bucket(bucket)
-            .key(key)
-            .content_type("application/x-ndjson")
-            .checksum_algorithm(ChecksumAlgorithm::Sha256)
-            .checksum_sha256(&checksum)
-            .body(ByteStream::from(body))
-            .send()
-            .await
-            .map_err(|e| port_error("PutObject", e))?;
-        match out.checksum_sha256() {
-            Some(echoed) if echoed != checksum => Err(PortError {
-                operation: "PutObject",
-                code: "ChecksumMismatch".into(),
-                message: format!("S3 acknowledged SHA-256 {echoed}, the object's is {checksum}"),
-                retryable: true,
-            }),
-            _ => Ok(()),
-        }
+        crate::s3::put_verified(&self.client, bucket, key, body).await
     }
 }
 

@@ -26,6 +26,11 @@ pub fn client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
     )
 }
 
+/// The standard base64 of the SHA-256 of `bytes`: what S3's `x-amz-checksum-sha256` carries.
+pub fn sha256_base64(bytes: &[u8]) -> String {
+    base64_encode(&Sha256::digest(bytes))
+}
+
 /// Writes `body` at `bucket`/`key` with its SHA-256, which S3 verifies before it answers.
 pub async fn put_verified(
     client: &aws_sdk_s3::Client,
@@ -33,7 +38,7 @@ pub async fn put_verified(
     key: &str,
     body: Vec<u8>,
 ) -> Result<(), PortError> {
-    let checksum = base64_encode(&Sha256::digest(&body));
+    let checksum = sha256_base64(&body);
     let out = client
         .put_object()
         .bucket(bucket)
@@ -50,7 +55,8 @@ pub async fn put_verified(
             operation: "PutObject",
             code: "ChecksumMismatch".into(),
             message: format!("S3 acknowledged SHA-256 {echoed}, the object's is {checksum}"),
-            retryable: false,
+            // Nothing is deleted on this path; another put of the same bytes may succeed.
+            retryable: true,
         }),
         _ => Ok(()),
     }

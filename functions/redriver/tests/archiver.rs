@@ -25,11 +25,7 @@ use redriver::ports::{BatchOutcome, HandleEntry, PortError};
 use serde_json::json;
 
 async fn s3() -> aws_sdk_s3::Client {
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&moto().sdk_config().await)
-            .force_path_style(true)
-            .build(),
-    )
+    redriver::s3::client(&moto().sdk_config().await)
 }
 
 /// A fresh versioned bucket, as the stack's.

@@ -54,14 +54,9 @@ fn redrive(args: &[&str]) -> Run {
 }
 
 async fn s3() -> aws_sdk_s3::Client {
-    let sdk = moto().sdk_config().await;
     // moto answers path-style requests on a custom endpoint (a virtual-hosted bucket would be
-    // a DNS name under 127.0.0.1).
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .force_path_style(true)
-            .build(),
-    )
+    // a DNS name under 127.0.0.1): the adapter's client is path-style.
+    redriver::s3::client(&moto().sdk_config().await)
 }
 
 async fn bucket(s3: &aws_sdk_s3::Client) -> String {

@@ -23,13 +23,8 @@ async fn main() -> Result<(), Error> {
     let queue = SqsArchiveQueue {
         client: aws_sdk_sqs::Client::new(&sdk),
     };
-    // Path-style addressing: the bucket in the path works against AWS and any emulator
-    // reached through AWS_ENDPOINT_URL alike.
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(&sdk)
-            .force_path_style(true)
-            .build(),
-    );
+    // Path-style, as the CLI's export and import use it (see redriver::s3).
+    let s3 = redriver::s3::client(&sdk);
     let metrics = CloudWatchArchiveMetrics {
         client: aws_sdk_cloudwatch::Client::new(&sdk),
     };
