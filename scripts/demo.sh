@@ -18,7 +18,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 # graph is then compiled once, on a fresh clone, whether `make demo` or `make test` runs first;
 # `cargo run -p redrive-tests` would build a second variant of it (2 min 48 s).
 demo_bin=$(
-    cargo build --workspace --examples --bin demo --bin redriver --bin consumer \
+    cargo build --workspace --examples --bin demo --bin redriver --bin consumer --bin redrive-workflow \
         --message-format json-render-diagnostics |
         .venv/bin/python -c '
 import json, sys
