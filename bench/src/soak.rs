@@ -40,6 +40,9 @@ use crate::faults::FaultCounts;
 
 pub mod fake;
 pub mod moto;
+// --- the workflow soak (issue 13, engineer "workflow-tests")
+pub mod workflow;
+// --- end the workflow soak
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

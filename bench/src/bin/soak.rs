@@ -5,6 +5,7 @@
 //! soak moto [--messages 2000]  [--seed N] [--fault-rate 0.2]   # moto behind the fault proxy
 //!           [--kill-share 0.3] [--pollers N]                    # either
 //! soak circuit [--messages 50] [--short]   # the adaptive circuit's outage simulation on moto
+//! soak workflow [--messages 40] [--seed N] [--stops 3]   # the Step Functions orchestrator on moto
 //! ```
 //! Exits 1 when a message was lost or the reconciliation found a violation. The figures are
 //! also written to `target/soak/<fake|moto>.json`.
@@ -17,7 +18,7 @@ use redrive_bench::soak::{self, SoakSettings};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: soak <fake|moto> [--messages N] [--seed N] [--fault-rate R] [--kill-share R] [--pollers N]\n       soak circuit [--messages N] [--short]"
+        "usage: soak <fake|moto> [--messages N] [--seed N] [--fault-rate R] [--kill-share R] [--pollers N]\n       soak circuit [--messages N] [--short]\n       soak workflow [--messages N] [--seed N] [--stops N]"
     );
     ExitCode::from(2)
 }
@@ -58,6 +59,46 @@ fn circuit(args: &[String]) -> ExitCode {
     }
 }
 
+// --- the workflow soak (issue 13, engineer "workflow-tests")
+/// `soak workflow`: the Step Functions orchestrator on moto with injected task failures and
+/// stopped executions (see `redrive_bench::soak::workflow`); figures also in
+/// `target/soak/workflow.json`.
+fn workflow(args: &[String]) -> ExitCode {
+    use redrive_bench::soak::workflow::{self, WorkflowSoakSettings};
+    let mut settings = WorkflowSoakSettings::new(40, 7);
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        let Some(value) = rest.next().and_then(|v| v.parse::<u64>().ok()) else {
+            return usage();
+        };
+        match flag.as_str() {
+            "--messages" => settings.messages = value,
+            "--seed" => settings.seed = value,
+            "--stops" => settings.stops = value as u32,
+            _ => return usage(),
+        }
+    }
+    let report = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(workflow::run(&settings));
+    print!("{report}");
+    let dir = redrive_tests::workspace_root().join("target").join("soak");
+    if std::fs::create_dir_all(&dir).is_ok()
+        && let Ok(json) = serde_json::to_string_pretty(&report)
+    {
+        let _ = std::fs::write(dir.join("workflow.json"), json);
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+// --- end the workflow soak
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(which) = args.first().cloned() else {
@@ -66,6 +107,11 @@ fn main() -> ExitCode {
     if which == "circuit" {
         return circuit(&args[1..]);
     }
+    // --- the workflow soak (issue 13, engineer "workflow-tests")
+    if which == "workflow" {
+        return workflow(&args[1..]);
+    }
+    // --- end the workflow soak
     let mut settings = if which == "moto" {
         SoakSettings::moto(2000, 7)
     } else {
