@@ -864,3 +864,56 @@ async fn cli_drain_canary_that_stays_away_drains_the_rest() {
     assert_eq!(queue_depth(&sqs, &q.dlq_url).await, 0);
     assert_eq!(queue_depth(&sqs, &q.source_url).await, 5);
 }
+
+// ---------------------------------------------------------------- the Lambda
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lambda_with_circuit_table_opens_its_circuit_on_bounced_copies() {
+    use aws_sdk_sqs::types::MessageAttributeValue;
+    let sqs = moto().sqs().await;
+    let ddb = moto().dynamodb().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let table = circuit_table(&ddb).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for i in 0..4 {
+        let meta = RedriveMeta {
+            attempt: 1,
+            last_redriven_at: Some(rfc3339_from_millis(now - 30 * SEC)),
+            ..RedriveMeta::fresh(&format!("orig-{i}"))
+        };
+        sqs.send_message()
+            .queue_url(&queues.dlq_url)
+            .message_body(format!("b-{i}"))
+            .message_attributes(
+                "x-redrive",
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(meta.to_json())
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut env = moto().env();
+    env.extend(queues.redriver_env());
+    env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
+    env.push(("CIRCUIT_TABLE".into(), table.clone()));
+    let watch = redrive_tests::LambdaWatch::start(&["redriver"], &env).await;
+    let response = watch
+        .invoke("redriver", &serde_json::json!({}))
+        .await
+        .expect("invoke");
+    assert_eq!(response["redriven"], 0, "{response}");
+    assert_eq!(response["stoppedBecause"], "circuit-open");
+    assert_eq!(response["circuit"]["state"], "open");
+    assert_eq!(response["circuit"]["bounced"], 4);
+    assert_eq!(queue_depth(&sqs, &queues.dlq_url).await, 4);
+    let store = DynamoDbCircuitStore { client: ddb, table };
+    let stored = store.load(&queues.dlq_url).await.unwrap().expect("written");
+    assert_eq!(stored.record.state, State::Open);
+}
