@@ -839,6 +839,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             if let Some(c) = run.circuit
                 && !self.circuit_admits(run, c, &messages)
             {
+                // Kept on the DLQ untouched: not counted as received, so that received is
+                // still redriven + isolated + failed.
+                run.received
+                    .fetch_sub(messages.len() as u64, Ordering::SeqCst);
                 run.held.lock().unwrap_or_else(|e| e.into_inner()).extend(
                     messages.into_iter().map(|m| HandleEntry {
                         id: m.message_id,

@@ -193,7 +193,11 @@ async fn bounced_copies_open_the_circuit_and_every_message_stays_on_the_dlq_unsp
     push_bounced(&sqs, 6, T0 - 30 * SEC);
     push_fresh(&sqs, 4);
     let s = engine.run(&request(100)).await;
-    assert_eq!(s.redriven + s.isolated, 0, "{s:?}");
+    assert_eq!(
+        (s.received, s.redriven, s.isolated, s.failed),
+        (0, 0, 0, 0),
+        "{s:?}"
+    );
     assert_eq!(s.stopped_because, StopReason::CircuitOpen);
     assert_eq!(circuit_of(&s).0, State::Open);
     assert_eq!(sqs.len(SRC), 0, "nothing redriven");
@@ -277,7 +281,11 @@ async fn a_full_outage_cycle_open_canary_watch_close_and_ramp() {
     let _ = sqs.messages(SRC);
     advance(10 * SEC);
     let s = engine.run(&request(100)).await;
-    assert_eq!((s.received, s.redriven), (7, 0));
+    assert_eq!(
+        (s.received, s.redriven),
+        (0, 0),
+        "watched messages are not received: received = redriven + isolated + failed"
+    );
     assert_eq!(
         circuit_of(&s),
         (State::HalfOpen, "watch", 7),
