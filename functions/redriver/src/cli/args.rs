@@ -18,8 +18,8 @@ Exit codes:
   1  an AWS call failed; the command did not complete (nothing is lost: a message is deleted
      only after its copy was acknowledged, and held messages reappear after their timeout)
   2  usage or configuration error, or `discard` without --yes; nothing was changed
-  3  incomplete: some messages failed, were refused or not found, a guard alarm kept the
-     circuit open, or `replay`/`discard` did not reach the end of the queue (the report says
+  3  incomplete: some messages failed, were refused or not found, a guard alarm or the
+     adaptive circuit (CIRCUIT_TABLE) kept the circuit open, a `drain --canary` bounced, or `replay`/`discard` did not reach the end of the queue (the report says
      how many were not reached; --max reached is not an error)
 
 Workflow: stats -> peek -> fix the cause -> replay in batches (--max) -> stats -> discard.";
