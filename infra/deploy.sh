@@ -51,7 +51,7 @@ else
 fi
 lambda_bins=(redriver consumer archiver)
 if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi # issue 13
-for bin in "${lambda_bins[@]}"; do
+for bin in ${lambda_bins[@]+"${lambda_bins[@]}"}; do
     [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing." \
         "Build it with: cargo lambda build --release --arm64 (or set SKIP_BUILD=false). Nothing in AWS was changed."
 done

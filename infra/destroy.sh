@@ -91,6 +91,7 @@ delete_stack "$WIRING"
 delete_function "$STACK_NAME-redriver"
 delete_function "$STACK_NAME-consumer"
 delete_function "$STACK_NAME-archiver"
+delete_function "$STACK_NAME-workflow-tasks" # the Step Functions task function (issue 13), when deployed
 delete_stack "$RESOURCES"
 # Retained by the stack (DeletionPolicy Retain): deleted here, after the check above.
 for url in $DLQ_URL $POISON_URL; do

@@ -119,6 +119,21 @@ validate_deploy_config() {
     need_int ARCHIVER_MEMORY_MB 128 10240
     need_int ARCHIVER_TIMEOUT_SECONDS 30 900
     # ---- end archive ----
+    # ---- Step Functions orchestrator (issue 13, workflow-infra) ----
+    need_match ORCHESTRATOR '^(lambda|stepfunctions)$' \
+        "lambda (the re-driver Lambda, the default) or stepfunctions (the state machine; see infra/README.md)"
+    if [ "$ORCHESTRATOR" = stepfunctions ]; then
+        need_match WORKFLOW_LOG_LEVEL '^(ALL|ERROR)$' "ALL or ERROR (the state machine's execution log level)"
+        need_int WORKFLOW_MEMORY_MB 128 10240
+        need_int WORKFLOW_TIMEOUT_SECONDS 30 900
+        # Empty: BACKOFF_MAX_SECONDS. Up to 12 h here; the task function checks the rest at init.
+        need_match WORKFLOW_BACKOFF_MAX_SECONDS '^$|^[0-9]+$' "a number of seconds up to 43200, or empty for BACKOFF_MAX_SECONDS"
+        local wf
+        for wf in WORKFLOW_MAX_DELAY_SECONDS WORKFLOW_HOLD_SLACK_SECONDS WORKFLOW_BATCH_SIZE WORKFLOW_SEARCH_RECEIVES; do
+            need_match "$wf" '^$|^[0-9]+$' "a whole number, or empty for the task function's default"
+        done
+    fi
+    # ---- end Step Functions orchestrator ----
     local name
     for name in MAX_REDRIVE_ATTEMPTS BACKOFF_BASE_SECONDS BACKOFF_MULTIPLIER BACKOFF_MAX_SECONDS BACKOFF_JITTER \
         MAX_MESSAGES_PER_INVOCATION MAX_MESSAGES_PER_SECOND DOWNSTREAM_URL DOWNSTREAM_TIMEOUT_SECONDS \
@@ -382,4 +397,25 @@ read_outputs() {
         [ -n "$key" ] && [ "$key" != None ] && printf -v "OUT_$key" '%s' "$value"
     done < <(aws_ cloudformation describe-stacks --stack-name "$1" \
         --query 'Stacks[0].Outputs[].[OutputKey,OutputValue]' --output text)
+}
+
+# ---------------------------------------------------------------- Step Functions orchestrator (issue 13)
+# The wiring template with the state machine's definition in it: the line of TEMPLATE holding
+# @REDRIVE_ASL@ (the placeholder of StateMachine's DefinitionString block) is replaced by the
+# ASL file, indented as that line was. Used by deploy.sh and by make lint-infra.
+render_wiring_template() { # TEMPLATE ASL_FILE OUT
+    local template=$1 asl=$2 out=$3 markers
+    [ -f "$asl" ] || die "the state machine definition $asl is missing."
+    markers=$(grep -c '@REDRIVE_ASL@' "$template" || true)
+    [ "$markers" = 1 ] || die "$template must hold exactly one @REDRIVE_ASL@ line (found $markers)."
+    awk -v asl="$asl" '
+        /@REDRIVE_ASL@/ {
+            match($0, /^ */)
+            indent = substr($0, 1, RLENGTH)
+            while ((getline line < asl) > 0) print (line == "" ? "" : indent line)
+            close(asl)
+            next
+        }
+        { print }
+    ' "$template" >"$out"
 }

@@ -133,6 +133,10 @@ MUTATIONS = {
             FunctionName={"Ref": "ConsumerFunctionName"})),
     "schedule_on_by_default": (
         "wiring", lambda t: t["Parameters"]["EnableSchedule"].update(Default="false")),
+    # ---- adaptive circuit (issue 14) ----
+    "circuit_alarm_and_least_privilege": (
+        "resources", lambda t: _statement(t, "RedriverRole", "CircuitRecord").update(
+            Action=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"])),
     # ---- archive (issue 15, archiver) ----
     "buckets_encrypted_versioned_private": (
         "resources", lambda t: _resources(t)["ArchiveBucket"]["Properties"].pop("PublicAccessBlockConfiguration")),
@@ -144,10 +148,24 @@ MUTATIONS = {
         "resources", lambda t: _statement(t, "ArchiverRole", "WriteArchiveObjects").update(
             Resource={"Fn::Sub": "${ArchiveBucket.Arn}/*"})),
     # ---- end archive ----
-    # ---- adaptive circuit (issue 14) ----
-    "circuit_alarm_and_least_privilege": (
-        "resources", lambda t: _statement(t, "RedriverRole", "CircuitRecord").update(
-            Action=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"])),
+    # ---- Step Functions orchestrator (issue 13, workflow-infra) ----
+    "state_machines_standard_with_logging": (
+        "wiring", lambda t: _resources(t)["StateMachine"]["Properties"].update(StateMachineType="EXPRESS")),
+    "state_machine_rules_target_only_the_state_machine": (
+        "wiring", lambda t: _resources(t)["DlqAlarmStartsWorkflow"]["Properties"]["Targets"][0].update(
+            Arn={"Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${RedriverFunctionName}:live"})),
+    "state_machine_role_least_privilege": (
+        "wiring", lambda t: _statement(t, "StateMachineRole", "InvokeTaskFunction").update(
+            Resource={"Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${WorkflowFunctionName}"})),
+    "start_execution_role_least_privilege": (
+        "wiring", lambda t: _statement(t, "StartExecutionRole", "StartWorkflow").update(
+            Action=["states:StartExecution", "states:StopExecution"])),
+    "workflow_task_role_scoped": (
+        "resources", lambda t: _statement(t, "WorkflowRole", "ReadCircuitRecord").update(
+            Action=["dynamodb:GetItem", "dynamodb:PutItem"])),
+    "workflow_executions_alarm_present": (
+        "resources", lambda t: _resources(t).pop("WorkflowExecutionsFailedAlarm")),
+    # ---- end Step Functions orchestrator ----
 }
 
 

@@ -1,0 +1,405 @@
+"""The Step Functions orchestrator's infrastructure (issue 13): ORCHESTRATOR=lambda|stepfunctions.
+
+What moto 5.2.5 can show is tested by running infra/deploy.sh against it, as a user would: the
+task function (cargo lambda deploy, alias live), the state machine's name, role and definition
+(the ASL file, rendered into the wiring template), the EventBridge rule with its pattern, role
+and input transformer, the roles' policies, no SNS -> re-driver subscription in that mode, and
+the switch back to lambda removing all of it.
+
+moto's CloudFormation ignores a state machine's DefinitionSubstitutions, LoggingConfiguration
+and StateMachineType and does not create CloudWatch alarms; those are checked statically on the
+(rendered) templates below, and by the Guard rules (test_guard.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import tempfile
+import unittest
+import zipfile
+from pathlib import Path
+
+import support
+
+DEPLOY = str(support.INFRA / "deploy.sh")
+DESTROY = str(support.INFRA / "destroy.sh")
+ASL = support.INFRA / "statemachine" / "redrive.asl.json"
+DOWNSTREAM = "https://orders.example.com/ingest"
+LOG_DELIVERY = sorted([
+    "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
+])
+
+
+def render(directory: Path, asl: Path = ASL) -> Path:
+    """The wiring template as deploy.sh renders it (render_wiring_template in infra/lib.sh)."""
+    out = directory / "wiring.rendered.yaml"
+    result = support.run(
+        ["bash", "-c", '. infra/lib.sh && render_wiring_template "$1" "$2" "$3"', "render",
+         str(support.WIRING_TEMPLATE), str(asl), str(out)],
+        env=support.script_env(None),
+    )
+    if result.returncode != 0:
+        raise AssertionError(result.stderr)
+    return out
+
+
+def _zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("bootstrap", b"\x7fELF")
+    return buffer.getvalue()
+
+
+def actions(statement: dict) -> list[str]:
+    return sorted(support.as_list(statement["Action"]))
+
+
+def statements(resources: dict, role: str) -> dict[str, dict]:
+    return {s["Sid"]: s for s in resources[role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]}
+
+
+class Definition(unittest.TestCase):
+    """The ASL file is the definition deployed, and deploy provides every substitution it uses."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = Path(tempfile.mkdtemp(prefix="redrive-wf-"))
+        cls.rendered = support.load_template(render(cls.tmp))
+        cls.machine = cls.rendered["Resources"]["StateMachine"]["Properties"]
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_the_asl_file_is_valid_json_with_states(self):
+        definition = json.loads(ASL.read_text(encoding="utf-8"))
+        self.assertIn(definition["StartAt"], definition["States"])
+
+    def test_the_rendered_template_holds_the_asl_file_exactly(self):
+        self.assertEqual(self.machine["DefinitionString"], ASL.read_text(encoding="utf-8"))
+        raw = support.WIRING_TEMPLATE.read_text(encoding="utf-8")
+        self.assertEqual(raw.count("@REDRIVE_ASL@"), 1)
+
+    def test_every_substitution_in_the_asl_is_provided_and_none_is_unused(self):
+        used = set(re.findall(r"\$\{([^}]*)\}", ASL.read_text(encoding="utf-8")))
+        self.assertTrue(used, "the ASL names its task function by a substitution")
+        self.assertEqual(used, set(self.machine["DefinitionSubstitutions"]))
+
+    def test_the_task_function_is_invoked_through_its_live_alias(self):
+        arn = self.machine["DefinitionSubstitutions"]["TaskFunctionArn"]["Fn::Sub"]
+        self.assertTrue(arn.endswith(":function:${WorkflowFunctionName}:live"), arn)
+        role = statements(self.rendered["Resources"], "StateMachineRole")
+        self.assertEqual(role["InvokeTaskFunction"]["Resource"]["Fn::Sub"], arn)
+
+    def test_standard_with_logging_and_substitutions(self):
+        self.assertEqual(self.machine["StateMachineType"], "STANDARD")
+        logging = self.machine["LoggingConfiguration"]
+        self.assertEqual(logging["Level"], {"Ref": "WorkflowLogLevel"})
+        self.assertEqual(self.rendered["Parameters"]["WorkflowLogLevel"]["AllowedValues"], ["ALL", "ERROR"])
+        self.assertEqual(logging["Destinations"][0]["CloudWatchLogsLogGroup"]["LogGroupArn"],
+                         {"Ref": "StateMachineLogGroupArn"})
+
+    def test_the_rendered_template_is_cfn_lint_clean(self):
+        result = support.run([support.tool("cfn-lint"), str(self.tmp / "wiring.rendered.yaml")],
+                             env=support.script_env(None))
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+    def test_cfn_lint_checks_the_definition_it_embeds(self):
+        # A broken state type in the ASL must fail the lint: the lint really reads the definition.
+        broken = self.tmp / "broken.asl.json"
+        broken.write_text(ASL.read_text(encoding="utf-8").replace('"Type": "Choice"', '"Type": "Choise"', 1),
+                          encoding="utf-8")
+        bad_dir = self.tmp / "bad"
+        bad_dir.mkdir(exist_ok=True)
+        bad = render(bad_dir, broken)
+        result = support.run([support.tool("cfn-lint"), str(bad)], env=support.script_env(None))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("Choise", result.stdout)
+
+    def test_the_rendered_template_passes_every_guard_rule(self):
+        result = support.run(
+            [support.cfn_guard(), "validate", "--rules", str(support.GUARD_RULES), "--data",
+             str(self.tmp / "wiring.rendered.yaml"), "--show-summary", "fail"],
+            env=support.script_env(None),
+        )
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+    def test_render_refuses_a_template_without_exactly_one_marker(self):
+        template = self.tmp / "no-marker.yaml"
+        template.write_text("Resources: {}\n", encoding="utf-8")
+        result = support.run(
+            ["bash", "-c", '. infra/lib.sh && render_wiring_template "$1" "$2" "$3"', "render",
+             str(template), str(ASL), str(self.tmp / "x.yaml")],
+            env=support.script_env(None),
+        )
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("exactly one @REDRIVE_ASL@ line (found 0)", result.stderr)
+
+
+class Roles(unittest.TestCase):
+    """Least privilege, statically on the templates (moto keeps policies but not their meaning)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.resources = support.load_template(support.RESOURCES_TEMPLATE)["Resources"]
+        cls.wiring = support.load_template(support.WIRING_TEMPLATE)["Resources"]
+
+    def test_task_role_grants_exactly_what_workflow_rs_calls(self):
+        role = statements(self.resources, "WorkflowRole")
+        granted = {a for s in role.values() for a in actions(s)}
+        self.assertEqual(sorted(granted), sorted([
+            "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
+            "sqs:SendMessage", "cloudwatch:PutMetricData", "cloudwatch:DescribeAlarms", "cloudwatch:SetAlarmState",
+            "dynamodb:GetItem", "states:ListExecutions", "logs:CreateLogStream", "logs:PutLogEvents",
+        ]))
+        # Every granted API is called by the engine, the adapters or workflow.rs.
+        src = support.REPO / "functions" / "redriver" / "src"
+        code = "".join(p.read_text(encoding="utf-8") for p in src.rglob("*.rs") if "cli" not in p.relative_to(src).parts)
+        for action in granted - {"logs:CreateLogStream", "logs:PutLogEvents"}:
+            snake = re.sub(r"(?<!^)(?=[A-Z])", "_", action.split(":")[1]).lower()
+            with self.subTest(action=action):
+                self.assertRegex(code, rf"\.{snake}(_batch)?\(\)")
+        # The circuit record is read, never written, by the workflow.
+        workflow = (src / "workflow.rs").read_text(encoding="utf-8")
+        self.assertNotIn(".save(", workflow)
+
+    def test_task_role_is_scoped_to_this_stack(self):
+        role = statements(self.resources, "WorkflowRole")
+        self.assertEqual(role["DrainDlq"]["Resource"], {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]})
+        self.assertEqual(role["SendToSourceAndPoison"]["Resource"],
+                         [{"Fn::GetAtt": ["SourceQueue", "Arn"]}, {"Fn::GetAtt": ["PoisonQueue", "Arn"]}])
+        self.assertEqual(role["ReadCircuitRecord"]["Resource"], {"Fn::GetAtt": ["CircuitTable", "Arn"]})
+        self.assertEqual(role["WriteOwnLogs"]["Resource"], {"Fn::GetAtt": ["WorkflowLogGroup", "Arn"]})
+        self.assertEqual(role["PublishOwnMetrics"]["Condition"],
+                         {"StringEquals": {"cloudwatch:namespace": {"Ref": "MetricNamespace"}}})
+        machine_name = support.load_template(support.RESOURCES_TEMPLATE)["Outputs"]["StateMachineName"]["Value"]["Fn::Sub"]
+        self.assertTrue(role["ListOwnExecutions"]["Resource"]["Fn::Sub"].endswith(f":stateMachine:{machine_name}"))
+        alarm = self.resources["DlqNotEmptyAlarm"]["Properties"]["AlarmName"]["Fn::Sub"]
+        self.assertTrue(role["RearmTriggerAlarm"]["Resource"]["Fn::Sub"].endswith(f":alarm:{alarm}"))
+        outputs = support.load_template(support.RESOURCES_TEMPLATE)["Outputs"]
+        self.assertEqual(outputs["WorkflowTriggerAlarmName"]["Value"]["Fn::Sub"], alarm)
+
+    def test_state_machine_role_invokes_the_alias_and_delivers_logs_only(self):
+        role = statements(self.wiring, "StateMachineRole")
+        self.assertEqual(sorted(role), ["DeliverExecutionLogs", "InvokeTaskFunction"])
+        self.assertEqual(actions(role["InvokeTaskFunction"]), ["lambda:InvokeFunction"])
+        self.assertEqual(actions(role["DeliverExecutionLogs"]), LOG_DELIVERY)
+        trust = self.wiring["StateMachineRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        self.assertEqual([s["Principal"] for s in trust], [{"Service": "states.amazonaws.com"}])
+
+    def test_eventbridge_role_only_starts_this_state_machine(self):
+        role = statements(self.wiring, "StartExecutionRole")
+        self.assertEqual(list(role), ["StartWorkflow"])
+        self.assertEqual(actions(role["StartWorkflow"]), ["states:StartExecution"])
+        self.assertEqual(role["StartWorkflow"]["Resource"], {"Ref": "StateMachine"})
+
+    def test_log_group_and_alarm_name_what_deploy_creates(self):
+        outputs = support.load_template(support.RESOURCES_TEMPLATE)["Outputs"]
+        function = outputs["WorkflowFunctionName"]["Value"]["Fn::Sub"]
+        self.assertEqual(self.resources["WorkflowLogGroup"]["Properties"]["LogGroupName"]["Fn::Sub"],
+                         f"/aws/lambda/{function}")
+        deploy = Path(DEPLOY).read_text(encoding="utf-8")
+        self.assertIn("WORKFLOW_FUNCTION_NAME=$STACK_NAME-workflow-tasks", deploy)
+        self.assertEqual(function, "${AWS::StackName}-workflow-tasks")
+        alarm = self.resources["WorkflowExecutionsFailedAlarm"]["Properties"]
+        machine = outputs["StateMachineName"]["Value"]["Fn::Sub"]
+        metrics = {m["Id"]: m for m in alarm["Metrics"]}
+        for metric_id, name in (("failed", "ExecutionsFailed"), ("timedout", "ExecutionsTimedOut")):
+            metric = metrics[metric_id]["MetricStat"]["Metric"]
+            self.assertEqual((metric["Namespace"], metric["MetricName"]), ("AWS/States", name))
+            self.assertTrue(metric["Dimensions"][0]["Value"]["Fn::Sub"].endswith(f":stateMachine:{machine}"))
+        self.assertEqual(alarm["AlarmActions"], [{"Ref": "AlertsTopic"}])
+
+    def test_one_orchestrator_at_a_time(self):
+        # Everything of the state machine exists only in stepfunctions mode; the SNS path and
+        # the re-driver's schedule only in lambda mode.
+        for logical in ("StateMachine", "StateMachineRole", "StartExecutionRole", "DlqAlarmStartsWorkflow"):
+            self.assertEqual(self.wiring[logical]["Condition"], "UseStepFunctions", logical)
+        for logical in ("WorkflowRole", "WorkflowLogGroup", "StateMachineLogGroup", "WorkflowExecutionsFailedAlarm"):
+            self.assertEqual(self.resources[logical]["Condition"], "UseStepFunctions", logical)
+        for logical in ("RedriverSubscription", "TriggerTopicInvokesRedriver"):
+            self.assertEqual(self.wiring[logical]["Condition"], "UseLambda", logical)
+        self.assertEqual(self.wiring["RedriverSchedule"]["Condition"], "LambdaSchedule")
+        self.assertEqual(self.wiring["WorkflowSchedule"]["Condition"], "WorkflowScheduleEnabled")
+
+    def test_the_alarm_rule_matches_the_dlq_alarm_going_to_alarm(self):
+        rule = self.wiring["DlqAlarmStartsWorkflow"]["Properties"]
+        pattern = rule["EventPattern"]
+        self.assertEqual(pattern["source"], ["aws.cloudwatch"])
+        self.assertEqual(pattern["detail-type"], ["CloudWatch Alarm State Change"])
+        self.assertEqual(pattern["detail"], {"state": {"value": ["ALARM"]}})
+        self.assertTrue(pattern["resources"][0]["Fn::Sub"].endswith(":alarm:${TriggerAlarmName}"))
+        (target,) = rule["Targets"]
+        self.assertEqual(target["Arn"], {"Ref": "StateMachine"})
+        self.assertEqual(target["InputTransformer"], {
+            "InputPathsMap": {"alarm": "$.detail.alarmName"},
+            "InputTemplate": '{"triggerAlarm": <alarm>}',
+        })
+
+
+class DeployStepFunctions(unittest.TestCase):
+    """infra/deploy.sh with ORCHESTRATOR=stepfunctions against moto, then back to lambda."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.moto = support.Moto()
+        cls.lambda_dir = support.fake_lambda_dir()
+        # The task function's stand-in bootstrap, as cargo lambda build lays it out.
+        shutil.copytree(cls.lambda_dir / "redriver", cls.lambda_dir / "redrive-workflow")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.moto.stop()
+        shutil.rmtree(cls.lambda_dir, ignore_errors=True)
+
+    def env(self, stack: str, **extra: str) -> dict:
+        settings = {"STACK_NAME": stack, "SKIP_BUILD": "true", "LAMBDA_DIR": str(self.lambda_dir),
+                    "DOWNSTREAM_URL": DOWNSTREAM}
+        settings.update(extra)
+        return support.script_env(self.moto, **settings)
+
+    def stack_resources(self, stack: str) -> dict[str, str]:
+        cfn = self.moto.client("cloudformation")
+        return {r["LogicalResourceId"]: r.get("PhysicalResourceId")
+                for r in cfn.list_stack_resources(StackName=stack)["StackResourceSummaries"]
+                if r.get("PhysicalResourceId") and not r["ResourceStatus"].startswith("DELETE")}
+
+    def outputs(self, stack: str) -> dict:
+        described = self.moto.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+        return {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+
+    def role_policy(self, role_name: str) -> list[dict]:
+        iam = self.moto.client("iam")
+        out = []
+        for name in iam.list_role_policies(RoleName=role_name)["PolicyNames"]:
+            out.extend(support.policy_document(iam.get_role_policy(RoleName=role_name, PolicyName=name)["PolicyDocument"])["Statement"])
+        return out
+
+    def test_stepfunctions_deploys_the_state_machine_and_destroy_removes_it(self):
+        stack = support.unique("rdw")
+        account = self.moto.account_id()
+        arn = lambda service, rest: f"arn:aws:{service}:{support.REGION}:{account}:{rest}"  # noqa: E731
+        env = self.env(stack, ORCHESTRATOR="stepfunctions", WORKFLOW_BACKOFF_MAX_SECONDS="7200",
+                       WORKFLOW_BATCH_SIZE="20")
+        first = support.run([DEPLOY], env=env)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        out = self.outputs(stack)
+        lam = self.moto.client("lambda")
+
+        # The task function: its role, the re-driver's settings with the long backoff cap, live alias.
+        task = lam.get_function_configuration(FunctionName=f"{stack}-workflow-tasks")
+        self.assertEqual(task["Role"], out["WorkflowRoleArn"])
+        self.assertEqual((task["Architectures"], task["MemorySize"], task["Timeout"]), (["arm64"], 256, 300))
+        variables = task["Environment"]["Variables"]
+        redriver = lam.get_function_configuration(FunctionName=f"{stack}-redriver")["Environment"]["Variables"]
+        self.assertEqual(variables["BACKOFF_MAX_SECONDS"], "7200")
+        self.assertEqual(redriver["BACKOFF_MAX_SECONDS"], "900")
+        self.assertEqual(variables["WORKFLOW_BATCH_SIZE"], "20")
+        self.assertNotIn("WORKFLOW_SEARCH_RECEIVES", variables)
+        self.assertEqual({k: v for k, v in variables.items() if k not in ("BACKOFF_MAX_SECONDS", "WORKFLOW_BATCH_SIZE")},
+                         {k: v for k, v in redriver.items() if k != "BACKOFF_MAX_SECONDS"})
+        self.assertEqual(variables["CIRCUIT_TABLE"], f"{stack}-circuit")
+        alias = lam.get_alias(FunctionName=f"{stack}-workflow-tasks", Name="live")
+        self.assertNotEqual(alias["FunctionVersion"], "$LATEST")
+
+        # The state machine: the name the task role names, its role, the ASL file as definition
+        # (moto stores DefinitionString without applying DefinitionSubstitutions).
+        sfn = self.moto.client("stepfunctions")
+        machine_arn = arn("states", f"stateMachine:{stack}-workflow")
+        machine = sfn.describe_state_machine(stateMachineArn=machine_arn)
+        self.assertEqual(json.loads(machine["definition"]), json.loads(ASL.read_text(encoding="utf-8")))
+        wiring = self.stack_resources(f"{stack}-wiring")
+        role_name = wiring["StateMachineRole"]
+        self.assertTrue(machine["roleArn"].endswith(f":role/{role_name}"), machine["roleArn"])
+        self.assertEqual(self.outputs(f"{stack}-wiring")["StateMachineArn"], machine_arn)
+        machine_role = {s["Sid"]: s for s in self.role_policy(role_name)}
+        self.assertEqual(support.as_list(machine_role["InvokeTaskFunction"]["Resource"]),
+                         [arn("lambda", f"function:{stack}-workflow-tasks:live")])
+
+        # The task role as IAM holds it: ListExecutions on this state machine only.
+        task_role = {s["Sid"]: s for s in self.role_policy(out["WorkflowRoleArn"].rsplit("/", 1)[1])}
+        self.assertEqual(support.as_list(task_role["ListOwnExecutions"]["Resource"]), [machine_arn])
+        self.assertEqual(support.as_list(task_role["ReadCircuitRecord"]["Action"]), ["dynamodb:GetItem"])
+
+        # The rule on the DLQ alarm's state change, starting the state machine with the alarm's name.
+        events = self.moto.client("events")
+        rule_name = self.outputs(f"{stack}-wiring")["DlqAlarmRuleName"]
+        rule = events.describe_rule(Name=rule_name)
+        pattern = json.loads(rule["EventPattern"])
+        self.assertEqual(pattern["resources"], [arn("cloudwatch", f"alarm:{stack}-dlq-not-empty")])
+        self.assertEqual(pattern["detail"], {"state": {"value": ["ALARM"]}})
+        (target,) = events.list_targets_by_rule(Rule=rule_name)["Targets"]
+        self.assertEqual(target["Arn"], machine_arn)
+        self.assertEqual(target["InputTransformer"]["InputTemplate"], '{"triggerAlarm": <alarm>}')
+        start_role = {s["Sid"]: s for s in self.role_policy(target["RoleArn"].rsplit("/", 1)[1])}
+        self.assertEqual(list(start_role), ["StartWorkflow"])
+        self.assertEqual(support.as_list(start_role["StartWorkflow"]["Resource"]), [machine_arn])
+        # The schedule starts the state machine too; nothing invokes the re-driver.
+        schedules = [r for r in events.list_rules(NamePrefix=f"{stack}-wiring-")["Rules"]
+                     if r.get("ScheduleExpression") == "rate(5 minutes)"]
+        self.assertEqual([t["Arn"] for r in schedules for t in events.list_targets_by_rule(Rule=r["Name"])["Targets"]],
+                         [machine_arn])
+        # (moto creates neither SNS subscriptions nor Lambda permissions from a template: their
+        # conditions are checked in Roles.test_one_orchestrator_at_a_time.)
+        self.assertNotIn("RedriverSchedule", wiring)
+        self.assertIn("orchestrator   stepfunctions", first.stdout)
+
+        # make destroy removes the task function too.
+        gone = support.run([DESTROY], env=self.env(stack))
+        self.assertEqual(gone.returncode, 0, gone.stderr)
+        self.assertIn(f"deleted function {stack}-workflow-tasks", gone.stderr)
+        self.assertFalse({f["FunctionName"] for f in lam.list_functions()["Functions"]
+                          if f["FunctionName"].startswith(stack)})
+
+    def test_back_to_lambda_deletes_the_task_function_an_earlier_deploy_left(self):
+        # moto 5.2.5 cannot update a stack whose resources' conditions change (it modifies a
+        # resource whose condition turned false instead of deleting it), so the switch of the
+        # stacks is checked statically (Roles.test_one_orchestrator_at_a_time); what deploy.sh
+        # itself does on the way back is checked here.
+        stack = support.unique("rdl")
+        first = support.run([DEPLOY], env=self.env(stack, ORCHESTRATOR="lambda"))
+        self.assertEqual(first.returncode, 0, first.stderr)
+        lam = self.moto.client("lambda")
+        left = lam.get_function_configuration(FunctionName=f"{stack}-redriver")
+        lam.create_function(FunctionName=f"{stack}-workflow-tasks", Runtime="provided.al2023", Role=left["Role"],
+                            Handler="bootstrap", Architectures=["arm64"],
+                            Code={"ZipFile": _zip()})
+        again = support.run([DEPLOY], env=self.env(stack, ORCHESTRATOR="lambda"))
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertIn(f"deleted the task function {stack}-workflow-tasks", again.stderr)
+        self.assertNotIn(f"{stack}-workflow-tasks", {f["FunctionName"] for f in lam.list_functions()["Functions"]})
+        # In lambda mode the wiring holds no state machine and the schedule invokes the re-driver.
+        wiring = self.stack_resources(f"{stack}-wiring")
+        self.assertIn("RedriverSchedule", wiring)
+        for logical in ("StateMachine", "DlqAlarmStartsWorkflow", "StateMachineRole", "WorkflowSchedule"):
+            self.assertNotIn(logical, wiring)
+        self.assertEqual([m["name"] for m in self.moto.client("stepfunctions").list_state_machines()["stateMachines"]
+                          if m["name"].startswith(stack)], [])
+        self.assertNotIn("orchestrator   stepfunctions", again.stdout)
+        self.assertEqual(support.run([DESTROY], env=self.env(stack)).returncode, 0)
+
+    def test_an_unknown_orchestrator_stops_before_anything_changes(self):
+        stack = support.unique("rdx")
+        result = support.run([DEPLOY], env=self.env(stack, ORCHESTRATOR="step-functions"))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("ORCHESTRATOR='step-functions' is invalid", result.stderr)
+        cfn = self.moto.client("cloudformation")
+        self.assertFalse([s for s in cfn.list_stacks()["StackSummaries"] if s["StackName"] == stack])
+
+    def test_stepfunctions_needs_the_task_binary(self):
+        stack = support.unique("rdb")
+        empty = Path(tempfile.mkdtemp(prefix="redrive-lambda-"))
+        self.addCleanup(shutil.rmtree, empty, True)
+        for name in ("redriver", "consumer", "archiver"):
+            shutil.copytree(self.lambda_dir / name, empty / name)
+        result = support.run([DEPLOY], env=self.env(stack, ORCHESTRATOR="stepfunctions", LAMBDA_DIR=str(empty)))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("redrive-workflow/bootstrap is missing", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
