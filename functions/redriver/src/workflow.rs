@@ -16,8 +16,9 @@
 //!    receives from the DLQ until that MessageId comes back (at most `WORKFLOW_SEARCH_RECEIVES`
 //!    receives; every other message it sees is released again at once), then runs the engine's
 //!    own send-then-delete-what-was-acknowledged on it ([`Engine::apply_decided`]). A message
-//!    that does not come back fails the task with `MessageNotFound` (retried); it stays on the
-//!    DLQ, never deleted.
+//!    that does not come back fails the task with `MessageNotFound` (retried, then caught as
+//!    `not-found`): this attempt deleted nothing. Most often an earlier attempt of the same task
+//!    already redrove it and its answer was lost; otherwise another reader holds it on the DLQ.
 //!
 //! The DLQ stays the store throughout: a failed, timed-out or stopped execution leaves every
 //! message it had not redriven on the DLQ, where it reappears when its visibility lapses.
@@ -44,7 +45,7 @@
 //!   "waitSeconds", "delaySeconds", "destination" (queue name)}`
 //! - `Outcome`: `{"messageId", "originalMessageId", "attempt", "action", "reason"?,
 //!   "delaySeconds", "waitedSeconds", "destination", "outcome": "redriven"|"isolated"|"failed"}`
-//! - `Totals`: `{"received", "redriven", "isolated", "failed", "leftOnDlq", "remaining",
+//! - `Totals`: `{"received", "redriven", "isolated", "failed", "leftOnDlq", "notFound", "remaining",
 //!   "queueEmpty", "more", "stoppedBecause", "drainPlan": [{"index","drains","maxMessages","dryRun"}]}`
 //!
 //! Task errors (the Lambda error's `errorType`, which `Retry` and `Catch` match): `InvalidInput`
@@ -178,7 +179,7 @@ pub enum TaskError {
     #[error("invalid task input: {0}")]
     InvalidInput(String),
     #[error(
-        "message {message_id} did not come back from the DLQ within {receives} receives; it stays on the DLQ"
+        "message {message_id} did not come back from the DLQ within {receives} receives; this attempt deleted nothing. Either an earlier attempt of this task already redrove it (its answer lost) or another reader holds it on the DLQ"
     )]
     MessageNotFound { message_id: String, receives: u32 },
     #[error("the DLQ cannot be read: {0}")]
@@ -353,6 +354,12 @@ pub struct Totals {
     pub failed: u64,
     /// Items whose task failed for good (caught): the message stays on the DLQ. In `failed`.
     pub left_on_dlq: u64,
+    /// Items whose message never came back from the DLQ (`MessageNotFound` after its retries):
+    /// most often an earlier attempt redrove it and its answer was lost; else another reader
+    /// holds it on the DLQ. Nothing was deleted without an acknowledged copy, but the redrive is
+    /// not confirmed, so these count in `failed` too.
+    #[serde(default)]
+    pub not_found: u64,
     /// Messages the execution may still receive.
     pub remaining: u32,
     pub queue_empty: bool,
@@ -1071,6 +1078,7 @@ where
             redriven = summary.redriven,
             isolated = summary.isolated,
             failed = summary.failed,
+            not_found = totals.not_found,
             dry_run = summary.dry_run,
             stopped_because = summary.stopped_because.as_str(),
             dlq_remaining = summary.dlq_remaining,
@@ -1149,6 +1157,10 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
                         Some("left-on-dlq") => {
                             totals.failed += 1;
                             totals.left_on_dlq += 1;
+                        }
+                        Some("not-found") => {
+                            totals.failed += 1;
+                            totals.not_found += 1;
                         }
                         _ => totals.failed += 1,
                     }
@@ -1455,6 +1467,38 @@ mod tests {
         let t = tally(&run, totals, Some(&batch), &[]);
         assert_eq!((t.received, t.redriven, t.isolated), (2, 1, 1));
         assert!(!t.more, "a dry run plans one round");
+    }
+
+    #[test]
+    fn a_message_that_never_came_back_is_counted_not_found_apart_from_left_on_dlq() {
+        let run = Run {
+            max_messages: 10,
+            dry_run: false,
+            mode: Mode::Messages,
+            drains: 1,
+            fifo: false,
+            trigger_alarm: None,
+        };
+        let batch = Batch {
+            items: Vec::new(),
+            received: 4,
+            queue_empty: true,
+            dry_run: false,
+        };
+        let results = [
+            json!({"outcome": "redriven"}),
+            json!({"outcome": "isolated"}),
+            json!({"outcome": "not-found", "error": "MessageNotFound"}),
+            json!({"outcome": "left-on-dlq", "error": "Sqs.Failed"}),
+        ];
+        let totals = Totals {
+            remaining: 10,
+            ..Totals::default()
+        };
+        let t = tally(&run, totals, Some(&batch), &results);
+        assert_eq!((t.redriven, t.isolated, t.failed), (1, 1, 2));
+        assert_eq!((t.not_found, t.left_on_dlq), (1, 1));
+        assert_eq!(t.received, t.redriven + t.isolated + t.failed);
     }
 
     #[tokio::test]
