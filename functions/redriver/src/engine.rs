@@ -851,8 +851,18 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 );
                 continue;
             }
+            let mut decided = self.decide_all(messages);
+            if run.circuit.is_some_and(|c| c.canary()) {
+                for (_, d) in &mut decided {
+                    if let Decision::Redrive(plan) = d
+                        && plan.delay_seconds.is_some()
+                    {
+                        plan.delay_seconds = Some(0);
+                    }
+                }
+            }
             // --- end adaptive circuit
-            self.process(run, messages, request.dry_run).await;
+            self.process_decided(run, decided, request.dry_run).await;
             if let Some(c) = run.circuit {
                 c.note_redriven(run.redriven.load(Ordering::SeqCst), request.dry_run);
             }
@@ -879,11 +889,6 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 (m, decision)
             })
             .collect()
-    }
-
-    async fn process(&self, run: &Run<'_>, messages: Vec<Received>, dry_run: bool) {
-        self.process_decided(run, self.decide_all(messages), dry_run)
-            .await
     }
 
     /// Sends messages already decided (the workflow's tasks decide before a wait) and deletes

@@ -361,6 +361,40 @@ async fn a_canary_that_bounces_reopens_the_circuit_with_a_doubled_cool_down() {
 }
 
 #[tokio::test]
+async fn a_canarys_copies_go_out_without_their_backoff_delay_so_the_window_can_judge_them() {
+    // A backoff of 600 s (the window is 120 s): a delayed canary copy could not come back
+    // within the window, and the canary would pass untried.
+    let mut pairs = CIRCUIT.to_vec();
+    pairs.push(("BACKOFF_BASE_SECONDS", "600"));
+    pairs.push(("BACKOFF_JITTER", "none"));
+    let (sqs, _cw, store, engine) = setup(&pairs);
+    let mut open = CircuitRecord::new(&CircuitSettings::default(), T0 - 200 * SEC);
+    open.state = State::Open;
+    open.cooldown_ms = 60 * SEC;
+    store.put(DLQ, open);
+    push_fresh(&sqs, 5);
+    let s = engine.run(&request(100)).await;
+    assert_eq!((s.redriven, circuit_of(&s).1), (3, "canary"));
+    let delays: Vec<Option<u32>> = sqs.messages(SRC).iter().map(|m| m.delay_seconds).collect();
+    assert_eq!(delays, [Some(0); 3], "canary copies are not delayed");
+    // A closed circuit's drain keeps the backoff.
+    let (sqs, _cw, _store, engine) = setup(&pairs);
+    push_fresh(&sqs, 2);
+    let s = engine.run(&request(100)).await;
+    assert_eq!((s.redriven, circuit_of(&s).1), (2, "drain"));
+    assert!(
+        sqs.messages(SRC)
+            .iter()
+            .all(|m| m.delay_seconds.is_some_and(|d| d >= 600)),
+        "{:?}",
+        sqs.messages(SRC)
+            .iter()
+            .map(|m| m.delay_seconds)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
 async fn the_operator_holds_it_open_and_closes_it_whatever_the_measurements() {
     let (sqs, _cw, store, engine) = setup(CIRCUIT);
     let settings = engine.config.circuit.as_ref().unwrap().settings;

@@ -70,6 +70,14 @@ impl CircuitRun {
         self.plan == Plan::Watch
     }
 
+    /// A canary run: its copies go out without their backoff delay. They already waited on the
+    /// DLQ at least the cool-down while the circuit was open, and a copy delayed by up to
+    /// `BACKOFF_MAX_SECONDS` could not come back within the window: the canary would pass
+    /// without having been tried.
+    pub(super) fn canary(&self) -> bool {
+        matches!(self.plan, Plan::Canary { .. })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, RunState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
