@@ -129,7 +129,9 @@ pub enum BackoffError {
         "max {0} must be between 0 and {MAX_DELAY_SECONDS} seconds (the SQS DelaySeconds limit)"
     )]
     Max(u64),
-    #[error("max {0} must be between 0 and {MAX_WAIT_SECONDS} seconds (12 h, the SQS visibility limit)")]
+    #[error(
+        "max {0} must be between 0 and {MAX_WAIT_SECONDS} seconds (12 h, the SQS visibility limit)"
+    )]
     LongMax(u64),
 }
 
@@ -165,7 +167,12 @@ impl Backoff {
         if max > u64::from(MAX_WAIT_SECONDS) {
             return Err(BackoffError::LongMax(max));
         }
-        let capped = Self::new(base, multiplier, max.min(u64::from(MAX_DELAY_SECONDS)), jitter)?;
+        let capped = Self::new(
+            base,
+            multiplier,
+            max.min(u64::from(MAX_DELAY_SECONDS)),
+            jitter,
+        )?;
         Ok(Self {
             max: max as u32,
             ..capped
