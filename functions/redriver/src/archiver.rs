@@ -21,11 +21,10 @@ use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::QueueAttributeName;
 use redrive_shared::Attributes;
 use redrive_shared::archive::{self, ArchivedMessage, SystemAttributes};
 use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_u32};
-use redrive_shared::sdk::attributes_from_sdk;
 use serde::Serialize;
 
 use crate::aws::{SqsQueue, port_error};
@@ -659,34 +658,22 @@ impl ArchiveQueue for SqsArchiveQueue {
         visibility_seconds: i32,
     ) -> Result<Vec<QueuedMessage>, PortError> {
         // A 1 s long poll asks every SQS server, so a standard queue's sample is not empty
-        // while messages wait.
-        let out = self
-            .client
-            .receive_message()
-            .queue_url(queue_url)
-            .max_number_of_messages(max_messages.clamp(1, 10))
-            .wait_time_seconds(1)
-            .visibility_timeout(visibility_seconds)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .map_err(|e| port_error("ReceiveMessage", e))?;
-        Ok(out
-            .messages
-            .unwrap_or_default()
+        // while messages wait. The same ReceiveMessage as export's (every attribute and system
+        // attribute).
+        let sqs = SqsQueue {
+            client: self.client.clone(),
+        };
+        let got = sqs
+            .receive_with_system(queue_url, max_messages, 1, visibility_seconds)
+            .await?;
+        Ok(got
             .into_iter()
-            .map(|m| QueuedMessage {
-                attributes: attributes_from_sdk(m.message_attributes.as_ref()),
-                system: SystemAttributes::from_pairs(
-                    m.attributes
-                        .iter()
-                        .flatten()
-                        .map(|(k, v)| (k.as_str(), v.as_str())),
-                ),
-                message_id: m.message_id.unwrap_or_default(),
-                receipt_handle: m.receipt_handle.unwrap_or_default(),
-                body: m.body.unwrap_or_default(),
+            .map(|(m, system)| QueuedMessage {
+                message_id: m.message_id,
+                receipt_handle: m.receipt_handle,
+                body: m.body,
+                attributes: m.attributes,
+                system,
             })
             .collect())
     }
