@@ -20,6 +20,25 @@ pub fn init_logging() {
     redrive_shared::logging::init_json_logging("info", false);
 }
 
+/// The init every Lambda of this crate shares (re-driver, workflow tasks, archiver): JSON logs,
+/// then the configuration (an error is logged and fails init, naming the variable, before any
+/// queue is touched), then the SDK configuration with attempt and operation timeouts on every
+/// client, so that a stalled call cannot outlive the deadline margin.
+pub async fn lambda_init<T, E: std::fmt::Display>(
+    config: impl FnOnce() -> Result<T, E>,
+) -> Result<(T, aws_config::SdkConfig), E> {
+    init_logging();
+    let config = config().map_err(|e| {
+        tracing::error!(error = %e, "invalid configuration");
+        e
+    })?;
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(redrive_shared::sdk::timeout_config())
+        .load()
+        .await;
+    Ok((config, sdk))
+}
+
 /// Converts the Lambda context deadline (epoch milliseconds) to a monotonic instant.
 /// See [`redrive_shared::timefmt::deadline_epoch_ms`] for deadlines sent as durations.
 pub fn deadline_instant(deadline_epoch_ms: u64) -> tokio::time::Instant {

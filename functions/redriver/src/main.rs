@@ -9,17 +9,9 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    redriver::init_logging();
-    // Config errors fail init, naming the variable, before any queue is touched.
-    let config = RedriverConfig::from_env(&Env::process()).map_err(|e| {
-        tracing::error!(error = %e, "invalid configuration");
-        e
-    })?;
-    // Attempt and operation timeouts on every client: a stalled call cannot outlive the margin.
-    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .timeout_config(redrive_shared::sdk::timeout_config())
-        .load()
-        .await;
+    // Logs, then the configuration (errors fail init before any queue is touched), then the
+    // SDK with timeouts on every client.
+    let (config, sdk) = redriver::lambda_init(|| RedriverConfig::from_env(&Env::process())).await?;
     let circuit_table = config.circuit.as_ref().map(|c| c.table.clone());
     let cloudwatch = CloudWatch {
         client: aws_sdk_cloudwatch::Client::new(&sdk),

@@ -10,16 +10,9 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    redriver::init_logging();
-    // Config errors fail init, naming the variable, before any queue is touched.
-    let config = ArchiverConfig::from_env(&Env::process()).map_err(|e| {
-        tracing::error!(error = %e, "invalid configuration");
-        e
-    })?;
-    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .timeout_config(redrive_shared::sdk::timeout_config())
-        .load()
-        .await;
+    // Logs, then the configuration (errors fail init before any queue is touched), then the
+    // SDK with timeouts on every client.
+    let (config, sdk) = redriver::lambda_init(|| ArchiverConfig::from_env(&Env::process())).await?;
     let queue = SqsArchiveQueue {
         client: aws_sdk_sqs::Client::new(&sdk),
     };
