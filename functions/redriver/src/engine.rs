@@ -174,6 +174,8 @@ pub struct Engine<Q, A, M, C = NoCircuit> {
     rearmed: Mutex<HashMap<String, Instant>>,
     /// The destinations' `MaximumMessageSize`, once read.
     limits: Mutex<Option<DestinationLimits>>,
+    /// Set while [`Engine::run_canary`] runs: copies go out without their backoff delay.
+    undelayed: std::sync::atomic::AtomicBool,
 }
 
 /// `MaximumMessageSize` of the source and poison queues.
@@ -317,6 +319,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             clock: system_now_ms,
             rearmed: Mutex::new(HashMap::new()),
             limits: Mutex::new(None),
+            undelayed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -336,7 +339,17 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             clock: self.clock,
             rearmed: self.rearmed,
             limits: self.limits,
+            undelayed: self.undelayed,
         }
+    }
+
+    /// A canary by hand (`redrive drain --canary N`): [`Engine::run`], its copies sent without
+    /// their backoff delay, so that they can come back within the window that judges them.
+    pub async fn run_canary(&self, request: &DrainRequest) -> Summary {
+        self.undelayed.store(true, Ordering::SeqCst);
+        let summary = self.run(request).await;
+        self.undelayed.store(false, Ordering::SeqCst);
+        summary
     }
 
     /// The wall clock (epoch milliseconds) of the stamps and of the circuit (tests, simulations).
@@ -852,7 +865,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 continue;
             }
             let mut decided = self.decide_all(messages);
-            if run.circuit.is_some_and(|c| c.canary()) {
+            if run.circuit.is_some_and(|c| c.canary()) || self.undelayed.load(Ordering::SeqCst) {
                 for (_, d) in &mut decided {
                     if let Decision::Redrive(plan) = d
                         && plan.delay_seconds.is_some()

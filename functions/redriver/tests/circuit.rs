@@ -395,6 +395,26 @@ async fn a_canarys_copies_go_out_without_their_backoff_delay_so_the_window_can_j
 }
 
 #[tokio::test]
+async fn a_canary_by_hand_sends_its_copies_undelayed_and_the_next_drain_delays_again() {
+    // `redrive drain --canary N` (Engine::run_canary), with or without the circuit.
+    let pairs = [("BACKOFF_BASE_SECONDS", "600"), ("BACKOFF_JITTER", "none")];
+    let (sqs, _cw, _store, engine) = setup(&pairs);
+    push_fresh(&sqs, 5);
+    let s = engine.run_canary(&request(2)).await;
+    assert_eq!(s.redriven, 2);
+    let delays: Vec<Option<u32>> = sqs.messages(SRC).iter().map(|m| m.delay_seconds).collect();
+    assert_eq!(delays, [Some(0); 2], "the canary's copies are not delayed");
+    let s = engine.run(&request(100)).await;
+    assert_eq!(s.redriven, 3);
+    let delays: Vec<Option<u32>> = sqs.messages(SRC).iter().map(|m| m.delay_seconds).collect();
+    assert_eq!(
+        delays,
+        [Some(0), Some(0), Some(600), Some(600), Some(600)],
+        "the rest keeps its backoff"
+    );
+}
+
+#[tokio::test]
 async fn the_operator_holds_it_open_and_closes_it_whatever_the_measurements() {
     let (sqs, _cw, store, engine) = setup(CIRCUIT);
     let settings = engine.config.circuit.as_ref().unwrap().settings;

@@ -134,7 +134,8 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
         ..request.clone()
     };
     let started = super::now_ms();
-    let canary = engine.run(&first).await;
+    // Its copies go out without their backoff delay: judged by the window, not by the delay.
+    let canary = engine.run_canary(&first).await;
     let window = super::circuit::canary_window(window_flag, settings);
     let judged = !canary.dry_run && canary.redriven > 0;
     if !ctx.json {
