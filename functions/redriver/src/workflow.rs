@@ -30,7 +30,7 @@
 //! |---|---|---|
 //! | `start` | `{"input": <execution input>, "executionArn", "stateMachineArn"}` | `{"proceed", "blockedBy"?, "run": Run, "totals": Totals}` |
 //! | `checkCircuit` | `{}` | `{"open", "guards": [..], "operator": null\|"open"\|"closed"}` |
-//! | `receiveBatch` | `{"maxMessages", "dryRun"}` | `{"items": [Item], "received", "queueEmpty", "dryRun"}` |
+//! | `receiveBatch` | `{"maxMessages", "dryRun"}` | `{"items": [Item], "received", "queueEmpty", "dryRun", "circuitOpened"}` |
 //! | `extendVisibility` | `{"item": Item}` | `{"messageId", "held", "heldSeconds"}` |
 //! | `redrive` / `isolate` | `{"item": Item}` | `Outcome` |
 //! | `drain` | `{"index", "drains", "maxMessages", "dryRun"}` | the Lambda's response + `"index"` |
@@ -48,6 +48,13 @@
 //! - `Totals`: `{"received", "redriven", "isolated", "failed", "leftOnDlq", "notFound", "remaining",
 //!   "queueEmpty", "more", "stoppedBecause", "drainPlan": [{"index","drains","maxMessages","dryRun"}]}`
 //!
+//! # The adaptive circuit (issue 14), when `CIRCUIT_TABLE` is set
+//! The tasks measure bounces into the record as the Lambda does: `receiveBatch` counts each
+//! batch's bounced copies and follows the plan (hold or watch: the batch goes back on the DLQ at
+//! once and `circuitOpened` ends the execution; half-open: only the canary is kept, without its
+//! backoff), `tally` counts each round's redriven copies, and a `drain` runs the engine's
+//! circuit path (`Engine::drain_with_circuit`).
+//!
 //! Task errors (the Lambda error's `errorType`, which `Retry` and `Catch` match): `InvalidInput`
 //! (not retried), `MessageNotFound`, `Sqs.Retryable`, `Sqs.Failed`, `DlqUnreadable`.
 
@@ -63,9 +70,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::circuit::{CircuitStore, NoCircuit};
+use crate::circuit::{self, CircuitError, CircuitStore, NoCircuit};
 use crate::engine::{DrainRequest, Engine, StopReason, Summary};
 use crate::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, Received};
+use redrive_shared::circuit::{CircuitSettings, Event, Plan, State, Transition, bounce_of};
+use redrive_shared::meta::RedriveMeta;
 
 /// Map items of one `receiveBatch`, and drains of one scale-out round, at most: the ASL's Map
 /// `MaxConcurrency`, so that every item starts (and holds its message) at once.
@@ -378,6 +387,11 @@ pub struct Batch {
     pub received: u32,
     pub queue_empty: bool,
     pub dry_run: bool,
+    /// The adaptive circuit holds (it opened on this batch's bounced copies, or it is open or
+    /// watching for its canary): the whole batch went back on the DLQ at once, `items` is
+    /// empty, and the execution stops (`tally`: `more` false, `circuit-open`).
+    #[serde(default)]
+    pub circuit_opened: bool,
 }
 
 #[derive(Deserialize)]
@@ -432,7 +446,7 @@ struct ExecutionInput {
     trigger_alarm: Option<String>,
 }
 
-type Drainer<Q, A, M> = Arc<Engine<Q, A, M>>;
+type Drainer<Q, A, M, C> = Arc<Engine<Q, A, M, C>>;
 
 /// The tasks, over one engine for decisions with long waits and one engine per drain count
 /// (velocity cap split K ways) for scale-out.
@@ -442,7 +456,7 @@ pub struct Workflow<Q, A, M, X, C = NoCircuit> {
     pub executions: X,
     /// The circuit table (`CIRCUIT_TABLE`): its operator flag opens the circuit breaker.
     pub circuit: C,
-    drainers: Mutex<HashMap<u32, Drainer<Q, A, M>>>,
+    drainers: Mutex<HashMap<u32, Drainer<Q, A, M, C>>>,
     settings: crate::engine::Settings,
     clock: fn() -> i64,
 }
@@ -481,14 +495,15 @@ where
         }
     }
 
-    /// The circuit table whose operator flag (`redrive circuit open`) holds the breaker open.
-    pub fn with_circuit<S: CircuitStore>(self, store: S) -> Workflow<Q, A, M, X, S> {
+    /// The circuit table (`CIRCUIT_TABLE`): its operator flag holds the breaker open, and the
+    /// tasks measure bounces into it as the Lambda does (`receiveBatch`, `tally`, `drain`).
+    pub fn with_circuit<S: CircuitStore + Clone>(self, store: S) -> Workflow<Q, A, M, X, S> {
         Workflow {
             engine: self.engine,
             config: self.config,
             executions: self.executions,
             circuit: store,
-            drainers: self.drainers,
+            drainers: Mutex::new(HashMap::new()),
             settings: self.settings,
             clock: self.clock,
         }
@@ -501,7 +516,7 @@ where
     A: Alarms + Clone,
     M: Metrics + Clone,
     X: Executions,
-    C: CircuitStore,
+    C: CircuitStore + Clone + Send,
 {
     /// Engine tunables (tests shorten the receive wait and retry pauses).
     pub fn with_settings(mut self, settings: crate::engine::Settings) -> Self {
@@ -559,7 +574,10 @@ where
                 totals,
                 batch,
                 results,
-            } => to_value(tally(&run, totals, batch.as_ref(), &results)),
+            } => to_value(
+                self.tally_round(&run, totals, batch.as_ref(), &results)
+                    .await,
+            ),
             Task::Summary { run, totals } => to_value(self.summary(&run, &totals, deadline).await),
         };
         Ok(out)
@@ -799,12 +817,53 @@ where
                 }
             }
         }
+        let mut canary = false;
+        if !dry_run && !messages.is_empty() {
+            match self.circuit_gate(&messages).await {
+                Gate::Pass => {}
+                Gate::Canary(size) => {
+                    canary = true;
+                    if messages.len() > size as usize {
+                        let rest: Vec<String> = messages
+                            .split_off(size as usize)
+                            .into_iter()
+                            .map(|m| m.receipt_handle)
+                            .collect();
+                        self.release(&rest, deadline).await;
+                    }
+                }
+                Gate::Hold => {
+                    let all: Vec<String> = messages.into_iter().map(|m| m.receipt_handle).collect();
+                    self.release(&all, deadline).await;
+                    tracing::warn!(
+                        released = all.len(),
+                        action = "circuit-open",
+                        "the circuit holds: the batch went back on the DLQ, no attempt spent; the execution stops"
+                    );
+                    return Ok(Batch {
+                        items: Vec::new(),
+                        received: 0,
+                        queue_empty: false,
+                        dry_run,
+                        circuit_opened: true,
+                    });
+                }
+            }
+        }
         let received_at = (self.clock)();
         let decided = self.engine.decide_all(messages);
-        let items: Vec<Item> = decided
+        let mut items: Vec<Item> = decided
             .iter()
             .map(|(m, d)| self.item(m, d, received_at))
             .collect();
+        if canary {
+            // As in the Lambda, a canary goes out without its backoff: a copy held or delayed
+            // beyond the window would let the canary pass untried.
+            for i in items.iter_mut().filter(|i| i.action == ItemAction::Redrive) {
+                i.wait_seconds = 0;
+                i.delay_seconds = 0;
+            }
+        }
         for item in &items {
             tracing::info!(message_id = %item.message_id, original_message_id = %item.original_message_id, attempt = item.attempt, backoff_seconds = item.backoff_seconds, wait_seconds = item.wait_seconds, delay_seconds = item.delay_seconds, action = if dry_run { "plan" } else { "decided" }, decision = ?item.action, "received");
         }
@@ -819,7 +878,110 @@ where
             items,
             queue_empty,
             dry_run,
+            circuit_opened: false,
         })
+    }
+
+    /// Releases held messages at once (visibility 0); a failure is logged: they reappear
+    /// after their visibility timeout.
+    async fn release(&self, handles: &[String], deadline: Option<Instant>) {
+        if let Err(e) = self.set_visibility(handles, 0, deadline).await {
+            tracing::warn!(error = %e, "releasing messages failed; they reappear after their visibility timeout");
+        }
+    }
+
+    /// The adaptive circuit's settings when it is on (`CIRCUIT_TABLE` set and a store given).
+    fn circuit_settings(&self) -> Option<CircuitSettings> {
+        let cfg = self.config.redriver.circuit.as_ref()?;
+        self.circuit.enabled().then_some(cfg.settings)
+    }
+
+    /// What the adaptive circuit lets a received batch do, as the Lambda's run does: the
+    /// batch's bounced copies are counted into the record (a write on the version read; none
+    /// when there are none), then the record's plan decides. A record that cannot be read or
+    /// written holds (fail closed).
+    async fn circuit_gate(&self, messages: &[Received]) -> Gate {
+        let Some(settings) = self.circuit_settings() else {
+            return Gate::Pass;
+        };
+        let dlq = self.config.redriver.dlq_url.as_str();
+        let now = (self.clock)();
+        let bounces: Vec<_> = messages
+            .iter()
+            .filter_map(|m| {
+                let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+                bounce_of(&meta, now, &settings)
+            })
+            .collect();
+        let bounced = bounces.len();
+        let looked = if bounces.is_empty() {
+            crate::circuit::load_or_new(&self.circuit, dlq, &settings, now)
+                .await
+                .map(|(_, mut record)| {
+                    record.tick(&settings, now);
+                    (record, Vec::new())
+                })
+                .map_err(CircuitError::from)
+        } else {
+            let events = [Event::Tick { now }, Event::Bounces { now, bounces }];
+            circuit::update(&self.circuit, dlq, &settings, now, &events).await
+        };
+        let (record, transitions) = match looked {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, action = "circuit-open", "cannot read or write the circuit record; treating the circuit as open");
+                return Gate::Hold;
+            }
+        };
+        log_transitions(dlq, &transitions);
+        let plan = record.plan(&settings);
+        tracing::info!(queue = dlq, bounced, state = %record.state, plan = plan.as_str(), "circuit");
+        match plan {
+            Plan::Hold | Plan::Watch => Gate::Hold,
+            Plan::Canary { size } => Gate::Canary(size),
+            Plan::Drain { .. } => Gate::Pass,
+        }
+    }
+
+    /// [`tally`], and the copies the round redrove (messages mode) counted into the circuit
+    /// record, so that the bounce-back rate has its denominator (the scale-out drains count
+    /// their own). They count from the batch's receive, no later than any `lastRedrivenAt`
+    /// they carry, so that a canary recognises all its copies.
+    pub async fn tally_round(
+        &self,
+        run: &Run,
+        totals: Totals,
+        batch: Option<&Batch>,
+        results: &[Value],
+    ) -> Totals {
+        let before = totals.redriven;
+        let after = tally(run, totals, batch, results);
+        let n = after.redriven.saturating_sub(before);
+        if run.mode != Mode::Messages || run.dry_run || n == 0 {
+            return after;
+        }
+        let Some(settings) = self.circuit_settings() else {
+            return after;
+        };
+        let dlq = self.config.redriver.dlq_url.as_str();
+        let now = (self.clock)();
+        let sent = batch
+            .and_then(|b| b.items.iter().map(|i| i.received_at).min())
+            .unwrap_or(now);
+        let events = [
+            Event::Tick { now },
+            Event::Redriven {
+                now: sent,
+                n: u32::try_from(n).unwrap_or(u32::MAX),
+            },
+        ];
+        match circuit::update(&self.circuit, dlq, &settings, now, &events).await {
+            Ok((_, transitions)) => log_transitions(dlq, &transitions),
+            Err(e) => {
+                tracing::error!(error = %e, redriven = n, "saving the circuit record failed; this round's redriven count is lost")
+            }
+        }
+        after
     }
 
     fn item(&self, m: &Received, d: &Decision, received_at: i64) -> Item {
@@ -983,7 +1145,7 @@ where
         })
     }
 
-    fn drainer(&self, drains: u32) -> Drainer<Q, A, M> {
+    fn drainer(&self, drains: u32) -> Drainer<Q, A, M, C> {
         let mut map = self.drainers.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(drains)
             .or_insert_with(|| {
@@ -999,7 +1161,9 @@ where
                         self.engine.metrics.clone(),
                         config,
                     )
-                    .with_settings(self.settings.clone()),
+                    .with_settings(self.settings.clone())
+                    .with_clock(self.clock)
+                    .with_circuit(self.circuit.clone()),
                 )
             })
             .clone()
@@ -1022,8 +1186,11 @@ where
         if let Err(e) = engine.load_limits().await {
             tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
         }
+        // Under the adaptive circuit when it is on, as in the Lambda: the drain follows the
+        // record's plan, counts its bounced and redriven copies into it and stops with
+        // circuit-open when it opens (no metrics here: `summary` publishes once).
         let summary = engine
-            .drain(&DrainRequest {
+            .drain_with_circuit(&DrainRequest {
                 max_messages: d.max_messages,
                 dry_run: d.dry_run,
                 deadline,
@@ -1088,6 +1255,26 @@ where
     }
 }
 
+/// What the adaptive circuit lets a received batch do.
+enum Gate {
+    /// Closed (or off): decide the batch as usual.
+    Pass,
+    /// Half-open: this many messages are the canary; the rest go back on the DLQ.
+    Canary(u32),
+    /// Open, or watching for the canary: the whole batch goes back on the DLQ.
+    Hold,
+}
+
+fn log_transitions(queue: &str, transitions: &[Transition]) {
+    for t in transitions {
+        if t.to == State::Open {
+            tracing::warn!(queue, from = %t.from, to = %t.to, reason = %t.reason, action = "circuit-transition", "circuit opened: nothing is redriven until a canary comes through");
+        } else {
+            tracing::info!(queue, from = %t.from, to = %t.to, reason = %t.reason, action = "circuit-transition", "circuit transition");
+        }
+    }
+}
+
 fn to_value(v: impl Serialize) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
@@ -1131,8 +1318,10 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
     let mut received = 0u64;
     let mut queue_empty = false;
     let mut progress = 0u64;
+    let mut circuit_open = false;
     match (run.mode, batch) {
         (Mode::Messages, Some(b)) => {
+            circuit_open = b.circuit_opened;
             received = u64::from(b.received);
             queue_empty = b.queue_empty;
             if b.dry_run {
@@ -1174,8 +1363,9 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
                 totals.isolated += count(r, "isolated");
                 totals.failed += count(r, "failed");
                 progress += count(r, "redriven") + count(r, "isolated");
-                queue_empty |=
-                    r.get("stoppedBecause").and_then(Value::as_str) == Some("queue-empty");
+                let stopped = r.get("stoppedBecause").and_then(Value::as_str);
+                queue_empty |= stopped == Some("queue-empty");
+                circuit_open |= stopped == Some(StopReason::CircuitOpen.as_str());
             }
         }
     }
@@ -1196,6 +1386,11 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
     totals.more = !run.dry_run && !queue_empty && totals.remaining > 0 && progress > 0;
     if !totals.more && !queue_empty && totals.remaining > 0 && !run.dry_run {
         totals.stopped_because = StopReason::Other.as_str().to_string();
+    }
+    if circuit_open {
+        // The adaptive circuit opened (or holds): no further round; the summary says why.
+        totals.more = false;
+        totals.stopped_because = StopReason::CircuitOpen.as_str().to_string();
     }
     totals.drain_plan = if totals.more {
         drain_plan(run, totals.remaining)
@@ -1484,6 +1679,7 @@ mod tests {
             received: 4,
             queue_empty: true,
             dry_run: false,
+            circuit_opened: false,
         };
         let results = [
             json!({"outcome": "redriven"}),
@@ -1622,7 +1818,7 @@ mod tests {
         use crate::circuit::MemoryCircuitStore;
         use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Override};
         let (_, _, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
-        let store = MemoryCircuitStore::default();
+        let store = MemoryCircuitStore::new();
         let mut record = CircuitRecord::new(&CircuitSettings::default(), 0);
         record.operator = Override::Open;
         store.put(DLQ, record.clone());
@@ -1642,6 +1838,163 @@ mod tests {
             .unwrap();
         assert_eq!(out["open"], false);
         assert_eq!(out["operator"], "auto");
+    }
+
+    mod adaptive_circuit {
+        use super::*;
+        use crate::circuit::MemoryCircuitStore;
+        use redrive_shared::circuit::State;
+
+        type CircuitWorkflow = Workflow<
+            Arc<FakeSqs>,
+            Arc<FakeCloudWatch>,
+            Arc<FakeCloudWatch>,
+            FixedExecutions,
+            Arc<MemoryCircuitStore>,
+        >;
+
+        fn with_store() -> (Arc<FakeSqs>, Arc<MemoryCircuitStore>, CircuitWorkflow) {
+            let (sqs, _, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+            let store = MemoryCircuitStore::new();
+            (sqs, store.clone(), wf.with_circuit(store))
+        }
+
+        /// A redriven copy back on the DLQ just now (attempt 1, `lastRedrivenAt` now).
+        fn bounced(sqs: &FakeSqs, original: &str) -> String {
+            let mut a = Attributes::new();
+            RedriveMeta {
+                attempt: 1,
+                first_redriven_at: Some(redrive_shared::timefmt::rfc3339_from_millis(now_ms())),
+                last_redriven_at: Some(redrive_shared::timefmt::rfc3339_from_millis(now_ms())),
+                ..RedriveMeta::fresh(original)
+            }
+            .write_into(&mut a);
+            sqs.push(DLQ, &format!("copy of {original}"), a, None)
+        }
+
+        fn run(mode: Mode) -> Run {
+            Run {
+                max_messages: 100,
+                dry_run: false,
+                mode,
+                drains: 1,
+                fifo: false,
+                trigger_alarm: None,
+            }
+        }
+
+        fn totals() -> Totals {
+            Totals {
+                remaining: 100,
+                ..Totals::default()
+            }
+        }
+
+        fn state(store: &MemoryCircuitStore) -> State {
+            store.get(DLQ).expect("a circuit record").record.state
+        }
+
+        #[tokio::test]
+        async fn bounced_copies_seen_by_receive_batch_open_it_and_the_batch_goes_back_untouched() {
+            let (sqs, store, wf) = with_store();
+            for i in 0..3 {
+                bounced(&sqs, &format!("orig-{i}"));
+            }
+            sqs.push(DLQ, "fresh a", Attributes::new(), None);
+            sqs.push(DLQ, "fresh b", Attributes::new(), None);
+
+            let batch = wf.receive_batch(10, false, None).await.unwrap();
+
+            assert!(batch.circuit_opened, "{batch:?}");
+            assert!(batch.items.is_empty() && batch.received == 0 && !batch.queue_empty);
+            assert_eq!(state(&store), State::Open, "the record opened by itself");
+            assert_eq!(
+                store.get(DLQ).unwrap().record.counts().1,
+                0,
+                "cleared on open"
+            );
+            // Untouched: all five visible again on the DLQ at once, nothing sent, no attempt spent.
+            assert_eq!((sqs.len(DLQ), sqs.depth_visible(DLQ)), (5, 5));
+            assert!(sqs.is_empty(SRC) && sqs.is_empty(POISON));
+            for m in sqs.messages(DLQ) {
+                let want = u32::from(m.body.starts_with("copy"));
+                assert_eq!(attempt_of(&m.attributes, &m.message_id), want);
+            }
+            // The round ends the execution, stopped by the circuit.
+            let t = tally(&run(Mode::Messages), totals(), Some(&batch), &[]);
+            assert!(!t.more);
+            assert_eq!(t.stopped_because, "circuit-open");
+            assert_eq!(t.received, 0);
+            // The next batch is held by the open record (nothing received is decided).
+            let again = wf.receive_batch(10, false, None).await.unwrap();
+            assert!(again.circuit_opened && again.items.is_empty());
+            assert_eq!(sqs.depth_visible(DLQ), 5);
+        }
+
+        #[tokio::test]
+        async fn a_scale_out_drain_with_bounced_copies_opens_it_and_stops() {
+            let (sqs, store, wf) = with_store();
+            for i in 0..3 {
+                bounced(&sqs, &format!("orig-{i}"));
+            }
+            for i in 0..4 {
+                sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+            }
+            let plan = drain_plan(&run(Mode::ScaleOut), 7);
+            let out = wf.drain(&plan[0], None).await.unwrap();
+
+            assert_eq!(out["stoppedBecause"], "circuit-open", "{out}");
+            assert_eq!(out["redriven"], 0, "{out}");
+            assert_eq!(out["circuit"]["state"], "open", "{out}");
+            assert_eq!(state(&store), State::Open);
+            assert_eq!((sqs.len(DLQ), sqs.depth_visible(DLQ)), (7, 7));
+            assert!(sqs.is_empty(SRC));
+            let t = tally(&run(Mode::ScaleOut), totals(), None, &[out]);
+            assert!(!t.more && t.drain_plan.is_empty());
+            assert_eq!(t.stopped_because, "circuit-open");
+        }
+
+        #[tokio::test]
+        async fn redriven_copies_reach_the_record_in_both_modes() {
+            // Scale-out: the drain counts its own.
+            let (sqs, store, wf) = with_store();
+            for i in 0..4 {
+                sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+            }
+            let plan = drain_plan(&run(Mode::ScaleOut), 4);
+            let out = wf.drain(&plan[0], None).await.unwrap();
+            assert_eq!(out["redriven"], 4, "{out}");
+            assert_eq!(store.get(DLQ).unwrap().record.counts(), (4, 0));
+
+            // Messages: the round's tally counts what its redrive tasks redrove.
+            let (sqs, store, wf) = with_store();
+            sqs.push(DLQ, "a", Attributes::new(), None);
+            sqs.push(DLQ, "b", Attributes::new(), None);
+            sqs.push(DLQ, "p", permanent(), None);
+            let batch = wf.receive_batch(10, false, None).await.unwrap();
+            assert_eq!(batch.received, 3);
+            assert!(store.get(DLQ).is_none(), "no bounce, no write");
+            let mut results = Vec::new();
+            for item in batch.items.clone() {
+                let action = item.action;
+                results.push(to_value(wf.redeliver(item, action, None).await.unwrap()));
+            }
+            let t = wf
+                .tally_round(&run(Mode::Messages), totals(), Some(&batch), &results)
+                .await;
+            assert_eq!((t.redriven, t.isolated), (2, 1));
+            let record = store.get(DLQ).expect("the tally wrote the record").record;
+            assert_eq!(record.counts(), (2, 0), "isolated copies are not redriven");
+            assert_eq!(record.state, State::Closed);
+            // A dry run writes nothing.
+            let (_, store, wf) = with_store();
+            let dry = Run {
+                dry_run: true,
+                ..run(Mode::Messages)
+            };
+            wf.tally_round(&dry, totals(), Some(&batch), &results).await;
+            assert!(store.get(DLQ).is_none());
+        }
     }
 
     #[tokio::test]

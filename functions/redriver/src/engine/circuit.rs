@@ -155,7 +155,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 
     /// The drain, under the adaptive circuit when it is on (else exactly [`Self::drain`]).
-    pub(super) async fn drain_with_circuit(&self, request: &DrainRequest) -> Summary {
+    pub(crate) async fn drain_with_circuit(&self, request: &DrainRequest) -> Summary {
         let Some(cfg) = self.circuit_config() else {
             return self.drain(request).await;
         };
