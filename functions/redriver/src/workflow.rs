@@ -1955,6 +1955,53 @@ mod tests {
         }
 
         #[tokio::test]
+        async fn half_open_keeps_only_the_canary_without_its_backoff_and_the_tally_sends_it_out() {
+            use redrive_shared::circuit::{CircuitRecord, CircuitSettings};
+            let (sqs, _, wf) = setup(&[
+                ("CIRCUIT_TABLE", "redrive-circuit"),
+                LONG[0],
+                LONG[1],
+                LONG[2],
+            ]);
+            let store = MemoryCircuitStore::new();
+            let wf = wf.with_circuit(store.clone());
+            let mut record = CircuitRecord::new(&CircuitSettings::default(), now_ms());
+            record.state = State::HalfOpen;
+            store.put(DLQ, record);
+            for i in 0..15 {
+                sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+            }
+            let batch = wf.receive_batch(40, false, None).await.unwrap();
+            assert!(!batch.circuit_opened);
+            assert_eq!(
+                batch.items.len(),
+                10,
+                "CIRCUIT_CANARY_SIZE messages, no more"
+            );
+            assert!(
+                batch
+                    .items
+                    .iter()
+                    .all(|i| i.wait_seconds == 0 && i.delay_seconds == 0)
+            );
+            assert_eq!(sqs.depth_visible(DLQ), 5, "the rest went back at once");
+            let results: Vec<Value> = (0..10).map(|_| json!({"outcome": "redriven"})).collect();
+            wf.tally_round(&run(Mode::Messages), totals(), Some(&batch), &results)
+                .await;
+            let canary = store
+                .get(DLQ)
+                .unwrap()
+                .record
+                .canary
+                .expect("the canary is out");
+            assert_eq!(canary.sent, 10);
+            // With the canary out, the next batch only watches: released, the execution stops.
+            let next = wf.receive_batch(40, false, None).await.unwrap();
+            assert!(next.circuit_opened && next.items.is_empty());
+            assert_eq!(sqs.depth_visible(DLQ), 5);
+        }
+
+        #[tokio::test]
         async fn redriven_copies_reach_the_record_in_both_modes() {
             // Scale-out: the drain counts its own.
             let (sqs, store, wf) = with_store();
