@@ -70,8 +70,9 @@ pub struct ProxyStats {
     /// Time the upstream (the emulator) took to answer, by operation, in seconds: the
     /// emulator's own cost, which the real service does not have.
     pub upstream_seconds: BTreeMap<String, f64>,
-    /// Seconds callers waited on answered calls, from the request read to the answer written
-    /// (latency, connection set-up, the upstream), summed over calls.
+    /// Seconds during which at least one caller waited on a call, from the request read to the
+    /// answer written (latency, connection set-up, the upstream): concurrent calls count once,
+    /// so this is the wall time the callers spent waiting on the network.
     pub held_seconds: f64,
 }
 
@@ -98,6 +99,28 @@ struct Shared {
     rng: Mutex<JitterRng>,
     stats: Mutex<ProxyStats>,
     kill: KillSwitch,
+    /// Calls being held now, and since when at least one was.
+    waiting: Mutex<(u32, Option<std::time::Instant>)>,
+}
+
+impl Shared {
+    fn wait_begins(&self, at: std::time::Instant) {
+        let mut w = lock(&self.waiting);
+        if w.0 == 0 {
+            w.1 = Some(at);
+        }
+        w.0 += 1;
+    }
+
+    fn wait_ends(&self) {
+        let mut w = lock(&self.waiting);
+        w.0 = w.0.saturating_sub(1);
+        if w.0 == 0
+            && let Some(since) = w.1.take()
+        {
+            lock(&self.stats).held_seconds += since.elapsed().as_secs_f64();
+        }
+    }
 }
 
 /// The running proxy. Stops accepting when dropped.
@@ -117,6 +140,7 @@ impl Proxy {
             rng: Mutex::new(seeded_rng(0x5eed)),
             stats: Mutex::new(ProxyStats::default()),
             kill: KillSwitch::default(),
+            waiting: Mutex::new((0, None)),
         });
         let server = Server::start({
             let shared = shared.clone();
@@ -426,15 +450,14 @@ async fn serve(call: Call, shared: Arc<Shared>) -> Answer {
         Decision::Forward => None,
         Decision::Fault(kind) => Some(kind),
     };
+    shared.wait_begins(received);
     // On a task of its own: a call takes effect even when its caller gives up meanwhile.
     let answer = tokio::spawn(async move {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         let answer = handle(&shared, call, &op, service, fault).await;
-        if let Answer::Respond(_) = &answer {
-            lock(&shared.stats).held_seconds += received.elapsed().as_secs_f64();
-        }
+        shared.wait_ends();
         answer
     });
     answer.await.unwrap_or(Answer::Reset)

@@ -69,6 +69,21 @@ async fn calls_are_counted_by_operation_and_delayed_by_the_latency() {
     // the callers waited at least the latency on each call, and not longer than they ran
     assert!(stats.held_seconds >= 3.0 * 0.050, "{}", stats.held_seconds);
     assert!(stats.held_seconds <= started.elapsed().as_secs_f64());
+    // Concurrent calls wait together: their waiting counts once, as the caller's wall time.
+    let started = Instant::now();
+    let receives = (0..4).map(|_| q.receive(&queues.source_url, 10, 0, 30));
+    for got in futures_util::future::join_all(receives).await {
+        assert!(got.unwrap().is_empty());
+    }
+    let stats = proxy.take_stats();
+    assert_eq!(stats.calls_of("ReceiveMessage"), 4);
+    assert!(stats.held_seconds >= 0.050, "{}", stats.held_seconds);
+    assert!(
+        stats.held_seconds <= started.elapsed().as_secs_f64(),
+        "{} summed, not the union, over {:?}",
+        stats.held_seconds,
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
