@@ -30,7 +30,7 @@
 //! |---|---|---|
 //! | `start` | `{"input": <execution input>, "executionArn", "stateMachineArn"}` | `{"proceed", "blockedBy"?, "run": Run, "totals": Totals}` |
 //! | `checkCircuit` | `{}` | `{"open", "guards": [..], "operator": null\|"open"\|"closed"}` |
-//! | `receiveBatch` | `{"maxMessages", "dryRun"}` | `{"items": [Item], "received", "queueEmpty", "dryRun", "circuitOpened"}` |
+//! | `receiveBatch` | `{"maxMessages", "dryRun"}` | `{"items": [Item], "received", "queueEmpty", "dryRun", "circuitOpened", "bounced"}` |
 //! | `extendVisibility` | `{"item": Item}` | `{"messageId", "held", "heldSeconds"}` |
 //! | `redrive` / `isolate` | `{"item": Item}` | `Outcome` |
 //! | `drain` | `{"index", "drains", "maxMessages", "dryRun"}` | the Lambda's response + `"index"` |
@@ -46,14 +46,21 @@
 //! - `Outcome`: `{"messageId", "originalMessageId", "attempt", "action", "reason"?,
 //!   "delaySeconds", "waitedSeconds", "destination", "outcome": "redriven"|"isolated"|"failed"}`
 //! - `Totals`: `{"received", "redriven", "isolated", "failed", "leftOnDlq", "notFound", "remaining",
-//!   "queueEmpty", "more", "stoppedBecause", "drainPlan": [{"index","drains","maxMessages","dryRun"}]}`
+//!   "queueEmpty", "more", "stoppedBecause", "drainPlan": [{"index","drains","maxMessages","dryRun"}],
+//!   "startedAt" (epoch ms), "bounced"}`
 //!
 //! # The adaptive circuit (issue 14), when `CIRCUIT_TABLE` is set
 //! The tasks measure bounces into the record as the Lambda does: `receiveBatch` counts each
 //! batch's bounced copies and follows the plan (hold or watch: the batch goes back on the DLQ at
 //! once and `circuitOpened` ends the execution; half-open: only the canary is kept, without its
 //! backoff), `tally` counts each round's redriven copies, and a `drain` runs the engine's
-//! circuit path (`Engine::drain_with_circuit`).
+//! circuit path (`Engine::drain_with_circuit`). The totals add up the bounced copies the
+//! execution saw (`receiveBatch`'s `bounced`, each drain's `circuit.bounced`), and `summary`
+//! reads the record (read only) into the response's `circuit`, as the Lambda's: state,
+//! operator, plan and budget as the tasks left the record, `bounced`, and `transitions` (the
+//! record's history entries since `startedAt`); its PutMetricData carries `CircuitOpen`,
+//! `CircuitTransitions` and `BouncedCopies`. An unreadable record: no `circuit`, no circuit
+//! metrics, an ERROR logged (the Lambda's response on an unreadable record has none either).
 //!
 //! Task errors (the Lambda error's `errorType`, which `Retry` and `Catch` match): `InvalidInput`
 //! (not retried), `MessageNotFound`, `Sqs.Retryable`, `Sqs.Failed`, `DlqUnreadable`.
@@ -71,9 +78,11 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::circuit::{self, CircuitError, CircuitStore, NoCircuit};
-use crate::engine::{DrainRequest, Engine, StopReason, Summary};
+use crate::engine::{CircuitSummary, DrainRequest, Engine, StopReason, Summary};
 use crate::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, Received};
-use redrive_shared::circuit::{CircuitSettings, Event, Plan, State, Transition, bounce_of};
+use redrive_shared::circuit::{
+    CircuitRecord, CircuitSettings, Event, Plan, State, Transition, bounce_of,
+};
 use redrive_shared::meta::RedriveMeta;
 
 /// Map items of one `receiveBatch`, and drains of one scale-out round, at most: the ASL's Map
@@ -377,6 +386,14 @@ pub struct Totals {
     pub stopped_because: String,
     /// The next scale-out round's drains (empty in `messages` mode).
     pub drain_plan: Vec<DrainItem>,
+    /// When the execution started, epoch ms (`start`; 0 in totals from before it was kept):
+    /// the circuit's transitions since then are the execution's.
+    #[serde(default)]
+    pub started_at: i64,
+    /// Redriven copies the execution saw back on the DLQ within the circuit's window
+    /// (`receiveBatch`'s `bounced`, the drains' `circuit.bounced`).
+    #[serde(default)]
+    pub bounced: u64,
 }
 
 /// `receiveBatch`'s answer.
@@ -392,6 +409,9 @@ pub struct Batch {
     /// empty, and the execution stops (`tally`: `more` false, `circuit-open`).
     #[serde(default)]
     pub circuit_opened: bool,
+    /// Bounced copies this batch counted into the circuit record.
+    #[serde(default)]
+    pub bounced: u64,
 }
 
 #[derive(Deserialize)]
@@ -650,6 +670,7 @@ where
             more: true,
             stopped_because: StopReason::Limit.as_str().to_string(),
             drain_plan: drain_plan(&run, max_messages),
+            started_at: me,
             ..Totals::default()
         };
         Ok(json!({
@@ -818,8 +839,11 @@ where
             }
         }
         let mut canary = false;
+        let mut bounced = 0;
         if !dry_run && !messages.is_empty() {
-            match self.circuit_gate(&messages).await {
+            let (gate, seen) = self.circuit_gate(&messages).await;
+            bounced = seen;
+            match gate {
                 Gate::Pass => {}
                 Gate::Canary(size) => {
                     canary = true;
@@ -846,6 +870,7 @@ where
                         queue_empty: false,
                         dry_run,
                         circuit_opened: true,
+                        bounced,
                     });
                 }
             }
@@ -879,6 +904,7 @@ where
             queue_empty,
             dry_run,
             circuit_opened: false,
+            bounced,
         })
     }
 
@@ -899,10 +925,10 @@ where
     /// What the adaptive circuit lets a received batch do, as the Lambda's run does: the
     /// batch's bounced copies are counted into the record (a write on the version read; none
     /// when there are none), then the record's plan decides. A record that cannot be read or
-    /// written holds (fail closed).
-    async fn circuit_gate(&self, messages: &[Received]) -> Gate {
+    /// written holds (fail closed). With the gate: the bounced copies counted into the record.
+    async fn circuit_gate(&self, messages: &[Received]) -> (Gate, u64) {
         let Some(settings) = self.circuit_settings() else {
-            return Gate::Pass;
+            return (Gate::Pass, 0);
         };
         let dlq = self.config.redriver.dlq_url.as_str();
         let now = (self.clock)();
@@ -930,17 +956,18 @@ where
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, action = "circuit-open", "cannot read or write the circuit record; treating the circuit as open");
-                return Gate::Hold;
+                return (Gate::Hold, 0);
             }
         };
         log_transitions(dlq, &transitions);
         let plan = record.plan(&settings);
         tracing::info!(queue = dlq, bounced, state = %record.state, plan = plan.as_str(), "circuit");
-        match plan {
+        let gate = match plan {
             Plan::Hold | Plan::Watch => Gate::Hold,
             Plan::Canary { size } => Gate::Canary(size),
             Plan::Drain { .. } => Gate::Pass,
-        }
+        };
+        (gate, bounced as u64)
     }
 
     /// [`tally`], and the copies the round redrove (messages mode) counted into the circuit
@@ -1229,7 +1256,7 @@ where
             dlq_remaining: None,
             dlq_unreadable: None,
             unplaceable: 0,
-            circuit: None,
+            circuit: self.circuit_summary(totals).await,
         };
         summary.dlq_remaining = self.engine.dlq_remaining(deadline).await;
         self.engine.publish(&summary, deadline).await;
@@ -1252,6 +1279,54 @@ where
             "summary"
         );
         summary
+    }
+}
+
+impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
+where
+    C: CircuitStore,
+{
+    /// The circuit in the execution's response when it is on, as the Lambda reports it: the
+    /// record's state, operator and plan as the tasks left it (read only: the tasks write it),
+    /// the bounced copies the execution saw and the transitions the record made since the
+    /// execution started (kept in its history). A record that cannot be read reports no
+    /// circuit, as the Lambda's response on an unreadable record has none (the tasks that
+    /// could not read it held the circuit open and stopped with `circuit-open`).
+    async fn circuit_summary(&self, totals: &Totals) -> Option<CircuitSummary> {
+        let cfg = self.config.redriver.circuit.as_ref()?;
+        if !self.circuit.enabled() {
+            return None;
+        }
+        let settings = cfg.settings;
+        let dlq = self.config.redriver.dlq_url.as_str();
+        let record = match self.circuit.load(dlq).await {
+            Ok(Some(stored)) => stored.record,
+            Ok(None) => CircuitRecord::new(&settings, (self.clock)()),
+            Err(e) => {
+                tracing::error!(error = %e, action = "circuit-open", "cannot read the circuit record; the response carries no circuit state and no circuit metrics");
+                return None;
+            }
+        };
+        let plan = record.plan(&settings);
+        // Totals from before the start time was kept cannot tell this execution's
+        // transitions from older ones: none are claimed.
+        let transitions = if totals.started_at > 0 {
+            record
+                .history
+                .iter()
+                .filter(|t| t.at >= totals.started_at)
+                .count() as u64
+        } else {
+            0
+        };
+        Some(CircuitSummary {
+            state: record.state,
+            operator: record.operator,
+            plan: plan.as_str(),
+            budget: plan.budget(),
+            bounced: totals.bounced,
+            transitions,
+        })
     }
 }
 
@@ -1322,6 +1397,7 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
     match (run.mode, batch) {
         (Mode::Messages, Some(b)) => {
             circuit_open = b.circuit_opened;
+            totals.bounced += b.bounced;
             received = u64::from(b.received);
             queue_empty = b.queue_empty;
             if b.dry_run {
@@ -1366,6 +1442,7 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
                 let stopped = r.get("stoppedBecause").and_then(Value::as_str);
                 queue_empty |= stopped == Some("queue-empty");
                 circuit_open |= stopped == Some(StopReason::CircuitOpen.as_str());
+                totals.bounced += r.get("circuit").map_or(0, |c| count(c, "bounced"));
             }
         }
     }
@@ -1680,6 +1757,7 @@ mod tests {
             queue_empty: true,
             dry_run: false,
             circuit_opened: false,
+            bounced: 0,
         };
         let results = [
             json!({"outcome": "redriven"}),
@@ -1843,7 +1921,7 @@ mod tests {
     mod adaptive_circuit {
         use super::*;
         use crate::circuit::MemoryCircuitStore;
-        use redrive_shared::circuit::State;
+        use redrive_shared::circuit::{Override, State};
 
         type CircuitWorkflow = Workflow<
             Arc<FakeSqs>,
@@ -2041,6 +2119,197 @@ mod tests {
             };
             wf.tally_round(&dry, totals(), Some(&batch), &results).await;
             assert!(store.get(DLQ).is_none());
+        }
+
+        /// `start` through the handler: the execution's run and totals (with its start time).
+        async fn started<C: CircuitStore + Clone + Send>(
+            wf: &Workflow<
+                Arc<FakeSqs>,
+                Arc<FakeCloudWatch>,
+                Arc<FakeCloudWatch>,
+                FixedExecutions,
+                C,
+            >,
+            input: Value,
+        ) -> (Run, Totals) {
+            let out = wf
+                .handle(
+                    json!({"action": "start", "input": input, "executionArn": "exec-1", "stateMachineArn": "sm"}),
+                    None,
+                )
+                .await
+                .unwrap();
+            assert_eq!(out["proceed"], true, "{out}");
+            (
+                serde_json::from_value(out["run"].clone()).unwrap(),
+                serde_json::from_value(out["totals"].clone()).unwrap(),
+            )
+        }
+
+        fn published_circuit(cw: &FakeCloudWatch) -> Vec<Option<crate::ports::CircuitMetrics>> {
+            let published = cw.published.lock().unwrap();
+            published.iter().map(|(_, _, m)| m.circuit).collect()
+        }
+
+        #[tokio::test]
+        async fn the_summary_of_an_execution_that_opened_the_circuit_reports_and_publishes_it() {
+            let (sqs, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+            let store = MemoryCircuitStore::new();
+            let wf = wf.with_circuit(store.clone());
+            // An earlier transition, before this execution started: not this execution's.
+            let mut record = CircuitRecord::new(&CircuitSettings::default(), 0);
+            record.set_override(1_000, Override::Open);
+            record.set_override(2_000, Override::Closed);
+            record.set_override(3_000, Override::Auto);
+            let before = record.history.len();
+            assert!(before > 0, "{record:?}");
+            store.put(DLQ, record);
+            for i in 0..3 {
+                bounced(&sqs, &format!("orig-{i}"));
+            }
+            sqs.push(DLQ, "fresh a", Attributes::new(), None);
+            sqs.push(DLQ, "fresh b", Attributes::new(), None);
+
+            let (run, totals) = started(&wf, json!({"maxMessages": 10})).await;
+            assert!(totals.started_at > 0);
+            let batch = wf.receive_batch(10, false, None).await.unwrap();
+            assert!(batch.circuit_opened, "{batch:?}");
+            assert_eq!(batch.bounced, 3);
+            let totals = wf.tally_round(&run, totals, Some(&batch), &[]).await;
+            assert_eq!(totals.bounced, 3);
+            assert_eq!(state(&store), State::Open);
+
+            let out = wf
+                .handle(
+                    json!({"action": "summary", "run": run, "totals": totals}),
+                    None,
+                )
+                .await
+                .unwrap();
+            assert_eq!(out["stoppedBecause"], "circuit-open", "{out}");
+            let c = &out["circuit"];
+            assert_eq!(c["state"], "open", "{out}");
+            assert_eq!(c["operator"], "auto", "{out}");
+            assert_eq!(c["plan"], "hold", "{out}");
+            assert_eq!(c["budget"], 0, "{out}");
+            assert_eq!(c["bounced"], 3, "{out}");
+            assert_eq!(
+                c["transitions"], 1,
+                "only the open this execution made: {out}"
+            );
+            assert_eq!(
+                published_circuit(&cw),
+                vec![Some(crate::ports::CircuitMetrics {
+                    open: true,
+                    transitions: 1,
+                    bounced: 3,
+                })],
+                "CircuitOpen=1, CircuitTransitions=1, BouncedCopies=3 in the one PutMetricData"
+            );
+        }
+
+        #[tokio::test]
+        async fn the_summary_of_a_scale_out_execution_counts_the_drains_bounced_copies() {
+            let (sqs, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+            let store = MemoryCircuitStore::new();
+            let wf = wf.with_circuit(store.clone());
+            for i in 0..3 {
+                bounced(&sqs, &format!("orig-{i}"));
+            }
+            for i in 0..4 {
+                sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+            }
+            let (run, totals) = started(
+                &wf,
+                json!({"maxMessages": 7, "mode": "scaleOut", "drains": 1}),
+            )
+            .await;
+            let out = wf.drain(&totals.drain_plan[0], None).await.unwrap();
+            assert_eq!(out["circuit"]["bounced"], 3, "{out}");
+            let totals = wf.tally_round(&run, totals, None, &[out]).await;
+            assert_eq!(totals.bounced, 3);
+
+            let s = wf.summary(&run, &totals, None).await;
+            let c = s.circuit.expect("the circuit in the response");
+            assert_eq!(
+                (c.state, c.plan, c.bounced, c.transitions),
+                (State::Open, "hold", 3, 1)
+            );
+            assert_eq!(
+                published_circuit(&cw),
+                vec![Some(crate::ports::CircuitMetrics {
+                    open: true,
+                    transitions: 1,
+                    bounced: 3,
+                })]
+            );
+        }
+
+        #[tokio::test]
+        async fn an_unreadable_record_gives_no_circuit_in_the_summary() {
+            let (_, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+            let store = MemoryCircuitStore::new();
+            let wf = wf.with_circuit(store.clone());
+            let (run, totals) = started(&wf, json!({})).await;
+            store.fail_next(crate::fake::throttled("GetItem"));
+            let s = wf.summary(&run, &totals, None).await;
+            assert_eq!(s.circuit, None);
+            assert_eq!(published_circuit(&cw), vec![None]);
+            // Readable again (no record yet): closed, nothing seen, nothing changed.
+            let s = wf.summary(&run, &totals, None).await;
+            let c = s.circuit.expect("the circuit in the response");
+            assert_eq!(
+                (
+                    c.state,
+                    c.operator,
+                    c.plan,
+                    c.budget,
+                    c.bounced,
+                    c.transitions
+                ),
+                (State::Closed, Override::Auto, "drain", None, 0, 0)
+            );
+        }
+
+        #[tokio::test]
+        async fn with_the_circuit_off_the_summary_has_no_circuit_and_publishes_none() {
+            // No CIRCUIT_TABLE; then CIRCUIT_TABLE set but no store given: off both times.
+            for pairs in [&[][..], &[("CIRCUIT_TABLE", "redrive-circuit")][..]] {
+                let (sqs, cw, wf) = setup(pairs);
+                bounced(&sqs, "orig-0");
+                let (run, totals) = started(&wf, json!({"maxMessages": 5})).await;
+                let batch = wf.receive_batch(5, false, None).await.unwrap();
+                assert!(!batch.circuit_opened && batch.bounced == 0, "{batch:?}");
+                let totals = wf.tally_round(&run, totals, Some(&batch), &[]).await;
+                let out = wf
+                    .handle(
+                        json!({"action": "summary", "run": run, "totals": totals}),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                assert!(out.get("circuit").is_none(), "{out}");
+                assert_eq!(published_circuit(&cw), vec![None]);
+            }
+        }
+        #[tokio::test]
+        async fn totals_from_before_the_start_time_parse_and_claim_no_transitions() {
+            let (sqs, _, wf) = with_store();
+            for i in 0..3 {
+                bounced(&sqs, &format!("orig-{i}"));
+            }
+            let batch = wf.receive_batch(10, false, None).await.unwrap();
+            assert!(batch.circuit_opened);
+            let old: Totals = serde_json::from_value(json!({
+                "received": 0, "redriven": 0, "isolated": 0, "failed": 0, "leftOnDlq": 0,
+                "remaining": 10, "queueEmpty": false, "more": false,
+                "stoppedBecause": "circuit-open", "drainPlan": []
+            }))
+            .unwrap();
+            assert_eq!((old.started_at, old.bounced), (0, 0));
+            let s = wf.summary(&run(Mode::Messages), &old, None).await;
+            let c = s.circuit.expect("the circuit in the response");
+            assert_eq!((c.state, c.transitions), (State::Open, 0));
         }
     }
 
