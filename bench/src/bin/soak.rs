@@ -39,9 +39,24 @@ fn circuit(args: &[String]) -> ExitCode {
             _ => return usage(),
         }
     }
-    let report = on_two_threads(circuit_sim::run(&settings));
+    let report = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(circuit_sim::run(&settings));
     print!("{report}");
-    finish("circuit", &report, report.passed())
+    let dir = redrive_tests::workspace_root().join("target").join("soak");
+    if std::fs::create_dir_all(&dir).is_ok()
+        && let Ok(json) = serde_json::to_string_pretty(&report)
+    {
+        let _ = std::fs::write(dir.join("circuit.json"), json);
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 // --- the workflow soak (issue 13, engineer "workflow-tests")
@@ -63,9 +78,24 @@ fn workflow(args: &[String]) -> ExitCode {
             _ => return usage(),
         }
     }
-    let report = on_two_threads(workflow::run(&settings));
+    let report = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(workflow::run(&settings));
     print!("{report}");
-    finish("workflow", &report, report.passed())
+    let dir = redrive_tests::workspace_root().join("target").join("soak");
+    if std::fs::create_dir_all(&dir).is_ok()
+        && let Ok(json) = serde_json::to_string_pretty(&report)
+    {
+        let _ = std::fs::write(dir.join("workflow.json"), json);
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 // --- end the workflow soak
 
@@ -108,7 +138,12 @@ fn main() -> ExitCode {
     let wall = Instant::now();
     let report = match which.as_str() {
         "fake" => on_modelled_clock(soak::fake::run(&settings)),
-        "moto" => on_two_threads(soak::moto::run(&settings)),
+        "moto" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+            .block_on(soak::moto::run(&settings)),
         _ => return usage(),
     };
     print!("{report}");
@@ -118,28 +153,14 @@ fn main() -> ExitCode {
             wall.elapsed().as_secs_f64()
         );
     }
-    finish(&which, &report, report.passed())
-}
-
-/// Runs a moto soak on a two-worker runtime (moto and the functions under test on one machine).
-fn on_two_threads<F: std::future::Future>(run: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-        .block_on(run)
-}
-
-/// Writes the report to `target/soak/<name>.json` and turns its verdict into the exit code.
-fn finish(name: &str, report: &impl serde::Serialize, passed: bool) -> ExitCode {
     let dir = redrive_tests::workspace_root().join("target").join("soak");
-    if std::fs::create_dir_all(&dir).is_ok()
-        && let Ok(json) = serde_json::to_string_pretty(report)
-    {
-        let _ = std::fs::write(dir.join(format!("{name}.json")), json);
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let path = dir.join(format!("{which}.json"));
+        if let Ok(json) = serde_json::to_string_pretty(&report) {
+            let _ = std::fs::write(&path, json);
+        }
     }
-    if passed {
+    if report.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
