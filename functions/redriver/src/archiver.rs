@@ -20,6 +20,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
 use aws_sdk_sqs::types::QueueAttributeName;
 use redrive_shared::Attributes;
 use redrive_shared::archive::{self, ArchivedMessage, SystemAttributes};
@@ -727,16 +728,32 @@ impl ArchiveMetrics for CloudWatchArchiveMetrics {
         queue_name: &str,
         counts: ArchiveCounts,
     ) -> Result<(), PortError> {
-        crate::aws::put_counts(
-            &self.client,
-            namespace,
-            queue_name,
-            &[
-                ("ArchivedMessages", counts.archived),
-                ("ArchiveFailures", counts.failures),
-            ],
-        )
-        .await
+        let dim = Dimension::builder()
+            .name("QueueName")
+            .value(queue_name)
+            .build();
+        let datum = |name: &str, value: u64| {
+            MetricDatum::builder()
+                .metric_name(name)
+                .unit(StandardUnit::Count)
+                .value(value as f64)
+                .dimensions(dim.clone())
+                .build()
+        };
+        self.client
+            .put_metric_data()
+            .namespace(namespace)
+            .metric_data(datum("ArchivedMessages", counts.archived))
+            .metric_data(datum("ArchiveFailures", counts.failures))
+            .send()
+            .await
+            .map_err(|e| PortError {
+                operation: "PutMetricData",
+                code: "PutMetricData".into(),
+                message: aws_sdk_cloudwatch::error::DisplayErrorContext(&e).to_string(),
+                retryable: true,
+            })?;
+        Ok(())
     }
 }
 

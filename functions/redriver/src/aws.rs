@@ -394,51 +394,35 @@ impl Metrics for CloudWatch {
         queue_name: &str,
         m: RunMetrics,
     ) -> Result<(), PortError> {
-        let mut counts = vec![
-            ("SuccessfulRedrives", m.successful_redrives),
-            ("PoisonPillsIsolated", m.poison_pills_isolated),
-            ("RedriveFailures", m.redrive_failures),
-            ("DlqReceiveFailures", m.dlq_receive_failures),
-            ("UnplaceableMessages", m.unplaceable_messages),
-        ];
+        let dim = Dimension::builder()
+            .name("QueueName")
+            .value(queue_name)
+            .build();
+        let datum = |name: &str, value: u64| {
+            MetricDatum::builder()
+                .metric_name(name)
+                .unit(StandardUnit::Count)
+                .value(value as f64)
+                .dimensions(dim.clone())
+                .build()
+        };
+        let mut put = self
+            .client
+            .put_metric_data()
+            .namespace(namespace)
+            .metric_data(datum("SuccessfulRedrives", m.successful_redrives))
+            .metric_data(datum("PoisonPillsIsolated", m.poison_pills_isolated))
+            .metric_data(datum("RedriveFailures", m.redrive_failures))
+            .metric_data(datum("DlqReceiveFailures", m.dlq_receive_failures))
+            .metric_data(datum("UnplaceableMessages", m.unplaceable_messages));
         // The adaptive circuit (issue 14), only while it is on.
         if let Some(c) = m.circuit {
-            counts.extend([
-                ("CircuitOpen", u64::from(c.open)),
-                ("CircuitTransitions", c.transitions),
-                ("BouncedCopies", c.bounced),
-            ]);
+            put = put
+                .metric_data(datum("CircuitOpen", u64::from(c.open)))
+                .metric_data(datum("CircuitTransitions", c.transitions))
+                .metric_data(datum("BouncedCopies", c.bounced));
         }
-        put_counts(&self.client, namespace, queue_name, &counts).await
+        put.send().await.map_err(|e| cw_error("PutMetricData", e))?;
+        Ok(())
     }
-}
-
-/// One PutMetricData of counts (Unit Count, dimension `QueueName`), zeros included: the
-/// re-driver's metrics and the archiver's.
-pub async fn put_counts(
-    client: &aws_sdk_cloudwatch::Client,
-    namespace: &str,
-    queue_name: &str,
-    counts: &[(&str, u64)],
-) -> Result<(), PortError> {
-    let dim = Dimension::builder()
-        .name("QueueName")
-        .value(queue_name)
-        .build();
-    let data = counts.iter().map(|(name, value)| {
-        MetricDatum::builder()
-            .metric_name(*name)
-            .unit(StandardUnit::Count)
-            .value(*value as f64)
-            .dimensions(dim.clone())
-            .build()
-    });
-    client
-        .put_metric_data()
-        .namespace(namespace)
-        .set_metric_data(Some(data.collect()))
-        .send()
-        .await
-        .map_err(|e| cw_error("PutMetricData", e))?;
-    Ok(())
 }
