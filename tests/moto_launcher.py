@@ -43,8 +43,27 @@ also enables it with `POST /moto-api/config {"stepfunctions":{"execute_state_mac
   `Lambda.ServiceException`, the error Step Functions reports when the Lambda service fails a
   call. `before`: the function never ran; `after`: it ran (its effects happened), its answer is
   lost. Counted per route file version, so rewriting the file starts again.
+
+IAM, always: moto authorizes every request (`INITIAL_NO_AUTH_ACTION_COUNT` 0) as AWS would.
+- Before the port is reported, the launcher creates in moto's IAM the harness's admin user
+  (policy `*` on `*`), whose access keys are `testing`/`testing` (the harness's own setup calls,
+  `Moto::sdk_config`) and `ak`/`sk` (the keys moto's Step Functions interpreter signs its
+  `aws-sdk:*`/`sqs:*` task calls with).
+- `POST /redrive-tests/iam/credentials {"role": ID, "resources": {...}}` creates a user whose
+  inline policies are what infra/templates/ gives the role or managed policy ID, rendered for
+  the test's resources by tests/iam_policy.py, and answers `{"AccessKeyId", "SecretAccessKey"}`
+  (see tests/src/iam.rs). Nothing else may create users: no request is unchecked.
+- Five moto gaps are closed so that a template that is right on AWS is right here: a refusal of
+  a JSON-protocol call (SQS, DynamoDB, Step Functions) is a JSON AccessDeniedException, which the
+  SDKs parse (moto answers XML, which they cannot read); a form body that the Rust SDK
+  percent-encodes passes the signature check (moto re-encodes it as botocore does); CloudWatch
+  calls are checked as `cloudwatch:*` (moto takes the signing name, `monitoring`); the batch
+  calls (SendMessageBatch, DeleteMessageBatch, ChangeMessageVisibilityBatch) are authorized as
+  the action AWS checks for them (sqs:SendMessage, ...), and GetQueueUrl on the queue it names
+  (moto checks it against `*`).
 """
 
+import json
 import logging
 import os
 import sys
@@ -68,6 +87,138 @@ def serialise_dynamodb_writes() -> None:
                 return __unlocked(*args, **kwargs)
 
         setattr(DynamoDBBackend, name, locked)
+
+
+ADMIN_USER = "redrive-tests-admin"
+# (access key id, secret): the harness's (tests/src/moto.rs) and moto's Step Functions
+# interpreter's (moto/stepfunctions/parser/asl/utils/boto_client.py).
+ADMIN_KEYS = (("testing", "testing"), ("ak", "sk"))
+ACCOUNT = "123456789012"
+CREDENTIALS_PATH = "/redrive-tests/iam/credentials"
+# The IAM action prefix of a service whose signing name differs (moto takes the signing name).
+AWS_SERVICE_PREFIX = {"monitoring": "cloudwatch"}
+# The IAM action AWS authorizes a batch call as.
+AWS_ACTION = {
+    "sqs:SendMessageBatch": "sqs:SendMessage",
+    "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+}
+
+
+def iam_backend():
+    from moto.iam.models import iam_backends
+
+    return iam_backends[ACCOUNT]["aws"]
+
+
+def create_user(name: str, policies: dict):
+    """A user of moto's IAM with inline `policies` (name -> document); its access key."""
+    iam = iam_backend()
+    iam.create_user(region_name="us-east-1", user_name=name)
+    for policy_name, document in policies.items():
+        iam.put_user_policy(name, policy_name, json.dumps(document))
+    return iam.create_access_key(name)
+
+
+def enforce_iam() -> None:
+    from moto import settings
+    from moto.core.exceptions import JsonRESTError
+    from moto.iam.access_control import IAMRequest, IAMRequestBase
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+    from moto.sqs.responses import SQSResponse
+
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+    admin = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    keys = [create_user(ADMIN_USER, {"admin": admin})]
+    keys += [iam_backend().create_access_key(ADMIN_USER) for _ in ADMIN_KEYS[1:]]
+    for key, (key_id, secret) in zip(keys, ADMIN_KEYS):
+        key.access_key_id, key.secret_access_key = key_id, secret
+
+    moto_init = IAMRequestBase.__init__
+
+    def init(self, *args, **kwargs):
+        moto_init(self, *args, **kwargs)
+        service, _, name = self._action.partition(":")
+        action = f"{AWS_SERVICE_PREFIX.get(service, service)}:{name}"
+        self._action = AWS_ACTION.get(action, action)
+
+    IAMRequestBase.__init__ = init
+
+    moto_check_signature = IAMRequestBase.check_signature
+
+    def check_signature(self):
+        try:
+            moto_check_signature(self)
+        except Exception:  # noqa: BLE001 - moto's SignatureDoesNotMatch, retried below
+            # A form body (CloudWatch's query protocol) reaches this check parsed, and moto
+            # signs it again encoded as botocore would (a space as '+'); the Rust SDK
+            # percent-encodes (a space as '%20'). Check that encoding too.
+            if self._body or not isinstance(self._data, dict):
+                raise
+            self._body = urllib.parse.urlencode(
+                self._data, doseq=True, quote_via=urllib.parse.quote
+            ).encode("utf-8")
+            moto_check_signature(self)
+
+    IAMRequestBase.check_signature = check_signature
+
+    class JsonAccessDenied(JsonRESTError):
+        code = 403
+
+        def get_headers(self, *args, **kwargs):
+            # SQS's JSON protocol names the query error code too (the SDK reads it there).
+            return super().get_headers(*args, **kwargs) + [("x-amzn-query-error", "AccessDenied;Sender")]
+
+    moto_denied = IAMRequest._raise_access_denied
+
+    def raise_access_denied(self):
+        content_type = {k.lower(): v for k, v in self._headers.items()}.get("content-type", "")
+        if "json" not in content_type:
+            moto_denied(self)
+        raise JsonAccessDenied(
+            "AccessDeniedException",
+            f"User: {self._access_key.arn} is not authorized to perform: {self._action}",
+        )
+
+    IAMRequest._raise_access_denied = raise_access_denied
+
+    moto_resource = SQSResponse._determine_resource
+
+    def determine_resource(self):
+        if self._get_action() == "GetQueueUrl":
+            try:
+                return self.sqs_backend.get_queue(self._get_param("QueueName")).queue_arn
+            except Exception:  # noqa: BLE001 - moto's QueueDoesNotExist and the like
+                return "*"
+        return moto_resource(self)
+
+    SQSResponse._determine_resource = determine_resource
+
+    dispatch = DomainDispatcherApplication.__call__
+    users = iter(range(1, 1 << 62))
+
+    def call(self, environ, start_response):
+        if environ.get("PATH_INFO") != CREDENTIALS_PATH:
+            return dispatch(self, environ, start_response)
+        import iam_policy
+
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            request = json.loads(environ["wsgi.input"].read(length))
+            role = request["role"]
+            policies = iam_policy.render(role, request.get("resources", {}))
+            key = create_user(f"{role}-{next(users)}", policies)
+            answer = {"AccessKeyId": key.access_key_id, "SecretAccessKey": key.secret_access_key}
+            status = "200 OK"
+        except Exception as e:  # noqa: BLE001 - the harness reports it
+            status, answer = "400 Bad Request", {"error": f"{type(e).__name__}: {e}"}
+        body = json.dumps(answer).encode("utf-8")
+        start_response(
+            status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        )
+        return [body]
+
+    DomainDispatcherApplication.__call__ = call
 
 
 def use_fast_clock() -> None:
@@ -235,6 +386,7 @@ def main() -> None:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
     serialise_dynamodb_writes()
+    enforce_iam()
     args = sys.argv[1:]
     if "--fast-clock" in args:
         use_fast_clock()

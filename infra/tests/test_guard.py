@@ -161,8 +161,8 @@ MUTATIONS = {
         "wiring", lambda t: _statement(t, "StartExecutionRole", "StartWorkflow").update(
             Action=["states:StartExecution", "states:StopExecution"])),
     "workflow_task_role_scoped": (
-        "resources", lambda t: _statement(t, "WorkflowRole", "ReadCircuitRecord").update(
-            Action=["dynamodb:GetItem", "dynamodb:PutItem"])),
+        "resources", lambda t: _statement(t, "WorkflowRole", "CircuitRecord").update(
+            Action=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"])),
     "workflow_executions_alarm_present": (
         "resources", lambda t: _resources(t).pop("WorkflowExecutionsFailedAlarm")),
     # ---- end Step Functions orchestrator ----

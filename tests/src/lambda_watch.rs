@@ -31,6 +31,9 @@
 //! - Every invocation's deadline (`lambda-runtime-deadline-ms`) is the constant 600000, i.e.
 //!   1970-01-01T00:10:00Z: a handler that budgets its time from `Context::deadline` sees none.
 //!
+//! IAM: a function whose binary has a role in `infra/templates/` runs with the credentials of
+//! that role's policy, rendered for the resources its environment names (`crate::iam`).
+//!
 //! A function process that exits (a failed init) would leave its invokes unanswered: `invoke`
 //! watches the instances and fails at once with the log's tail instead of hanging.
 //!
@@ -62,7 +65,8 @@ pub struct WatchOptions {
     pub bins: Vec<String>,
     /// Environment of the functions (e.g. `moto().env()` plus their configuration). Every
     /// inherited `AWS_*` variable (but the build's `AWS_LC_*`) is removed first, so nothing
-    /// reaches real AWS by accident.
+    /// reaches real AWS by accident. On a moto of this process, a function with a role runs
+    /// with that role's credentials instead of these (`crate::iam::env_for_binary`).
     pub env: Vec<(String, String)>,
     /// Function instances per function (`--concurrency`), for concurrent invokes.
     pub concurrency: usize,
@@ -460,6 +464,8 @@ impl LambdaWatch {
             ),
             ("AWS_LAMBDA_FUNCTION_NAME".to_string(), function.to_string()),
         ]);
+        // The function's role, as on AWS: a call its template does not allow is refused.
+        let env = crate::iam::env_for_binary(&env, function);
         for _ in 0..self.concurrency {
             let instance = Guarded::spawn(
                 &executable,

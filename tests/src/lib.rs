@@ -17,6 +17,9 @@
 
 mod downstream;
 mod dynamodb;
+/// IAM enforced: functions and the CLI under their templates' policies (`iam::env_for_binary`,
+/// `iam::cli_env`).
+pub mod iam;
 mod lambda_watch;
 mod moto;
 mod names;

@@ -77,6 +77,15 @@ pub fn moto_sfn() -> &'static Moto {
     })
 }
 
+/// The moto of this process (`moto`, `moto_fast_clock` or `moto_sfn`) whose endpoint is
+/// `endpoint`, if it was started.
+pub(crate) fn started_at(endpoint: &str) -> Option<&'static Moto> {
+    [&MOTO, &MOTO_FAST_CLOCK, &MOTO_SFN]
+        .into_iter()
+        .filter_map(OnceLock::get)
+        .find(|moto| moto.endpoint() == endpoint.trim_end_matches('/'))
+}
+
 impl Moto {
     fn start(fast_clock: bool) -> Moto {
         let args: Vec<String> = fast_clock
@@ -163,8 +172,16 @@ impl Moto {
         self.pid
     }
 
+    /// `POST path` with a JSON `body` to this moto (the launcher's own endpoints):
+    /// (status, body).
+    pub(crate) fn post(&self, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+        http_exchange(self.port, "POST", path, body)
+    }
+
     /// An SDK config for this moto: its endpoint as the standard `endpoint_url` (the same
-    /// effect as `AWS_ENDPOINT_URL`), region us-east-1, static dummy credentials.
+    /// effect as `AWS_ENDPOINT_URL`), region us-east-1, the credentials of the launcher's
+    /// admin user (moto authorizes every call: see `crate::iam`). For a test's own setup and
+    /// checks; the code under test runs under its role (`crate::iam`).
     ///
     /// Build clients per test (per tokio runtime): an SDK client keeps a connection pool
     /// tied to the runtime that first used it.
@@ -184,7 +201,9 @@ impl Moto {
     }
 
     /// Environment for a child process (a Lambda under `cargo lambda watch`, the AWS CLI)
-    /// that must reach this moto through the SDK's standard variables.
+    /// that must reach this moto through the SDK's standard variables, with the admin user's
+    /// credentials: `LambdaWatch` replaces them with the function's role
+    /// (`crate::iam::env_for_binary`), `crate::iam::cli_env` with the operator's policy.
     pub fn env(&self) -> Vec<(String, String)> {
         [
             ("AWS_ENDPOINT_URL", self.endpoint()),
@@ -240,6 +259,17 @@ fn http_status(port: u16, path: &str) -> std::io::Result<u16> {
 }
 
 fn http_request(port: u16, method: &str, path: &str, body: &str) -> std::io::Result<u16> {
+    http_exchange(port, method, path, body).map(|(status, _)| status)
+}
+
+/// One HTTP/1.1 request (`Connection: close`): the answer's status and body (not chunked:
+/// moto's answers carry a Content-Length).
+fn http_exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
@@ -247,11 +277,14 @@ fn http_request(port: u16, method: &str, path: &str, body: &str) -> std::io::Res
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
-    let mut head = [0u8; 32];
-    let n = stream.read(&mut head)?;
-    let line = String::from_utf8_lossy(&head[..n]);
-    line.split_whitespace()
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, answer) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {line:?}")))
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {head:?}")))?;
+    Ok((status, answer.to_string()))
 }

@@ -18,6 +18,53 @@ use tokio::net::TcpStream;
 // ---------------------------------------------------------------------------------------
 // moto + SQS
 
+/// IAM is enforced: a role's policy from infra/templates/ allows its own queues and nothing
+/// else (AccessDenied, as on AWS); the harness's own calls are unrestricted.
+#[tokio::test]
+async fn moto_refuses_what_a_role_does_not_allow() {
+    let admin = moto().sqs().await;
+    let ours = QueueSet::create(&admin, false, 3).await;
+    let other = QueueSet::create(&admin, false, 3).await;
+    let mut env = moto().env();
+    env.extend(ours.redriver_env());
+    let resources = redrive_tests::iam::resources_from_env(&env);
+    let role = redrive_tests::iam::role_of_binary("redriver").unwrap();
+    let sqs = aws_sdk_sqs::Client::new(&moto().sdk_config_as(role, &resources).await);
+
+    send_raw(&sqs, &ours.source_url, "allowed", &[]).await;
+    let refused = sqs
+        .send_message()
+        .queue_url(&other.source_url)
+        .message_body("refused")
+        .send()
+        .await
+        .unwrap_err();
+    let code = refused
+        .into_service_error()
+        .meta()
+        .code()
+        .map(str::to_string);
+    assert!(code.unwrap_or_default().starts_with("AccessDenied"));
+    // Receiving from the source queue is no part of the re-driver's role either.
+    assert!(
+        sqs.receive_message()
+            .queue_url(&ours.source_url)
+            .send()
+            .await
+            .is_err()
+    );
+    assert_eq!(queue_depth(&admin, &ours.source_url).await, 1);
+    assert_eq!(queue_depth(&admin, &other.source_url).await, 0);
+    // The function's environment carries the role's key, not the harness's.
+    let function_env = redrive_tests::iam::env_for_binary(&env, "redriver");
+    let key = |env: &[(String, String)]| {
+        env.iter()
+            .find(|(k, _)| k == "AWS_ACCESS_KEY_ID")
+            .map(|(_, v)| v.clone())
+    };
+    assert_ne!(key(&function_env), key(&env));
+}
+
 #[tokio::test]
 async fn a_message_received_past_max_receive_count_lands_in_the_dlq_intact() {
     // GIVEN a standard queue set with maxReceiveCount 2 and a message with three attribute types

@@ -14,6 +14,9 @@ fn env(w: &World, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         ("IDEMPOTENCY_TABLE", w.table.as_str()),
         ("DOWNSTREAM_URL", &w.downstream.url()),
         ("DLQ_URL", w.queues.dlq_url.as_str()),
+        // Not read by the consumer (its event names the queue): the test's IAM policy is
+        // rendered for it (redrive_tests::iam).
+        ("SOURCE_QUEUE_URL", w.queues.source_url.as_str()),
         ("RETRY_BASE_SECONDS", "1"),
         ("RETRY_JITTER", "none"),
     ]

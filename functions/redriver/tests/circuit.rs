@@ -711,10 +711,11 @@ fn redrive(args: &[&str], env: &[(&str, &str)]) -> CliRun {
     }
     command
         .args(args)
-        .envs(moto().env())
         .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-        .envs(env.iter().copied());
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+    let mut full_env = moto().env();
+    full_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    command.envs(redrive_tests::iam::cli_env(&full_env, args));
     let out = command.output().expect("running the redrive binary");
     CliRun {
         code: out.status.code().unwrap_or(-1),

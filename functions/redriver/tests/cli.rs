@@ -53,9 +53,12 @@ fn redrive(args: &[&str], env: &[(&str, &str)]) -> Run {
             command.env_remove(k);
         }
     }
+    let mut full_env = moto().env();
+    full_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     command
         .args(args)
-        .envs(moto().env())
+        // The operator's policy from infra/templates/, for this test's queues.
+        .envs(redrive_tests::iam::cli_env(&full_env, args))
         // No shared config files of the developer's.
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");

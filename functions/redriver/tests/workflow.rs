@@ -166,11 +166,12 @@ impl Workflow {
     /// (exit code, stdout, stderr).
     async fn history_cli(&self, args: &[&str]) -> (Option<i32>, String, String) {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redrive"));
+        let mut all_args = args.to_vec();
+        all_args.extend(["--state-machine", &self.machine]);
         command
-            .args(args)
-            .args(["--state-machine", &self.machine])
+            .args(&all_args)
             .env("NO_COLOR", "1")
-            .envs(moto_sfn().env());
+            .envs(redrive_tests::iam::cli_env(&moto_sfn().env(), &all_args));
         let out = tokio::task::spawn_blocking(move || command.output())
             .await
             .unwrap()
@@ -634,6 +635,37 @@ async fn the_operator_flag_opens_the_circuit_and_nothing_is_touched() {
     );
     let (_, source, _) = wf.settle_and_take_all(Duration::from_secs(10)).await;
     assert_each_once(&["order o-501"], &[&source]);
+}
+
+/// The task function writes the circuit record (each round's redriven copies, each batch's
+/// bounced ones) under the task role of the templates: without that grant every write is
+/// refused, the bounce-back rate never has a denominator and the circuit never opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_role_may_write_the_circuit_record() {
+    use redriver::circuit::CircuitStore;
+    let ddb = moto_sfn().dynamodb().await;
+    let table = circuit_table(&ddb).await;
+    let wf = Workflow::new(false, &[("CIRCUIT_TABLE", table.as_str())]).await;
+    wf.to_dlq("order o-601").await;
+
+    let done = wf.run(json!({})).await;
+
+    assert_eq!(
+        done.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        done.lines()
+    );
+    let store = DynamoDbCircuitStore { client: ddb, table };
+    let stored = store
+        .load(&wf.queues.dlq_url)
+        .await
+        .unwrap()
+        .expect("the round wrote the circuit record");
+    let redriven: u64 = stored.record.redriven.iter().map(|s| u64::from(s.n)).sum();
+    assert_eq!(redriven, 1, "{:?}", stored.record);
+    let log = wf._watch.log();
+    assert!(!log.contains("AccessDenied"), "a call was refused:\n{log}");
 }
 
 async fn circuit_table(ddb: &aws_sdk_dynamodb::Client) -> String {

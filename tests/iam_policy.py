@@ -1,0 +1,199 @@
+"""The IAM policy that infra/templates/ gives a role, rendered for a test's own resources.
+
+One renderer for every test that runs under a role (see tests/src/iam.rs): the moto launcher
+imports it to create a role's test user, and it runs alone to show what a test would get:
+
+    .venv/bin/python tests/iam_policy.py RedriverRole '{"DeadLetterQueue": "orders-dlq"}'
+
+ROLE is the logical id of an `AWS::IAM::Role` (its inline `Policies`) or of an
+`AWS::IAM::ManagedPolicy` in infra/templates/*.yaml. RESOURCES maps a logical id or a parameter
+to the test's value: a resource's physical name (queue, table or bucket name, state machine
+name), a parameter's value. CloudFormation references are resolved from it: `Ref`,
+`Fn::GetAtt` (`Arn`, `QueueName`, `QueueUrl`), `Fn::Sub`, `Fn::Join`, the pseudo parameters
+(region us-east-1, account 123456789012: moto's). A parameter not given takes its `Default`; a
+resource not given gets the name `<StackName>-<LogicalId>`, which matches nothing of the test.
+
+What moto can check, and so what the rendered documents keep:
+- SQS and S3 statements keep their resources: moto authorizes them on the queue's and the
+  object's ARN, as AWS does.
+- Every other statement's resources become `*` (actions kept exact): moto authorizes those
+  services on the resource `*` only, so a table or alarm ARN would never match.
+- Conditions are dropped: moto has no request context for their keys, and refuses a statement
+  whose condition it cannot evaluate.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATES = REPO / "infra" / "templates"
+sys.path.insert(0, str(REPO / "infra"))
+import cfn_yaml  # noqa: E402 - infra/cfn_yaml.py
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+PARTITION = "aws"
+DEFAULT_STACK = "redrive"
+# moto checks these services' calls against the named resource; the others against "*".
+EXACT_RESOURCE_SERVICES = ("sqs", "s3")
+
+_templates: list[dict] | None = None
+
+
+def templates() -> list[dict]:
+    """infra/templates/*.yaml in the long JSON form, read once."""
+    global _templates
+    if _templates is None:
+        _templates = [cfn_yaml.load(p) for p in sorted(TEMPLATES.glob("*.yaml"))]
+    return _templates
+
+
+def find(logical_id: str) -> tuple[dict, dict]:
+    """The template and the resource of `logical_id`."""
+    for template in templates():
+        resource = template.get("Resources", {}).get(logical_id)
+        if resource is not None:
+            return template, resource
+    raise KeyError(f"no resource {logical_id!r} in {TEMPLATES}")
+
+
+class Renderer:
+    def __init__(self, template: dict, values: dict[str, str]):
+        self.template = template
+        self.values = values
+        self.stack = values.get("AWS::StackName", DEFAULT_STACK)
+
+    def name(self, logical_id: str) -> str:
+        return self.values.get(logical_id) or f"{self.stack}-{logical_id}"
+
+    def arn(self, logical_id: str) -> str:
+        kind = self.template["Resources"][logical_id]["Type"]
+        name = self.name(logical_id)
+        region = f"{PARTITION}:{{}}:{REGION}:{ACCOUNT}"
+        return {
+            "AWS::SQS::Queue": f"arn:{region.format('sqs')}:{name}",
+            "AWS::DynamoDB::Table": f"arn:{region.format('dynamodb')}:table/{name}",
+            "AWS::S3::Bucket": f"arn:{PARTITION}:s3:::{name}",
+            "AWS::Logs::LogGroup": f"arn:{region.format('logs')}:log-group:{name}:*",
+            "AWS::SNS::Topic": f"arn:{region.format('sns')}:{name}",
+            "AWS::StepFunctions::StateMachine": f"arn:{region.format('states')}:stateMachine:{name}",
+            "AWS::IAM::Role": f"arn:{PARTITION}:iam::{ACCOUNT}:role/{name}",
+            "AWS::IAM::ManagedPolicy": f"arn:{PARTITION}:iam::{ACCOUNT}:policy/{name}",
+        }.get(kind, f"arn:{PARTITION}:unknown:{REGION}:{ACCOUNT}:{name}")
+
+    def ref(self, name: str) -> str:
+        pseudo = {
+            "AWS::Region": REGION,
+            "AWS::AccountId": ACCOUNT,
+            "AWS::Partition": PARTITION,
+            "AWS::StackName": self.stack,
+            "AWS::URLSuffix": "amazonaws.com",
+        }
+        if name in pseudo:
+            return pseudo[name]
+        parameter = self.template.get("Parameters", {}).get(name)
+        if parameter is not None:
+            if name in self.values:
+                return self.values[name]
+            return str(parameter.get("Default", f"{self.stack}-{name}"))
+        kind = self.template["Resources"][name]["Type"]
+        if kind in ("AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::IAM::Role"):
+            return self.name(name)
+        if kind == "AWS::SQS::Queue":
+            return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{self.name(name)}"
+        return self.arn(name)
+
+    def get_att(self, logical_id: str, attribute: str) -> str:
+        if attribute == "Arn":
+            return self.arn(logical_id)
+        if attribute in ("QueueName", "Name"):
+            return self.name(logical_id)
+        if attribute == "QueueUrl":
+            return self.ref(logical_id)
+        raise KeyError(f"Fn::GetAtt {logical_id}.{attribute} is not rendered")
+
+    def sub(self, text: str, variables: dict) -> str:
+        def one(match: re.Match) -> str:
+            key = match.group(1)
+            if key.startswith("!"):
+                return "${" + key[1:] + "}"
+            if key in variables:
+                return self.resolve(variables[key])
+            if "." in key and not key.startswith("AWS::"):
+                return self.get_att(*key.split(".", 1))
+            return self.ref(key)
+
+        return re.sub(r"\$\{([^}]+)\}", one, text)
+
+    def resolve(self, node):
+        if isinstance(node, list):
+            return [self.resolve(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            (key, value), = node.items()
+            if key == "Ref":
+                return self.ref(value)
+            if key == "Fn::GetAtt":
+                return self.get_att(*value)
+            if key == "Fn::Sub":
+                text, variables = (value, {}) if isinstance(value, str) else value
+                return self.sub(text, variables)
+            if key == "Fn::Join":
+                return value[0].join(self.resolve(value[1]))
+        return {k: self.resolve(v) for k, v in node.items()}
+
+
+def for_moto(document: dict) -> dict:
+    """The document as moto can check it (see the module's docstring)."""
+    statements = document["Statement"]
+    statements = statements if isinstance(statements, list) else [statements]
+    out = []
+    for statement in statements:
+        statement = {k: v for k, v in statement.items() if k != "Condition"}
+        actions = statement.get("Action", [])
+        actions = [actions] if isinstance(actions, str) else actions
+        exact = [a for a in actions if a.split(":")[0] in EXACT_RESOURCE_SERVICES]
+        widened = [a for a in actions if a not in exact]
+        if exact:
+            out.append({**statement, "Action": exact})
+        if widened:
+            sid = statement.get("Sid")
+            extra = {"Sid": f"{sid}AnyResource"} if sid and exact else {}
+            out.append({**statement, **extra, "Action": widened, "Resource": "*"})
+    return {"Version": document.get("Version", "2012-10-17"), "Statement": out}
+
+
+def render(role: str, values: dict[str, str]) -> dict[str, dict]:
+    """Policy name -> document of `role` (a role's inline policies, or a managed policy), CFN
+    references resolved from `values`, as moto can check it."""
+    template, resource = find(role)
+    renderer = Renderer(template, values)
+    properties = resource.get("Properties", {})
+    if resource["Type"] == "AWS::IAM::Role":
+        policies = {p["PolicyName"]: p["PolicyDocument"] for p in properties.get("Policies", [])}
+    elif resource["Type"] == "AWS::IAM::ManagedPolicy":
+        policies = {role: properties["PolicyDocument"]}
+    else:
+        raise KeyError(f"{role} is a {resource['Type']}, not a role or a managed policy")
+    return {
+        name: for_moto(renderer.resolve(copy.deepcopy(document)))
+        for name, document in policies.items()
+    }
+
+
+def main() -> None:
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    values = json.loads(sys.argv[2]) if len(sys.argv) == 3 else {}
+    json.dump(render(sys.argv[1], values), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
