@@ -40,6 +40,8 @@ pub enum StopReason {
     CircuitOpen,
     NotInAlarm,
     OtherQueue,
+    /// A Step Functions execution that found another one draining the DLQ: it received nothing.
+    AlreadyRunning,
     Other,
 }
 
@@ -52,6 +54,7 @@ impl StopReason {
             Self::CircuitOpen => "circuit-open",
             Self::NotInAlarm => "not-in-alarm",
             Self::OtherQueue => "other-queue",
+            Self::AlreadyRunning => "already-running",
             Self::Other => "other",
         }
     }
