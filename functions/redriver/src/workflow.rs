@@ -39,7 +39,8 @@
 //!
 //! The execution input (`start`): `{"maxMessages": N, "dryRun": bool, "mode": "messages" |
 //! "scaleOut", "drains": K, "triggerAlarm": "name"}`, all optional, unknown keys rejected.
-//! - `Run`: `{"maxMessages", "dryRun", "mode", "drains", "fifo", "triggerAlarm"?}`
+//! - `Run`: `{"maxMessages", "dryRun", "mode", "drains", "fifo", "triggerAlarm"?}` (the input's
+//!   `triggerAlarm`, else `TRIGGER_ALARM_NAME`)
 //! - `Item`: `{"messageId", "receiptHandle", "receivedAt" (epoch ms), "groupId"?,
 //!   "originalMessageId", "attempt", "action": "redrive"|"isolate", "reason"?, "backoffSeconds",
 //!   "waitSeconds", "delaySeconds", "destination" (queue name)}`
@@ -654,7 +655,12 @@ where
             },
             drains: if fifo { 1 } else { drains },
             fifo,
-            trigger_alarm: input.trigger_alarm.filter(|a| !a.is_empty()),
+            // The alarm that started the execution, else the configured one (a scheduled or
+            // manual execution): the summary re-arms it, as the Lambda's drains do.
+            trigger_alarm: input
+                .trigger_alarm
+                .filter(|a| !a.is_empty())
+                .or_else(|| self.config.redriver.trigger_alarm_name.clone()),
         };
         let running = self.executions.running(state_machine_arn).await?;
         let me = running
@@ -1858,6 +1864,21 @@ mod tests {
             cw.set_ok_calls.lock().unwrap().as_slice(),
             ["orders-dlq-depth"]
         );
+    }
+
+    #[tokio::test]
+    async fn a_scheduled_or_manual_execution_re_arms_the_configured_trigger_alarm() {
+        let (_, _, wf) = setup(&[("TRIGGER_ALARM_NAME", "orders-dlq-not-empty")]);
+        let start = |input: Value| json!({"action":"start","input":input,"executionArn":"e","stateMachineArn":"sm"});
+        // The schedule's input is {}; an operator's may name nothing either.
+        let scheduled = wf.handle(start(json!({})), None).await.unwrap();
+        assert_eq!(scheduled["run"]["triggerAlarm"], "orders-dlq-not-empty");
+        // The alarm rule names the alarm that fired.
+        let alarmed = wf
+            .handle(start(json!({"triggerAlarm": "other-alarm"})), None)
+            .await
+            .unwrap();
+        assert_eq!(alarmed["run"]["triggerAlarm"], "other-alarm");
     }
 
     #[tokio::test]

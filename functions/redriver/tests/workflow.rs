@@ -609,8 +609,8 @@ async fn assert_circuit_open_ended_in_summary(wf: &Workflow, done: &Finished, me
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guard_alarm_in_alarm_ends_the_execution_in_its_summary_which_re_arms_the_trigger() {
-    // GIVEN a guard alarm in ALARM, and the DLQ's trigger alarm in ALARM
+async fn a_guard_alarm_ends_a_scheduled_execution_in_its_summary_which_re_arms_the_trigger() {
+    // GIVEN a guard alarm in ALARM, and the DLQ's trigger alarm (TRIGGER_ALARM_NAME) in ALARM
     let cw = moto_sfn().cloudwatch().await;
     let guard = alarm(&cw, "guard", StateValue::Alarm).await;
     let trigger = alarm(&cw, "dlq-not-empty", StateValue::Alarm).await;
@@ -619,14 +619,15 @@ async fn a_guard_alarm_in_alarm_ends_the_execution_in_its_summary_which_re_arms_
         &[
             ("GUARD_ALARM_NAMES", guard.as_str()),
             ("REARM_ALARM", "true"),
+            ("TRIGGER_ALARM_NAME", trigger.as_str()),
         ],
     )
     .await;
     wf.to_dlq("order o-401").await;
     wf.to_dlq("order o-402").await;
 
-    // WHEN the trigger alarm starts an execution
-    let done = wf.run(json!({"triggerAlarm": trigger})).await;
+    // WHEN the schedule starts an execution (its input is {})
+    let done = wf.run(json!({})).await;
 
     // THEN it succeeds with circuit-open, touching nothing, and the trigger alarm is set back
     // to OK so that its next evaluation starts another execution
