@@ -655,7 +655,7 @@ impl FakeSqs {
 
     /// DeleteMessageBatch. A receipt handle that is not the message's latest, or whose message
     /// is gone, deletes nothing and succeeds, as SQS documents; a FIFO queue fails its entry
-    /// with `ReceiptHandleIsInvalid` instead (its handles expire).
+    /// instead (its handles expire).
     pub fn delete_now(
         &self,
         queue_url: &str,
@@ -690,7 +690,15 @@ impl FakeSqs {
                     q.remove(pos);
                     outcome.succeeded.push(e.id.clone());
                 }
-                None if fifo => outcome.failed.push(stale(&e.id)),
+                None if fifo => outcome.failed.push(EntryFailure {
+                    id: e.id.clone(),
+                    code: "InvalidParameterValue".into(),
+                    message: format!(
+                        "Value {} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.",
+                        e.receipt_handle
+                    ),
+                    sender_fault: true,
+                }),
                 None => outcome.succeeded.push(e.id.clone()),
             }
         }
@@ -1080,7 +1088,11 @@ mod tests {
         let outcome = sqs
             .delete_now(FIFO, &[handle("0", &old.receipt_handle)])
             .unwrap();
-        assert_eq!(outcome.failed[0].code, "ReceiptHandleIsInvalid");
+        assert!(
+            outcome.failed[0].message.contains("expired"),
+            "{:?}",
+            outcome.failed
+        );
         assert_eq!(sqs.len(FIFO), 1);
     }
 
