@@ -538,12 +538,18 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             }
             None => self.drain_with_circuit(request).await,
         };
-        // Each call below is bounded by `call_timeout` and by the deadline itself.
-        summary.dlq_remaining = self.dlq_remaining(end).await;
-        self.publish(&summary, end).await;
-        self.rearm(request, &summary).await;
-        log_summary(&summary);
+        self.end_run(request, &mut summary).await;
         summary
+    }
+
+    /// The end of every run, whichever front end ran it (the Lambda, a workflow's summary):
+    /// the DLQ's depth, one PutMetricData, the re-arm of the trigger alarm, the summary line.
+    /// Each call is bounded by `call_timeout` and by the deadline itself.
+    pub(crate) async fn end_run(&self, request: &DrainRequest, summary: &mut Summary) {
+        summary.dlq_remaining = self.dlq_remaining(request.deadline).await;
+        self.publish(summary, request.deadline).await;
+        self.rearm(request, summary).await;
+        log_summary(summary);
     }
 
     /// The guard alarms that keep the circuit open: those in ALARM, and those that do not exist

@@ -1255,8 +1255,8 @@ where
         Ok(out)
     }
 
-    /// The Lambda's response for the whole execution, one PutMetricData, and the re-arm of the
-    /// triggering alarm.
+    /// The Lambda's response for the whole execution, then the engine's end of a run, as the
+    /// Lambda's: one PutMetricData and the re-arm of the trigger alarm.
     pub async fn summary(&self, run: &Run, totals: &Totals, deadline: Option<Instant>) -> Summary {
         let mut summary = Summary {
             received: totals.received,
@@ -1270,26 +1270,19 @@ where
             unplaceable: 0,
             circuit: self.circuit_summary(totals).await,
         };
-        summary.dlq_remaining = self.engine.dlq_remaining(deadline).await;
-        self.engine.publish(&summary, deadline).await;
         let request = DrainRequest {
             max_messages: run.max_messages,
             dry_run: run.dry_run,
             deadline,
             trigger_alarm: run.trigger_alarm.clone(),
         };
-        self.engine.rearm(&request, &summary).await;
-        tracing::info!(
-            received = summary.received,
-            redriven = summary.redriven,
-            isolated = summary.isolated,
-            failed = summary.failed,
-            not_found = totals.not_found,
-            dry_run = summary.dry_run,
-            stopped_because = summary.stopped_because.as_str(),
-            dlq_remaining = summary.dlq_remaining,
-            "summary"
-        );
+        self.engine.end_run(&request, &mut summary).await;
+        if totals.not_found > 0 {
+            tracing::warn!(
+                not_found = totals.not_found,
+                "messages that never came back from the DLQ (counted in failed)"
+            );
+        }
         summary
     }
 }
