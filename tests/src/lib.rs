@@ -15,6 +15,7 @@
 //! Everything here panics with a message on failure: it is meant for tests, where a panic
 //! is the failure report.
 
+mod cloudwatch;
 mod downstream;
 mod dynamodb;
 mod lambda_watch;
@@ -28,6 +29,7 @@ mod sqs;
 
 use std::path::{Path, PathBuf};
 
+pub use cloudwatch::{alarm_state, put_queue_alarm};
 pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::create_idempotency_table;
 pub use lambda_watch::{LambdaWatch, WatchOptions};

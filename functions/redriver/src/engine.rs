@@ -42,6 +42,8 @@ pub enum StopReason {
     CircuitOpen,
     NotInAlarm,
     OtherQueue,
+    /// A Step Functions execution that found another one draining the DLQ: it received nothing.
+    AlreadyRunning,
     Other,
 }
 
@@ -54,6 +56,7 @@ impl StopReason {
             Self::CircuitOpen => "circuit-open",
             Self::NotInAlarm => "not-in-alarm",
             Self::OtherQueue => "other-queue",
+            Self::AlreadyRunning => "already-running",
             Self::Other => "other",
         }
     }
@@ -112,7 +115,9 @@ pub struct DrainRequest {
     pub dry_run: bool,
     /// The Lambda deadline; `None` runs until the limit or an empty queue.
     pub deadline: Option<Instant>,
-    /// The alarm that triggered this drain, to re-arm when a backlog remains.
+    /// The DLQ's trigger alarm, re-armed after the drain when it is in ALARM (see
+    /// [`Engine::rearm`]): the alarm that notified an alarm-triggered drain, else
+    /// `TRIGGER_ALARM_NAME`. `None`: nothing to re-arm.
     pub trigger_alarm: Option<String>,
 }
 
@@ -459,11 +464,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         deadline: Option<Instant>,
     ) -> Result<Summary, InvocationError> {
         let trigger = recognize(event)?;
+        // Scheduled and manual drains re-arm the configured trigger alarm; an alarm's own
+        // drain re-arms the alarm that notified it.
         let defaults = DrainRequest {
             max_messages: self.config.max_messages_per_invocation,
             dry_run: self.config.dry_run,
             deadline,
-            trigger_alarm: None,
+            trigger_alarm: self.config.trigger_alarm_name.clone(),
         };
         let request = match trigger {
             Trigger::Alarm(alarm) => {
@@ -531,12 +538,18 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             }
             None => self.drain_with_circuit(request).await,
         };
-        // Each call below is bounded by `call_timeout` and by the deadline itself.
-        summary.dlq_remaining = self.dlq_remaining(end).await;
-        self.publish(&summary, end).await;
-        self.rearm(request, &summary).await;
-        log_summary(&summary);
+        self.end_run(request, &mut summary).await;
         summary
+    }
+
+    /// The end of every run, whichever front end ran it (the Lambda, a workflow's summary):
+    /// the DLQ's depth, one PutMetricData, the re-arm of the trigger alarm, the summary line.
+    /// Each call is bounded by `call_timeout` and by the deadline itself.
+    pub(crate) async fn end_run(&self, request: &DrainRequest, summary: &mut Summary) {
+        summary.dlq_remaining = self.dlq_remaining(request.deadline).await;
+        self.publish(summary, request.deadline).await;
+        self.rearm(request, summary).await;
+        log_summary(summary);
     }
 
     /// The guard alarms that keep the circuit open: those in ALARM, and those that do not exist
@@ -625,9 +638,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         }
     }
 
-    /// An alarm notifies only on a state change: after an alarm-triggered drain whose alarm is
-    /// still in ALARM, set it to OK whatever the backlog, so that inflow during or after the
-    /// drain fires it again at its next evaluation. A drain that moved nothing (an open circuit,
+    /// An alarm notifies only on a state change: after a drain that is not a dry run (alarm,
+    /// schedule, manual, a workflow's summary) whose trigger alarm is still in ALARM, set it to
+    /// OK whatever the backlog, so that inflow during or after the drain fires it again at its
+    /// next evaluation. A drain that moved nothing (an open circuit,
     /// sends that keep failing) re-arms at most once per alarm period, so that a guard incident
     /// costs one notification per period rather than one per evaluation.
     pub(crate) async fn rearm(&self, request: &DrainRequest, summary: &Summary) {

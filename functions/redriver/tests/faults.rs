@@ -471,7 +471,7 @@ async fn issue_12_rearms_the_triggering_alarm_after_every_drain_whatever_the_bac
     let s = engine.run(&alarm()).await;
     assert_eq!(s.stopped_because, StopReason::QueueEmpty);
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
-    // Manual drains never re-arm; dry runs never re-arm; REARM_ALARM=false never re-arms.
+    // A drain that names no trigger alarm never re-arms; dry runs never re-arm; REARM_ALARM=false never re-arms.
     cw.set_state("orders-dlq-depth", "ALARM");
     fill(&sqs, 15);
     engine.run(&request(10)).await;
