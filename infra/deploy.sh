@@ -76,6 +76,10 @@ write_params "$WORK/resources.json" \
     "ArchivePrefix=$ARCHIVE_PREFIX" \
     "ArchiveNoncurrentVersionDays=$ARCHIVE_NONCURRENT_VERSION_DAYS" \
     "ArchiveInfrequentAccessDays=$ARCHIVE_INFREQUENT_ACCESS_DAYS" \
+    "ArchiveDlq=$ARCHIVE_DLQ" \
+    "ArchiveAgeAlarmSeconds=$(archive_age_alarm_seconds)" \
+    "ArchiveReaderArns=$ARCHIVE_READER_ARNS" \
+    "ArchiveKmsKeyArn=$ARCHIVE_KMS_KEY_ARN" \
     "Orchestrator=$ORCHESTRATOR"
 deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json"
 read_outputs "$RESOURCES"
@@ -104,6 +108,8 @@ case $GUARD_ALARM_NAMES in
     *) redriver_guard_names=$GUARD_ALARM_NAMES ;;
 esac
 
+# TRIGGER_ALARM_NAME is DlqNotEmptyAlarm's name as resources.yaml and the roles spell it, so that
+# scheduled and manual drains (and workflow executions) re-arm it too.
 # Values are single-quoted: cargo-lambda reads the file dotenv-style, and GUARD_ALARM_NAMES
 # holds commas that --env-var would split.
 write_env_file() {
@@ -125,6 +131,7 @@ write_env_file "$WORK/redriver.env" \
     "MAX_MESSAGES_PER_SECOND=$MAX_MESSAGES_PER_SECOND" \
     "GUARD_ALARM_NAMES=$redriver_guard_names" \
     "REARM_ALARM=$REARM_ALARM" \
+    "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty" \
     "METRIC_NAMESPACE=$OUT_MetricNamespace" \
     "DRY_RUN=$DRY_RUN" \
     "RUST_LOG=$RUST_LOG"
@@ -200,6 +207,14 @@ deploy_function() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
 # description records the version it pointed at before, which is what make rollback restores.
 publish_live() { # FUNCTION_NAME
     local name=$1 version previous
+    # cargo lambda deploy returns while Lambda still creates (State Pending) or updates
+    # (LastUpdateStatus InProgress) the function; PublishVersion then fails with
+    # ResourceConflictException. Wait for both (GetFunction every second, at most 5 minutes).
+    if ! aws_ lambda wait function-active-v2 --function-name "$name" ||
+        ! aws_ lambda wait function-updated-v2 --function-name "$name"; then
+        die "function $name did not become ready (State Active, LastUpdateStatus Successful)." \
+            "See: aws lambda get-function-configuration --function-name $name. Run make deploy again once it is."
+    fi
     version=$(aws_ lambda publish-version --function-name "$name" --description "make deploy" \
         --query Version --output text) || die "could not publish a version of $name."
     if previous=$(aws_ lambda get-alias --function-name "$name" --name live --query FunctionVersion --output text 2>/dev/null); then

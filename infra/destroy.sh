@@ -2,9 +2,10 @@
 # make destroy: removes everything make deploy created, in the reverse order:
 # the wiring stack, both functions (cargo lambda deploy made them, so CloudFormation does not
 # know them), the resources stack (topics, alarms, dashboard, log groups, roles), then the
-# DLQ, the poison queue and the idempotency table, which that stack retains (DeletionPolicy
-# Retain). Refuses, before changing anything, while the DLQ or the poison queue holds
-# messages, unless FORCE=1. Turns the stacks' termination protection off first.
+# queues and the tables, which that stack retains (DeletionPolicy Retain). Refuses, before
+# changing anything, while the source queue (unconsumed messages), the DLQ or the poison queue
+# (parked messages) holds messages, or the circuit table an operator's override, unless
+# FORCE=1. Keeps the archive bucket. Turns the stacks' termination protection off first.
 # Re-runnable: what is already gone is skipped.
 set -euo pipefail
 # shellcheck source=infra/lib.sh
@@ -30,21 +31,43 @@ queue_depth() { # URL: visible + in flight + delayed
         --query 'Attributes.[ApproximateNumberOfMessages,ApproximateNumberOfMessagesNotVisible,ApproximateNumberOfMessagesDelayed]' \
         --output text | awk '{ print $1 + $2 + $3 }'
 }
+SOURCE_URL=$(queue_url "$STACK_NAME-source")
 DLQ_URL=$(queue_url "$STACK_NAME-dlq")
 POISON_URL=$(queue_url "$STACK_NAME-poison")
-parked=
+CIRCUIT_TABLE=$STACK_NAME-circuit
+circuit_overrides() { # the circuit records whose operator override is not auto (0 when no table)
+    if aws_ dynamodb describe-table --table-name "$CIRCUIT_TABLE" >/dev/null 2>&1; then
+        aws_ dynamodb scan --table-name "$CIRCUIT_TABLE" --select COUNT --filter-expression "#o <> :auto" \
+            --expression-attribute-names '{"#o":"operator"}' --expression-attribute-values '{":auto":{"S":"auto"}}' \
+            --query Count --output text
+    else
+        echo 0
+    fi
+}
+parked=''
+unconsumed=''
 for url in $DLQ_URL $POISON_URL; do
     depth=$(queue_depth "$url") || die "could not read the depth of $url. Nothing was changed."
     if [ "$depth" != 0 ]; then parked+="${parked:+, }$url holds $depth"; fi
 done
-if [ -n "$parked" ]; then
+if [ -n "$SOURCE_URL" ]; then
+    depth=$(queue_depth "$SOURCE_URL") || die "could not read the depth of $SOURCE_URL. Nothing was changed."
+    if [ "$depth" != 0 ]; then unconsumed="$SOURCE_URL holds $depth"; fi
+fi
+overrides=$(circuit_overrides) || die "could not read the circuit table $CIRCUIT_TABLE. Nothing was changed."
+held=${parked:+parked messages ($parked); }${unconsumed:+unconsumed messages ($unconsumed); }
+if [ "$overrides" != 0 ]; then held+="operator circuit overrides ($overrides in $CIRCUIT_TABLE); "; fi
+if [ -n "$held" ]; then
     if [ "${FORCE-}" = 1 ]; then
-        say "FORCE=1: deleting parked messages ($parked)"
+        say "FORCE=1: deleting ${held%; }"
     else
-        die "refusing to destroy: messages are parked ($parked)." \
-            "They are failed deliveries that nobody has handled. Inspect them with 'redrive peek'," \
-            "replay ('redrive replay') or discard ('redrive discard') them, or run FORCE=1 make destroy" \
-            "to delete them with everything else. Nothing was changed."
+        die "refusing to destroy: ${held%; }." \
+            "Parked messages are failed deliveries nobody has handled: inspect them with 'redrive peek', replay" \
+            "('redrive replay') or discard ('redrive discard') them. Unconsumed messages are still on their way" \
+            "to the consumer: let it finish. An override is a person's decision: 'redrive circuit status --dlq URL'." \
+            "To delete them by hand: aws sqs purge-queue --queue-url URL; aws dynamodb delete-item --table-name" \
+            "$CIRCUIT_TABLE --key '{\"queue\":{\"S\":\"DLQ_URL\"}}'. Or FORCE=1 make destroy deletes them" \
+            "with everything else. Nothing was changed."
     fi
 fi
 
@@ -93,19 +116,21 @@ delete_function "$STACK_NAME-consumer"
 delete_function "$STACK_NAME-archiver"
 delete_function "$STACK_NAME-workflow-tasks" # the Step Functions task function (issue 13), when deployed
 delete_stack "$RESOURCES"
-# Retained by the stack (DeletionPolicy Retain): deleted here, after the check above.
-for url in $DLQ_URL $POISON_URL; do
+# Retained by the stack (DeletionPolicy Retain): deleted here, after the checks above.
+for url in $SOURCE_URL $DLQ_URL $POISON_URL; do
     aws_ sqs delete-queue --queue-url "$url"
     say "deleted queue $url"
 done
-if aws_ dynamodb describe-table --table-name "$STACK_NAME-idempotency" >/dev/null 2>&1; then
-    aws_ dynamodb delete-table --table-name "$STACK_NAME-idempotency" >/dev/null
-    aws_ dynamodb wait table-not-exists --table-name "$STACK_NAME-idempotency"
-    say "deleted table $STACK_NAME-idempotency"
-fi
+for table in "$STACK_NAME-idempotency" "$CIRCUIT_TABLE"; do
+    if aws_ dynamodb describe-table --table-name "$table" >/dev/null 2>&1; then
+        aws_ dynamodb delete-table --table-name "$table" >/dev/null
+        aws_ dynamodb wait table-not-exists --table-name "$table"
+        say "deleted table $table"
+    fi
+done
 say "redrive stack $STACK_NAME is removed from $AWS_REGION"
 # The archive bucket (DeletionPolicy Retain) is kept: archived messages are deleted by a person.
 say "the archive bucket, if any, is kept (its name starts with $(tr '[:upper:]' '[:lower:]' <<<"$STACK_NAME")-archivebucket); empty and delete it by hand once its messages are no longer needed"
-if [ -n "$DLQ_URL$POISON_URL" ]; then
+if [ -n "$SOURCE_URL$DLQ_URL$POISON_URL" ]; then
     say "SQS refuses these queue names for 60 s; make deploy waits and retries if it meets that."
 fi

@@ -118,6 +118,10 @@ validate_deploy_config() {
     need_int ARCHIVE_INFREQUENT_ACCESS_DAYS 30 3650
     need_int ARCHIVER_MEMORY_MB 128 10240
     need_int ARCHIVER_TIMEOUT_SECONDS 30 900
+    need_match ARCHIVE_READER_ARNS '^$|^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+(,arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+)*$' \
+        "empty, or IAM role or user ARNs separated by commas (no spaces)"
+    need_match ARCHIVE_KMS_KEY_ARN '^$|^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$' \
+        "empty (SSE-S3), or a KMS key ARN (arn:aws:kms:REGION:ACCOUNT:key/ID)"
     # ---- end archive ----
     # ---- Step Functions orchestrator (issue 13, workflow-infra) ----
     need_match ORCHESTRATOR '^(lambda|stepfunctions)$' \
@@ -312,10 +316,10 @@ discard_failed_creation() { # STACK
         [ -n "$physical" ] && [ "$physical" != None ] || continue
         case $status in CREATE_COMPLETE | DELETE_SKIPPED) ;; *) continue ;; esac
         case $logical in
-            DeadLetterQueue | PoisonQueue)
+            SourceQueue | DeadLetterQueue | PoisonQueue)
                 say "deleting queue $physical, created by the failed attempt"
                 aws_ sqs delete-queue --queue-url "$physical" >/dev/null 2>&1 || true ;;
-            IdempotencyTable)
+            IdempotencyTable | CircuitTable)
                 say "deleting table $physical, created by the failed attempt"
                 aws_ dynamodb delete-table --table-name "$physical" >/dev/null 2>&1 || true
                 aws_ dynamodb wait table-not-exists --table-name "$physical" 2>/dev/null || true ;;
@@ -335,10 +339,64 @@ protect_stack() { # STACK
     fi
 }
 
+# The template as deploy_stack sends it: compact JSON (infra/cfn_yaml.py: no comments, no
+# indentation, the short-form tags in their long form), the same template in meaning, about a
+# quarter smaller than the YAML (infra/README.md, "Template size").
+template_body() { # TEMPLATE OUT
+    local python=${PYTHON:-$REPO_DIR/.venv/bin/python}
+    [ -x "$python" ] || python=$(command -v python3 || true)
+    [ -n "$python" ] || die "python3 was not found (it turns the templates into compact JSON)." "Run 'make setup'."
+    "$python" "$INFRA_DIR/cfn_yaml.py" compact "$1" "$2" ||
+        die "cannot read the template $1 (see above)." "Nothing more was changed."
+}
+
+# CloudFormation refuses a CreateStack/UpdateStack TemplateBody above 51,200 bytes; a larger
+# template goes through S3 (TemplateURL, up to 1 MB). TEMPLATE_BODY_LIMIT lowers the switch
+# point in tests.
+TEMPLATE_BODY_LIMIT=${TEMPLATE_BODY_LIMIT:-51200}
+
+# The bucket for templates above that limit: TEMPLATE_BUCKET, else
+# redrive-templates-ACCOUNT-REGION, created private on first use. Each template is deleted once
+# its stack operation has read it; a lifecycle rule removes what a failed deploy leaves behind.
+template_bucket() {
+    local bucket=${TEMPLATE_BUCKET:-redrive-templates-$ACCOUNT_ID-$AWS_REGION} out
+    if ! aws_ s3api head-bucket --bucket "$bucket" >/dev/null 2>&1; then
+        say "creating bucket $bucket for templates above CloudFormation's TemplateBody limit"
+        if [ "$AWS_REGION" = us-east-1 ]; then
+            out=$(aws_ s3api create-bucket --bucket "$bucket" 2>&1)
+        else
+            out=$(aws_ s3api create-bucket --bucket "$bucket" --create-bucket-configuration "LocationConstraint=$AWS_REGION" 2>&1)
+        fi || die "could not create the template bucket $bucket." "AWS CLI said: $(tr '\n' ' ' <<<"$out")" \
+            "Name an existing bucket of this account and region in TEMPLATE_BUCKET."
+        aws_ s3api put-public-access-block --bucket "$bucket" --public-access-block-configuration \
+            BlockPublicAcls=true,IgnorePublicAcls=true,BlockPublicPolicy=true,RestrictPublicBuckets=true >/dev/null
+        aws_ s3api put-bucket-lifecycle-configuration --bucket "$bucket" --lifecycle-configuration \
+            '{"Rules":[{"ID":"templates","Status":"Enabled","Filter":{"Prefix":""},"Expiration":{"Days":1}}]}' >/dev/null
+    fi
+    printf '%s' "$bucket"
+}
+
+# The archiver-read age alarms' threshold: a day after ARCHIVE_AFTER_DAYS (some 24 hourly runs
+# that failed to archive the message), at most 13 days (a day before the 14-day retention).
+archive_age_alarm_seconds() {
+    awk -v days="$ARCHIVE_AFTER_DAYS" 'BEGIN { s = (days + 1) * 86400; if (s > 1123200) s = 1123200; printf "%d", s }'
+}
+
 # deploy_stack STACK TEMPLATE PARAMS_JSON_FILE
 deploy_stack() {
-    local stack=$1 template=$2 params=$3 out attempt=1
-    local common=(--stack-name "$stack" --template-body "file://$template" --parameters "file://$params"
+    local stack=$1 template=$2 params=$3 out attempt=1 body=${3%.json}.template.json size bucket='' key=''
+    template_body "$template" "$body"
+    size=$(wc -c <"$body" | tr -d ' ')
+    local source=(--template-body "file://$body")
+    if ((size > TEMPLATE_BODY_LIMIT)); then
+        bucket=$(template_bucket)
+        key=$stack/$(date -u +%Y%m%dT%H%M%SZ)-$(basename "$template" .yaml).json
+        aws_ s3api put-object --bucket "$bucket" --key "$key" --body "$body" >/dev/null ||
+            die "could not upload the template of $stack to s3://$bucket/$key." "Nothing more was changed."
+        say "template of $stack is $size bytes, above the $TEMPLATE_BODY_LIMIT of a TemplateBody: sending it through s3://$bucket/$key"
+        source=(--template-url "https://$bucket.s3.$AWS_REGION.amazonaws.com/$key")
+    fi
+    local common=(--stack-name "$stack" ${source[@]+"${source[@]}"} --parameters "file://$params"
         --capabilities CAPABILITY_IAM --tags "Key=project,Value=redrive" "Key=redrive:stack,Value=$STACK_NAME")
     if [ "$(stack_status "$stack")" = NONE ]; then
         while :; do
@@ -362,6 +420,7 @@ deploy_stack() {
         say "updating stack $stack"
         if ! out=$(aws_ cloudformation update-stack ${common[@]+"${common[@]}"} 2>&1); then
             if grep -q 'No updates are to be performed' <<<"$out"; then
+                discard_template "$bucket" "$key"
                 say "stack $stack is up to date"
                 protect_stack "$stack"
                 return 0
@@ -370,7 +429,12 @@ deploy_stack() {
         fi
         aws_ cloudformation wait stack-update-complete --stack-name "$stack" || explain_stack_failure "$stack" "update"
     fi
+    discard_template "$bucket" "$key"
     protect_stack "$stack"
+}
+
+discard_template() { # BUCKET KEY: the copy in S3, once CloudFormation has read it (none: nothing)
+    if [ -n "$2" ]; then aws_ s3api delete-object --bucket "$1" --key "$2" >/dev/null || true; fi
 }
 
 # Writes a CloudFormation parameters file from KEY=VALUE arguments (values are pre-validated:

@@ -105,8 +105,14 @@ pub async fn preload(sqs: &Client, url: &str, n: u64) {
     }
 }
 
-/// `max_per_second` is `MAX_MESSAGES_PER_SECOND` (0: no cap).
-fn engine_config(queues: &[(&str, &str)], pipelines: u32, max_per_second: f64) -> RedriverConfig {
+/// The re-driver's configuration from `queues` (the queue URLs, and any other variable), with
+/// `MAX_CONCURRENT_BATCHES` = `pipelines` and `MAX_MESSAGES_PER_SECOND` = `max_per_second`
+/// (0: no cap).
+pub(crate) fn engine_config(
+    queues: &[(&str, &str)],
+    pipelines: u32,
+    max_per_second: f64,
+) -> RedriverConfig {
     let mut map: HashMap<String, String> = queues
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -118,7 +124,7 @@ fn engine_config(queues: &[(&str, &str)], pipelines: u32, max_per_second: f64) -
         .expect("the benchmark's configuration is valid")
 }
 
-fn drain_request(n: u64) -> DrainRequest {
+pub(crate) fn drain_request(n: u64) -> DrainRequest {
     DrainRequest {
         max_messages: u32::try_from(n).unwrap_or(u32::MAX),
         dry_run: false,
@@ -137,7 +143,7 @@ fn check_summary(who: &str, summary: &Summary, n: u64) {
     );
 }
 
-async fn delete_queues(sqs: &Client, queues: &QueueSet) {
+pub(crate) async fn delete_queues(sqs: &Client, queues: &QueueSet) {
     for url in [&queues.source_url, &queues.dlq_url, &queues.poison_url] {
         let _ = sqs.delete_queue().queue_url(url).send().await;
     }

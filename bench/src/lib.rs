@@ -21,6 +21,8 @@ pub mod coldstart;
 pub mod downstream;
 pub mod faults;
 pub mod loopback;
+// Side by side with SQS's StartMessageMoveTask, on LocalStack.
+pub mod move_task;
 pub mod proxy;
 pub mod report;
 pub mod runtime_api;

@@ -81,7 +81,8 @@ fn fmt_value(v: f64, unit: &str) -> String {
     if v.is_nan() {
         return "n/a".into();
     }
-    let number = if v.abs() >= 100.0 {
+    // Counts (whole numbers without a unit) without decimals.
+    let number = if v.abs() >= 100.0 || (unit.is_empty() && v.fract() == 0.0) {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {
         format!("{v:.1}")

@@ -116,7 +116,7 @@ impl World {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
         Arc::new(Self {
-            sqs: FakeSqs::new(),
+            sqs: FakeSqs::seeded(seed),
             plan: Mutex::new(None),
             rng: Mutex::new(seeded_rng(seed)),
             stats: Mutex::new(WorldStats::default()),

@@ -4,6 +4,7 @@ policies, bucket policies and alarms); Guard checks the same from the rules' sid
 
 from __future__ import annotations
 
+import json
 import unittest
 
 import support
@@ -28,7 +29,8 @@ class ArchiveTemplates(unittest.TestCase):
         self.assertEqual((bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]), ("Retain", "Retain"))
         p = bucket["Properties"]
         self.assertEqual(p["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
-                         ["ServerSideEncryptionByDefault"]["SSEAlgorithm"], "AES256")
+                         ["ServerSideEncryptionByDefault"]["SSEAlgorithm"],
+                         {"Fn::If": ["HasArchiveKmsKey", "aws:kms", "AES256"]})
         self.assertEqual(p["VersioningConfiguration"], {"Status": "Enabled"})
         self.assertEqual(p["PublicAccessBlockConfiguration"], {
             "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True})
@@ -46,6 +48,54 @@ class ArchiveTemplates(unittest.TestCase):
         only = statements["OnlyTheArchiverWritesObjects"]
         self.assertEqual((only["Effect"], only["Action"]), ("Deny", "s3:PutObject"))
         self.assertEqual(only["Condition"], {"ArnNotEquals": {"aws:PrincipalArn": {"Fn::GetAtt": ["ArchiverRole", "Arn"]}}})
+
+    def test_archived_bodies_are_readable_only_by_the_archiver_and_the_named_readers(self):
+        statements = {s["Sid"]: s for s in
+                      self.resources["ArchiveBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]}
+        reads = statements["OnlyNamedRolesReadObjects"]
+        self.assertEqual((reads["Effect"], reads["Principal"], sorted(reads["Action"]), reads["Resource"]),
+                         ("Deny", "*", ["s3:GetObject", "s3:GetObjectVersion"], {"Fn::Sub": "${ArchiveBucket.Arn}/*"}))
+        spared = reads["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+        archiver = {"Fn::GetAtt": ["ArchiverRole", "Arn"]}
+        self.assertEqual(spared, {"Fn::If": ["HasArchiveReaders",
+                                             {"Fn::Split": [",", {"Fn::Sub": "${ArchiverRole.Arn},${ArchiveReaderArns}"}]},
+                                             [archiver]]})
+        self.assertEqual(self.template["Conditions"]["HasArchiveReaders"],
+                         {"Fn::Not": [{"Fn::Equals": [{"Ref": "ArchiveReaderArns"}, ""]}]})
+        # Nobody but the archiver by default; the operator names reader roles in redrive.env,
+        # and deploy.sh passes them (checked as ARNs, refused otherwise).
+        env = (support.INFRA / "redrive.env").read_text(encoding="utf-8")
+        self.assertIn("\nARCHIVE_READER_ARNS=\n", env)
+        self.assertEqual(self.template["Parameters"]["ArchiveReaderArns"]["Default"], "")
+        pattern = self.template["Parameters"]["ArchiveReaderArns"]["AllowedPattern"]
+        for value in ("", "arn:aws:iam::111122223333:role/ops",
+                      "arn:aws:iam::111122223333:role/ops,arn:aws:iam::111122223333:role/team/audit"):
+            self.assertRegex(value, pattern)
+        for value in ("*", "arn:aws:iam::111122223333:role/ops, arn:aws:iam::111122223333:role/x", "ops"):
+            self.assertNotRegex(value, pattern)
+        deploy = (support.INFRA / "deploy.sh").read_text(encoding="utf-8")
+        self.assertIn('"ArchiveReaderArns=$ARCHIVE_READER_ARNS"', deploy)
+
+    def test_sse_kms_with_the_users_key_and_the_archiver_may_use_that_key_only(self):
+        default = self.resources["ArchiveBucket"]["Properties"]["BucketEncryption"][
+            "ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+        self.assertEqual(default["KMSMasterKeyID"],
+                         {"Fn::If": ["HasArchiveKmsKey", {"Ref": "ArchiveKmsKeyArn"}, {"Ref": "AWS::NoValue"}]})
+        self.assertEqual(self.template["Conditions"]["HasArchiveKmsKey"],
+                         {"Fn::Not": [{"Fn::Equals": [{"Ref": "ArchiveKmsKeyArn"}, ""]}]})
+        policy = self.resources["ArchiverKmsPolicy"]
+        self.assertEqual((policy["Type"], policy["Condition"], policy["Properties"]["Roles"]),
+                         ("AWS::IAM::Policy", "HasArchiveKmsKey", [{"Ref": "ArchiverRole"}]))
+        [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+        self.assertEqual((statement["Effect"], sorted(_actions(statement)), statement["Resource"]),
+                         ("Allow", ["kms:Decrypt", "kms:GenerateDataKey"], {"Ref": "ArchiveKmsKeyArn"}))
+        # No other grant of the stack names KMS.
+        kms = [name for name, r in self.resources.items() if name != "ArchiverKmsPolicy"
+               and '"kms:' in json.dumps(r)]
+        self.assertEqual(kms, [])
+        env = (support.INFRA / "redrive.env").read_text(encoding="utf-8")
+        self.assertIn("\nARCHIVE_KMS_KEY_ARN=\n", env)
+        self.assertIn('"ArchiveKmsKeyArn=$ARCHIVE_KMS_KEY_ARN"', (support.INFRA / "deploy.sh").read_text(encoding="utf-8"))
 
     def test_archiver_role_puts_under_the_prefix_and_touches_only_poison_and_dlq(self):
         by_sid = self.statements("ArchiverRole")

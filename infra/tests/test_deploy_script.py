@@ -128,6 +128,8 @@ class DeployScript(unittest.TestCase):
                 "MAX_MESSAGES_PER_SECOND": "0",
                 "GUARD_ALARM_NAMES": "downstream-5xx,downstream-latency",
                 "REARM_ALARM": "true",
+                # Scheduled and manual drains (and workflow executions) re-arm it too.
+                "TRIGGER_ALARM_NAME": f"{stack}-dlq-not-empty",
                 "METRIC_NAMESPACE": "DLQRedriver",
                 "DRY_RUN": "false",
                 "RUST_LOG": "info",
@@ -346,17 +348,39 @@ exec {real} "$@"
         env = self.settings(stack)
         self.assertEqual(self.run_script(DEPLOY, env).returncode, 0)
         sqs = self.moto.client("sqs")
-        for queue in ("dlq", "poison"):
-            url = sqs.get_queue_url(QueueName=f"{stack}-{queue}")["QueueUrl"]
-            sqs.send_message(QueueUrl=url, MessageBody="parked")
-            refused = self.run_script(DESTROY, env)
-            self.assert_stopped_early(refused, "refusing to destroy", f"{url} holds 1", "FORCE=1", "Nothing was changed")
+        dynamodb = self.moto.client("dynamodb")
+
+        def assert_nothing_changed():
             self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
             self.assertEqual(self.stack_status(f"{stack}-wiring"), "CREATE_COMPLETE")
             self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
                              {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver"})
+
+        # Parked messages (DLQ, poison queue) and unconsumed ones (source queue: the consumer
+        # is paused, as moto would otherwise try to run it in Docker).
+        lam = self.moto.client("lambda")
+        for mapping in lam.list_event_source_mappings(FunctionName=f"{stack}-consumer:live")["EventSourceMappings"]:
+            lam.update_event_source_mapping(UUID=mapping["UUID"], Enabled=False)
+        for queue in ("dlq", "poison", "source"):
+            url = sqs.get_queue_url(QueueName=f"{stack}-{queue}")["QueueUrl"]
+            sqs.send_message(QueueUrl=url, MessageBody="parked")
+            refused = self.run_script(DESTROY, env)
+            self.assert_stopped_early(refused, "refusing to destroy", f"{url} holds 1", "FORCE=1", "Nothing was changed",
+                                      "aws sqs purge-queue")
+            assert_nothing_changed()
             sqs.purge_queue(QueueUrl=url)
-        sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=f"{stack}-dlq")["QueueUrl"], MessageBody="parked")
+        # An operator's circuit override (`redrive circuit open`); an automatic record is no reason.
+        dlq_url = sqs.get_queue_url(QueueName=f"{stack}-dlq")["QueueUrl"]
+        dynamodb.put_item(TableName=f"{stack}-circuit",
+                          Item={"queue": {"S": dlq_url}, "operator": {"S": "open"}, "state": {"S": "closed"}})
+        dynamodb.put_item(TableName=f"{stack}-circuit",
+                          Item={"queue": {"S": dlq_url + "-other"}, "operator": {"S": "auto"}, "state": {"S": "open"}})
+        refused = self.run_script(DESTROY, env)
+        self.assert_stopped_early(refused, "refusing to destroy", f"operator circuit overrides (1 in {stack}-circuit)",
+                                  "aws dynamodb delete-item", "FORCE=1", "Nothing was changed")
+        assert_nothing_changed()
+        sqs.send_message(QueueUrl=dlq_url, MessageBody="parked")
+        sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=f"{stack}-source")["QueueUrl"], MessageBody="unconsumed")
 
         forced = self.run_script(DESTROY, {**env, "FORCE": "1"})
         self.assertEqual(forced.returncode, 0, forced.stderr)
@@ -365,6 +389,7 @@ exec {real} "$@"
         self.assertEqual(sqs.list_queues(QueueNamePrefix=stack).get("QueueUrls", []), [])
         tables = self.moto.client("dynamodb").list_tables()["TableNames"]
         self.assertNotIn(f"{stack}-idempotency", tables)
+        self.assertNotIn(f"{stack}-circuit", tables)
 
     def test_issue12_a_stray_stack_delete_is_refused_and_keeps_parked_messages_anyway(self):
         stack = support.unique("rdt")
@@ -373,17 +398,74 @@ exec {real} "$@"
         cfn = self.moto.client("cloudformation")
         with self.assertRaisesRegex(Exception, "TerminationProtection"):
             cfn.delete_stack(StackName=stack)
-        # Past the protection, the stack goes but the DLQ, the poison queue and the table stay.
+        # Past the protection, the stack goes but the queues and the tables stay: parked and
+        # unconsumed messages, idempotency records, the operator's circuit override.
         for name in (f"{stack}-wiring", stack):
             cfn.update_termination_protection(StackName=name, EnableTerminationProtection=False)
             cfn.delete_stack(StackName=name)
         self.assertIsNone(self.stack_status(stack))
         queues = self.moto.client("sqs").list_queues(QueueNamePrefix=stack).get("QueueUrls", [])
-        self.assertEqual(sorted(u.rsplit("/", 1)[1] for u in queues), [f"{stack}-dlq", f"{stack}-poison"])
-        self.assertIn(f"{stack}-idempotency", self.moto.client("dynamodb").list_tables()["TableNames"])
+        self.assertEqual(sorted(u.rsplit("/", 1)[1] for u in queues),
+                         [f"{stack}-dlq", f"{stack}-poison", f"{stack}-source"])
+        tables = self.moto.client("dynamodb").list_tables()["TableNames"]
+        self.assertIn(f"{stack}-idempotency", tables)
+        self.assertIn(f"{stack}-circuit", tables)
         # make destroy still finds and removes them.
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
         self.assertEqual(self.moto.client("sqs").list_queues(QueueNamePrefix=stack).get("QueueUrls", []), [])
+        self.assertFalse({t for t in self.moto.client("dynamodb").list_tables()["TableNames"] if t.startswith(stack)})
+
+    # ---------------------------------------------------------------- what deploy sends to AWS
+    def test_what_deploy_sends_fits_aws_and_waits_for_each_function_before_publishing(self):
+        stack = support.unique("rds")
+        real = support.tool("aws")
+        # Records every AWS CLI call, and a copy of each TemplateBody as the CLI reads it.
+        shim, state = self.shim("aws", f"""
+n=$(ls "$STATE" | grep -c '^call' || true)
+printf '%s\\n' "$*" >"$STATE/call.$(printf %04d "$n")"
+prev=
+for arg in "$@"; do
+    if [ "$prev" = --template-body ]; then cp "${{arg#file://}}" "$STATE/body.$(printf %04d "$n")"; fi
+    prev=$arg
+done
+exec {real} "$@"
+""")
+        env = self.settings(stack, AWS_CLI=shim)
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.addCleanup(self.run_script, DESTROY, env)
+        # CloudFormation refuses a CreateStack/UpdateStack TemplateBody above 51,200 bytes.
+        bodies = sorted(state.glob("body.*"))
+        self.assertEqual(len(bodies), 2)  # resources, wiring
+        for body in bodies:
+            self.assertLessEqual(body.stat().st_size, 51_200, body.read_bytes()[:200])
+        # cargo lambda deploy returns before Lambda has finished creating or updating the
+        # function; publishing a version then is refused (ResourceConflictException).
+        calls = [path.read_text().split() for path in sorted(state.glob("call.*"))]
+        lambda_calls = [c[c.index("lambda") + 1:] for c in calls if "lambda" in c]
+        for function in ("redriver", "consumer", "archiver"):
+            name = f"{stack}-{function}"
+            about = [c for c in lambda_calls if name in c]
+            verbs = [" ".join(c[:2]) if c[0] == "wait" else c[0] for c in about]
+            publish = verbs.index("publish-version")
+            self.assertIn("wait function-active-v2", verbs[:publish], (function, verbs))
+            self.assertIn("wait function-updated-v2", verbs[:publish], (function, verbs))
+
+    def test_a_template_above_the_template_body_limit_goes_through_s3(self):
+        stack = support.unique("rdl")
+        env = self.settings(stack, TEMPLATE_BODY_LIMIT="20000")  # both templates are larger
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.addCleanup(self.run_script, DESTROY, env)
+        self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
+        self.assertEqual(self.stack_status(f"{stack}-wiring"), "CREATE_COMPLETE")
+        bucket = f"redrive-templates-{self.moto.account_id()}-{support.REGION}"
+        self.assertIn(f"sending it through s3://{bucket}/{stack}/", result.stderr)
+        self.assertIn(f"sending it through s3://{bucket}/{stack}-wiring/", result.stderr)
+        s3 = self.moto.client("s3")
+        # Private, and each template gone once its stack operation has read it.
+        self.assertTrue(all(s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"].values()))
+        self.assertEqual(s3.list_objects_v2(Bucket=bucket, Prefix=stack).get("KeyCount"), 0)
 
     # ---------------------------------------------------------------- failure modes
     def test_no_credentials_stops_before_any_change(self):
@@ -421,6 +503,8 @@ exec {real} "$@"
             "DRY_RUN='yes' is invalid": {"DRY_RUN": "yes"},
             "DOWNSTREAM_URL='ftp://x' is invalid": {"DOWNSTREAM_URL": "ftp://x"},
             "STACK_NAME='2bad' is invalid": {"STACK_NAME": "2bad"},
+            "ARCHIVE_READER_ARNS='*' is invalid": {"ARCHIVE_READER_ARNS": "*"},
+            "ARCHIVE_KMS_KEY_ARN='alias/archive' is invalid": {"ARCHIVE_KMS_KEY_ARN": "alias/archive"},
         }
         for phrase, extra in cases.items():
             with self.subTest(phrase):

@@ -147,7 +147,12 @@ MUTATIONS = {
     "archive_written_only_by_archiver": (
         "resources", lambda t: _statement(t, "ArchiverRole", "WriteArchiveObjects").update(
             Resource={"Fn::Sub": "${ArchiveBucket.Arn}/*"})),
+    "archive_reads_only_by_named_roles": (
+        "resources", lambda t: _resources(t)["ArchiveBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"].pop(2)),
     # ---- end archive ----
+    "alarms_receives_cannot_hide": (
+        "resources", lambda t: _resources(t)["PoisonArchiverAgeAlarm"]["Properties"].update(
+            TreatMissingData="notBreaching")),
     # ---- Step Functions orchestrator (issue 13, workflow-infra) ----
     "state_machines_standard_with_logging": (
         "wiring", lambda t: _resources(t)["StateMachine"]["Properties"].update(StateMachineType="EXPRESS")),

@@ -53,3 +53,45 @@ class Scripts(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# ---------------------------------------------------------------- invocations by hand
+# Every documented `aws lambda invoke` of a deployed function: where it appears, and the
+# redrive.env setting that holds that function's timeout.
+INVOKE_DOCS = [support.REPO / "README.md", support.INFRA / "README.md", *SCRIPTS]
+FUNCTION_TIMEOUTS = {"redriver": "REDRIVER_TIMEOUT_SECONDS", "archiver": "ARCHIVER_TIMEOUT_SECONDS",
+                     "workflow-tasks": "WORKFLOW_TIMEOUT_SECONDS", "consumer": "CONSUMER_TIMEOUT_SECONDS"}
+
+
+def documented_invocations() -> list[tuple[str, str]]:
+    """(file, command) for each `aws lambda invoke`, its continuation lines joined."""
+    found = []
+    for path in INVOKE_DOCS:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for match in re.finditer(r"aws lambda invoke[^\n`]*", text):
+            found.append((path.name, match.group(0)))
+    return found
+
+
+def settings() -> dict:
+    return dict(line.split("=", 1) for line in (support.INFRA / "redrive.env").read_text(encoding="utf-8").splitlines()
+                if line and not line.startswith("#"))
+
+
+class InvocationsByHand(unittest.TestCase):
+    def test_documented_invocations_run_live_and_outwait_the_function(self):
+        invocations = documented_invocations()
+        self.assertGreaterEqual(len(invocations), 3, "the README's ad-hoc drain and the archiver's")
+        config = settings()
+        for where, command in invocations:
+            with self.subTest(where=where, command=command):
+                name = re.search(r"--function-name\s+(\S+)", command).group(1)
+                # The version make deploy published and make rollback chose, never $LATEST.
+                self.assertTrue(name.endswith(":live") or re.search(r"--qualifier\s+live\b", command), command)
+                self.assertNotIn("$LATEST", command)
+                # The CLI's 60 s default read timeout sends a longer run a second time.
+                function = next(f for f in FUNCTION_TIMEOUTS if name.split(":")[0].endswith(f"-{f}"))
+                read = re.search(r"--cli-read-timeout\s+(\d+)", command)
+                self.assertIsNotNone(read, command)
+                self.assertGreater(int(read.group(1)), int(config[FUNCTION_TIMEOUTS[function]]), command)
+                self.assertRegex(command, r"--cli-connect-timeout\s+\d+")

@@ -216,7 +216,8 @@ class StackInMoto(unittest.TestCase):
             {
                 "DrainDlq": {
                     "actions": sorted(["sqs:ReceiveMessage", "sqs:DeleteMessage",
-                                       "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"]),
+                                       "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
+                                       "sqs:SendMessage"]),
                     "resources": [self.arn("sqs", f"{self.stack}-dlq")],
                     "condition": None,
                 },

@@ -8,7 +8,9 @@ checked here because moto creates neither alarms nor functions from a template.
 from __future__ import annotations
 
 import json
+import tempfile
 import unittest
+from pathlib import Path
 
 import support
 
@@ -72,7 +74,9 @@ class NamesAgree(unittest.TestCase):
                    if r["Type"] == "AWS::CloudWatch::Alarm"}
         self.assertEqual(actions.pop("DlqNotEmptyAlarm"), [{"Ref": "TriggerTopic"}])
         # 14 + circuit-open (issue 14) + archive-failures (issue 15) + workflow-executions-failed (issue 13)
-        self.assertEqual(len(actions), 17)
+        # + the alarms receives cannot hide: dlq-not-empty-daily, the archiver-read ages of the
+        # poison queue and the DLQ, circuit-held-open
+        self.assertEqual(len(actions), 21)
         for name, action in actions.items():
             self.assertEqual(action, [{"Ref": "AlertsTopic"}], name)
 
@@ -95,7 +99,7 @@ class NamesAgree(unittest.TestCase):
         self.assertEqual(self.template["Parameters"]["MetricNamespace"]["Default"], "DLQRedriver")
         daily = self.resources["PoisonNotEmptyDailyAlarm"]["Properties"]["Metrics"]
         self.assertEqual(daily[0]["MetricStat"]["Period"], 3600)
-        self.assertIn("HOUR(visible) == ${PoisonReminderHourUtc}", daily[1]["Expression"]["Fn::Sub"])
+        self.assertIn("HOUR(visible) == ${PoisonReminderHourUtc}", daily[-1]["Expression"]["Fn::Sub"])
 
 
 
@@ -141,6 +145,17 @@ class Issue12Operations(unittest.TestCase):
             resource = self.resources[logical_id]
             self.assertEqual((resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")),
                              ("Retain", "Retain"), logical_id)
+
+    def test_unconsumed_messages_and_circuit_overrides_outlive_the_stack(self):
+        # A replacement or a stray stack delete must not take the source queue's unconsumed
+        # messages or the operator's circuit override with it.
+        for logical_id in ("SourceQueue", "CircuitTable"):
+            resource = self.resources[logical_id]
+            self.assertEqual((resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")),
+                             ("Retain", "Retain"), logical_id)
+        stores = [name for name, r in self.resources.items()
+                  if r["Type"] in ("AWS::SQS::Queue", "AWS::DynamoDB::Table")]
+        self.assertEqual([n for n in stores if self.resources[n].get("DeletionPolicy") != "Retain"], [])
 
     def test_issue12_every_queue_sets_its_maximum_message_size(self):
         sizes = {name: r["Properties"].get("MaximumMessageSize") for name, r in self.resources.items()
@@ -216,7 +231,12 @@ class Issue12Operations(unittest.TestCase):
             "Poison": {"Fn::GetAtt": ["PoisonQueue", "QueueName"]},
         })
         widgets = json.loads(body)["widgets"]
-        metrics = {(m[0], m[1], m[3]) for w in widgets for m in w["properties"].get("metrics", [])}
+        metrics = {(m[0], m[1], m[3] if len(m) > 3 and isinstance(m[3], str) else None)
+                   for w in widgets for m in w["properties"].get("metrics", [])}
+        # The ages the archiver reads, and the drains a guard held.
+        self.assertIn(("${MetricNamespace}", "OldestMessageAgeSeconds", "${Dlq}"), metrics)
+        self.assertIn(("${MetricNamespace}", "OldestMessageAgeSeconds", "${Poison}"), metrics)
+        self.assertIn(("${MetricNamespace}/${AWS::StackName}", "GuardHeldRuns", None), metrics)
         for queue in ("${Dlq}", "${Source}", "${Poison}"):
             self.assertIn(("AWS/SQS", "ApproximateNumberOfMessagesVisible", queue), metrics)
             self.assertIn(("AWS/SQS", "ApproximateAgeOfOldestMessage", queue), metrics)
@@ -234,8 +254,136 @@ class Issue12Operations(unittest.TestCase):
         listed = {a.rsplit(":alarm:${AWS::StackName}-", 1)[1]
                   for w in widgets if w["type"] == "alarm" for a in w["properties"]["alarms"]}
         self.assertEqual(listed, alarm_names)
-        self.assertEqual(len(listed), 17)  # 15 + circuit-open (issue 14) + archive-failures (issue 15)
+        # 15 + circuit-open (issue 14) + archive-failures (issue 15) + dlq-not-empty-daily,
+        # poison-oldest-message-age-archiver, circuit-held-open (the DLQ's archiver-read age alarm
+        # exists only with ARCHIVE_DLQ=true)
+        self.assertEqual(len(listed), 20)
         self.assertIn("#dashboards:name=${Dashboard}", self.template["Outputs"]["DashboardUrl"]["Value"]["Fn::Sub"])
+
+
+class TemplateSize(unittest.TestCase):
+    """CloudFormation refuses a CreateStack/UpdateStack TemplateBody above 51,200 bytes. What
+    deploy.sh sends is what template_body (infra/lib.sh) writes: measured here for both stacks,
+    the wiring template rendered with the state machine as in ORCHESTRATOR=stepfunctions."""
+
+    LIMIT = 51_200
+
+    def body(self, template: Path, directory: Path) -> bytes:
+        out = directory / (template.stem + ".body.json")
+        result = support.run(["bash", "-c", '. infra/lib.sh && template_body "$1" "$2"', "-", str(template), str(out)],
+                             env=support.script_env(None))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return out.read_bytes()
+
+    def test_every_template_as_deploy_sends_it_fits_the_template_body_limit(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp)
+            wiring = directory / "wiring.rendered.yaml"
+            rendered = support.run(["bash", "-c", '. infra/lib.sh && render_wiring_template "$1" "$2" "$3"', "-",
+                                    str(support.WIRING_TEMPLATE), str(support.INFRA / "statemachine" / "redrive.asl.json"),
+                                    str(wiring)], env=support.script_env(None))
+            self.assertEqual(rendered.returncode, 0, rendered.stderr)
+            for source in (support.RESOURCES_TEMPLATE, wiring):
+                with self.subTest(source.name):
+                    body = self.body(source, directory)
+                    # Above it deploy.sh sends the template through S3 (TEMPLATE_BUCKET, test_deploy_script
+                    # shows it): a deployer then needs that bucket. Both fit today, the resources
+                    # template with some 5% to spare (infra/README.md, "Template size").
+                    self.assertLessEqual(
+                        len(body), self.LIMIT,
+                        f"{source.name} is {len(body)} bytes as deploy sends it: make deploy now needs the S3 "
+                        "path (TEMPLATE_BUCKET, infra/README.md 'Template size'); shorten the template, or "
+                        "document that deployers need that bucket and change this check")
+                    # The same template in meaning: what the YAML says, short-form tags expanded.
+                    self.assertEqual(json.loads(body), support.load_template(source))
+
+class AlarmsReceivesCannotHide(unittest.TestCase):
+    """SQS leaves a message received three or more times out of ApproximateAgeOfOldestMessage,
+    and the archiver receives every parked message each hour: the age alarms on the DLQ and the
+    poison queue go blind. These alarms watch what a receive cannot hide."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.template = support.load_template(support.RESOURCES_TEMPLATE)
+        cls.resources = cls.template["Resources"]
+
+    def alarm(self, logical_id: str) -> dict:
+        self.assertEqual(self.resources[logical_id]["Type"], "AWS::CloudWatch::Alarm")
+        p = self.resources[logical_id]["Properties"]
+        self.assertEqual(p["AlarmActions"], [{"Ref": "AlertsTopic"}], logical_id)
+        return p
+
+    def test_the_dlq_has_a_daily_reminder_on_visible_and_in_flight_counts(self):
+        p = self.alarm("DlqNotEmptyDailyAlarm")
+        self.assertEqual(p["AlarmName"], {"Fn::Sub": "${AWS::StackName}-dlq-not-empty-daily"})
+        stats = {m["Id"]: m["MetricStat"] for m in p["Metrics"] if "MetricStat" in m}
+        self.assertEqual({i: (s["Metric"]["Namespace"], s["Metric"]["MetricName"], s["Metric"]["Dimensions"], s["Period"])
+                          for i, s in stats.items()},
+                         {"visible": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", QUEUE("DeadLetterQueue"), 3600),
+                          "inflight": ("AWS/SQS", "ApproximateNumberOfMessagesNotVisible", QUEUE("DeadLetterQueue"), 3600)})
+        expression = [m for m in p["Metrics"] if m.get("ReturnData")][0]["Expression"]["Fn::Sub"]
+        self.assertIn("HOUR(visible) == ${PoisonReminderHourUtc}", expression)
+        self.assertIn("visible + FILL(inflight, 0) > 0", expression)
+        # The poison queue's reminder counts in-flight messages too.
+        poison = {m["MetricStat"]["Metric"]["MetricName"] for m in self.alarm("PoisonNotEmptyDailyAlarm")["Metrics"]
+                  if "MetricStat" in m}
+        self.assertEqual(poison, {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"})
+
+    def test_the_oldest_age_the_archiver_reads_is_alarmed_per_queue_and_its_silence_breaches(self):
+        for logical_id, queue, name in (("PoisonArchiverAgeAlarm", "PoisonQueue", "poison-oldest-message-age-archiver"),
+                                        ("DlqArchiverAgeAlarm", "DeadLetterQueue", "dlq-oldest-message-age-archiver")):
+            with self.subTest(logical_id):
+                p = self.alarm(logical_id)
+                self.assertEqual(p["AlarmName"], {"Fn::Sub": "${AWS::StackName}-" + name})
+                self.assertEqual((p["Namespace"], p["MetricName"], p["Dimensions"], p["Statistic"]),
+                                 ({"Ref": "MetricNamespace"}, "OldestMessageAgeSeconds", QUEUE(queue), "Maximum"))
+                self.assertEqual((p["Threshold"], p["ComparisonOperator"]),
+                                 ({"Ref": "ArchiveAgeAlarmSeconds"}, "GreaterThanOrEqualToThreshold"))
+                # An archiver that stops running must not look healthy; one late hourly run is no alarm.
+                self.assertEqual((p["TreatMissingData"], p["Period"], p["EvaluationPeriods"], p["DatapointsToAlarm"]),
+                                 ("breaching", 3600, 3, 3))
+                self.assertEqual(p["OKActions"], [{"Ref": "RecoveryTopic"}])
+        # The DLQ's exists only when the archiver sweeps the DLQ (ARCHIVE_DLQ): its silence
+        # would breach for ever otherwise.
+        self.assertEqual(self.resources["DlqArchiverAgeAlarm"]["Condition"], "ArchivesDlq")
+        self.assertNotIn("Condition", self.resources["PoisonArchiverAgeAlarm"])
+        # A day after ARCHIVE_AFTER_DAYS, at most 13 days: before the 14-day retention.
+        threshold = self.template["Parameters"]["ArchiveAgeAlarmSeconds"]
+        self.assertEqual((threshold["Default"], threshold["MaxValue"]), (11 * 86400, 13 * 86400))
+        for days, seconds in (("10", 11 * 86400), ("0.5", 129600), ("12.5", 13 * 86400)):
+            result = support.run(["bash", "-c", ". infra/lib.sh && archive_age_alarm_seconds"],
+                                 env=support.script_env(None, ARCHIVE_AFTER_DAYS=days))
+            self.assertEqual(result.stdout, str(seconds), result.stderr)
+
+    def test_a_guard_holding_every_drain_for_an_hour_pages(self):
+        pattern = '{ $.fields.action = "circuit-open" && $.fields.message = "guard alarm*" }'
+        namespace = {"Fn::Sub": "${MetricNamespace}/${AWS::StackName}"}
+        for logical_id, log_group in (("GuardHeldRunsFilter", "RedriverLogGroup"),
+                                      ("WorkflowGuardHeldRunsFilter", "WorkflowLogGroup")):
+            p = self.resources[logical_id]["Properties"]
+            self.assertEqual((p["LogGroupName"], p["FilterPattern"]), ({"Ref": log_group}, pattern))
+            self.assertEqual([(m["MetricNamespace"], m["MetricName"], m["MetricValue"]) for m in p["MetricTransformations"]],
+                             [(namespace, "GuardHeldRuns", "1")])
+        self.assertEqual(self.resources["WorkflowGuardHeldRunsFilter"]["Condition"], "UseStepFunctions")
+        # The filter matches the line each orchestrator logs when a guard holds a run (a guard
+        # in ALARM or missing); such a run publishes no CircuitOpen.
+        for source in ("functions/redriver/src/engine.rs", "functions/redriver/src/workflow.rs"):
+            text = (support.REPO / source).read_text(encoding="utf-8")
+            self.assertRegex(text, r'action = "circuit-open",\s*"guard alarm', source)
+        p = self.alarm("CircuitHeldOpenAlarm")
+        self.assertEqual(p["AlarmName"], {"Fn::Sub": "${AWS::StackName}-circuit-held-open"})
+        stats = {m["Id"]: m["MetricStat"] for m in p["Metrics"] if "MetricStat" in m}
+        self.assertEqual((stats["held"]["Metric"]["Namespace"], stats["held"]["Metric"]["MetricName"], stats["held"]["Stat"]),
+                         (namespace, "GuardHeldRuns", "Sum"))
+        self.assertEqual(stats["waiting"]["Metric"]["Dimensions"], QUEUE("DeadLetterQueue"))
+        # Four 15-minute periods in a row: an hour of held drains while messages wait.
+        self.assertEqual({s["Period"] for s in stats.values()}, {900})
+        self.assertEqual((p["EvaluationPeriods"], p["DatapointsToAlarm"], p["TreatMissingData"]), (4, 4, "notBreaching"))
+        self.assertEqual(p["OKActions"], [{"Ref": "RecoveryTopic"}])
+
+
+def QUEUE(logical_id: str) -> list[dict]:  # noqa: N802 - reads as the dimension it builds
+    return [{"Name": "QueueName", "Value": {"Fn::GetAtt": [logical_id, "QueueName"]}}]
 
 
 class Issue11Iam(unittest.TestCase):

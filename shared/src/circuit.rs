@@ -49,6 +49,9 @@ use crate::timefmt::millis_from_rfc3339;
 
 /// Transitions kept in the record (oldest dropped first).
 pub const HISTORY_LEN: usize = 20;
+/// Tokens of applied writes kept in the record (oldest dropped first): more than the writers
+/// that can come between a write whose answer was lost and its retry.
+pub const APPLIED_WRITES: usize = 16;
 /// Sample buckets kept per window (counts are merged into buckets of window / this).
 const BUCKETS_PER_WINDOW: i64 = 20;
 
@@ -256,6 +259,11 @@ pub struct CircuitRecord {
     /// The last [`HISTORY_LEN`] transitions, oldest first.
     #[serde(default)]
     pub history: Vec<Transition>,
+    /// The tokens of the last [`APPLIED_WRITES`] writes that applied events, oldest first. A
+    /// conditional write can commit and lose its answer; retried (by the SDK, which then fails
+    /// its condition, or by the writer), it finds its token here and applies nothing twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<String>,
 }
 
 /// The bounced copy `meta` describes, if it is one: redriven (`attempt >= 1`) with a readable
@@ -304,7 +312,45 @@ impl CircuitRecord {
             redriven: Vec::new(),
             bounced: Vec::new(),
             history: Vec::new(),
+            applied: Vec::new(),
         }
+    }
+
+    /// Whether the write carrying `token` already applied its events to this record.
+    pub fn has_applied(&self, token: &str) -> bool {
+        self.applied.iter().any(|t| t == token)
+    }
+
+    /// Notes that the write carrying `token` applied its events (see [`Self::apply_once`]).
+    pub fn mark_applied(&mut self, token: &str) {
+        if self.has_applied(token) {
+            return;
+        }
+        self.applied.push(token.to_string());
+        if self.applied.len() > APPLIED_WRITES {
+            let excess = self.applied.len() - APPLIED_WRITES;
+            self.applied.drain(..excess);
+        }
+    }
+
+    /// Applies `events` as the write carrying `token` (unique to one writer's attempts at one
+    /// update) and returns the transitions they made; `None`, with the record unchanged, when
+    /// that write already applied them here (it committed, and its answer was lost).
+    pub fn apply_once(
+        &mut self,
+        settings: &CircuitSettings,
+        token: &str,
+        events: &[Event],
+    ) -> Option<Vec<Transition>> {
+        if self.has_applied(token) {
+            return None;
+        }
+        let made = events
+            .iter()
+            .flat_map(|e| self.apply(settings, e))
+            .collect();
+        self.mark_applied(token);
+        Some(made)
     }
 
     /// Bounced / redriven over the window (1 when copies bounced but none are known redriven:
@@ -864,6 +910,37 @@ mod tests {
         assert_eq!(r.operator, Override::Open);
         let (direct, _) = closed_after(6);
         assert_eq!(r.history, direct.history);
+    }
+
+    #[test]
+    fn a_write_applies_its_events_once_whatever_the_retries() {
+        let s = settings();
+        let events = [
+            Event::Redriven { now: T0, n: 10 },
+            Event::Bounces {
+                now: T0 + MIN,
+                bounces: bounces(6, T0),
+            },
+        ];
+        let mut r = CircuitRecord::new(&s, T0);
+        let made = r.apply_once(&s, "write-1", &events).expect("first time");
+        assert_eq!(made.len(), 1, "opened");
+        let after = r.clone();
+        // The same write again (its answer was lost): nothing changes, not even the tokens.
+        assert_eq!(r.apply_once(&s, "write-1", &events), None);
+        assert_eq!(r, after);
+        // Another write applies; the record keeps the last APPLIED_WRITES tokens only.
+        for i in 2..=(APPLIED_WRITES + 2) {
+            assert!(r.apply_once(&s, &format!("write-{i}"), &[]).is_some());
+        }
+        assert_eq!(r.applied.len(), APPLIED_WRITES);
+        assert!(!r.has_applied("write-2") && r.has_applied("write-3"));
+        // Old records without tokens read as none; a record without any writes them not.
+        let json = serde_json::to_string(&CircuitRecord::new(&s, T0)).unwrap();
+        assert!(!json.contains("applied"), "{json}");
+        let back: CircuitRecord =
+            serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
     }
 
     #[test]

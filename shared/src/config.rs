@@ -215,6 +215,9 @@ pub struct RedriverConfig {
     pub max_messages_per_second: f64,
     pub guard_alarm_names: Vec<String>,
     pub rearm_alarm: bool,
+    /// `TRIGGER_ALARM_NAME` (empty: none): the DLQ's trigger alarm, which scheduled and manual
+    /// drains re-arm too (an alarm-triggered drain re-arms the alarm that notified it).
+    pub trigger_alarm_name: Option<String>,
     pub metric_namespace: String,
     pub dry_run: bool,
     /// Receive/send/delete pipelines in flight at once (`MAX_CONCURRENT_BATCHES`, default 4;
@@ -268,6 +271,14 @@ impl RedriverConfig {
             })
             .unwrap_or_default();
         let rearm_alarm = env.or("REARM_ALARM", true, parse_bool)?;
+        let trigger_alarm_name = env.optional("TRIGGER_ALARM_NAME", |v| {
+            let v = v.trim();
+            if v.len() > 255 || v.contains(|c: char| c.is_control()) {
+                Err("must be a CloudWatch alarm name (1 to 255 characters)".into())
+            } else {
+                Ok(v.to_string())
+            }
+        })?;
         let metric_namespace = env.or("METRIC_NAMESPACE", "DLQRedriver".to_string(), |v| {
             if v.len() > 255 || v.starts_with("AWS/") || v.contains(|c: char| c.is_control()) {
                 Err("must be 1 to 255 characters and must not start with AWS/".into())
@@ -294,6 +305,7 @@ impl RedriverConfig {
             max_messages_per_second,
             guard_alarm_names,
             rearm_alarm,
+            trigger_alarm_name,
             metric_namespace,
             dry_run,
             max_concurrent_batches,
@@ -624,6 +636,7 @@ mod tests {
         assert_eq!(c.max_messages_per_second, 0.0);
         assert!(c.guard_alarm_names.is_empty());
         assert!(c.rearm_alarm);
+        assert_eq!(c.trigger_alarm_name, None);
         assert_eq!(c.metric_namespace, "DLQRedriver");
         assert!(!c.dry_run);
         assert_eq!(c.max_concurrent_batches, 4);
@@ -641,6 +654,7 @@ mod tests {
             ("MAX_MESSAGES_PER_SECOND", "2.5"),
             ("GUARD_ALARM_NAMES", " downstream-5xx, ,payments-errors "),
             ("REARM_ALARM", "false"),
+            ("TRIGGER_ALARM_NAME", "orders-dlq-not-empty"),
             ("METRIC_NAMESPACE", "Team/Redrive"),
             ("DRY_RUN", "TRUE"),
             ("MAX_CONCURRENT_BATCHES", "8"),
@@ -655,6 +669,10 @@ mod tests {
         assert_eq!(c.max_messages_per_second, 2.5);
         assert_eq!(c.guard_alarm_names, ["downstream-5xx", "payments-errors"]);
         assert!(!c.rearm_alarm && c.dry_run);
+        assert_eq!(
+            c.trigger_alarm_name.as_deref(),
+            Some("orders-dlq-not-empty")
+        );
         assert_eq!(c.metric_namespace, "Team/Redrive");
         assert_eq!(c.max_concurrent_batches, 8);
     }

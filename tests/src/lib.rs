@@ -15,12 +15,14 @@
 //! Everything here panics with a message on failure: it is meant for tests, where a panic
 //! is the failure report.
 
+mod cloudwatch;
 mod downstream;
 mod dynamodb;
 /// IAM enforced: functions and the CLI under their templates' policies (`iam::env_for_binary`,
 /// `iam::cli_env`).
 pub mod iam;
 mod lambda_watch;
+mod localstack;
 mod moto;
 mod names;
 mod process;
@@ -30,9 +32,13 @@ mod sqs;
 
 use std::path::{Path, PathBuf};
 
+pub use cloudwatch::{alarm_state, put_queue_alarm};
 pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::create_idempotency_table;
 pub use lambda_watch::{LambdaWatch, WatchOptions};
+pub use localstack::{
+    LOCALSTACK_SERVICES, LocalStack, SQS_EMULATOR_VARIABLE, localstack, sqs_emulator,
+};
 pub use moto::{Moto, REGION, moto, moto_fast_clock, moto_sfn};
 pub use names::unique_name;
 pub use sqs::{

@@ -130,3 +130,74 @@ pub(crate) fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("binding 127.0.0.1:0 to find a free port")
 }
+
+/// A Python launcher (`moto_launcher.py`, `localstack_launcher.py`) that prints its server's
+/// port alone on one line once the server answers, and exits when its stdin reaches end of
+/// file: the write end is `lifeline`, held for the life of this process.
+#[derive(Debug)]
+pub(crate) struct Announced {
+    pub(crate) port: u16,
+    pub(crate) pid: u32,
+    pub(crate) lifeline: ChildStdin,
+}
+
+/// Starts `python launcher args...` and waits up to `timeout` for its port. `name` names the
+/// server in panics and in its further stdout lines (`[name] ...` on our stderr); `hint` says
+/// what to check when the launcher exits before printing a port.
+pub(crate) fn launch_announcing_port(
+    name: &str,
+    python: &Path,
+    launcher: &Path,
+    args: &[String],
+    timeout: Duration,
+    hint: &str,
+) -> Announced {
+    use std::io::BufRead;
+
+    let mut child = Command::new(python)
+        .arg(launcher)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {} {}: {e}", python.display(), launcher.display()));
+    let lifeline = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+
+    // Read the port on a thread so a launcher that hangs cannot hang the tests.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let prefix = name.to_string();
+    std::thread::Builder::new()
+        .name(format!("{name}-stdout"))
+        .spawn(move || {
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            // Keep draining so the launcher never blocks on a full pipe.
+            for line in lines.map_while(Result::ok) {
+                eprintln!("[{prefix}] {line}");
+            }
+        })
+        .expect("spawning a thread");
+    let port = match rx.recv_timeout(timeout) {
+        Ok(Some(Ok(line))) => line.trim().parse::<u16>().unwrap_or_else(|_| {
+            panic!("{name} launcher printed {line:?} instead of a port number")
+        }),
+        Ok(_) => {
+            let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+            panic!("{name} launcher exited before printing its port ({status}); {hint}")
+        }
+        Err(_) => {
+            let _ = child.kill();
+            panic!("{name} launcher printed no port within {timeout:?}")
+        }
+    };
+    let pid = child.id();
+    // The child is not waited for: it ends with this process (see `lifeline`).
+    drop(child);
+    Announced {
+        port,
+        pid,
+        lifeline,
+    }
+}

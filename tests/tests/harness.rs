@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::types::QueueAttributeName;
 use redrive_tests::{
     Downstream, LambdaWatch, Mode, QueueSet, WatchOptions, attr_binary, attr_custom, attr_number,
-    attr_string, create_idempotency_table, drain_all, moto, moto_fast_clock, queue_attributes,
-    queue_depth, receive_raw, send_fifo, send_raw,
+    attr_string, create_idempotency_table, drain_all, localstack, moto, moto_fast_clock,
+    queue_attributes, queue_depth, receive_raw, send_fifo, send_raw,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -318,6 +318,151 @@ async fn clients_and_child_environment_point_at_the_same_moto() {
         .await
         .unwrap();
     assert_eq!(found.metric_alarms().len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// LocalStack: the second, stricter SQS emulator
+
+/// Whether a socket listens on 127.0.0.1:`port` and on no other IPv4 address (`/proc/net/tcp`:
+/// local address in little-endian hex, state 0A = LISTEN).
+fn listens_on_loopback_only(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let listeners: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (address, local_port) = fields.get(1)?.split_once(':')?;
+            (fields.get(3) == Some(&"0A") && u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| address.to_string())
+        })
+        .collect();
+    !listeners.is_empty() && listeners.iter().all(|a| a == "0100007F")
+}
+
+#[tokio::test]
+async fn localstack_listens_on_loopback_only_and_writes_inside_target() {
+    let started = Instant::now();
+    let ls = localstack();
+    eprintln!(
+        "LocalStack ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(std::ptr::eq(ls, localstack()), "one LocalStack per process");
+    assert!(ls.endpoint().starts_with("http://127.0.0.1:"));
+    assert!(
+        listens_on_loopback_only(ls.port()),
+        "LocalStack must listen on 127.0.0.1 only (port {})",
+        ls.port()
+    );
+    let target = redrive_tests::workspace_root().join("target");
+    assert!(
+        ls.log_path().starts_with(&target),
+        "{}",
+        ls.log_path().display()
+    );
+    assert!(ls.log_path().exists());
+    let env = ls.service_endpoints();
+    for name in [
+        "AWS_ENDPOINT_URL_SQS",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT_URL_CLOUDWATCH",
+        "AWS_ENDPOINT_URL_STS",
+    ] {
+        assert!(env.contains(&(name.to_string(), ls.endpoint())), "{env:?}");
+    }
+}
+
+/// What LocalStack is here for: where moto is kind, it does what SQS does.
+#[tokio::test]
+async fn localstack_keeps_fifo_dedup_ids_counts_attributes_and_moves_messages() {
+    let sqs = localstack().sqs().await;
+
+    // A deduplication id is remembered for five minutes, deleted message or not: the second
+    // send is acknowledged and dropped.
+    let fifo = QueueSet::create(&sqs, true, 3).await;
+    send_fifo(&sqs, &fifo.source_url, "one", "g", "same-id", &[]).await;
+    let got = drain_all(&sqs, &fifo.source_url).await;
+    assert_eq!(got.len(), 1);
+    send_fifo(&sqs, &fifo.source_url, "two", "g", "same-id", &[]).await;
+    assert!(receive_raw(&sqs, &fifo.source_url, 0).await.is_empty());
+
+    // MaximumMessageSize counts the attributes: a body that fits alone is refused with them.
+    let small = sqs
+        .create_queue()
+        .queue_name(redrive_tests::unique_name("small"))
+        .attributes(QueueAttributeName::MaximumMessageSize, "1024")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let body = "b".repeat(1000);
+    let refused = sqs
+        .send_message()
+        .queue_url(&small)
+        .message_body(&body)
+        .message_attributes("pad", attr_string(&"p".repeat(100)))
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "LocalStack took {} bytes and an attribute on a 1024-byte queue",
+        body.len()
+    );
+
+    // A message moved by the RedrivePolicy names its source queue, and the DLQ can be moved
+    // back with StartMessageMoveTask.
+    let set = QueueSet::create(&sqs, false, 1).await;
+    send_raw(&sqs, &set.source_url, "moved", &[]).await;
+    assert_eq!(receive_raw(&sqs, &set.source_url, 0).await.len(), 1);
+    assert!(receive_raw(&sqs, &set.source_url, 0).await.is_empty());
+    let moved = receive_raw(&sqs, &set.dlq_url, 0).await;
+    assert_eq!(moved.len(), 1);
+    let system = moved[0].attributes().cloned().unwrap_or_default();
+    assert_eq!(
+        system.get(&aws_sdk_sqs::types::MessageSystemAttributeName::DeadLetterQueueSourceArn),
+        Some(&set.source_arn)
+    );
+    let task = sqs
+        .start_message_move_task()
+        .source_arn(&set.dlq_arn)
+        .send()
+        .await
+        .unwrap();
+    assert!(task.task_handle().is_some());
+}
+
+/// `route_services`: the SQS client of a config built for moto reaches LocalStack, its
+/// DynamoDB client still reaches moto.
+#[tokio::test]
+async fn routed_configs_send_sqs_to_localstack_and_dynamodb_to_moto() {
+    let ls = localstack();
+    let routed = ls.route_services(moto().sdk_config().await);
+    let sqs = aws_sdk_sqs::Client::new(&routed);
+    let name = redrive_tests::unique_name("routed");
+    sqs.create_queue().queue_name(&name).send().await.unwrap();
+    let on = |client: aws_sdk_sqs::Client| {
+        let name = name.clone();
+        async move {
+            let listed = client
+                .list_queues()
+                .queue_name_prefix(&name)
+                .send()
+                .await
+                .unwrap();
+            listed.queue_urls().len()
+        }
+    };
+    assert_eq!(on(ls.sqs().await).await, 1, "the queue is on LocalStack");
+    assert_eq!(on(moto().sqs().await).await, 0, "and not on moto");
+    let table = create_idempotency_table(&moto().dynamodb().await).await;
+    let tables = aws_sdk_dynamodb::Client::new(&routed)
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await;
+    assert!(tables.is_ok(), "DynamoDB stays on moto: {tables:?}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -702,6 +847,30 @@ fn lambda_watch_dies_with_its_test_process_even_on_sigkill() {
 }
 
 #[test]
+fn localstack_dies_with_its_test_process_even_on_sigkill() {
+    let report = run_helper_and_kill("helper_holds_localstack");
+    for key in ["launcher_pid", "localstack_pid"] {
+        let pid = value(&report, key);
+        assert!(
+            wait_until_dead(pid, Duration::from_secs(30)),
+            "{key} {pid} outlived its SIGKILLed test process"
+        );
+    }
+}
+
+#[test]
+#[ignore = "helper: run by localstack_dies_with_its_test_process_even_on_sigkill"]
+fn helper_holds_localstack() {
+    assert_eq!(std::env::var("REDRIVE_HELPER").as_deref(), Ok("1"));
+    let ls = localstack();
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", ls.pid()))
+        .unwrap_or_default();
+    let child = children.split_whitespace().next().unwrap_or("0");
+    println!("HELPER launcher_pid={} localstack_pid={child}", ls.pid());
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
 #[ignore = "helper: run by moto_dies_with_its_test_process_even_on_sigkill"]
 fn helper_holds_moto() {
     assert_eq!(std::env::var("REDRIVE_HELPER").as_deref(), Ok("1"));
@@ -748,4 +917,35 @@ fn a_missing_python_fails_with_a_pointer_to_make_setup() {
 fn helper_starts_moto() {
     assert_eq!(std::env::var("REDRIVE_HELPER").as_deref(), Ok("1"));
     moto();
+}
+
+#[test]
+fn a_missing_localstack_python_fails_with_a_pointer_to_make_setup() {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "helper_starts_localstack",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("REDRIVE_HELPER", "1")
+        .env("REDRIVE_LOCALSTACK_PYTHON", "/nonexistent/python")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("/nonexistent/python"), "{text}");
+    assert!(text.contains("run `make setup`"), "{text}");
+    assert!(text.contains("Python >= 3.13"), "{text}");
+}
+
+#[test]
+#[ignore = "helper: run by a_missing_localstack_python_fails_with_a_pointer_to_make_setup"]
+fn helper_starts_localstack() {
+    assert_eq!(std::env::var("REDRIVE_HELPER").as_deref(), Ok("1"));
+    localstack();
 }

@@ -2,7 +2,8 @@
 //! Markdown table and written to `target/bench/` (`latest.md`, `latest.json`, `bench-<time>.json`).
 //!
 //! ```text
-//! bench [--only moto,fake,scale,sweep,cold,size,micro] [--moto-messages 1000]
+//! bench [--only moto,localstack,fake,scale,sweep,cold,size,micro] [--moto-messages 1000]
+//!       [--localstack-messages 1000] [--localstack-poison 5] [--localstack-backoff-base 60]
 //!       [--fake-messages 20000] [--latency-ms 20] [--pipelines 4] [--scale-drains 10]
 //!       [--scale-cap 6000] [--cold-runs 10] [--lambda-dir target/lambda]
 //!       [--arm64-dir target/lambda-arm64] [--criterion-dir target/criterion] [--out target/bench]
@@ -22,6 +23,7 @@ use redrive_bench::bench::{
 };
 use redrive_bench::coldstart;
 use redrive_bench::downstream::{Flaky, FlakyServer};
+use redrive_bench::move_task::{POLL_INTERVAL, side_by_side};
 use redrive_bench::proxy::Proxy;
 use redrive_bench::report::{Report, Row};
 use redrive_tests::{QueueSet, create_idempotency_table};
@@ -30,6 +32,11 @@ use serde_json::{Value, json};
 struct Options {
     only: Option<HashSet<String>>,
     moto_messages: u64,
+    /// The side by side with StartMessageMoveTask on LocalStack: ordinary messages, poison
+    /// messages, and the re-driver's BACKOFF_BASE_SECONDS.
+    localstack_messages: u64,
+    localstack_poison: u64,
+    localstack_backoff_base: u64,
     fake_messages: u64,
     latency: Duration,
     pipelines: u32,
@@ -50,6 +57,9 @@ impl Options {
         let mut o = Options {
             only: None,
             moto_messages: 1000,
+            localstack_messages: 1000,
+            localstack_poison: 5,
+            localstack_backoff_base: 60,
             fake_messages: 20_000,
             latency: Duration::from_millis(20),
             pipelines: 4,
@@ -76,6 +86,9 @@ impl Options {
             match flag.as_str() {
                 "--only" => o.only = Some(value.split(',').map(str::to_string).collect()),
                 "--moto-messages" => o.moto_messages = number()?,
+                "--localstack-messages" => o.localstack_messages = number()?,
+                "--localstack-poison" => o.localstack_poison = number()?,
+                "--localstack-backoff-base" => o.localstack_backoff_base = number()?,
                 "--fake-messages" => o.fake_messages = number()?,
                 "--latency-ms" => o.latency = Duration::from_millis(number()?),
                 "--pipelines" => o.pipelines = number()? as u32,
@@ -133,11 +146,7 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
 }
 
 fn calls_note(run: &DrainRun) -> String {
-    run.calls
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    calls_text(&run.calls)
 }
 
 async fn moto_section(o: &Options, report: &mut Report) {
@@ -219,6 +228,114 @@ async fn moto_section(o: &Options, report: &mut Report) {
          and the redrive policy on it)."
     ));
     merge_raw(report, "moto", Value::Array(raw));
+}
+
+/// Side by side with AWS's own redrive: StartMessageMoveTask and the re-driver move the same
+/// DLQ on LocalStack, in one run (see `redrive_bench::move_task`).
+async fn localstack_section(o: &Options, report: &mut Report) {
+    let (n, poison, base) = (
+        o.localstack_messages,
+        o.localstack_poison,
+        o.localstack_backoff_base,
+    );
+    let ms = o.latency.as_millis();
+    let started = std::time::Instant::now();
+    let ls = redrive_tests::localstack();
+    let startup = started.elapsed().as_secs_f64();
+    let direct = ls.sqs().await;
+    let proxy = Proxy::start(redrive_bench::endpoint_addr(&ls.endpoint()), o.latency)
+        .await
+        .expect("starting the proxy");
+    eprintln!(
+        "bench: LocalStack ready in {startup:.1} s; StartMessageMoveTask and redrive, {n} + {poison} poison messages..."
+    );
+    let out = side_by_side(&direct, &proxy, n, poison, o.pipelines, base).await;
+    let (ours, aws) = (&out.redrive, &out.move_task);
+    let section = format!(
+        "Side by side with AWS's own redrive (baseline: StartMessageMoveTask) on LocalStack behind a {ms} ms/call proxy, {n} messages + {poison} poison"
+    );
+    // Counts side by side: no ratio.
+    let count = |figure: &str, ours: u64, aws: u64, note: String| {
+        let mut row = Row::new(&section, figure, ours as f64, aws as f64, "").note(note);
+        row.ratio = f64::NAN;
+        row
+    };
+    report.rows.push(
+        Row::new(&section, "Time to an empty DLQ", ours.seconds, aws.seconds, "s")
+            .fraction()
+            .note(format!(
+                "the move task polled with ListMessageMoveTasks every {} ms; LocalStack moves it in memory, one message at a time, with no API call or network: a floor, not AWS's rate",
+                POLL_INTERVAL.as_millis()
+            )),
+    );
+    report.rows.push(
+        count(
+            "API calls by the caller",
+            ours.total_calls(),
+            aws.total_calls(),
+            format!(
+                "counted at the proxy: ours {}; move task {} (its own moves are not API calls the caller sees)",
+                calls_text(&ours.calls),
+                calls_text(&aws.calls)
+            ),
+        )
+        .fraction(),
+    );
+    report.rows.push(count(
+        "Copies carrying their redrive history (x-redrive: attempt 1, the chain's originalMessageId)",
+        ours.with_history,
+        aws.with_history,
+        format!("of {} and {} copies on the source", ours.on_source, aws.on_source),
+    ));
+    report.rows.push(count(
+        "Copies delayed on arrival (backoff)",
+        ours.delayed,
+        aws.delayed,
+        format!(
+            "ApproximateNumberOfMessagesDelayed as the DLQ emptied, {:.1} s in: a copy whose delay had already passed counts as visible; all visible after {:.0} s vs {:.0} s (BACKOFF_BASE_SECONDS {base}, full jitter)",
+            ours.seconds, ours.visible_after_seconds, aws.visible_after_seconds
+        ),
+    ));
+    report.rows.push(count(
+        "Copies with both attributes byte for byte",
+        ours.attributes_kept,
+        aws.attributes_kept,
+        String::new(),
+    ));
+    report.rows.push(count(
+        "Poison messages isolated on the poison queue",
+        ours.poison_isolated,
+        aws.poison_isolated,
+        format!(
+            "sent back to the source, to fail again: {} vs {}",
+            ours.poison_on_source, aws.poison_on_source
+        ),
+    ));
+    report.rows.push(count(
+        "Messages lost / repeated",
+        ours.lost + ours.repeated,
+        aws.lost + aws.repeated,
+        format!(
+            "ours lost {} repeated {}; move task lost {} repeated {}",
+            ours.lost, ours.repeated, aws.lost, aws.repeated
+        ),
+    ));
+    report.notes.push(format!(
+        "side by side: LocalStack 2026.3.0 (localstack-core, tests/localstack_launcher.py, ready in {startup:.1} s), both legs on fresh queues seeded with the same {n} messages of about 300 bytes and two attributes plus {poison} poison messages (x-redrive at the last attempt, or a permanent lastError); StartMessageMoveTask from the DLQ to the source, the re-driver's engine with its defaults but BACKOFF_BASE_SECONDS {base}. Read back off the clock and uncounted."
+    ));
+    merge_raw(
+        report,
+        "localstack",
+        serde_json::to_value(&out).unwrap_or_default(),
+    );
+}
+
+fn calls_text(calls: &std::collections::BTreeMap<String, u64>) -> String {
+    calls
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn merge_raw(report: &mut Report, key: &str, value: Value) {
@@ -695,6 +812,9 @@ fn main() -> ExitCode {
         .expect("a tokio runtime");
     if o.wants("moto") {
         rt.block_on(moto_section(&o, &mut report));
+    }
+    if o.wants("localstack") {
+        rt.block_on(localstack_section(&o, &mut report));
     }
     if o.wants("fake") {
         fake_section(&o, &rt, &mut report);

@@ -14,6 +14,11 @@
 //!   loss).
 //! - Messages that are not old yet are hidden only for the sweep (at most the visibility timeout,
 //!   which the sweep never outlasts) and made visible again (visibility 0) when it ends.
+//! - Every run publishes, per queue it sweeps, the age of the oldest message it received
+//!   (`OldestMessageAgeSeconds`, from `SentTimestamp`; 0 for an empty queue). SQS's own
+//!   `ApproximateAgeOfOldestMessage` leaves out a message received three times or more, and
+//!   the archiver receives every message every run: the age alarms of the DLQ and the poison
+//!   queue read this metric instead.
 //! - Bodies are never logged.
 
 use std::collections::HashSet;
@@ -300,7 +305,7 @@ pub trait ObjectStore: Sync {
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 
-/// The archiver's counts per queue and run.
+/// The archiver's metrics per queue and run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ArchiveCounts {
     /// Messages written to S3 and then deleted from their queue.
@@ -308,11 +313,16 @@ pub struct ArchiveCounts {
     /// Messages that should have been archived and are still on their queue (put refused, delete
     /// refused, queue unreadable: a receive that failed counts 1).
     pub failures: u64,
+    /// The age of the oldest message the sweep received, in seconds since its `SentTimestamp`
+    /// (archived ones included: they waited that long); 0 when the queue was empty; `None`
+    /// when the sweep could not read the queue at all (`failures` says so).
+    pub oldest_message_age_seconds: Option<u64>,
 }
 
 pub trait ArchiveMetrics: Sync {
-    /// One PutMetricData: `ArchivedMessages` and `ArchiveFailures` (Unit Count, dimension
-    /// `QueueName`), zeros included.
+    /// One PutMetricData: `ArchivedMessages` and `ArchiveFailures` (Unit Count) and
+    /// `OldestMessageAgeSeconds` (Unit Seconds, when known), dimension `QueueName`, zeros
+    /// included.
     fn publish(
         &self,
         namespace: &str,
@@ -376,6 +386,10 @@ pub struct QueueSummary {
     pub kept: u64,
     pub failed: u64,
     pub objects: u64,
+    /// Seconds since the `SentTimestamp` of the oldest message received (0: none received;
+    /// absent: the queue could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_age_seconds: Option<u64>,
     pub stopped_because: SweepStop,
 }
 
@@ -447,6 +461,7 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
             let counts = ArchiveCounts {
                 archived: q.archived,
                 failures: q.failed,
+                oldest_message_age_seconds: q.oldest_age_seconds,
             };
             if let Err(e) = self
                 .metrics
@@ -481,8 +496,10 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
             kept: 0,
             failed: 0,
             objects: 0,
+            oldest_age_seconds: None,
             stopped_because: SweepStop::QueueEmpty,
         };
+        let mut oldest_age_ms: Option<i64> = None;
         let mut held: Vec<HandleEntry> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
         let budget = u64::from(self.config.max_messages_per_invocation);
@@ -521,6 +538,7 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
                 let first_time = seen.insert(m.message_id.clone());
                 fresh += usize::from(first_time);
                 let age_ms = m.sent_timestamp_ms().map(|sent| now - sent);
+                oldest_age_ms = oldest_age_ms.max(age_ms);
                 if first_time && age_ms.is_some_and(|age| age >= threshold_ms) {
                     old.push(m);
                 } else {
@@ -554,6 +572,10 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
             }
         };
         summary.stopped_because = stop;
+        // Unknown only when the queue could not be read at all; an empty queue is 0.
+        let unread = stop == SweepStop::ReceiveFailed && summary.received == 0;
+        summary.oldest_age_seconds =
+            (!unread).then(|| u64::try_from(oldest_age_ms.unwrap_or(0).max(0) / 1000).unwrap_or(0));
         self.release(url, &held).await;
         tracing::info!(
             queue = url.name(),
@@ -562,6 +584,7 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
             kept = summary.kept,
             failed = summary.failed,
             objects = summary.objects,
+            oldest_age_seconds = summary.oldest_age_seconds,
             stopped_because = ?summary.stopped_because,
             "sweep"
         );
@@ -732,27 +755,37 @@ impl ArchiveMetrics for CloudWatchArchiveMetrics {
             .name("QueueName")
             .value(queue_name)
             .build();
-        let datum = |name: &str, value: u64| {
+        let datum = |name: &str, unit: StandardUnit, value: u64| {
             MetricDatum::builder()
                 .metric_name(name)
-                .unit(StandardUnit::Count)
+                .unit(unit)
                 .value(value as f64)
                 .dimensions(dim.clone())
                 .build()
         };
-        self.client
+        let mut put = self
+            .client
             .put_metric_data()
             .namespace(namespace)
-            .metric_data(datum("ArchivedMessages", counts.archived))
-            .metric_data(datum("ArchiveFailures", counts.failures))
-            .send()
-            .await
-            .map_err(|e| PortError {
-                operation: "PutMetricData",
-                code: "PutMetricData".into(),
-                message: aws_sdk_cloudwatch::error::DisplayErrorContext(&e).to_string(),
-                retryable: true,
-            })?;
+            .metric_data(datum(
+                "ArchivedMessages",
+                StandardUnit::Count,
+                counts.archived,
+            ))
+            .metric_data(datum(
+                "ArchiveFailures",
+                StandardUnit::Count,
+                counts.failures,
+            ));
+        if let Some(age) = counts.oldest_message_age_seconds {
+            put = put.metric_data(datum("OldestMessageAgeSeconds", StandardUnit::Seconds, age));
+        }
+        put.send().await.map_err(|e| PortError {
+            operation: "PutMetricData",
+            code: "PutMetricData".into(),
+            message: aws_sdk_cloudwatch::error::DisplayErrorContext(&e).to_string(),
+            retryable: true,
+        })?;
         Ok(())
     }
 }

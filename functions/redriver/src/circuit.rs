@@ -17,6 +17,12 @@
 //! [`update`]: load, apply [`Event`]s, save on the version read, and on a conflict load again and
 //! apply the same events to what another writer left. Reading only: [`load_or_new`].
 //!
+//! A conditional write can commit and lose its answer: the SDK's retry of it then fails its
+//! condition (the version moved, by the write itself), and a caller that timed out cannot tell.
+//! So every update carries a token ([`write_token`], one per update and all its tries), which the
+//! record keeps among its last writes' ([`CircuitRecord::apply_once`]): a try that finds its
+//! token in the record it loads applies nothing again ([`update_once`]).
+//!
 //! ```ignore
 //! // The operator flag (workflow, CLI):
 //! let (record, transitions) =
@@ -193,9 +199,14 @@ pub async fn load_or_new<S: CircuitStore>(
     })
 }
 
+/// A token unique to one update and all its tries (see [`update_once`]).
+pub fn write_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
 /// Applies `events` to the stored record and saves it on the version read; on a conflict,
-/// loads again and applies the same events to what is there now. Returns the record written
-/// and the transitions the events made on it.
+/// loads again and applies the same events to what is there now, once (see [`update_once`]).
+/// Returns the record written and the transitions the events made on it.
 pub async fn update<S: CircuitStore>(
     store: &S,
     queue_url: &str,
@@ -203,20 +214,56 @@ pub async fn update<S: CircuitStore>(
     now_ms: i64,
     events: &[Event],
 ) -> Result<(CircuitRecord, Vec<Transition>), CircuitError> {
+    update_once(
+        store,
+        queue_url,
+        settings,
+        now_ms,
+        &write_token(),
+        events,
+        Vec::new(),
+    )
+    .await
+}
+
+/// [`update`] as the write carrying `token`, which may have been tried before (`earlier`: the
+/// transitions that try made). A conflict, or a retryable error, may mean that a try committed
+/// and lost its answer: the record is loaded again, and one that holds `token` already has the
+/// events; it is returned as it is, with the transitions of the try that wrote it.
+pub async fn update_once<S: CircuitStore>(
+    store: &S,
+    queue_url: &str,
+    settings: &CircuitSettings,
+    now_ms: i64,
+    token: &str,
+    events: &[Event],
+    earlier: Vec<Transition>,
+) -> Result<(CircuitRecord, Vec<Transition>), CircuitError> {
+    let mut made = earlier;
     for _ in 0..UPDATE_TRIES {
         let (version, mut record) = load_or_new(store, queue_url, settings, now_ms).await?;
-        let transitions: Vec<Transition> = events
-            .iter()
-            .flat_map(|e| record.apply(settings, e))
-            .collect();
-        match store.save(queue_url, &record, version).await? {
-            SaveOutcome::Saved { .. } => return Ok((record, transitions)),
-            SaveOutcome::Conflict => {
+        match record.apply_once(settings, token, events) {
+            Some(transitions) => made = transitions,
+            None => {
                 tracing::info!(
                     queue = queue_url,
-                    "circuit record changed meanwhile; applying again"
-                )
+                    "circuit record already holds this write (its answer was lost); not applied again"
+                );
+                return Ok((record, made));
             }
+        }
+        match store.save(queue_url, &record, version).await {
+            Ok(SaveOutcome::Saved { .. }) => return Ok((record, made)),
+            Ok(SaveOutcome::Conflict) => tracing::info!(
+                queue = queue_url,
+                "circuit record changed meanwhile (another writer, or this write landed and lost its answer); loading again"
+            ),
+            Err(e) if e.retryable => tracing::warn!(
+                queue = queue_url,
+                error = %e,
+                "saving the circuit record failed; it may have landed: loading again"
+            ),
+            Err(e) => return Err(e.into()),
         }
     }
     Err(CircuitError::Contended {
@@ -357,6 +404,8 @@ pub struct MemoryCircuitStore {
     fail: Mutex<Vec<PortError>>,
     /// Writes another writer makes just before the next saves (to provoke conflicts).
     interfere: Mutex<Vec<Event>>,
+    /// What the next saves answer after committing, in order (their own answer was lost).
+    lost_answers: Mutex<Vec<Result<SaveOutcome, PortError>>>,
     saves: std::sync::atomic::AtomicU64,
 }
 
@@ -391,6 +440,17 @@ impl MemoryCircuitStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(event);
+    }
+
+    /// The next save commits, and its caller gets `reply` instead of the answer, which was lost
+    /// on the way back: `Ok(SaveOutcome::Conflict)` is what the SDK's retry of the same
+    /// conditional write gets (the version moved, by the write itself), an error what a caller
+    /// gets whose retries ran out.
+    pub fn lose_next_answer(&self, reply: Result<SaveOutcome, PortError>) {
+        self.lost_answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(reply);
     }
 
     /// Successful saves so far.
@@ -451,6 +511,10 @@ impl CircuitStore for MemoryCircuitStore {
             },
         );
         self.saves.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut lost = self.lost_answers.lock().unwrap_or_else(|e| e.into_inner());
+        if !lost.is_empty() {
+            return lost.remove(0);
+        }
         Ok(SaveOutcome::Saved { version })
     }
 }
@@ -496,6 +560,26 @@ mod tests {
         assert_eq!(r.operator, Override::Open, "the operator's write survives");
         assert_eq!(r.counts().0, 7, "and our run's count is on top of it");
         assert_eq!(store.get(Q).unwrap().version, 3);
+    }
+
+    #[tokio::test]
+    async fn an_update_whose_write_committed_but_lost_its_answer_is_applied_once() {
+        let store = MemoryCircuitStore::new();
+        let s = CircuitSettings::default();
+        store.put(Q, CircuitRecord::new(&s, 0));
+        store.lose_next_answer(Ok(SaveOutcome::Conflict));
+        let events = [Event::Redriven { now: 1000, n: 7 }];
+        let (r, _) = update(&*store, Q, &s, 1000, &events).await.unwrap();
+        assert_eq!(r.counts().0, 7, "applied once");
+        let stored = store.get(Q).unwrap();
+        assert_eq!((stored.version, stored.record.counts().0), (2, 7));
+        // The operator's override: its transition is reported, and made once.
+        store.lose_next_answer(Ok(SaveOutcome::Conflict));
+        let (r, t) = set_override(&*store, Q, &s, Override::Open, 2000)
+            .await
+            .unwrap();
+        assert_eq!((r.state, t.len()), (State::Open, 1));
+        assert_eq!(store.get(Q).unwrap().record.history.len(), 1);
     }
 
     #[tokio::test]

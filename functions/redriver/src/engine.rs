@@ -13,10 +13,12 @@ use redrive_shared::config::RedriverConfig;
 use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
 use redrive_shared::event::{EventError, Skip, Trigger, recognize};
 use redrive_shared::limits::{
-    HeldGroups, MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, MAX_RECEIVE, split_batches, split_fifo_batches,
+    HeldGroups, MAX_ATTRIBUTES, MAX_DELAY_SECONDS, MAX_MESSAGE_BYTES, MAX_RECEIVE, split_batches,
+    split_fifo_batches,
 };
 use redrive_shared::meta::IsolationReason;
 use redrive_shared::meta::MetaSource;
+use redrive_shared::meta::RedriveMeta;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -40,6 +42,8 @@ pub enum StopReason {
     CircuitOpen,
     NotInAlarm,
     OtherQueue,
+    /// A Step Functions execution that found another one draining the DLQ: it received nothing.
+    AlreadyRunning,
     Other,
 }
 
@@ -52,6 +56,7 @@ impl StopReason {
             Self::CircuitOpen => "circuit-open",
             Self::NotInAlarm => "not-in-alarm",
             Self::OtherQueue => "other-queue",
+            Self::AlreadyRunning => "already-running",
             Self::Other => "other",
         }
     }
@@ -110,7 +115,9 @@ pub struct DrainRequest {
     pub dry_run: bool,
     /// The Lambda deadline; `None` runs until the limit or an empty queue.
     pub deadline: Option<Instant>,
-    /// The alarm that triggered this drain, to re-arm when a backlog remains.
+    /// The DLQ's trigger alarm, re-armed after the drain when it is in ALARM (see
+    /// [`Engine::rearm`]): the alarm that notified an alarm-triggered drain, else
+    /// `TRIGGER_ALARM_NAME`. `None`: nothing to re-arm.
     pub trigger_alarm: Option<String>,
 }
 
@@ -194,10 +201,18 @@ impl Default for DestinationLimits {
     }
 }
 
-/// A copy that its destination rejects as the sender's fault (not throttling, not a 5xx) is
-/// isolated `send-rejected` once the message has been received this many times from the DLQ
-/// (SQS's ApproximateReceiveCount: no state of our own), instead of looping until retention.
-pub const SEND_REJECTED_AFTER_RECEIVES: u32 = 3;
+/// A message whose copy the source rejects as the sender's fault (not throttling, not a 5xx)
+/// is isolated `send-rejected` at this rejection, instead of looping until retention.
+///
+/// The count is the re-driver's own: each rejection before that sends the message back to
+/// the DLQ with the count in its `x-redrive` ([`SEND_REJECTIONS_FIELD`]) and deletes the
+/// original once that copy is acknowledged. `ApproximateReceiveCount` is no measure: every
+/// sweep, search or peek of the DLQ raises it. A FIFO DLQ keeps the receive count, since a copy
+/// sent back would go behind the later messages of its group.
+pub const SEND_REJECTED_AFTER: u32 = 3;
+
+/// The `x-redrive` field (a number) counting the source's rejections of the message's copies.
+pub const SEND_REJECTIONS_FIELD: &str = "sendRejections";
 
 /// What a send of entries came to.
 #[derive(Debug, Default)]
@@ -232,6 +247,8 @@ enum Outcome {
     DeleteFailed,
     /// FIFO: not sent because an earlier message of its group failed in this invocation.
     HeldForOrder,
+    /// Rejected by the source: sent back to the DLQ with its count of rejections.
+    Requeued,
 }
 
 struct Run<'a> {
@@ -447,11 +464,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         deadline: Option<Instant>,
     ) -> Result<Summary, InvocationError> {
         let trigger = recognize(event)?;
+        // Scheduled and manual drains re-arm the configured trigger alarm; an alarm's own
+        // drain re-arms the alarm that notified it.
         let defaults = DrainRequest {
             max_messages: self.config.max_messages_per_invocation,
             dry_run: self.config.dry_run,
             deadline,
-            trigger_alarm: None,
+            trigger_alarm: self.config.trigger_alarm_name.clone(),
         };
         let request = match trigger {
             Trigger::Alarm(alarm) => {
@@ -519,12 +538,18 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             }
             None => self.drain_with_circuit(request).await,
         };
-        // Each call below is bounded by `call_timeout` and by the deadline itself.
-        summary.dlq_remaining = self.dlq_remaining(end).await;
-        self.publish(&summary, end).await;
-        self.rearm(request, &summary).await;
-        log_summary(&summary);
+        self.end_run(request, &mut summary).await;
         summary
+    }
+
+    /// The end of every run, whichever front end ran it (the Lambda, a workflow's summary):
+    /// the DLQ's depth, one PutMetricData, the re-arm of the trigger alarm, the summary line.
+    /// Each call is bounded by `call_timeout` and by the deadline itself.
+    pub(crate) async fn end_run(&self, request: &DrainRequest, summary: &mut Summary) {
+        summary.dlq_remaining = self.dlq_remaining(request.deadline).await;
+        self.publish(summary, request.deadline).await;
+        self.rearm(request, summary).await;
+        log_summary(summary);
     }
 
     /// The guard alarms that keep the circuit open: those in ALARM, and those that do not exist
@@ -613,9 +638,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         }
     }
 
-    /// An alarm notifies only on a state change: after an alarm-triggered drain whose alarm is
-    /// still in ALARM, set it to OK whatever the backlog, so that inflow during or after the
-    /// drain fires it again at its next evaluation. A drain that moved nothing (an open circuit,
+    /// An alarm notifies only on a state change: after a drain that is not a dry run (alarm,
+    /// schedule, manual, a workflow's summary) whose trigger alarm is still in ALARM, set it to
+    /// OK whatever the backlog, so that inflow during or after the drain fires it again at its
+    /// next evaluation. A drain that moved nothing (an open circuit,
     /// sends that keep failing) re-arms at most once per alarm period, so that a guard incident
     /// costs one notification per period rather than one per evaluation.
     pub(crate) async fn rearm(&self, request: &DrainRequest, summary: &Summary) {
@@ -1007,17 +1033,55 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         };
 
         // A copy the source keeps rejecting as the sender's fault (a queue smaller than it
-        // says, an attribute SQS refuses) would loop until retention: after a bounded number of
-        // receives it is isolated `send-rejected` instead.
+        // says, an attribute SQS refuses) would loop until retention: at its
+        // SEND_REJECTED_AFTER-th rejection it is isolated `send-rejected` instead, and before
+        // that it goes back to the DLQ carrying the count.
+        let dlq_fifo = self.config.dlq_url.is_fifo();
         let mut second = Vec::new();
+        let mut requeue = Vec::new();
         for (entry, failure) in std::mem::take(&mut source.rejected) {
             let Ok(i) = entry.id.parse::<usize>() else {
                 continue;
             };
             let (attributes, group_id, receive_count) = &received[i];
             let message_id = meta[i].0.clone();
-            if *receive_count < SEND_REJECTED_AFTER_RECEIVES {
-                tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, action = "send-rejected:left-on-dlq", "the source queue rejected the copy; isolated if it keeps doing so");
+            let (mut history, _) = RedriveMeta::read(attributes, &message_id);
+            let rejections = history
+                .extra
+                .get(SEND_REJECTIONS_FIELD)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+                + 1;
+            let count = if dlq_fifo {
+                u64::from(*receive_count)
+            } else {
+                rejections
+            };
+            if count < u64::from(SEND_REJECTED_AFTER) {
+                if dlq_fifo {
+                    tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, action = "send-rejected:left-on-dlq", "the source queue rejected the copy; isolated if it keeps doing so");
+                    continue;
+                }
+                tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, rejections, action = "send-rejected:requeued-on-dlq", "the source queue rejected the copy; back on the DLQ with the count, isolated if it keeps doing so");
+                history
+                    .extra
+                    .insert(SEND_REJECTIONS_FIELD.to_string(), rejections.into());
+                let mut counted = attributes.clone();
+                history.write_into(&mut counted);
+                requeue.push(SendEntry {
+                    id: entry.id,
+                    body: entry.body,
+                    attributes: counted,
+                    // Hidden as long as the original would have stayed in flight, so that
+                    // this drain does not take it up again at once.
+                    delay_seconds: Some(
+                        self.settings
+                            .visibility_seconds
+                            .clamp(0, MAX_DELAY_SECONDS as i32) as u32,
+                    ),
+                    group_id: group_id.clone(),
+                    dedup_id: None,
+                });
                 continue;
             }
             let view = ReceivedMessage {
@@ -1027,7 +1091,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 group_id: group_id.as_deref(),
             };
             let decision = self.isolate_send_rejected(&view);
-            tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, action = "isolate:send-rejected", "the source queue keeps rejecting the copy as the sender's fault");
+            tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, rejections, action = "isolate:send-rejected", "the source queue keeps rejecting the copy as the sender's fault");
             second.push(SendEntry {
                 id: entry.id,
                 body: entry.body,
@@ -1038,6 +1102,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             });
             meta[i].2 = decision;
         }
+        // The count's copies; one the DLQ refuses leaves the original where it is.
+        let requeued: HashSet<String> = self
+            .send_all(run, self.config.dlq_url.as_str(), requeue)
+            .await
+            .acked
+            .into_iter()
+            .collect();
         if !second.is_empty() {
             // Straight to the poison queue, in FIFO batches where needed: the group was held
             // back from the source for this invocation, which does not apply to the isolation.
@@ -1068,7 +1139,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let deletes: Vec<HandleEntry> = meta
             .iter()
             .enumerate()
-            .filter(|(i, _)| acked.contains(&i.to_string()))
+            .filter(|(i, _)| {
+                let id = i.to_string();
+                acked.contains(&id) || requeued.contains(&id)
+            })
             .map(|(i, (_, handle, _))| HandleEntry {
                 id: i.to_string(),
                 receipt_handle: handle.clone(),
@@ -1078,9 +1152,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
 
         for (i, (message_id, _, decision)) in meta.iter().enumerate() {
             let id = i.to_string();
-            let outcome = if deleted.contains(&id) {
+            let outcome = if deleted.contains(&id) && requeued.contains(&id) {
+                Outcome::Requeued
+            } else if deleted.contains(&id) {
                 Outcome::Done
-            } else if acked.contains(&id) {
+            } else if acked.contains(&id) || requeued.contains(&id) {
                 Outcome::DeleteFailed
             } else if held.contains(&id) {
                 Outcome::HeldForOrder
@@ -1107,6 +1183,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 (Outcome::HeldForOrder, _) => {
                     run.failed.fetch_add(1, Ordering::SeqCst);
                     "held:group-order".to_string()
+                }
+                (Outcome::Requeued, _) => {
+                    run.failed.fetch_add(1, Ordering::SeqCst);
+                    "send-rejected:requeued-on-dlq".to_string()
                 }
             };
             log_decided(message_id, decision, &action);

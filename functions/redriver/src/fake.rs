@@ -6,6 +6,18 @@
 //! [`FakeSqs`] is the one in-memory SQS of the repository: the fault tests, `make bench` and
 //! the soak's world (`bench/src/world.rs`, which puts an SDK-like fault layer in front of the
 //! `*_now` operations) all run on it. Its clock is tokio's, so it also runs on the paused clock.
+//!
+//! It behaves as AWS's SQS does where moto does not, by default:
+//! - a receive from a standard queue returns a random sample of the visible messages (SQS's
+//!   best-effort order), drawn from a seeded generator ([`FakeSqs::seeded`]) so that runs
+//!   repeat; a FIFO queue returns the messages of its unlocked groups in group order, one group
+//!   after another (a group with a message in flight is locked);
+//! - a delete with a receipt handle that is not the message's latest succeeds and deletes
+//!   nothing (a FIFO queue refuses it);
+//! - ChangeMessageVisibility is refused for a message not in flight, for a stale handle, and
+//!   when the new timeout would end more than 12 hours after the message was received;
+//! - a message is gone once its queue's `MessageRetentionPeriod` has passed since it was sent
+//!   (in flight or not), 4 days unless [`FakeSqs::set_retention`] says otherwise.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,8 +25,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_shared::Attributes;
+use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::{
-    MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES, Outgoing, is_fifo,
+    MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES, MAX_VISIBILITY_SECONDS, Outgoing,
+    is_fifo,
 };
 use tokio::time::Instant;
 
@@ -33,22 +47,111 @@ pub struct FakeMessage {
     pub delay_seconds: Option<u32>,
     pub receive_count: u32,
     visible_at: Instant,
+    /// The latest receive's handle, until the message is received again.
     receipt: Option<String>,
+    /// When it was sent (kept when SQS moves it to a DLQ): its retention counts from here.
+    sent_at: Instant,
+    /// When it was last received: its visibility cannot end 12 hours after this.
+    received_at: Option<Instant>,
 }
 
 type EntryFault = Box<dyn Fn(&str, &SendEntry) -> Option<EntryFailure> + Send + Sync>;
 type DeleteFault = Box<dyn Fn(&FakeMessage) -> bool + Send + Sync>;
 
-#[derive(Default)]
+/// SQS's default `MessageRetentionPeriod`: 4 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+
+/// The seed of [`FakeSqs::new`]'s receive order.
+const DEFAULT_SEED: u64 = 0x5eed_5e1f;
+
 struct State {
     queues: HashMap<String, VecDeque<FakeMessage>>,
     dedup: HashSet<(String, String)>,
     /// RedrivePolicy per queue: (DLQ URL, maxReceiveCount).
     redrive: HashMap<String, (String, u32)>,
+    /// `MessageRetentionPeriod` per queue; [`DEFAULT_RETENTION`] when not set.
+    retention: HashMap<String, Duration>,
     next_id: u64,
+    /// Draws the order of receives.
+    rng: JitterRng,
+}
+
+/// FIFO: the positions of the messages of groups with nothing in flight (or delayed), in
+/// queue order.
+fn fifo_candidates(q: &VecDeque<FakeMessage>, now: Instant) -> Vec<usize> {
+    let locked: HashSet<Option<&str>> = q
+        .iter()
+        .filter(|m| m.visible_at > now)
+        .map(|m| m.group_id.as_deref())
+        .collect();
+    (0..q.len())
+        .filter(|&i| !locked.contains(&q[i].group_id.as_deref()))
+        .collect()
 }
 
 impl State {
+    /// Up to `max` of `candidates`, drawn at random, in the order drawn.
+    fn sample(&mut self, mut candidates: Vec<usize>, max: usize) -> Vec<usize> {
+        let k = max.min(candidates.len());
+        for i in 0..k {
+            let j = i + self.pick(candidates.len() - i);
+            candidates.swap(i, j);
+        }
+        candidates.truncate(k);
+        candidates
+    }
+
+    /// FIFO: whole groups drawn at random, each in its order, until `max` messages.
+    fn pick_groups(&mut self, url: &str, candidates: Vec<usize>, max: usize) -> Vec<usize> {
+        let Some(q) = self.queues.get(url) else {
+            return Vec::new();
+        };
+        let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
+        for i in candidates {
+            let g = &q[i].group_id;
+            match groups.iter_mut().find(|(k, _)| k == g) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((g.clone(), vec![i])),
+            }
+        }
+        let mut out = Vec::new();
+        while out.len() < max && !groups.is_empty() {
+            let j = self.pick(groups.len());
+            let (_, members) = groups.swap_remove(j);
+            out.extend(members.into_iter().take(max - out.len()));
+        }
+        out
+    }
+
+    fn new(seed: u64) -> Self {
+        Self {
+            queues: HashMap::new(),
+            dedup: HashSet::new(),
+            redrive: HashMap::new(),
+            retention: HashMap::new(),
+            next_id: 0,
+            rng: seeded_rng(seed),
+        }
+    }
+
+    /// A queue, without the messages whose retention period has passed.
+    fn queue(&mut self, url: &str) -> Option<&mut VecDeque<FakeMessage>> {
+        let retention = self
+            .retention
+            .get(url)
+            .copied()
+            .unwrap_or(DEFAULT_RETENTION);
+        let now = Instant::now();
+        let q = self.queues.get_mut(url)?;
+        q.retain(|m| now.duration_since(m.sent_at) < retention);
+        Some(q)
+    }
+
+    /// A uniform index below `n` (n > 0).
+    fn pick(&mut self, n: usize) -> usize {
+        ((self.rng.next_unit() * n as f64) as usize).min(n - 1)
+    }
+
     /// Stores a message on `url` (created if missing); returns its MessageId.
     fn store(
         &mut self,
@@ -73,6 +176,8 @@ impl State {
                 receive_count: 0,
                 visible_at: Instant::now() + delay,
                 receipt: None,
+                sent_at: Instant::now(),
+                received_at: None,
             });
         id
     }
@@ -101,7 +206,6 @@ impl CallCounts {
 }
 
 /// An in-memory SQS.
-#[derive(Default)]
 pub struct FakeSqs {
     state: Mutex<State>,
     /// Added to every call: the round trip a real service costs.
@@ -132,9 +236,34 @@ pub fn throttled(operation: &'static str) -> PortError {
     }
 }
 
+impl Default for FakeSqs {
+    fn default() -> Self {
+        Self::with_seed(DEFAULT_SEED)
+    }
+}
+
 impl FakeSqs {
+    fn with_seed(seed: u64) -> Self {
+        Self {
+            state: Mutex::new(State::new(seed)),
+            latency: Duration::ZERO,
+            calls: CallCounts::default(),
+            call_faults: Mutex::default(),
+            send_fault: Mutex::default(),
+            delete_fault: Mutex::default(),
+            hang_deletes: Mutex::default(),
+            stalls: Mutex::default(),
+            max_sizes: Mutex::default(),
+        }
+    }
+
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A fake whose receive order is drawn from `seed`.
+    pub fn seeded(seed: u64) -> Arc<Self> {
+        Arc::new(Self::with_seed(seed))
     }
 
     pub fn with_latency(latency: Duration) -> Arc<Self> {
@@ -160,6 +289,12 @@ impl FakeSqs {
             .insert(url.to_string(), (dlq.to_string(), max_receives));
     }
 
+    /// Sets `url`'s `MessageRetentionPeriod`: its messages are gone once it passed since they
+    /// were sent, in flight or not.
+    pub fn set_retention(&self, url: &str, retention: Duration) {
+        self.lock().retention.insert(url.to_string(), retention);
+    }
+
     /// Puts a message on a queue as a producer (or SQS's own DLQ move) would; returns its id.
     pub fn push(
         &self,
@@ -175,14 +310,13 @@ impl FakeSqs {
     /// All messages of a queue, visible or not.
     pub fn messages(&self, url: &str) -> Vec<FakeMessage> {
         self.lock()
-            .queues
-            .get(url)
+            .queue(url)
             .map(|q| q.iter().cloned().collect())
             .unwrap_or_default()
     }
 
     pub fn len(&self, url: &str) -> usize {
-        self.lock().queues.get(url).map_or(0, VecDeque::len)
+        self.lock().queue(url).map_or(0, |q| q.len())
     }
 
     pub fn is_empty(&self, url: &str) -> bool {
@@ -193,17 +327,16 @@ impl FakeSqs {
     pub fn depth_visible(&self, url: &str) -> usize {
         let now = Instant::now();
         self.lock()
-            .queues
-            .get(url)
+            .queue(url)
             .map_or(0, |q| q.iter().filter(|m| m.visible_at <= now).count())
     }
 
-    /// Makes every message of a queue visible now (as if their timeouts passed).
+    /// Makes every message of a queue visible now (as if their timeouts passed). Their latest
+    /// handles stay valid for a delete until they are received again, as in SQS.
     pub fn expire_visibility(&self, url: &str) {
-        if let Some(q) = self.lock().queues.get_mut(url) {
+        if let Some(q) = self.lock().queue(url) {
             for m in q.iter_mut() {
                 m.visible_at = Instant::now();
-                m.receipt = None;
             }
         }
     }
@@ -325,8 +458,10 @@ fn check_batch_ids<'a>(
 /// [`Queue`] port runs after its latency and faults, and what a fault layer in front of the
 /// fake (the soak's world) applies when an attempt reaches the service.
 impl FakeSqs {
-    /// ReceiveMessage. A queue with a RedrivePolicy moves a message received
-    /// `maxReceiveCount` times to its DLQ instead of returning it.
+    /// ReceiveMessage: a random sample of the visible messages of a standard queue, the
+    /// messages of unlocked groups of a FIFO queue (see the module docs). A queue with a
+    /// RedrivePolicy moves a message received `maxReceiveCount` times to its DLQ instead of
+    /// returning it.
     pub fn receive_now(
         &self,
         queue_url: &str,
@@ -339,47 +474,51 @@ impl FakeSqs {
                 format!("MaxNumberOfMessages {max_messages}"),
             ));
         }
+        let max = max_messages as usize;
         let now = Instant::now();
-        let fifo = is_fifo(queue_url);
         let mut s = self.lock();
         let s = &mut *s;
         let redrive = s.redrive.get(queue_url).cloned();
+        let chosen = {
+            let q = s
+                .queue(queue_url)
+                .ok_or_else(|| invalid("ReceiveMessage", format!("no queue {queue_url}")))?;
+            let q: &VecDeque<FakeMessage> = q;
+            if is_fifo(queue_url) {
+                fifo_candidates(q, now)
+            } else {
+                (0..q.len()).filter(|&i| q[i].visible_at <= now).collect()
+            }
+        };
+        let picked = if is_fifo(queue_url) {
+            s.pick_groups(queue_url, chosen, max)
+        } else {
+            s.sample(chosen, max)
+        };
+        let mut out = Vec::new();
+        let mut moved = Vec::new();
+        let mut ids = Vec::with_capacity(picked.len());
+        for _ in &picked {
+            s.next_id += 1;
+            ids.push(s.next_id);
+        }
         let q = s
             .queues
             .get_mut(queue_url)
-            .ok_or_else(|| invalid("ReceiveMessage", format!("no queue {queue_url}")))?;
-        // FIFO: a group whose earlier message is in flight (or delayed) is locked.
-        let mut blocked: HashSet<String> = HashSet::new();
-        let mut out = Vec::new();
-        let mut moved = Vec::new();
-        let mut i = 0;
-        while i < q.len() && out.len() < max_messages as usize {
+            .expect("the queue was found above");
+        for (&i, n) in picked.iter().zip(ids) {
             let m = &mut q[i];
-            if m.visible_at > now {
-                if fifo && let Some(g) = &m.group_id {
-                    blocked.insert(g.clone());
-                }
-                i += 1;
-                continue;
-            }
-            if fifo && m.group_id.as_ref().is_some_and(|g| blocked.contains(g)) {
-                i += 1;
-                continue;
-            }
             if let Some((_, max_receives)) = &redrive
                 && m.receive_count >= *max_receives
             {
-                let mut m = q.remove(i).expect("index in range");
-                m.receipt = None;
-                m.visible_at = now;
-                moved.push(m);
+                moved.push(i);
                 continue;
             }
-            s.next_id += 1;
-            let receipt = format!("rh-{}-{}", m.message_id, s.next_id);
+            let receipt = format!("rh-{}-{n}", m.message_id);
             m.receive_count += 1;
             m.visible_at = now + Duration::from_secs(visibility_seconds.max(0) as u64);
             m.receipt = Some(receipt.clone());
+            m.received_at = Some(now);
             out.push(Received {
                 message_id: m.message_id.clone(),
                 receipt_handle: receipt,
@@ -389,10 +528,19 @@ impl FakeSqs {
                 receive_count: m.receive_count,
                 sent_timestamp_ms: None,
             });
-            i += 1;
         }
         if let Some((dlq, _)) = redrive {
-            s.queues.entry(dlq).or_default().extend(moved);
+            moved.sort_unstable();
+            let mut gone = Vec::with_capacity(moved.len());
+            for i in moved.into_iter().rev() {
+                let mut m = q.remove(i).expect("index in range");
+                m.receipt = None;
+                m.received_at = None;
+                m.visible_at = now;
+                gone.push(m);
+            }
+            gone.reverse();
+            s.queues.entry(dlq).or_default().extend(gone);
         }
         Ok(out)
     }
@@ -505,8 +653,9 @@ impl FakeSqs {
         Ok(ids.into_iter().next().unwrap_or_default())
     }
 
-    /// DeleteMessageBatch. A receipt handle that is not the message's latest (or whose message
-    /// is gone) deletes nothing and fails its entry with `ReceiptHandleIsInvalid`.
+    /// DeleteMessageBatch. A receipt handle that is not the message's latest, or whose message
+    /// is gone, deletes nothing and succeeds, as SQS documents; a FIFO queue fails its entry
+    /// instead (its handles expire).
     pub fn delete_now(
         &self,
         queue_url: &str,
@@ -515,10 +664,10 @@ impl FakeSqs {
         check_batch_ids("DeleteMessageBatch", entries.iter().map(|e| e.id.as_str()))?;
         let fault = self.delete_fault.lock().unwrap_or_else(|e| e.into_inner());
         let mut outcome = BatchOutcome::default();
+        let fifo = is_fifo(queue_url);
         let mut s = self.lock();
         let q = s
-            .queues
-            .get_mut(queue_url)
+            .queue(queue_url)
             .ok_or_else(|| invalid("DeleteMessageBatch", format!("no queue {queue_url}")))?;
         for e in entries {
             let pos = q
@@ -541,13 +690,23 @@ impl FakeSqs {
                     q.remove(pos);
                     outcome.succeeded.push(e.id.clone());
                 }
-                None => outcome.failed.push(stale(&e.id)),
+                None if fifo => outcome.failed.push(EntryFailure {
+                    id: e.id.clone(),
+                    code: "InvalidParameterValue".into(),
+                    message: format!(
+                        "Value {} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.",
+                        e.receipt_handle
+                    ),
+                    sender_fault: true,
+                }),
+                None => outcome.succeeded.push(e.id.clone()),
             }
         }
         Ok(outcome)
     }
 
-    /// ChangeMessageVisibilityBatch; visibility 0 also forgets the receipt handle.
+    /// ChangeMessageVisibilityBatch: only with the latest handle of a message in flight, and
+    /// only to end within 12 hours of its receive.
     pub fn change_visibility_now(
         &self,
         queue_url: &str,
@@ -559,8 +718,11 @@ impl FakeSqs {
             entries.iter().map(|e| e.id.as_str()),
         )?;
         let mut outcome = BatchOutcome::default();
+        let now = Instant::now();
+        let visibility = Duration::from_secs(visibility_seconds.max(0) as u64);
+        let limit = Duration::from_secs(u64::from(MAX_VISIBILITY_SECONDS));
         let mut s = self.lock();
-        let q = s.queues.get_mut(queue_url).ok_or_else(|| {
+        let q = s.queue(queue_url).ok_or_else(|| {
             invalid(
                 "ChangeMessageVisibilityBatch",
                 format!("no queue {queue_url}"),
@@ -571,12 +733,27 @@ impl FakeSqs {
                 .iter_mut()
                 .find(|m| m.receipt.as_deref() == Some(&e.receipt_handle))
             {
+                Some(m) if m.visible_at <= now => outcome.failed.push(EntryFailure {
+                    id: e.id.clone(),
+                    code: "MessageNotInflight".into(),
+                    message: "The message is not in flight.".into(),
+                    sender_fault: true,
+                }),
+                Some(m)
+                    if m.received_at
+                        .is_some_and(|at| now.duration_since(at) + visibility > limit) =>
+                {
+                    outcome.failed.push(EntryFailure {
+                        id: e.id.clone(),
+                        code: "InvalidParameterValue".into(),
+                        message: format!(
+                            "Value {visibility_seconds} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [{MAX_VISIBILITY_SECONDS} seconds]"
+                        ),
+                        sender_fault: true,
+                    })
+                }
                 Some(m) => {
-                    m.visible_at =
-                        Instant::now() + Duration::from_secs(visibility_seconds.max(0) as u64);
-                    if visibility_seconds == 0 {
-                        m.receipt = None;
-                    }
+                    m.visible_at = now + visibility;
                     outcome.succeeded.push(e.id.clone());
                 }
                 None => outcome.failed.push(stale(&e.id)),
@@ -588,16 +765,15 @@ impl FakeSqs {
     /// GetQueueAttributes for the depth: visible, in flight (received), delayed.
     pub fn depth_now(&self, queue_url: &str) -> Result<Depth, PortError> {
         let now = Instant::now();
-        let s = self.lock();
+        let mut s = self.lock();
         let q = s
-            .queues
-            .get(queue_url)
+            .queue(queue_url)
             .ok_or_else(|| invalid("GetQueueAttributes", format!("no queue {queue_url}")))?;
         let mut d = Depth::default();
-        for m in q {
+        for m in q.iter() {
             if m.visible_at <= now {
                 d.visible += 1;
-            } else if m.receipt.is_some() {
+            } else if m.received_at.is_some() {
                 d.in_flight += 1;
             } else {
                 d.delayed += 1;
@@ -774,5 +950,226 @@ impl Metrics for Arc<FakeCloudWatch> {
             .unwrap_or_else(|e| e.into_inner())
             .push((namespace.to_string(), queue_name.to_string(), metrics));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const Q: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/q";
+    const FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/q.fifo";
+
+    fn handle(id: &str, receipt_handle: &str) -> HandleEntry {
+        HandleEntry {
+            id: id.to_string(),
+            receipt_handle: receipt_handle.to_string(),
+        }
+    }
+
+    fn filled(sqs: &FakeSqs, url: &str, n: usize) -> Vec<String> {
+        sqs.create_queue(url);
+        (0..n)
+            .map(|i| sqs.push(url, &format!("m{i}"), Attributes::new(), None))
+            .collect()
+    }
+
+    fn drain_order(seed: u64) -> Vec<String> {
+        let sqs = FakeSqs::seeded(seed);
+        filled(&sqs, Q, 30);
+        let mut order = Vec::new();
+        loop {
+            let got = sqs.receive_now(Q, 10, 300).unwrap();
+            if got.is_empty() {
+                return order;
+            }
+            order.extend(got.into_iter().map(|m| m.message_id));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_standard_receive_samples_the_visible_messages_in_no_set_order() {
+        // GIVEN 30 messages sent in order
+        let sent = filled(&FakeSqs::new(), Q, 30);
+
+        // WHEN they are received until none is visible
+        let order = drain_order(7);
+
+        // THEN each comes once, not in the order sent, and the same seed repeats the order
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(sorted, sent);
+        assert_ne!(order, sent, "best-effort order, not insertion order");
+        assert_eq!(order, drain_order(7));
+        assert_ne!(order, drain_order(8));
+    }
+
+    #[tokio::test]
+    async fn a_fifo_receive_returns_unlocked_groups_in_their_order() {
+        // GIVEN two groups of three messages, interleaved
+        let sqs = FakeSqs::new();
+        sqs.create_queue(FIFO);
+        let mut ids: HashMap<&str, Vec<String>> = HashMap::new();
+        for i in 0..6 {
+            let g = if i % 2 == 0 { "a" } else { "b" };
+            let id = sqs.push(FIFO, &format!("m{i}"), Attributes::new(), Some(g));
+            ids.entry(g).or_default().push(id);
+        }
+
+        // WHEN one message is received
+        let first = sqs.receive_now(FIFO, 1, 300).unwrap();
+        assert_eq!(first.len(), 1);
+        let g = first[0].group_id.clone().unwrap();
+        let other = if g == "a" { "b" } else { "a" };
+
+        // THEN it is the head of its group, and that group is locked while it is in flight:
+        // the next receive returns the other group, whole and in order
+        assert_eq!(first[0].message_id, ids[g.as_str()][0]);
+        let next = sqs.receive_now(FIFO, 10, 300).unwrap();
+        let got: Vec<String> = next.into_iter().map(|m| m.message_id).collect();
+        assert_eq!(got, ids[other]);
+        assert!(sqs.receive_now(FIFO, 10, 300).unwrap().is_empty());
+
+        // AND once the head is deleted, the rest of its group comes in order
+        sqs.delete_now(FIFO, &[handle("0", &first[0].receipt_handle)])
+            .unwrap();
+        let rest: Vec<String> = sqs
+            .receive_now(FIFO, 10, 300)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        assert_eq!(rest, ids[g.as_str()][1..]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_with_a_stale_handle_succeeds_and_deletes_nothing() {
+        // GIVEN a message received twice (its visibility ran out in between)
+        let sqs = FakeSqs::new();
+        filled(&sqs, Q, 1);
+        let old = sqs.receive_now(Q, 1, 1).unwrap().remove(0);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let new = sqs.receive_now(Q, 1, 30).unwrap().remove(0);
+
+        // WHEN it is deleted with the first handle
+        let outcome = sqs
+            .delete_now(Q, &[handle("0", &old.receipt_handle)])
+            .unwrap();
+
+        // THEN SQS answers success, and the message is still there
+        assert_eq!(outcome.succeeded, vec!["0".to_string()]);
+        assert_eq!(sqs.len(Q), 1);
+
+        // AND the latest handle deletes it
+        sqs.delete_now(Q, &[handle("0", &new.receipt_handle)])
+            .unwrap();
+        assert_eq!(sqs.len(Q), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_latest_handle_deletes_after_the_visibility_ran_out() {
+        let sqs = FakeSqs::new();
+        filled(&sqs, Q, 1);
+        let m = sqs.receive_now(Q, 1, 1).unwrap().remove(0);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        sqs.delete_now(Q, &[handle("0", &m.receipt_handle)])
+            .unwrap();
+        assert_eq!(sqs.len(Q), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fifo_queue_refuses_a_stale_handle() {
+        let sqs = FakeSqs::new();
+        sqs.create_queue(FIFO);
+        sqs.push(FIFO, "b", Attributes::new(), Some("g"));
+        let old = sqs.receive_now(FIFO, 1, 1).unwrap().remove(0);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        sqs.receive_now(FIFO, 1, 30).unwrap();
+        let outcome = sqs
+            .delete_now(FIFO, &[handle("0", &old.receipt_handle)])
+            .unwrap();
+        assert!(
+            outcome.failed[0].message.contains("expired"),
+            "{:?}",
+            outcome.failed
+        );
+        assert_eq!(sqs.len(FIFO), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn change_visibility_past_twelve_hours_from_the_receive_is_refused() {
+        // GIVEN a message received an hour ago
+        let sqs = FakeSqs::new();
+        filled(&sqs, Q, 1);
+        let m = sqs.receive_now(Q, 1, 7200).unwrap().remove(0);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        let entry = [handle("0", &m.receipt_handle)];
+
+        // WHEN its visibility is set to end 12 hours and 1 second after the receive
+        let refused = sqs.change_visibility_now(Q, &entry, 11 * 3600 + 1).unwrap();
+
+        // THEN SQS refuses it as the caller's fault, and 11 hours (exactly 12) is accepted
+        let f = &refused.failed[0];
+        assert_eq!(f.code, "InvalidParameterValue");
+        assert!(
+            f.message.contains("Total VisibilityTimeout"),
+            "{}",
+            f.message
+        );
+        assert!(f.sender_fault);
+        let ok = sqs.change_visibility_now(Q, &entry, 11 * 3600).unwrap();
+        assert_eq!(ok.succeeded, vec!["0".to_string()]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn change_visibility_needs_the_latest_handle_of_a_message_in_flight() {
+        let sqs = FakeSqs::new();
+        filled(&sqs, Q, 1);
+        let old = sqs.receive_now(Q, 1, 1).unwrap().remove(0);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        // Its visibility ran out: not in flight.
+        let out = sqs
+            .change_visibility_now(Q, &[handle("0", &old.receipt_handle)], 60)
+            .unwrap();
+        assert_eq!(out.failed[0].code, "MessageNotInflight");
+        // Received again: the old handle is stale.
+        sqs.receive_now(Q, 1, 60).unwrap();
+        let out = sqs
+            .change_visibility_now(Q, &[handle("0", &old.receipt_handle)], 60)
+            .unwrap();
+        assert_eq!(out.failed[0].code, "ReceiptHandleIsInvalid");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retention_deletes_messages_in_flight_or_not() {
+        // GIVEN a queue keeping messages 60 seconds, one message in flight and one visible
+        let sqs = FakeSqs::new();
+        filled(&sqs, Q, 2);
+        sqs.set_retention(Q, Duration::from_secs(60));
+        let m = sqs.receive_now(Q, 1, 300).unwrap().remove(0);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let young = sqs.push(Q, "young", Attributes::new(), None);
+
+        // WHEN 60 seconds passed since the first two were sent
+        tokio::time::advance(Duration::from_secs(30)).await;
+
+        // THEN both are gone, the one in flight too; the younger one stays
+        let left: Vec<String> = sqs.messages(Q).into_iter().map(|m| m.message_id).collect();
+        assert_eq!(left, vec![young]);
+        assert_eq!(sqs.depth_now(Q).unwrap().total(), 1);
+        let out = sqs
+            .change_visibility_now(Q, &[handle("0", &m.receipt_handle)], 60)
+            .unwrap();
+        assert_eq!(out.failed.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retention_counts_from_the_send_on_the_default_four_days() {
+        let sqs = FakeSqs::new();
+        filled(&sqs, Q, 1);
+        tokio::time::advance(DEFAULT_RETENTION - Duration::from_secs(1)).await;
+        assert_eq!(sqs.len(Q), 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(sqs.len(Q), 0);
     }
 }

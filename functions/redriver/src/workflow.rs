@@ -39,7 +39,8 @@
 //!
 //! The execution input (`start`): `{"maxMessages": N, "dryRun": bool, "mode": "messages" |
 //! "scaleOut", "drains": K, "triggerAlarm": "name"}`, all optional, unknown keys rejected.
-//! - `Run`: `{"maxMessages", "dryRun", "mode", "drains", "fifo", "triggerAlarm"?}`
+//! - `Run`: `{"maxMessages", "dryRun", "mode", "drains", "fifo", "triggerAlarm"?}` (the input's
+//!   `triggerAlarm`, else `TRIGGER_ALARM_NAME`)
 //! - `Item`: `{"messageId", "receiptHandle", "receivedAt" (epoch ms), "groupId"?,
 //!   "originalMessageId", "attempt", "action": "redrive"|"isolate", "reason"?, "backoffSeconds",
 //!   "waitSeconds", "delaySeconds", "destination" (queue name)}`
@@ -47,7 +48,12 @@
 //!   "delaySeconds", "waitedSeconds", "destination", "outcome": "redriven"|"isolated"|"failed"}`
 //! - `Totals`: `{"received", "redriven", "isolated", "failed", "leftOnDlq", "notFound", "remaining",
 //!   "queueEmpty", "more", "stoppedBecause", "drainPlan": [{"index","drains","maxMessages","dryRun"}],
-//!   "startedAt" (epoch ms), "bounced"}`
+//!   "startedAt" (epoch ms), "bounced", "rounds"}`
+//!
+//! Every execution ends in `summary` (the response, the metrics, the re-arm of the trigger
+//! alarm), also one that found another execution running (`start`: `proceed` false,
+//! `stoppedBecause` `already-running`) or a circuit open (`circuit-open`): both succeed. An
+//! execution runs at most [`MAX_ROUNDS_PER_EXECUTION`] rounds, the bound of its history.
 //!
 //! # The adaptive circuit (issue 14), when `CIRCUIT_TABLE` is set
 //! The tasks measure bounces into the record as the Lambda does: `receiveBatch` counts each
@@ -89,9 +95,12 @@ use redrive_shared::meta::RedriveMeta;
 /// `MaxConcurrency`, so that every item starts (and holds its message) at once.
 pub const MAX_PARALLEL: u32 = 40;
 
-/// Messages one execution handles in `messages` mode: about 20 history events each, within a
-/// Standard execution's 25,000.
-pub const MAX_MESSAGES_PER_EXECUTION: u32 = 1_000;
+/// Rounds (a receive and its Map, or a round of drains, then `tally`) one execution runs at
+/// most; `tally` ends it there with `limit` and the next trigger continues. With at most
+/// [`MAX_PARALLEL`] items per round, every retrier exhausted and every Catch taken, a Standard
+/// execution's history stays within 16,846 of its 25,000 events (computed from the definition
+/// by `infra/tests/test_asl_quotas.py`, which reads this constant).
+pub const MAX_ROUNDS_PER_EXECUTION: u32 = 8;
 
 /// The orchestrator's configuration: the re-driver's variables (its backoff capped at 900 s,
 /// for the scale-out drains), the same backoff up to 12 h for waits, and the workflow's own.
@@ -394,6 +403,9 @@ pub struct Totals {
     /// (`receiveBatch`'s `bounced`, the drains' `circuit.bounced`).
     #[serde(default)]
     pub bounced: u64,
+    /// Rounds tallied so far: at [`MAX_ROUNDS_PER_EXECUTION`] the execution ends.
+    #[serde(default)]
+    pub rounds: u32,
 }
 
 /// `receiveBatch`'s answer.
@@ -626,14 +638,6 @@ where
             return Err(invalid("execution input: maxMessages must be >= 1"));
         }
         let fifo = self.fifo();
-        if !fifo
-            && input.mode.unwrap_or(Mode::Messages) == Mode::Messages
-            && max_messages > MAX_MESSAGES_PER_EXECUTION
-        {
-            return Err(invalid(format!(
-                "execution input: maxMessages {max_messages} is above {MAX_MESSAGES_PER_EXECUTION}, the most one execution handles message by message (a Standard execution's history holds 25,000 events); use mode scaleOut for larger backlogs"
-            )));
-        }
         let drains = input.drains.unwrap_or(1);
         if !(1..=MAX_PARALLEL).contains(&drains) {
             return Err(invalid(format!(
@@ -651,7 +655,12 @@ where
             },
             drains: if fifo { 1 } else { drains },
             fifo,
-            trigger_alarm: input.trigger_alarm.filter(|a| !a.is_empty()),
+            // The alarm that started the execution, else the configured one (a scheduled or
+            // manual execution): the summary re-arms it, as the Lambda's drains do.
+            trigger_alarm: input
+                .trigger_alarm
+                .filter(|a| !a.is_empty())
+                .or_else(|| self.config.redriver.trigger_alarm_name.clone()),
         };
         let running = self.executions.running(state_machine_arn).await?;
         let me = running
@@ -662,10 +671,7 @@ where
             .iter()
             .filter(|x| x.arn != execution_arn)
             .find(|x| (x.started_ms, x.arn.as_str()) < (me, execution_arn));
-        if let Some(o) = older {
-            tracing::warn!(execution = execution_arn, running = %o.arn, action = "already-running", "another execution is draining this DLQ: this one touches nothing");
-        }
-        let totals = Totals {
+        let mut totals = Totals {
             remaining: max_messages,
             more: true,
             stopped_because: StopReason::Limit.as_str().to_string(),
@@ -673,6 +679,12 @@ where
             started_at: me,
             ..Totals::default()
         };
+        if let Some(o) = older {
+            tracing::warn!(execution = execution_arn, running = %o.arn, action = "already-running", "another execution is draining this DLQ: this one receives nothing and goes to its summary");
+            totals.more = false;
+            totals.stopped_because = StopReason::AlreadyRunning.as_str().to_string();
+            totals.drain_plan = Vec::new();
+        }
         Ok(json!({
             "proceed": older.is_none(),
             "blockedBy": older.map(|o| o.arn.clone()),
@@ -1243,8 +1255,8 @@ where
         Ok(out)
     }
 
-    /// The Lambda's response for the whole execution, one PutMetricData, and the re-arm of the
-    /// triggering alarm.
+    /// The Lambda's response for the whole execution, then the engine's end of a run, as the
+    /// Lambda's: one PutMetricData and the re-arm of the trigger alarm.
     pub async fn summary(&self, run: &Run, totals: &Totals, deadline: Option<Instant>) -> Summary {
         let mut summary = Summary {
             received: totals.received,
@@ -1258,26 +1270,19 @@ where
             unplaceable: 0,
             circuit: self.circuit_summary(totals).await,
         };
-        summary.dlq_remaining = self.engine.dlq_remaining(deadline).await;
-        self.engine.publish(&summary, deadline).await;
         let request = DrainRequest {
             max_messages: run.max_messages,
             dry_run: run.dry_run,
             deadline,
             trigger_alarm: run.trigger_alarm.clone(),
         };
-        self.engine.rearm(&request, &summary).await;
-        tracing::info!(
-            received = summary.received,
-            redriven = summary.redriven,
-            isolated = summary.isolated,
-            failed = summary.failed,
-            not_found = totals.not_found,
-            dry_run = summary.dry_run,
-            stopped_because = summary.stopped_because.as_str(),
-            dlq_remaining = summary.dlq_remaining,
-            "summary"
-        );
+        self.engine.end_run(&request, &mut summary).await;
+        if totals.not_found > 0 {
+            tracing::warn!(
+                not_found = totals.not_found,
+                "messages that never came back from the DLQ (counted in failed)"
+            );
+        }
         summary
     }
 }
@@ -1362,6 +1367,7 @@ fn stop_reason(s: &str) -> StopReason {
         "circuit-open" => StopReason::CircuitOpen,
         "not-in-alarm" => StopReason::NotInAlarm,
         "other-queue" => StopReason::OtherQueue,
+        "already-running" => StopReason::AlreadyRunning,
         _ => StopReason::Other,
     }
 }
@@ -1447,6 +1453,7 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
         }
     }
     totals.received += received;
+    totals.rounds += 1;
     totals.remaining = totals
         .remaining
         .saturating_sub(u32::try_from(received).unwrap_or(u32::MAX));
@@ -1463,6 +1470,10 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
     totals.more = !run.dry_run && !queue_empty && totals.remaining > 0 && progress > 0;
     if !totals.more && !queue_empty && totals.remaining > 0 && !run.dry_run {
         totals.stopped_because = StopReason::Other.as_str().to_string();
+    }
+    if totals.more && totals.rounds >= MAX_ROUNDS_PER_EXECUTION {
+        // The history's bound: the next trigger continues (the summary re-arms the alarm).
+        totals.more = false;
     }
     if circuit_open {
         // The adaptive circuit opened (or holds): no further round; the summary says why.
@@ -1534,6 +1545,20 @@ mod tests {
         })
         .with_seed(7);
         (sqs, cw, wf)
+    }
+
+    /// Executions `e1` (the older) and `e2` are running.
+    fn two_running() -> FixedExecutions {
+        FixedExecutions(
+            ["e1", "e2"]
+                .iter()
+                .zip(1..)
+                .map(|(arn, started_ms)| RunningExecution {
+                    arn: arn.to_string(),
+                    started_ms,
+                })
+                .collect(),
+        )
     }
 
     /// A fixed 2,000 s backoff: 900 s of DelaySeconds and 1,100 s held on the DLQ.
@@ -1787,16 +1812,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.error_type(), "InvalidInput");
         assert!(err.to_string().contains("maxMesages"), "{err}");
-        wf.executions = FixedExecutions(vec![
-            RunningExecution {
-                arn: "e1".into(),
-                started_ms: 1,
-            },
-            RunningExecution {
-                arn: "e2".into(),
-                started_ms: 2,
-            },
-        ]);
+        wf.executions = two_running();
         let start = |arn: &'static str| json!({"action":"start","input":{"maxMessages":5,"mode":"scaleOut","drains":2},"executionArn":arn,"stateMachineArn":"sm"});
         let later = wf.handle(start("e2"), None).await.unwrap();
         assert_eq!(later["proceed"], false);
@@ -1811,6 +1827,104 @@ mod tests {
                 {"index":1,"drains":2,"maxMessages":2,"dryRun":false}
             ])
         );
+    }
+
+    #[tokio::test]
+    async fn an_execution_that_finds_another_running_goes_to_its_summary_which_re_arms() {
+        let (_, cw, mut wf) = setup(&[]);
+        wf.executions = two_running();
+        let started = wf
+            .handle(
+                json!({"action":"start","input":{"triggerAlarm":"orders-dlq-depth"},"executionArn":"e2","stateMachineArn":"sm"}),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(started["proceed"], false);
+        assert_eq!(started["totals"]["stoppedBecause"], "already-running");
+        assert_eq!(started["totals"]["more"], false);
+        cw.set_state("orders-dlq-depth", "ALARM");
+        let summary = wf
+            .handle(
+                json!({"action":"summary","run":started["run"],"totals":started["totals"]}),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(summary["stoppedBecause"], "already-running");
+        assert_eq!(summary["received"], 0);
+        assert_eq!(
+            cw.set_ok_calls.lock().unwrap().as_slice(),
+            ["orders-dlq-depth"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_scheduled_or_manual_execution_re_arms_the_configured_trigger_alarm() {
+        let (_, _, wf) = setup(&[("TRIGGER_ALARM_NAME", "orders-dlq-not-empty")]);
+        let start = |input: Value| json!({"action":"start","input":input,"executionArn":"e","stateMachineArn":"sm"});
+        // The schedule's input is {}; an operator's may name nothing either.
+        let scheduled = wf.handle(start(json!({})), None).await.unwrap();
+        assert_eq!(scheduled["run"]["triggerAlarm"], "orders-dlq-not-empty");
+        // The alarm rule names the alarm that fired.
+        let alarmed = wf
+            .handle(start(json!({"triggerAlarm": "other-alarm"})), None)
+            .await
+            .unwrap();
+        assert_eq!(alarmed["run"]["triggerAlarm"], "other-alarm");
+    }
+
+    #[tokio::test]
+    async fn an_execution_ends_after_its_rounds_with_limit_and_the_next_trigger_continues() {
+        let (_, _, wf) = setup(&[]);
+        // No cap on maxMessages itself: the rounds bound the execution.
+        let started = wf
+            .handle(
+                json!({"action":"start","input":{"maxMessages":5000},"executionArn":"e","stateMachineArn":"sm"}),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(started["proceed"], true);
+        let run: Run = serde_json::from_value(started["run"].clone()).unwrap();
+        let mut totals: Totals = serde_json::from_value(started["totals"].clone()).unwrap();
+        let batch = Batch {
+            received: MAX_PARALLEL,
+            ..Batch::default()
+        };
+        let results = vec![json!({"outcome": "redriven"}); MAX_PARALLEL as usize];
+        for round in 1..=MAX_ROUNDS_PER_EXECUTION {
+            totals = tally(&run, totals, Some(&batch), &results);
+            assert_eq!(totals.rounds, round);
+            assert_eq!(
+                totals.more,
+                round < MAX_ROUNDS_PER_EXECUTION,
+                "round {round}"
+            );
+        }
+        assert_eq!(totals.stopped_because, "limit");
+        assert_eq!(
+            totals.received,
+            u64::from(MAX_ROUNDS_PER_EXECUTION * MAX_PARALLEL)
+        );
+        assert!(totals.remaining > 0);
+
+        // Scale-out rounds count the same way.
+        let run = Run {
+            mode: Mode::ScaleOut,
+            drains: 2,
+            ..run
+        };
+        let totals = Totals {
+            remaining: 1_000_000,
+            rounds: MAX_ROUNDS_PER_EXECUTION - 1,
+            ..Totals::default()
+        };
+        let drained = json!({"received": 100, "redriven": 100, "stoppedBecause": "limit"});
+        let t = tally(&run, totals, None, &[drained.clone(), drained]);
+        assert!(!t.more);
+        assert!(t.drain_plan.is_empty());
+        assert_eq!(t.stopped_because, "limit");
     }
 
     #[tokio::test]
@@ -2311,24 +2425,5 @@ mod tests {
             let c = s.circuit.expect("the circuit in the response");
             assert_eq!((c.state, c.transitions), (State::Open, 0));
         }
-    }
-
-    #[tokio::test]
-    async fn one_execution_handles_at_most_1000_messages_one_by_one() {
-        let (_, _, wf) = setup(&[]);
-        let start = |input: Value| json!({"action":"start","input":input,"executionArn":"e","stateMachineArn":"sm"});
-        let err = wf
-            .handle(start(json!({"maxMessages": 1001})), None)
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("scaleOut"), "{err}");
-        let ok = wf
-            .handle(
-                start(json!({"maxMessages": 1001, "mode": "scaleOut"})),
-                None,
-            )
-            .await
-            .unwrap();
-        assert_eq!(ok["run"]["maxMessages"], 1001);
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::{Dimension, Statistic};
+use aws_sdk_cloudwatch::types::{Datapoint, Dimension, StandardUnit, Statistic};
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use redrive_shared::archive::{ArchivedMessage, parse_jsonl};
 use redrive_shared::config::Env;
@@ -80,6 +80,21 @@ async fn metrics_port() -> CloudWatchArchiveMetrics {
     }
 }
 
+/// The archiver on moto's SQS, S3 and CloudWatch, initialised.
+async fn on_moto(
+    s3: &aws_sdk_s3::Client,
+    cfg: ArchiverConfig,
+) -> Archiver<SqsArchiveQueue, S3Store, CloudWatchArchiveMetrics> {
+    Archiver::init(
+        sqs_port().await,
+        S3Store { client: s3.clone() },
+        metrics_port().await,
+        cfg,
+    )
+    .await
+    .expect("init")
+}
+
 /// Every version of every object in the bucket, in key order, each parsed.
 async fn archived(s3: &aws_sdk_s3::Client, bucket: &str) -> Vec<(String, Vec<ArchivedMessage>)> {
     let versions = s3
@@ -108,7 +123,14 @@ async fn archived(s3: &aws_sdk_s3::Client, bucket: &str) -> Vec<(String, Vec<Arc
     out
 }
 
-async fn metric_sum(namespace: &str, name: &str, queue_name: &str) -> f64 {
+/// The datapoints of metric `name` of queue `queue_name` over the last ten minutes, with the
+/// statistics asked for.
+async fn metric_points(
+    namespace: &str,
+    name: &str,
+    queue_name: &str,
+    statistics: &[Statistic],
+) -> Vec<Datapoint> {
     let now = std::time::SystemTime::now();
     let out = moto()
         .cloudwatch()
@@ -129,11 +151,19 @@ async fn metric_sum(namespace: &str, name: &str, queue_name: &str) -> f64 {
             now + Duration::from_secs(600),
         ))
         .period(60)
-        .statistics(Statistic::Sum)
+        .set_statistics(Some(statistics.to_vec()))
         .send()
         .await
         .expect("GetMetricStatistics");
-    out.datapoints().iter().filter_map(|d| d.sum()).sum()
+    out.datapoints().to_vec()
+}
+
+async fn metric_sum(namespace: &str, name: &str, queue_name: &str) -> f64 {
+    metric_points(namespace, name, queue_name, &[Statistic::Sum])
+        .await
+        .iter()
+        .filter_map(|d| d.sum())
+        .sum()
 }
 
 /// What a test sent: id, body, attributes.
@@ -249,14 +279,7 @@ async fn old_messages_are_archived_byte_exactly_and_young_ones_stay() {
     let young_dlq = send_all(&sqs, &queues.dlq_url, &["young-dlq"], false).await;
 
     // WHEN the archiver runs
-    let archiver = Archiver::init(
-        sqs_port().await,
-        S3Store { client: s3.clone() },
-        metrics_port().await,
-        cfg,
-    )
-    .await
-    .expect("init");
+    let archiver = on_moto(&s3, cfg).await;
     let summary = archiver.run(None).await;
 
     // THEN the old ones are in S3, exactly, and gone from their queues; the young ones stayed
@@ -381,6 +404,63 @@ async fn fifo_group_and_deduplication_ids_and_sequence_numbers_are_archived() {
 }
 
 #[tokio::test]
+async fn the_oldest_age_read_from_sent_timestamps_is_published_per_queue_zero_when_empty() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let bucket = bucket(&s3).await;
+    // GIVEN a poison message received three times (SQS's ApproximateAgeOfOldestMessage leaves
+    // such a message out), two seconds old, a younger one, and an empty DLQ
+    send_all(&sqs, &queues.poison_url, &["oldest"], true).await;
+    for _ in 0..3 {
+        assert_eq!(
+            redrive_tests::receive_raw(&sqs, &queues.poison_url, 0)
+                .await
+                .len(),
+            1
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    send_all(&sqs, &queues.poison_url, &["younger"], true).await;
+    // (nothing is old enough to archive: the sweep only reads)
+    let cfg = queue_config(&queues, &bucket, "3600");
+    let namespace = cfg.metric_namespace.clone();
+    let archiver = on_moto(&s3, cfg).await;
+
+    // WHEN the archiver runs
+    let summary = archiver.run(None).await;
+    assert_eq!((summary.kept, summary.archived), (2, 0), "{summary:?}");
+
+    // THEN each queue it swept has one OldestMessageAgeSeconds datum, in seconds: the poison
+    // queue's oldest message's age, and 0 for the empty DLQ
+    let read = |queue: String| {
+        let namespace = namespace.clone();
+        async move {
+            metric_points(
+                &namespace,
+                "OldestMessageAgeSeconds",
+                &queue,
+                &[Statistic::Maximum, Statistic::SampleCount],
+            )
+            .await
+        }
+    };
+    let poison = read(queues.poison_name.clone()).await;
+    assert_eq!(poison.len(), 1, "{poison:?}");
+    assert_eq!(poison[0].sample_count(), Some(1.0), "{poison:?}");
+    assert_eq!(poison[0].unit(), Some(&StandardUnit::Seconds), "{poison:?}");
+    let oldest = poison[0].maximum().unwrap_or_default();
+    assert!((2.0..60.0).contains(&oldest), "{poison:?}");
+    let dlq = read(queues.dlq_name.clone()).await;
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    assert_eq!(
+        (dlq[0].sample_count(), dlq[0].maximum()),
+        (Some(1.0), Some(0.0)),
+        "{dlq:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_put_failure_leaves_every_message_on_its_queue() {
     let sqs = moto().sqs().await;
     let s3 = s3().await;
@@ -391,14 +471,7 @@ async fn a_put_failure_leaves_every_message_on_its_queue() {
     send_all(&sqs, &queues.dlq_url, &["d1", "d2"], false).await;
     let cfg = queue_config(&queues, &missing, "0");
     let namespace = cfg.metric_namespace.clone();
-    let archiver = Archiver::init(
-        sqs_port().await,
-        S3Store { client: s3.clone() },
-        metrics_port().await,
-        cfg,
-    )
-    .await
-    .expect("init");
+    let archiver = on_moto(&s3, cfg).await;
 
     let summary = archiver.run(None).await;
 
@@ -526,14 +599,7 @@ async fn a_crash_between_the_put_and_the_delete_gives_a_duplicate_object_never_a
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
     // Run 2 archives them again and deletes them.
-    let second = Archiver::init(
-        sqs_port().await,
-        S3Store { client: s3.clone() },
-        metrics_port().await,
-        cfg,
-    )
-    .await
-    .expect("init");
+    let second = on_moto(&s3, cfg).await;
     let summary = second.run(None).await;
     assert_eq!((summary.archived, summary.failed), (2, 0), "{summary:?}");
     assert_eq!(queue_depth(&sqs, &queues.poison_url).await, 0);

@@ -6,8 +6,14 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
@@ -456,6 +462,35 @@ async fn an_operator_write_during_a_run_is_kept_and_the_run_applied_on_top() {
 }
 
 #[tokio::test]
+async fn a_write_that_committed_but_lost_its_answer_is_applied_once() {
+    // The SDK retried the conditional write (it fails its condition: the version moved, by
+    // the write itself), or its retries ran out (a timeout after the commit).
+    let lost_answers = [
+        Ok(SaveOutcome::Conflict),
+        Err(PortError {
+            operation: "PutItem",
+            code: "TimeoutError".into(),
+            message: "injected: committed, answer lost".into(),
+            retryable: true,
+        }),
+    ];
+    for lost in lost_answers {
+        let (sqs, _cw, store, engine) = setup(CIRCUIT);
+        push_fresh(&sqs, 4);
+        store.lose_next_answer(lost.clone());
+        let s = engine.run(&request(100)).await;
+        assert_eq!(s.redriven, 4, "{lost:?}");
+        let stored = store.get(DLQ).unwrap();
+        assert_eq!(stored.record.counts(), (4, 0), "{lost:?}: counted once");
+        // And the next run's counts land on top, once.
+        push_fresh(&sqs, 2);
+        store.lose_next_answer(lost.clone());
+        engine.run(&request(100)).await;
+        assert_eq!(store.get(DLQ).unwrap().record.counts(), (6, 0), "{lost:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_circuit_record_that_cannot_be_read_keeps_the_circuit_open() {
     let (sqs, _cw, store, engine) = setup(CIRCUIT);
     push_fresh(&sqs, 4);
@@ -601,29 +636,24 @@ async fn moto_the_record_is_written_only_on_the_version_read() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
-    use aws_sdk_sqs::types::MessageAttributeValue;
-    let sqs = moto().sqs().await;
-    let ddb = moto().dynamodb().await;
-    let cw = moto().cloudwatch().await;
-    let queues = QueueSet::create(&sqs, false, 3).await;
-    let table = circuit_table(&ddb).await;
+type MotoEngine = Engine<SqsQueue, CloudWatch, CloudWatch, Option<DynamoDbCircuitStore>>;
+
+/// The engine on moto's SQS and CloudWatch with the circuit (`CIRCUIT`) in `store`'s table.
+async fn moto_engine(queues: &QueueSet, store: &DynamoDbCircuitStore) -> MotoEngine {
     let mut env: HashMap<String, String> = queues.redriver_env().into_iter().collect();
     env.insert("METRIC_NAMESPACE".into(), unique_name("ns"));
+    env.insert("BACKOFF_BASE_SECONDS".into(), "0".into());
     for (k, v) in CIRCUIT {
         env.insert(k.to_string(), v.to_string());
     }
-    env.insert("CIRCUIT_TABLE".into(), table.clone());
+    env.insert("CIRCUIT_TABLE".into(), store.table.clone());
     let config = RedriverConfig::from_env(&Env(move |k: &str| env.get(k).cloned())).unwrap();
-    let cloudwatch = CloudWatch { client: cw };
-    let store = DynamoDbCircuitStore {
-        client: ddb.clone(),
-        table,
+    let cloudwatch = CloudWatch {
+        client: moto().cloudwatch().await,
     };
-    let engine = Engine::new(
+    Engine::new(
         SqsQueue {
-            client: sqs.clone(),
+            client: moto().sqs().await,
         },
         cloudwatch.clone(),
         cloudwatch,
@@ -633,7 +663,118 @@ async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
         retry_base: Duration::from_millis(10),
         ..Settings::default()
     })
-    .with_circuit(Some(store.clone()));
+    .with_circuit(Some(store.clone()))
+}
+
+/// Turns the answer of the next PutItem that succeeded into a 500: the write is committed, its
+/// answer lost on the way back, and the SDK retries the same conditional write. (DynamoDB calls
+/// of the client are made one at a time here.)
+#[derive(Debug, Clone, Default)]
+struct LoseNextPutItemAnswer {
+    armed: Arc<AtomicBool>,
+    put_in_flight: Arc<AtomicBool>,
+}
+
+impl Intercept for LoseNextPutItemAnswer {
+    fn name(&self) -> &'static str {
+        "LoseNextPutItemAnswer"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let target = context.request().headers().get("x-amz-target");
+        self.put_in_flight.store(
+            target.is_some_and(|t| t.ends_with(".PutItem")),
+            Ordering::SeqCst,
+        );
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if self.put_in_flight.load(Ordering::SeqCst)
+            && context.response().status().is_success()
+            && self.armed.swap(false, Ordering::SeqCst)
+        {
+            *context.response_mut().status_mut() = 500u16.try_into()?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moto_a_committed_write_whose_answer_was_lost_counts_the_run_once() {
+    // GIVEN a DynamoDB client that loses the answer of the next committed PutItem (the SDK
+    // then retries the same conditional write, which fails its condition)
+    let sqs = moto().sqs().await;
+    let ddb = moto().dynamodb().await;
+    let table = circuit_table(&ddb).await;
+    let lose = LoseNextPutItemAnswer::default();
+    let lossy = aws_sdk_dynamodb::Client::from_conf(
+        ddb.config().to_builder().interceptor(lose.clone()).build(),
+    );
+    let store = DynamoDbCircuitStore {
+        client: lossy,
+        table,
+    };
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    for i in 0..4 {
+        redrive_tests::send_raw(&sqs, &queues.dlq_url, &format!("fresh-{i}"), &[]).await;
+    }
+    let engine = moto_engine(&queues, &store).await;
+
+    // WHEN a run redrives four and its record's write loses its answer
+    lose.armed.store(true, Ordering::SeqCst);
+    let s = engine.run(&request(100)).await;
+
+    // THEN the write happened (the answer was lost), and the run's copies count once
+    assert!(!lose.armed.load(Ordering::SeqCst), "the answer was lost");
+    assert_eq!(s.redriven, 4, "{s:?}");
+    let stored = store.load(&queues.dlq_url).await.unwrap().unwrap();
+    assert_eq!(stored.record.counts(), (4, 0), "{:?}", stored.record);
+    // The operator's override through update() is applied once too.
+    lose.armed.store(true, Ordering::SeqCst);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let settings = CircuitSettings::default();
+    let (r, t) = set_override(&store, &queues.dlq_url, &settings, Override::Open, now)
+        .await
+        .unwrap();
+    assert!(!lose.armed.load(Ordering::SeqCst), "the answer was lost");
+    assert_eq!(
+        (r.state, r.operator, t.len()),
+        (State::Open, Override::Open, 1)
+    );
+    let stored = store.load(&queues.dlq_url).await.unwrap().unwrap();
+    assert_eq!(
+        stored.record.history.len(),
+        1,
+        "{:?}",
+        stored.record.history
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
+    use aws_sdk_sqs::types::MessageAttributeValue;
+    let sqs = moto().sqs().await;
+    let ddb = moto().dynamodb().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let store = DynamoDbCircuitStore {
+        client: ddb.clone(),
+        table: circuit_table(&ddb).await,
+    };
+    let engine = moto_engine(&queues, &store).await;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -34,15 +34,25 @@ impl Run {
 
 /// The binary with moto's environment and nothing of the caller's AWS_* variables.
 fn redrive(args: &[&str]) -> Run {
+    redrive_with(args, &[])
+}
+
+/// [`redrive`] with these environment variables too.
+fn redrive_with(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));
     for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") || k == "RUST_LOG" || k == "NO_COLOR" {
+        if k.starts_with("AWS_")
+            || k == "RUST_LOG"
+            || k == "NO_COLOR"
+            || k == "IDEMPOTENCY_TTL_SECONDS"
+        {
             command.env_remove(k);
         }
     }
     command
         .args(args)
         .envs(moto().env())
+        .envs(env.iter().copied())
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
     let out = command.output().expect("running the redrive binary");
@@ -485,6 +495,79 @@ async fn a_bad_file_sends_nothing_and_the_error_names_the_line() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("line 2: not UTF-8"), "{}", run.stderr);
     assert_eq!(counts(&sqs, &dest).await, (0, 0));
+}
+
+#[tokio::test]
+async fn an_archive_older_than_the_idempotency_ttl_is_refused_unless_allowed() {
+    // GIVEN an archive of two messages: one sent 50 days ago (past the consumer's default
+    // idempotency TTL of 42 days, so it may have forgotten the key), one sent an hour ago
+    let sqs = moto().sqs().await;
+    let dest = queue(&sqs, "late-dst", false, None).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let archived = |id: &str, age_ms: i64| {
+        redrive_shared::archive::to_line(&redrive_shared::archive::ArchivedMessage {
+            queue: dest.clone(),
+            archived_at_ms: now,
+            message_id: id.into(),
+            body: format!("{{\"order\":\"{id}\"}}"),
+            attributes: Attributes::new(),
+            system: redrive_shared::archive::SystemAttributes::from_pairs([(
+                "SentTimestamp",
+                (now - age_ms).to_string().as_str(),
+            )]),
+        })
+    };
+    let file = temp_path("late.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n{}\n",
+            archived("fresh-1", 3_600_000),
+            archived("late-1", 50 * 86_400_000)
+        ),
+    )
+    .unwrap();
+    let from = file.to_str().unwrap();
+
+    // WHEN it is imported, THEN nothing is sent and the error says which line, how old, the
+    // TTL and how to override
+    let run = redrive(&["import", "--from", from, "--to", &dest]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    for needle in [
+        "line 2: message late-1 is 43200",
+        "idempotency TTL of 3628800 s",
+        "--allow-past-ttl",
+        "nothing was sent",
+    ] {
+        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    }
+    assert!(!run.stderr.contains("fresh-1"), "{}", run.stderr);
+    assert_eq!(counts(&sqs, &dest).await, (0, 0));
+    // The consumer's TTL, from the environment: 60 days covers both lines.
+    let run = redrive_with(
+        &["import", "--from", from, "--to", &dest, "--dry-run"],
+        &[("IDEMPOTENCY_TTL_SECONDS", "5184000")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // A shorter TTL given on the command line refuses even the hour-old line.
+    let run = redrive(&[
+        "import",
+        "--from",
+        from,
+        "--to",
+        &dest,
+        "--idempotency-ttl-seconds",
+        "1800",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("2 message(s)"), "{}", run.stderr);
+    // Forced: both are sent.
+    let run = redrive(&["import", "--from", from, "--to", &dest, "--allow-past-ttl"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(drain_all(&sqs, &dest).await.len(), 2);
 }
 
 // ------------------------------------------------------------------ export

@@ -471,7 +471,7 @@ async fn issue_12_rearms_the_triggering_alarm_after_every_drain_whatever_the_bac
     let s = engine.run(&alarm()).await;
     assert_eq!(s.stopped_because, StopReason::QueueEmpty);
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
-    // Manual drains never re-arm; dry runs never re-arm; REARM_ALARM=false never re-arms.
+    // A drain that names no trigger alarm never re-arms; dry runs never re-arm; REARM_ALARM=false never re-arms.
     cw.set_state("orders-dlq-depth", "ALARM");
     fill(&sqs, 15);
     engine.run(&request(10)).await;
@@ -815,6 +815,46 @@ async fn item_03_a_copy_the_source_keeps_rejecting_is_isolated_send_rejected() {
     let published = cw.published.lock().unwrap().clone();
     assert_eq!(published[2].2.poison_pills_isolated, 1);
     assert_eq!(published[2].2.unplaceable_messages, 0);
+}
+
+#[tokio::test]
+async fn a_rejected_copy_is_isolated_at_its_third_rejection_whatever_its_receive_count() {
+    // GIVEN a message that sweeps and searches received three times before the re-driver
+    // saw it, and a source queue that rejects its copy as the sender's fault
+    let (sqs, _cw, engine) = setup(&[]);
+    let id = sqs.push(DLQ, "rejected", Attributes::new(), None);
+    for _ in 0..3 {
+        sqs.receive_now(DLQ, 10, 0).unwrap();
+    }
+    assert_eq!(sqs.messages(DLQ)[0].receive_count, 3);
+    sqs.fail_send_entries(reject_body("rejected", SRC));
+
+    // WHEN the source rejects it twice
+    for rejections in 1..=2u64 {
+        let s = engine.run(&request(10)).await;
+
+        // THEN it stays on the DLQ, counted failed, and its copy there carries the count of
+        // the re-driver's own rejected sends, its history kept
+        assert_eq!((s.isolated, s.failed), (0, 1), "{s:?}");
+        assert!(sqs.is_empty(POISON));
+        let left = sqs.messages(DLQ);
+        assert_eq!(left.len(), 1);
+        let (meta, _) = RedriveMeta::read(&left[0].attributes, &left[0].message_id);
+        assert_eq!(meta.extra["sendRejections"], json!(rejections));
+        assert_eq!(meta.original_message_id, id);
+        assert_eq!(meta.attempt, 0);
+        sqs.expire_visibility(DLQ);
+    }
+
+    // AND the third rejection isolates it `send-rejected`
+    let s = engine.run(&request(10)).await;
+    assert_eq!((s.isolated, s.failed), (1, 0), "{s:?}");
+    assert_eq!(
+        reason_in(&sqs, POISON, "rejected"),
+        Some(IsolationReason::SendRejected)
+    );
+    assert_eq!(original_ids(&sqs, POISON), vec![id]);
+    assert_eq!(total(&sqs, [DLQ, SRC, POISON]), 1, "conservation");
 }
 
 #[tokio::test]

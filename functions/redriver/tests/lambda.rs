@@ -1,8 +1,12 @@
 //! The built `redriver` binary as a Lambda: under `cargo lambda watch`, invoked with a real
 //! CloudWatch-alarm SNS notification, draining a DLQ on moto.
 
+use aws_sdk_cloudwatch::types::StateValue;
 use redrive_shared::meta::{ATTRIBUTE_NAME, RedriveMeta};
-use redrive_tests::{LambdaWatch, QueueSet, drain_all, fixture, moto, queue_depth, send_raw};
+use redrive_tests::{
+    LambdaWatch, QueueSet, alarm_state, drain_all, fixture, moto, put_queue_alarm, queue_depth,
+    send_raw, unique_name,
+};
 use serde_json::{Value, json};
 
 fn alarm_fixture_for(queue_name: &str) -> Value {
@@ -136,4 +140,47 @@ async fn item_06_a_dlq_that_cannot_be_read_fails_the_lambda_invocation() {
         log.contains("\"action\":\"dlq-unreadable\""),
         "an ERROR line says so"
     );
+}
+
+#[tokio::test]
+async fn scheduled_and_manual_drains_rearm_the_configured_trigger_alarm() {
+    let sqs = moto().sqs().await;
+    let cw = moto().cloudwatch().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    for i in 0..3 {
+        send_raw(&sqs, &queues.dlq_url, &format!("order-{i}"), &[]).await;
+    }
+    // GIVEN the DLQ's trigger alarm stuck in ALARM (its notification came and went)
+    let alarm = unique_name("dlq-not-empty");
+    put_queue_alarm(&cw, &alarm, &queues.dlq_name, StateValue::Alarm).await;
+    let mut env = moto().env();
+    env.extend(queues.redriver_env());
+    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
+    env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
+    env.push(("TRIGGER_ALARM_NAME".into(), alarm.clone()));
+    let watch = LambdaWatch::start(&["redriver"], &env).await;
+
+    // WHEN the safety-net schedule drains
+    let response = watch
+        .invoke("redriver", &fixture("eventbridge-scheduled.json"))
+        .await
+        .expect("invoke");
+
+    // THEN the DLQ is drained and the alarm is OK, so that the next inflow notifies again
+    assert_eq!(
+        (&response["redriven"], &response["stoppedBecause"]),
+        (&json!(3), &json!("queue-empty")),
+        "{response}"
+    );
+    assert_eq!(alarm_state(&cw, &alarm).await, StateValue::Ok);
+
+    // A manual drain re-arms it too; a dry run never does.
+    put_queue_alarm(&cw, &alarm, &queues.dlq_name, StateValue::Alarm).await;
+    watch
+        .invoke("redriver", &json!({"dryRun": true}))
+        .await
+        .expect("invoke");
+    assert_eq!(alarm_state(&cw, &alarm).await, StateValue::Alarm);
+    watch.invoke("redriver", &json!({})).await.expect("invoke");
+    assert_eq!(alarm_state(&cw, &alarm).await, StateValue::Ok);
 }

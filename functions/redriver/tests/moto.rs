@@ -4,15 +4,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
+use aws_sdk_cloudwatch::types::{Dimension, StateValue, Statistic};
 use aws_sdk_sqs::types::{
     Message, MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName,
 };
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::{ATTRIBUTE_NAME, IsolationReason, RedriveMeta};
 use redrive_tests::{
-    QueueSet, attr_binary, attr_custom, attr_number, attr_string, drain_all, moto,
-    queue_attributes, queue_depth, send_fifo, send_raw, unique_name,
+    QueueSet, alarm_state, attr_binary, attr_custom, attr_number, attr_string, drain_all, moto,
+    put_queue_alarm, queue_attributes, queue_depth, send_fifo, send_raw, unique_name,
 };
 use redriver::aws::{CloudWatch, SqsQueue};
 use redriver::{DrainRequest, Engine, Settings, StopReason, Summary};
@@ -521,51 +521,15 @@ async fn dry_run_reports_the_plan_and_changes_nothing() {
     );
 }
 
-async fn put_alarm(cw: &aws_sdk_cloudwatch::Client, name: &str, queue: &str, state: StateValue) {
-    cw.put_metric_alarm()
-        .alarm_name(name)
-        .namespace("AWS/SQS")
-        .metric_name("ApproximateNumberOfMessagesVisible")
-        .dimensions(Dimension::builder().name("QueueName").value(queue).build())
-        .statistic(Statistic::Maximum)
-        .period(60)
-        .evaluation_periods(1)
-        .threshold(0.0)
-        .comparison_operator(ComparisonOperator::GreaterThanThreshold)
-        .send()
-        .await
-        .expect("PutMetricAlarm");
-    cw.set_alarm_state()
-        .alarm_name(name)
-        .state_value(state)
-        .state_reason("test")
-        .send()
-        .await
-        .expect("SetAlarmState");
-}
-
-async fn alarm_state(cw: &aws_sdk_cloudwatch::Client, name: &str) -> StateValue {
-    let out = cw
-        .describe_alarms()
-        .alarm_names(name)
-        .send()
-        .await
-        .expect("DescribeAlarms");
-    out.metric_alarms()[0]
-        .state_value()
-        .cloned()
-        .expect("a state")
-}
-
 #[tokio::test]
 async fn a_guard_alarm_in_alarm_opens_the_circuit() {
     let mut f = Fixture::new(false).await;
     f.to_dlq("waiting", &[]).await;
     let guard = unique_name("guard");
-    put_alarm(&f.cw, &guard, "downstream", StateValue::Alarm).await;
+    put_queue_alarm(&f.cw, &guard, "downstream", StateValue::Alarm).await;
     f.seal().await;
     let other = unique_name("healthy");
-    put_alarm(&f.cw, &other, "downstream", StateValue::Ok).await;
+    put_queue_alarm(&f.cw, &other, "downstream", StateValue::Ok).await;
     let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("{other},{guard}"))]);
     let s = engine.run(&manual(10)).await;
     assert_eq!(
@@ -676,7 +640,7 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
     f.to_dlq("spent", &[(ATTRIBUTE_NAME, meta_attr(&spent))])
         .await;
     let alarm = unique_name("dlq-depth");
-    put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
+    put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     f.seal().await;
 
     let engine = f.engine(&[("MAX_MESSAGES_PER_INVOCATION", "10")]);
@@ -695,7 +659,7 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
     f.assert_conserved().await;
 
     // The rest: the queue empties; the alarm, in ALARM again, is re-armed all the same.
-    put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
+    put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     let s2 = engine
         .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
         .await
@@ -719,7 +683,7 @@ async fn issue_12_the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_a
         f.to_dlq(&format!("first-{i}"), &[]).await;
     }
     let alarm = unique_name("dlq-depth");
-    put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
+    put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     f.seal().await;
     let engine = f.engine(&[]);
     // The alarm fires; the drain empties the DLQ.
@@ -744,7 +708,7 @@ async fn issue_12_the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_a
     );
     // That next notification drains the newcomers and re-arms again (a drain that made
     // progress is never rate-limited).
-    put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
+    put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     f.seal().await;
     let s = engine
         .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
@@ -754,7 +718,7 @@ async fn issue_12_the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_a
     assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Ok);
     f.assert_conserved().await;
     // A dry run never re-arms.
-    put_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
+    put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     engine
         .run(&DrainRequest {
             dry_run: true,
@@ -790,7 +754,7 @@ async fn item_07_a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     let mut f = Fixture::new(false).await;
     f.to_dlq("waiting", &[]).await;
     let healthy = unique_name("healthy");
-    put_alarm(&f.cw, &healthy, "downstream", StateValue::Ok).await;
+    put_queue_alarm(&f.cw, &healthy, "downstream", StateValue::Ok).await;
     f.seal().await;
     let misspelt = format!("{healthy}-typo");
     let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("{healthy},{misspelt}"))]);
@@ -801,7 +765,7 @@ async fn item_07_a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     );
     f.assert_conserved().await;
     // INSUFFICIENT_DATA is not ALARM: a guard without data yet does not hold the drain.
-    put_alarm(&f.cw, &misspelt, "downstream", StateValue::InsufficientData).await;
+    put_queue_alarm(&f.cw, &misspelt, "downstream", StateValue::InsufficientData).await;
     assert_eq!(engine.run(&manual(10)).await.redriven, 1);
 }
 

@@ -198,6 +198,25 @@ impl Workflow {
         }
     }
 
+    /// Returns once the execution has entered a Wait state (a message held on the DLQ).
+    async fn until_a_wait_state(&self, execution: &str) {
+        let started = Instant::now();
+        loop {
+            let history = sfn::execution_history(&self.sfn, execution).await;
+            if history
+                .iter()
+                .any(|e| e.r#type() == &HistoryEventType::WaitStateEntered)
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no Wait state was entered"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn run(&self, input: Value) -> Finished {
         let started = Instant::now();
         let execution = self.start(input).await;
@@ -523,8 +542,9 @@ async fn poison_pills_are_isolated_with_their_reason() {
     );
 }
 
-async fn guard_alarm(cw: &aws_sdk_cloudwatch::Client, state: StateValue) -> String {
-    let name = unique_name("guard");
+/// A metric alarm of this test in `state`.
+async fn alarm(cw: &aws_sdk_cloudwatch::Client, prefix: &str, state: StateValue) -> String {
+    let name = unique_name(prefix);
     cw.put_metric_alarm()
         .alarm_name(&name)
         .namespace("Downstream")
@@ -548,13 +568,39 @@ async fn guard_alarm(cw: &aws_sdk_cloudwatch::Client, state: StateValue) -> Stri
     name
 }
 
-async fn assert_circuit_open_touched_nothing(wf: &Workflow, done: &Finished, messages: u64) {
-    assert_eq!(done.status(), &ExecutionStatus::Failed, "{}", done.lines());
-    assert_eq!(done.described.error(), Some("CircuitBreakerOpen"));
+async fn alarm_state(cw: &aws_sdk_cloudwatch::Client, name: &str) -> StateValue {
+    let found = cw
+        .describe_alarms()
+        .alarm_names(name)
+        .send()
+        .await
+        .expect("DescribeAlarms");
+    found.metric_alarms()[0]
+        .state_value()
+        .cloned()
+        .expect("a state")
+}
+
+/// The execution succeeded through its summary (no failed execution for the failures alarm)
+/// having received, sent and deleted nothing.
+async fn assert_circuit_open_ended_in_summary(wf: &Workflow, done: &Finished, messages: u64) {
+    assert_eq!(
+        done.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        done.lines()
+    );
+    let output = done.output();
+    assert_eq!(
+        output["stoppedBecause"],
+        json!("circuit-open"),
+        "{output:#}"
+    );
+    assert_eq!(output["received"], json!(0), "{output:#}");
     assert_eq!(
         done.count(HistoryEventType::TaskStateEntered),
-        2,
-        "only Start and CheckCircuitBreaker ran:\n{}",
+        3,
+        "only Start, CheckCircuitBreaker and Summary ran:\n{}",
         done.lines()
     );
     // nothing received (all visible), sent or deleted
@@ -564,16 +610,30 @@ async fn assert_circuit_open_touched_nothing(wf: &Workflow, done: &Finished, mes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guard_alarm_in_alarm_opens_the_circuit_and_nothing_is_touched() {
+async fn a_guard_alarm_ends_a_scheduled_execution_in_its_summary_which_re_arms_the_trigger() {
+    // GIVEN a guard alarm in ALARM, and the DLQ's trigger alarm (TRIGGER_ALARM_NAME) in ALARM
     let cw = moto_sfn().cloudwatch().await;
-    let guard = guard_alarm(&cw, StateValue::Alarm).await;
-    let wf = Workflow::new(false, &[("GUARD_ALARM_NAMES", guard.as_str())]).await;
+    let guard = alarm(&cw, "guard", StateValue::Alarm).await;
+    let trigger = alarm(&cw, "dlq-not-empty", StateValue::Alarm).await;
+    let wf = Workflow::new(
+        false,
+        &[
+            ("GUARD_ALARM_NAMES", guard.as_str()),
+            ("REARM_ALARM", "true"),
+            ("TRIGGER_ALARM_NAME", trigger.as_str()),
+        ],
+    )
+    .await;
     wf.to_dlq("order o-401").await;
     wf.to_dlq("order o-402").await;
 
+    // WHEN the schedule starts an execution (its input is {})
     let done = wf.run(json!({})).await;
 
-    assert_circuit_open_touched_nothing(&wf, &done, 2).await;
+    // THEN it succeeds with circuit-open, touching nothing, and the trigger alarm is set back
+    // to OK so that its next evaluation starts another execution
+    assert_circuit_open_ended_in_summary(&wf, &done, 2).await;
+    assert_eq!(alarm_state(&cw, &trigger).await, StateValue::Ok);
     let circuit = sfn::task_outputs(&done.history)
         .into_iter()
         .find(|o| o.get("guards").is_some())
@@ -609,7 +669,7 @@ async fn the_operator_flag_opens_the_circuit_and_nothing_is_touched() {
 
     let done = wf.run(json!({})).await;
 
-    assert_circuit_open_touched_nothing(&wf, &done, 1).await;
+    assert_circuit_open_ended_in_summary(&wf, &done, 1).await;
     let circuit = sfn::task_outputs(&done.history)
         .into_iter()
         .find(|o| o.get("operator").is_some())
@@ -694,6 +754,64 @@ async fn circuit_table(ddb: &aws_sdk_dynamodb::Client) -> String {
         .await
         .unwrap_or_else(|e| panic!("CreateTable {name}: {e:?}"));
     name
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_that_finds_another_running_touches_nothing_and_its_summary_re_arms() {
+    // GIVEN an execution holding a message on the DLQ for its 12 s wait, and the trigger alarm
+    // in ALARM
+    let cw = moto_sfn().cloudwatch().await;
+    let trigger = alarm(&cw, "dlq-not-empty", StateValue::Alarm).await;
+    let wf = Workflow::new(
+        false,
+        &[
+            ("REARM_ALARM", "true"),
+            ("BACKOFF_BASE_SECONDS", "12"),
+            ("WORKFLOW_MAX_DELAY_SECONDS", "0"),
+        ],
+    )
+    .await;
+    wf.to_dlq("order o-451").await;
+    let started = Instant::now();
+    let first = wf.start(json!({})).await;
+    wf.until_a_wait_state(&first).await;
+
+    // WHEN the trigger alarm starts a second execution
+    let second = wf.run(json!({"triggerAlarm": trigger})).await;
+
+    // THEN the second succeeds through its summary (already-running), having received
+    // nothing, and re-arms the trigger alarm
+    assert_eq!(
+        second.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        second.lines()
+    );
+    let output = second.output();
+    assert_eq!(
+        output["stoppedBecause"],
+        json!("already-running"),
+        "{output:#}"
+    );
+    assert_eq!(output["received"], json!(0), "{output:#}");
+    assert_eq!(
+        second.count(HistoryEventType::TaskStateEntered),
+        2,
+        "only Start and Summary ran:\n{}",
+        second.lines()
+    );
+    assert_eq!(alarm_state(&cw, &trigger).await, StateValue::Ok);
+    // and the first redrives the message once its wait is over
+    let first = wf.finish(&first, started).await;
+    assert_eq!(
+        first.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        first.lines()
+    );
+    let (dlq, source, poison) = wf.settle_and_take_all(Duration::from_secs(10)).await;
+    assert!(dlq.is_empty() && poison.is_empty());
+    assert_each_once(&["order o-451"], &[&source]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -783,20 +901,7 @@ async fn stop_execution_mid_run_leaves_every_message_on_the_dlq_or_acknowledged_
     let execution = wf.start(json!({})).await;
 
     // WHEN an operator stops it while messages wait
-    loop {
-        let history = sfn::execution_history(&wf.sfn, &execution).await;
-        if history
-            .iter()
-            .any(|e| e.r#type() == &HistoryEventType::WaitStateEntered)
-        {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no Wait state was entered"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wf.until_a_wait_state(&execution).await;
     wf.sfn
         .stop_execution()
         .execution_arn(&execution)

@@ -86,11 +86,41 @@ async fn send_one<Q: Queue>(queue: &Q, url: &str, batch: Vec<SendEntry>, acks: &
 }
 
 pub async fn delete<Q: Queue>(queue: &Q, url: &str, entries: Vec<HandleEntry>) -> Acks {
+    by_handle(entries, |batch| async move {
+        queue.delete_batch(url, &batch).await
+    })
+    .await
+}
+
+/// Sets the visibility of held messages. SQS acknowledges an entry only while its handle is
+/// the message's latest and the message is in flight: a handle acknowledged here deletes its
+/// message for certain within the new timeout, whereas a delete with a stale handle is
+/// answered with success and deletes nothing.
+pub async fn hold<Q: Queue>(
+    queue: &Q,
+    url: &str,
+    entries: Vec<HandleEntry>,
+    visibility_seconds: i32,
+) -> Acks {
+    by_handle(entries, |batch| async move {
+        queue
+            .change_visibility_batch(url, &batch, visibility_seconds)
+            .await
+    })
+    .await
+}
+
+/// One call per 10 handles, its retryable failures retried.
+async fn by_handle<F, Fut>(entries: Vec<HandleEntry>, mut call: F) -> Acks
+where
+    F: FnMut(Vec<HandleEntry>) -> Fut,
+    Fut: Future<Output = Result<crate::ports::BatchOutcome, PortError>>,
+{
     let mut acks = Acks::default();
     for chunk in entries.chunks(10) {
         let mut pending = chunk.to_vec();
         for _ in 0..ENTRY_TRIES {
-            match retry(|| queue.delete_batch(url, &pending)).await {
+            match retry(|| call(pending.clone())).await {
                 Ok(outcome) => {
                     let retry_ids = record(&mut acks, outcome.succeeded, outcome.failed);
                     pending.retain(|e| retry_ids.contains(&e.id));

@@ -6,6 +6,12 @@
 //! line is on disk (written, flushed and fsync'd, batch by batch) or in S3 (the object's put
 //! acknowledged against its SHA-256). A crash between the two leaves the message on its queue
 //! and its line in the export: at worst a duplicate, never a loss.
+//!
+//! SQS answers a delete with a stale receipt handle (the message's hold ran out and it was
+//! received again) with success, and deletes nothing. So before a delete the export renews the
+//! hold of each stored message with the scan's latest handle: SQS refuses that for a stale
+//! handle or a message no longer in flight, and those messages are reported as not deleted
+//! (still on the queue) instead of deleted.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -18,7 +24,7 @@ use redrive_shared::config::QueueUrl;
 use serde_json::json;
 
 use super::filter::{FilterArgs, MessageFilter};
-use super::scan::{Reach, Scanner, Status, Stop};
+use super::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop};
 use super::{CliError, Ctx, Outcome, batch, now_ms};
 use crate::aws::SqsQueue;
 use crate::ports::{BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry};
@@ -72,7 +78,12 @@ struct Recording {
     system: Mutex<HashMap<String, SystemAttributes>>,
 }
 
-impl Recording {
+/// A queue that remembers the system attributes of what it received.
+trait Exporting: Queue {
+    fn system_of(&self, message_id: &str) -> SystemAttributes;
+}
+
+impl Exporting for Recording {
     fn system_of(&self, message_id: &str) -> SystemAttributes {
         self.system
             .lock()
@@ -318,9 +329,9 @@ fn create_new(path: &Path) -> Result<std::fs::File, CliError> {
     Ok(file)
 }
 
-async fn walk(
-    queue: &Recording,
-    scan: &mut Scanner<'_, Recording>,
+async fn walk<Q: Exporting>(
+    queue: &Q,
+    scan: &mut Scanner<'_, Q>,
     filter: &MessageFilter,
     args: &ExportArgs,
     sink: &mut Sink,
@@ -447,10 +458,10 @@ async fn put_object(
         .collect())
 }
 
-/// Records stored messages and, with `--delete`, deletes them.
-async fn settle(
-    queue: &Recording,
-    scan: &mut Scanner<'_, Recording>,
+/// Records stored messages and, with `--delete`, deletes the ones whose hold it could renew.
+async fn settle<Q: Queue>(
+    queue: &Q,
+    scan: &mut Scanner<'_, Q>,
     url: &str,
     delete: bool,
     stored: Vec<Received>,
@@ -462,20 +473,37 @@ async fn settle(
     if !delete {
         return;
     }
+    // The scan's latest handle: the message may have come back and been received again by
+    // the scan itself since its line was made.
     let entries: Vec<HandleEntry> = stored
         .iter()
         .enumerate()
         .map(|(i, m)| HandleEntry {
             id: i.to_string(),
-            receipt_handle: m.receipt_handle.clone(),
+            receipt_handle: scan
+                .handle(&m.message_id)
+                .unwrap_or(&m.receipt_handle)
+                .to_string(),
         })
         .collect();
-    let acks = batch::delete(queue, url, entries).await;
+    let held = batch::hold(queue, url, entries.clone(), HOLD_SECONDS).await;
+    let current: Vec<HandleEntry> = entries
+        .into_iter()
+        .filter(|e| held.ok.contains(&e.id))
+        .collect();
+    let acks = batch::delete(queue, url, current).await;
     for (i, m) in stored.iter().enumerate() {
         let id = i.to_string();
         if acks.ok.contains(&id) {
             scan.settled(&m.message_id);
             report.deleted += 1;
+        } else if let Some(why) = held.failed.get(&id) {
+            report.delete_failed.push((
+                m.message_id.clone(),
+                format!(
+                    "its hold ran out before the delete (it may have been received again): {why}"
+                ),
+            ));
         } else {
             let why = acks.failed.get(&id).cloned().unwrap_or_default();
             report.delete_failed.push((m.message_id.clone(), why));
@@ -517,5 +545,202 @@ fn print_text(ctx: &Ctx, args: &ExportArgs, report: &Report, reach: &Reach) {
             _ => s.bad("not reached:"),
         };
         println!("{label} {short}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use redrive_shared::Attributes;
+
+    use super::*;
+    use crate::fake::FakeSqs;
+
+    const Q: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
+
+    /// The fake, where the first delete or visibility change after a batch is written comes
+    /// only after the scan's hold ran out, and another consumer received the messages in
+    /// between (a slow write, a long pause of the process).
+    struct LateAfterWrite {
+        sqs: Arc<FakeSqs>,
+        late: AtomicBool,
+        received_again: bool,
+    }
+
+    impl LateAfterWrite {
+        async fn pause(&self) {
+            if !self.late.swap(false, Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::advance(Duration::from_secs(HOLD_SECONDS as u64 + 1)).await;
+            if self.received_again {
+                self.sqs.receive_now(Q, 10, 300).unwrap();
+            }
+        }
+    }
+
+    impl Exporting for LateAfterWrite {
+        fn system_of(&self, _message_id: &str) -> SystemAttributes {
+            SystemAttributes::default()
+        }
+    }
+
+    impl Queue for LateAfterWrite {
+        async fn receive(
+            &self,
+            url: &str,
+            max: i32,
+            wait: i32,
+            visibility: i32,
+        ) -> Result<Vec<Received>, PortError> {
+            self.sqs.receive(url, max, wait, visibility).await
+        }
+
+        async fn send_batch(
+            &self,
+            url: &str,
+            entries: &[SendEntry],
+        ) -> Result<BatchOutcome, PortError> {
+            self.sqs.send_batch(url, entries).await
+        }
+
+        async fn delete_batch(
+            &self,
+            url: &str,
+            entries: &[HandleEntry],
+        ) -> Result<BatchOutcome, PortError> {
+            self.pause().await;
+            self.sqs.delete_batch(url, entries).await
+        }
+
+        async fn change_visibility_batch(
+            &self,
+            url: &str,
+            entries: &[HandleEntry],
+            visibility: i32,
+        ) -> Result<BatchOutcome, PortError> {
+            self.pause().await;
+            self.sqs
+                .change_visibility_batch(url, entries, visibility)
+                .await
+        }
+
+        async fn depth(&self, url: &str) -> Result<Depth, PortError> {
+            self.sqs.depth(url).await
+        }
+    }
+
+    /// Exports every message of `Q` with `--delete` to a new file; returns the report.
+    async fn export_deleting(queue: &LateAfterWrite, name: &str) -> Report {
+        let path = std::env::temp_dir().join(format!("{name}-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let args = ExportArgs {
+            queue: QueueUrl::parse(Q).unwrap(),
+            to: path.display().to_string(),
+            delete: true,
+            max: None,
+            filters: Default::default(),
+        };
+        let mut sink = Sink::File {
+            file: create_new(&path).unwrap(),
+        };
+        let filter = MessageFilter::new(&args.filters, now_ms());
+        let progress = Progress::new(true, "exported");
+        let mut scan = Scanner::new(queue, Q);
+        let mut report = Report::default();
+        walk(
+            queue,
+            &mut scan,
+            &filter,
+            &args,
+            &mut sink,
+            &progress,
+            &mut report,
+        )
+        .await
+        .unwrap();
+        scan.release().await;
+        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+        assert_eq!(lines, report.exported.len());
+        let _ = std::fs::remove_file(&path);
+        report
+    }
+
+    async fn late_export(received_again: bool, name: &str) -> (Arc<FakeSqs>, Report) {
+        let sqs = FakeSqs::new();
+        sqs.create_queue(Q);
+        for i in 0..10 {
+            sqs.push(Q, &format!("m{i}"), Attributes::new(), None);
+        }
+        let queue = LateAfterWrite {
+            sqs: sqs.clone(),
+            late: AtomicBool::new(true),
+            received_again,
+        };
+        let report = export_deleting(&queue, name).await;
+        (sqs, report)
+    }
+
+    /// Every message reported deleted is gone; every one still on the queue is reported.
+    fn assert_honest(sqs: &FakeSqs, report: &Report) {
+        let left: HashSet<String> = sqs.messages(Q).into_iter().map(|m| m.message_id).collect();
+        let failed: HashSet<String> = report
+            .delete_failed
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert_eq!(report.exported.len(), 10);
+        assert_eq!(left, failed, "still on the queue = reported not deleted");
+        assert_eq!(report.deleted, 10 - left.len(), "{report:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn export_delete_reports_a_message_received_again_during_the_write_as_not_deleted() {
+        // GIVEN an export whose hold runs out while its batch is written, and another consumer
+        // that receives the messages in that time
+        let (sqs, report) = late_export(true, "export-received-again").await;
+
+        // THEN nothing it could not delete is reported deleted: all 10 are still on the queue
+        assert_eq!(sqs.len(Q), 10);
+        assert_honest(&sqs, &report);
+        assert!(
+            report.delete_failed[0].1.contains("hold ran out"),
+            "{report:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn export_delete_deletes_nothing_it_no_longer_holds() {
+        // GIVEN an export whose hold runs out while its batch is written (nobody else receives)
+        let (sqs, report) = late_export(false, "export-hold-ran-out").await;
+
+        // THEN what it reports matches the queue
+        assert_honest(&sqs, &report);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn export_delete_uses_the_scans_latest_handle() {
+        // GIVEN messages whose hold ran out during the scan and that the scan received again
+        let sqs = FakeSqs::new();
+        sqs.create_queue(Q);
+        for i in 0..3 {
+            sqs.push(Q, &format!("m{i}"), Attributes::new(), None);
+        }
+        let mut scan = Scanner::new(&sqs, Q);
+        let first = scan.next(10).await.unwrap();
+        tokio::time::advance(Duration::from_secs(HOLD_SECONDS as u64 + 1)).await;
+        assert!(scan.next(10).await.unwrap().is_empty());
+
+        // WHEN the first batch is settled with --delete
+        let mut report = Report::default();
+        settle(&sqs, &mut scan, Q, true, first, &mut report).await;
+
+        // THEN all three are deleted, with the handles of the second receive
+        assert_eq!(report.deleted, 3, "{report:?}");
+        assert!(sqs.is_empty(Q));
     }
 }

@@ -140,6 +140,12 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
         }
     }
 
+    /// The latest receipt handle the scan holds for a message (it may have come back and been
+    /// received again since it was returned).
+    pub fn handle(&self, message_id: &str) -> Option<&str> {
+        self.held.get(message_id).map(String::as_str)
+    }
+
     /// The message is gone from the queue (deleted): nothing to release.
     pub fn settled(&mut self, message_id: &str) {
         self.held.remove(message_id);

@@ -13,7 +13,7 @@ use redrive_shared::meta::RedriveMeta;
 use serde::Serialize;
 
 use super::{DrainRequest, Engine, Run, StopReason, Summary};
-use crate::circuit::{CircuitStore, SaveOutcome, update};
+use crate::circuit::{CircuitStore, SaveOutcome, update_once, write_token};
 use crate::ports::{Alarms, CircuitMetrics, Metrics, Queue, Received};
 
 /// The circuit in the response (`"circuit"`), present only when the circuit is on.
@@ -246,41 +246,59 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         };
         // A dry run changes nothing durable; an unchanged record is not written again.
         if !request.dry_run && record != loaded {
+            // One token for this run's write and its tries: applied once, however often tried.
+            let token = write_token();
+            record.mark_applied(&token);
             let saved = self
                 .bounded(end, "PutItem", self.circuit.save(dlq, &record, version))
                 .await;
-            match saved {
-                Ok(SaveOutcome::Saved { .. }) => {}
-                Ok(SaveOutcome::Conflict) => {
-                    // Another writer (the operator, a concurrent run) changed the record:
-                    // apply this run's events to what it wrote.
-                    let again = self
-                        .bounded(end, "PutItem", async {
-                            update(&self.circuit, dlq, &settings, now, &events)
-                                .await
-                                .map_err(|e| match e {
-                                    crate::circuit::CircuitError::Port(p) => p,
-                                    other => crate::ports::PortError {
-                                        operation: "PutItem",
-                                        code: "Contended".into(),
-                                        message: other.to_string(),
-                                        retryable: false,
-                                    },
-                                })
-                        })
-                        .await;
-                    match again {
-                        Ok((r, t)) => {
-                            record = r;
-                            transitions = t;
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "saving the circuit record failed; this run's counts are lost")
-                        }
-                    }
+            let try_again = match saved {
+                Ok(SaveOutcome::Saved { .. }) => false,
+                // Another writer (the operator, a concurrent run) changed the record, or this
+                // write landed and its answer was lost (the SDK's retry then fails the condition).
+                Ok(SaveOutcome::Conflict) => true,
+                Err(e) if e.retryable => {
+                    tracing::warn!(error = %e, "saving the circuit record failed; it may have landed: loading it again");
+                    true
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "saving the circuit record failed; this run's counts are lost")
+                    tracing::error!(error = %e, "saving the circuit record failed; this run's counts are lost");
+                    false
+                }
+            };
+            if try_again {
+                // Apply this run's events to what is there now, unless this write is there.
+                let again = self
+                    .bounded(end, "PutItem", async {
+                        update_once(
+                            &self.circuit,
+                            dlq,
+                            &settings,
+                            now,
+                            &token,
+                            &events,
+                            transitions.clone(),
+                        )
+                        .await
+                        .map_err(|e| match e {
+                            crate::circuit::CircuitError::Port(p) => p,
+                            other => crate::ports::PortError {
+                                operation: "PutItem",
+                                code: "Contended".into(),
+                                message: other.to_string(),
+                                retryable: false,
+                            },
+                        })
+                    })
+                    .await;
+                match again {
+                    Ok((r, t)) => {
+                        record = r;
+                        transitions = t;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "saving the circuit record failed; this run's counts are lost")
+                    }
                 }
             }
         }
