@@ -108,6 +108,8 @@ case $GUARD_ALARM_NAMES in
     *) redriver_guard_names=$GUARD_ALARM_NAMES ;;
 esac
 
+# TRIGGER_ALARM_NAME is DlqNotEmptyAlarm's name as resources.yaml and the roles spell it, so that
+# scheduled and manual drains (and workflow executions) re-arm it too.
 # Values are single-quoted: cargo-lambda reads the file dotenv-style, and GUARD_ALARM_NAMES
 # holds commas that --env-var would split.
 write_env_file() {
@@ -129,6 +131,7 @@ write_env_file "$WORK/redriver.env" \
     "MAX_MESSAGES_PER_SECOND=$MAX_MESSAGES_PER_SECOND" \
     "GUARD_ALARM_NAMES=$redriver_guard_names" \
     "REARM_ALARM=$REARM_ALARM" \
+    "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty" \
     "METRIC_NAMESPACE=$OUT_MetricNamespace" \
     "DRY_RUN=$DRY_RUN" \
     "RUST_LOG=$RUST_LOG"

@@ -128,6 +128,8 @@ class DeployScript(unittest.TestCase):
                 "MAX_MESSAGES_PER_SECOND": "0",
                 "GUARD_ALARM_NAMES": "downstream-5xx,downstream-latency",
                 "REARM_ALARM": "true",
+                # Scheduled and manual drains (and workflow executions) re-arm it too.
+                "TRIGGER_ALARM_NAME": f"{stack}-dlq-not-empty",
                 "METRIC_NAMESPACE": "DLQRedriver",
                 "DRY_RUN": "false",
                 "RUST_LOG": "info",

@@ -303,6 +303,8 @@ class DeployStepFunctions(unittest.TestCase):
         self.assertEqual({k: v for k, v in variables.items() if k not in ("BACKOFF_MAX_SECONDS", "WORKFLOW_BATCH_SIZE")},
                          {k: v for k, v in redriver.items() if k != "BACKOFF_MAX_SECONDS"})
         self.assertEqual(variables["CIRCUIT_TABLE"], f"{stack}-circuit")
+        # Every execution's summary re-arms the alarm whose rule starts executions.
+        self.assertEqual(variables["TRIGGER_ALARM_NAME"], out["WorkflowTriggerAlarmName"])
         alias = lam.get_alias(FunctionName=f"{stack}-workflow-tasks", Name="live")
         self.assertNotEqual(alias["FunctionVersion"], "$LATEST")
 
