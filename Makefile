@@ -109,7 +109,7 @@ test-rust: setup
 # AWS_ENDPOINT_URL_SQS and its siblings, for the tests' clients, the Lambdas and the CLI alike.
 # --workspace, as test-rust builds: nothing is compiled again. (The consumer's tests/moto.rs
 # shares a name with the re-driver's and runs too.)
-LOCALSTACK_TESTS := moto lambda cli export archiver
+LOCALSTACK_TESTS := moto lambda cli export archiver circuit lambda_watch
 test-localstack: setup
 	@echo "==> test-localstack: $(LOCALSTACK_TESTS) with SQS, S3, CloudWatch and STS on LocalStack"
 	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 20m cargo test --workspace --no-fail-fast $(addprefix --test ,$(LOCALSTACK_TESTS))
