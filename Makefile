@@ -56,13 +56,13 @@ include infra/Makefile.inc
 
 # lint first (cheap, and a format or clippy failure should not wait for the slow steps); the
 # demo last: it doubles as the system test (exit 1 on a lost or twice-delivered order).
-TEST_STEPS := lint test-rust test-infra demo
+TEST_STEPS := lint test-rust test-localstack test-infra demo
 
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
 include bench/Makefile.inc
 TEST_STEPS += soak-moto
 
-.PHONY: setup test test-rust lint build demo
+.PHONY: setup test test-rust test-localstack lint build demo
 
 setup: $(VENV_STAMP) $(LOCALSTACK_STAMP)
 
@@ -101,6 +101,18 @@ test-rust: setup
 	@echo "==> test-rust: cargo test --workspace --all-targets --no-fail-fast"
 	# A hard ceiling, so that a hung test fails CI instead of eating its 90 minutes.
 	timeout --signal=KILL 45m cargo test --workspace --all-targets --no-fail-fast
+
+# The SQS integration tests again, with SQS, S3, CloudWatch and STS on LocalStack, which keeps
+# FIFO deduplication ids, counts attributes in the size limit, evaluates alarms and sets
+# DeadLetterQueueSourceArn as SQS does; DynamoDB and Step Functions stay on moto. The harness
+# reads REDRIVE_SQS_EMULATOR (tests/src/localstack.rs) and routes the services through the SDK's
+# AWS_ENDPOINT_URL_SQS and its siblings, for the tests' clients, the Lambdas and the CLI alike.
+# --workspace, as test-rust builds: nothing is compiled again. (The consumer's tests/moto.rs
+# shares a name with the re-driver's and runs too.)
+LOCALSTACK_TESTS := moto lambda cli export archiver circuit lambda_watch
+test-localstack: setup
+	@echo "==> test-localstack: $(LOCALSTACK_TESTS) with SQS, S3, CloudWatch and STS on LocalStack"
+	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 20m cargo test --workspace --no-fail-fast $(addprefix --test ,$(LOCALSTACK_TESTS))
 
 lint: setup
 	@echo "==> lint: rustfmt, clippy, cfn-lint and the Guard policies"

@@ -1,4 +1,4 @@
-//! CloudWatch alarms on moto: a depth alarm on a queue, put in a given state, and its state.
+//! CloudWatch alarms on the emulator (moto, or LocalStack under REDRIVE_SQS_EMULATOR): a depth alarm on a queue, put in a given state, and its state.
 
 use aws_sdk_cloudwatch::Client;
 use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
@@ -16,6 +16,10 @@ pub async fn put_queue_alarm(cw: &Client, name: &str, queue: &str, state: StateV
         .evaluation_periods(1)
         .threshold(0.0)
         .comparison_operator(ComparisonOperator::GreaterThanThreshold)
+        // An emulator that evaluates alarms (LocalStack, as CloudWatch does, at once on
+        // PutMetricAlarm and then every period) would turn the state set below into
+        // INSUFFICIENT_DATA for want of datapoints; `ignore` keeps it, on AWS too.
+        .treat_missing_data("ignore")
         .send()
         .await
         .expect("PutMetricAlarm");

@@ -1,15 +1,17 @@
 //! One moto server per test process, started on first use and gone when the process ends.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{ChildStdin, Command, Stdio};
+use std::process::ChildStdin;
 use std::sync::OnceLock;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_sqs::config::Credentials;
+
+use crate::localstack::{LocalStack, sqs_emulator};
+use crate::process::launch_announcing_port;
 
 /// The region every client and child process of the harness uses.
 pub const REGION: &str = "us-east-1";
@@ -104,52 +106,19 @@ impl Moto {
             );
         }
         let launcher = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("moto_launcher.py");
-        let mut child = Command::new(&python)
-            .arg(&launcher)
-            .args(launcher_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("starting {} {}: {e}", python.display(), launcher.display())
-            });
-        let lifeline = child.stdin.take().expect("stdin is piped");
-        let stdout = child.stdout.take().expect("stdout is piped");
-
-        // Read the port on a thread so a launcher that hangs cannot hang the tests.
-        let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("moto-stdout".into())
-            .spawn(move || {
-                let mut lines = BufReader::new(stdout).lines();
-                let _ = tx.send(lines.next());
-                // Keep draining so the launcher never blocks on a full pipe.
-                for line in lines.map_while(Result::ok) {
-                    eprintln!("[moto] {line}");
-                }
-            })
-            .expect("spawning a thread");
-        let port = match rx.recv_timeout(STARTUP_TIMEOUT) {
-            Ok(Some(Ok(line))) => line.trim().parse::<u16>().unwrap_or_else(|_| {
-                panic!("moto launcher printed {line:?} instead of a port number")
-            }),
-            Ok(_) => {
-                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-                panic!(
-                    "moto launcher exited before printing its port ({status}); is moto[server] installed in {}? run `make setup`",
-                    python.display()
-                )
-            }
-            Err(_) => {
-                let _ = child.kill();
-                panic!("moto launcher printed no port within {STARTUP_TIMEOUT:?}")
-            }
-        };
-        wait_until_answers(port);
-        let pid = child.id();
-        // The child is not waited for: it ends with this process (see `_lifeline`).
-        drop(child);
+        let announced = launch_announcing_port(
+            "moto",
+            &python,
+            &launcher,
+            launcher_args,
+            STARTUP_TIMEOUT,
+            &format!(
+                "is moto[server] installed in {}? run `make setup`",
+                python.display()
+            ),
+        );
+        wait_until_answers(announced.port);
+        let (port, pid, lifeline) = (announced.port, announced.pid, announced.lifeline);
         Moto {
             port,
             pid,
@@ -180,13 +149,14 @@ impl Moto {
 
     /// An SDK config for this moto: its endpoint as the standard `endpoint_url` (the same
     /// effect as `AWS_ENDPOINT_URL`), region us-east-1, the credentials of the launcher's
-    /// admin user (moto authorizes every call: see `crate::iam`). For a test's own setup and
-    /// checks; the code under test runs under its role (`crate::iam`).
+    /// admin user (moto authorizes every call: see `crate::iam`), for a test's own setup and
+    /// checks (the code under test runs under its role); SQS, S3, CloudWatch and STS on
+    /// LocalStack under `REDRIVE_SQS_EMULATOR=localstack` (`sqs_on_localstack`).
     ///
     /// Build clients per test (per tokio runtime): an SDK client keeps a connection pool
     /// tied to the runtime that first used it.
     pub async fn sdk_config(&self) -> SdkConfig {
-        aws_config::defaults(BehaviorVersion::latest())
+        let config = aws_config::defaults(BehaviorVersion::latest())
             .endpoint_url(self.endpoint())
             .region(Region::new(REGION))
             .credentials_provider(Credentials::new(
@@ -197,7 +167,11 @@ impl Moto {
                 "redrive-tests",
             ))
             .load()
-            .await
+            .await;
+        match self.sqs_on_localstack() {
+            Some(localstack) => localstack.route_services(config),
+            None => config,
+        }
     }
 
     /// Environment for a child process (a Lambda under `cargo lambda watch`, the AWS CLI)
@@ -205,7 +179,7 @@ impl Moto {
     /// credentials: `LambdaWatch` replaces them with the function's role
     /// (`crate::iam::env_for_binary`), `crate::iam::cli_env` with the operator's policy.
     pub fn env(&self) -> Vec<(String, String)> {
-        [
+        let mut env: Vec<(String, String)> = [
             ("AWS_ENDPOINT_URL", self.endpoint()),
             ("AWS_REGION", REGION.to_string()),
             ("AWS_DEFAULT_REGION", REGION.to_string()),
@@ -216,7 +190,22 @@ impl Moto {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        .collect();
+        if let Some(localstack) = self.sqs_on_localstack() {
+            env.extend(localstack.service_endpoints());
+        }
+        env
+    }
+
+    /// With `REDRIVE_SQS_EMULATOR=localstack`, the LocalStack that serves SQS, S3, CloudWatch
+    /// and STS beside this moto: `sdk_config` and `env` route those four services there
+    /// (`AWS_ENDPOINT_URL_SQS` and its siblings), everything else (DynamoDB) stays here. Not
+    /// for the Step Functions moto, whose state machines call its own SQS.
+    pub fn sqs_on_localstack(&self) -> Option<&'static LocalStack> {
+        if self.lambda_routes.is_some() {
+            return None;
+        }
+        sqs_emulator()
     }
 
     pub async fn sqs(&self) -> aws_sdk_sqs::Client {

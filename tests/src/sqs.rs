@@ -91,6 +91,35 @@ impl QueueSet {
         }
     }
 
+    /// The account the queues live in (from the DLQ's ARN): moto's 123456789012, LocalStack's
+    /// 000000000000.
+    pub fn account(&self) -> &str {
+        self.dlq_arn.split(':').nth(4).unwrap_or_default()
+    }
+
+    /// The shipped CloudWatch alarm notification over SNS (`sns-cloudwatch-alarm.json`) of the
+    /// alarm `alarm` in `state` with one `QueueName` dimension, `queue`, sent from the account of
+    /// these queues (`AWSAccountId`, `AlarmArn`): on AWS an alarm on a queue lives in the
+    /// queue's account, and the re-driver ignores one from another account.
+    pub fn alarm_notification(&self, alarm: &str, state: &str, queue: &str) -> Value {
+        let mut event = crate::fixture("sns-cloudwatch-alarm.json");
+        let message = event["Records"][0]["Sns"]["Message"]
+            .as_str()
+            .expect("the fixture's Message is a string")
+            .to_string();
+        let mut m: Value = serde_json::from_str(&message).expect("the fixture's Message is JSON");
+        let account = self.account();
+        m["AlarmName"] = json!(alarm);
+        m["NewStateValue"] = json!(state);
+        m["AWSAccountId"] = json!(account);
+        m["AlarmArn"] = json!(format!(
+            "arn:aws:cloudwatch:{REGION}:{account}:alarm:{alarm}"
+        ));
+        m["Trigger"]["Dimensions"] = json!([{"value": queue, "name": "QueueName"}]);
+        event["Records"][0]["Sns"]["Message"] = json!(m.to_string());
+        event
+    }
+
     /// Environment for the re-driver Lambda: `DLQ_URL`, `SOURCE_QUEUE_URL`, `POISON_QUEUE_URL`.
     pub fn redriver_env(&self) -> Vec<(String, String)> {
         vec![

@@ -7,19 +7,7 @@ use redrive_tests::{
     LambdaWatch, QueueSet, alarm_state, drain_all, fixture, moto, put_queue_alarm, queue_depth,
     send_raw, unique_name,
 };
-use serde_json::{Value, json};
-
-fn alarm_fixture_for(queue_name: &str) -> Value {
-    let mut event = fixture("sns-cloudwatch-alarm.json");
-    let message = event["Records"][0]["Sns"]["Message"]
-        .as_str()
-        .expect("fixture Message")
-        .to_string();
-    let mut m: Value = serde_json::from_str(&message).expect("fixture Message is JSON");
-    m["Trigger"]["Dimensions"][0]["value"] = json!(queue_name);
-    event["Records"][0]["Sns"]["Message"] = json!(m.to_string());
-    event
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn the_lambda_drains_a_dlq_when_its_alarm_fires() {
@@ -45,7 +33,10 @@ async fn the_lambda_drains_a_dlq_when_its_alarm_fires() {
     assert_eq!(queue_depth(&sqs, &queues.dlq_url).await, 5);
 
     let response = watch
-        .invoke("redriver", &alarm_fixture_for(&queues.dlq_name))
+        .invoke(
+            "redriver",
+            &queues.alarm_notification("orders-dlq-depth", "ALARM", &queues.dlq_name),
+        )
         .await
         .expect("invoke");
     assert_eq!(

@@ -16,7 +16,7 @@ use redrive_tests::{
 };
 use redriver::aws::{CloudWatch, SqsQueue};
 use redriver::{DrainRequest, Engine, Settings, StopReason, Summary};
-use serde_json::{Value, json};
+use serde_json::json;
 
 type MotoEngine = Engine<SqsQueue, CloudWatch, CloudWatch>;
 
@@ -551,20 +551,6 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
     );
 }
 
-fn alarm_event(alarm: &str, state: &str, queue: &str) -> Value {
-    let mut event = redrive_tests::fixture("sns-cloudwatch-alarm.json");
-    let message = event["Records"][0]["Sns"]["Message"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let mut m: Value = serde_json::from_str(&message).unwrap();
-    m["AlarmName"] = json!(alarm);
-    m["NewStateValue"] = json!(state);
-    m["Trigger"]["Dimensions"] = json!([{"value": queue, "name": "QueueName"}]);
-    event["Records"][0]["Sns"]["Message"] = json!(m.to_string());
-    event
-}
-
 #[tokio::test]
 async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() {
     let mut f = Fixture::new(false).await;
@@ -573,12 +559,16 @@ async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() 
     let engine = f.engine(&[]);
     let dlq = f.queues.dlq_name.clone();
     let s = engine
-        .handle(&alarm_event("a", "OK", &dlq), None)
+        .handle(&f.queues.alarm_notification("a", "OK", &dlq), None)
         .await
         .unwrap();
     assert_eq!((s.received, s.stopped_because), (0, StopReason::NotInAlarm));
     let s = engine
-        .handle(&alarm_event("a", "ALARM", "someone-elses-dlq"), None)
+        .handle(
+            &f.queues
+                .alarm_notification("a", "ALARM", "someone-elses-dlq"),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!((s.received, s.stopped_because), (0, StopReason::OtherQueue));
@@ -645,7 +635,11 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
 
     let engine = f.engine(&[("MAX_MESSAGES_PER_INVOCATION", "10")]);
     let s: Summary = engine
-        .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
+        .handle(
+            &f.queues
+                .alarm_notification(&alarm, "ALARM", &f.queues.dlq_name),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(s.received, 10);
@@ -661,7 +655,11 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
     // The rest: the queue empties; the alarm, in ALARM again, is re-armed all the same.
     put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     let s2 = engine
-        .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
+        .handle(
+            &f.queues
+                .alarm_notification(&alarm, "ALARM", &f.queues.dlq_name),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(s2.stopped_because, StopReason::QueueEmpty);
@@ -688,7 +686,11 @@ async fn issue_12_the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_a
     let engine = f.engine(&[]);
     // The alarm fires; the drain empties the DLQ.
     let s = engine
-        .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
+        .handle(
+            &f.queues
+                .alarm_notification(&alarm, "ALARM", &f.queues.dlq_name),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -711,7 +713,11 @@ async fn issue_12_the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_a
     put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     f.seal().await;
     let s = engine
-        .handle(&alarm_event(&alarm, "ALARM", &f.queues.dlq_name), None)
+        .handle(
+            &f.queues
+                .alarm_notification(&alarm, "ALARM", &f.queues.dlq_name),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(s.redriven, 3);
