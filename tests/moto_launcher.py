@@ -59,8 +59,8 @@ IAM, always: moto authorizes every request (`INITIAL_NO_AUTH_ACTION_COUNT` 0) as
   percent-encodes passes the signature check (moto re-encodes it as botocore does); CloudWatch
   calls are checked as `cloudwatch:*` (moto takes the signing name, `monitoring`); the batch
   calls (SendMessageBatch, DeleteMessageBatch, ChangeMessageVisibilityBatch) are authorized as
-  the action AWS checks for them (sqs:SendMessage, ...), and GetQueueUrl on the queue it names
-  (moto checks it against `*`).
+  the action AWS checks for them (sqs:SendMessage, ...), and every SQS call on the queue it
+  names, GetQueueUrl and a queue that does not exist included (moto checks those against `*`).
 """
 
 import json
@@ -185,12 +185,15 @@ def enforce_iam() -> None:
     moto_resource = SQSResponse._determine_resource
 
     def determine_resource(self):
-        if self._get_action() == "GetQueueUrl":
-            try:
-                return self.sqs_backend.get_queue(self._get_param("QueueName")).queue_arn
-            except Exception:  # noqa: BLE001 - moto's QueueDoesNotExist and the like
-                return "*"
-        return moto_resource(self)
+        # AWS authorizes a call on the queue it names, existing or not (a deleted queue is
+        # then QueueDoesNotExist, not AccessDenied); moto checks "*" unless the queue exists.
+        action = self._get_action()
+        if action == "CreateQueue":
+            return moto_resource(self)
+        name = self._get_param("QueueName") if action == "GetQueueUrl" else self._get_queue_name()
+        if not name:
+            return "*"
+        return f"arn:aws:sqs:{self.region}:{self.current_account}:{name}"
 
     SQSResponse._determine_resource = determine_resource
 

@@ -206,11 +206,29 @@ impl Drop for LambdaWatch {
         // Keep the log of a failing test (and say where it is); drop a passing test's.
         if std::thread::panicking() {
             eprintln!("cargo lambda watch log: {}", self.log_path.display());
-        } else {
-            let _ = std::fs::remove_file(&self.log_path);
+            return;
         }
+        // A call the function's role does not allow fails the test even where the function
+        // carries on (a fail-soft path that logs it): on AWS it would be refused the same way.
+        let log = self.log();
+        let refused: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains(ACCESS_DENIED))
+            .take(3)
+            .collect();
+        if !refused.is_empty() {
+            panic!(
+                "a function's call was refused by its role's policy (infra/templates/): grant it there. Log {}:\n{}",
+                self.log_path.display(),
+                refused.join("\n")
+            );
+        }
+        let _ = std::fs::remove_file(&self.log_path);
     }
 }
+
+/// What moto's (and AWS's) refusal of a call says in the functions' logs.
+const ACCESS_DENIED: &str = "is not authorized to perform";
 
 /// Lines of the log quoted in an error.
 const LOG_TAIL_LINES: usize = 40;
