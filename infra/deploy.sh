@@ -15,7 +15,7 @@
 #   5. stack STACK_NAME-wiring (infra/templates/wiring.yaml): SNS subscription and permission,
 #      SQS event source mapping, safety-net schedule, all on the `live` aliases
 #
-# ORCHESTRATOR=stepfunctions (issue 13) adds the task function STACK_NAME-workflow-tasks (binary
+# ORCHESTRATOR=stepfunctions adds the task function STACK_NAME-workflow-tasks (binary
 # redrive-workflow, alias live) in step 4, and in step 5 the state machine (definition
 # infra/statemachine/redrive.asl.json) with the EventBridge rule on the DLQ alarm instead of the
 # SNS subscription; ORCHESTRATOR=lambda (the default) removes them again.
@@ -50,7 +50,7 @@ else
         die "cargo lambda build failed (see above). Nothing in AWS was changed."
 fi
 lambda_bins=(redriver consumer archiver)
-if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi # issue 13
+if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
 for bin in ${lambda_bins[@]+"${lambda_bins[@]}"}; do
     [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing." \
         "Build it with: cargo lambda build --release --arm64 (or set SKIP_BUILD=false). Nothing in AWS was changed."
@@ -90,14 +90,13 @@ for key in SourceQueueUrl SourceQueueArn DeadLetterQueueUrl PoisonQueueUrl Idemp
     var=OUT_$key
     [ -n "${!var-}" ] || die "stack $RESOURCES has no output $key; was it created from another template?"
 done
-# ---- Step Functions orchestrator (issue 13) ----
+# ---- Step Functions orchestrator ----
 if [ "$ORCHESTRATOR" = stepfunctions ]; then
     for key in WorkflowFunctionName WorkflowRoleArn StateMachineName StateMachineLogGroupArn WorkflowTriggerAlarmName; do
         var=OUT_$key
         [ -n "${!var-}" ] || die "stack $RESOURCES has no output $key (ORCHESTRATOR=stepfunctions); was it created from another template?"
     done
 fi
-# ---- end Step Functions orchestrator ----
 
 # ---------------------------------------------------------------- 4. functions
 # The guard: the template's default (the consumer's errors alarm) unless redrive.env names
@@ -135,14 +134,13 @@ write_env_file "$WORK/redriver.env" \
     "METRIC_NAMESPACE=$OUT_MetricNamespace" \
     "DRY_RUN=$DRY_RUN" \
     "RUST_LOG=$RUST_LOG"
-# ---- adaptive circuit (issue 14): on in every deploy (its table is in the stack); the rule's
+# ---- adaptive circuit: on in every deploy (its table is in the stack); the rule's
 # tunables only where redrive.env sets them (the re-driver checks them at init, naming them).
 printf "%s='%s'\n" CIRCUIT_TABLE "$OUT_CircuitTableName" >>"$WORK/redriver.env"
 for name in CIRCUIT_THRESHOLD CIRCUIT_MIN_BOUNCES CIRCUIT_WINDOW_SECONDS CIRCUIT_COOLDOWN_SECONDS \
     CIRCUIT_MAX_COOLDOWN_SECONDS CIRCUIT_CANARY_SIZE; do
     if [ -n "${!name-}" ]; then printf "%s='%s'\n" "$name" "${!name}" >>"$WORK/redriver.env"; fi
 done
-# ---- end adaptive circuit ----
 
 consumer_env=(
     "IDEMPOTENCY_TABLE=$OUT_IdempotencyTableName"
@@ -159,7 +157,7 @@ if [ -n "$IDEMPOTENCY_TTL_SECONDS" ]; then consumer_env+=("IDEMPOTENCY_TTL_SECON
 if [ "$FAST_TRACK_PERMANENT_FAILURES" = true ]; then consumer_env+=("DLQ_URL=$OUT_DeadLetterQueueUrl"); fi
 write_env_file "$WORK/consumer.env" ${consumer_env[@]+"${consumer_env[@]}"}
 
-# The archiver (issue 15): its own role, the only one that may write the archive bucket.
+# The archiver: its own role, the only one that may write the archive bucket.
 write_env_file "$WORK/archiver.env" \
     "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
     "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
@@ -253,7 +251,7 @@ deploy_function archiver "$OUT_ArchiverFunctionName" "$OUT_ArchiverRoleArn" \
     "$ARCHIVER_MEMORY_MB" "$ARCHIVER_TIMEOUT_SECONDS" "$WORK/archiver.env"
 publish_live "$OUT_ArchiverFunctionName"
 
-# ---- Step Functions orchestrator (issue 13): the task function, the re-driver's settings plus
+# ---- Step Functions orchestrator: the task function, the re-driver's settings plus
 # its own; the state machine (step 5) invokes its alias live.
 WORKFLOW_FUNCTION_NAME=$STACK_NAME-workflow-tasks
 if [ "$ORCHESTRATOR" = stepfunctions ]; then
@@ -268,7 +266,6 @@ if [ "$ORCHESTRATOR" = stepfunctions ]; then
         "$WORKFLOW_MEMORY_MB" "$WORKFLOW_TIMEOUT_SECONDS" "$WORK/redrive-workflow.env"
     publish_live "$OUT_WorkflowFunctionName"
 fi
-# ---- end Step Functions orchestrator ----
 
 # ---------------------------------------------------------------- 5. wiring stack
 write_params "$WORK/wiring.json" \
@@ -289,11 +286,11 @@ write_params "$WORK/wiring.json" \
     "StateMachineLogGroupArn=${OUT_StateMachineLogGroupArn-}" \
     "TriggerAlarmName=${OUT_WorkflowTriggerAlarmName-}" \
     "WorkflowLogLevel=${WORKFLOW_LOG_LEVEL:-ALL}"
-# The state machine's definition goes into the template here (issue 13; see render_wiring_template).
+# The state machine's definition goes into the template here.
 render_wiring_template "$INFRA_DIR/templates/wiring.yaml" "$INFRA_DIR/statemachine/redrive.asl.json" "$WORK/wiring.yaml"
 deploy_stack "$WIRING" "$WORK/wiring.yaml" "$WORK/wiring.json"
 
-# ---- Step Functions orchestrator (issue 13): back to the Lambda, the state machine is gone
+# ---- Step Functions orchestrator: back to the Lambda, the state machine is gone
 # with the wiring stack's update; its task function, left by an earlier stepfunctions deploy,
 # goes too (its role went with the resources stack).
 if [ "$ORCHESTRATOR" = lambda ] &&
@@ -303,7 +300,6 @@ if [ "$ORCHESTRATOR" = lambda ] &&
             "The Lambda orchestrator is wired; delete it by hand: aws lambda delete-function --function-name $WORKFLOW_FUNCTION_NAME"
     say "ORCHESTRATOR=lambda: deleted the task function $WORKFLOW_FUNCTION_NAME of the state machine"
 fi
-# ---- end Step Functions orchestrator ----
 
 cat <<EOF
 

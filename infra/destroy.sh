@@ -114,7 +114,7 @@ delete_stack "$WIRING"
 delete_function "$STACK_NAME-redriver"
 delete_function "$STACK_NAME-consumer"
 delete_function "$STACK_NAME-archiver"
-delete_function "$STACK_NAME-workflow-tasks" # the Step Functions task function (issue 13), when deployed
+delete_function "$STACK_NAME-workflow-tasks" # the Step Functions task function, when deployed
 delete_stack "$RESOURCES"
 # Retained by the stack (DeletionPolicy Retain): deleted here, after the checks above.
 for url in $SOURCE_URL $DLQ_URL $POISON_URL; do

@@ -107,7 +107,7 @@ validate_deploy_config() {
     need_bool FAST_TRACK_PERMANENT_FAILURES
     need_match IDEMPOTENCY_TTL_SECONDS '^$|^[0-9]+$' "a number of seconds, or empty for the consumer's default"
     need_bool SKIP_BUILD
-    # ---- archive (issue 15, archiver) ----
+    # ---- archive ----
     need_match ARCHIVE_AFTER_DAYS '^([0-9]|1[0-2])(\.[0-9]+)?$|^13$' \
         "a number of days above 0 and at most 13, such as 10 or 0.5 (the schedule needs room before the 14-day retention)"
     if [[ $ARCHIVE_AFTER_DAYS =~ ^0(\.0*)?$ ]]; then die "ARCHIVE_AFTER_DAYS must be above 0."; fi
@@ -122,8 +122,7 @@ validate_deploy_config() {
         "empty, or IAM role or user ARNs separated by commas (no spaces)"
     need_match ARCHIVE_KMS_KEY_ARN '^$|^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$' \
         "empty (SSE-S3), or a KMS key ARN (arn:aws:kms:REGION:ACCOUNT:key/ID)"
-    # ---- end archive ----
-    # ---- Step Functions orchestrator (issue 13, workflow-infra) ----
+    # ---- Step Functions orchestrator ----
     need_match ORCHESTRATOR '^(lambda|stepfunctions)$' \
         "lambda (the re-driver Lambda, the default) or stepfunctions (the state machine; see infra/README.md)"
     if [ "$ORCHESTRATOR" = stepfunctions ]; then
@@ -137,7 +136,6 @@ validate_deploy_config() {
             need_match "$wf" '^$|^[0-9]+$' "a whole number, or empty for the task function's default"
         done
     fi
-    # ---- end Step Functions orchestrator ----
     local name
     for name in MAX_REDRIVE_ATTEMPTS BACKOFF_BASE_SECONDS BACKOFF_MULTIPLIER BACKOFF_MAX_SECONDS BACKOFF_JITTER \
         MAX_MESSAGES_PER_INVOCATION MAX_MESSAGES_PER_SECOND DOWNSTREAM_URL DOWNSTREAM_TIMEOUT_SECONDS \
@@ -463,7 +461,7 @@ read_outputs() {
         --query 'Stacks[0].Outputs[].[OutputKey,OutputValue]' --output text)
 }
 
-# ---------------------------------------------------------------- Step Functions orchestrator (issue 13)
+# ---------------------------------------------------------------- Step Functions orchestrator
 # The wiring template with the state machine's definition in it: the line of TEMPLATE holding
 # @REDRIVE_ASL@ (the placeholder of StateMachine's DefinitionString block) is replaced by the
 # ASL file, indented as that line was. Used by deploy.sh and by make lint-infra.

@@ -43,7 +43,7 @@ rollback_function() { # FUNCTION_NAME
 rollback_function "$STACK_NAME-redriver"
 rollback_function "$STACK_NAME-consumer"
 rollback_function "$STACK_NAME-archiver"
-rollback_function "$STACK_NAME-workflow-tasks" # the Step Functions task function (issue 13), when deployed
+rollback_function "$STACK_NAME-workflow-tasks" # the Step Functions task function, when deployed
 if [ "$rolled_back" = 0 ]; then
     die "nothing to roll back: no function has a previous version recorded by the last make deploy." \
         "To point an alias at a version by hand:" \

@@ -314,7 +314,7 @@ fn capped_engine(
 }
 
 /// `k` bounded drains of the same engine at once over one DLQ: the Step Functions Map of drain
-/// tasks (issue 13).
+/// tasks.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScaleOut {
     pub drains: u32,

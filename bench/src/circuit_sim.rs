@@ -1,4 +1,4 @@
-//! The circuit simulation (issue 14, "measured claim"): a downstream outage three times longer
+//! The circuit simulation: a downstream outage three times longer
 //! than the whole backoff schedule, on moto, run twice side by side in one process, once with
 //! the re-driver as it was (no adaptive circuit) and once with the adaptive circuit.
 //!

@@ -15,7 +15,7 @@
 
 pub mod baseline;
 pub mod bench;
-// The adaptive circuit's simulation (issue 14): `soak circuit`, bench/tests/circuit_sim.rs.
+// The adaptive circuit's simulation: `soak circuit`, bench/tests/circuit_sim.rs.
 pub mod circuit_sim;
 pub mod coldstart;
 pub mod downstream;

@@ -40,9 +40,8 @@ use crate::faults::FaultCounts;
 
 pub mod fake;
 pub mod moto;
-// --- the workflow soak (issue 13, engineer "workflow-tests")
+// --- the workflow soak
 pub mod workflow;
-// --- end the workflow soak
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -840,7 +839,7 @@ mod tests {
 
     #[test]
     fn failed_idempotency_writes_explain_by_chain_not_by_record_key() {
-        // The layers see DynamoDB keys (`<originalMessageId>:<body digest>`, issue 11 item 4);
+        // The layers see DynamoDB keys (`<originalMessageId>:<body digest>`);
         // the soak reconciles by originalMessageId.
         let produced: HashMap<String, Kind> = [
             ("a".to_string(), Kind::Normal),

@@ -1,4 +1,4 @@
-//! The adaptive circuit's measured claim in its short form (issue 14), on moto: a downstream
+//! The adaptive circuit's measured claim in its short form, on moto: a downstream
 //! outage three times longer than the whole backoff schedule, 20 messages, once with the
 //! re-driver as it was and once with the adaptive circuit, side by side (about 50 s).
 //!

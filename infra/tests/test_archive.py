@@ -1,4 +1,4 @@
-"""Issue 15, the archiver's infrastructure: the archive bucket, the archiver's role (the only
+"""The archiver's infrastructure: the archive bucket, the archiver's role (the only
 writer), its schedule and its alarm, read from the parsed templates (moto ignores deletion
 policies, bucket policies and alarms); Guard checks the same from the rules' side."""
 

@@ -133,7 +133,7 @@ class DeployScript(unittest.TestCase):
                 "METRIC_NAMESPACE": "DLQRedriver",
                 "DRY_RUN": "false",
                 "RUST_LOG": "info",
-                # The adaptive circuit (issue 14): on, its table from the stack.
+                # The adaptive circuit: on, its table from the stack.
                 "CIRCUIT_TABLE": f"{stack}-circuit",
             },
         )
@@ -164,7 +164,7 @@ class DeployScript(unittest.TestCase):
         live = lam.get_alias(FunctionName=f"{stack}-consumer", Name="live")["FunctionVersion"]
         self.assertIn(mappings[0]["FunctionArn"].rsplit(":", 1)[1], ("live", live))
         rules = self.moto.client("events").list_rules(NamePrefix=f"{stack}-wiring-")["Rules"]
-        # The re-driver's safety net; the archiver's schedule (issue 15) is checked in test_archive.py.
+        # The re-driver's safety net; the archiver's schedule is checked in test_archive.py.
         rules = [r for r in rules if r["ScheduleExpression"] != "rate(1 hour)"]
         self.assertEqual([r["ScheduleExpression"] for r in rules], ["rate(5 minutes)"])
         targets = self.moto.client("events").list_targets_by_rule(Rule=rules[0]["Name"])["Targets"]
@@ -216,7 +216,7 @@ class DeployScript(unittest.TestCase):
         self.assertEqual(redriver["Environment"]["Variables"]["GUARD_ALARM_NAMES"], f"{stack}-consumer-errors")
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
 
-    def test_issue12_empty_guard_list_deploys_the_bash_3_2_path(self):
+    def test_empty_guard_list_deploys_the_bash_3_2_path(self):
         # GUARD_ALARM_NAMES=none: the empty list that stopped deploy.sh under macOS's bash 3.2.
         stack = support.unique("rde")
         env = self.settings(stack, GUARD_ALARM_NAMES="none", REDRIVER_RESERVED_CONCURRENCY="none")
@@ -228,7 +228,7 @@ class DeployScript(unittest.TestCase):
         self.assertNotIn("ReservedConcurrentExecutions", lam.get_function_concurrency(FunctionName=f"{stack}-redriver"))
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
 
-    # ---------------------------------------------------------------- issue 12: deploys that succeed, redeploys that can be undone
+    # ---------------------------------------------------------------- deploys that succeed, redeploys that can be undone
     def shim(self, name: str, body: str) -> tuple[str, Path]:
         """An executable stand-in that injects a failure N times, then runs the real tool;
         returns its path and the file in which it counts its calls."""
@@ -239,7 +239,7 @@ class DeployScript(unittest.TestCase):
         path.chmod(0o755)
         return str(path), directory
 
-    def test_issue12_create_function_is_retried_until_lambda_can_assume_the_new_role(self):
+    def test_create_function_is_retried_until_lambda_can_assume_the_new_role(self):
         stack = support.unique("rdi")
         real = support.tool("cargo-lambda")
         # The first two CreateFunction calls meet a role IAM has not propagated yet.
@@ -264,7 +264,7 @@ exec {real} "$@"
                          {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver"})
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
 
-    def test_issue12_create_function_retries_are_bounded(self):
+    def test_create_function_retries_are_bounded(self):
         stack = support.unique("rdj")
         shim, _ = self.shim("cargo-lambda", """
 echo 'Error: InvalidParameterValueException: The role defined for the function cannot be assumed by Lambda.' >&2
@@ -276,7 +276,7 @@ exit 1
         self.assertEqual(result.stderr.count("IAM has not propagated role"), 2)
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
 
-    def test_issue12_stack_creation_waits_out_queue_deleted_recently(self):
+    def test_stack_creation_waits_out_queue_deleted_recently(self):
         stack = support.unique("rdq")
         real = support.tool("aws")
         # SQS refuses the DLQ's name once (a destroy less than 60 s ago): the stack's creation
@@ -315,7 +315,7 @@ exec {real} "$@"
                          [f"{stack}-dlq", f"{stack}-poison", f"{stack}-source"])
         self.assertEqual(self.run_script(DESTROY, self.settings(stack)).returncode, 0)
 
-    def test_issue12_rollback_points_live_back_at_the_previous_versions(self):
+    def test_rollback_points_live_back_at_the_previous_versions(self):
         stack = support.unique("rdk")
         lam = self.moto.client("lambda")
         env = self.settings(stack)
@@ -343,7 +343,7 @@ exec {real} "$@"
                           for f in ("redriver", "consumer")}, first)
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
 
-    def test_issue12_destroy_refuses_while_messages_are_parked_unless_forced(self):
+    def test_destroy_refuses_while_messages_are_parked_unless_forced(self):
         stack = support.unique("rdx")
         env = self.settings(stack)
         self.assertEqual(self.run_script(DEPLOY, env).returncode, 0)
@@ -391,7 +391,7 @@ exec {real} "$@"
         self.assertNotIn(f"{stack}-idempotency", tables)
         self.assertNotIn(f"{stack}-circuit", tables)
 
-    def test_issue12_a_stray_stack_delete_is_refused_and_keeps_parked_messages_anyway(self):
+    def test_a_stray_stack_delete_is_refused_and_keeps_parked_messages_anyway(self):
         stack = support.unique("rdt")
         env = self.settings(stack)
         self.assertEqual(self.run_script(DEPLOY, env).returncode, 0)

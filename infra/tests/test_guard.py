@@ -133,11 +133,11 @@ MUTATIONS = {
             FunctionName={"Ref": "ConsumerFunctionName"})),
     "schedule_on_by_default": (
         "wiring", lambda t: t["Parameters"]["EnableSchedule"].update(Default="false")),
-    # ---- adaptive circuit (issue 14) ----
+    # ---- adaptive circuit ----
     "circuit_alarm_and_least_privilege": (
         "resources", lambda t: _statement(t, "RedriverRole", "CircuitRecord").update(
             Action=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"])),
-    # ---- archive (issue 15, archiver) ----
+    # ---- archive ----
     "buckets_encrypted_versioned_private": (
         "resources", lambda t: _resources(t)["ArchiveBucket"]["Properties"].pop("PublicAccessBlockConfiguration")),
     "buckets_retained_with_lifecycle": (
@@ -149,11 +149,10 @@ MUTATIONS = {
             Resource={"Fn::Sub": "${ArchiveBucket.Arn}/*"})),
     "archive_reads_only_by_named_roles": (
         "resources", lambda t: _resources(t)["ArchiveBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"].pop(2)),
-    # ---- end archive ----
     "alarms_receives_cannot_hide": (
         "resources", lambda t: _resources(t)["PoisonArchiverAgeAlarm"]["Properties"].update(
             TreatMissingData="notBreaching")),
-    # ---- Step Functions orchestrator (issue 13, workflow-infra) ----
+    # ---- Step Functions orchestrator ----
     "state_machines_standard_with_logging": (
         "wiring", lambda t: _resources(t)["StateMachine"]["Properties"].update(StateMachineType="EXPRESS")),
     "state_machine_rules_target_only_the_state_machine": (
@@ -170,7 +169,6 @@ MUTATIONS = {
             Action=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"])),
     "workflow_executions_alarm_present": (
         "resources", lambda t: _resources(t).pop("WorkflowExecutionsFailedAlarm")),
-    # ---- end Step Functions orchestrator ----
 }
 
 

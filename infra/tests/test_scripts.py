@@ -29,23 +29,23 @@ def unsafe_expansions(text: str) -> list[str]:
 
 
 class Scripts(unittest.TestCase):
-    def test_issue12_the_rule_rejects_what_bash_3_2_cannot_run(self):
+    def test_the_rule_rejects_what_bash_3_2_cannot_run(self):
         self.assertTrue(unsafe_expansions('for name in "${guard_names[@]}"; do'))
         self.assertTrue(unsafe_expansions('    for line in "$@"; do'))
         self.assertFalse(unsafe_expansions('for name in ${guard_names[@]+"${guard_names[@]}"}; do'))
         self.assertFalse(unsafe_expansions('for line in ${@+"$@"}; do'))
 
-    def test_issue12_no_script_expands_a_possibly_empty_array_unsafely_for_bash_3_2(self):
+    def test_no_script_expands_a_possibly_empty_array_unsafely_for_bash_3_2(self):
         self.assertTrue(SCRIPTS)
         for script in SCRIPTS:
             with self.subTest(script=script.name):
                 self.assertEqual(unsafe_expansions(script.read_text(encoding="utf-8")), [])
 
-    def test_issue12_scripts_are_shellcheck_clean(self):
+    def test_scripts_are_shellcheck_clean(self):
         result = support.run([support.tool("shellcheck"), "-x", *map(str, SCRIPTS)], env=support.script_env(None))
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
-    def test_issue12_make_rollback_runs_the_rollback_script(self):
+    def test_make_rollback_runs_the_rollback_script(self):
         makefile = (support.INFRA / "Makefile.inc").read_text(encoding="utf-8")
         self.assertIn("rollback: setup\n\tinfra/rollback.sh", makefile)
         self.assertIn("shellcheck -x infra/deploy.sh infra/destroy.sh infra/rollback.sh infra/lib.sh", makefile)

@@ -59,7 +59,7 @@ class StackInMoto(unittest.TestCase):
         for name, role in (
             (cls.outputs["RedriverFunctionName"], cls.outputs["RedriverRoleArn"]),
             (cls.outputs["ConsumerFunctionName"], cls.outputs["ConsumerRoleArn"]),
-            (cls.outputs["ArchiverFunctionName"], cls.outputs["ArchiverRoleArn"]),  # issue 15
+            (cls.outputs["ArchiverFunctionName"], cls.outputs["ArchiverRoleArn"]),
         ):
             lam.create_function(
                 FunctionName=name,
@@ -169,7 +169,7 @@ class StackInMoto(unittest.TestCase):
             self.assertEqual(attributes["MessageRetentionPeriod"], "1209600", suffix)
 
     # ---------------------------------------------------------------- table, topics, logs
-    def test_circuit_table_is_on_demand_keyed_by_queue(self):  # issue 14
+    def test_circuit_table_is_on_demand_keyed_by_queue(self):
         table = self.moto.client("dynamodb").describe_table(TableName=f"{self.stack}-circuit")["Table"]
         self.assertEqual(table["KeySchema"], [{"AttributeName": "queue", "KeyType": "HASH"}])
         self.assertEqual(table["AttributeDefinitions"], [{"AttributeName": "queue", "AttributeType": "S"}])
@@ -193,7 +193,7 @@ class StackInMoto(unittest.TestCase):
         self.assertEqual(
             found,
             {f"/aws/lambda/{self.stack}-redriver": 14, f"/aws/lambda/{self.stack}-consumer": 14,
-             f"/aws/lambda/{self.stack}-archiver": 14},  # issue 15
+             f"/aws/lambda/{self.stack}-archiver": 14},
         )
 
     # ---------------------------------------------------------------- IAM
@@ -242,7 +242,7 @@ class StackInMoto(unittest.TestCase):
                     "resources": [self.arn("cloudwatch", f"alarm:{self.stack}-dlq-not-empty")],
                     "condition": None,
                 },
-                # The adaptive circuit (issue 14): its own record, read and written, nothing else.
+                # The adaptive circuit: its own record, read and written, nothing else.
                 "CircuitRecord": {
                     "actions": ["dynamodb:GetItem", "dynamodb:PutItem"],
                     "resources": [self.arn("dynamodb", f"table/{self.stack}-circuit")],

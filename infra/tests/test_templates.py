@@ -73,7 +73,7 @@ class NamesAgree(unittest.TestCase):
         actions = {name: r["Properties"]["AlarmActions"] for name, r in self.resources.items()
                    if r["Type"] == "AWS::CloudWatch::Alarm"}
         self.assertEqual(actions.pop("DlqNotEmptyAlarm"), [{"Ref": "TriggerTopic"}])
-        # 14 + circuit-open (issue 14) + archive-failures (issue 15) + workflow-executions-failed (issue 13)
+        # 14 + circuit-open + archive-failures + workflow-executions-failed
         # + the alarms receives cannot hide: dlq-not-empty-daily, the archiver-read ages of the
         # poison queue and the DLQ, circuit-held-open
         self.assertEqual(len(actions), 21)
@@ -107,8 +107,8 @@ def _actions(statement: dict) -> list[str]:
     return support.as_list(statement["Action"])
 
 
-class Issue12Operations(unittest.TestCase):
-    """Issue 12 on the templates (moto creates neither alarms nor dashboards from a template, and
+class Operations(unittest.TestCase):
+    """The templates (moto creates neither alarms nor dashboards from a template, and
     ignores deletion policies, so these are read from the parsed YAML)."""
 
     @classmethod
@@ -122,7 +122,7 @@ class Issue12Operations(unittest.TestCase):
         self.assertEqual(resource["Type"], "AWS::CloudWatch::Alarm", logical_id)
         return resource["Properties"]
 
-    def test_issue12_schedule_is_on_by_default_every_5_minutes(self):
+    def test_schedule_is_on_by_default_every_5_minutes(self):
         parameters = self.wiring["Parameters"]
         self.assertEqual(parameters["EnableSchedule"]["Default"], "true")
         self.assertEqual(parameters["ScheduleExpression"]["Default"], "rate(5 minutes)")
@@ -130,7 +130,7 @@ class Issue12Operations(unittest.TestCase):
         self.assertIn("\nENABLE_SCHEDULE=true\n", env)
         self.assertIn("\nSCHEDULE_EXPRESSION=rate(5 minutes)\n", env)
 
-    def test_issue12_every_trigger_goes_through_the_live_alias(self):
+    def test_every_trigger_goes_through_the_live_alias(self):
         r = self.wiring["Resources"]
         for logical_id in ("TriggerTopicInvokesRedriver", "ScheduleInvokesRedriver"):
             self.assertEqual(r[logical_id]["Properties"]["FunctionName"], {"Fn::Sub": "${RedriverFunctionName}:live"})
@@ -140,7 +140,7 @@ class Issue12Operations(unittest.TestCase):
         self.assertTrue(r["RedriverSchedule"]["Properties"]["Targets"][0]["Arn"]["Fn::Sub"].endswith(
             ":function:${RedriverFunctionName}:live"))
 
-    def test_issue12_parked_messages_and_idempotency_records_outlive_the_stack(self):
+    def test_parked_messages_and_idempotency_records_outlive_the_stack(self):
         for logical_id in ("DeadLetterQueue", "PoisonQueue", "IdempotencyTable"):
             resource = self.resources[logical_id]
             self.assertEqual((resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")),
@@ -157,14 +157,14 @@ class Issue12Operations(unittest.TestCase):
                   if r["Type"] in ("AWS::SQS::Queue", "AWS::DynamoDB::Table")]
         self.assertEqual([n for n in stores if self.resources[n].get("DeletionPolicy") != "Retain"], [])
 
-    def test_issue12_every_queue_sets_its_maximum_message_size(self):
+    def test_every_queue_sets_its_maximum_message_size(self):
         sizes = {name: r["Properties"].get("MaximumMessageSize") for name, r in self.resources.items()
                  if r["Type"] == "AWS::SQS::Queue"}
         self.assertEqual(sizes, {"SourceQueue": {"Ref": "SourceMaximumMessageSize"},
                                  "DeadLetterQueue": 1048576, "PoisonQueue": 1048576})
         self.assertEqual(self.template["Parameters"]["SourceMaximumMessageSize"]["Default"], 262144)
 
-    def test_issue12_alarms_that_wake_someone_before_anything_is_lost(self):
+    def test_alarms_that_wake_someone_before_anything_is_lost(self):
         def queue(name):
             return [{"Name": "QueueName", "Value": {"Fn::GetAtt": [name, "QueueName"]}}]
 
@@ -206,7 +206,7 @@ class Issue12Operations(unittest.TestCase):
         self.assertLess(p["DlqAgeAlarmSeconds"]["Default"], p["DlqFinalAgeAlarmSeconds"]["Default"])
         self.assertLess(p["SourceAgeAlarmSeconds"]["Default"], p["SourceQueueRetentionSeconds"]["Default"])
 
-    def test_issue12_ok_notifications_never_reach_the_alerts_topic(self):
+    def test_ok_notifications_never_reach_the_alerts_topic(self):
         self.assertEqual(self.resources["RecoveryTopic"]["Type"], "AWS::SNS::Topic")
         with_ok = 0
         for name, r in self.resources.items():
@@ -215,13 +215,13 @@ class Issue12Operations(unittest.TestCase):
                 self.assertEqual(r["Properties"]["OKActions"], [{"Ref": "RecoveryTopic"}], name)
         self.assertGreater(with_ok, 0)
 
-    def test_issue12_default_guard_alarm_is_the_consumer_errors_alarm(self):
+    def test_default_guard_alarm_is_the_consumer_errors_alarm(self):
         self.assertEqual(self.template["Outputs"]["DefaultGuardAlarmNames"]["Value"],
                          self.alarm("ConsumerErrorsAlarm")["AlarmName"])
         env = (support.INFRA / "redrive.env").read_text(encoding="utf-8")
         self.assertIn("\nGUARD_ALARM_NAMES=\n", env)
 
-    def test_issue12_dashboard_shows_queues_redrives_and_the_consumer(self):
+    def test_dashboard_shows_queues_redrives_and_the_consumer(self):
         dashboard = self.resources["Dashboard"]
         self.assertEqual(dashboard["Type"], "AWS::CloudWatch::Dashboard")
         body, variables = dashboard["Properties"]["DashboardBody"]["Fn::Sub"]
@@ -247,14 +247,14 @@ class Issue12Operations(unittest.TestCase):
             self.assertIn(("AWS/Lambda", metric, "${AWS::StackName}-consumer"), metrics)
         # The alarm widget names every alarm of the stack.
         # (Not the alarms that exist in one mode only, such as the Step Functions orchestrator's,
-        # issue 13: a dashboard cannot leave out an alarm by condition.)
+        # a dashboard cannot leave out an alarm by condition.)
         alarm_names = {r["Properties"]["AlarmName"]["Fn::Sub"].split("}-", 1)[1]
                        for r in self.resources.values()
                        if r["Type"] == "AWS::CloudWatch::Alarm" and "Condition" not in r}
         listed = {a.rsplit(":alarm:${AWS::StackName}-", 1)[1]
                   for w in widgets if w["type"] == "alarm" for a in w["properties"]["alarms"]}
         self.assertEqual(listed, alarm_names)
-        # 15 + circuit-open (issue 14) + archive-failures (issue 15) + dlq-not-empty-daily,
+        # 15 + circuit-open + archive-failures + dlq-not-empty-daily,
         # poison-oldest-message-age-archiver, circuit-held-open (the DLQ's archiver-read age alarm
         # exists only with ARCHIVE_DLQ=true)
         self.assertEqual(len(listed), 20)
@@ -386,8 +386,8 @@ def QUEUE(logical_id: str) -> list[dict]:  # noqa: N802 - reads as the dimension
     return [{"Name": "QueueName", "Value": {"Fn::GetAtt": [logical_id, "QueueName"]}}]
 
 
-class Issue11Iam(unittest.TestCase):
-    """Issue 11 items 7 and 18: the roles grant what the code calls, and nothing else."""
+class RoleGrants(unittest.TestCase):
+    """The roles grant what the code calls, and nothing else."""
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -396,7 +396,7 @@ class Issue11Iam(unittest.TestCase):
     def statements(self, role: str) -> list[dict]:
         return self.resources[role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
 
-    def test_item_07_redriver_may_describe_composite_and_metric_guard_alarms(self):
+    def test_redriver_may_describe_composite_and_metric_guard_alarms(self):
         describe = [s for s in self.statements("RedriverRole") if "cloudwatch:DescribeAlarms" in _actions(s)]
         self.assertEqual(len(describe), 1)
         # Composite alarms, and a guard configured after the deploy, are readable: a guard that
@@ -404,7 +404,7 @@ class Issue11Iam(unittest.TestCase):
         self.assertEqual((describe[0]["Resource"], _actions(describe[0])), ("*", ["cloudwatch:DescribeAlarms"]))
         self.assertNotIn("RedriverGuardAlarmsPolicy", self.resources)
 
-    def test_item_18_consumer_does_not_get_update_item(self):
+    def test_consumer_does_not_get_update_item(self):
         actions = {a for s in self.statements("ConsumerRole") for a in _actions(s)}
         self.assertNotIn("dynamodb:UpdateItem", actions)
         self.assertEqual(sorted(a for a in actions if a.startswith("dynamodb:")),
@@ -415,7 +415,7 @@ class Issue11Iam(unittest.TestCase):
     # tests (functions/redriver/tests/lambda.rs and circuit.rs for RedriverRole,
     # functions/consumer/tests/lambda_watch.rs for ConsumerRole).
 
-    def test_item_18_redriver_reads_destination_sizes_and_rearms_its_trigger(self):
+    def test_redriver_reads_destination_sizes_and_rearms_its_trigger(self):
         by_sid = {s["Sid"]: s for s in self.statements("RedriverRole")}
         self.assertEqual(sorted(_actions(by_sid["SendToSourceAndPoison"])),
                          ["sqs:GetQueueAttributes", "sqs:SendMessage"])
@@ -425,7 +425,7 @@ class Issue11Iam(unittest.TestCase):
 
 
 class AdaptiveCircuit(unittest.TestCase):
-    """Issue 14: the circuit's table, the re-driver's least privilege on it, and its alarm."""
+    """The circuit's table, the re-driver's least privilege on it, and its alarm."""
 
     @classmethod
     def setUpClass(cls) -> None:

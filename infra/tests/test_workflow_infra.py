@@ -1,4 +1,4 @@
-"""The Step Functions orchestrator's infrastructure (issue 13): ORCHESTRATOR=lambda|stepfunctions.
+"""The Step Functions orchestrator's infrastructure: ORCHESTRATOR=lambda|stepfunctions.
 
 What moto 5.2.5 can show is tested by running infra/deploy.sh against it, as a user would: the
 task function (cargo lambda deploy, alias live), the state machine's name, role and definition

@@ -154,7 +154,7 @@ impl Backoff {
         })
     }
 
-    // --- Step Functions orchestrator (issue 13) ---
+    // --- Step Functions orchestrator ---
     /// A policy for the Step Functions orchestrator, whose waits are not SQS delays: `max` up
     /// to [`MAX_WAIT_SECONDS`] (12 h, SQS's longest visibility timeout, which holds a waiting
     /// message on the DLQ). Same formula and jitter as [`Backoff::new`].
@@ -178,7 +178,6 @@ impl Backoff {
             ..capped
         })
     }
-    // --- end Step Functions orchestrator ---
 
     pub fn base(&self) -> f64 {
         self.base

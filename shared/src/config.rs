@@ -223,7 +223,7 @@ pub struct RedriverConfig {
     /// Receive/send/delete pipelines in flight at once (`MAX_CONCURRENT_BATCHES`, default 4;
     /// FIFO queues always use 1 to keep order within a group).
     pub max_concurrent_batches: u32,
-    /// The adaptive circuit (issue 14): `None` when `CIRCUIT_TABLE` is unset (circuit off).
+    /// The adaptive circuit: `None` when `CIRCUIT_TABLE` is unset (circuit off).
     pub circuit: Option<CircuitConfig>,
 }
 
@@ -314,7 +314,7 @@ impl RedriverConfig {
     }
 }
 
-// --- adaptive circuit (issue 14) ---
+// --- adaptive circuit ---
 
 /// The adaptive circuit's configuration: its DynamoDB table and the rule's tunables (see
 /// [`crate::circuit`]).
@@ -426,8 +426,6 @@ impl CircuitConfig {
         Ok(Some(Self { table, settings }))
     }
 }
-
-// --- end adaptive circuit ---
 
 /// The longest an IN_PROGRESS claim lasts: the consumer claims until the invocation's deadline
 /// (or, without a usable one, for its fallback), and a Lambda invocation runs 900 s at most.
@@ -562,7 +560,7 @@ mod tests {
         RedriverConfig::from_env(&env(&pairs))
     }
 
-    // --- adaptive circuit (issue 14) ---
+    // --- adaptive circuit ---
     #[test]
     fn circuit_is_off_without_a_table_and_reads_its_variables() {
         assert_eq!(redriver(&[]).unwrap().circuit, None);
@@ -621,7 +619,6 @@ mod tests {
         let e = redriver(&[("CIRCUIT_CANARY_SIZE", "ten")]).unwrap_err();
         assert_eq!(e.variable, "CIRCUIT_CANARY_SIZE");
     }
-    // --- end adaptive circuit ---
 
     #[test]
     fn redriver_defaults_follow_the_contract() {
@@ -808,7 +805,7 @@ mod tests {
     }
 
     #[test]
-    fn item_11_ttl_shorter_than_the_longest_claim_is_an_init_error() {
+    fn ttl_shorter_than_the_longest_claim_is_an_init_error() {
         // A record that expires while its claim still holds lets a second invocation run the
         // same key's side effect at once.
         for short in ["1", "60", "899", "900"] {
@@ -827,7 +824,7 @@ mod tests {
     }
 
     #[test]
-    fn item_11_default_ttl_covers_the_whole_retention_chain() {
+    fn default_ttl_covers_the_whole_retention_chain() {
         let c = ConsumerConfig::from_env(&env(&[("IDEMPOTENCY_TABLE", "t-1")])).unwrap();
         // Source retention (at most 14 days) + DLQ (14 days) + poison queue (14 days).
         assert_eq!(c.ttl_seconds, 3 * 14 * 86_400);

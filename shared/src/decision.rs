@@ -548,7 +548,7 @@ mod tests {
     }
 
     #[test]
-    fn item_01_fifo_dedup_id_follows_the_moved_message_not_the_chain() {
+    fn fifo_dedup_id_follows_the_moved_message_not_the_chain() {
         let p = Policy {
             source_fifo: true,
             poison_fifo: true,
@@ -585,7 +585,7 @@ mod tests {
     }
 
     #[test]
-    fn item_01_dedup_id_is_a_valid_fifo_id_for_any_message_id() {
+    fn dedup_id_is_a_valid_fifo_id_for_any_message_id() {
         let cases = [
             "5fea7756-0ea4-451a-a703-a558b933e274".to_string(),
             String::new(),
@@ -618,7 +618,7 @@ mod tests {
     const KIB_256: usize = 262_144;
 
     #[test]
-    fn item_03_a_copy_too_large_for_the_source_queue_is_isolated_by_size() {
+    fn a_copy_too_large_for_the_source_queue_is_isolated_by_size() {
         // A 256 KiB source queue: a 255 KiB message that gains the stamp no longer fits.
         let p = Policy {
             source_max_bytes: KIB_256,
@@ -644,7 +644,7 @@ mod tests {
     }
 
     #[test]
-    fn item_03_an_isolation_copy_that_cannot_carry_the_stamp_goes_unstamped() {
+    fn an_isolation_copy_that_cannot_carry_the_stamp_goes_unstamped() {
         let p = Policy {
             source_max_bytes: KIB_256,
             poison_max_bytes: KIB_256,
@@ -687,7 +687,7 @@ mod tests {
     }
 
     #[test]
-    fn item_13_a_redriven_copy_of_a_replayed_message_does_not_look_isolated() {
+    fn a_redriven_copy_of_a_replayed_message_does_not_look_isolated() {
         // What `redrive replay` writes: attempt 0 and the earlier isolation's marks.
         let replayed = RedriveMeta {
             attempt: 0,

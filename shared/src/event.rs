@@ -362,7 +362,7 @@ mod tests {
     }
 
     #[test]
-    fn item_08_metric_math_alarm_of_another_queue_is_ignored() {
+    fn metric_math_alarm_of_another_queue_is_ignored() {
         for fixture in [METRIC_MATH_FIXTURE, METRIC_MATH_API_CASING_FIXTURE] {
             let a = alarm_of(fixture);
             assert_eq!(a.queue_names, ["payments-dlq"]);
@@ -375,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn item_08_alarms_from_another_region_or_account_are_ignored() {
+    fn alarms_from_another_region_or_account_are_ignored() {
         let region = alarm_of(OTHER_REGION_FIXTURE);
         assert_eq!(region.queue_names, ["orders-dlq"]);
         assert_eq!(region.skip_for_dlq(ORDERS_DLQ), Some(Skip::OtherQueue));

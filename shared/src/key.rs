@@ -258,7 +258,7 @@ mod tests {
     }
 
     #[test]
-    fn item_02_numeric_pointer_keys_keep_exact_text() {
+    fn numeric_pointer_keys_keep_exact_text() {
         let a = key_at("/id", r#"{"id":123456789012345678901234}"#).unwrap();
         let b = key_at("/id", r#"{"id":123456789012345678901235}"#).unwrap();
         assert_eq!(a, "123456789012345678901234");
@@ -276,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn item_02_numbers_are_keyed_as_written_not_by_value() {
+    fn numbers_are_keyed_as_written_not_by_value() {
         // Documented: the key is the number's text, so different spellings are different keys.
         for (body, want) in [
             (r#"{"id":1}"#, "1"),
@@ -297,7 +297,7 @@ mod tests {
     }
 
     #[test]
-    fn item_02_pointer_walks_objects_arrays_and_escapes() {
+    fn pointer_walks_objects_arrays_and_escapes() {
         let body = r#"{"a/b":{"m~n":[10, {"id" : 7.50}]}, "dup":1, "dup":2, "s":"\u00e9\"x"}"#;
         assert_eq!(key_at("/a~1b/m~0n/1/id", body).unwrap(), "7.50");
         assert_eq!(key_at("/a~1b/m~0n/0", body).unwrap(), "10");
@@ -383,7 +383,7 @@ mod tests {
         /// Item 4, one direction: byte-identical copies of a chain (any attempt, any stamp
         /// fields, any current MessageId) share the key.
         #[test]
-        fn item_04_redriven_copies_share_the_key(
+        fn redriven_copies_share_the_key(
             (a, b) in "[A-Za-z0-9-]{1,40}".prop_flat_map(|id| (arb_stamp(id.clone()), arb_stamp(id))),
             body in "\\PC{0,200}",
             first_id in "[a-z0-9-]{1,36}",
@@ -398,7 +398,7 @@ mod tests {
         /// Item 4, the other direction: one stamp copied onto different payloads (a producer
         /// that copies every attribute of what it received) gives different keys.
         #[test]
-        fn item_04_a_copied_stamp_on_other_payloads_gives_other_keys(
+        fn a_copied_stamp_on_other_payloads_gives_other_keys(
             stamp in "[A-Za-z0-9-]{1,40}".prop_flat_map(arb_stamp),
             body_a in "\\PC{0,200}",
             body_b in "\\PC{0,200}",

@@ -631,7 +631,7 @@ mod tests {
     }
 
     #[test]
-    fn item_12_unknown_reason_keeps_the_history_and_is_written_back() {
+    fn unknown_reason_keeps_the_history_and_is_written_back() {
         let text = format!(
             r#"{{"v":1,"attempt":3,"originalMessageId":"{ID}","isolatedAt":"2026-11-21T11:00:00Z","reason":"quarantined-by-v2"}}"#
         );
@@ -646,7 +646,7 @@ mod tests {
     }
 
     #[test]
-    fn item_12_unknown_error_class_and_fields_are_kept_as_text() {
+    fn unknown_error_class_and_fields_are_kept_as_text() {
         let text = format!(
             r#"{{"v":1,"attempt":2,"originalMessageId":"{ID}","lastError":{{"class":"throttled-v2","code":"X","message":"m","at":"t","retryAfter":5}},"future":{{"a":[1,2.50]}}}}"#
         );
@@ -669,7 +669,7 @@ mod tests {
     }
 
     #[test]
-    fn item_12_an_unreadable_optional_field_does_not_restart_the_history() {
+    fn an_unreadable_optional_field_does_not_restart_the_history() {
         let text = format!(
             r#"{{"v":1,"attempt":4,"originalMessageId":"{ID}","firstRedrivenAt":5,"reason":["x"],"lastError":"oops"}}"#
         );

@@ -77,7 +77,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn item_05_every_client_gets_attempt_and_operation_timeouts() {
+    fn every_client_gets_attempt_and_operation_timeouts() {
         let t = timeout_config();
         assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
         assert_eq!(

@@ -663,7 +663,7 @@ fn dechunk(mut raw: &[u8]) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
-    /// Issue 12, "The first ten minutes": the dependency graph is built once. After the build
+    /// The dependency graph is built once. After the build
     /// of `make test` (`cargo test --workspace --all-targets`), the build of the Lambdas, the
     /// demo and the harness's own function (what scripts/demo.sh and `LambdaWatch` run)
     /// needs no dependency artifact that build did not make, and compiles none. Slow the first

@@ -26,7 +26,7 @@ mod localstack;
 mod moto;
 mod names;
 mod process;
-/// Step Functions on moto (issue 13): `moto_sfn()`, routes to `cargo lambda watch`, helpers.
+/// Step Functions on moto: `moto_sfn()`, routes to `cargo lambda watch`, helpers.
 pub mod sfn;
 mod sqs;
 

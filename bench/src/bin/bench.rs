@@ -416,7 +416,7 @@ fn fake_section(o: &Options, rt: &tokio::runtime::Runtime, report: &mut Report) 
     );
 }
 
-/// Issue 13's scale-out: K bounded drains of the same engine at once over one DLQ (what the
+/// Scale-out: K bounded drains of the same engine at once over one DLQ (what the
 /// Step Functions Map of K drain tasks runs), each at the global velocity cap divided by K,
 /// against one invocation at the whole cap, in the same run.
 fn scale_section(o: &Options, rt: &tokio::runtime::Runtime, report: &mut Report) {

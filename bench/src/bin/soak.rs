@@ -59,7 +59,7 @@ fn circuit(args: &[String]) -> ExitCode {
     }
 }
 
-// --- the workflow soak (issue 13, engineer "workflow-tests")
+// --- the workflow soak
 /// `soak workflow`: the Step Functions orchestrator on moto with injected task failures and
 /// stopped executions (see `redrive_bench::soak::workflow`); figures also in
 /// `target/soak/workflow.json`.
@@ -97,7 +97,6 @@ fn workflow(args: &[String]) -> ExitCode {
         ExitCode::FAILURE
     }
 }
-// --- end the workflow soak
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -107,11 +106,10 @@ fn main() -> ExitCode {
     if which == "circuit" {
         return circuit(&args[1..]);
     }
-    // --- the workflow soak (issue 13, engineer "workflow-tests")
+    // --- the workflow soak
     if which == "workflow" {
         return workflow(&args[1..]);
     }
-    // --- end the workflow soak
     let mut settings = if which == "moto" {
         SoakSettings::moto(2000, 7)
     } else {

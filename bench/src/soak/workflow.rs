@@ -1,4 +1,4 @@
-//! The workflow soak (issue 13): the Step Functions orchestrator's shipped definition executed
+//! The workflow soak: the Step Functions orchestrator's shipped definition executed
 //! by moto (`redrive_tests::moto_sfn`), its tasks the real `redrive-workflow` binary under
 //! `cargo lambda watch`, with task failures injected by the Lambda router (before the function
 //! ran, and after it ran with its answer lost; see `redrive_tests::sfn::TaskFault`) and

@@ -1110,7 +1110,7 @@ fn keyed(id: &str, key: &str) -> Message {
 }
 
 #[tokio::test]
-async fn item_09_records_are_not_started_when_the_deadline_is_too_close() {
+async fn records_are_not_started_when_the_deadline_is_too_close() {
     // GIVEN a downstream that may take 10 s and an invocation with 5 s left
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default().with_time_limit(Duration::from_secs(10));
@@ -1142,7 +1142,7 @@ async fn item_09_records_are_not_started_when_the_deadline_is_too_close() {
 }
 
 #[tokio::test]
-async fn item_09_the_margin_alone_guards_a_step_without_a_time_limit_and_fifo_too() {
+async fn the_margin_alone_guards_a_step_without_a_time_limit_and_fifo_too() {
     // GIVEN a step that states no time limit, FIFO records, and 1 s left (below the margin)
     let (store, queue, processor) = (
         FakeStore::new(),
@@ -1170,7 +1170,7 @@ async fn item_09_the_margin_alone_guards_a_step_without_a_time_limit_and_fifo_to
 }
 
 #[tokio::test]
-async fn item_10_twins_in_one_batch_are_processed_once_and_share_success() {
+async fn twins_in_one_batch_are_processed_once_and_share_success() {
     // GIVEN two records with the same key in one batch, and a side effect that takes a while
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(100));
@@ -1200,7 +1200,7 @@ async fn item_10_twins_in_one_batch_are_processed_once_and_share_success() {
 }
 
 #[tokio::test]
-async fn item_10_twins_share_a_transient_failure_and_its_delay() {
+async fn twins_share_a_transient_failure_and_its_delay() {
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(50));
     processor.script(
@@ -1231,7 +1231,7 @@ async fn item_10_twins_share_a_transient_failure_and_its_delay() {
 }
 
 #[tokio::test]
-async fn item_10_twins_share_a_permanent_failure() {
+async fn twins_share_a_permanent_failure() {
     // With a DLQ: each twin goes there stamped, the side effect ran once.
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(50));
@@ -1268,7 +1268,7 @@ async fn item_10_twins_share_a_permanent_failure() {
 }
 
 #[tokio::test]
-async fn item_10_fifo_twins_in_other_groups_take_the_first_outcome() {
+async fn fifo_twins_in_other_groups_take_the_first_outcome() {
     // GIVEN a FIFO batch whose key k-1 appears in two groups and fails transiently first
     let (store, queue, processor) = (
         FakeStore::new(),

@@ -454,7 +454,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn item_15_transport_errors_never_carry_the_urls_userinfo_or_query() {
+    async fn transport_errors_never_carry_the_urls_userinfo_or_query() {
         // GIVEN a downstream URL with credentials and a token, where nobody listens
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!(
@@ -478,7 +478,7 @@ mod tests {
     }
 
     #[test]
-    fn item_15_an_unparsable_url_is_named_without_its_secrets() {
+    fn an_unparsable_url_is_named_without_its_secrets() {
         let config = DownstreamConfig {
             url: "http://svc-user:pa55word@exa mple.com/x?token=t0ken-secret".into(),
             timeout: Duration::from_secs(1),
@@ -542,7 +542,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn item_16_a_huge_answer_is_read_with_a_bound() {
+    async fn a_huge_answer_is_read_with_a_bound() {
         // GIVEN a downstream that answers 200 with a 128 MiB body
         let total = 128 * 1024 * 1024;
         let (url, server) = huge_answer_server(total);
@@ -563,7 +563,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn item_17_a_key_that_cannot_be_a_header_value_is_a_permanent_failure() {
+    async fn a_key_that_cannot_be_a_header_value_is_a_permanent_failure() {
         use redrive_tests::Downstream;
         let downstream = Downstream::start().await;
         let http = processor(downstream.url(), 1);

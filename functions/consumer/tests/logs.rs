@@ -63,7 +63,7 @@ fn event(messages: &[Message]) -> Value {
 }
 
 #[tokio::test]
-async fn item_15_pointer_keys_are_logged_as_a_digest_never_raw() {
+async fn pointer_keys_are_logged_as_a_digest_never_raw() {
     // GIVEN every log line of this process captured
     let logs = LogBuffer::default();
     tracing_subscriber::fmt()

@@ -415,7 +415,7 @@ impl Metrics for CloudWatch {
             .metric_data(datum("RedriveFailures", m.redrive_failures))
             .metric_data(datum("DlqReceiveFailures", m.dlq_receive_failures))
             .metric_data(datum("UnplaceableMessages", m.unplaceable_messages));
-        // The adaptive circuit (issue 14), only while it is on.
+        // The adaptive circuit, only while it is on.
         if let Some(c) = m.circuit {
             put = put
                 .metric_data(datum("CircuitOpen", u64::from(c.open)))

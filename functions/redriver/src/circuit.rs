@@ -1,4 +1,4 @@
-//! The durable record of the adaptive circuit (issue 14): the [`CircuitStore`] port, its
+//! The durable record of the adaptive circuit: the [`CircuitStore`] port, its
 //! DynamoDB adapter and an in-memory fake. The rule itself is pure, in
 //! [`redrive_shared::circuit`].
 //!

@@ -22,15 +22,14 @@ use redrive_shared::meta::RedriveMeta;
 use serde::Serialize;
 use tokio::time::Instant;
 
-// --- adaptive circuit (issue 14) ---
+// --- adaptive circuit ---
 mod circuit;
 use crate::circuit::{CircuitStore, NoCircuit};
-pub use circuit::CircuitSummary;
-// --- end adaptive circuit ---
 use crate::ports::{
     AlarmState, Alarms, BatchOutcome, EntryFailure, HandleEntry, Metrics, PortError, Queue,
     Received, RunMetrics, SendEntry,
 };
+pub use circuit::CircuitSummary;
 
 /// Why a drain stopped (the contract's `stoppedBecause`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -91,7 +90,7 @@ pub struct Summary {
     /// Messages neither the source nor the poison queue accepts; they stay on the DLQ.
     #[serde(skip)]
     pub unplaceable: u64,
-    /// The adaptive circuit after the run (issue 14); absent when the circuit is off.
+    /// The adaptive circuit after the run; absent when the circuit is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub circuit: Option<CircuitSummary>,
 }
@@ -265,7 +264,7 @@ struct Run<'a> {
     calls_end: Option<Instant>,
     dlq_unreadable: Mutex<Option<String>>,
     unplaceable: AtomicU64,
-    /// The adaptive circuit's part of this run (issue 14); `None` when it is off.
+    /// The adaptive circuit's part of this run; `None` when it is off.
     circuit: Option<&'a circuit::CircuitRun>,
 }
 
@@ -342,7 +341,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
 }
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
-    /// The adaptive circuit's store (issue 14): used when `config.circuit` is set
+    /// The adaptive circuit's store: used when `config.circuit` is set
     /// (`CIRCUIT_TABLE`); `None` or [`NoCircuit`] keep the circuit off.
     pub fn with_circuit<S: CircuitStore>(self, store: S) -> Engine<Q, A, M, S> {
         Engine {
@@ -873,7 +872,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             }
             run.received
                 .fetch_add(messages.len() as u64, Ordering::SeqCst);
-            // --- adaptive circuit (issue 14): bounced copies are counted before anything is
+            // --- adaptive circuit: bounced copies are counted before anything is
             // sent; an open circuit (or a watch for the canary) keeps the batch on the DLQ.
             if let Some(c) = run.circuit
                 && !self.circuit_admits(run, c, &messages)
@@ -900,7 +899,6 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                     }
                 }
             }
-            // --- end adaptive circuit
             self.process_decided(run, decided, request.dry_run).await;
             if let Some(c) = run.circuit {
                 c.note_redriven(run.redriven.load(Ordering::SeqCst), request.dry_run);

@@ -24,7 +24,7 @@ async fn main() -> Result<(), Error> {
         cloudwatch,
         config,
     )
-    // The adaptive circuit (issue 14): on when CIRCUIT_TABLE is set.
+    // The adaptive circuit: on when CIRCUIT_TABLE is set.
     .with_circuit(circuit_table.map(|table| DynamoDbCircuitStore {
         client: aws_sdk_dynamodb::Client::new(&sdk),
         table,

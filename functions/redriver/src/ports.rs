@@ -170,7 +170,7 @@ pub struct RunMetrics {
     pub circuit: Option<CircuitMetrics>,
 }
 
-/// Published only while the adaptive circuit is on (issue 14).
+/// Published only while the adaptive circuit is on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CircuitMetrics {
     /// `CircuitOpen`: 1 while the circuit is open or half-open after the run, else 0.

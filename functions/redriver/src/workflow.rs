@@ -1,4 +1,4 @@
-//! The Step Functions orchestrator's tasks (issue 13): one Lambda binary
+//! The Step Functions orchestrator's tasks: one Lambda binary
 //! (`src/bin/redrive-workflow.rs`) whose actions are thin adapters over the [`Engine`], chosen
 //! by an `"action"` field. The state machine is `infra/statemachine/redrive.asl.json`.
 //!
@@ -55,7 +55,7 @@
 //! `stoppedBecause` `already-running`) or a circuit open (`circuit-open`): both succeed. An
 //! execution runs at most [`MAX_ROUNDS_PER_EXECUTION`] rounds, the bound of its history.
 //!
-//! # The adaptive circuit (issue 14), when `CIRCUIT_TABLE` is set
+//! # The adaptive circuit, when `CIRCUIT_TABLE` is set
 //! The tasks measure bounces into the record as the Lambda does: `receiveBatch` counts each
 //! batch's bounced copies and follows the plan (hold or watch: the batch goes back on the DLQ at
 //! once and `circuitOpened` ends the execution; half-open: only the canary is kept, without its

@@ -1,4 +1,4 @@
-//! The adaptive circuit (issue 14): the engine on the port fakes through the whole cycle
+//! The adaptive circuit: the engine on the port fakes through the whole cycle
 //! (closed, open by itself, half-open with a canary, watch, closed with a ramp, reopened with a
 //! longer cool-down, operator override, a store that fails), and the durable record in
 //! DynamoDB on moto (conditional writes, the engine's record after a run).

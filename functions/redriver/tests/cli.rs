@@ -802,7 +802,7 @@ fn dedup_of(m: &Message) -> String {
 }
 
 #[tokio::test]
-async fn item_01_replay_to_fifo_derives_the_dedup_id_from_the_moved_message() {
+async fn replay_to_fifo_derives_the_dedup_id_from_the_moved_message() {
     // GIVEN a FIFO set with a parked message of group customer-7
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, true, 3).await;
@@ -873,7 +873,7 @@ async fn item_01_replay_to_fifo_derives_the_dedup_id_from_the_moved_message() {
 }
 
 #[tokio::test]
-async fn item_13_unstamped_replay_is_refused_without_allow_unstamped() {
+async fn unstamped_replay_is_refused_without_allow_unstamped() {
     // GIVEN a poison queue with a message parked with 10 attributes and no x-redrive (an
     // attribute-limit isolation), and an ordinary parked message
     let sqs = moto().sqs().await;
@@ -946,7 +946,7 @@ async fn item_13_unstamped_replay_is_refused_without_allow_unstamped() {
 }
 
 #[tokio::test]
-async fn item_13_a_replayed_copy_does_not_look_isolated_to_stats_and_reason_filters() {
+async fn a_replayed_copy_does_not_look_isolated_to_stats_and_reason_filters() {
     // GIVEN a permanent failure replayed to the source queue (whose maxReceiveCount leaves
     // room for the receives of the commands below)
     let sqs = moto().sqs().await;
@@ -1062,7 +1062,7 @@ async fn fifo_group_behind_an_unselected_head(sqs: &aws_sdk_sqs::Client, maxed: 
 }
 
 #[tokio::test]
-async fn item_14_replay_all_reports_what_it_did_not_reach() {
+async fn replay_all_reports_what_it_did_not_reach() {
     // GIVEN 22 max-attempts messages behind a permanent failure in one FIFO group
     let sqs = moto().sqs().await;
     let q = fifo_group_behind_an_unselected_head(&sqs, 22).await;
@@ -1107,7 +1107,7 @@ async fn item_14_replay_all_reports_what_it_did_not_reach() {
 }
 
 #[tokio::test]
-async fn item_14_discard_all_reports_what_it_did_not_reach() {
+async fn discard_all_reports_what_it_did_not_reach() {
     let sqs = moto().sqs().await;
     let q = fifo_group_behind_an_unselected_head(&sqs, 12).await;
     let run = redrive(
@@ -1172,7 +1172,7 @@ async fn item_14_discard_all_reports_what_it_did_not_reach() {
 }
 
 #[tokio::test]
-async fn item_13_a_stamp_too_large_for_the_destination_is_refused_too() {
+async fn a_stamp_too_large_for_the_destination_is_refused_too() {
     // GIVEN a source queue that accepts 1 KiB, and a parked message that fits it only without
     // x-redrive
     let sqs = moto().sqs().await;

@@ -446,7 +446,7 @@ async fn metrics_failure_never_fails_the_drain() {
 }
 
 #[tokio::test]
-async fn issue_12_rearms_the_triggering_alarm_after_every_drain_whatever_the_backlog() {
+async fn rearms_the_triggering_alarm_after_every_drain_whatever_the_backlog() {
     let (sqs, cw, engine) = setup(&[]);
     fill(&sqs, 15);
     let alarm = || DrainRequest {
@@ -490,7 +490,7 @@ async fn issue_12_rearms_the_triggering_alarm_after_every_drain_whatever_the_bac
 }
 
 #[tokio::test(start_paused = true)]
-async fn issue_12_an_open_circuit_rearms_at_most_once_per_alarm_period() {
+async fn an_open_circuit_rearms_at_most_once_per_alarm_period() {
     let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors")]);
     fill(&sqs, 3);
     cw.set_state("downstream-errors", "ALARM");
@@ -615,7 +615,7 @@ async fn the_init_warm_up_reads_the_dlq_depth_and_moves_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn item_05_a_stalled_send_does_not_push_the_invocation_past_its_deadline() {
+async fn a_stalled_send_does_not_push_the_invocation_past_its_deadline() {
     let (sqs, cw, engine) = setup(&[]);
     let engine = engine.with_settings(Settings {
         retry_base: Duration::from_millis(100),
@@ -660,7 +660,7 @@ async fn item_05_a_stalled_send_does_not_push_the_invocation_past_its_deadline()
 }
 
 #[tokio::test(start_paused = true)]
-async fn item_05_calls_after_the_drain_are_bounded_by_the_deadline_too() {
+async fn calls_after_the_drain_are_bounded_by_the_deadline_too() {
     let (sqs, cw, engine) = setup(&[]);
     fill(&sqs, 3);
     sqs.stall("GetQueueAttributes", Duration::from_secs(3600));
@@ -686,7 +686,7 @@ fn access_denied() -> redriver::ports::PortError {
 }
 
 #[tokio::test]
-async fn item_06_a_dlq_that_cannot_be_read_fails_the_invocation_and_says_so_in_a_metric() {
+async fn a_dlq_that_cannot_be_read_fails_the_invocation_and_says_so_in_a_metric() {
     let (sqs, cw, engine) = setup(&[]);
     fill(&sqs, 2);
     sqs.fail_next("ReceiveMessage", access_denied());
@@ -708,7 +708,7 @@ async fn item_06_a_dlq_that_cannot_be_read_fails_the_invocation_and_says_so_in_a
 }
 
 #[tokio::test]
-async fn item_06_a_receive_that_keeps_being_throttled_fails_the_invocation_too() {
+async fn a_receive_that_keeps_being_throttled_fails_the_invocation_too() {
     let (sqs, cw, engine) = setup(&[("MAX_CONCURRENT_BATCHES", "1")]);
     fill(&sqs, 2);
     for _ in 0..3 {
@@ -723,7 +723,7 @@ async fn item_06_a_receive_that_keeps_being_throttled_fails_the_invocation_too()
 }
 
 #[tokio::test]
-async fn item_07_a_guard_alarm_that_does_not_exist_opens_the_circuit() {
+async fn a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors,downstream-erors")]);
     fill(&sqs, 2);
     cw.set_state("downstream-errors", "OK");
@@ -749,7 +749,7 @@ fn reason_in(sqs: &FakeSqs, url: &str, body: &str) -> Option<IsolationReason> {
 }
 
 #[tokio::test]
-async fn item_03_the_source_queues_own_size_limit_is_read_at_init_and_isolates_size_limit() {
+async fn the_source_queues_own_size_limit_is_read_at_init_and_isolates_size_limit() {
     let (sqs, _cw, engine) = setup(&[]);
     sqs.set_max_message_size(SRC, 1024);
     let body = "x".repeat(1000);
@@ -791,7 +791,7 @@ fn reject_body(
 }
 
 #[tokio::test]
-async fn item_03_a_copy_the_source_keeps_rejecting_is_isolated_send_rejected() {
+async fn a_copy_the_source_keeps_rejecting_is_isolated_send_rejected() {
     let (sqs, cw, engine) = setup(&[]);
     sqs.push(DLQ, "rejected", Attributes::new(), None);
     sqs.push(DLQ, "fine", Attributes::new(), None);
@@ -858,7 +858,7 @@ async fn a_rejected_copy_is_isolated_at_its_third_rejection_whatever_its_receive
 }
 
 #[tokio::test]
-async fn item_03_a_message_the_poison_queue_rejects_too_stays_on_the_dlq_with_a_metric() {
+async fn a_message_the_poison_queue_rejects_too_stays_on_the_dlq_with_a_metric() {
     let (sqs, cw, engine) = setup(&[]);
     sqs.push(DLQ, "nowhere", Attributes::new(), None);
     let src = reject_body("nowhere", SRC);

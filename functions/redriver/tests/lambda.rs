@@ -110,7 +110,7 @@ async fn a_config_error_fails_init_naming_the_variable_and_touches_no_queue() {
 }
 
 #[tokio::test]
-async fn item_06_a_dlq_that_cannot_be_read_fails_the_lambda_invocation() {
+async fn a_dlq_that_cannot_be_read_fails_the_lambda_invocation() {
     let sqs = moto().sqs().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
     let namespace = redrive_tests::unique_name("ns");

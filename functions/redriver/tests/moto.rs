@@ -675,7 +675,7 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
 }
 
 #[tokio::test]
-async fn issue_12_the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_alarm_in_alarm() {
+async fn the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_alarm_in_alarm() {
     let mut f = Fixture::new(false).await;
     for i in 0..4 {
         f.to_dlq(&format!("first-{i}"), &[]).await;
@@ -736,7 +736,7 @@ async fn issue_12_the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_a
 }
 
 #[tokio::test]
-async fn item_06_a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures() {
+async fn a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures() {
     let f = Fixture::new(false).await;
     let engine = f.engine(&[]);
     f.sqs
@@ -756,7 +756,7 @@ async fn item_06_a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_fa
 }
 
 #[tokio::test]
-async fn item_07_a_guard_alarm_that_does_not_exist_opens_the_circuit() {
+async fn a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     let mut f = Fixture::new(false).await;
     f.to_dlq("waiting", &[]).await;
     let healthy = unique_name("healthy");
@@ -776,7 +776,7 @@ async fn item_07_a_guard_alarm_that_does_not_exist_opens_the_circuit() {
 }
 
 #[tokio::test]
-async fn item_07_describe_alarms_asks_for_composite_and_metric_alarms() {
+async fn describe_alarms_asks_for_composite_and_metric_alarms() {
     // Moto answers composite alarms whatever `AlarmTypes` says; AWS answers metric alarms
     // only when it is absent. So the request itself is checked, on a loopback server.
     let server = redrive_tests::Downstream::start().await;
@@ -802,7 +802,7 @@ async fn item_07_describe_alarms_asks_for_composite_and_metric_alarms() {
 }
 
 #[tokio::test]
-async fn item_08_another_queues_metric_math_alarm_touches_nothing() {
+async fn another_queues_metric_math_alarm_touches_nothing() {
     let mut f = Fixture::new(false).await;
     f.to_dlq("stay", &[]).await;
     f.seal().await;
@@ -838,7 +838,7 @@ async fn item_08_another_queues_metric_math_alarm_touches_nothing() {
 }
 
 #[tokio::test]
-async fn item_03_a_source_queue_smaller_than_the_stamped_copy_isolates_size_limit() {
+async fn a_source_queue_smaller_than_the_stamped_copy_isolates_size_limit() {
     let mut f = Fixture::new(false).await;
     f.sqs
         .set_queue_attributes()

@@ -1,4 +1,4 @@
-//! The Step Functions orchestrator, executed (issue 13, "Tests: the real ASL, executed"): moto
+//! The Step Functions orchestrator, executed: moto
 //! runs the shipped definition `infra/statemachine/redrive.asl.json`, its `DefinitionSubstitutions`
 //! applied (`redrive_tests::sfn::substitute_definition`), and every Task state runs the real
 //! task binary `redrive-workflow` under `cargo lambda watch` (see `redrive_tests::sfn`).

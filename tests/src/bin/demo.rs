@@ -281,9 +281,8 @@ async fn main() -> ExitCode {
 
     // ------------------------------------------------------------ the report
     let ok = report(&demo, &orders, settled, metrics_from).await;
-    // --- the Step Functions path (issue 13, engineer "workflow-tests")
+    // --- the Step Functions path
     let ok = workflow_path(&demo.console).await && ok;
-    // --- end the Step Functions path
     let wall = demo.console.start.elapsed();
     println!(
         "wall time                     {:.1}s (incident {:.1}s)",
@@ -1300,7 +1299,7 @@ fn rfc3339_now() -> String {
 }
 
 // ---------------------------------------------------------------- the Step Functions path
-// (issue 13, engineer "workflow-tests")
+//
 
 /// The orchestrator's path, short: a few failed orders on a DLQ drained by the shipped state
 /// machine (`infra/statemachine/redrive.asl.json`, executed by moto; its tasks are the
@@ -1491,4 +1490,3 @@ async fn send_text(sqs: &aws_sdk_sqs::Client, url: &str, body: &str, x_redrive: 
         .await
         .unwrap_or_else(|e| panic!("SendMessage {url}: {e:?}"));
 }
-// ---------------------------------------------------------------- end the Step Functions path

@@ -78,7 +78,7 @@ pub enum Command {
     /// did not reach the end of the queue.
     #[command(group(ArgGroup::new("select").required(true).args(["id", "all"])))]
     Discard(DiscardArgs),
-    // --- export / import (issue 15, engineer "export")
+    // --- export / import
     /// Write messages to a JSON Lines file or to S3, optionally deleting them
     ///
     /// One line per message in the archive format (body, every attribute with its type,
@@ -96,8 +96,7 @@ pub enum Command {
     /// its archived MessageId. FIFO destinations keep the group id and get a deduplication id
     /// derived from the archived MessageId.
     Import(super::import::ImportArgs),
-    // --- end export / import
-    // --- adaptive circuit (issue 14, engineer "circuit")
+    // --- adaptive circuit
     /// Show or override the adaptive circuit of a DLQ
     ///
     /// status: the state (closed, open, half-open), the operator's override, the next run's
@@ -105,8 +104,7 @@ pub enum Command {
     /// open (nothing is redriven). close: force it closed (drain whatever the measurements
     /// say). auto: hand it back to the measurements. Needs CIRCUIT_TABLE or --circuit-table.
     Circuit(super::circuit::CircuitArgs),
-    // --- end adaptive circuit
-    // --- Step Functions history (issue 13, engineer "workflow-tests")
+    // --- Step Functions history
     /// What the Step Functions orchestrator did with one message, across executions
     ///
     /// Lists the state machine's newest executions and reads their histories
@@ -115,7 +113,6 @@ pub enum Command {
     /// by its originalMessageId (the same across redrives) or an SQS MessageId. Changes
     /// nothing. Exit code 3 when there is no record of it.
     History(super::history::HistoryArgs),
-    // --- end Step Functions history
 }
 
 #[derive(Debug, Args)]
@@ -142,10 +139,9 @@ pub struct PeekArgs {
     /// Characters of a body shown with --body.
     #[arg(long, value_name = "N", default_value_t = 200, requires = "body")]
     pub body_chars: usize,
-    // --- filters (issue 15, engineer "export"): the messages shown are those selected.
+    // --- filters: the messages shown are those selected.
     #[command(flatten)]
     pub filters: super::filter::FilterArgs,
-    // --- end filters
 }
 
 #[derive(Debug, Args)]
@@ -168,7 +164,7 @@ pub struct DrainArgs {
     /// Where poison pills go (overrides POISON_QUEUE_URL).
     #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
     pub poison: Option<QueueUrl>,
-    // --- adaptive circuit (issue 14, engineer "circuit")
+    // --- adaptive circuit
     /// Replay N messages first, wait for the verdict (do their copies come back to the DLQ
     /// within the window?), and drain the rest only if they do not; exit code 3 if they do.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -176,7 +172,6 @@ pub struct DrainArgs {
     /// How long the canary's copies have to come back (default CIRCUIT_WINDOW_SECONDS, 900).
     #[arg(long, value_name = "SECONDS", requires = "canary", value_parser = clap::value_parser!(u64).range(1..))]
     pub canary_window: Option<u64>,
-    // --- end adaptive circuit
 }
 
 /// Which messages `replay` and `discard` act on.
@@ -188,10 +183,9 @@ pub struct Selection {
     /// Every message (narrowed by the filters, bounded by --max).
     #[arg(long)]
     pub all: bool,
-    // --- filters (issue 15, engineer "export"): shared with peek, export and import.
+    // --- filters: shared with peek, export and import.
     #[command(flatten)]
     pub filters: super::filter::FilterArgs,
-    // --- end filters
     /// Act on this many messages at most: replay in batches, check, go on.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max: Option<u32>,

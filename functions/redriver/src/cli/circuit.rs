@@ -1,4 +1,4 @@
-//! `redrive circuit status|open|close|auto --dlq URL`: the adaptive circuit of a DLQ (issue 14),
+//! `redrive circuit status|open|close|auto --dlq URL`: the adaptive circuit of a DLQ,
 //! and the canary verdict of `redrive drain --canary N`.
 
 use std::collections::HashSet;

@@ -58,7 +58,7 @@ pub fn config(args: &DrainArgs) -> Result<RedriverConfig, CliError> {
 
 pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     let config = config(&args)?;
-    // --- adaptive circuit (issue 14): the canary's tunables are checked before any queue is
+    // --- adaptive circuit: the canary's tunables are checked before any queue is
     // touched, and the drain honours the circuit's record when CIRCUIT_TABLE is set.
     let canary = match args.canary {
         Some(n) => Some((n, super::circuit::canary_settings()?)),
@@ -68,7 +68,6 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
         client: aws_sdk_dynamodb::Client::new(&ctx.sdk),
         table: c.table.clone(),
     });
-    // --- end adaptive circuit
     let counters = Arc::new(Counters::default());
     let queue = Counting {
         inner: ctx.queue(),
@@ -118,7 +117,7 @@ fn outcome(summary: &Summary) -> Outcome {
     }
 }
 
-// --- adaptive circuit (issue 14): `drain --canary N`.
+// --- adaptive circuit: `drain --canary N`.
 /// Replays `n` messages, waits for the verdict, and drains the rest of the budget only if the
 /// canary's copies did not come back.
 async fn run_canary<Q: Queue, C: CircuitStore>(
@@ -226,7 +225,6 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
     }
     Ok(outcome(&summary))
 }
-// --- end adaptive circuit
 
 fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
     let st = &ctx.style;
@@ -263,17 +261,16 @@ fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
         },
     );
     let stop = match s.stopped_because {
-        // --- adaptive circuit (issue 14)
+        // --- adaptive circuit
         StopReason::CircuitOpen if s.circuit.as_ref().is_some_and(|c| c.state != State::Closed) => {
             st.bad("circuit-open (the adaptive circuit: see `redrive circuit status`)")
         }
-        // --- end adaptive circuit
         StopReason::CircuitOpen => st.bad("circuit-open (a guard alarm is in ALARM)"),
         StopReason::Other => st.bad("other (receiving from the DLQ failed)"),
         r => r.as_str().to_string(),
     };
     row("stopped because", stop);
-    // --- adaptive circuit (issue 14)
+    // --- adaptive circuit
     if let Some(c) = &s.circuit {
         row(
             "circuit",
@@ -283,7 +280,6 @@ fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
             ),
         );
     }
-    // --- end adaptive circuit
     row(
         "left on the DLQ",
         s.dlq_remaining

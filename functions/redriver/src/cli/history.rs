@@ -1,5 +1,5 @@
 //! `redrive history ID --state-machine ARN`: what the Step Functions orchestrator did with one
-//! message, across its executions (issue 13, "Audit trail").
+//! message, across its executions.
 //!
 //! The workflow's tasks write each message's decision and outcome as task output, in the
 //! execution history (`functions/redriver/src/workflow.rs`): `ReceiveBatch`'s items (attempt,

@@ -7,19 +7,16 @@
 
 pub mod args;
 mod batch;
-// --- adaptive circuit (issue 14, engineer "circuit")
+// --- adaptive circuit
 pub mod circuit;
-// --- end adaptive circuit
 mod discard;
 mod drain;
-// --- export / import and filters (issue 15, engineer "export")
+// --- export / import and filters
 mod export;
 pub mod filter;
 mod import;
-// --- end export / import
-// --- Step Functions history (issue 13, engineer "workflow-tests")
+// --- Step Functions history
 pub mod history;
-// --- end Step Functions history
 mod inspect;
 pub mod output;
 mod peek;
@@ -138,16 +135,13 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Drain(a) => drain::run(&ctx, a).await,
         Command::Replay(a) => replay::run(&ctx, a).await,
         Command::Discard(a) => discard::run(&ctx, a).await,
-        // --- export / import (issue 15)
+        // --- export / import
         Command::Export(a) => export::run(&ctx, a).await,
         Command::Import(a) => import::run(&ctx, a).await,
-        // --- end export / import
-        // --- adaptive circuit (issue 14)
+        // --- adaptive circuit
         Command::Circuit(a) => circuit::run(&ctx, a).await,
-        // --- end adaptive circuit
-        // --- Step Functions history (issue 13)
+        // --- Step Functions history
         Command::History(a) => history::run(&ctx, a).await,
-        // --- end Step Functions history
     };
     match result {
         Ok(Outcome::Done) => ExitCode::from(exit::OK),

@@ -547,7 +547,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn item_14_replay_fifo_keeps_group_order() {
+    async fn replay_fifo_keeps_group_order() {
         // GIVEN a1 then a2 of group a parked on a FIFO queue, and a source queue that refuses
         // the first try of a1 (a partial batch failure, worth a retry)
         let sqs = FakeSqs::new();
@@ -572,7 +572,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn item_14_replay_fifo_holds_a_group_behind_a_failed_message() {
+    async fn replay_fifo_holds_a_group_behind_a_failed_message() {
         // GIVEN a1, a2 of group a and b1 of group b, and a source that keeps refusing a1
         let sqs = FakeSqs::new();
         sqs.create_queue(POISON_FIFO);

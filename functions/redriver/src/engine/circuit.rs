@@ -1,4 +1,4 @@
-//! The engine's side of the adaptive circuit (issue 14): load the record and tick it, turn its
+//! The engine's side of the adaptive circuit: load the record and tick it, turn its
 //! plan into the run's limits, count bounced copies batch by batch (stopping when the circuit
 //! opens), save what the run did, and log and report every transition. The rule is in
 //! [`redrive_shared::circuit`], the store in [`crate::circuit`].
