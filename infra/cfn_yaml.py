@@ -12,6 +12,7 @@ same template without its comments, indentation and short-form tags (infra/READM
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -47,6 +48,51 @@ def loads(text: str) -> dict:
 def load(path: Path) -> dict:
     """A template file in the long JSON form."""
     return loads(Path(path).read_text(encoding="utf-8"))
+
+
+class Intrinsics:
+    """Resolves `Ref`, `Fn::GetAtt`, `Fn::Sub` (with `${!Literal}`) and `Fn::Join` in a
+    template's long JSON form. A subclass says what a name is: `ref(name)` and
+    `get_att(logical_id, attribute)` (the demo's stack script: the resources it created; the
+    tests' policy renderer: the test's own resources)."""
+
+    def ref(self, name: str):
+        raise NotImplementedError
+
+    def get_att(self, logical_id: str, attribute: str):
+        raise NotImplementedError
+
+    def sub(self, value) -> str:
+        text, variables = (value, {}) if isinstance(value, str) else value
+
+        def one(match: re.Match) -> str:
+            key = match.group(1)
+            if key.startswith("!"):
+                return "${" + key[1:] + "}"
+            if key in variables:
+                return str(self.resolve(variables[key]))
+            if "." in key and not key.startswith("AWS::"):
+                return str(self.get_att(*key.split(".", 1)))
+            return str(self.ref(key))
+
+        return re.sub(r"\$\{([^}]+)\}", one, text)
+
+    def resolve(self, node):
+        if isinstance(node, list):
+            return [self.resolve(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            (key, value), = node.items()
+            if key == "Ref":
+                return self.ref(value)
+            if key == "Fn::GetAtt":
+                return self.get_att(*value)
+            if key == "Fn::Sub":
+                return self.sub(value)
+            if key == "Fn::Join":
+                return value[0].join(str(v) for v in self.resolve(value[1]))
+        return {k: self.resolve(v) for k, v in node.items()}
 
 
 # CloudFormation refuses a CreateStack/UpdateStack TemplateBody above this many bytes.

@@ -32,7 +32,7 @@ sys.path.insert(0, str(INFRA))
 import cfn_yaml  # noqa: E402 - infra/cfn_yaml.py, shared with the infra tests
 
 
-class Resolver:
+class Resolver(cfn_yaml.Intrinsics):
     """Resolves Ref, Fn::GetAtt, Fn::Sub and Fn::Join against a created stack."""
 
     def __init__(self, template: dict, stack: str, params: dict, physical: dict, region: str, account: str, sqs):
@@ -83,36 +83,6 @@ class Resolver:
         if kind == "AWS::SNS::Topic" and attribute == "TopicArn":
             return physical
         raise KeyError(f"cannot resolve GetAtt {resource}.{attribute}")
-
-    def sub(self, value):
-        text, variables = (value, {}) if isinstance(value, str) else (value[0], value[1])
-
-        def one(match: re.Match) -> str:
-            name = match.group(1)
-            if name in variables:
-                return str(self.resolve(variables[name]))
-            if "." in name and not name.startswith("AWS::"):
-                return str(self.get_att(*name.split(".", 1)))
-            return str(self.ref(name))
-
-        return re.sub(r"\$\{([^}!]+)\}", one, text)
-
-    def resolve(self, node):
-        if isinstance(node, dict):
-            if len(node) == 1:
-                (key, value), = node.items()
-                if key == "Ref":
-                    return self.ref(value)
-                if key == "Fn::GetAtt":
-                    return self.get_att(*value)
-                if key == "Fn::Sub":
-                    return self.sub(value)
-                if key == "Fn::Join":
-                    return value[0].join(str(self.resolve(v)) for v in self.resolve(value[1]))
-            return {k: self.resolve(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [self.resolve(v) for v in node]
-        return node
 
 
 # PutMetricAlarm takes the template's alarm properties under the same names.

@@ -62,7 +62,7 @@ def find(logical_id: str) -> tuple[dict, dict]:
     raise KeyError(f"no resource {logical_id!r} in {TEMPLATES}")
 
 
-class Renderer:
+class Renderer(cfn_yaml.Intrinsics):
     def __init__(self, template: dict, values: dict[str, str]):
         self.template = template
         self.values = values
@@ -116,37 +116,6 @@ class Renderer:
         if attribute == "QueueUrl":
             return self.ref(logical_id)
         raise KeyError(f"Fn::GetAtt {logical_id}.{attribute} is not rendered")
-
-    def sub(self, text: str, variables: dict) -> str:
-        def one(match: re.Match) -> str:
-            key = match.group(1)
-            if key.startswith("!"):
-                return "${" + key[1:] + "}"
-            if key in variables:
-                return self.resolve(variables[key])
-            if "." in key and not key.startswith("AWS::"):
-                return self.get_att(*key.split(".", 1))
-            return self.ref(key)
-
-        return re.sub(r"\$\{([^}]+)\}", one, text)
-
-    def resolve(self, node):
-        if isinstance(node, list):
-            return [self.resolve(n) for n in node]
-        if not isinstance(node, dict):
-            return node
-        if len(node) == 1:
-            (key, value), = node.items()
-            if key == "Ref":
-                return self.ref(value)
-            if key == "Fn::GetAtt":
-                return self.get_att(*value)
-            if key == "Fn::Sub":
-                text, variables = (value, {}) if isinstance(value, str) else value
-                return self.sub(text, variables)
-            if key == "Fn::Join":
-                return value[0].join(self.resolve(value[1]))
-        return {k: self.resolve(v) for k, v in node.items()}
 
 
 def for_moto(document: dict) -> dict:
