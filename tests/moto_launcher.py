@@ -52,15 +52,18 @@ IAM, always: moto authorizes every request (`INITIAL_NO_AUTH_ACTION_COUNT` 0) as
 - `POST /redrive-tests/iam/credentials {"role": ID, "resources": {...}}` creates a user whose
   inline policies are what infra/templates/ gives the role or managed policy ID, rendered for
   the test's resources by tests/iam_policy.py, and answers `{"AccessKeyId", "SecretAccessKey"}`
-  (see tests/src/iam.rs). Nothing else may create users: no request is unchecked.
-- Five moto gaps are closed so that a template that is right on AWS is right here: a refusal of
+  (see tests/src/iam.rs). An optional `"extra": [statements]` is one more inline policy of the
+  user: what an identity grants beyond the stack's policies (the operator's own export bucket).
+  Nothing else may create users: no request is unchecked.
+- Six moto gaps are closed so that a template that is right on AWS is right here: a refusal of
   a JSON-protocol call (SQS, DynamoDB, Step Functions) is a JSON AccessDeniedException, which the
   SDKs parse (moto answers XML, which they cannot read); a form body that the Rust SDK
   percent-encodes passes the signature check (moto re-encodes it as botocore does); CloudWatch
   calls are checked as `cloudwatch:*` (moto takes the signing name, `monitoring`); the batch
   calls (SendMessageBatch, DeleteMessageBatch, ChangeMessageVisibilityBatch) are authorized as
   the action AWS checks for them (sqs:SendMessage, ...), and every SQS call on the queue it
-  names, GetQueueUrl and a queue that does not exist included (moto checks those against `*`).
+  names, GetQueueUrl and a queue that does not exist included (moto checks those against `*`);
+  HeadBucket is authorized as s3:ListBucket, as AWS does (moto checks s3:HeadBucket).
 """
 
 import json
@@ -97,8 +100,9 @@ ACCOUNT = "123456789012"
 CREDENTIALS_PATH = "/redrive-tests/iam/credentials"
 # The IAM action prefix of a service whose signing name differs (moto takes the signing name).
 AWS_SERVICE_PREFIX = {"monitoring": "cloudwatch"}
-# The IAM action AWS authorizes a batch call as.
+# The IAM action AWS authorizes a call as, where moto names another.
 AWS_ACTION = {
+    "s3:HeadBucket": "s3:ListBucket",
     "sqs:SendMessageBatch": "sqs:SendMessage",
     "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
     "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
@@ -210,6 +214,11 @@ def enforce_iam() -> None:
             request = json.loads(environ["wsgi.input"].read(length))
             role = request["role"]
             policies = iam_policy.render(role, request.get("resources", {}))
+            extra = request.get("extra")
+            if extra is not None:
+                if not isinstance(extra, list) or not all(isinstance(s, dict) for s in extra):
+                    raise ValueError("extra: a list of IAM statements")
+                policies["extra"] = {"Version": "2012-10-17", "Statement": extra}
             key = create_user(f"{role}-{next(users)}", policies)
             answer = {"AccessKeyId": key.access_key_id, "SecretAccessKey": key.secret_access_key}
             status = "200 OK"

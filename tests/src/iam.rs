@@ -8,7 +8,9 @@
 //!   credentials of a user holding that role's policies, rendered by `tests/iam_policy.py` for
 //!   the resources the function's environment names (`resources_from_env`): a grant missing
 //!   from a template fails the test with AccessDenied.
-//! - The `redrive` CLI runs under the operator's managed policy (`cli_env`).
+//! - The `redrive` CLI runs under the operator's managed policy (`cli_env`), plus what the
+//!   operator's own identity grants beyond it when a test says so (`cli_env_with`): their own
+//!   export bucket (`own_bucket_statement`), which the stack's policy does not grant.
 //!
 //! Only against a moto of this process: an environment that points elsewhere (a proxy, another
 //! emulator) is left as it is.
@@ -104,6 +106,17 @@ pub fn env_for_binary(env: &[(String, String)], binary: &str) -> Vec<(String, St
 /// `--circuit-table`, an `s3://BUCKET/...` location and `--state-machine` name the table, the
 /// archive bucket and the state machine.
 pub fn cli_env(env: &[(String, String)], args: &[&str]) -> Vec<(String, String)> {
+    cli_env_with(env, args, &[])
+}
+
+/// `cli_env` for an operator whose own identity also holds the IAM statements `extra`, beyond
+/// the stack's managed policy (e.g. `own_bucket_statement`). An `s3://BUCKET/...` argument
+/// whose bucket `extra` names is that bucket of the operator's, not the stack's archive bucket.
+pub fn cli_env_with(
+    env: &[(String, String)],
+    args: &[&str],
+    extra: &[Value],
+) -> Vec<(String, String)> {
     let mut resources = resources_from_env(env);
     let mut first_queue: Option<String> = None;
     for (i, arg) in args.iter().enumerate() {
@@ -123,7 +136,9 @@ pub fn cli_env(env: &[(String, String)], args: &[&str]) -> Vec<(String, String)>
             first_queue.get_or_insert(name);
         } else if let Some(location) = arg.strip_prefix("s3://") {
             let bucket = location.split('/').next().unwrap_or_default();
-            resources.insert("ArchiveBucket".into(), bucket.to_string());
+            if !names_bucket(extra, bucket) {
+                resources.insert("ArchiveBucket".into(), bucket.to_string());
+            }
         } else if flag == "--circuit-table" {
             resources.insert("CircuitTable".into(), arg.to_string());
         } else if flag == "--state-machine" {
@@ -146,7 +161,32 @@ pub fn cli_env(env: &[(String, String)], args: &[&str]) -> Vec<(String, String)>
                 .or_insert_with(|| format!("{base}{suffix}{fifo}"));
         }
     }
-    env_for_role(env, OPERATOR_POLICY, &resources)
+    user_env(env, OPERATOR_POLICY, &resources, extra)
+}
+
+/// The statement by which an operator's own identity grants their export bucket, on that
+/// bucket only: what `redrive export` (HeadBucket, which AWS checks as s3:ListBucket;
+/// PutObject) and `redrive import` (ListObjectsV2, GetObject) call on it.
+pub fn own_bucket_statement(bucket: &str) -> Value {
+    json!({
+        "Sid": "OwnExportBucket",
+        "Effect": "Allow",
+        "Action": ["s3:ListBucket", "s3:PutObject", "s3:GetObject"],
+        "Resource": [format!("arn:aws:s3:::{bucket}"), format!("arn:aws:s3:::{bucket}/*")],
+    })
+}
+
+/// Whether a statement of `statements` names `bucket` (or its objects) as a resource.
+fn names_bucket(statements: &[Value], bucket: &str) -> bool {
+    let arn = format!("arn:aws:s3:::{bucket}");
+    let names = |r: &Value| {
+        r.as_str()
+            .is_some_and(|r| r == arn || r.starts_with(&format!("{arn}/")))
+    };
+    statements.iter().any(|s| match &s["Resource"] {
+        Value::Array(list) => list.iter().any(names),
+        one => names(one),
+    })
 }
 
 /// The base name of a `QueueSet` queue (`<base>`, `<base>-dlq`, `<base>-poison`, each with
@@ -171,6 +211,16 @@ pub fn env_for_role(
     role: &str,
     resources: &Resources,
 ) -> Vec<(String, String)> {
+    user_env(env, role, resources, &[])
+}
+
+/// `env_for_role`, the user holding the statements `extra` too.
+fn user_env(
+    env: &[(String, String)],
+    role: &str,
+    resources: &Resources,
+    extra: &[Value],
+) -> Vec<(String, String)> {
     let endpoint = env
         .iter()
         .rev()
@@ -179,7 +229,7 @@ pub fn env_for_role(
     let Some(moto) = endpoint.and_then(crate::moto::started_at) else {
         return env.to_vec();
     };
-    let (key_id, secret) = credentials(moto, role, resources);
+    let (key_id, secret) = user_credentials(moto, role, resources, extra);
     let mut out: Vec<(String, String)> = env
         .iter()
         .filter(|(k, _)| k != "AWS_ACCESS_KEY_ID" && k != "AWS_SECRET_ACCESS_KEY")
@@ -190,17 +240,37 @@ pub fn env_for_role(
     out
 }
 
-type CredentialsKey = (u16, String, Resources);
+/// (moto's port, role, resources, the extra statements as JSON)
+type CredentialsKey = (u16, String, Resources, String);
 static CREDENTIALS: Mutex<Option<HashMap<CredentialsKey, (String, String)>>> = Mutex::new(None);
 
 /// (access key id, secret) of a user of `moto` holding `role`'s policies for `resources`.
 pub fn credentials(moto: &Moto, role: &str, resources: &Resources) -> (String, String) {
-    let key = (moto.port(), role.to_string(), resources.clone());
+    user_credentials(moto, role, resources, &[])
+}
+
+/// `credentials` of a user holding the statements `extra` too (one more inline policy).
+fn user_credentials(
+    moto: &Moto,
+    role: &str,
+    resources: &Resources,
+    extra: &[Value],
+) -> (String, String) {
+    let key = (
+        moto.port(),
+        role.to_string(),
+        resources.clone(),
+        Value::from(extra.to_vec()).to_string(),
+    );
     let mut cache = CREDENTIALS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(found) = cache.get_or_insert_with(HashMap::new).get(&key) {
         return found.clone();
     }
-    let request = json!({"role": role, "resources": resources}).to_string();
+    let mut request = json!({"role": role, "resources": resources});
+    if !extra.is_empty() {
+        request["extra"] = Value::from(extra.to_vec());
+    }
+    let request = request.to_string();
     let (status, body) = moto
         .post("/redrive-tests/iam/credentials", &request)
         .unwrap_or_else(|e| panic!("creating the test user of {role}: {e}"));

@@ -32,13 +32,24 @@ impl Run {
     }
 }
 
-/// The binary with moto's environment and nothing of the caller's AWS_* variables.
+/// The binary with moto's environment and nothing of the caller's AWS_* variables, under the
+/// operator's managed policy for the queues `args` name (`iam::cli_env`).
 fn redrive(args: &[&str]) -> Run {
-    redrive_with(args, &[])
+    run(args, &[], None)
 }
 
 /// [`redrive`] with these environment variables too.
 fn redrive_with(args: &[&str], env: &[(&str, &str)]) -> Run {
+    run(args, env, None)
+}
+
+/// [`redrive`] by an operator whose own identity grants `bucket`, their export bucket (the
+/// stack's policy does not).
+fn redrive_to(bucket: &str, args: &[&str]) -> Run {
+    run(args, &[], Some(bucket))
+}
+
+fn run(args: &[&str], env: &[(&str, &str)], own_bucket: Option<&str>) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));
     for (k, _) in std::env::vars() {
         if k.starts_with("AWS_")
@@ -49,10 +60,15 @@ fn redrive_with(args: &[&str], env: &[(&str, &str)]) -> Run {
             command.env_remove(k);
         }
     }
+    let mut full_env = moto().env();
+    full_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let extra: Vec<Value> = own_bucket
+        .map(redrive_tests::iam::own_bucket_statement)
+        .into_iter()
+        .collect();
     command
         .args(args)
-        .envs(moto().env())
-        .envs(env.iter().copied())
+        .envs(redrive_tests::iam::cli_env_with(&full_env, args, &extra))
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
     let out = command.output().expect("running the redrive binary");
@@ -81,7 +97,17 @@ async fn queue(
     fifo: bool,
     max_size: Option<usize>,
 ) -> String {
-    let name = format!("{}{}", unique_name(prefix), if fifo { ".fifo" } else { "" });
+    named_queue(sqs, &unique_name(prefix), fifo, max_size).await
+}
+
+/// The queue `name` (`.fifo` added for a FIFO queue).
+async fn named_queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    fifo: bool,
+    max_size: Option<usize>,
+) -> String {
+    let name = format!("{name}{}", if fifo { ".fifo" } else { "" });
     let mut request = sqs.create_queue().queue_name(&name);
     if fifo {
         request = request
@@ -281,7 +307,10 @@ async fn round_trip(samples: Vec<Sample>) {
     assert_eq!(to_file.code, 0, "{}", to_file.stderr);
     assert_eq!(to_file.json()["exported"], n);
     let location = format!("s3://{bucket}/round/trip");
-    let to_s3 = redrive(&["export", "--queue", &source, "--to", &location, "--json"]);
+    let to_s3 = redrive_to(
+        &bucket,
+        &["export", "--queue", &source, "--to", &location, "--json"],
+    );
     assert_eq!(to_s3.code, 0, "{}", to_s3.stderr);
     assert_eq!(to_s3.json()["exported"], n);
 
@@ -301,7 +330,10 @@ async fn round_trip(samples: Vec<Sample>) {
     // WHEN each is imported to a queue of its own
     for from in [file.to_str().unwrap(), &location] {
         let dest = queue(&sqs, "rt-dst", false, None).await;
-        let run = redrive(&["import", "--from", from, "--to", &dest, "--json"]);
+        let run = redrive_to(
+            &bucket,
+            &["import", "--from", from, "--to", &dest, "--json"],
+        );
         assert_eq!(run.code, 0, "{from}: {}", run.stderr);
         assert_eq!(run.json()["sent"].as_array().unwrap().len(), n);
 
@@ -623,15 +655,18 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
     assert_eq!(std::fs::read_to_string(&five).unwrap().lines().count(), 5);
 
     // With --delete to S3: the object holds every message, and the queue is empty.
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        &format!("s3://{bucket}/moved"),
-        "--delete",
-        "--json",
-    ]);
+    let run = redrive_to(
+        &bucket,
+        &[
+            "export",
+            "--queue",
+            &source,
+            "--to",
+            &format!("s3://{bucket}/moved"),
+            "--delete",
+            "--json",
+        ],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let report = run.json();
     assert_eq!(
@@ -668,15 +703,19 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
 
     // A bucket that does not exist is an error before the queue is touched.
     send_raw(&sqs, &source, "stays", &[]).await;
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        "s3://no-such-bucket-here/x",
-        "--delete",
-    ]);
+    let run = redrive_to(
+        "no-such-bucket-here",
+        &[
+            "export",
+            "--queue",
+            &source,
+            "--to",
+            "s3://no-such-bucket-here/x",
+            "--delete",
+        ],
+    );
     assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(!run.stderr.contains("AccessDenied"), "{}", run.stderr);
     assert_eq!(counts(&sqs, &source).await, (1, 0));
 }
 
@@ -698,8 +737,11 @@ async fn the_filters_select_the_same_messages_on_every_command() {
     // GIVEN a poison queue with a gold permanent failure, a silver max-attempts message and
     // an unstamped non-JSON one of another tenant
     let sqs = moto().sqs().await;
-    let poison = queue(&sqs, "flt-poison", false, None).await;
-    let source = queue(&sqs, "flt-source", false, None).await;
+    // Named as the stack's poison and source queues are (`<base>-poison`, `<base>`): the
+    // operator's policy covers those.
+    let base = unique_name("flt");
+    let poison = named_queue(&sqs, &format!("{base}-poison"), false, None).await;
+    let source = named_queue(&sqs, &base, false, None).await;
     let tenant = |t: &str| MessageAttribute::string(t);
     let mut a = Attributes::new();
     a.insert("tenant".into(), tenant("acme"));
