@@ -96,6 +96,7 @@ ADMIN_USER = "redrive-tests-admin"
 # (access key id, secret): the harness's (tests/src/moto.rs) and moto's Step Functions
 # interpreter's (moto/stepfunctions/parser/asl/utils/boto_client.py).
 ADMIN_KEYS = (("testing", "testing"), ("ak", "sk"))
+ADMIN_KEY_IDS = {key_id for key_id, _ in ADMIN_KEYS}
 ACCOUNT = "123456789012"
 CREDENTIALS_PATH = "/redrive-tests/iam/credentials"
 # The IAM action prefix of a service whose signing name differs (moto takes the signing name).
@@ -151,6 +152,12 @@ def enforce_iam() -> None:
     moto_check_signature = IAMRequestBase.check_signature
 
     def check_signature(self):
+        # The harness's own identity (allowed everything anyway) is not held to its signature:
+        # the benchmarks' fault proxy (bench/src/proxy.rs) rewrites request bodies on the way
+        # here, as a batch whose entries partly fail. Every role's user is checked in full.
+        key_id = self._get_string_between("Credential=", "/", self._headers["Authorization"])
+        if key_id in ADMIN_KEY_IDS:
+            return
         try:
             moto_check_signature(self)
         except Exception:  # noqa: BLE001 - moto's SignatureDoesNotMatch, retried below
