@@ -146,6 +146,7 @@ impl ScriptQueue for FakeScript {
             delay_seconds: None,
             group_id: None,
             dedup_id: None,
+            trace_header: None,
         };
         let out = self
             .0

@@ -661,6 +661,7 @@ impl<C: CircuitStore> Rig<C> {
                         body: m.body.unwrap_or_default(),
                         group_id: None,
                         source: Some(self.source_arn.clone()),
+                        trace_header: None,
                     })
                     .collect(),
                 Err(_) => Vec::new(),

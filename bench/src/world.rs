@@ -615,6 +615,7 @@ mod tests {
             delay_seconds: None,
             group_id: None,
             dedup_id: None,
+            trace_header: None,
         };
         let err = q.send_batch(SRC, &[entry]).await.unwrap_err();
         assert!(err.retryable);
@@ -644,6 +645,7 @@ mod tests {
                 delay_seconds: None,
                 group_id: None,
                 dedup_id: None,
+                trace_header: None,
             })
             .collect();
         let out = q.send_batch(SRC, &entries).await.unwrap();

@@ -39,6 +39,7 @@ fn entries(n: usize) -> Vec<SendEntry> {
             delay_seconds: None,
             group_id: None,
             dedup_id: None,
+            trace_header: None,
         })
         .collect()
 }

@@ -23,7 +23,13 @@
 //! - `system` holds the SQS system attributes present when the message was read, by their SQS
 //!   names and as SQS reports them (strings): `SentTimestamp`, `ApproximateReceiveCount`,
 //!   `ApproximateFirstReceiveTimestamp` (epoch milliseconds or counts, digits only),
-//!   `MessageGroupId`, `MessageDeduplicationId`, `SequenceNumber`.
+//!   `MessageGroupId`, `MessageDeduplicationId`, `SequenceNumber`, and `AWSTraceHeader` (the
+//!   X-Ray trace header of a traced producer, which `redrive import` sends on with the copy;
+//!   a reader refuses a value that is no trace header, see [`crate::trace_header`]).
+//!   `AWSTraceHeader` joined the format in a compatible way: it is written only for a message
+//!   that has one, so the lines of untraced messages are exactly what readers before it read,
+//!   and a line without it (every older archive) reads as before; a reader before it refuses
+//!   a line that carries it (unknown field).
 //! - `archivedAt` is the archive or export time, RFC 3339 UTC to the second.
 //!
 //! Unknown fields are refused: a line is exactly this version of the format or it is an error
@@ -49,6 +55,7 @@ use sha2::{Digest, Sha256};
 
 use crate::attributes::{AttributeValue, Attributes, MessageAttribute};
 use crate::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
+use crate::trace_header::{AWS_TRACE_HEADER, TraceHeader};
 
 /// The format tag every line carries.
 pub const FORMAT: &str = "redrive.archive/1";
@@ -91,24 +98,30 @@ pub struct SystemAttributes {
     pub message_deduplication_id: Option<String>,
     #[serde(rename = "SequenceNumber", skip_serializing_if = "Option::is_none")]
     pub sequence_number: Option<String>,
+    #[serde(rename = "AWSTraceHeader", skip_serializing_if = "Option::is_none")]
+    pub aws_trace_header: Option<String>,
 }
 
 impl SystemAttributes {
     /// The SQS names this archive keeps.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "SentTimestamp",
         "ApproximateReceiveCount",
         "ApproximateFirstReceiveTimestamp",
         "MessageGroupId",
         "MessageDeduplicationId",
         "SequenceNumber",
+        AWS_TRACE_HEADER,
     ];
 
-    /// Picks the kept attributes out of SQS's (name, value) pairs; others are ignored.
+    /// Picks the kept attributes out of SQS's (name, value) pairs; others are ignored, and so
+    /// is an `AWSTraceHeader` that is no trace header (a reader would refuse the line).
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut s = Self::default();
         for (name, value) in pairs {
             let slot = match name {
+                AWS_TRACE_HEADER if TraceHeader::parse(value).is_err() => continue,
+                AWS_TRACE_HEADER => &mut s.aws_trace_header,
                 "SentTimestamp" => &mut s.sent_timestamp,
                 "ApproximateReceiveCount" => &mut s.approximate_receive_count,
                 "ApproximateFirstReceiveTimestamp" => &mut s.approximate_first_receive_timestamp,
@@ -125,6 +138,13 @@ impl SystemAttributes {
     /// `SentTimestamp` as epoch milliseconds.
     pub fn sent_timestamp_ms(&self) -> Option<i64> {
         self.sent_timestamp.as_deref().and_then(|v| v.parse().ok())
+    }
+
+    /// `AWSTraceHeader` (a line that was read was checked: a value is a trace header).
+    pub fn trace_header(&self) -> Option<TraceHeader> {
+        self.aws_trace_header
+            .as_deref()
+            .and_then(|v| TraceHeader::parse(v).ok())
     }
 
     fn check(&self) -> Result<(), (String, String)> {
@@ -150,6 +170,9 @@ impl SystemAttributes {
             if value.as_deref() == Some("") {
                 return Err((format!("system.{name}"), "is empty".into()));
             }
+        }
+        if let Some(Err(e)) = self.aws_trace_header.as_deref().map(TraceHeader::parse) {
+            return Err((format!("system.{AWS_TRACE_HEADER}"), e.to_string()));
         }
         Ok(())
     }
@@ -583,6 +606,42 @@ mod tests {
         assert_eq!(parse_jsonl(&two).unwrap().len(), 2);
     }
 
+    const TRACE: &str =
+        "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+
+    #[test]
+    fn a_traced_message_keeps_its_aws_trace_header_and_an_untraced_line_is_the_older_format() {
+        // GIVEN a message SQS reported with an AWSTraceHeader
+        let mut traced = sample();
+        traced.system = SystemAttributes::from_pairs([
+            ("SentTimestamp", "1795255100000"),
+            ("AWSTraceHeader", TRACE),
+        ]);
+        // WHEN it is written and read back
+        let line = to_line(&traced);
+        // THEN the header is in `system`, and comes back as the trace header it is
+        assert!(
+            line.contains(&format!(r#""AWSTraceHeader":"{TRACE}""#)),
+            "{line}"
+        );
+        let read = parse_line(1, &line).unwrap();
+        assert_eq!(read, traced);
+        assert_eq!(read.system.trace_header().unwrap().as_str(), TRACE);
+        // AND an untraced message's line names no such field, exactly as before it existed,
+        // and a line written before it reads as it always did
+        let untraced = to_line(&sample());
+        assert!(!untraced.contains("AWSTraceHeader"), "{untraced}");
+        let older = r#"{"format":"redrive.archive/1","queue":"https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq","archivedAt":"2026-11-21T10:00:00Z","messageId":"5fea7756","attributes":{},"system":{"SentTimestamp":"1795255200000","ApproximateReceiveCount":"3"},"bodySha256":"2a5b4e5b3ac5b3f5e1b5d4ff3a09e0e4f1c6f5b3f0f1a6c5a0d3b6b5c8e2f9a1","body":"{}"}"#
+            .replace(
+                "2a5b4e5b3ac5b3f5e1b5d4ff3a09e0e4f1c6f5b3f0f1a6c5a0d3b6b5c8e2f9a1",
+                &body_sha256("{}"),
+            );
+        assert_eq!(parse_line(1, &older).unwrap().system.trace_header(), None);
+        // AND a value SQS would not hold is not archived (a reader would refuse the line)
+        let garbled = SystemAttributes::from_pairs([("AWSTraceHeader", "not a header")]);
+        assert_eq!(garbled, SystemAttributes::default());
+    }
+
     fn edit(f: impl FnOnce(&mut serde_json::Value)) -> String {
         let mut v: serde_json::Value = serde_json::from_str(&to_line(&sample())).unwrap();
         f(&mut v);
@@ -660,6 +719,11 @@ mod tests {
                 edit(|v| v["system"]["SentTimestamp"] = "soon".into()),
                 "system.SentTimestamp",
                 "not a number",
+            ),
+            (
+                edit(|v| v["system"]["AWSTraceHeader"] = "Root=1-garbled".into()),
+                "system.AWSTraceHeader",
+                "not an X-Ray trace header",
             ),
         ];
         for (text, field, problem) in cases {

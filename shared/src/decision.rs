@@ -493,6 +493,7 @@ mod tests {
             delay_seconds: d.delay_seconds(),
             group_id: None,
             dedup_id: None,
+            trace_header: None,
         };
         assert_eq!(out.validate(false), Ok(()));
     }
@@ -521,6 +522,7 @@ mod tests {
             delay_seconds: plan.delay_seconds,
             group_id: plan.group_id.clone(),
             dedup_id: plan.dedup_id.clone(),
+            trace_header: None,
         };
         assert_eq!(out.validate(true), Ok(()));
         // The same message decided twice (a retry after a crash) gets the same dedup id.
@@ -601,6 +603,7 @@ mod tests {
                     delay_seconds: None,
                     group_id: Some("g".into()),
                     dedup_id: Some(dedup_id(id, kind)),
+                    trace_header: None,
                 };
                 assert_eq!(out.validate(true), Ok(()), "{id:?}");
             }

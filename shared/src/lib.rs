@@ -11,6 +11,7 @@
 //! - [`config`]: typed configuration of both Lambdas, read once at init.
 //! - [`key`]: idempotency keys for the consumer.
 //! - [`timefmt`]: RFC 3339 timestamps without a date-time dependency.
+//! - [`trace_header`]: SQS's `AWSTraceHeader` system attribute, carried onto every copy.
 //! - `sdk` (feature `aws`): conversions to and from `aws-sdk-sqs` types.
 //! - `logging` (feature `logging`): the JSON log setup of the Lambdas and the CLI.
 
@@ -29,8 +30,10 @@ pub mod meta;
 #[cfg(feature = "aws")]
 pub mod sdk;
 pub mod timefmt;
+pub mod trace_header;
 
 pub use attributes::{AttributeValue, Attributes, MessageAttribute};
 pub use backoff::{Backoff, Jitter, JitterRng, RandomSource};
 pub use decision::{Decision, IsolationPlan, Policy, ReceivedMessage, RedrivePlan};
 pub use meta::{ErrorClass, IsolationReason, LastError, MetaSource, RedriveMeta};
+pub use trace_header::TraceHeader;

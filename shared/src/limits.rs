@@ -1,13 +1,19 @@
 //! SQS's documented limits, enforced by redrive itself because emulators (moto) do not, and the
 //! splitting of outgoing entries into valid batches.
+//!
+//! The `AWSTraceHeader` system attribute a copy carries ([`Outgoing::trace_header`]) counts
+//! toward neither limit: it is not a message attribute, and SQS documents that a message system
+//! attribute's size does not count toward the message size.
 
 use std::collections::HashSet;
 
 use crate::attributes::{Attributes, message_size};
+use crate::trace_header::TraceHeader;
 
-/// Message attributes per message.
+/// Message attributes per message (the `AWSTraceHeader` system attribute is not one of them).
 pub const MAX_ATTRIBUTES: usize = 10;
-/// Maximum message size (body plus attribute names, types and values): 1 MiB.
+/// Maximum message size (body plus attribute names, types and values; not the `AWSTraceHeader`
+/// system attribute): 1 MiB.
 pub const MAX_MESSAGE_BYTES: usize = 1_048_576;
 /// Entries per SendMessageBatch / DeleteMessageBatch / ChangeMessageVisibilityBatch.
 pub const MAX_BATCH_ENTRIES: usize = 10;
@@ -30,6 +36,9 @@ pub struct Outgoing {
     pub delay_seconds: Option<u32>,
     pub group_id: Option<String>,
     pub dedup_id: Option<String>,
+    /// The original's `AWSTraceHeader`, sent as a message system attribute: outside
+    /// [`MAX_ATTRIBUTES`] and [`Outgoing::size`].
+    pub trace_header: Option<TraceHeader>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +62,7 @@ pub enum LimitError {
 }
 
 impl Outgoing {
+    /// What counts toward [`MAX_MESSAGE_BYTES`]: the body and the message attributes.
     pub fn size(&self) -> usize {
         message_size(&self.body, &self.attributes)
     }
@@ -209,7 +219,30 @@ mod tests {
             delay_seconds: None,
             group_id: None,
             dedup_id: None,
+            trace_header: None,
         }
+    }
+
+    #[test]
+    fn a_trace_header_counts_toward_neither_the_attributes_nor_the_size() {
+        // GIVEN a message at both limits: ten attributes, every byte of the size used
+        let mut m = msg("");
+        for i in 0..10 {
+            m.attributes
+                .insert(format!("a{i}"), MessageAttribute::string("v"));
+        }
+        m.body = "x".repeat(MAX_MESSAGE_BYTES - m.size());
+        assert_eq!(m.validate(false), Ok(()));
+        // WHEN it carries an AWSTraceHeader too
+        m.trace_header = Some(
+            TraceHeader::parse(
+                "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",
+            )
+            .unwrap(),
+        );
+        // THEN it is still within both (a system attribute is neither)
+        assert_eq!(m.size(), MAX_MESSAGE_BYTES);
+        assert_eq!(m.validate(false), Ok(()));
     }
 
     #[test]

@@ -4,9 +4,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_sqs::primitives::Blob;
-use aws_sdk_sqs::types::MessageAttributeValue;
+use aws_sdk_sqs::types::{
+    MessageAttributeValue, MessageSystemAttributeName, MessageSystemAttributeNameForSends,
+    MessageSystemAttributeValue,
+};
 
 use crate::attributes::{AttributeValue, Attributes, MessageAttribute};
+use crate::trace_header::{AWS_TRACE_HEADER, TraceHeader};
 
 pub use aws_sdk_sqs::config::timeout::TimeoutConfig;
 
@@ -70,6 +74,38 @@ pub fn attributes_to_sdk(attrs: &Attributes) -> HashMap<String, MessageAttribute
         .iter()
         .map(|(k, v)| (k.clone(), attribute_to_sdk(v)))
         .collect()
+}
+
+/// A received message's `AWSTraceHeader` (ReceiveMessage with that system attribute, or `All`).
+/// A value that is no X-Ray trace header is logged and left behind: a copy must never be
+/// refused for its trace header.
+pub fn trace_header_from_sdk(
+    system: Option<&HashMap<MessageSystemAttributeName, String>>,
+    message_id: &str,
+) -> Option<TraceHeader> {
+    let value = system?.get(&MessageSystemAttributeName::AwsTraceHeader)?;
+    TraceHeader::parse(value)
+        .inspect_err(|e| {
+            tracing::warn!(message_id, error = %e, "{AWS_TRACE_HEADER} not carried onto the copy");
+        })
+        .ok()
+}
+
+/// The `MessageSystemAttributes` of a copy carrying `trace_header` (None: none).
+pub fn trace_header_to_sdk(
+    trace_header: Option<&TraceHeader>,
+) -> Option<HashMap<MessageSystemAttributeNameForSends, MessageSystemAttributeValue>> {
+    let header = trace_header?;
+    let value = MessageSystemAttributeValue::builder()
+        .data_type("String")
+        .string_value(header.as_str())
+        .build()
+        // `build` only fails when `data_type`, the one required field, is missing; it is set.
+        .expect("data_type is set");
+    Some(HashMap::from([(
+        MessageSystemAttributeNameForSends::AwsTraceHeader,
+        value,
+    )]))
 }
 
 #[cfg(test)]

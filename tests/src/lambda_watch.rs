@@ -419,6 +419,26 @@ impl LambdaWatch {
         }
     }
 
+    /// [`invoke`](Self::invoke), plus the functions' JSON log lines (objects with a `level`)
+    /// written while it ran, in order: with one instance and one invoke at a time, the lines of
+    /// this invocation, preceded at a cold start by the instance's init lines.
+    pub async fn invoke_logged(
+        &self,
+        function: &str,
+        event: &Value,
+    ) -> (Result<Value, String>, Vec<Value>) {
+        let from = std::fs::metadata(&self.log_path).map_or(0, |m| m.len() as usize);
+        let outcome = self.invoke(function, event).await;
+        let log = std::fs::read(&self.log_path).unwrap_or_default();
+        let written = String::from_utf8_lossy(log.get(from..).unwrap_or_default()).into_owned();
+        let lines = written
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|line| line.get("level").is_some())
+            .collect();
+        (outcome, lines)
+    }
+
     /// Starts the instances of `function` now; `invoke` otherwise starts them at the first
     /// invoke. For invokes that do not come through `invoke`: a state machine's Lambda tasks
     /// that `moto_sfn` routes to this server (`Moto::route_lambda` calls it). Instances that
@@ -534,6 +554,37 @@ impl LambdaWatch {
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
     }
+}
+
+/// The `requestId` and `xrayTraceId` of one invocation's log lines (from
+/// [`LambdaWatch::invoke_logged`]), checked: every line carries both, the same pair, as
+/// top-level fields. Lines without either may only come first (a cold start's init lines);
+/// `Err` quotes the first line that breaks the rule, or says that no line carried them.
+pub fn invocation_ids(lines: &[Value]) -> Result<(String, String), String> {
+    let ids = |line: &Value| {
+        (
+            line.get("requestId")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            line.get("xrayTraceId")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        )
+    };
+    let mut invocation: Option<(String, String)> = None;
+    for line in lines {
+        match (ids(line), &invocation) {
+            ((None, None), None) => continue,
+            ((Some(request), Some(trace)), None) => invocation = Some((request, trace)),
+            ((Some(request), Some(trace)), Some((r, t))) if request == *r && trace == *t => {}
+            (_, expected) => {
+                return Err(format!(
+                    "a line of the invocation {expected:?} does not carry its requestId and xrayTraceId: {line}"
+                ));
+            }
+        }
+    }
+    invocation.ok_or_else(|| format!("no line carries a requestId and an xrayTraceId: {lines:?}"))
 }
 
 /// The binaries of the workspace's packages (`cargo metadata`), empty if it fails.

@@ -35,15 +35,17 @@ use std::path::{Path, PathBuf};
 pub use cloudwatch::{alarm_state, put_queue_alarm};
 pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::create_idempotency_table;
-pub use lambda_watch::{LambdaWatch, WatchOptions};
+pub use lambda_watch::{LambdaWatch, WatchOptions, invocation_ids};
 pub use localstack::{
     LOCALSTACK_SERVICES, LocalStack, SQS_EMULATOR_VARIABLE, localstack, sqs_emulator,
 };
 pub use moto::{Moto, REGION, moto, moto_fast_clock, moto_sfn};
 pub use names::unique_name;
 pub use sqs::{
-    QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string, drain_all,
-    queue_attributes, queue_depth, receive_raw, send_fifo, send_raw, sqs_event, wait_for_depth,
+    QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string,
+    batch_sends_keep_trace_headers, drain_all, producer_trace_header, queue_attributes,
+    queue_depth, receive_raw, send_fifo, send_raw, send_traced, sqs_event, trace_header_of,
+    wait_for_depth,
 };
 
 /// The workspace root (the directory holding the root `Cargo.toml`).

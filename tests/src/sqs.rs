@@ -7,7 +7,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
-    QueueAttributeName,
+    MessageSystemAttributeNameForSends, MessageSystemAttributeValue, QueueAttributeName,
 };
 
 use serde_json::{Map, Value, json};
@@ -317,6 +317,77 @@ pub async fn send_fifo(
         .unwrap_or_else(|e| panic!("SendMessage {url}: {e:?}"))
         .message_id
         .expect("SendMessage returns a MessageId")
+}
+
+/// A fresh X-Ray trace header, as the `AWSTraceHeader` of a traced producer's message
+/// carries it (`Root=1-<8 hex>-<24 hex>;Parent=<16 hex>;Sampled=1`), unique per call.
+pub fn producer_trace_header() -> String {
+    let root = uuid::Uuid::new_v4().simple().to_string();
+    let parent = uuid::Uuid::new_v4().simple().to_string();
+    format!(
+        "Root=1-{}-{};Parent={};Sampled=1",
+        &root[..8],
+        &root[8..],
+        &parent[..16]
+    )
+}
+
+/// [`send_raw`] as a traced producer does it: with the `AWSTraceHeader` system attribute
+/// (SendMessage's `MessageSystemAttributes`). Returns its MessageId.
+pub async fn send_traced(
+    sqs: &Client,
+    url: &str,
+    body: &str,
+    attributes: &[(&str, MessageAttributeValue)],
+    trace_header: &str,
+) -> String {
+    let header = MessageSystemAttributeValue::builder()
+        .data_type("String")
+        .string_value(trace_header)
+        .build()
+        .expect("data type is set");
+    let mut request = sqs
+        .send_message()
+        .queue_url(url)
+        .message_body(body)
+        .message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, header);
+    for (name, value) in attributes {
+        request = request.message_attributes(*name, value.clone());
+    }
+    if url.ends_with(".fifo") {
+        let dedup = uuid::Uuid::new_v4().simple().to_string();
+        request = request
+            .message_group_id("default")
+            .message_deduplication_id(dedup);
+    }
+    request
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("SendMessage {url}: {e:?}"))
+        .message_id
+        .expect("SendMessage returns a MessageId")
+}
+
+/// Whether this run's SQS keeps a SendMessageBatch entry's `MessageSystemAttributes`, as SQS
+/// does. moto 5.2.5's does not (its SendMessageBatch drops them; its SendMessage keeps them);
+/// LocalStack's does. A test of a batched copy's `AWSTraceHeader` proves it on LocalStack
+/// (`REDRIVE_SQS_EMULATOR=localstack`, `make test-localstack`) and says so on moto.
+pub fn batch_sends_keep_trace_headers() -> bool {
+    let keeps = crate::sqs_emulator().is_some();
+    if !keeps {
+        eprintln!(
+            "moto's SendMessageBatch drops MessageSystemAttributes: the AWSTraceHeader of batched copies is checked on LocalStack (make test-localstack)"
+        );
+    }
+    keeps
+}
+
+/// A received message's `AWSTraceHeader` (received with `All` system attributes, as
+/// `receive_raw` and `drain_all` do).
+pub fn trace_header_of(m: &Message) -> Option<&str> {
+    m.attributes()?
+        .get(&MessageSystemAttributeName::AwsTraceHeader)
+        .map(String::as_str)
 }
 
 /// A `String` message attribute.

@@ -690,6 +690,35 @@ async fn lambda_watch_invokes_a_function_with_the_given_environment() {
     );
 }
 
+/// cargo-lambda's emulator hands every invocation a request id and an X-Ray trace id
+/// (`Lambda-Runtime-Trace-Id`, a fresh `Root=1-…` per invoke whatever the caller sends), and
+/// each line a function logs during it carries exactly those.
+#[tokio::test]
+async fn each_invocation_gets_a_request_id_and_a_trace_id_that_its_log_lines_carry() {
+    // GIVEN a function that logs as the project's Lambdas do, under cargo lambda watch
+    let watch = LambdaWatch::start(&["echo_lambda"], &moto().env()).await;
+
+    // WHEN it is invoked twice
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (answer, lines) = watch.invoke_logged("echo_lambda", &json!({})).await;
+        let answer = answer.unwrap();
+        // THEN the runtime got both ids from the emulator
+        let request = answer["requestId"].as_str().unwrap().to_string();
+        let trace = answer["xrayTraceId"].as_str().unwrap_or_else(|| {
+            panic!("cargo-lambda sent no Lambda-Runtime-Trace-Id header: {answer}")
+        });
+        assert!(trace.starts_with("Root=1-"), "{trace}");
+        // AND the invocation's log lines carry exactly those, at the top level
+        let ids = redrive_tests::invocation_ids(&lines).unwrap();
+        assert_eq!(ids, (request.clone(), trace.to_string()), "{lines:?}");
+        seen.push(ids);
+    }
+    // AND each invocation has its own
+    assert_ne!(seen[0].0, seen[1].0);
+    assert_ne!(seen[0].1, seen[1].1);
+}
+
 #[tokio::test]
 async fn lambda_watch_runs_concurrent_invokes_on_separate_instances() {
     let watch = LambdaWatch::start_with(WatchOptions {

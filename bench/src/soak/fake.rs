@@ -69,6 +69,7 @@ impl Emulator for FakeEmulator {
                 receive_count: m.receive_count,
                 group_id: None,
                 source: Some(self.source_arn.clone()),
+                trace_header: None,
             })
             .collect()
     }

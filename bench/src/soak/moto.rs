@@ -109,6 +109,7 @@ impl Emulator for MotoEmulator<'_> {
                     receive_count,
                     group_id: None,
                     source: Some(self.source_arn.clone()),
+                    trace_header: None,
                 }
             })
             .collect()

@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use redrive_shared::limits::Outgoing;
-use redrive_shared::sdk::attributes_to_sdk;
+use redrive_shared::sdk::{attributes_to_sdk, trace_header_to_sdk};
 
 use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, PortError, QueueOps};
 
@@ -263,6 +263,7 @@ impl QueueOps for SqsOps {
             .set_delay_seconds(message.delay_seconds.map(|d| d as i32))
             .set_message_group_id(message.group_id.clone())
             .set_message_deduplication_id(message.dedup_id.clone())
+            .set_message_system_attributes(trace_header_to_sdk(message.trace_header.as_ref()))
             .send()
             .await
             .map_err(|e| port_error("SendMessage", e))?;

@@ -809,6 +809,8 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             }),
             // A repeat of this send (a retried invocation) is deduplicated by SQS.
             dedup_id: fifo.then(|| message.message_id.clone()),
+            // The producer's trace follows the message through the DLQ and back.
+            trace_header: message.trace_header.clone(),
         };
         match self.queue.send(dlq.as_str(), &copy).await {
             Err(e) => {

@@ -9,7 +9,7 @@ use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::QueueUrl;
 use redrive_shared::key::KeySource;
 use redrive_shared::meta::ATTRIBUTE_NAME;
-use redrive_shared::{Attributes, MessageAttribute};
+use redrive_shared::{Attributes, MessageAttribute, TraceHeader};
 use serde_json::{Value, json};
 
 use super::*;
@@ -50,6 +50,7 @@ fn message(id: &str, body: &str) -> Message {
         receive_count: 1,
         group_id: None,
         source: QueueArn::parse(SOURCE_ARN),
+        trace_header: None,
     }
 }
 
@@ -562,6 +563,35 @@ async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted
             .record(&key_of("orig-1", "not json \u{1F4E6}"))
             .is_none(),
         "the claim is released"
+    );
+}
+
+#[tokio::test]
+async fn a_permanent_failure_copy_carries_the_producers_trace_header() {
+    // GIVEN a message of a traced producer (its record's attributes.AWSTraceHeader), failing
+    // permanently
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script(&key_of("m-1", "{}"), [permanent_400()]);
+    let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
+    let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    let m = Message {
+        trace_header: Some(TraceHeader::parse(header).unwrap()),
+        ..message("m-1", "{}")
+    };
+
+    // WHEN the batch is handled
+    c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+
+    // THEN the DLQ copy carries that header, so the trace follows it through the DLQ
+    let sends = queue.sends();
+    assert_eq!(sends.len(), 1);
+    assert_eq!(
+        sends[0].1.trace_header.as_ref().map(TraceHeader::as_str),
+        Some(header)
     );
 }
 

@@ -388,6 +388,7 @@ mod tests {
             receive_count: 1,
             group_id: None,
             source: None,
+            trace_header: None,
         }
     }
 

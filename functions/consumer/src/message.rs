@@ -5,7 +5,8 @@
 //! base64 in the event).
 
 use aws_lambda_events::event::sqs::{SqsMessage, SqsMessageAttribute};
-use redrive_shared::{AttributeValue, Attributes, MessageAttribute};
+use redrive_shared::trace_header::AWS_TRACE_HEADER;
+use redrive_shared::{AttributeValue, Attributes, MessageAttribute, TraceHeader};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -22,6 +23,9 @@ pub struct Message {
     pub group_id: Option<String>,
     /// The source queue, from `eventSourceARN`.
     pub source: Option<QueueArn>,
+    /// `attributes.AWSTraceHeader` (a traced producer's X-Ray header): carried onto the
+    /// permanent-failure copy to the DLQ.
+    pub trace_header: Option<TraceHeader>,
 }
 
 impl Message {
@@ -116,6 +120,15 @@ pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
             .map_err(|why| malformed(format!("message attribute {name:?}: {why}")))?;
         attributes.insert(name, attribute);
     }
+    // A header that is no trace header is left behind (logged), never a reason to fail the
+    // record: the copy would be refused for it.
+    let trace_header = sqs.attributes.get(AWS_TRACE_HEADER).and_then(|value| {
+        TraceHeader::parse(value)
+            .inspect_err(|e| {
+                tracing::warn!(message_id = %id, error = %e, "{AWS_TRACE_HEADER} not carried onto a copy");
+            })
+            .ok()
+    });
     let source = match sqs.event_source_arn {
         None => None,
         Some(arn) => Some(
@@ -131,6 +144,7 @@ pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
         receive_count,
         group_id,
         source,
+        trace_header,
     })
 }
 
@@ -190,6 +204,9 @@ pub fn record_to_event_json(message: &Message, region: &str) -> Value {
     if let Some(g) = &message.group_id {
         system["MessageGroupId"] = Value::String(g.clone());
     }
+    if let Some(t) = &message.trace_header {
+        system[AWS_TRACE_HEADER] = Value::String(t.to_string());
+    }
     let mut record = serde_json::json!({
         "messageId": message.message_id,
         "receiptHandle": message.receipt_handle,
@@ -243,6 +260,33 @@ mod tests {
             ("us-east-1", "123456789012", "orders")
         );
         assert!(!source.is_fifo());
+    }
+
+    #[test]
+    fn the_aws_trace_header_is_read_and_a_garbled_one_is_left_behind_without_failing_the_record() {
+        let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        let record = |value: &str| {
+            json!({
+                "messageId": "m-1", "receiptHandle": "h", "body": "{}",
+                "attributes": {"ApproximateReceiveCount": "1", "AWSTraceHeader": value},
+                "messageAttributes": {}
+            })
+        };
+        let m = parse_record(&record(header)).unwrap();
+        assert_eq!(
+            m.trace_header.as_ref().map(TraceHeader::as_str),
+            Some(header)
+        );
+        assert_eq!(
+            parse_record(&record_to_event_json(&m, "us-east-1")).unwrap(),
+            m
+        );
+        let garbled = parse_record(&record("Root=nonsense")).unwrap();
+        assert_eq!(garbled.trace_header, None);
+        assert_eq!(
+            parse_record(&fixture()["Records"][0]).unwrap().trace_header,
+            None
+        );
     }
 
     #[test]

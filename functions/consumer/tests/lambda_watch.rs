@@ -179,6 +179,80 @@ async fn the_binary_settles_a_real_batch_under_cargo_lambda_watch() {
 }
 
 #[tokio::test]
+async fn every_log_line_of_an_invocation_carries_its_request_and_trace_ids() {
+    // GIVEN the consumer under cargo lambda watch and a downstream that rejects poison
+    let w = World::new(false).await;
+    w.downstream.reject_bodies_containing("poison", 400);
+    let watch = LambdaWatch::start(&["consumer"], &env(&w, &[])).await;
+
+    // WHEN it is invoked twice, with a batch that logs on every path it takes
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        let (good, poison) = (
+            format!("{{\"order\":\"good-{round}\"}}"),
+            format!("{{\"order\":\"poison-{round}\"}}"),
+        );
+        w.send(&[(good.as_str(), &[]), (poison.as_str(), &[])])
+            .await;
+        let received = w.receive(2).await;
+        let (response, lines) = watch.invoke_logged("consumer", &w.event(&received)).await;
+        response.unwrap();
+
+        // THEN every line it logged during the invocation carries the invocation's requestId
+        // and xrayTraceId (a cold start's init lines, before it, carry none)
+        let ids = redrive_tests::invocation_ids(&lines).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            lines
+                .iter()
+                .filter(|l| l.get("requestId").is_some())
+                .count()
+                >= 2,
+            "a line per record: {lines:?}"
+        );
+        seen.push(ids);
+    }
+    // AND each invocation has its own
+    assert_ne!(seen[0].0, seen[1].0);
+    assert_ne!(seen[0].1, seen[1].1);
+}
+
+#[tokio::test]
+async fn a_permanent_failure_copy_on_the_dlq_keeps_the_producers_aws_trace_header() {
+    // GIVEN a message of a traced producer (AWSTraceHeader) that the downstream rejects for good
+    let w = World::new(false).await;
+    w.downstream.reject_bodies_containing("poison", 400);
+    let watch = LambdaWatch::start(&["consumer"], &env(&w, &[])).await;
+    let header = redrive_tests::producer_trace_header();
+    let id = redrive_tests::send_traced(
+        &w.sqs,
+        &w.queues.source_url,
+        "{\"order\":\"poison\"}",
+        &[],
+        &header,
+    )
+    .await;
+    let received = w.receive(1).await;
+    assert_eq!(
+        redrive_tests::trace_header_of(&received[0]),
+        Some(header.as_str())
+    );
+
+    // WHEN the consumer fast-tracks it to the DLQ
+    let response = watch.invoke("consumer", &w.event(&received)).await.unwrap();
+    assert_eq!(failures(&response), Vec::<String>::new());
+
+    // THEN the copy on the DLQ carries the producer's header, not the consumer's own trace
+    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
+    assert_eq!(dlq.len(), 1);
+    let (meta, _) = RedriveMeta::read(&attrs(&dlq[0]), "x");
+    assert_eq!(meta.original_message_id, id);
+    assert_eq!(
+        redrive_tests::trace_header_of(&dlq[0]),
+        Some(header.as_str())
+    );
+}
+
+#[tokio::test]
 async fn an_invalid_configuration_fails_init_naming_the_variable() {
     let w = World::new(false).await;
     let watch =

@@ -55,6 +55,7 @@ fn keyed(id: &str, key: &str) -> Message {
         receive_count: 1,
         group_id: None,
         source: QueueArn::parse("arn:aws:sqs:us-east-1:123456789012:orders"),
+        trace_header: None,
     }
 }
 

@@ -7,7 +7,9 @@ use aws_sdk_sqs::types::{
     SendMessageBatchRequestEntry,
 };
 use redrive_shared::archive::SystemAttributes;
-use redrive_shared::sdk::{attributes_from_sdk, attributes_to_sdk};
+use redrive_shared::sdk::{
+    attributes_from_sdk, attributes_to_sdk, trace_header_from_sdk, trace_header_to_sdk,
+};
 
 use crate::ports::{
     AlarmInfo, AlarmState, Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, Metrics,
@@ -81,7 +83,8 @@ pub struct SqsQueue {
 
 impl SqsQueue {
     /// ReceiveMessage, each message with the system attributes an archive keeps (MessageGroupId,
-    /// MessageDeduplicationId, SequenceNumber, ...), which [`Received`] does not carry.
+    /// MessageDeduplicationId, SequenceNumber, ...), which [`Received`] does not carry. `All`
+    /// includes `AWSTraceHeader`, which [`Received`] does carry.
     pub async fn receive_with_system(
         &self,
         queue_url: &str,
@@ -121,6 +124,10 @@ impl SqsQueue {
                         .unwrap_or(0),
                     sent_timestamp_ms: get(MessageSystemAttributeName::SentTimestamp)
                         .and_then(|v| v.parse().ok()),
+                    trace_header: trace_header_from_sdk(
+                        sys,
+                        m.message_id.as_deref().unwrap_or_default(),
+                    ),
                     message_id: m.message_id.unwrap_or_default(),
                     receipt_handle: m.receipt_handle.unwrap_or_default(),
                     body: m.body.unwrap_or_default(),
@@ -161,6 +168,7 @@ impl Queue for SqsQueue {
                 .set_delay_seconds(e.delay_seconds.map(|d| d as i32))
                 .set_message_group_id(e.group_id.clone())
                 .set_message_deduplication_id(e.dedup_id.clone())
+                .set_message_system_attributes(trace_header_to_sdk(e.trace_header.as_ref()))
                 .build()
                 .map_err(|b| PortError {
                     operation: "SendMessageBatch",

@@ -1005,6 +1005,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 delay_seconds: d.delay_seconds(),
                 group_id: d.group_id().map(str::to_string),
                 dedup_id: d.dedup_id().map(str::to_string),
+                // The producer's trace follows the message to wherever its copy goes.
+                trace_header: m.trace_header,
             };
             if d.is_redrive() {
                 to_source.push(entry)
@@ -1079,6 +1081,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                     ),
                     group_id: group_id.clone(),
                     dedup_id: None,
+                    trace_header: entry.trace_header,
                 });
                 continue;
             }
@@ -1097,6 +1100,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 delay_seconds: None,
                 group_id: decision.group_id().map(str::to_string),
                 dedup_id: decision.dedup_id().map(str::to_string),
+                trace_header: entry.trace_header,
             });
             meta[i].2 = decision;
         }

@@ -24,12 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redrive_shared::Attributes;
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::{
     MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES, MAX_VISIBILITY_SECONDS, Outgoing,
     is_fifo,
 };
+use redrive_shared::{Attributes, TraceHeader};
 use tokio::time::Instant;
 
 use crate::ports::{
@@ -46,6 +46,8 @@ pub struct FakeMessage {
     pub group_id: Option<String>,
     pub delay_seconds: Option<u32>,
     pub receive_count: u32,
+    /// The `AWSTraceHeader` system attribute.
+    pub trace_header: Option<TraceHeader>,
     visible_at: Instant,
     /// The latest receive's handle, until the message is received again.
     receipt: Option<String>,
@@ -160,6 +162,7 @@ impl State {
         attributes: Attributes,
         group_id: Option<String>,
         delay_seconds: Option<u32>,
+        trace_header: Option<TraceHeader>,
     ) -> String {
         self.next_id += 1;
         let id = format!("fake-{:08}", self.next_id);
@@ -174,6 +177,7 @@ impl State {
                 group_id,
                 delay_seconds,
                 receive_count: 0,
+                trace_header,
                 visible_at: Instant::now() + delay,
                 receipt: None,
                 sent_at: Instant::now(),
@@ -303,8 +307,26 @@ impl FakeSqs {
         attributes: Attributes,
         group_id: Option<&str>,
     ) -> String {
+        self.lock().store(
+            url,
+            body,
+            attributes,
+            group_id.map(str::to_string),
+            None,
+            None,
+        )
+    }
+
+    /// [`Self::push`] by a traced producer: the message carries `AWSTraceHeader`.
+    pub fn push_traced(
+        &self,
+        url: &str,
+        body: &str,
+        attributes: Attributes,
+        trace_header: TraceHeader,
+    ) -> String {
         self.lock()
-            .store(url, body, attributes, group_id.map(str::to_string), None)
+            .store(url, body, attributes, None, None, Some(trace_header))
     }
 
     /// All messages of a queue, visible or not.
@@ -527,6 +549,7 @@ impl FakeSqs {
                 group_id: m.group_id.clone(),
                 receive_count: m.receive_count,
                 sent_timestamp_ms: None,
+                trace_header: m.trace_header.clone(),
             });
         }
         if let Some((dlq, _)) = redrive {
@@ -572,6 +595,7 @@ impl FakeSqs {
                 delay_seconds: e.delay_seconds,
                 group_id: e.group_id.clone(),
                 dedup_id: e.dedup_id.clone(),
+                trace_header: e.trace_header.clone(),
             };
             out.validate(fifo)
                 .map_err(|err| invalid("SendMessageBatch", format!("entry {}: {err}", e.id)))?;
@@ -620,6 +644,7 @@ impl FakeSqs {
                 e.attributes.clone(),
                 e.group_id.clone(),
                 e.delay_seconds,
+                e.trace_header.clone(),
             ));
             outcome.succeeded.push(e.id.clone());
         }
@@ -639,6 +664,7 @@ impl FakeSqs {
             delay_seconds: message.delay_seconds,
             group_id: message.group_id.clone(),
             dedup_id: message.dedup_id.clone(),
+            trace_header: message.trace_header.clone(),
         };
         let (outcome, ids) = self.send_stored(queue_url, std::slice::from_ref(&entry))?;
         if let Some(f) = outcome.failed.into_iter().next() {

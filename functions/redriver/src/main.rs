@@ -34,8 +34,8 @@ async fn main() -> Result<(), Error> {
     let engine = &engine;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = redriver::deadline_instant(event.context.deadline);
+        // Every line of the invocation carries requestId and xrayTraceId (redrive_shared::logging).
         tracing::info!(
-            request_id = %event.context.request_id,
             deadline_epoch_ms = event.context.deadline,
             remaining_ms = deadline.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64,
             "invocation"

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use redrive_shared::Attributes;
+use redrive_shared::{Attributes, TraceHeader};
 
 /// A message as received from a queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +19,8 @@ pub struct Received {
     pub receive_count: u32,
     /// `SentTimestamp`, epoch milliseconds.
     pub sent_timestamp_ms: Option<i64>,
+    /// `AWSTraceHeader`: carried onto every copy of the message.
+    pub trace_header: Option<TraceHeader>,
 }
 
 /// One entry of a SendMessageBatch.
@@ -31,6 +33,8 @@ pub struct SendEntry {
     pub delay_seconds: Option<u32>,
     pub group_id: Option<String>,
     pub dedup_id: Option<String>,
+    /// Sent as the `AWSTraceHeader` message system attribute.
+    pub trace_header: Option<TraceHeader>,
 }
 
 /// One entry of a DeleteMessageBatch / ChangeMessageVisibilityBatch.

@@ -756,3 +756,58 @@ async fn the_archiver_runs_as_a_lambda_on_its_schedule_and_never_logs_bodies() {
         "a message body leaked into the logs"
     );
 }
+
+#[tokio::test]
+async fn the_archivers_log_lines_carry_the_invocation_ids_and_its_archive_the_trace_header() {
+    // GIVEN the archiver under cargo lambda watch, and a traced producer's message parked
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let bucket = bucket(&s3).await;
+    let mut env = moto().env();
+    env.extend([
+        ("ARCHIVE_BUCKET".to_string(), bucket.clone()),
+        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
+        ("DLQ_URL".to_string(), queues.dlq_url.clone()),
+        ("ARCHIVE_AFTER_SECONDS".to_string(), "0".to_string()),
+        ("METRIC_NAMESPACE".to_string(), unique_name("ns")),
+    ]);
+    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let header = redrive_tests::producer_trace_header();
+    let traced =
+        redrive_tests::send_traced(&sqs, &queues.poison_url, "traced-body", &[], &header).await;
+
+    // WHEN it runs on its schedule twice, a message to archive each time
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        if round == 1 {
+            send_raw(&sqs, &queues.poison_url, "plain-body", &[]).await;
+        }
+        let (response, lines) = watch
+            .invoke_logged("archiver", &fixture("eventbridge-scheduled.json"))
+            .await;
+        assert_eq!(response.unwrap()["archived"], json!(1));
+
+        // THEN every line it logged during the run carries the invocation's requestId and
+        // xrayTraceId
+        let ids = redrive_tests::invocation_ids(&lines).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            lines.iter().any(|l| l["fields"]["action"] == "archived"),
+            "{lines:?}"
+        );
+        seen.push(ids);
+    }
+    assert_ne!(seen[0], seen[1]);
+
+    // AND the traced message's archive line keeps its AWSTraceHeader, for import to send on
+    let lines: Vec<ArchivedMessage> = archived(&s3, &bucket)
+        .await
+        .into_iter()
+        .flat_map(|(_, l)| l)
+        .collect();
+    let line = lines.iter().find(|l| l.message_id == traced).unwrap();
+    assert_eq!(
+        line.system.aws_trace_header.as_deref(),
+        Some(header.as_str())
+    );
+}

@@ -7,8 +7,9 @@ use std::process::Command;
 use aws_sdk_sqs::types::{Message, QueueAttributeName};
 use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_tests::{
-    QueueSet, attr_binary, attr_string, drain_all, moto, queue_attributes, queue_depth, send_fifo,
-    send_raw, unique_name,
+    QueueSet, attr_binary, attr_string, batch_sends_keep_trace_headers, drain_all, moto,
+    producer_trace_header, queue_attributes, queue_depth, send_fifo, send_raw, send_traced,
+    trace_header_of, unique_name,
 };
 use serde_json::{Value, json};
 
@@ -1024,6 +1025,49 @@ async fn a_replayed_copy_does_not_look_isolated_to_stats_and_reason_filters() {
         .unwrap();
     let meta = meta_of(replayed);
     assert_eq!((&meta.reason, &meta.isolated_at), (&None, &None));
+}
+
+#[tokio::test]
+async fn a_replayed_copy_keeps_the_producers_aws_trace_header() {
+    // GIVEN a parked message of a traced producer
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let header = producer_trace_header();
+    let perm = parked(
+        "orig-t",
+        2,
+        IsolationReason::PermanentFailure,
+        Some("HTTP_400"),
+    );
+    send_traced(
+        &sqs,
+        &q.poison_url,
+        "traced",
+        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
+        &header,
+    )
+    .await;
+
+    // WHEN it is replayed to the source queue
+    let run = redrive(
+        &[
+            "replay",
+            "--from",
+            &q.poison_url,
+            "--to",
+            &q.source_url,
+            "--all",
+        ],
+        &[],
+    );
+
+    // THEN the copy carries the producer's header, so its processing joins that trace
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let copies = drain_all(&sqs, &q.source_url).await;
+    assert_eq!(bodies(&copies), ["traced"]);
+    if batch_sends_keep_trace_headers() {
+        assert_eq!(trace_header_of(&copies[0]), Some(header.as_str()));
+    }
 }
 
 /// A FIFO poison queue whose group `g` starts with a message the filter does not select, then

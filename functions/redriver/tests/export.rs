@@ -12,7 +12,10 @@ use redrive_shared::attributes::{AttributeValue, Attributes, MessageAttribute};
 use redrive_shared::key::{KeySource, derive};
 use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_shared::sdk::{attribute_to_sdk, attributes_from_sdk};
-use redrive_tests::{drain_all, moto, queue_attributes, send_fifo, send_raw, unique_name};
+use redrive_tests::{
+    batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, queue_attributes,
+    send_fifo, send_raw, send_traced, trace_header_of, unique_name,
+};
 use serde_json::Value;
 
 struct Run {
@@ -413,6 +416,49 @@ async fn an_import_run_twice_reaches_the_consumer_with_the_same_keys() {
     assert_eq!(keys.len(), 3, "{keys:?}");
     assert!(keys.values().all(|&n| n == 2), "{keys:?}");
     assert!(keys.keys().any(|k| k.starts_with("chain-a:")), "{keys:?}");
+}
+
+#[tokio::test]
+async fn export_keeps_the_aws_trace_header_and_import_sends_it_on() {
+    // GIVEN a message of a traced producer and an untraced one
+    let sqs = moto().sqs().await;
+    let source = queue(&sqs, "traced-src", false, None).await;
+    let header = producer_trace_header();
+    send_traced(&sqs, &source, "traced", &[], &header).await;
+    send_raw(&sqs, &source, "untraced", &[]).await;
+
+    // WHEN they are exported
+    let file = temp_path("traced.jsonl");
+    let run = redrive(&[
+        "export",
+        "--queue",
+        &source,
+        "--to",
+        file.to_str().unwrap(),
+        "--delete",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
+    // THEN the traced message's line keeps its header in `system`, the other's names none
+    let lines = parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let line = |body: &str| lines.iter().find(|l| l.body == body).unwrap();
+    assert_eq!(
+        line("traced").system.aws_trace_header.as_deref(),
+        Some(header.as_str())
+    );
+    assert_eq!(line("untraced").system.aws_trace_header, None);
+
+    // AND WHEN they are imported, the traced copy carries the producer's header
+    let dest = queue(&sqs, "traced-dst", false, None).await;
+    let run = redrive(&["import", "--from", file.to_str().unwrap(), "--to", &dest]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let copies = drain_all(&sqs, &dest).await;
+    assert_eq!(copies.len(), 2);
+    if batch_sends_keep_trace_headers() {
+        let copy = |body: &str| copies.iter().find(|m| m.body() == Some(body)).unwrap();
+        assert_eq!(trace_header_of(copy("traced")), Some(header.as_str()));
+        assert_eq!(trace_header_of(copy("untraced")), None);
+    }
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::{ErrorClass, IsolationReason, LastError, RedriveMeta};
-use redrive_shared::{Attributes, MessageAttribute};
+use redrive_shared::{Attributes, MessageAttribute, TraceHeader};
 use redriver::fake::{FakeCloudWatch, FakeSqs, throttled};
 use redriver::ports::{EntryFailure, SendEntry};
 use redriver::{DrainRequest, Engine, Settings, StopReason};
@@ -815,6 +815,64 @@ async fn a_copy_the_source_keeps_rejecting_is_isolated_send_rejected() {
     let published = cw.published.lock().unwrap().clone();
     assert_eq!(published[2].2.poison_pills_isolated, 1);
     assert_eq!(published[2].2.unplaceable_messages, 0);
+}
+
+#[tokio::test]
+async fn every_copy_keeps_the_producers_aws_trace_header_whichever_way_it_goes() {
+    // GIVEN messages of traced producers on the DLQ: one to redrive, one permanent failure to
+    // isolate, one the source keeps rejecting; and one untraced message
+    let (sqs, _cw, engine) = setup(&[]);
+    let header = |n: u32| {
+        TraceHeader::parse(&format!(
+            "Root=1-5759e988-bd862e3fe1be46a99427279{n};Parent=53995c3f42cd8ad8;Sampled=1"
+        ))
+        .unwrap()
+    };
+    sqs.push_traced(DLQ, "redrive", Attributes::new(), header(1));
+    let mut permanent = Attributes::new();
+    RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "HTTP_400",
+            "rejected",
+            "2026-11-21T10:00:00Z".into(),
+        )),
+        ..RedriveMeta::fresh("orig-perm")
+    }
+    .write_into(&mut permanent);
+    sqs.push_traced(DLQ, "permanent", permanent, header(2));
+    sqs.push_traced(DLQ, "rejected", Attributes::new(), header(3));
+    sqs.push(DLQ, "untraced", Attributes::new(), None);
+    sqs.fail_send_entries(reject_body("rejected", SRC));
+    let trace_of = |url: &str, body: &str| {
+        sqs.messages(url)
+            .into_iter()
+            .find(|m| m.body == body)
+            .unwrap_or_else(|| panic!("{body} is not on {url}"))
+            .trace_header
+    };
+
+    // WHEN the re-driver drains: the rejected copy goes back to the DLQ with its count
+    engine.run(&request(10)).await;
+
+    // THEN each copy carries its own original's header, and the untraced one none
+    assert_eq!(trace_of(SRC, "redrive"), Some(header(1)));
+    assert_eq!(trace_of(POISON, "permanent"), Some(header(2)));
+    assert_eq!(trace_of(DLQ, "rejected"), Some(header(3)));
+    assert_eq!(trace_of(SRC, "untraced"), None);
+
+    // AND WHEN the source rejects it until it is isolated `send-rejected`
+    for _ in 0..2 {
+        sqs.expire_visibility(DLQ);
+        engine.run(&request(10)).await;
+    }
+
+    // THEN its copy on the poison queue still carries it
+    assert_eq!(
+        reason_in(&sqs, POISON, "rejected"),
+        Some(IsolationReason::SendRejected)
+    );
+    assert_eq!(trace_of(POISON, "rejected"), Some(header(3)));
 }
 
 #[tokio::test]

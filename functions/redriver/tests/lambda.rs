@@ -175,3 +175,69 @@ async fn scheduled_and_manual_drains_rearm_the_configured_trigger_alarm() {
     watch.invoke("redriver", &json!({})).await.expect("invoke");
     assert_eq!(alarm_state(&cw, &alarm).await, StateValue::Ok);
 }
+
+#[tokio::test]
+async fn every_log_line_of_an_invocation_carries_its_request_and_trace_ids() {
+    // GIVEN the re-driver under cargo lambda watch
+    let sqs = moto().sqs().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let mut env = moto().env();
+    env.extend(queues.redriver_env());
+    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
+    env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
+    env.push(("REARM_ALARM".into(), "false".into()));
+    let watch = LambdaWatch::start(&["redriver"], &env).await;
+
+    // WHEN it drains twice, each time a DLQ with messages on it
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        for i in 0..3 {
+            send_raw(&sqs, &queues.dlq_url, &format!("order-{round}-{i}"), &[]).await;
+        }
+        let (response, lines) = watch.invoke_logged("redriver", &json!({})).await;
+        assert_eq!(response.unwrap()["redriven"], json!(3));
+
+        // THEN every line it logged during the drain (one per message and more) carries the
+        // invocation's requestId and xrayTraceId
+        let ids = redrive_tests::invocation_ids(&lines).unwrap_or_else(|e| panic!("{e}"));
+        let actions = lines
+            .iter()
+            .filter(|l| l["fields"]["action"] == "redriven")
+            .count();
+        assert_eq!(actions, 3, "{lines:?}");
+        seen.push(ids);
+    }
+    // AND each invocation has its own
+    assert_ne!(seen[0].0, seen[1].0);
+    assert_ne!(seen[0].1, seen[1].1);
+}
+
+#[tokio::test]
+async fn the_lambdas_copy_keeps_the_producers_aws_trace_header_not_its_own() {
+    if !redrive_tests::batch_sends_keep_trace_headers() {
+        return;
+    }
+    // GIVEN a traced producer's message on the DLQ, and the re-driver under cargo lambda
+    // watch, whose own SDK calls carry the invocation's trace header (X-Amzn-Trace-Id)
+    let sqs = moto().sqs().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let header = redrive_tests::producer_trace_header();
+    redrive_tests::send_traced(&sqs, &queues.dlq_url, "traced", &[], &header).await;
+    let mut env = moto().env();
+    env.extend(queues.redriver_env());
+    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
+    env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
+    env.push(("REARM_ALARM".into(), "false".into()));
+    let watch = LambdaWatch::start(&["redriver"], &env).await;
+
+    // WHEN it drains
+    let (response, lines) = watch.invoke_logged("redriver", &json!({})).await;
+    assert_eq!(response.unwrap()["redriven"], json!(1));
+
+    // THEN the copy on the source carries the producer's header, not the invocation's
+    let (_, invocation_trace) = redrive_tests::invocation_ids(&lines).unwrap();
+    let copies = drain_all(&sqs, &queues.source_url).await;
+    let carried = redrive_tests::trace_header_of(&copies[0]);
+    assert_eq!(carried, Some(header.as_str()));
+    assert_ne!(carried, Some(invocation_trace.as_str()));
+}

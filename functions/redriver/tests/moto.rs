@@ -9,10 +9,11 @@ use aws_sdk_sqs::types::{
     Message, MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName,
 };
 use redrive_shared::config::{Env, RedriverConfig};
-use redrive_shared::meta::{ATTRIBUTE_NAME, IsolationReason, RedriveMeta};
+use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_tests::{
-    QueueSet, alarm_state, attr_binary, attr_custom, attr_number, attr_string, drain_all, moto,
-    put_queue_alarm, queue_attributes, queue_depth, send_fifo, send_raw, unique_name,
+    QueueSet, alarm_state, attr_binary, attr_custom, attr_number, attr_string,
+    batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, put_queue_alarm,
+    queue_attributes, queue_depth, send_fifo, send_raw, send_traced, trace_header_of, unique_name,
 };
 use redriver::aws::{CloudWatch, SqsQueue};
 use redriver::{DrainRequest, Engine, Settings, StopReason, Summary};
@@ -173,6 +174,43 @@ async fn redrives_with_metadata_and_passes_every_attribute_and_body_byte_for_byt
         Some("12.50")
     );
     assert_eq!(meta_of(second).original_message_id, id2);
+}
+
+#[tokio::test]
+async fn redriven_and_isolated_copies_keep_the_producers_aws_trace_header() {
+    // GIVEN two messages of traced producers on the DLQ: one to redrive, and a consumer's
+    // stamped copy of a permanent failure to isolate
+    let mut f = Fixture::new(false).await;
+    let (redriven, isolated) = (producer_trace_header(), producer_trace_header());
+    send_traced(&f.sqs, &f.queues.dlq_url, "order-1", &[], &redriven).await;
+    let permanent = RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "HTTP_400",
+            "rejected",
+            "2026-11-21T10:00:00Z".into(),
+        )),
+        ..RedriveMeta::fresh("orig-2")
+    };
+    let attributes = [(ATTRIBUTE_NAME, meta_attr(&permanent))];
+    send_traced(&f.sqs, &f.queues.dlq_url, "order-2", &attributes, &isolated).await;
+    f.seal().await;
+
+    // WHEN the re-driver drains
+    let s = f.engine(&[]).run(&manual(10)).await;
+    assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
+    f.assert_conserved().await;
+
+    // THEN the copy on the source and the one on the poison queue carry their original's
+    // header (SQS would otherwise give them the sender's own, or none)
+    if !batch_sends_keep_trace_headers() {
+        return;
+    }
+    let source = drain_all(&f.sqs, &f.queues.source_url).await;
+    assert_eq!(trace_header_of(&source[0]), Some(redriven.as_str()));
+    let poison = drain_all(&f.sqs, &f.queues.poison_url).await;
+    assert_eq!(poison[0].body(), Some("order-2"));
+    assert_eq!(trace_header_of(&poison[0]), Some(isolated.as_str()));
 }
 
 #[tokio::test]

@@ -1064,3 +1064,70 @@ async fn a_dry_run_decides_and_moves_nothing() {
     assert_eq!(wf.counts(&wf.queues.source_url).await, (0, 0, 0));
     assert_eq!(wf.counts(&wf.queues.poison_url).await, (0, 0, 0));
 }
+
+#[tokio::test]
+async fn every_log_line_of_a_task_invocation_carries_its_request_and_trace_ids() {
+    // GIVEN the task function under cargo lambda watch, one instance, invoked directly (no
+    // state machine: SQS may be on LocalStack), and two messages on the DLQ (a traced
+    // producer's among them)
+    let moto = redrive_tests::moto();
+    let sqs = moto.sqs().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let mut env = moto.env();
+    env.extend(queues.redriver_env());
+    for (k, v) in [
+        ("METRIC_NAMESPACE", unique_name("ns").as_str()),
+        ("REARM_ALARM", "false"),
+        ("BACKOFF_JITTER", "none"),
+        ("BACKOFF_BASE_SECONDS", "0"),
+    ] {
+        env.push((k.to_string(), v.to_string()));
+    }
+    let watch = LambdaWatch::start(&[TASK_BINARY], &env).await;
+    send_raw(&sqs, &queues.dlq_url, "order o-1", &[]).await;
+    let header = redrive_tests::producer_trace_header();
+    redrive_tests::send_traced(&sqs, &queues.dlq_url, "order o-2", &[], &header).await;
+
+    // WHEN the tasks run one after the other, as the state machine runs them: a receive,
+    // then a redrive of each message it decided
+    let mut invocations = Vec::new();
+    let (batch, lines) = watch
+        .invoke_logged(
+            TASK_BINARY,
+            &json!({"action": "receiveBatch", "maxMessages": 10}),
+        )
+        .await;
+    let batch = batch.unwrap();
+    invocations.push(lines);
+    let items = batch["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 2, "{batch}");
+    for item in items {
+        let (outcome, lines) = watch
+            .invoke_logged(TASK_BINARY, &json!({"action": "redrive", "item": item}))
+            .await;
+        assert_eq!(outcome.unwrap()["outcome"], json!("redriven"));
+        invocations.push(lines);
+    }
+
+    // THEN every line each task logged carries its invocation's requestId and xrayTraceId,
+    // and no two invocations share them
+    let mut seen = Vec::new();
+    for lines in &invocations {
+        let ids = redrive_tests::invocation_ids(lines).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!seen.contains(&ids), "{ids:?} twice");
+        seen.push(ids);
+    }
+    // AND the traced message's copy carries its producer's header (where SQS keeps it)
+    let copies = drain_all(&sqs, &queues.source_url).await;
+    assert_eq!(copies.len(), 2);
+    if redrive_tests::batch_sends_keep_trace_headers() {
+        let traced = copies
+            .iter()
+            .find(|m| m.body() == Some("order o-2"))
+            .unwrap();
+        assert_eq!(
+            redrive_tests::trace_header_of(traced),
+            Some(header.as_str())
+        );
+    }
+}

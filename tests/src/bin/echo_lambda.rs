@@ -2,12 +2,15 @@
 //!
 //! Event `{"env": ["NAME", ...]}` returns those variables as the function sees them,
 //! `{"fail": "message"}` returns an error, `{"panic": "message"}` panics in the handler,
-//! `{"sleepMs": n}` answers after n milliseconds; the response always echoes the event.
+//! `{"sleepMs": n}` answers after n milliseconds; the response always echoes the event, with the
+//! request id and X-Ray trace id the runtime handed the invocation. Logs as the project's
+//! Lambdas do (`redrive_shared::logging`): one line per invocation.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::{Value, json};
 
 async fn handle(event: LambdaEvent<Value>) -> Result<Value, Error> {
+    tracing::info!("echo");
     let payload = event.payload;
     if let Some(message) = payload.get("fail").and_then(Value::as_str) {
         return Err(message.to_string().into());
@@ -33,6 +36,7 @@ async fn handle(event: LambdaEvent<Value>) -> Result<Value, Error> {
         "echo": payload,
         "env": env,
         "requestId": event.context.request_id,
+        "xrayTraceId": event.context.xray_trace_id,
         "deadlineMs": event.context.deadline,
         "pid": std::process::id(),
     }))
@@ -40,6 +44,7 @@ async fn handle(event: LambdaEvent<Value>) -> Result<Value, Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
+    redrive_shared::logging::init_json_logging("info", false);
     if let Ok(message) = std::env::var("ECHO_FAIL_INIT") {
         return Err(message.into());
     }

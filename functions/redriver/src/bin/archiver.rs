@@ -31,7 +31,7 @@ async fn main() -> Result<(), Error> {
     let archiver = &archiver;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = redriver::deadline_instant(event.context.deadline);
-        tracing::info!(request_id = %event.context.request_id, "invocation");
+        tracing::info!("invocation");
         let summary = archiver.run(Some(deadline)).await;
         tracing::info!(summary = %serde_json::to_string(&summary).unwrap_or_default(), "archive run");
         Ok::<_, Error>(summary)

@@ -43,7 +43,7 @@ async fn main() -> Result<(), Error> {
             .and_then(Value::as_str)
             .unwrap_or("?")
             .to_string();
-        tracing::info!(request_id = %event.context.request_id, action = %action, "task");
+        tracing::info!(action = %action, "task");
         workflow
             .handle(event.payload, Some(deadline))
             .await

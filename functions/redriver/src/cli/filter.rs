@@ -193,6 +193,7 @@ mod tests {
             group_id: None,
             receive_count: 1,
             sent_timestamp_ms: sent_ago_s.map(|s| NOW - s * 1000),
+            trace_header: None,
         }
     }
 

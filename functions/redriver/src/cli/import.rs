@@ -8,7 +8,8 @@
 //! `originalMessageId`, and with it the consumer's idempotency key (`originalMessageId` and a
 //! digest of the body), is the same however often the input is imported. A message archived
 //! without `x-redrive` gets a fresh one keyed on its archived MessageId (the key its first
-//! delivery had), when it has room for it.
+//! delivery had), when it has room for it. A message archived with its `AWSTraceHeader`
+//! (`system.AWSTraceHeader`) is sent with it, so its processing joins the producer's trace.
 //!
 //! That key protects only while the consumer remembers it: `IDEMPOTENCY_TTL_SECONDS` after it
 //! processed a copy. A line whose chain is older than that TTL is refused (the whole import
@@ -94,6 +95,7 @@ impl Line {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
             sent_timestamp_ms: m.system.sent_timestamp_ms(),
+            trace_header: m.system.trace_header(),
         }
     }
 }
@@ -124,6 +126,8 @@ pub fn import_entry(m: &ArchivedMessage, to_fifo: bool, max_bytes: usize) -> (Se
                 .unwrap_or_else(|| meta.original_message_id.clone())
         }),
         dedup_id: to_fifo.then(|| dedup_id(&m.message_id, DEDUP_KIND)),
+        // The producer's trace, when the archive kept it (`system.AWSTraceHeader`).
+        trace_header: m.system.trace_header(),
     };
     (entry, keyed)
 }
@@ -168,6 +172,7 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<Outcome, CliError> {
             delay_seconds: None,
             group_id: entry.group_id.clone(),
             dedup_id: entry.dedup_id.clone(),
+            trace_header: entry.trace_header.clone(),
         };
         let size = outgoing.size();
         let problem = outgoing

@@ -5,7 +5,8 @@
 //! no `reason` (the copy is not parked any more: it must not look isolated to `stats` and
 //! `--reason`, as the re-driver's redrives do not), `lastRedrivenAt` now; `originalMessageId`
 //! and `firstRedrivenAt` are kept as history. The original is deleted from the poison queue
-//! only after SQS acknowledged the copy.
+//! only after SQS acknowledged the copy. The copy carries the parked message's
+//! `AWSTraceHeader`, so its processing joins the producer's trace.
 //!
 //! A message parked without room for `x-redrive` can only be sent as received; the consumer
 //! then keys it on the copy's new MessageId, so a second replay runs it again. Those are
@@ -66,6 +67,7 @@ pub fn replay_entry(
         // From the message being moved, as the re-driver does: a retried replay of the same
         // parked message is deduplicated, a later move of the same chain never is.
         dedup_id: to_fifo.then(|| dedup_id(&m.message_id, DEDUP_KIND)),
+        trace_header: m.trace_header.clone(),
     };
     (entry, fits)
 }
@@ -412,6 +414,7 @@ mod tests {
             group_id: None,
             receive_count: 1,
             sent_timestamp_ms: None,
+            trace_header: None,
         }
     }
 

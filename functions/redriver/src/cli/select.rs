@@ -106,6 +106,7 @@ mod tests {
             group_id: None,
             receive_count: 1,
             sent_timestamp_ms: None,
+            trace_header: None,
         }
     }
 

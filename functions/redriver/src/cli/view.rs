@@ -195,6 +195,7 @@ mod tests {
             group_id: None,
             receive_count: 3,
             sent_timestamp_ms: Some(1_000_000),
+            trace_header: None,
         }
     }
 
