@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step};
-use consumer::message::{QueueArn, record_to_event_json};
-use consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
+use redrive_consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step};
+use redrive_consumer::message::{QueueArn, record_to_event_json};
+use redrive_consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{ConsumerConfig, QueueUrl};
@@ -100,6 +100,7 @@ async fn pointer_keys_are_logged_as_a_digest_never_raw() {
             expiration_s: now_ms() / 1000 + 3600,
             in_progress_expiration_ms: now_ms() + 600_000,
             token: Some("someone-else".into()),
+            result: None,
         },
     );
     let config = ConsumerConfig {

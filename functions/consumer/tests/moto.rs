@@ -6,10 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use consumer::aws::DynamoDbStore;
-use consumer::fake::{ScriptedProcessor, Step};
-use consumer::ports::{Claim, ClaimOutcome, IdempotencyStore};
-use consumer::{Consumer, FailedIds, Outcome};
+use redrive_consumer::aws::DynamoDbStore;
+use redrive_consumer::fake::{ScriptedProcessor, Step};
+use redrive_consumer::ports::{Claim, ClaimOutcome, IdempotencyStore};
+use redrive_consumer::{Consumer, FailedIds, Outcome};
 use redrive_shared::MessageAttribute;
 use redrive_shared::backoff::{Backoff, Fixed, Jitter};
 use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
@@ -169,10 +169,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry()
     let received = w.receive(1).await;
     let hanging = ScriptedProcessor::new(Step::Hang);
     // A 3 s deadline, so the test waits little for the claim to expire: no start margin.
-    let settings = consumer::Settings {
-        deadline_margin: Duration::ZERO,
-        ..consumer::Settings::default()
-    };
+    let settings = redrive_consumer::Settings::default().with_deadline_margin(Duration::ZERO);
     let crashed = Consumer::with_settings(
         w.store(),
         w.queue_ops(),
@@ -506,7 +503,7 @@ async fn a_json_pointer_key_that_is_missing_or_a_body_that_is_not_json_fails_tha
     assert_eq!(w.status("p-77").await.as_deref(), Some("COMPLETED"));
 
     // With a DLQ: the same two (sent again) go there, stamped with the key error's code.
-    w.settle(&received, &consumer::BatchResponse::default())
+    w.settle(&received, &redrive_consumer::BatchResponse::default())
         .await; // clear the first round
     w.send(&[
         ("{\"paymentId\":\"p-77\",\"amount\":3}", &[]),
@@ -661,11 +658,11 @@ async fn the_init_warm_up_reads_the_table_and_writes_nothing() {
     let w = World::new(false).await;
     // on the real table: answers, and leaves the table as it was (empty)
     w.store().warm_up().await.expect("the table answers");
-    assert!(w.record(consumer::aws::WARM_UP_KEY).await.is_none());
+    assert!(w.record(redrive_consumer::aws::WARM_UP_KEY).await.is_none());
     let scanned = w.ddb.scan().table_name(&w.table).send().await.unwrap();
     assert_eq!(scanned.count(), 0);
     // on a table that does not exist: an error naming the operation, for init to log
-    let missing = consumer::aws::DynamoDbStore::new(w.ddb.clone(), "no-such-table");
+    let missing = redrive_consumer::aws::DynamoDbStore::new(w.ddb.clone(), "no-such-table");
     let err = missing.warm_up().await.expect_err("no such table");
     assert_eq!(err.operation, "GetItem");
     assert_eq!(err.code, "ResourceNotFoundException");
@@ -728,13 +725,13 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
 
     // COMPLETED blocks claims until it expires (TTL deletion is lazy: the record may linger).
     store
-        .complete(&claim("c", now, now + 60_000), now / 1000 + 100)
+        .complete(&claim("c", now, now + 60_000), now / 1000 + 100, None)
         .await
         .unwrap();
     assert_eq!(w.status("k-1").await.as_deref(), Some("COMPLETED"));
     assert_eq!(
         store.claim(&claim("d", now, now + 60_000)).await.unwrap(),
-        ClaimOutcome::Completed
+        ClaimOutcome::Completed { result: None }
     );
     // ... even after the in-progress deadline
     assert_eq!(
@@ -742,7 +739,7 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
             .claim(&claim("d", now + 120_000 - 50_000, now + 200_000))
             .await
             .unwrap(),
-        ClaimOutcome::Completed
+        ClaimOutcome::Completed { result: None }
     );
     let later = now + 101_000;
     assert_eq!(
@@ -751,9 +748,49 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
     );
     // A release after a COMPLETED overwrote the claim never deletes the COMPLETED record.
     store
-        .complete(&claim("e", later, later + 1000), later / 1000 + 100)
+        .complete(&claim("e", later, later + 1000), later / 1000 + 100, None)
         .await
         .unwrap();
     store.release(&claim("e", later, 0)).await.unwrap();
     assert_eq!(w.status("k-1").await.as_deref(), Some("COMPLETED"));
+}
+
+#[tokio::test]
+async fn the_dynamodb_store_returns_the_stored_result_with_the_failed_claim() {
+    // GIVEN a key completed with a result
+    let w = World::new(false).await;
+    let store = w.store();
+    let now = now_ms();
+    let claim = |token: &str| Claim {
+        key: "k-r".into(),
+        token: token.into(),
+        now_ms: now,
+        expiration_s: now / 1000 + 100,
+        in_progress_expiration_ms: now + 60_000,
+    };
+    assert_eq!(
+        store.claim(&claim("a")).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    let result = r#"{"receipt":"r-1","amountCents":4200}"#;
+    store
+        .complete(&claim("a"), now / 1000 + 100, Some(result))
+        .await
+        .unwrap();
+
+    // THEN the record carries it as the `data` attribute (JSON text)
+    let record = w.record("k-r").await.unwrap();
+    assert_eq!(record["data"].as_s().unwrap(), result);
+    assert!(!record.contains_key("claimToken"));
+
+    // WHEN the key is claimed again
+    let again = store.claim(&claim("b")).await.unwrap();
+
+    // THEN the claim's failed condition brings the result back (ALL_OLD: no read)
+    assert_eq!(
+        again,
+        ClaimOutcome::Completed {
+            result: Some(result.to_string())
+        }
+    );
 }
