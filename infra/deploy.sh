@@ -9,7 +9,8 @@
 #   3. stack STACK_NAME (infra/templates/resources.yaml): queues, table, topics, alarms, log
 #      groups, roles
 #   4. cargo lambda deploy of the functions (re-driver, consumer, archiver), with the roles, names and environment read from
-#      that stack's outputs and infra/redrive.env (the only place function settings live);
+#      that stack's outputs and infra/redrive.env (the only place function settings live),
+#      X-Ray tracing mode TRACING (the stack grants the roles X-Ray writes when it is Active);
 #      each gets a new version and its alias `live` moves to it (make rollback moves it back);
 #      the re-driver gets reserved concurrency 1
 #   5. stack STACK_NAME-wiring (infra/templates/wiring.yaml): SNS subscription and permission,
@@ -80,6 +81,7 @@ write_params "$WORK/resources.json" \
     "ArchiveAgeAlarmSeconds=$(archive_age_alarm_seconds)" \
     "ArchiveReaderArns=$ARCHIVE_READER_ARNS" \
     "ArchiveKmsKeyArn=$ARCHIVE_KMS_KEY_ARN" \
+    "Tracing=$TRACING" \
     "Orchestrator=$ORCHESTRATOR"
 deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json"
 read_outputs "$RESOURCES"
@@ -181,7 +183,7 @@ deploy_function() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
     while :; do
         if (cd "$REPO_DIR" && "$CARGO_LAMBDA" lambda deploy "$2" \
             --binary-name "$1" --lambda-dir "$LAMBDA_DIR" \
-            --iam-role "$3" --memory "$4" --timeout "$5" --env-file "$6" \
+            --iam-role "$3" --memory "$4" --timeout "$5" --env-file "$6" --tracing "$TRACING" \
             --region "$AWS_REGION" --retry-attempts 5 \
             --tag "project=redrive,redrive:stack=$STACK_NAME" --output-format json \
             >"$WORK/$1.out" 2>"$WORK/$1.err"); then

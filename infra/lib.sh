@@ -122,6 +122,8 @@ validate_deploy_config() {
         "empty, or IAM role or user ARNs separated by commas (no spaces)"
     need_match ARCHIVE_KMS_KEY_ARN '^$|^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$' \
         "empty (SSE-S3), or a KMS key ARN (arn:aws:kms:REGION:ACCOUNT:key/ID)"
+    need_match TRACING '^(PassThrough|Active)$' \
+        "PassThrough (the default: the functions pass a caller's trace on) or Active (X-Ray records every function; see infra/README.md)"
     # ---- Step Functions orchestrator ----
     need_match ORCHESTRATOR '^(lambda|stepfunctions)$' \
         "lambda (the re-driver Lambda, the default) or stepfunctions (the state machine; see infra/README.md)"

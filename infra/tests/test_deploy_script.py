@@ -66,6 +66,15 @@ class DeployScript(unittest.TestCase):
         described = self.moto.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
         return {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
 
+    def role_policy(self, role_arn: str, policy_name: str) -> dict | None:
+        """A role's inline policy document, or None when it has no policy of that name."""
+        iam = self.moto.client("iam")
+        role = role_arn.rsplit("/", 1)[1]
+        if policy_name not in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+            return None
+        raw = iam.get_role_policy(RoleName=role, PolicyName=policy_name)["PolicyDocument"]
+        return support.policy_document(raw)
+
     def assert_stopped_early(self, result, *phrases: str) -> None:
         self.assertNotEqual(result.returncode, 0, result.stderr)
         for phrase in phrases:
@@ -172,6 +181,12 @@ class DeployScript(unittest.TestCase):
                          [f"arn:aws:lambda:{support.REGION}:{account}:function:{stack}-redriver:live"])
         # One re-driver at a time.
         self.assertEqual(lam.get_function_concurrency(FunctionName=f"{stack}-redriver")["ReservedConcurrentExecutions"], 1)
+        # TRACING=PassThrough by default: Lambda's own default, and no X-Ray grant.
+        for function in ("redriver", "consumer", "archiver"):
+            config = lam.get_function_configuration(FunctionName=f"{stack}-{function}")
+            self.assertEqual(config["TracingConfig"], {"Mode": "PassThrough"}, function)
+        for role in ("RedriverRoleArn", "ConsumerRoleArn", "ArchiverRoleArn"):
+            self.assertEqual(self.role_policy(out[role], "xray"), None, role)
         # Termination protection on both stacks; the dashboard's address printed.
         cfn = self.moto.client("cloudformation")
         for name in (stack, f"{stack}-wiring"):
@@ -215,6 +230,40 @@ class DeployScript(unittest.TestCase):
         redriver = self.moto.client("lambda").get_function_configuration(FunctionName=f"{stack}-redriver")
         self.assertEqual(redriver["Environment"]["Variables"]["GUARD_ALARM_NAMES"], f"{stack}-consumer-errors")
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
+
+    def test_tracing_active_traces_every_function_and_only_then_grants_xray_writes(self):
+        # GIVEN TRACING=Active, with the Step Functions orchestrator's task function too
+        stack = support.unique("rdx")
+        # The task function's stand-in bootstrap, as cargo lambda build lays it out.
+        shutil.copytree(self.lambda_dir / "redriver", self.lambda_dir / "redrive-workflow", dirs_exist_ok=True)
+        env = self.settings(stack, TRACING="Active", ORCHESTRATOR="stepfunctions")
+
+        # WHEN it is deployed
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.addCleanup(self.run_script, DESTROY, env)
+
+        # THEN every function is created with active tracing, and every role may write traces
+        # (X-Ray's write actions, on "*": they have no resource type), nothing more
+        lam = self.moto.client("lambda")
+        out = self.outputs(stack)
+        functions = {"redriver": "RedriverRoleArn", "consumer": "ConsumerRoleArn",
+                     "archiver": "ArchiverRoleArn", "workflow-tasks": "WorkflowRoleArn"}
+        for function, role in functions.items():
+            config = lam.get_function_configuration(FunctionName=f"{stack}-{function}")
+            self.assertEqual(config["TracingConfig"], {"Mode": "Active"}, function)
+            statements = self.role_policy(out[role], "xray")["Statement"]
+            self.assertEqual(
+                [(sorted(support.as_list(s["Action"])), s["Resource"]) for s in statements],
+                [(["xray:PutTelemetryRecords", "xray:PutTraceSegments"], "*")], role)
+
+        # AND WHEN it is deployed again with TRACING=PassThrough, the grant goes with the stack's
+        # update (cargo lambda deploy sets each function's mode: moto keeps a mode set at
+        # creation, so the functions' side is seen at creation only)
+        result = self.run_script(DEPLOY, {**env, "TRACING": "PassThrough"})
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for role in functions.values():
+            self.assertEqual(self.role_policy(out[role], "xray"), None, role)
 
     def test_empty_guard_list_deploys_the_bash_3_2_path(self):
         # GUARD_ALARM_NAMES=none: the empty list that stopped deploy.sh under macOS's bash 3.2.
@@ -505,6 +554,7 @@ exec {real} "$@"
             "STACK_NAME='2bad' is invalid": {"STACK_NAME": "2bad"},
             "ARCHIVE_READER_ARNS='*' is invalid": {"ARCHIVE_READER_ARNS": "*"},
             "ARCHIVE_KMS_KEY_ARN='alias/archive' is invalid": {"ARCHIVE_KMS_KEY_ARN": "alias/archive"},
+            "TRACING='active' is invalid": {"TRACING": "active"},
         }
         for phrase, extra in cases.items():
             with self.subTest(phrase):

@@ -113,6 +113,8 @@ MUTATIONS = {
         "resources", lambda t: _statement(t, "ConsumerRole", "IdempotencyRecords").update(Action="dynamodb:*")),
     "wildcard_resource_only_for_metrics_and_describe_alarms": (
         "resources", lambda t: _statement(t, "RedriverRole", "SendToSourceAndPoison").update(Resource="*")),
+    "xray_writes_only_with_active_tracing": (
+        "resources", lambda t: _resources(t)["XRayWrites"].pop("Condition")),
     "lambda_permissions_scoped": (
         "wiring", lambda t: _resources(t)["TriggerTopicInvokesRedriver"]["Properties"].pop("SourceArn")),
     "sqs_event_source_reports_batch_failures": (
