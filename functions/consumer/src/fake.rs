@@ -13,7 +13,7 @@ use redrive_shared::key::IdempotencyKey;
 use redrive_shared::limits::Outgoing;
 
 use crate::message::Message;
-use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, PortError, QueueOps};
+use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError, QueueOps};
 use crate::process::{ProcessError, Processor};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -142,7 +142,7 @@ impl IdempotencyStore for FakeStore {
         if !claimable {
             let r = &records[&claim.key];
             return Ok(match r.status {
-                Status::Completed => ClaimOutcome::Completed,
+                Status::Completed => ClaimOutcome::Completed(CompletedRecord::new(r.expiration_s)),
                 // The same claim again (its first reply was lost): it is ours.
                 Status::InProgress if r.token.as_deref() == Some(claim.token.as_str()) => {
                     ClaimOutcome::Claimed

@@ -14,16 +14,18 @@
 //! [`HttpProcessor`]. See `README.md` for an example.
 
 pub mod aws;
+pub mod cache;
 pub mod engine;
 pub mod fake;
 pub mod http;
 pub mod message;
+pub mod metrics;
 pub mod ports;
 pub mod process;
 
 pub use engine::{
-    BatchItemFailure, BatchResponse, Consumer, EventError, FailedIds, Handled, Outcome, Settings,
-    key_digest,
+    BatchItemFailure, BatchResponse, Consumer, EventError, EveryRecordFailed, FailedIds, Handled,
+    Outcome, Settings, key_digest,
 };
 pub use http::HttpProcessor;
 pub use message::Message;

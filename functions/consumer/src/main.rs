@@ -45,7 +45,7 @@ async fn main() -> Result<(), Error> {
             .handle(&event.payload, deadline_ms(event.context.deadline))
             .await
             .inspect_err(|e| tracing::error!(error = %e, "rejected event; nothing was touched"))?;
-        Ok::<_, Error>(handled.response)
+        Ok::<_, Error>(handled.into_response()?)
     }))
     .await
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use consumer::aws::DynamoDbStore;
 use consumer::fake::{ScriptedProcessor, Step};
-use consumer::ports::{Claim, ClaimOutcome, IdempotencyStore};
+use consumer::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore};
 use consumer::{Consumer, FailedIds, Outcome};
 use redrive_shared::MessageAttribute;
 use redrive_shared::backoff::{Backoff, Fixed, Jitter};
@@ -734,7 +734,8 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
     assert_eq!(w.status("k-1").await.as_deref(), Some("COMPLETED"));
     assert_eq!(
         store.claim(&claim("d", now, now + 60_000)).await.unwrap(),
-        ClaimOutcome::Completed
+        ClaimOutcome::Completed(CompletedRecord::new(now / 1000 + 100)),
+        "the found record's expiration comes with it (what the cache of completed keys keeps)"
     );
     // ... even after the in-progress deadline
     assert_eq!(
@@ -742,7 +743,7 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
             .claim(&claim("d", now + 120_000 - 50_000, now + 200_000))
             .await
             .unwrap(),
-        ClaimOutcome::Completed
+        ClaimOutcome::Completed(CompletedRecord::new(now / 1000 + 100))
     );
     let later = now + 101_000;
     assert_eq!(
