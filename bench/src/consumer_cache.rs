@@ -12,8 +12,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use consumer::Consumer;
-use consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status};
+use redrive_consumer::Consumer;
+use redrive_consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -154,7 +154,7 @@ pub async fn run(w: Workload, cache_size: usize, seed: u64) -> CacheRun {
         ("IDEMPOTENCY_CACHE_SIZE", cache_size.to_string()),
     ]);
     let config =
-        consumer::ConsumerConfig::from_env(&redrive_shared::config::Env(move |k: &str| {
+        redrive_consumer::ConsumerConfig::from_env(&redrive_shared::config::Env(move |k: &str| {
             map.get(k).cloned()
         }))
         .expect("the bench's consumer configuration is valid");
