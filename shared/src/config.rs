@@ -445,8 +445,8 @@ pub const DEFAULT_IDEMPOTENCY_TTL_SECONDS: u64 = 3 * 14 * 86_400;
 /// Default `METRIC_NAMESPACE` of the consumer's metrics (the re-driver's is `DLQRedriver`).
 pub const DEFAULT_CONSUMER_METRIC_NAMESPACE: &str = "RedriveConsumer";
 
-/// The largest `IDEMPOTENCY_CACHE_SIZE`: about 200 MB of keys, far beyond what a warm
-/// instance sees between two cold starts.
+/// The largest `IDEMPOTENCY_CACHE_SIZE`: a key costs a few hundred bytes (the key twice and its
+/// recency), so a million is a few hundred MB, beyond what a Lambda instance should hold.
 pub const MAX_IDEMPOTENCY_CACHE_SIZE: usize = 1_000_000;
 
 /// What a FIFO batch does after a record is reported failed (`FIFO_ON_FAILURE`).

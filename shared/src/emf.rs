@@ -288,10 +288,12 @@ mod tests {
         serde_json::from_str(line).unwrap()
     }
 
+    /// One metric CloudWatch would extract: namespace, dimensions, name, unit, value.
+    type Extracted = (String, Vec<(String, String)>, String, String, Value);
+
     /// The checks of the specification's "Validating" section, as CloudWatch Logs applies
-    /// them: returns the metrics CloudWatch would extract, (namespace, dimensions, name, unit,
-    /// value).
-    fn extract(line: &Value) -> Vec<(String, Vec<(String, String)>, String, String, Value)> {
+    /// them: returns the metrics CloudWatch would extract.
+    fn extract(line: &Value) -> Vec<Extracted> {
         let root = line.as_object().expect("the root is an object");
         let aws = root["_aws"].as_object().expect("_aws is an object");
         assert!(aws["Timestamp"].is_i64(), "Timestamp is a number of ms");
