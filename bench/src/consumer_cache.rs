@@ -145,6 +145,7 @@ pub async fn run(w: Workload, cache_size: usize, seed: u64) -> CacheRun {
                 expiration_s,
                 in_progress_expiration_ms: 0,
                 token: None,
+                result: None,
             },
         );
     }

@@ -68,10 +68,7 @@ pub async fn sdk_config(endpoint: &str, attempt_timeout: Option<Duration>) -> Sd
 /// The consumer's settings in the simulations, which run thousands of batches in one process:
 /// no Embedded Metric Format line per batch on stdout.
 pub fn quiet_consumer() -> redrive_consumer::Settings {
-    redrive_consumer::Settings {
-        emit_metrics: false,
-        ..redrive_consumer::Settings::default()
-    }
+    redrive_consumer::Settings::default().with_emit_metrics(false)
 }
 
 /// The socket address of an `http://host:port` endpoint.

@@ -19,6 +19,8 @@ pub mod item {
     pub const IN_PROGRESS_EXPIRATION: &str = "inProgressExpiration";
     /// Which claim wrote an IN_PROGRESS record, so that a release removes only its own.
     pub const CLAIM_TOKEN: &str = "claimToken";
+    /// (COMPLETED only) the processor's output, JSON text, when it returned one.
+    pub const DATA: &str = "data";
     pub const IN_PROGRESS: &str = "IN_PROGRESS";
     pub const COMPLETED: &str = "COMPLETED";
 }
@@ -78,7 +80,8 @@ pub fn outcome_of(record: &HashMap<String, AttributeValue>, token: &str) -> Clai
                 .and_then(|v| v.as_n().ok())
                 .and_then(|v| v.parse::<i64>().ok())
                 .unwrap_or(i64::MAX);
-            ClaimOutcome::Completed(CompletedRecord::new(expiration_s))
+            let result = record.get(item::DATA).and_then(|v| v.as_s().ok()).cloned();
+            ClaimOutcome::Completed(CompletedRecord::new(expiration_s).with_result(result))
         }
         Some(item::IN_PROGRESS) if own => ClaimOutcome::Claimed,
         // IN_PROGRESS, or a status this version does not know: never run the side effect.
@@ -175,8 +178,14 @@ impl IdempotencyStore for DynamoDbStore {
         }
     }
 
-    async fn complete(&self, claim: &Claim, expiration_s: i64) -> Result<(), PortError> {
-        self.client
+    async fn complete(
+        &self,
+        claim: &Claim,
+        expiration_s: i64,
+        result: Option<&str>,
+    ) -> Result<(), PortError> {
+        let mut put = self
+            .client
             .put_item()
             .table_name(&self.table)
             .item(item::ID, s(&claim.key))
@@ -185,10 +194,11 @@ impl IdempotencyStore for DynamoDbStore {
             .item(
                 item::IN_PROGRESS_EXPIRATION,
                 n(claim.in_progress_expiration_ms),
-            )
-            .send()
-            .await
-            .map_err(|e| port_error("PutItem", e))?;
+            );
+        if let Some(result) = result {
+            put = put.item(item::DATA, s(result));
+        }
+        put.send().await.map_err(|e| port_error("PutItem", e))?;
         Ok(())
     }
 

@@ -13,10 +13,12 @@
 //!    DLQ), then release.
 
 use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_lambda_events::event::sqs::SqsEvent;
 use futures_util::{FutureExt, StreamExt};
 use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::{JitterRng, MAX_DELAY_SECONDS, os_seeded_rng};
@@ -28,30 +30,85 @@ use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::Value;
 
 use crate::cache::CompletedCache;
-use crate::message::{MalformedRecord, Message, parse_record};
+use crate::message::{MalformedRecord, Message, parse_record, read_message};
 use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, QueueOps};
-use crate::process::{ProcessError, Processor};
+use crate::process::{BODY_NOT_PARSED, FromBody, ProcessError, Processor, RawBody};
+use crate::record::Record;
 
-/// Knobs that are not part of the contract's configuration.
+/// The largest processor output stored with a COMPLETED record (its JSON text, in bytes). A
+/// larger one is not stored (logged with its size): the record is still COMPLETED, and a
+/// duplicate gets `None`. Every failed claim of the key returns the whole record (and is
+/// charged write units for the larger of the two items), so results are kept small.
+pub const MAX_STORED_RESULT_BYTES: usize = 16 * 1024;
+
+/// Knobs that are not part of the contract's configuration. Built from
+/// [`Settings::default`] with the `with_*` methods.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// Records of a standard queue processed at once.
-    pub max_concurrency: usize,
+    pub(crate) max_concurrency: usize,
+    pub(crate) fallback_claim: Duration,
+    pub(crate) complete_retries: u32,
+    pub(crate) complete_retry_base: Duration,
+    pub(crate) deadline_margin: Duration,
+    pub(crate) emit_metrics: bool,
+}
+
+impl Settings {
+    /// Records of a standard queue processed at once (default 10; at least 1).
+    pub fn with_max_concurrency(mut self, records: usize) -> Self {
+        self.max_concurrency = records.max(1);
+        self
+    }
+
     /// How long a claim lasts when the invocation has no usable deadline (a local emulator
-    /// reports one in the past): the longest a Lambda invocation can run.
-    pub fallback_claim: Duration,
+    /// reports one in the past). Default 900 s: the longest a Lambda invocation can run.
+    pub fn with_fallback_claim(mut self, claim: Duration) -> Self {
+        self.fallback_claim = claim;
+        self
+    }
+
     /// Further tries of a COMPLETED write that failed (beyond the SDK's own retries), each
-    /// after twice the previous wait, from `complete_retry_base`, while the claim holds.
-    pub complete_retries: u32,
-    pub complete_retry_base: Duration,
+    /// after twice the previous wait, from `base`, while the claim holds. Default 3 from
+    /// 100 ms.
+    pub fn with_complete_retries(mut self, retries: u32, base: Duration) -> Self {
+        self.complete_retries = retries;
+        self.complete_retry_base = base;
+        self
+    }
+
     /// Time a record needs besides its processing step (claim, COMPLETED write and its
     /// retries, release, visibility change, DLQ copy and delete). A record is started only
     /// while the processor's [`Processor::time_limit`] plus this margin is left before the
-    /// invocation deadline; the others are reported failed untouched.
-    pub deadline_margin: Duration,
-    /// Print the invocation's metrics as an Embedded Metric Format line on stdout (see
-    /// [`crate::metrics`]). Off for in-process simulations that run thousands of batches.
-    pub emit_metrics: bool,
+    /// invocation deadline; the others are reported failed untouched. Default 3 s.
+    pub fn with_deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
+    }
+
+    pub fn max_concurrency(&self) -> usize {
+        self.max_concurrency
+    }
+
+    pub fn fallback_claim(&self) -> Duration {
+        self.fallback_claim
+    }
+
+    pub fn deadline_margin(&self) -> Duration {
+        self.deadline_margin
+    }
+
+    /// Whether each invocation prints its metrics as an Embedded Metric Format line on stdout
+    /// (see [`crate::metrics`]). Default on; off for in-process simulations that run
+    /// thousands of batches.
+    pub fn with_emit_metrics(mut self, emit: bool) -> Self {
+        self.emit_metrics = emit;
+        self
+    }
+
+    pub fn emit_metrics(&self) -> bool {
+        self.emit_metrics
+    }
 }
 
 impl Default for Settings {
@@ -91,6 +148,7 @@ fn item_failure(item_identifier: String) -> BatchItemFailure {
 }
 
 /// What became of one record.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Processed now, and recorded COMPLETED.
@@ -154,14 +212,31 @@ impl Outcome {
 }
 
 /// One record's fate, for logs, tests and callers that want more than the response.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordReport {
     pub message_id: Option<String>,
     pub key: Option<String>,
     pub outcome: Outcome,
+    /// The processor's output as JSON text: the one it just returned (`processed`), or the
+    /// one stored with the COMPLETED record (`duplicate`, twins included). `None` when there
+    /// is none (`()`, too large to store, or another outcome).
+    pub result: Option<String>,
+}
+
+impl RecordReport {
+    fn new(message_id: Option<String>, key: Option<String>, outcome: Outcome) -> Self {
+        Self {
+            message_id,
+            key,
+            outcome,
+            result: None,
+        }
+    }
 }
 
 /// The result of one invocation.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handled {
     pub response: BatchResponse,
@@ -175,10 +250,13 @@ pub struct Handled {
 
 impl Handled {
     pub fn outcome_of(&self, message_id: &str) -> Option<&Outcome> {
+        self.report_of(message_id).map(|r| &r.outcome)
+    }
+
+    pub fn report_of(&self, message_id: &str) -> Option<&RecordReport> {
         self.records
             .iter()
             .find(|r| r.message_id.as_deref() == Some(message_id))
-            .map(|r| &r.outcome)
     }
 
     /// The source queue's name (the metrics' `QueueName`), when a record named it.
@@ -241,8 +319,12 @@ pub const PROCESSOR_PANIC: &str = "PROCESSOR_PANIC";
 /// Error code when another invocation holds the key.
 pub const IN_PROGRESS: &str = "IN_PROGRESS";
 
-/// The idempotent consumer: ports, configuration and per-process caches.
-pub struct Consumer<S, Q, P> {
+/// Error code when the processor's output could not be serialized (logged; not stored).
+const RESULT_NOT_STORED: &str = "RESULT_NOT_STORED";
+
+/// The idempotent consumer: ports, configuration and per-process caches. `T` is what the
+/// processor takes: the body parsed (any `serde::de::DeserializeOwned` type) or [`RawBody`].
+pub struct Consumer<S, Q, P, T = RawBody> {
     store: S,
     queue: Q,
     processor: P,
@@ -250,11 +332,18 @@ pub struct Consumer<S, Q, P> {
     settings: Settings,
     rng: Mutex<JitterRng>,
     queue_urls: Mutex<HashMap<String, String>>,
+    input: PhantomData<fn() -> T>,
     /// Completed keys this process remembers (`IDEMPOTENCY_CACHE_SIZE`; `None` when 0).
     completed: Option<CompletedCache>,
 }
 
-impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
+impl<S, Q, P, T> Consumer<S, Q, P, T>
+where
+    S: IdempotencyStore,
+    Q: QueueOps,
+    P: Processor<T>,
+    T: FromBody,
+{
     pub fn new(store: S, queue: Q, processor: P, config: ConsumerConfig) -> Self {
         Self::with_settings(store, queue, processor, config, Settings::default())
     }
@@ -276,6 +365,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             settings,
             rng: Mutex::new(rng),
             queue_urls: Mutex::new(HashMap::new()),
+            input: PhantomData,
             completed,
         }
     }
@@ -296,14 +386,33 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         &self.processor
     }
 
-    /// Handles one SQS event. `deadline_ms` is the invocation's deadline (epoch ms, from the
-    /// Lambda context): an IN_PROGRESS claim lasts until then, and no record is started that
-    /// could not finish before it.
+    /// Handles one SQS event as the Lambda runtime delivers it typed (what [`crate::run`]
+    /// does). `deadline_ms` is the invocation's deadline (epoch ms, `Context::deadline`): an
+    /// IN_PROGRESS claim lasts until then, and no record is started that could not finish
+    /// before it. Each record is read on its own: one without a messageId, receiptHandle or
+    /// body is malformed alone.
+    pub async fn handle_event(&self, event: &SqsEvent, deadline_ms: u64) -> Handled {
+        let records = event.records.iter().map(read_message).collect();
+        self.handle_records(records, deadline_ms).await
+    }
+
+    /// Handles one SQS event given as JSON: each record is read on its own, so that even a
+    /// record that does not fit `aws_lambda_events`' `SqsMessage` fails alone. Fails only when
+    /// the event has no `Records` array (nothing is touched).
     pub async fn handle(&self, event: &Value, deadline_ms: u64) -> Result<Handled, EventError> {
         let records = event
             .get("Records")
             .and_then(Value::as_array)
             .ok_or(EventError("no Records array"))?;
+        let records = records.iter().map(parse_record).collect();
+        Ok(self.handle_records(records, deadline_ms).await)
+    }
+
+    async fn handle_records(
+        &self,
+        records: Vec<Result<Message, MalformedRecord>>,
+        deadline_ms: u64,
+    ) -> Handled {
         let now = now_ms();
         let deadline = i64::try_from(deadline_ms).unwrap_or(i64::MAX);
         let window = if deadline > now {
@@ -323,8 +432,8 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         };
 
         let prepared: Vec<Prepared> = records
-            .iter()
-            .map(|record| self.prepare(parse_record(record)))
+            .into_iter()
+            .map(|record| self.prepare(record))
             .collect();
         let fifo = prepared
             .iter()
@@ -378,7 +487,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         if self.settings.emit_metrics {
             crate::metrics::emit(&handled, &self.config.metric_namespace, now_ms());
         }
-        Ok(handled)
+        handled
     }
 
     /// Reads a record's metadata and derives its key: everything that needs no call.
@@ -479,11 +588,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                         "an earlier message of this group failed; not processed"
                     }
                 );
-                RecordReport {
-                    message_id,
-                    key: None,
-                    outcome: Outcome::Skipped,
-                }
+                RecordReport::new(message_id, None, Outcome::Skipped)
             } else if let Some(settled) = record
                 .key()
                 .and_then(|k| settled_keys.get(k.as_str()))
@@ -528,9 +633,15 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 key_digest = %key_digest(key.as_str()),
                 "completed within this process's memory; no call to the idempotency store"
             );
-            let outcome = self.on_completed(message, key, &found);
-            let report = self.finish(message, meta, Some(key), outcome.clone());
-            return (report, outcome.into());
+            let settled = Box::pin(self.on_completed(message, meta, key, &found)).await;
+            let report = self.finish(
+                message,
+                meta,
+                Some(key),
+                settled.outcome.clone(),
+                settled.result.clone(),
+            );
+            return (report, settled);
         }
         let (message, meta, key) = match record {
             Prepared::Malformed(malformed) => {
@@ -547,11 +658,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                         "record without a messageId cannot be reported; skipped"
                     ),
                 }
-                let report = RecordReport {
-                    message_id: malformed.message_id,
-                    key: None,
-                    outcome: Outcome::Malformed,
-                };
+                let report = RecordReport::new(malformed.message_id, None, Outcome::Malformed);
                 return (report, Settled::unstarted());
             }
             Prepared::Unkeyed { message, .. } | Prepared::Keyed { message, .. }
@@ -562,11 +669,8 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                     outcome = "unstarted",
                     "too little time left before the deadline to finish this record; reported failed untouched"
                 );
-                let report = RecordReport {
-                    message_id: Some(message.message_id.clone()),
-                    key: None,
-                    outcome: Outcome::Unstarted,
-                };
+                let report =
+                    RecordReport::new(Some(message.message_id.clone()), None, Outcome::Unstarted);
                 return (report, Settled::unstarted());
             }
             Prepared::Unkeyed {
@@ -577,7 +681,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 // Replaying cannot make a key appear: a permanent failure of this record alone.
                 let outcome =
                     Box::pin(self.give_up(&message, &meta, error.code(), &error.to_string())).await;
-                let report = self.finish(&message, &meta, None, outcome);
+                let report = self.finish(&message, &meta, None, outcome, None);
                 return (report, Settled::unstarted());
             }
             Prepared::Keyed { message, meta, key } => (message, meta, key),
@@ -585,7 +689,13 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         // Boxed: the nested futures (SDK, HTTP client, processor) are too deep for the
         // compiler's layout queries otherwise.
         let settled = Box::pin(self.run_keyed(&message, &meta, &key, window.claim_until)).await;
-        let report = self.finish(&message, &meta, Some(&key), settled.outcome.clone());
+        let report = self.finish(
+            &message,
+            &meta,
+            Some(&key),
+            settled.outcome.clone(),
+            settled.result.clone(),
+        );
         (report, settled)
     }
 
@@ -603,8 +713,19 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             leader_outcome = settled.outcome.as_str(),
             "a record with the same key in this batch was handled first; taking its outcome"
         );
+        let mut result = None;
         let outcome = match &settled.outcome {
-            Outcome::Processed | Outcome::Duplicate => Outcome::Duplicate,
+            Outcome::Processed | Outcome::Duplicate => {
+                result = settled.result.clone();
+                let record = Record::with_history(
+                    message.clone(),
+                    key.clone(),
+                    meta.original_message_id.clone(),
+                    meta.attempt,
+                );
+                self.tell_duplicate(&record, result.as_deref()).await;
+                Outcome::Duplicate
+            }
             Outcome::InProgress => {
                 self.retry_later(&message, None).await;
                 Outcome::InProgress
@@ -627,7 +748,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             Outcome::Unstarted => Outcome::Unstarted,
             Outcome::Skipped | Outcome::Malformed => Outcome::Skipped,
         };
-        self.finish(&message, &meta, Some(&key), outcome)
+        self.finish(&message, &meta, Some(&key), outcome, result)
     }
 
     /// Logs one record's outcome and makes its report.
@@ -637,6 +758,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         meta: &RedriveMeta,
         key: Option<&IdempotencyKey>,
         outcome: Outcome,
+        result: Option<String>,
     ) -> RecordReport {
         let digest = key.map(|k| key_digest(k.as_str())).unwrap_or_default();
         let code = outcome.code().unwrap_or("");
@@ -667,6 +789,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             message_id: Some(message.message_id.clone()),
             key: key.map(|k| k.as_str().to_string()),
             outcome,
+            result,
         }
     }
 
@@ -674,12 +797,18 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
     /// until it lands, a duplicate copy that arrives after the claim expires would repeat the
     /// side effect (with the same `Idempotency-Key`).
     /// Returns the `expiration` written (or last tried).
-    async fn complete(&self, message: &Message, key: &IdempotencyKey, claim: &Claim) -> i64 {
+    async fn complete(
+        &self,
+        message: &Message,
+        key: &IdempotencyKey,
+        claim: &Claim,
+        result: Option<&str>,
+    ) -> i64 {
         let mut wait = self.settings.complete_retry_base;
         let mut tries_left = self.settings.complete_retries;
         loop {
             let expiration_s = self.expiration_s(now_ms());
-            let Err(e) = self.store.complete(claim, expiration_s).await else {
+            let Err(e) = self.store.complete(claim, expiration_s, result).await else {
                 return expiration_s;
             };
             let retry_at = now_ms().saturating_add(wait.as_millis() as i64);
@@ -730,7 +859,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             Ok(ClaimOutcome::Claimed) => {}
             Ok(ClaimOutcome::Completed(found)) => {
                 self.remember(key, found.clone());
-                return self.on_completed(message, key, &found).into();
+                return self.on_completed(message, meta, key, &found).await;
             }
             Ok(ClaimOutcome::InProgress { until_ms }) => {
                 tracing::info!(
@@ -762,22 +891,40 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             }
         }
 
-        let result = AssertUnwindSafe(self.processor.process(message, key))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| {
-                Err(ProcessError::transient(
-                    PROCESSOR_PANIC,
-                    "the processing step panicked",
-                ))
-            });
+        let record = Record::with_history(
+            message.clone(),
+            key.clone(),
+            meta.original_message_id.clone(),
+            meta.attempt,
+        );
+        let result = match T::from_body(&message.body) {
+            Ok(input) => AssertUnwindSafe(self.processor.process(input, &record))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ProcessError::transient(
+                        PROCESSOR_PANIC,
+                        "the processing step panicked",
+                    ))
+                }),
+            // Replaying the same bytes cannot make them parse.
+            Err(reason) => Err(ProcessError::permanent(BODY_NOT_PARSED, reason)),
+        };
         match result {
-            Ok(()) => {
-                let expiration_s = self.complete(message, key, &claim).await;
+            Ok(output) => {
+                let stored = self.stored_result(message, &output);
+                let expiration_s = self.complete(message, key, &claim, stored.as_deref()).await;
                 // Remembered even when the COMPLETED write never landed: the side effect
                 // happened, and this process must not repeat it.
-                self.remember(key, CompletedRecord::new(expiration_s));
-                Outcome::Processed.into()
+                self.remember(
+                    key,
+                    CompletedRecord::new(expiration_s).with_result(stored.clone()),
+                );
+                Settled {
+                    outcome: Outcome::Processed,
+                    error: None,
+                    result: stored,
+                }
             }
             Err(ProcessError::Transient {
                 code,
@@ -808,19 +955,33 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 Settled {
                     outcome,
                     error: Some(text),
+                    result: None,
                 }
             }
         }
     }
 
-    /// What a key found COMPLETED (by a claim, or in this process's memory) becomes.
-    fn on_completed(
+    /// What a key found COMPLETED (by a claim, or in this process's memory) becomes: a
+    /// duplicate, handed the stored output.
+    async fn on_completed(
         &self,
-        _message: &Message,
-        _key: &IdempotencyKey,
-        _found: &CompletedRecord,
-    ) -> Outcome {
-        Outcome::Duplicate
+        message: &Message,
+        meta: &RedriveMeta,
+        key: &IdempotencyKey,
+        found: &CompletedRecord,
+    ) -> Settled {
+        let record = Record::with_history(
+            message.clone(),
+            key.clone(),
+            meta.original_message_id.clone(),
+            meta.attempt,
+        );
+        self.tell_duplicate(&record, found.result.as_deref()).await;
+        Settled {
+            outcome: Outcome::Duplicate,
+            error: None,
+            result: found.result.clone(),
+        }
     }
 
     /// The completed record of `key` this process remembers, unexpired.
@@ -831,6 +992,57 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
     fn remember(&self, key: &IdempotencyKey, record: CompletedRecord) {
         if let Some(cache) = &self.completed {
             cache.insert(key.as_str(), record);
+        }
+    }
+
+    /// The output as the JSON text to store: `None` for `null` (`()` and `None` store
+    /// nothing), for an output over [`MAX_STORED_RESULT_BYTES`] and for one that does not
+    /// serialize (both logged, with the size only: an output may hold body content).
+    fn stored_result(&self, message: &Message, output: &P::Output) -> Option<String> {
+        match serde_json::to_string(output) {
+            Ok(text) if text == "null" => None,
+            Ok(text) if text.len() > MAX_STORED_RESULT_BYTES => {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    bytes = text.len(),
+                    limit = MAX_STORED_RESULT_BYTES,
+                    code = RESULT_NOT_STORED,
+                    "the processor's output is too large to store; duplicates will get none"
+                );
+                None
+            }
+            Ok(text) => Some(text),
+            Err(e) => {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    error = %e,
+                    code = RESULT_NOT_STORED,
+                    "the processor's output does not serialize; duplicates will get none"
+                );
+                None
+            }
+        }
+    }
+
+    /// Hands a duplicate its stored output ([`Processor::duplicate`]).
+    async fn tell_duplicate(&self, record: &Record, stored: Option<&str>) {
+        let output = stored.and_then(|text| {
+            serde_json::from_str::<P::Output>(text)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        message_id = %record.message_id(),
+                        error = %crate::process::describe_json_error(e),
+                        "the stored result no longer parses as the processor's output; the duplicate gets none"
+                    )
+                })
+                .ok()
+        });
+        let hook = AssertUnwindSafe(self.processor.duplicate(output, record)).catch_unwind();
+        if hook.await.is_err() {
+            tracing::error!(
+                message_id = %record.message_id(),
+                "the processor's duplicate hook panicked; the record is still a duplicate"
+            );
         }
     }
 
@@ -1086,6 +1298,8 @@ struct Settled {
     outcome: Outcome,
     /// The permanent failure's text, for the twins' `lastError` stamps.
     error: Option<String>,
+    /// The stored output (JSON text), for the twins of a success.
+    result: Option<String>,
 }
 
 impl Settled {
@@ -1099,6 +1313,7 @@ impl From<Outcome> for Settled {
         Self {
             outcome,
             error: None,
+            result: None,
         }
     }
 }

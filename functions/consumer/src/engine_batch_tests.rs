@@ -86,6 +86,7 @@ async fn a_key_a_claim_found_completed_is_remembered_with_its_expiration() {
             expiration_s,
             in_progress_expiration_ms: 0,
             token: None,
+            result: None,
         },
     );
     let c = consumer(&store, &queue, &processor, with_cache(100));
@@ -185,10 +186,7 @@ async fn a_processed_key_is_remembered_even_when_its_completed_write_failed() {
     for _ in 0..4 {
         store.fail_next("complete");
     }
-    let settings = Settings {
-        complete_retry_base: Duration::from_millis(1),
-        ..Settings::default()
-    };
+    let settings = Settings::default().with_complete_retries(3, Duration::from_millis(1));
     let c = Consumer::with_settings(&store, &queue, &processor, with_cache(100), settings);
     c.handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
         .await

@@ -40,11 +40,21 @@ pub struct CompletedRecord {
     /// `expiration`, epoch seconds (`i64::MAX` for a record without one: the table's TTL never
     /// deletes it and the claim's condition never takes it).
     pub expiration_s: i64,
+    /// The processor's output stored with it (JSON text), if any.
+    pub result: Option<String>,
 }
 
 impl CompletedRecord {
     pub fn new(expiration_s: i64) -> Self {
-        Self { expiration_s }
+        Self {
+            expiration_s,
+            result: None,
+        }
+    }
+
+    pub fn with_result(mut self, result: Option<String>) -> Self {
+        self.result = result;
+        self
     }
 
     /// Expired by the claim's own rule (`expiration < now`, in epoch seconds): a claim at
@@ -55,6 +65,7 @@ impl CompletedRecord {
 }
 
 /// What a claim found.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The key is ours: an IN_PROGRESS record carrying our token was written.
@@ -72,11 +83,13 @@ pub trait IdempotencyStore: Sync {
     fn claim(&self, claim: &Claim) -> impl Future<Output = Result<ClaimOutcome, PortError>> + Send;
 
     /// Marks the key COMPLETED (expiring at `expiration_s`), whoever holds it now: the side
-    /// effect happened.
+    /// effect happened. `result` (the processor's output as JSON text, at most
+    /// [`crate::MAX_STORED_RESULT_BYTES`]) is stored with it, for later claims of the key.
     fn complete(
         &self,
         claim: &Claim,
         expiration_s: i64,
+        result: Option<&str>,
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 
     /// Deletes the record if it is still this claim's IN_PROGRESS record; a record that is
@@ -125,8 +138,9 @@ impl<T: IdempotencyStore + Send> IdempotencyStore for &T {
         &self,
         claim: &Claim,
         expiration_s: i64,
+        result: Option<&str>,
     ) -> impl Future<Output = Result<(), PortError>> + Send {
-        (**self).complete(claim, expiration_s)
+        (**self).complete(claim, expiration_s, result)
     }
     fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), PortError>> + Send {
         (**self).release(claim)
