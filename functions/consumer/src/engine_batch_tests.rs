@@ -53,6 +53,39 @@ async fn a_warm_duplicate_is_settled_from_memory_without_a_store_call() {
 }
 
 #[tokio::test]
+async fn a_warm_duplicate_gets_the_stored_result_from_memory() {
+    // GIVEN a processor that returns a receipt, and a key it processed on this instance
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    processor.script("k-1", [Step::Return(json!({"receipt": "r-1"}))]);
+    let c = consumer(&store, &queue, &processor, with_cache(100));
+    c.handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
+        .await
+        .unwrap();
+    let calls_before = store_calls(&store);
+
+    // WHEN a copy comes
+    let again = c
+        .handle(&event(&[keyed("m-2", "k-1")]), in_a_minute())
+        .await
+        .unwrap();
+
+    // THEN it is a duplicate answered from memory with the stored result, as the table
+    // would have answered it
+    assert_eq!(store_calls(&store), calls_before);
+    let report = again.report_of("m-2").unwrap();
+    assert_eq!(report.outcome, Outcome::Duplicate);
+    assert_eq!(report.result.as_deref(), Some(r#"{"receipt":"r-1"}"#));
+    assert_eq!(
+        processor.duplicates(),
+        [("m-2".to_string(), Some(json!({"receipt": "r-1"})))]
+    );
+}
+
+#[tokio::test]
 async fn without_the_cache_every_duplicate_costs_a_claim() {
     let (store, queue, processor) = (
         FakeStore::new(),

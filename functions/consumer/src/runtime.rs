@@ -229,6 +229,18 @@ mod tests {
             .config_from(environment)
             .unwrap_err();
         assert!(err.to_string().contains("IDEMPOTENCY_TTL_SECONDS"), "{err}");
+        // AND the batch options are set the same way
+        let config = Runner::new(noop())
+            .cache_size(500)
+            .fail_when_all_failed(true)
+            .fifo_on_failure(FifoOnFailure::StopBatch)
+            .metric_namespace("Team/Orders")
+            .config_from(environment)
+            .unwrap();
+        assert_eq!(config.cache_size, 500);
+        assert!(config.fail_when_all_failed);
+        assert_eq!(config.fifo_on_failure, FifoOnFailure::StopBatch);
+        assert_eq!(config.metric_namespace, "Team/Orders");
         let err = Runner::new(noop()).config_from(|_| None).unwrap_err();
         assert!(err.to_string().contains("IDEMPOTENCY_TABLE"), "{err}");
     }
