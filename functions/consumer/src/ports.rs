@@ -32,15 +32,46 @@ pub struct Claim {
     pub in_progress_expiration_ms: i64,
 }
 
+/// What is known of a COMPLETED record: what the duplicate path needs, and what the in-memory
+/// cache of completed keys keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompletedRecord {
+    /// `expiration`, epoch seconds (`i64::MAX` for a record without one: the table's TTL never
+    /// deletes it and the claim's condition never takes it).
+    pub expiration_s: i64,
+    /// The processor's output stored with it (JSON text), if any.
+    pub result: Option<String>,
+}
+
+impl CompletedRecord {
+    pub fn new(expiration_s: i64) -> Self {
+        Self {
+            expiration_s,
+            result: None,
+        }
+    }
+
+    pub fn with_result(mut self, result: Option<String>) -> Self {
+        self.result = result;
+        self
+    }
+
+    /// Expired by the claim's own rule (`expiration < now`, in epoch seconds): a claim at
+    /// `now_ms` could take the key.
+    pub fn is_expired_at(&self, now_ms: i64) -> bool {
+        self.expiration_s < now_ms.div_euclid(1000)
+    }
+}
+
 /// What a claim found.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The key is ours: an IN_PROGRESS record carrying our token was written.
     Claimed,
-    /// The side effect already happened (an unexpired COMPLETED record). `result`: the
-    /// processor's output stored with it (JSON text), if any.
-    Completed { result: Option<String> },
+    /// The side effect already happened (an unexpired COMPLETED record).
+    Completed(CompletedRecord),
     /// Another invocation holds the key until `until_ms` (epoch ms, when known).
     InProgress { until_ms: Option<i64> },
 }
