@@ -21,7 +21,7 @@ use futures_util::{FutureExt, StreamExt};
 use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::{JitterRng, MAX_DELAY_SECONDS, os_seeded_rng};
 use redrive_shared::config::ConsumerConfig;
-use redrive_shared::key::{IdempotencyKey, KeyError, derive};
+use redrive_shared::key::{IdempotencyKey, KeyError, PayloadHash, derive};
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{ErrorClass, LastError, MetaSource, RedriveMeta};
 use redrive_shared::timefmt::rfc3339_from_millis;
@@ -105,6 +105,12 @@ pub enum Outcome {
     DeadLettered { code: String, stamped: bool },
     /// Permanent failure without a DLQ, or whose DLQ copy was not acknowledged: reported failed.
     Failed { code: String },
+    /// The payload check (`IDEMPOTENCY_PAYLOAD`): the key is COMPLETED for a different payload.
+    /// Not processed (the side effect is not repeated) and never taken for a duplicate: a
+    /// permanent failure with code [`PAYLOAD_MISMATCH`], dead-lettered with the `lastError`
+    /// stamp (`dead_lettered`, `stamped` as in [`Outcome::DeadLettered`]) when `DLQ_URL` is set
+    /// and SQS acknowledged the copy, else reported failed.
+    PayloadMismatch { dead_lettered: bool, stamped: bool },
     /// FIFO: an earlier record of the same message group was reported failed, so this one was
     /// not processed (to keep the group's order) and is reported failed too.
     Skipped,
@@ -124,6 +130,7 @@ impl Outcome {
             Self::Retry { .. } => "retry",
             Self::DeadLettered { .. } => "dead-lettered",
             Self::Failed { .. } => "failed",
+            Self::PayloadMismatch { .. } => "payload-mismatch",
             Self::Skipped => "skipped",
             Self::Malformed => "malformed",
             Self::Unstarted => "unstarted",
@@ -134,7 +141,13 @@ impl Outcome {
     pub fn is_reported(&self) -> bool {
         !matches!(
             self,
-            Self::Processed | Self::Duplicate | Self::DeadLettered { .. }
+            Self::Processed
+                | Self::Duplicate
+                | Self::DeadLettered { .. }
+                | Self::PayloadMismatch {
+                    dead_lettered: true,
+                    ..
+                }
         )
     }
 
@@ -143,6 +156,7 @@ impl Outcome {
             Self::Retry { code, .. } | Self::DeadLettered { code, .. } | Self::Failed { code } => {
                 Some(code)
             }
+            Self::PayloadMismatch { .. } => Some(PAYLOAD_MISMATCH),
             _ => None,
         }
     }
@@ -184,6 +198,8 @@ pub const STORE_UNAVAILABLE: &str = "IDEMPOTENCY_STORE_UNAVAILABLE";
 pub const PROCESSOR_PANIC: &str = "PROCESSOR_PANIC";
 /// Error code when another invocation holds the key.
 pub const IN_PROGRESS: &str = "IN_PROGRESS";
+/// Error code of [`Outcome::PayloadMismatch`].
+pub const PAYLOAD_MISMATCH: &str = "IDEMPOTENCY_PAYLOAD_MISMATCH";
 
 /// The idempotent consumer: ports, configuration and per-process caches.
 pub struct Consumer<S, Q, P> {
@@ -294,6 +310,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             processed = count("processed"),
             duplicates = count("duplicate"),
             dead_lettered = count("dead-lettered"),
+            payload_mismatches = count("payload-mismatch"),
             unstarted = count("unstarted"),
             fifo,
             "batch handled"
@@ -318,12 +335,28 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 "unreadable x-redrive attribute; keyed on the MessageId"
             );
         }
-        match derive(
+        let keyed = derive(
             &self.config.key_source,
             &meta.original_message_id,
             &message.body,
-        ) {
-            Ok(key) => Prepared::Keyed { message, meta, key },
+            &message.attributes,
+        )
+        .and_then(|key| {
+            let payload = self
+                .config
+                .payload
+                .as_ref()
+                .map(|p| p.hash(&message.body, &message.attributes))
+                .transpose()?;
+            Ok((key, payload))
+        });
+        match keyed {
+            Ok((key, payload)) => Prepared::Keyed {
+                message,
+                meta,
+                key,
+                payload,
+            },
             Err(error) => Prepared::Unkeyed {
                 message,
                 meta,
@@ -372,7 +405,15 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         let (report, settled) = Box::pin(self.run_one(leader, window)).await;
         reports.push((i, report));
         for (i, twin) in members {
-            reports.push((i, Box::pin(self.run_twin(twin, &settled)).await));
+            let report = if settled.same_payload(&twin) {
+                Box::pin(self.run_twin(twin, &settled)).await
+            } else {
+                // Not a twin: another payload under the key. It claims on its own, after the
+                // first record, so that the store decides (a mismatch when that one completed,
+                // processed when it was released).
+                Box::pin(self.run_one(twin, window)).await.0
+            };
+            reports.push((i, report));
         }
         reports
     }
@@ -402,6 +443,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             } else if let Some(settled) = record
                 .key()
                 .and_then(|k| settled_keys.get(k.as_str()))
+                .filter(|settled| settled.same_payload(&record))
                 .cloned()
             {
                 Box::pin(self.run_twin(record, &settled)).await
@@ -409,7 +451,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 let key = record.key().map(|k| k.as_str().to_string());
                 let (report, settled) = Box::pin(self.run_one(record, window)).await;
                 if let Some(key) = key {
-                    settled_keys.insert(key, settled);
+                    settled_keys.entry(key).or_insert(settled);
                 }
                 report
             };
@@ -432,7 +474,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
     }
 
     async fn run_one(&self, record: Prepared, window: Window) -> (RecordReport, Settled) {
-        let (message, meta, key) = match record {
+        let (message, meta, key, payload) = match record {
             Prepared::Malformed(malformed) => {
                 match &malformed.message_id {
                     Some(id) => tracing::warn!(
@@ -480,11 +522,19 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 let report = self.finish(&message, &meta, None, outcome);
                 return (report, Settled::unstarted());
             }
-            Prepared::Keyed { message, meta, key } => (message, meta, key),
+            Prepared::Keyed {
+                message,
+                meta,
+                key,
+                payload,
+            } => (message, meta, key, payload),
         };
         // Boxed: the nested futures (SDK, HTTP client, processor) are too deep for the
         // compiler's layout queries otherwise.
-        let settled = Box::pin(self.run_keyed(&message, &meta, &key, window.claim_until)).await;
+        let mut settled =
+            Box::pin(self.run_keyed(&message, &meta, &key, payload.as_ref(), window.claim_until))
+                .await;
+        settled.payload = payload;
         let report = self.finish(&message, &meta, Some(&key), settled.outcome.clone());
         (report, settled)
     }
@@ -493,7 +543,10 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
     /// (success: settled without a side effect; transient or in progress: reported failed
     /// after the same delay; permanent: the same dead-lettering), and is never processed.
     async fn run_twin(&self, record: Prepared, settled: &Settled) -> RecordReport {
-        let Prepared::Keyed { message, meta, key } = record else {
+        let Prepared::Keyed {
+            message, meta, key, ..
+        } = record
+        else {
             // Only keyed records have twins.
             return Box::pin(self.run_one(record, Window::unbounded())).await.0;
         };
@@ -524,6 +577,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 let text = settled.error.as_deref().unwrap_or("permanent failure");
                 self.give_up(&message, &meta, code, text).await
             }
+            Outcome::PayloadMismatch { .. } => self.payload_mismatch(&message, &meta).await,
             Outcome::Unstarted => Outcome::Unstarted,
             Outcome::Skipped | Outcome::Malformed => Outcome::Skipped,
         };
@@ -615,11 +669,12 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         message: &Message,
         meta: &RedriveMeta,
         key: &IdempotencyKey,
+        payload: Option<&PayloadHash>,
         claim_until: i64,
     ) -> Settled {
         let now = now_ms();
         let claim = Claim {
-            key: key.as_str().to_string(),
+            key: key.record_id(self.config.key_namespace.as_deref()),
             // A random v4 UUID: claim tokens must never repeat across instances, since a claim
             // that finds its own token on an IN_PROGRESS record takes it for its own (a retried
             // write whose answer was lost).
@@ -627,10 +682,21 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             now_ms: now,
             expiration_s: self.expiration_s(now),
             in_progress_expiration_ms: claim_until,
+            payload_hash: payload.map(|p| p.as_str().to_string()),
         };
         match self.store.claim(&claim).await {
             Ok(ClaimOutcome::Claimed) => {}
-            Ok(ClaimOutcome::Completed) => return Outcome::Duplicate.into(),
+            Ok(ClaimOutcome::Completed { payload_hash }) => {
+                if payload.is_some_and(|ours| ours.contradicts(payload_hash.as_deref())) {
+                    tracing::warn!(
+                        message_id = %message.message_id,
+                        key_digest = %key_digest(key.as_str()),
+                        "the key was processed for a different payload; not processed again"
+                    );
+                    return self.payload_mismatch(message, meta).await.into();
+                }
+                return Outcome::Duplicate.into();
+            }
             Ok(ClaimOutcome::InProgress { until_ms }) => {
                 tracing::info!(
                     message_id = %message.message_id,
@@ -704,6 +770,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 Settled {
                     outcome,
                     error: Some(text),
+                    payload: None,
                 }
             }
         }
@@ -718,7 +785,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
     async fn release(&self, claim: &Claim) {
         if let Err(e) = self.store.release(claim).await {
             tracing::warn!(
-                key_digest = %key_digest(&claim.key),
+                key_digest = %digest_of_record_id(&claim.key),
                 error = %e,
                 "could not release the claim; the key is held until its in-progress expiry"
             );
@@ -755,6 +822,26 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 );
                 None
             }
+        }
+    }
+
+    /// The payload check failed: a permanent failure of its own, fast-tracked like the others.
+    async fn payload_mismatch(&self, message: &Message, meta: &RedriveMeta) -> Outcome {
+        let text = match &self.config.payload {
+            Some(source) => format!(
+                "the idempotency key was already processed for a different payload (IDEMPOTENCY_PAYLOAD={source})"
+            ),
+            None => "the idempotency key was already processed for a different payload".into(),
+        };
+        match self.give_up(message, meta, PAYLOAD_MISMATCH, &text).await {
+            Outcome::DeadLettered { stamped, .. } => Outcome::PayloadMismatch {
+                dead_lettered: true,
+                stamped,
+            },
+            _ => Outcome::PayloadMismatch {
+                dead_lettered: false,
+                stamped: false,
+            },
         }
     }
 
@@ -920,6 +1007,8 @@ enum Prepared {
         message: Message,
         meta: RedriveMeta,
         key: IdempotencyKey,
+        /// The payload's fingerprint, when the payload check is on.
+        payload: Option<PayloadHash>,
     },
 }
 
@@ -934,6 +1023,13 @@ impl Prepared {
     fn key(&self) -> Option<&IdempotencyKey> {
         match self {
             Self::Keyed { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    fn payload(&self) -> Option<&PayloadHash> {
+        match self {
+            Self::Keyed { payload, .. } => payload.as_ref(),
             _ => None,
         }
     }
@@ -961,11 +1057,19 @@ struct Settled {
     outcome: Outcome,
     /// The permanent failure's text, for the twins' `lastError` stamps.
     error: Option<String>,
+    /// The first record's payload fingerprint (payload check on).
+    payload: Option<PayloadHash>,
 }
 
 impl Settled {
     fn unstarted() -> Self {
         Outcome::Unstarted.into()
+    }
+
+    /// True when `record` carries the payload of the record that settled its key (always, when
+    /// the payload check is off): only then is it a twin that takes that outcome.
+    fn same_payload(&self, record: &Prepared) -> bool {
+        self.payload.as_ref() == record.payload()
     }
 }
 
@@ -974,6 +1078,7 @@ impl From<Outcome> for Settled {
         Self {
             outcome,
             error: None,
+            payload: None,
         }
     }
 }
@@ -985,6 +1090,13 @@ pub fn key_digest(key: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(key.as_bytes());
     digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// [`key_digest`] read back from a record id: the key's SHA-256 is the id's hash, so its first
+/// 8 hex digits are the same.
+fn digest_of_record_id(id: &str) -> &str {
+    let hash = id.rsplit('#').next().unwrap_or(id);
+    hash.get(..8).unwrap_or(hash)
 }
 
 fn now_ms() -> i64 {

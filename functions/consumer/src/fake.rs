@@ -41,6 +41,8 @@ pub struct Record {
     pub expiration_s: i64,
     pub in_progress_expiration_ms: i64,
     pub token: Option<String>,
+    /// `payloadHash`, when the payload check is on.
+    pub payload_hash: Option<String>,
 }
 
 /// Calls per operation.
@@ -77,8 +79,14 @@ impl FakeStore {
         Self::default()
     }
 
-    pub fn record(&self, key: &str) -> Option<Record> {
-        lock(&self.records).get(key).cloned()
+    /// The record whose `id` is `id` ([`IdempotencyKey::record_id`] of a key).
+    pub fn record(&self, id: &str) -> Option<Record> {
+        lock(&self.records).get(id).cloned()
+    }
+
+    /// Every record id in the table.
+    pub fn ids(&self) -> Vec<String> {
+        lock(&self.records).keys().cloned().collect()
     }
 
     pub fn insert(&self, key: &str, record: Record) {
@@ -142,7 +150,9 @@ impl IdempotencyStore for FakeStore {
         if !claimable {
             let r = &records[&claim.key];
             return Ok(match r.status {
-                Status::Completed => ClaimOutcome::Completed,
+                Status::Completed => ClaimOutcome::Completed {
+                    payload_hash: r.payload_hash.clone(),
+                },
                 // The same claim again (its first reply was lost): it is ours.
                 Status::InProgress if r.token.as_deref() == Some(claim.token.as_str()) => {
                     ClaimOutcome::Claimed
@@ -159,6 +169,7 @@ impl IdempotencyStore for FakeStore {
                 expiration_s: claim.expiration_s,
                 in_progress_expiration_ms: claim.in_progress_expiration_ms,
                 token: Some(claim.token.clone()),
+                payload_hash: claim.payload_hash.clone(),
             },
         );
         let mut lost = lock(&self.lost_claim_replies);
@@ -179,6 +190,7 @@ impl IdempotencyStore for FakeStore {
                 expiration_s,
                 in_progress_expiration_ms: claim.in_progress_expiration_ms,
                 token: None,
+                payload_hash: claim.payload_hash.clone(),
             },
         );
         Ok(())

@@ -18,7 +18,10 @@ pub struct PortError {
 /// One attempt to own an idempotency key for the time of one invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
-    /// The record's `id`.
+    /// The record's `id`: [`IdempotencyKey::record_id`], a hash of the idempotency key (never
+    /// the key itself, which may be a business id).
+    ///
+    /// [`IdempotencyKey::record_id`]: redrive_shared::key::IdempotencyKey::record_id
     pub key: String,
     /// Unique per claim, stored with the IN_PROGRESS record, so that a release removes only
     /// the record this claim wrote (never one a later invocation reclaimed).
@@ -30,6 +33,9 @@ pub struct Claim {
     /// `inProgressExpiration`, epoch milliseconds: after this instant a crashed or timed-out
     /// claimant's record may be reclaimed.
     pub in_progress_expiration_ms: i64,
+    /// `payloadHash`: the fingerprint of this message's payload when the payload check is on
+    /// (`IDEMPOTENCY_PAYLOAD`), stored with the IN_PROGRESS and the COMPLETED record.
+    pub payload_hash: Option<String>,
 }
 
 /// What a claim found.
@@ -37,8 +43,9 @@ pub struct Claim {
 pub enum ClaimOutcome {
     /// The key is ours: an IN_PROGRESS record carrying our token was written.
     Claimed,
-    /// The side effect already happened (an unexpired COMPLETED record).
-    Completed,
+    /// The side effect already happened (an unexpired COMPLETED record), for the payload
+    /// fingerprinted by `payload_hash` when the record has one.
+    Completed { payload_hash: Option<String> },
     /// Another invocation holds the key until `until_ms` (epoch ms, when known).
     InProgress { until_ms: Option<i64> },
 }

@@ -682,6 +682,7 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
         now_ms,
         expiration_s: now_ms / 1000 + 100,
         in_progress_expiration_ms: until,
+        payload_hash: None,
     };
 
     // A new key is claimed; a second claim sees it in progress until the first's deadline.
@@ -734,7 +735,7 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
     assert_eq!(w.status("k-1").await.as_deref(), Some("COMPLETED"));
     assert_eq!(
         store.claim(&claim("d", now, now + 60_000)).await.unwrap(),
-        ClaimOutcome::Completed
+        ClaimOutcome::Completed { payload_hash: None }
     );
     // ... even after the in-progress deadline
     assert_eq!(
@@ -742,7 +743,7 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
             .claim(&claim("d", now + 120_000 - 50_000, now + 200_000))
             .await
             .unwrap(),
-        ClaimOutcome::Completed
+        ClaimOutcome::Completed { payload_hash: None }
     );
     let later = now + 101_000;
     assert_eq!(
@@ -756,4 +757,29 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
         .unwrap();
     store.release(&claim("e", later, 0)).await.unwrap();
     assert_eq!(w.status("k-1").await.as_deref(), Some("COMPLETED"));
+
+    // The payload check: the claim and the COMPLETED record carry `payloadHash`, and a failed
+    // claim gets it back with the old record (ReturnValuesOnConditionCheckFailure = ALL_OLD).
+    let hashed = |token: &str, hash: &str| Claim {
+        key: "k-2".into(),
+        payload_hash: Some(hash.into()),
+        ..claim(token, now, now + 60_000)
+    };
+    store.claim(&hashed("f", "h-5")).await.unwrap();
+    assert_eq!(
+        w.record("k-2").await.unwrap()["payloadHash"]
+            .as_s()
+            .unwrap(),
+        "h-5"
+    );
+    store
+        .complete(&hashed("f", "h-5"), now / 1000 + 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&hashed("g", "h-7")).await.unwrap(),
+        ClaimOutcome::Completed {
+            payload_hash: Some("h-5".into())
+        }
+    );
 }
