@@ -26,11 +26,14 @@ fn outcomes(handled: &consumer::Handled) -> Vec<&'static str> {
     handled.records.iter().map(|r| r.outcome.as_str()).collect()
 }
 
+/// `IDEMPOTENCY_KEY`, four messages (body, `OrderId` attribute), and the key of the first.
+type Case = (&'static str, [(String, Option<&'static str>); 4], String);
+
 #[tokio::test]
 async fn compound_attribute_and_body_keys_deliver_once_per_key() {
     // GIVEN for each key source three messages, the first and third with one key (their
     // bodies differing beyond the key, except for `body`), and later a fourth with that key
-    let cases: [(&str, [(String, Option<&str>); 4], &str); 3] = [
+    let cases: [Case; 3] = [
         (
             "/customerId,/orderId",
             [
@@ -39,7 +42,7 @@ async fn compound_attribute_and_body_keys_deliver_once_per_key() {
                 (order("c-1", "o-1", 5, "c"), None),
                 (order("c-1", "o-1", 5, "d"), None),
             ],
-            r#"["c-1","o-1"]"#,
+            r#"["c-1","o-1"]"#.into(),
         ),
         (
             "attribute:OrderId",
@@ -49,7 +52,7 @@ async fn compound_attribute_and_body_keys_deliver_once_per_key() {
                 ("third".into(), Some("o-1")),
                 ("fourth".into(), Some("o-1")),
             ],
-            "o-1",
+            "o-1".into(),
         ),
         (
             "body",
@@ -59,10 +62,11 @@ async fn compound_attribute_and_body_keys_deliver_once_per_key() {
                 (r#"{"order":1}"#.into(), None),
                 (r#"{"order":1}"#.into(), None),
             ],
-            &redrive_shared::key::sha256_hex(br#"{"order":1}"#, 64),
+            redrive_shared::key::sha256_hex(br#"{"order":1}"#, 64),
         ),
     ];
     for (source, messages, twin_key) in cases {
+        let twin_key = twin_key.as_str();
         let w = World::new(false).await;
         let consumer = w.consumer(w.config(true, &[("IDEMPOTENCY_KEY", source)]));
         let send = |(body, attribute): &(String, Option<&str>)| {

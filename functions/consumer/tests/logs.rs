@@ -101,6 +101,7 @@ async fn pointer_keys_are_logged_as_a_digest_never_raw() {
             expiration_s: now_ms() / 1000 + 3600,
             in_progress_expiration_ms: now_ms() + 600_000,
             token: Some("someone-else".into()),
+            payload_hash: None,
         },
     );
     let config = ConsumerConfig {
