@@ -34,10 +34,10 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
     SendMessageBatchRequestEntry,
 };
-use consumer::aws::{DynamoDbStore, SqsOps};
-use consumer::message::{QueueArn, record_to_event_json};
-use consumer::{Consumer, FailedIds, HttpProcessor};
 use futures_util::future::join_all;
+use redrive_consumer::aws::{DynamoDbStore, SqsOps};
+use redrive_consumer::message::{QueueArn, record_to_event_json};
+use redrive_consumer::{Consumer, FailedIds, HttpProcessor};
 use redrive_shared::config::{DownstreamConfig, Env, RedriverConfig};
 use redrive_shared::sdk::attributes_from_sdk;
 use redrive_tests::{Downstream, Mode, QueueSet, create_idempotency_table, drain_all};
@@ -217,7 +217,7 @@ impl SimSettings {
             .unwrap_or_else(|e| panic!("the simulation's re-driver configuration: {e}"))
     }
 
-    fn consumer_config(&self, table: &str, dlq: &str) -> consumer::ConsumerConfig {
+    fn consumer_config(&self, table: &str, dlq: &str) -> redrive_consumer::ConsumerConfig {
         let retry = self.consumer_retry_seconds.to_string();
         let map: HashMap<&str, String> = [
             ("IDEMPOTENCY_TABLE", table.to_string()),
@@ -228,7 +228,7 @@ impl SimSettings {
             ("RETRY_JITTER", "none".into()),
         ]
         .into();
-        consumer::ConsumerConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
+        redrive_consumer::ConsumerConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
             .unwrap_or_else(|e| panic!("the simulation's consumer configuration: {e}"))
     }
 }
@@ -641,12 +641,12 @@ impl<C: CircuitStore> Rig<C> {
                 .message_system_attribute_names(MessageSystemAttributeName::All)
                 .send()
                 .await;
-            let messages: Vec<consumer::Message> = match out {
+            let messages: Vec<redrive_consumer::Message> = match out {
                 Ok(out) => out
                     .messages
                     .unwrap_or_default()
                     .into_iter()
-                    .map(|m| consumer::Message {
+                    .map(|m| redrive_consumer::Message {
                         attributes: attributes_from_sdk(m.message_attributes.as_ref()),
                         receive_count: m
                             .attributes

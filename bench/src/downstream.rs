@@ -8,7 +8,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use consumer::{Message, ProcessError, Processor};
+use redrive_consumer::{Message, ProcessError, Processor};
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::key::IdempotencyKey;
 

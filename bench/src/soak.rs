@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use consumer::Consumer;
-use consumer::message::record_to_event_json;
-use consumer::ports::{IdempotencyStore, QueueOps};
-use consumer::{FailedIds, Message, Processor};
 use futures_util::future::join_all;
+use redrive_consumer::Consumer;
+use redrive_consumer::message::record_to_event_json;
+use redrive_consumer::ports::{IdempotencyStore, QueueOps};
+use redrive_consumer::{FailedIds, Message, Processor};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
 use redrive_shared::meta::RedriveMeta;
 use redriver::ports::{Alarms, Metrics, Queue};
@@ -379,7 +379,7 @@ pub fn redriver_config(
 
 /// The consumer's configuration in the soak: permanent failures fast-tracked to the DLQ,
 /// transient ones retried after 1 to 4 s.
-pub fn consumer_config(table: &str, dlq: &str) -> consumer::ConsumerConfig {
+pub fn consumer_config(table: &str, dlq: &str) -> redrive_consumer::ConsumerConfig {
     let map: HashMap<&str, String> = [
         ("IDEMPOTENCY_TABLE", table.to_string()),
         ("DLQ_URL", dlq.to_string()),
@@ -388,7 +388,7 @@ pub fn consumer_config(table: &str, dlq: &str) -> consumer::ConsumerConfig {
         ("RETRY_MAX_SECONDS", "4".into()),
     ]
     .into();
-    consumer::ConsumerConfig::from_env(&redrive_shared::config::Env(move |k: &str| {
+    redrive_consumer::ConsumerConfig::from_env(&redrive_shared::config::Env(move |k: &str| {
         map.get(k).cloned()
     }))
     .expect("the soak's consumer configuration is valid")

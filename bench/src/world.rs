@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use consumer::fake::FakeStore;
-use consumer::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
+use redrive_consumer::fake::FakeStore;
+use redrive_consumer::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::Outgoing;
@@ -71,9 +71,9 @@ impl From<Injected> for PortError {
     }
 }
 
-impl From<Injected> for consumer::ports::PortError {
+impl From<Injected> for redrive_consumer::ports::PortError {
     fn from(e: Injected) -> Self {
-        consumer::ports::PortError {
+        redrive_consumer::ports::PortError {
             operation: e.operation,
             code: e.code.into(),
             message: "injected by the soak's fault layer".into(),
@@ -273,8 +273,10 @@ impl World {
 }
 
 /// The fake's error (a request the service rejects) as the consumer's port reports it.
-fn consumer_error(operation: &'static str) -> impl Fn(PortError) -> consumer::ports::PortError {
-    move |e| consumer::ports::PortError {
+fn consumer_error(
+    operation: &'static str,
+) -> impl Fn(PortError) -> redrive_consumer::ports::PortError {
+    move |e| redrive_consumer::ports::PortError {
         operation,
         code: e.code,
         message: e.message,
@@ -412,7 +414,7 @@ impl QueueOps for WorldOps {
         &self,
         name: &str,
         owner_account: &str,
-    ) -> Result<String, consumer::ports::PortError> {
+    ) -> Result<String, redrive_consumer::ports::PortError> {
         let url = world_url(owner_account, name);
         Ok(self.0.call("GetQueueUrl", None, |_, _| url.clone()).await?)
     }
@@ -422,7 +424,7 @@ impl QueueOps for WorldOps {
         queue_url: &str,
         receipt_handle: &str,
         visibility_seconds: u32,
-    ) -> Result<(), consumer::ports::PortError> {
+    ) -> Result<(), redrive_consumer::ports::PortError> {
         let visibility = i32::try_from(visibility_seconds).unwrap_or(i32::MAX);
         let outcome = self
             .0
@@ -433,7 +435,7 @@ impl QueueOps for WorldOps {
             .map_err(consumer_error("ChangeMessageVisibility"))?;
         match outcome.failed.into_iter().next() {
             None => Ok(()),
-            Some(f) => Err(consumer::ports::PortError {
+            Some(f) => Err(redrive_consumer::ports::PortError {
                 operation: "ChangeMessageVisibility",
                 code: f.code,
                 message: f.message,
@@ -445,7 +447,7 @@ impl QueueOps for WorldOps {
         &self,
         queue_url: &str,
         message: &Outgoing,
-    ) -> Result<String, consumer::ports::PortError> {
+    ) -> Result<String, redrive_consumer::ports::PortError> {
         self.0
             .call("SendMessage", None, |sqs, _| {
                 sqs.send_message_now(queue_url, message)
@@ -458,7 +460,7 @@ impl QueueOps for WorldOps {
         &self,
         queue_url: &str,
         receipt_handle: &str,
-    ) -> Result<(), consumer::ports::PortError> {
+    ) -> Result<(), redrive_consumer::ports::PortError> {
         // A stale receipt handle deletes nothing and is no error, as in SQS.
         self.0
             .call("DeleteMessage", None, |sqs, _| {
@@ -500,7 +502,10 @@ impl WorldStore {
 }
 
 impl IdempotencyStore for WorldStore {
-    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, consumer::ports::PortError> {
+    async fn claim(
+        &self,
+        claim: &Claim,
+    ) -> Result<ClaimOutcome, redrive_consumer::ports::PortError> {
         let claim = self.on_world_clock(claim);
         // The store's own call is synchronous underneath: run it inside the attempt.
         let table = &self.table;
@@ -522,7 +527,7 @@ impl IdempotencyStore for WorldStore {
         &self,
         claim: &Claim,
         expiration_s: i64,
-    ) -> Result<(), consumer::ports::PortError> {
+    ) -> Result<(), redrive_consumer::ports::PortError> {
         let mapped = self.on_world_clock(claim);
         let expiration = mapped.expiration_s + (expiration_s - claim.expiration_s);
         let table = &self.table;
@@ -542,7 +547,7 @@ impl IdempotencyStore for WorldStore {
         result?
     }
 
-    async fn release(&self, claim: &Claim) -> Result<(), consumer::ports::PortError> {
+    async fn release(&self, claim: &Claim) -> Result<(), redrive_consumer::ports::PortError> {
         let table = &self.table;
         self.world
             .call("DeleteItem", None, |_, _| {

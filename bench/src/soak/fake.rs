@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use consumer::Consumer;
-use consumer::message::QueueArn;
+use redrive_consumer::Consumer;
+use redrive_consumer::message::QueueArn;
 use redrive_shared::Attributes;
 use redriver::Engine;
 use redriver::fake::FakeCloudWatch;
@@ -57,11 +57,11 @@ impl Emulator for FakeEmulator {
             .collect()
     }
 
-    async fn poll(&self, max: usize, visibility: Duration) -> Vec<consumer::Message> {
+    async fn poll(&self, max: usize, visibility: Duration) -> Vec<redrive_consumer::Message> {
         self.world
             .receive_direct(&self.source, max, visibility)
             .into_iter()
-            .map(|m| consumer::Message {
+            .map(|m| redrive_consumer::Message {
                 message_id: m.message_id,
                 receipt_handle: m.receipt_handle,
                 body: m.body,

@@ -7,10 +7,10 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageSystemAttributeName, SendMessageBatchRequestEntry,
 };
-use consumer::aws::{DynamoDbStore, SqsOps};
-use consumer::message::QueueArn;
-use consumer::{Consumer, HttpProcessor};
 use futures_util::future::join_all;
+use redrive_consumer::aws::{DynamoDbStore, SqsOps};
+use redrive_consumer::message::QueueArn;
+use redrive_consumer::{Consumer, HttpProcessor};
 use redrive_shared::config::DownstreamConfig;
 use redrive_shared::sdk::attributes_from_sdk;
 use redrive_tests::{QueueSet, create_idempotency_table, drain_all, queue_depth};
@@ -76,7 +76,7 @@ impl Emulator for MotoEmulator<'_> {
         ids.into_iter().map(|(_, id)| id).collect()
     }
 
-    async fn poll(&self, max: usize, visibility: Duration) -> Vec<consumer::Message> {
+    async fn poll(&self, max: usize, visibility: Duration) -> Vec<redrive_consumer::Message> {
         let out = self
             .direct
             .receive_message()
@@ -101,7 +101,7 @@ impl Emulator for MotoEmulator<'_> {
                     .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(1);
-                consumer::Message {
+                redrive_consumer::Message {
                     attributes: attributes_from_sdk(m.message_attributes.as_ref()),
                     message_id: m.message_id.unwrap_or_default(),
                     receipt_handle: m.receipt_handle.unwrap_or_default(),

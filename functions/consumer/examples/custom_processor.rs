@@ -3,9 +3,9 @@
 //!
 //! Build it like the shipped binary: `cargo lambda build --release --example custom_processor`.
 
-use consumer::aws::{DynamoDbStore, SqsOps};
-use consumer::{Consumer, IdempotencyKey, Message, ProcessError, Processor};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
+use redrive_consumer::aws::{DynamoDbStore, SqsOps};
+use redrive_consumer::{Consumer, IdempotencyKey, Message, ProcessError, Processor};
 use redrive_shared::config::{ConsumerConfig, Env};
 use serde_json::Value;
 
@@ -38,7 +38,7 @@ impl Processor for ChargePayment {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    consumer::init_logging();
+    redrive_consumer::init_logging();
     // IDEMPOTENCY_TABLE, IDEMPOTENCY_KEY, IDEMPOTENCY_TTL_SECONDS, DLQ_URL, RETRY_*.
     let config = ConsumerConfig::from_env(&Env::process())?;
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;

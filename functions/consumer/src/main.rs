@@ -1,14 +1,14 @@
 //! The consumer Lambda: configuration and clients once at init, then one batch per event.
 
-use consumer::aws::{DynamoDbStore, SqsOps};
-use consumer::{Consumer, HttpProcessor};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
+use redrive_consumer::aws::{DynamoDbStore, SqsOps};
+use redrive_consumer::{Consumer, HttpProcessor};
 use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    consumer::init_logging();
+    redrive_consumer::init_logging();
     // Config errors fail init, naming the variable, before any record is touched.
     let env = Env::process();
     let config = ConsumerConfig::from_env(&env).inspect_err(|e| {

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step};
-use consumer::message::{QueueArn, record_to_event_json};
-use consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
+use redrive_consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step};
+use redrive_consumer::message::{QueueArn, record_to_event_json};
+use redrive_consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{ConsumerConfig, QueueUrl};

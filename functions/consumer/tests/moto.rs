@@ -6,10 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use consumer::aws::DynamoDbStore;
-use consumer::fake::{ScriptedProcessor, Step};
-use consumer::ports::{Claim, ClaimOutcome, IdempotencyStore};
-use consumer::{Consumer, FailedIds, Outcome};
+use redrive_consumer::aws::DynamoDbStore;
+use redrive_consumer::fake::{ScriptedProcessor, Step};
+use redrive_consumer::ports::{Claim, ClaimOutcome, IdempotencyStore};
+use redrive_consumer::{Consumer, FailedIds, Outcome};
 use redrive_shared::MessageAttribute;
 use redrive_shared::backoff::{Backoff, Fixed, Jitter};
 use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
@@ -169,9 +169,9 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry()
     let received = w.receive(1).await;
     let hanging = ScriptedProcessor::new(Step::Hang);
     // A 3 s deadline, so the test waits little for the claim to expire: no start margin.
-    let settings = consumer::Settings {
+    let settings = redrive_consumer::Settings {
         deadline_margin: Duration::ZERO,
-        ..consumer::Settings::default()
+        ..redrive_consumer::Settings::default()
     };
     let crashed = Consumer::with_settings(
         w.store(),
@@ -506,7 +506,7 @@ async fn a_json_pointer_key_that_is_missing_or_a_body_that_is_not_json_fails_tha
     assert_eq!(w.status("p-77").await.as_deref(), Some("COMPLETED"));
 
     // With a DLQ: the same two (sent again) go there, stamped with the key error's code.
-    w.settle(&received, &consumer::BatchResponse::default())
+    w.settle(&received, &redrive_consumer::BatchResponse::default())
         .await; // clear the first round
     w.send(&[
         ("{\"paymentId\":\"p-77\",\"amount\":3}", &[]),
@@ -661,11 +661,11 @@ async fn the_init_warm_up_reads_the_table_and_writes_nothing() {
     let w = World::new(false).await;
     // on the real table: answers, and leaves the table as it was (empty)
     w.store().warm_up().await.expect("the table answers");
-    assert!(w.record(consumer::aws::WARM_UP_KEY).await.is_none());
+    assert!(w.record(redrive_consumer::aws::WARM_UP_KEY).await.is_none());
     let scanned = w.ddb.scan().table_name(&w.table).send().await.unwrap();
     assert_eq!(scanned.count(), 0);
     // on a table that does not exist: an error naming the operation, for init to log
-    let missing = consumer::aws::DynamoDbStore::new(w.ddb.clone(), "no-such-table");
+    let missing = redrive_consumer::aws::DynamoDbStore::new(w.ddb.clone(), "no-such-table");
     let err = missing.warm_up().await.expect_err("no such table");
     assert_eq!(err.operation, "GetItem");
     assert_eq!(err.code, "ResourceNotFoundException");

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
-use consumer::aws::{DynamoDbStore, SqsOps};
-use consumer::{BatchResponse, Consumer, FailedIds, HttpProcessor};
+use redrive_consumer::aws::{DynamoDbStore, SqsOps};
+use redrive_consumer::{BatchResponse, Consumer, FailedIds, HttpProcessor};
 use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
 use redrive_shared::key::{IdempotencyKey, KeySource, derive};
 use redrive_shared::meta::RedriveMeta;
