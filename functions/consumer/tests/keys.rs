@@ -11,8 +11,8 @@ use aws_sdk_dynamodb::types::{
     PointInTimeRecoverySpecification, ScalarAttributeType, TimeToLiveSpecification,
 };
 use common::*;
-use consumer::fake::{ScriptedProcessor, Step};
-use consumer::{Consumer, Outcome};
+use redrive_consumer::fake::{ScriptedProcessor, Step};
+use redrive_consumer::{Consumer, Outcome};
 use redrive_shared::meta::RedriveMeta;
 use redrive_tests::{attr_binary, attr_string, unique_name};
 use serde_json::{Value, json};
@@ -22,7 +22,7 @@ fn order(customer: &str, order: &str, amount: u32, sender: &str) -> String {
         .to_string()
 }
 
-fn outcomes(handled: &consumer::Handled) -> Vec<&'static str> {
+fn outcomes(handled: &redrive_consumer::Handled) -> Vec<&'static str> {
     handled.records.iter().map(|r| r.outcome.as_str()).collect()
 }
 
@@ -396,7 +396,7 @@ async fn the_table_from_the_shipped_snippet_is_the_one_the_store_uses() {
         .and_then(|d| d.attribute_name())
         .unwrap()
         .to_string();
-    assert_eq!(ttl_attribute, consumer::aws::item::EXPIRATION);
+    assert_eq!(ttl_attribute, redrive_consumer::aws::item::EXPIRATION);
 
     // WHEN the consumer claims, completes, finds a duplicate and a payload mismatch on it
     let consumer = w.consumer(w.config(
@@ -437,6 +437,6 @@ async fn the_table_from_the_shipped_snippet_is_the_one_the_store_uses() {
     let key =
         snippet()["Resources"]["IdempotencyTable"]["Properties"]["KeySchema"][0]["AttributeName"]
             .clone();
-    assert_eq!(key, consumer::aws::item::ID);
-    assert!(record.contains_key(consumer::aws::item::ID));
+    assert_eq!(key, redrive_consumer::aws::item::ID);
+    assert!(record.contains_key(redrive_consumer::aws::item::ID));
 }

@@ -229,7 +229,7 @@ async fn the_binary_keys_on_several_fields_and_checks_the_payload() {
     assert_eq!(w.downstream.deliveries(&key("ord-marker-1")), 1);
     assert_eq!(w.downstream.deliveries(&key("ord-marker-2")), 1);
     assert_eq!(w.downstream.total_attempts(), 2);
-    w.settle(&received, &consumer::BatchResponse::default())
+    w.settle(&received, &redrive_consumer::BatchResponse::default())
         .await;
 
     // WHEN the first order comes again for another amount
