@@ -3,8 +3,10 @@
 //!
 //! Per record (standard queues concurrently, FIFO queues in order):
 //! 1. Read the record and its `x-redrive` metadata (total: a garbled value keys on the MessageId).
-//! 2. Derive the idempotency key. A key that cannot be derived is a permanent failure.
-//! 3. Claim the key with one conditional write. COMPLETED: success without a side effect.
+//! 2. Derive the idempotency key (and, with the payload check, the payload's fingerprint). A key
+//!    that cannot be derived is a permanent failure.
+//! 3. Claim the key with one conditional write, under its hash. COMPLETED: success without a
+//!    side effect, unless the payload check finds another payload there (a permanent failure).
 //!    IN_PROGRESS (unexpired): reported failed, retried after the backoff. Store unavailable:
 //!    reported failed, retried after the backoff, nothing processed.
 //! 4. Process. Success: mark COMPLETED (the second and last write of the happy path).
