@@ -8,9 +8,8 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redrive_consumer::{Message, ProcessError, Processor};
+use redrive_consumer::{ProcessError, Processor, RawBody, Record};
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
-use redrive_shared::key::IdempotencyKey;
 
 use crate::loopback::{Answer, Server, respond};
 
@@ -112,8 +111,10 @@ impl Flaky {
 pub struct FlakyProcessor(pub Arc<Flaky>);
 
 impl Processor for FlakyProcessor {
-    async fn process(&self, message: &Message, key: &IdempotencyKey) -> Result<(), ProcessError> {
-        match self.0.deliver(&message.body, Some(key.as_str()), false) {
+    type Output = ();
+
+    async fn process(&self, body: RawBody, record: &Record) -> Result<(), ProcessError> {
+        match self.0.deliver(&body, Some(record.key().as_str()), false) {
             Verdict::Apply => Ok(()),
             Verdict::Unavailable | Verdict::Reset => Err(ProcessError::transient(
                 "HTTP_503",

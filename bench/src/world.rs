@@ -527,6 +527,7 @@ impl IdempotencyStore for WorldStore {
         &self,
         claim: &Claim,
         expiration_s: i64,
+        result: Option<&str>,
     ) -> Result<(), redrive_consumer::ports::PortError> {
         let mapped = self.on_world_clock(claim);
         let expiration = mapped.expiration_s + (expiration_s - claim.expiration_s);
@@ -535,7 +536,7 @@ impl IdempotencyStore for WorldStore {
         let result = self
             .world
             .call_counting("PutItem", None, &mut faults, |_, _| {
-                futures_util::FutureExt::now_or_never(table.complete(&mapped, expiration))
+                futures_util::FutureExt::now_or_never(table.complete(&mapped, expiration, result))
                     .expect("the in-memory table never waits")
             })
             .await;

@@ -41,7 +41,8 @@ use crate::moto::Moto;
 pub fn role_of_binary(binary: &str) -> Option<&'static str> {
     match binary {
         "redriver" => Some("RedriverRole"),
-        "consumer" => Some("ConsumerRole"),
+        // The consumer crate's documented example is a consumer Lambda too.
+        "consumer" | "charge_orders" => Some("ConsumerRole"),
         "archiver" => Some("ArchiverRole"),
         "redrive-workflow" => Some("WorkflowRole"),
         "redrive" => Some(OPERATOR_POLICY),

@@ -22,6 +22,8 @@ pub mod item {
     pub const CLAIM_TOKEN: &str = "claimToken";
     /// The payload's fingerprint, when the payload check is on.
     pub const PAYLOAD_HASH: &str = "payloadHash";
+    /// (COMPLETED only) the processor's output, JSON text, when it returned one.
+    pub const DATA: &str = "data";
     pub const IN_PROGRESS: &str = "IN_PROGRESS";
     pub const COMPLETED: &str = "COMPLETED";
 }
@@ -76,6 +78,7 @@ pub fn outcome_of(record: &HashMap<String, AttributeValue>, token: &str) -> Clai
         .and_then(|v| v.parse::<i64>().ok());
     match status.map(String::as_str) {
         Some(item::COMPLETED) => ClaimOutcome::Completed {
+            result: record.get(item::DATA).and_then(|v| v.as_s().ok()).cloned(),
             payload_hash: record
                 .get(item::PAYLOAD_HASH)
                 .and_then(|v| v.as_s().ok())
@@ -182,8 +185,13 @@ impl IdempotencyStore for DynamoDbStore {
         }
     }
 
-    async fn complete(&self, claim: &Claim, expiration_s: i64) -> Result<(), PortError> {
-        with_payload_hash(self.client.put_item(), claim)
+    async fn complete(
+        &self,
+        claim: &Claim,
+        expiration_s: i64,
+        result: Option<&str>,
+    ) -> Result<(), PortError> {
+        let mut put = with_payload_hash(self.client.put_item(), claim)
             .table_name(&self.table)
             .item(item::ID, s(&claim.key))
             .item(item::STATUS, s(item::COMPLETED))
@@ -191,10 +199,11 @@ impl IdempotencyStore for DynamoDbStore {
             .item(
                 item::IN_PROGRESS_EXPIRATION,
                 n(claim.in_progress_expiration_ms),
-            )
-            .send()
-            .await
-            .map_err(|e| port_error("PutItem", e))?;
+            );
+        if let Some(result) = result {
+            put = put.item(item::DATA, s(result));
+        }
+        put.send().await.map_err(|e| port_error("PutItem", e))?;
         Ok(())
     }
 

@@ -15,10 +15,12 @@
 //!    DLQ), then release.
 
 use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_lambda_events::event::sqs::SqsEvent;
 use futures_util::{FutureExt, StreamExt};
 use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::{JitterRng, MAX_DELAY_SECONDS, os_seeded_rng};
@@ -29,27 +31,72 @@ use redrive_shared::meta::{ErrorClass, LastError, MetaSource, RedriveMeta};
 use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::Value;
 
-use crate::message::{MalformedRecord, Message, parse_record};
+use crate::message::{MalformedRecord, Message, parse_record, read_message};
 use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
-use crate::process::{ProcessError, Processor};
+use crate::process::{BODY_NOT_PARSED, FromBody, ProcessError, Processor, RawBody};
+use crate::record::Record;
 
-/// Knobs that are not part of the contract's configuration.
+/// The largest processor output stored with a COMPLETED record (its JSON text, in bytes). A
+/// larger one is not stored (logged with its size): the record is still COMPLETED, and a
+/// duplicate gets `None`. Every failed claim of the key returns the whole record (and is
+/// charged write units for the larger of the two items), so results are kept small.
+pub const MAX_STORED_RESULT_BYTES: usize = 16 * 1024;
+
+/// Knobs that are not part of the contract's configuration. Built from
+/// [`Settings::default`] with the `with_*` methods.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// Records of a standard queue processed at once.
-    pub max_concurrency: usize,
+    pub(crate) max_concurrency: usize,
+    pub(crate) fallback_claim: Duration,
+    pub(crate) complete_retries: u32,
+    pub(crate) complete_retry_base: Duration,
+    pub(crate) deadline_margin: Duration,
+}
+
+impl Settings {
+    /// Records of a standard queue processed at once (default 10; at least 1).
+    pub fn with_max_concurrency(mut self, records: usize) -> Self {
+        self.max_concurrency = records.max(1);
+        self
+    }
+
     /// How long a claim lasts when the invocation has no usable deadline (a local emulator
-    /// reports one in the past): the longest a Lambda invocation can run.
-    pub fallback_claim: Duration,
+    /// reports one in the past). Default 900 s: the longest a Lambda invocation can run.
+    pub fn with_fallback_claim(mut self, claim: Duration) -> Self {
+        self.fallback_claim = claim;
+        self
+    }
+
     /// Further tries of a COMPLETED write that failed (beyond the SDK's own retries), each
-    /// after twice the previous wait, from `complete_retry_base`, while the claim holds.
-    pub complete_retries: u32,
-    pub complete_retry_base: Duration,
+    /// after twice the previous wait, from `base`, while the claim holds. Default 3 from
+    /// 100 ms.
+    pub fn with_complete_retries(mut self, retries: u32, base: Duration) -> Self {
+        self.complete_retries = retries;
+        self.complete_retry_base = base;
+        self
+    }
+
     /// Time a record needs besides its processing step (claim, COMPLETED write and its
     /// retries, release, visibility change, DLQ copy and delete). A record is started only
     /// while the processor's [`Processor::time_limit`] plus this margin is left before the
-    /// invocation deadline; the others are reported failed untouched.
-    pub deadline_margin: Duration,
+    /// invocation deadline; the others are reported failed untouched. Default 3 s.
+    pub fn with_deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
+    }
+
+    pub fn max_concurrency(&self) -> usize {
+        self.max_concurrency
+    }
+
+    pub fn fallback_claim(&self) -> Duration {
+        self.fallback_claim
+    }
+
+    pub fn deadline_margin(&self) -> Duration {
+        self.deadline_margin
+    }
 }
 
 impl Default for Settings {
@@ -88,6 +135,7 @@ fn item_failure(item_identifier: String) -> BatchItemFailure {
 }
 
 /// What became of one record.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Processed now, and recorded COMPLETED.
@@ -165,14 +213,31 @@ impl Outcome {
 }
 
 /// One record's fate, for logs, tests and callers that want more than the response.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordReport {
     pub message_id: Option<String>,
     pub key: Option<String>,
     pub outcome: Outcome,
+    /// The processor's output as JSON text: the one it just returned (`processed`), or the
+    /// one stored with the COMPLETED record (`duplicate`, twins included). `None` when there
+    /// is none (`()`, too large to store, or another outcome).
+    pub result: Option<String>,
+}
+
+impl RecordReport {
+    fn new(message_id: Option<String>, key: Option<String>, outcome: Outcome) -> Self {
+        Self {
+            message_id,
+            key,
+            outcome,
+            result: None,
+        }
+    }
 }
 
 /// The result of one invocation.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handled {
     pub response: BatchResponse,
@@ -182,10 +247,13 @@ pub struct Handled {
 
 impl Handled {
     pub fn outcome_of(&self, message_id: &str) -> Option<&Outcome> {
+        self.report_of(message_id).map(|r| &r.outcome)
+    }
+
+    pub fn report_of(&self, message_id: &str) -> Option<&RecordReport> {
         self.records
             .iter()
             .find(|r| r.message_id.as_deref() == Some(message_id))
-            .map(|r| &r.outcome)
     }
 }
 
@@ -203,8 +271,12 @@ pub const IN_PROGRESS: &str = "IN_PROGRESS";
 /// Error code of [`Outcome::PayloadMismatch`].
 pub const PAYLOAD_MISMATCH: &str = "IDEMPOTENCY_PAYLOAD_MISMATCH";
 
-/// The idempotent consumer: ports, configuration and per-process caches.
-pub struct Consumer<S, Q, P> {
+/// Error code when the processor's output could not be serialized (logged; not stored).
+const RESULT_NOT_STORED: &str = "RESULT_NOT_STORED";
+
+/// The idempotent consumer: ports, configuration and per-process caches. `T` is what the
+/// processor takes: the body parsed (any `serde::de::DeserializeOwned` type) or [`RawBody`].
+pub struct Consumer<S, Q, P, T = RawBody> {
     store: S,
     queue: Q,
     processor: P,
@@ -212,9 +284,16 @@ pub struct Consumer<S, Q, P> {
     settings: Settings,
     rng: Mutex<JitterRng>,
     queue_urls: Mutex<HashMap<String, String>>,
+    input: PhantomData<fn() -> T>,
 }
 
-impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
+impl<S, Q, P, T> Consumer<S, Q, P, T>
+where
+    S: IdempotencyStore,
+    Q: QueueOps,
+    P: Processor<T>,
+    T: FromBody,
+{
     pub fn new(store: S, queue: Q, processor: P, config: ConsumerConfig) -> Self {
         Self::with_settings(store, queue, processor, config, Settings::default())
     }
@@ -235,6 +314,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             settings,
             rng: Mutex::new(rng),
             queue_urls: Mutex::new(HashMap::new()),
+            input: PhantomData,
         }
     }
 
@@ -254,14 +334,33 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         &self.processor
     }
 
-    /// Handles one SQS event. `deadline_ms` is the invocation's deadline (epoch ms, from the
-    /// Lambda context): an IN_PROGRESS claim lasts until then, and no record is started that
-    /// could not finish before it.
+    /// Handles one SQS event as the Lambda runtime delivers it typed (what [`crate::run`]
+    /// does). `deadline_ms` is the invocation's deadline (epoch ms, `Context::deadline`): an
+    /// IN_PROGRESS claim lasts until then, and no record is started that could not finish
+    /// before it. Each record is read on its own: one without a messageId, receiptHandle or
+    /// body is malformed alone.
+    pub async fn handle_event(&self, event: &SqsEvent, deadline_ms: u64) -> Handled {
+        let records = event.records.iter().map(read_message).collect();
+        self.handle_records(records, deadline_ms).await
+    }
+
+    /// Handles one SQS event given as JSON: each record is read on its own, so that even a
+    /// record that does not fit `aws_lambda_events`' `SqsMessage` fails alone. Fails only when
+    /// the event has no `Records` array (nothing is touched).
     pub async fn handle(&self, event: &Value, deadline_ms: u64) -> Result<Handled, EventError> {
         let records = event
             .get("Records")
             .and_then(Value::as_array)
             .ok_or(EventError("no Records array"))?;
+        let records = records.iter().map(parse_record).collect();
+        Ok(self.handle_records(records, deadline_ms).await)
+    }
+
+    async fn handle_records(
+        &self,
+        records: Vec<Result<Message, MalformedRecord>>,
+        deadline_ms: u64,
+    ) -> Handled {
         let now = now_ms();
         let deadline = i64::try_from(deadline_ms).unwrap_or(i64::MAX);
         let window = if deadline > now {
@@ -281,8 +380,8 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         };
 
         let prepared: Vec<Prepared> = records
-            .iter()
-            .map(|record| self.prepare(parse_record(record)))
+            .into_iter()
+            .map(|record| self.prepare(record))
             .collect();
         let fifo = prepared
             .iter()
@@ -317,10 +416,10 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             fifo,
             "batch handled"
         );
-        Ok(Handled {
+        Handled {
             response,
             records: reports,
-        })
+        }
     }
 
     /// Reads a record's metadata and derives its key: everything that needs no call.
@@ -437,11 +536,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                     outcome = "skipped",
                     "an earlier message of this group failed; not processed"
                 );
-                RecordReport {
-                    message_id,
-                    key: None,
-                    outcome: Outcome::Skipped,
-                }
+                RecordReport::new(message_id, None, Outcome::Skipped)
             } else if let Some(settled) = record
                 .key()
                 .and_then(|k| settled_keys.get(k.as_str()))
@@ -491,11 +586,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                         "record without a messageId cannot be reported; skipped"
                     ),
                 }
-                let report = RecordReport {
-                    message_id: malformed.message_id,
-                    key: None,
-                    outcome: Outcome::Malformed,
-                };
+                let report = RecordReport::new(malformed.message_id, None, Outcome::Malformed);
                 return (report, Settled::unstarted());
             }
             Prepared::Unkeyed { message, .. } | Prepared::Keyed { message, .. }
@@ -506,11 +597,8 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                     outcome = "unstarted",
                     "too little time left before the deadline to finish this record; reported failed untouched"
                 );
-                let report = RecordReport {
-                    message_id: Some(message.message_id.clone()),
-                    key: None,
-                    outcome: Outcome::Unstarted,
-                };
+                let report =
+                    RecordReport::new(Some(message.message_id.clone()), None, Outcome::Unstarted);
                 return (report, Settled::unstarted());
             }
             Prepared::Unkeyed {
@@ -521,7 +609,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                 // Replaying cannot make a key appear: a permanent failure of this record alone.
                 let outcome =
                     Box::pin(self.give_up(&message, &meta, error.code(), &error.to_string())).await;
-                let report = self.finish(&message, &meta, None, outcome);
+                let report = self.finish(&message, &meta, None, outcome, None);
                 return (report, Settled::unstarted());
             }
             Prepared::Keyed {
@@ -537,7 +625,13 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             Box::pin(self.run_keyed(&message, &meta, &key, payload.as_ref(), window.claim_until))
                 .await;
         settled.payload = payload;
-        let report = self.finish(&message, &meta, Some(&key), settled.outcome.clone());
+        let report = self.finish(
+            &message,
+            &meta,
+            Some(&key),
+            settled.outcome.clone(),
+            settled.result.clone(),
+        );
         (report, settled)
     }
 
@@ -558,8 +652,19 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             leader_outcome = settled.outcome.as_str(),
             "a record with the same key in this batch was handled first; taking its outcome"
         );
+        let mut result = None;
         let outcome = match &settled.outcome {
-            Outcome::Processed | Outcome::Duplicate => Outcome::Duplicate,
+            Outcome::Processed | Outcome::Duplicate => {
+                result = settled.result.clone();
+                let record = Record::with_history(
+                    message.clone(),
+                    key.clone(),
+                    meta.original_message_id.clone(),
+                    meta.attempt,
+                );
+                self.tell_duplicate(&record, result.as_deref()).await;
+                Outcome::Duplicate
+            }
             Outcome::InProgress => {
                 self.retry_later(&message, None).await;
                 Outcome::InProgress
@@ -583,7 +688,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             Outcome::Unstarted => Outcome::Unstarted,
             Outcome::Skipped | Outcome::Malformed => Outcome::Skipped,
         };
-        self.finish(&message, &meta, Some(&key), outcome)
+        self.finish(&message, &meta, Some(&key), outcome, result)
     }
 
     /// Logs one record's outcome and makes its report.
@@ -593,6 +698,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         meta: &RedriveMeta,
         key: Option<&IdempotencyKey>,
         outcome: Outcome,
+        result: Option<String>,
     ) -> RecordReport {
         let digest = key.map(|k| key_digest(k.as_str())).unwrap_or_default();
         let code = outcome.code().unwrap_or("");
@@ -623,19 +729,26 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             message_id: Some(message.message_id.clone()),
             key: key.map(|k| k.as_str().to_string()),
             outcome,
+            result,
         }
     }
 
     /// Writes COMPLETED after the side effect, retrying a failed write while the claim holds:
     /// until it lands, a duplicate copy that arrives after the claim expires would repeat the
     /// side effect (with the same `Idempotency-Key`).
-    async fn complete(&self, message: &Message, key: &IdempotencyKey, claim: &Claim) {
+    async fn complete(
+        &self,
+        message: &Message,
+        key: &IdempotencyKey,
+        claim: &Claim,
+        result: Option<&str>,
+    ) {
         let mut wait = self.settings.complete_retry_base;
         let mut tries_left = self.settings.complete_retries;
         loop {
             let Err(e) = self
                 .store
-                .complete(claim, self.expiration_s(now_ms()))
+                .complete(claim, self.expiration_s(now_ms()), result)
                 .await
             else {
                 return;
@@ -688,7 +801,10 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
         };
         match self.store.claim(&claim).await {
             Ok(ClaimOutcome::Claimed) => {}
-            Ok(ClaimOutcome::Completed { payload_hash }) => {
+            Ok(ClaimOutcome::Completed {
+                result,
+                payload_hash,
+            }) => {
                 if payload.is_some_and(|ours| ours.contradicts(payload_hash.as_deref())) {
                     tracing::warn!(
                         message_id = %message.message_id,
@@ -697,7 +813,19 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                     );
                     return self.payload_mismatch(message, meta).await.into();
                 }
-                return Outcome::Duplicate.into();
+                let record = Record::with_history(
+                    message.clone(),
+                    key.clone(),
+                    meta.original_message_id.clone(),
+                    meta.attempt,
+                );
+                self.tell_duplicate(&record, result.as_deref()).await;
+                return Settled {
+                    outcome: Outcome::Duplicate,
+                    error: None,
+                    result,
+                    payload: None,
+                };
             }
             Ok(ClaimOutcome::InProgress { until_ms }) => {
                 tracing::info!(
@@ -729,19 +857,35 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
             }
         }
 
-        let result = AssertUnwindSafe(self.processor.process(message, key))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| {
-                Err(ProcessError::transient(
-                    PROCESSOR_PANIC,
-                    "the processing step panicked",
-                ))
-            });
+        let record = Record::with_history(
+            message.clone(),
+            key.clone(),
+            meta.original_message_id.clone(),
+            meta.attempt,
+        );
+        let result = match T::from_body(&message.body) {
+            Ok(input) => AssertUnwindSafe(self.processor.process(input, &record))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ProcessError::transient(
+                        PROCESSOR_PANIC,
+                        "the processing step panicked",
+                    ))
+                }),
+            // Replaying the same bytes cannot make them parse.
+            Err(reason) => Err(ProcessError::permanent(BODY_NOT_PARSED, reason)),
+        };
         match result {
-            Ok(()) => {
-                self.complete(message, key, &claim).await;
-                Outcome::Processed.into()
+            Ok(output) => {
+                let stored = self.stored_result(message, &output);
+                self.complete(message, key, &claim, stored.as_deref()).await;
+                Settled {
+                    outcome: Outcome::Processed,
+                    error: None,
+                    result: stored,
+                    payload: None,
+                }
             }
             Err(ProcessError::Transient {
                 code,
@@ -773,8 +917,60 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor> Consumer<S, Q, P> {
                     outcome,
                     error: Some(text),
                     payload: None,
+                    result: None,
                 }
             }
+        }
+    }
+
+    /// The output as the JSON text to store: `None` for `null` (`()` and `None` store
+    /// nothing), for an output over [`MAX_STORED_RESULT_BYTES`] and for one that does not
+    /// serialize (both logged, with the size only: an output may hold body content).
+    fn stored_result(&self, message: &Message, output: &P::Output) -> Option<String> {
+        match serde_json::to_string(output) {
+            Ok(text) if text == "null" => None,
+            Ok(text) if text.len() > MAX_STORED_RESULT_BYTES => {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    bytes = text.len(),
+                    limit = MAX_STORED_RESULT_BYTES,
+                    code = RESULT_NOT_STORED,
+                    "the processor's output is too large to store; duplicates will get none"
+                );
+                None
+            }
+            Ok(text) => Some(text),
+            Err(e) => {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    error = %e,
+                    code = RESULT_NOT_STORED,
+                    "the processor's output does not serialize; duplicates will get none"
+                );
+                None
+            }
+        }
+    }
+
+    /// Hands a duplicate its stored output ([`Processor::duplicate`]).
+    async fn tell_duplicate(&self, record: &Record, stored: Option<&str>) {
+        let output = stored.and_then(|text| {
+            serde_json::from_str::<P::Output>(text)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        message_id = %record.message_id(),
+                        error = %crate::process::describe_json_error(e),
+                        "the stored result no longer parses as the processor's output; the duplicate gets none"
+                    )
+                })
+                .ok()
+        });
+        let hook = AssertUnwindSafe(self.processor.duplicate(output, record)).catch_unwind();
+        if hook.await.is_err() {
+            tracing::error!(
+                message_id = %record.message_id(),
+                "the processor's duplicate hook panicked; the record is still a duplicate"
+            );
         }
     }
 
@@ -1059,6 +1255,8 @@ struct Settled {
     outcome: Outcome,
     /// The permanent failure's text, for the twins' `lastError` stamps.
     error: Option<String>,
+    /// The stored output (JSON text), for the twins of a success.
+    result: Option<String>,
     /// The first record's payload fingerprint (payload check on).
     payload: Option<PayloadHash>,
 }
@@ -1081,6 +1279,7 @@ impl From<Outcome> for Settled {
             outcome,
             error: None,
             payload: None,
+            result: None,
         }
     }
 }

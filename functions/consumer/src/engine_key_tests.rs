@@ -318,6 +318,7 @@ async fn records_that_cannot_be_compared_are_duplicates() {
         in_progress_expiration_ms: now_ms(),
         token: None,
         payload_hash,
+        result: None,
     };
     store.insert(&id_of_key("o-1"), completed(None));
     let other_definition = redrive_shared::key::PayloadSource::parse("/amount,/currency")
@@ -375,6 +376,7 @@ async fn a_different_payload_under_an_in_progress_key_is_retried_not_failed() {
             in_progress_expiration_ms: now_ms() + 600_000,
             token: Some("theirs".into()),
             payload_hash: Some(theirs.to_string()),
+            result: None,
         },
     );
     let c = consumer(&store, &queue, &processor, config);

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use redrive_shared::key::IdempotencyKey;
 use redrive_shared::limits::Outgoing;
+use serde_json::Value;
 
-use crate::message::Message;
 use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, PortError, QueueOps};
-use crate::process::{ProcessError, Processor};
+use crate::process::{ProcessError, Processor, RawBody};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -43,6 +43,8 @@ pub struct Record {
     pub token: Option<String>,
     /// `payloadHash`, when the payload check is on.
     pub payload_hash: Option<String>,
+    /// (COMPLETED) the processor's output, JSON text.
+    pub result: Option<String>,
 }
 
 /// Calls per operation.
@@ -82,6 +84,15 @@ impl FakeStore {
     /// The record whose `id` is `id` ([`IdempotencyKey::record_id`] of a key).
     pub fn record(&self, id: &str) -> Option<Record> {
         lock(&self.records).get(id).cloned()
+    }
+
+    /// The record of an idempotency key, for a consumer without a namespace (the table holds
+    /// [`IdempotencyKey::record_id`], the key's hash).
+    pub fn record_of_key(&self, key: &str) -> Option<Record> {
+        let id = IdempotencyKey::try_from(key.to_string())
+            .ok()?
+            .record_id(None);
+        self.record(&id)
     }
 
     /// Every record id in the table.
@@ -152,6 +163,7 @@ impl IdempotencyStore for FakeStore {
             return Ok(match r.status {
                 Status::Completed => ClaimOutcome::Completed {
                     payload_hash: r.payload_hash.clone(),
+                    result: r.result.clone(),
                 },
                 // The same claim again (its first reply was lost): it is ours.
                 Status::InProgress if r.token.as_deref() == Some(claim.token.as_str()) => {
@@ -170,6 +182,7 @@ impl IdempotencyStore for FakeStore {
                 in_progress_expiration_ms: claim.in_progress_expiration_ms,
                 token: Some(claim.token.clone()),
                 payload_hash: claim.payload_hash.clone(),
+                result: None,
             },
         );
         let mut lost = lock(&self.lost_claim_replies);
@@ -180,7 +193,12 @@ impl IdempotencyStore for FakeStore {
         Ok(ClaimOutcome::Claimed)
     }
 
-    async fn complete(&self, claim: &Claim, expiration_s: i64) -> Result<(), PortError> {
+    async fn complete(
+        &self,
+        claim: &Claim,
+        expiration_s: i64,
+        result: Option<&str>,
+    ) -> Result<(), PortError> {
         self.calls.complete.fetch_add(1, Ordering::SeqCst);
         self.fault("complete")?;
         lock(&self.records).insert(
@@ -191,6 +209,7 @@ impl IdempotencyStore for FakeStore {
                 in_progress_expiration_ms: claim.in_progress_expiration_ms,
                 token: None,
                 payload_hash: claim.payload_hash.clone(),
+                result: result.map(str::to_string),
             },
         );
         Ok(())
@@ -356,7 +375,10 @@ impl QueueOps for FakeQueue {
 /// What a [`ScriptedProcessor`] does for one call.
 #[derive(Debug, Clone)]
 pub enum Step {
+    /// Success with no output (nothing stored).
     Succeed,
+    /// Success with this output (stored with the COMPLETED record).
+    Return(Value),
     Fail(ProcessError),
     /// Never returns: an invocation that crashed or timed out mid-way.
     Hang,
@@ -375,6 +397,7 @@ pub struct ScriptedProcessor {
     pub time_limit: Option<Duration>,
     calls: Mutex<HashMap<String, u32>>,
     effects: Mutex<HashMap<String, u32>>,
+    duplicates: Mutex<Vec<(String, Option<Value>)>>,
 }
 
 impl Default for ScriptedProcessor {
@@ -392,6 +415,7 @@ impl ScriptedProcessor {
             time_limit: None,
             calls: Mutex::default(),
             effects: Mutex::default(),
+            duplicates: Mutex::default(),
         }
     }
 
@@ -431,31 +455,60 @@ impl ScriptedProcessor {
     pub fn total_calls(&self) -> u32 {
         lock(&self.calls).values().sum()
     }
-}
 
-impl Processor for ScriptedProcessor {
-    async fn process(&self, _message: &Message, key: &IdempotencyKey) -> Result<(), ProcessError> {
-        *lock(&self.calls)
-            .entry(key.as_str().to_string())
-            .or_default() += 1;
+    /// Every [`Processor::duplicate`] call, in order: (message id, the stored output).
+    pub fn duplicates(&self) -> Vec<(String, Option<Value>)> {
+        lock(&self.duplicates).clone()
+    }
+
+    async fn run(&self, key: &str) -> Result<Value, ProcessError> {
+        *lock(&self.calls).entry(key.to_string()).or_default() += 1;
         let step = lock(&self.script)
-            .get_mut(key.as_str())
+            .get_mut(key)
             .and_then(VecDeque::pop_front)
             .unwrap_or_else(|| lock(&self.default).clone());
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
-        match step {
-            Step::Succeed => {
-                *lock(&self.effects)
-                    .entry(key.as_str().to_string())
-                    .or_default() += 1;
-                Ok(())
-            }
-            Step::Fail(e) => Err(e),
+        let output = match step {
+            Step::Succeed => Value::Null,
+            Step::Return(value) => value,
+            Step::Fail(e) => return Err(e),
             Step::Hang => std::future::pending().await,
             Step::Panic => panic!("scripted panic in the processing step"),
-        }
+        };
+        *lock(&self.effects).entry(key.to_string()).or_default() += 1;
+        Ok(output)
+    }
+}
+
+/// The output is a JSON value: `null` ([`Step::Succeed`]) stores nothing.
+impl Processor<RawBody> for ScriptedProcessor {
+    type Output = Value;
+
+    async fn process(&self, _body: RawBody, record: &crate::Record) -> Result<Value, ProcessError> {
+        self.run(record.key().as_str()).await
+    }
+
+    async fn duplicate(&self, stored: Option<Value>, record: &crate::Record) {
+        lock(&self.duplicates).push((record.message_id().to_string(), stored));
+    }
+
+    fn time_limit(&self) -> Option<Duration> {
+        self.time_limit
+    }
+}
+
+/// So that a test keeps the processor to count its calls.
+impl Processor<RawBody> for &ScriptedProcessor {
+    type Output = Value;
+
+    async fn process(&self, body: RawBody, record: &crate::Record) -> Result<Value, ProcessError> {
+        (**self).process(body, record).await
+    }
+
+    async fn duplicate(&self, stored: Option<Value>, record: &crate::Record) {
+        (**self).duplicate(stored, record).await
     }
 
     fn time_limit(&self) -> Option<Duration> {

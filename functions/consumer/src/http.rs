@@ -17,11 +17,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redrive_shared::backoff::MAX_DELAY_SECONDS;
 use redrive_shared::config::DownstreamConfig;
-use redrive_shared::key::IdempotencyKey;
 use redrive_shared::timefmt::millis_from_rfc3339;
 
-use crate::message::Message;
-use crate::process::{ProcessError, Processor};
+use crate::process::{ProcessError, Processor, RawBody};
+use crate::record::Record;
 
 /// The header carrying the idempotency key to the downstream.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
@@ -70,9 +69,13 @@ impl HttpProcessor {
     }
 }
 
-impl Processor for HttpProcessor {
-    async fn process(&self, message: &Message, key: &IdempotencyKey) -> Result<(), ProcessError> {
-        let content_type = if serde_json::from_str::<serde::de::IgnoredAny>(&message.body).is_ok() {
+/// The body as it is (not necessarily JSON); nothing is stored with the COMPLETED record.
+impl Processor<RawBody> for HttpProcessor {
+    type Output = ();
+
+    async fn process(&self, body: RawBody, record: &Record) -> Result<(), ProcessError> {
+        let key = record.key();
+        let content_type = if serde_json::from_str::<serde::de::IgnoredAny>(&body).is_ok() {
             "application/json"
         } else {
             "text/plain; charset=utf-8"
@@ -88,7 +91,7 @@ impl Processor for HttpProcessor {
             .post(self.url.clone())
             .header(IDEMPOTENCY_KEY_HEADER, key_header)
             .header(reqwest::header::CONTENT_TYPE, content_type)
-            .body(message.body.clone())
+            .body(body.into_string())
             .send()
             .await;
         match response {
@@ -273,6 +276,8 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Message;
+    use redrive_shared::key::IdempotencyKey;
 
     // 1994-11-06T08:49:37Z
     const RFC_EXAMPLE_MS: i64 = 784_111_777_000;
@@ -395,6 +400,11 @@ mod tests {
         IdempotencyKey::try_from(k.to_string()).unwrap()
     }
 
+    async fn deliver(http: &HttpProcessor, body: &str, k: &str) -> Result<(), ProcessError> {
+        let record = Record::new(message(body), key(k));
+        http.process(RawBody(body.to_string()), &record).await
+    }
+
     fn processor(url: String, timeout_secs: u64) -> HttpProcessor {
         HttpProcessor::new(&DownstreamConfig {
             url,
@@ -410,9 +420,7 @@ mod tests {
         let http = processor(downstream.url(), 1);
 
         // 2xx: the body as is, the key in the header.
-        http.process(&message("{\"a\":1}"), &key("k-1"))
-            .await
-            .unwrap();
+        deliver(&http, "{\"a\":1}", "k-1").await.unwrap();
         let sent = &downstream.requests()[0];
         assert_eq!(sent.method, "POST");
         assert_eq!(sent.body_text(), "{\"a\":1}");
@@ -423,7 +431,7 @@ mod tests {
             retry_after_secs: 7,
         });
         assert_eq!(
-            http.process(&message("x"), &key("k-2")).await,
+            deliver(&http, "x", "k-2").await,
             Err(ProcessError::Transient {
                 code: "HTTP_429".into(),
                 message: "downstream answered 429".into(),
@@ -431,25 +439,22 @@ mod tests {
             })
         );
         downstream.set_mode(Mode::Status(503));
-        let err = http.process(&message("x"), &key("k-3")).await.unwrap_err();
+        let err = deliver(&http, "x", "k-3").await.unwrap_err();
         assert_eq!((err.code(), err.is_permanent()), ("HTTP_503", false));
         downstream.set_mode(Mode::Status(400));
-        let err = http.process(&message("x"), &key("k-4")).await.unwrap_err();
+        let err = deliver(&http, "x", "k-4").await.unwrap_err();
         assert_eq!((err.code(), err.is_permanent()), ("HTTP_400", true));
 
         // Slower than the timeout: transient.
         downstream.set_mode(Mode::Slow(Duration::from_secs(3)));
-        let err = http.process(&message("x"), &key("k-5")).await.unwrap_err();
+        let err = deliver(&http, "x", "k-5").await.unwrap_err();
         assert_eq!((err.code(), err.is_permanent()), ("HTTP_TIMEOUT", false));
 
         // Nobody listening: transient.
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/deliver", closed.local_addr().unwrap());
         drop(closed);
-        let err = processor(url, 1)
-            .process(&message("x"), &key("k-6"))
-            .await
-            .unwrap_err();
+        let err = deliver(&processor(url, 1), "x", "k-6").await.unwrap_err();
         assert_eq!((err.code(), err.is_permanent()), ("HTTP_CONNECT", false));
     }
 
@@ -464,10 +469,7 @@ mod tests {
         drop(closed);
 
         // WHEN a delivery fails to connect
-        let err = processor(url, 1)
-            .process(&message("x"), &key("k-1"))
-            .await
-            .unwrap_err();
+        let err = deliver(&processor(url, 1), "x", "k-1").await.unwrap_err();
 
         // THEN its text (logged, and stamped into lastError) keeps none of them
         let text = err.to_string();
@@ -548,7 +550,7 @@ mod tests {
         let (url, server) = huge_answer_server(total);
 
         // WHEN a message is delivered
-        let result = processor(url, 60).process(&message("x"), &key("k-1")).await;
+        let result = deliver(&processor(url, 60), "x", "k-1").await;
 
         // THEN it succeeded on the status, and the client stopped reading early: the server
         // wrote no more than the socket buffers hold beyond the cap
@@ -568,7 +570,7 @@ mod tests {
         let downstream = Downstream::start().await;
         let http = processor(downstream.url(), 1);
         for bad in ["line\nbreak", "carriage\rreturn", "nul\0", "del\u{7f}"] {
-            let err = http.process(&message("x"), &key(bad)).await.unwrap_err();
+            let err = deliver(&http, "x", bad).await.unwrap_err();
             assert_eq!(
                 (err.code(), err.is_permanent()),
                 (KEY_NOT_HEADER_VALUE, true),
@@ -577,9 +579,7 @@ mod tests {
         }
         assert!(downstream.requests().is_empty(), "nothing was sent");
         // A printable key still goes through.
-        http.process(&message("x"), &key("ok key-1:/+="))
-            .await
-            .unwrap();
+        deliver(&http, "x", "ok key-1:/+=").await.unwrap();
     }
 
     #[test]

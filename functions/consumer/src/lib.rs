@@ -1,5 +1,10 @@
-//! The idempotent SQS consumer: the Rust counterpart of Powertools' idempotency and
-//! partial-batch utilities, built for redrive.
+//! The idempotent SQS consumer for AWS Lambda: the Rust counterpart of Powertools'
+//! idempotency and partial-batch utilities.
+//!
+//! A whole Lambda, with your processing of a typed body (this is `examples/charge_orders.rs`,
+//! which the tests run under `cargo lambda watch`):
+//!
+#![doc = concat!("```no_run\n", include_str!("../examples/charge_orders.rs"), "```")]
 //!
 //! - Idempotency keyed on a value that survives a redrive (`originalMessageId` from the
 //!   `x-redrive` attribute), on the body's digest, or on fields of the message (JSON pointers
@@ -12,30 +17,47 @@
 //! - Partial batch responses: each record is read and handled on its own; transient failures
 //!   are retried after the shared backoff (ChangeMessageVisibility), permanent ones are
 //!   fast-tracked to the DLQ with a `lastError` stamp so that the re-driver isolates them.
+//! - The processor's output is stored with the COMPLETED record and handed back to duplicates
+//!   ([`Processor::duplicate`]).
 //!
-//! Plug in your own side effect by implementing [`Processor`]; the shipped binary uses
-//! [`HttpProcessor`]. See `README.md` for an example.
+//! Features: `runtime` (default: [`run`] and [`Runner`], with `dynamodb`), `dynamodb` (the
+//! built-in [`aws::DynamoDbStore`] and [`aws::SqsOps`]), `http` (the shipped
+//! [`HttpProcessor`], reqwest), `fake` (in-memory fakes of the ports for your tests).
+//! See `README.md` for the configuration, the table and every outcome.
 
+#[cfg(feature = "dynamodb")]
 pub mod aws;
 pub mod engine;
+#[cfg(feature = "fake")]
 pub mod fake;
+#[cfg(feature = "http")]
 pub mod http;
 pub mod message;
 pub mod ports;
 pub mod process;
+pub mod record;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 
 pub use engine::{
-    BatchItemFailure, BatchResponse, Consumer, EventError, FailedIds, Handled, Outcome, Settings,
-    key_digest,
+    BatchItemFailure, BatchResponse, Consumer, EventError, FailedIds, Handled,
+    MAX_STORED_RESULT_BYTES, Outcome, RecordReport, Settings, key_digest,
 };
+#[cfg(feature = "http")]
 pub use http::HttpProcessor;
+#[cfg(feature = "runtime")]
+pub use lambda_runtime::Error;
 pub use message::Message;
-pub use process::{ProcessError, Processor};
+pub use process::{BODY_NOT_PARSED, FromBody, ProcessError, Processor, RawBody};
+pub use record::Record;
 pub use redrive_shared::config::ConsumerConfig;
 pub use redrive_shared::key::IdempotencyKey;
+#[cfg(feature = "runtime")]
+pub use runtime::{Runner, deadline_ms, run};
 
 /// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
-/// no code path logs one.
+/// no code path logs one. [`run`] calls it.
+#[cfg(feature = "runtime")]
 pub fn init_logging() {
     redrive_shared::logging::init_json_logging("info", false);
 }

@@ -87,6 +87,27 @@ pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
         .and_then(|a| a.get("MessageGroupId"))
         .and_then(Value::as_str)
         .map(str::to_string);
+    if message_id.is_none() {
+        return Err(MalformedRecord {
+            message_id,
+            group_id,
+            reason: "no messageId".into(),
+        });
+    }
+    let sqs = SqsMessage::deserialize(record).map_err(|e| MalformedRecord {
+        message_id,
+        group_id,
+        reason: mismatch(record, &e),
+    })?;
+    read_message(&sqs)
+}
+
+/// Reads one record of a typed `SqsEvent`: a record without a messageId, receiptHandle or
+/// body, or with an attribute, receive count or source ARN that cannot be read, is malformed
+/// on its own (the MessageId kept when it has one, so that it is still reported).
+pub fn read_message(sqs: &SqsMessage) -> Result<Message, MalformedRecord> {
+    let message_id = sqs.message_id.clone().filter(|id| !id.is_empty());
+    let group_id = sqs.attributes.get("MessageGroupId").cloned();
     let malformed = |reason: String| MalformedRecord {
         message_id: message_id.clone(),
         group_id: group_id.clone(),
@@ -95,12 +116,11 @@ pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
     let Some(id) = message_id.clone() else {
         return Err(malformed("no messageId".into()));
     };
-    let sqs = SqsMessage::deserialize(record).map_err(|e| malformed(mismatch(record, &e)))?;
-    let receipt_handle = match sqs.receipt_handle {
-        Some(h) if !h.is_empty() => h,
+    let receipt_handle = match &sqs.receipt_handle {
+        Some(h) if !h.is_empty() => h.clone(),
         _ => return Err(malformed("no receiptHandle".into())),
     };
-    let Some(body) = sqs.body else {
+    let Some(body) = sqs.body.clone() else {
         return Err(malformed("no string body".into()));
     };
     let receive_count = match sqs.attributes.get("ApproximateReceiveCount") {
@@ -111,15 +131,15 @@ pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
             .map_err(|_| malformed(format!("ApproximateReceiveCount {v:?} is not a count")))?,
     };
     let mut attributes = Attributes::new();
-    for (name, value) in sqs.message_attributes {
-        let attribute = convert_attribute(value)
+    for (name, value) in &sqs.message_attributes {
+        let attribute = convert_attribute(value.clone())
             .map_err(|why| malformed(format!("message attribute {name:?}: {why}")))?;
-        attributes.insert(name, attribute);
+        attributes.insert(name.clone(), attribute);
     }
-    let source = match sqs.event_source_arn {
+    let source = match &sqs.event_source_arn {
         None => None,
         Some(arn) => Some(
-            QueueArn::parse(&arn)
+            QueueArn::parse(arn)
                 .ok_or_else(|| malformed(format!("eventSourceARN {arn:?} is not an SQS ARN")))?,
         ),
     };

@@ -39,13 +39,18 @@ pub struct Claim {
 }
 
 /// What a claim found.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The key is ours: an IN_PROGRESS record carrying our token was written.
     Claimed,
-    /// The side effect already happened (an unexpired COMPLETED record), for the payload
-    /// fingerprinted by `payload_hash` when the record has one.
-    Completed { payload_hash: Option<String> },
+    /// The side effect already happened (an unexpired COMPLETED record). `result`: the
+    /// processor's output stored with it (JSON text), if any; `payload_hash`: the fingerprint of
+    /// the payload it was processed for, when the record has one (payload check).
+    Completed {
+        result: Option<String>,
+        payload_hash: Option<String>,
+    },
     /// Another invocation holds the key until `until_ms` (epoch ms, when known).
     InProgress { until_ms: Option<i64> },
 }
@@ -57,11 +62,13 @@ pub trait IdempotencyStore: Sync {
     fn claim(&self, claim: &Claim) -> impl Future<Output = Result<ClaimOutcome, PortError>> + Send;
 
     /// Marks the key COMPLETED (expiring at `expiration_s`), whoever holds it now: the side
-    /// effect happened.
+    /// effect happened. `result` (the processor's output as JSON text, at most
+    /// [`crate::MAX_STORED_RESULT_BYTES`]) is stored with it, for later claims of the key.
     fn complete(
         &self,
         claim: &Claim,
         expiration_s: i64,
+        result: Option<&str>,
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 
     /// Deletes the record if it is still this claim's IN_PROGRESS record; a record that is
@@ -110,8 +117,9 @@ impl<T: IdempotencyStore + Send> IdempotencyStore for &T {
         &self,
         claim: &Claim,
         expiration_s: i64,
+        result: Option<&str>,
     ) -> impl Future<Output = Result<(), PortError>> + Send {
-        (**self).complete(claim, expiration_s)
+        (**self).complete(claim, expiration_s, result)
     }
     fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), PortError>> + Send {
         (**self).release(claim)

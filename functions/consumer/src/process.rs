@@ -1,20 +1,29 @@
 //! The processing step: the side effect the idempotency layer protects. Implement
-//! [`Processor`] to plug in your own; the shipped binary uses [`crate::http::HttpProcessor`].
+//! [`Processor`] for a type of your own, or pass a closure; the shipped binary uses
+//! [`crate::http::HttpProcessor`] (feature `http`).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use redrive_shared::key::IdempotencyKey;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use crate::message::Message;
+use crate::record::Record;
+
+/// Error code of a body that does not parse as the processor's input type: a permanent
+/// failure (replaying the same bytes cannot make them parse).
+pub const BODY_NOT_PARSED: &str = "BODY_NOT_PARSED";
 
 /// Why processing one message failed, and so what happens to it.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessError {
     /// Worth another try later: the record is released, the message's visibility is set to
     /// `retry_after` (capped at 900 s) or else the retry backoff for its receive count, and it
     /// is reported in `batchItemFailures`.
     #[error("transient failure {code}: {message}")]
+    #[non_exhaustive]
     Transient {
         code: String,
         message: String,
@@ -23,6 +32,7 @@ pub enum ProcessError {
     /// Replaying cannot succeed: with `DLQ_URL` set, a copy stamped with `lastError` goes to
     /// the DLQ and the original is deleted; without it, the message is reported as failed.
     #[error("permanent failure {code}: {message}")]
+    #[non_exhaustive]
     Permanent { code: String, message: String },
 }
 
@@ -61,26 +71,164 @@ impl ProcessError {
         }
     }
 
+    /// The failure's text (stamped into `lastError`, at most 256 characters of it).
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Transient { message, .. } | Self::Permanent { message, .. } => message,
+        }
+    }
+
     pub fn is_permanent(&self) -> bool {
         matches!(self, Self::Permanent { .. })
     }
+
+    /// The delay a transient failure asked for.
+    pub fn retry_delay(&self) -> Option<Duration> {
+        match self {
+            Self::Transient { retry_after, .. } => *retry_after,
+            Self::Permanent { .. } => None,
+        }
+    }
 }
 
-/// The side effect of one message. Called at most once per key at a time, and not again once
-/// it returned `Ok` for that key (until the record expires after `IDEMPOTENCY_TTL_SECONDS`).
+/// The message body as SQS delivered it, unparsed: the input of a processor that wants the
+/// string (the body need not be JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RawBody(pub String);
+
+impl RawBody {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl std::ops::Deref for RawBody {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// How a message body becomes a processor's input. Every `serde::de::DeserializeOwned` type is
+/// read as JSON; [`RawBody`] is the string as it is. Implement it for a format of your own.
+pub trait FromBody: Sized + Send {
+    /// `Err` holds the reason, which must never quote the body (it is logged and stamped into
+    /// the DLQ copy's `lastError`).
+    fn from_body(body: &str) -> Result<Self, String>;
+}
+
+impl<T: DeserializeOwned + Send> FromBody for T {
+    fn from_body(body: &str) -> Result<Self, String> {
+        serde_json::from_str(body).map_err(|e| describe_json_error(&e))
+    }
+}
+
+impl FromBody for RawBody {
+    fn from_body(body: &str) -> Result<Self, String> {
+        Ok(RawBody(body.to_string()))
+    }
+}
+
+/// serde_json's error without what it quotes from the input: "invalid type: string \"4111...\",
+/// expected u64" names the value it met, which is body content (a card number, an e-mail).
+/// Kept: the kind of value, what was expected, missing and duplicate field names (the type's
+/// own), line and column.
+pub fn describe_json_error(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    let core = text.strip_suffix(&position).unwrap_or(&text);
+    let core = match e.classify() {
+        Category::Data => redact_unexpected(core),
+        // Syntax and end-of-input messages name the grammar, never the input.
+        Category::Syntax | Category::Eof | Category::Io => core.to_string(),
+    };
+    if e.line() == 0 {
+        format!("the body does not parse: {core}")
+    } else {
+        format!("the body does not parse: {core}{position}")
+    }
+}
+
+/// `invalid type: string "x", expected u64` -> `invalid type: string, expected u64`;
+/// `unknown variant `x`, expected ...` -> `unknown variant, expected ...`; the same for
+/// `invalid value` and `unknown field`. Any other data error (a custom message of a
+/// `Deserialize` impl) is reduced to its first clause without quotes.
+fn redact_unexpected(message: &str) -> String {
+    let (head, expected) = match message.find(", expected") {
+        Some(i) => (&message[..i], &message[i..]),
+        None => (message, ""),
+    };
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(found) = head.strip_prefix(prefix) {
+            // "string \"x\"", "integer `5`", "map": the kind is what precedes the quote.
+            let kind = found.split(['`', '"']).next().unwrap_or("").trim();
+            return format!("{prefix}{kind}{expected}");
+        }
+    }
+    for prefix in ["unknown variant", "unknown field"] {
+        if head.starts_with(prefix) {
+            return format!("{prefix}{expected}");
+        }
+    }
+    if head.starts_with("missing field") || head.starts_with("duplicate field") {
+        // The field name is the type's own, not the body's.
+        return message.to_string();
+    }
+    if head.starts_with("invalid length") {
+        return message.to_string();
+    }
+    "the body does not fit the input type".to_string()
+}
+
+/// The side effect of one message, with the body parsed as `T` (any
+/// `serde::de::DeserializeOwned` type, read as JSON, or [`RawBody`] for the string).
+///
+/// Called at most once per key at a time, and not again once it returned `Ok` for that key
+/// (until the record expires after `IDEMPOTENCY_TTL_SECONDS`). A body that does not parse as
+/// `T` is a permanent failure with code [`BODY_NOT_PARSED`]; the processor is not called.
 ///
 /// A crash or timeout after the side effect but before the success is recorded can still
-/// repeat it once the claim's `inProgressExpiration` passed: pass `key` on to the downstream
-/// (the shipped HTTP step sends it as `Idempotency-Key`) so that it can drop that repeat too.
+/// repeat it once the claim's `inProgressExpiration` passed: pass [`Record::key`] on to the
+/// downstream (the shipped HTTP step sends it as `Idempotency-Key`) so that it can drop that
+/// repeat too.
+///
+/// The [`Processor::Output`] is stored with the COMPLETED record (as JSON, up to
+/// [`crate::MAX_STORED_RESULT_BYTES`]) and handed to [`Processor::duplicate`] when the same key
+/// comes again; `()` stores nothing.
 ///
 /// Implementations must not panic: a panic is caught and treated as a transient failure, but
 /// a build with `panic = "abort"` would lose the whole batch.
-pub trait Processor: Sync {
+///
+/// Closures implement it: `|order: Order, record: Record| async move { ... }` returning
+/// `Result<Output, ProcessError>`.
+pub trait Processor<T = RawBody>: Sync {
+    /// What a success returns; stored, and given back to duplicates.
+    type Output: Serialize + DeserializeOwned + Send;
+
     fn process(
         &self,
-        message: &Message,
-        key: &IdempotencyKey,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+        input: T,
+        record: &Record,
+    ) -> impl Future<Output = Result<Self::Output, ProcessError>> + Send;
+
+    /// Called for a record whose key is already COMPLETED (a later delivery, a redriven copy,
+    /// or a twin in the same batch), instead of [`Processor::process`]: `stored` is the output
+    /// the first success returned, `None` when nothing was stored (`()`, an output over
+    /// [`crate::MAX_STORED_RESULT_BYTES`], a record written without one, or one that no longer
+    /// parses as `Output`). The record is a success either way. Default: nothing.
+    fn duplicate(
+        &self,
+        stored: Option<Self::Output>,
+        record: &Record,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (stored, record);
+        async {}
+    }
 
     /// The longest one call can take (the shipped HTTP step: its request timeout). The engine
     /// does not start a record when less than this plus [`crate::Settings::deadline_margin`]
@@ -90,16 +238,102 @@ pub trait Processor: Sync {
     }
 }
 
-impl<T: Processor> Processor for &T {
+impl<F, T, O, Fut> Processor<T> for F
+where
+    F: Fn(T, Record) -> Fut + Sync,
+    Fut: Future<Output = Result<O, ProcessError>> + Send,
+    T: FromBody,
+    O: Serialize + DeserializeOwned + Send,
+{
+    type Output = O;
+
     fn process(
         &self,
-        message: &Message,
-        key: &IdempotencyKey,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send {
-        (**self).process(message, key)
+        input: T,
+        record: &Record,
+    ) -> impl Future<Output = Result<O, ProcessError>> + Send {
+        self(input, record.clone())
+    }
+}
+
+impl<T, P: Processor<T> + Send> Processor<T> for Arc<P> {
+    type Output = P::Output;
+
+    fn process(
+        &self,
+        input: T,
+        record: &Record,
+    ) -> impl Future<Output = Result<Self::Output, ProcessError>> + Send {
+        (**self).process(input, record)
+    }
+
+    fn duplicate(
+        &self,
+        stored: Option<Self::Output>,
+        record: &Record,
+    ) -> impl Future<Output = ()> + Send {
+        (**self).duplicate(stored, record)
     }
 
     fn time_limit(&self) -> Option<Duration> {
         (**self).time_limit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Order {
+        order_id: String,
+        amount_cents: u64,
+        kind: Kind,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Kind {
+        Card,
+    }
+
+    #[test]
+    fn a_body_that_does_not_parse_is_described_without_its_content() {
+        for (body, named) in [
+            (
+                r#"{"order_id":"o-1","amount_cents":"4111111111111111","kind":"card"}"#,
+                "invalid type: string, expected u64",
+            ),
+            (
+                r#"{"order_id":"o-1","amount_cents":1,"kind":"secret-kind"}"#,
+                "unknown variant, expected `card`",
+            ),
+            (
+                r#"{"order_id":"o-1","kind":"card"}"#,
+                "missing field `amount_cents`",
+            ),
+            ("alice@example.com", "expected value"),
+            (r#"{"order_id":"o-1""#, "EOF while parsing"),
+            (
+                r#"[-4111111111111111]"#,
+                "invalid type: integer, expected a string",
+            ),
+        ] {
+            let reason = Order::from_body(body).unwrap_err();
+            assert!(reason.contains(named), "{reason:?} should name {named:?}");
+            for secret in ["4111111111111111", "secret-kind", "alice", "o-1"] {
+                assert!(!reason.contains(secret), "{secret} in {reason:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_raw_body_is_the_string_as_delivered() {
+        let raw = RawBody::from_body("not json \u{1F4E6}").unwrap();
+        assert_eq!(raw.as_str(), "not json \u{1F4E6}");
+        // A String input is JSON, like every other serde type.
+        assert_eq!(String::from_body("\"quoted\"").unwrap(), "quoted");
+        assert!(String::from_body("not json").is_err());
     }
 }

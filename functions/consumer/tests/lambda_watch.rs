@@ -284,3 +284,152 @@ async fn the_binary_keys_on_several_fields_and_checks_the_payload() {
         "a key or body reached the log:\n{log}"
     );
 }
+
+#[tokio::test]
+async fn the_documented_example_charges_each_order_once_and_dead_letters_a_bad_body() {
+    // GIVEN the crate documentation's example (examples/charge_orders.rs, a typed processor
+    // under `redrive_consumer::run`) under cargo lambda watch against moto, its payments
+    // service the test's downstream
+    let w = World::new(false).await;
+    let payments_url = w.downstream.url();
+    let watch = LambdaWatch::start(
+        &["charge_orders"],
+        &env(&w, &[("PAYMENTS_URL", payments_url.as_str())]),
+    )
+    .await;
+    // AND two orders and a body that is no order, really received from the source queue
+    let ids = w
+        .send(&[
+            (r#"{"order_id":"o-1","amount_cents":4200}"#, &[]),
+            (r#"{"order_id":"o-2","amount_cents":990}"#, &[]),
+            (r#"{"order_id":"o-3","amount_cents":"lots"}"#, &[]),
+        ])
+        .await;
+    let (first, second, bad) = (&ids[0], &ids[1], &ids[2]);
+    let received = w.receive(3).await;
+
+    // WHEN the function is invoked with that batch, and then with the two orders again (SQS
+    // delivers at least once; the bad body's original was deleted)
+    let response = watch
+        .invoke("charge_orders", &w.event(&received))
+        .await
+        .unwrap();
+    let orders: Vec<_> = received
+        .iter()
+        .filter(|m| m.message_id() != Some(bad.as_str()))
+        .cloned()
+        .collect();
+    let again = watch
+        .invoke("charge_orders", &w.event(&orders))
+        .await
+        .unwrap();
+
+    // THEN nothing is reported failed, and each order was charged once, with its key
+    assert_eq!(failures(&response), Vec::<String>::new(), "{response}");
+    assert_eq!(failures(&again), Vec::<String>::new(), "{again}");
+    for id in [first, second] {
+        assert_eq!(w.downstream.deliveries(id), 1, "{id}\n{}", watch.log());
+        assert_eq!(w.status(id).await.as_deref(), Some("COMPLETED"));
+    }
+    assert_eq!(w.downstream.attempts(bad), 0, "a bad body reaches no one");
+    let charged: Value = serde_json::from_str(
+        &w.downstream
+            .requests()
+            .into_iter()
+            .find(|r| {
+                r.idempotency_key
+                    .as_deref()
+                    .is_some_and(|k| k.starts_with(first.as_str()))
+            })
+            .unwrap()
+            .body_text(),
+    )
+    .unwrap();
+    assert_eq!(charged, json!({"orderId": "o-1", "amountCents": 4200}));
+    // AND the bad body is a permanent failure: on the DLQ with its code, the original deleted
+    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
+    assert_eq!(dlq.len(), 1, "{}", watch.log());
+    assert_eq!(
+        dlq[0].body(),
+        Some(r#"{"order_id":"o-3","amount_cents":"lots"}"#)
+    );
+    let (meta, _) = RedriveMeta::read(&attrs(&dlq[0]), "x");
+    assert_eq!(meta.original_message_id, *bad);
+    let last = meta.last_error.unwrap();
+    assert_eq!(last.code, "BODY_NOT_PARSED");
+    assert!(!last.message.contains("lots"), "{}", last.message);
+    assert_eq!(w.depth(&w.queues.source_url).await, 2);
+    // AND the logs carry no body
+    let log = watch.log();
+    for content in ["o-1", "o-2", "lots"] {
+        assert!(!log.contains(content), "a body reached the log: {content}");
+    }
+}
+
+#[tokio::test]
+async fn the_example_fails_init_naming_a_missing_variable() {
+    let w = World::new(false).await;
+    let mut env = env(&w, &[]);
+    env.retain(|(name, _)| name != "IDEMPOTENCY_TABLE");
+    let watch = LambdaWatch::start(&["charge_orders"], &env).await;
+    let err = watch
+        .invoke("charge_orders", &json!({"Records": []}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("missing IDEMPOTENCY_TABLE"), "{err}");
+}
+
+#[tokio::test]
+async fn an_unreadable_record_fails_alone_in_the_typed_event() {
+    // GIVEN the shipped binary, and four messages really received
+    let w = World::new(false).await;
+    let watch = LambdaWatch::start(&["consumer"], &env(&w, &[])).await;
+    let ids = w
+        .send(&[
+            ("{\"n\":1}", &[]),
+            ("{\"n\":2}", &[]),
+            ("{\"n\":3}", &[]),
+            ("{\"n\":4}", &[]),
+        ])
+        .await;
+    let received = w.receive(4).await;
+    let position = |id: &String| {
+        received
+            .iter()
+            .position(|m| m.message_id() == Some(id.as_str()))
+            .unwrap()
+    };
+    // AND, in the event, one record without its receipt handle and one without its body
+    let mut event = w.event(&received);
+    let records = event["Records"].as_array_mut().unwrap();
+    records[position(&ids[1])]
+        .as_object_mut()
+        .unwrap()
+        .remove("receiptHandle");
+    records[position(&ids[2])]
+        .as_object_mut()
+        .unwrap()
+        .remove("body");
+
+    // WHEN the function is invoked with it
+    let response = watch.invoke("consumer", &event).await.unwrap();
+
+    // THEN only those two are reported failed, and the others were delivered
+    let mut failed = failures(&response);
+    failed.sort();
+    let mut unreadable = vec![ids[1].clone(), ids[2].clone()];
+    unreadable.sort();
+    assert_eq!(failed, unreadable, "{response}");
+    assert_eq!(w.downstream.deliveries(&ids[0]), 1);
+    assert_eq!(w.downstream.deliveries(&ids[3]), 1);
+    assert_eq!(w.downstream.attempts(&ids[1]), 0);
+    assert_eq!(w.downstream.attempts(&ids[2]), 0);
+
+    // AND a record whose fields do not fit the SqsEvent types at all (AWS never sends one)
+    // fails the invocation before any record is touched: the runtime cannot deserialize it
+    let mut mistyped = w.event(&received[..1]);
+    mistyped["Records"][0]["body"] = json!(42);
+    let err = watch.invoke("consumer", &mistyped).await.unwrap_err();
+    assert!(err.contains("errorType"), "{err}");
+    assert_eq!(w.downstream.total_attempts(), 2);
+}

@@ -102,6 +102,7 @@ async fn pointer_keys_are_logged_as_a_digest_never_raw() {
             in_progress_expiration_ms: now_ms() + 600_000,
             token: Some("someone-else".into()),
             payload_hash: None,
+            result: None,
         },
     );
     let config = ConsumerConfig {

@@ -169,10 +169,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry()
     let received = w.receive(1).await;
     let hanging = ScriptedProcessor::new(Step::Hang);
     // A 3 s deadline, so the test waits little for the claim to expire: no start margin.
-    let settings = redrive_consumer::Settings {
-        deadline_margin: Duration::ZERO,
-        ..redrive_consumer::Settings::default()
-    };
+    let settings = redrive_consumer::Settings::default().with_deadline_margin(Duration::ZERO);
     let crashed = Consumer::with_settings(
         w.store(),
         w.queue_ops(),
@@ -729,13 +726,16 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
 
     // COMPLETED blocks claims until it expires (TTL deletion is lazy: the record may linger).
     store
-        .complete(&claim("c", now, now + 60_000), now / 1000 + 100)
+        .complete(&claim("c", now, now + 60_000), now / 1000 + 100, None)
         .await
         .unwrap();
     assert_eq!(w.status("k-1").await.as_deref(), Some("COMPLETED"));
     assert_eq!(
         store.claim(&claim("d", now, now + 60_000)).await.unwrap(),
-        ClaimOutcome::Completed { payload_hash: None }
+        ClaimOutcome::Completed {
+            result: None,
+            payload_hash: None
+        }
     );
     // ... even after the in-progress deadline
     assert_eq!(
@@ -743,7 +743,10 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
             .claim(&claim("d", now + 120_000 - 50_000, now + 200_000))
             .await
             .unwrap(),
-        ClaimOutcome::Completed { payload_hash: None }
+        ClaimOutcome::Completed {
+            result: None,
+            payload_hash: None
+        }
     );
     let later = now + 101_000;
     assert_eq!(
@@ -752,7 +755,7 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
     );
     // A release after a COMPLETED overwrote the claim never deletes the COMPLETED record.
     store
-        .complete(&claim("e", later, later + 1000), later / 1000 + 100)
+        .complete(&claim("e", later, later + 1000), later / 1000 + 100, None)
         .await
         .unwrap();
     store.release(&claim("e", later, 0)).await.unwrap();
@@ -773,13 +776,56 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
         "h-5"
     );
     store
-        .complete(&hashed("f", "h-5"), now / 1000 + 100)
+        .complete(&hashed("f", "h-5"), now / 1000 + 100, None)
         .await
         .unwrap();
     assert_eq!(
         store.claim(&hashed("g", "h-7")).await.unwrap(),
         ClaimOutcome::Completed {
+            result: None,
             payload_hash: Some("h-5".into())
+        }
+    );
+}
+
+#[tokio::test]
+async fn the_dynamodb_store_returns_the_stored_result_with_the_failed_claim() {
+    // GIVEN a key completed with a result
+    let w = World::new(false).await;
+    let store = w.store();
+    let now = now_ms();
+    let claim = |token: &str| Claim {
+        key: "k-r".into(),
+        token: token.into(),
+        now_ms: now,
+        expiration_s: now / 1000 + 100,
+        in_progress_expiration_ms: now + 60_000,
+        payload_hash: None,
+    };
+    assert_eq!(
+        store.claim(&claim("a")).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    let result = r#"{"receipt":"r-1","amountCents":4200}"#;
+    store
+        .complete(&claim("a"), now / 1000 + 100, Some(result))
+        .await
+        .unwrap();
+
+    // THEN the record carries it as the `data` attribute (JSON text)
+    let record = w.record("k-r").await.unwrap();
+    assert_eq!(record["data"].as_s().unwrap(), result);
+    assert!(!record.contains_key("claimToken"));
+
+    // WHEN the key is claimed again
+    let again = store.claim(&claim("b")).await.unwrap();
+
+    // THEN the claim's failed condition brings the result back (ALL_OLD: no read)
+    assert_eq!(
+        again,
+        ClaimOutcome::Completed {
+            result: Some(result.to_string()),
+            payload_hash: None
         }
     );
 }

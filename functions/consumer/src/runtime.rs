@@ -1,0 +1,220 @@
+//! A whole Lambda: [`run`] (or [`Runner`] for settings) reads the configuration and builds the
+//! clients once at init, then handles each typed SQS event with the invocation's deadline and
+//! answers with the partial batch response.
+
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use redrive_shared::config::{ConfigError, ConsumerConfig, Env};
+
+use crate::aws::{DynamoDbStore, SqsOps};
+use crate::engine::{Consumer, Settings};
+use crate::process::{FromBody, Processor};
+
+/// Runs `processor` as the Lambda's handler of SQS events, configured by the environment
+/// (`IDEMPOTENCY_TABLE`, `IDEMPOTENCY_KEY`, `IDEMPOTENCY_TTL_SECONDS`, `DLQ_URL`,
+/// `RETRY_*`): `Runner::new(processor).run()`.
+///
+/// At init: JSON logging, the configuration (an invalid or missing variable fails init with
+/// an error naming it, before any record is touched), the SDK clients, the DynamoDB store and
+/// the SQS calls, once. Per invocation: the typed `SqsEvent`, the deadline from
+/// `Context::deadline`, and the `SqsBatchResponse`.
+pub async fn run<T, P>(processor: P) -> Result<(), Error>
+where
+    T: FromBody,
+    P: Processor<T>,
+{
+    Runner::new(processor).run().await
+}
+
+/// [`run`] with settings in code. A value set here wins over its environment variable.
+///
+/// ```no_run
+/// # use redrive_consumer::{ProcessError, Record, Runner};
+/// # async fn charge(_: &serde_json::Value) -> Result<(), ProcessError> { Ok(()) }
+/// # async fn demo() -> Result<(), lambda_runtime::Error> {
+/// Runner::new(|order: serde_json::Value, _record: Record| async move { charge(&order).await })
+///     .table("orders-idempotency")
+///     .key("/orderId")
+///     .ttl(std::time::Duration::from_secs(7 * 24 * 3600))
+///     .max_concurrency(5)
+///     .run()
+///     .await
+/// # }
+/// ```
+#[must_use = "a Runner does nothing until `run` is awaited"]
+pub struct Runner<P, T> {
+    processor: P,
+    overrides: Vec<(&'static str, String)>,
+    settings: Settings,
+    input: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T, P> Runner<P, T>
+where
+    T: FromBody,
+    P: Processor<T>,
+{
+    pub fn new(processor: P) -> Self {
+        Self {
+            processor,
+            overrides: Vec::new(),
+            settings: Settings::default(),
+            input: std::marker::PhantomData,
+        }
+    }
+
+    fn set(mut self, variable: &'static str, value: String) -> Self {
+        self.overrides.retain(|(v, _)| *v != variable);
+        self.overrides.push((variable, value));
+        self
+    }
+
+    /// The idempotency table (`IDEMPOTENCY_TABLE`).
+    pub fn table(self, name: impl Into<String>) -> Self {
+        self.set("IDEMPOTENCY_TABLE", name.into())
+    }
+
+    /// Where the idempotency key comes from, in the syntax of `IDEMPOTENCY_KEY` (`message`,
+    /// or a JSON pointer into the body such as `/paymentId`).
+    pub fn key(self, source: impl Into<String>) -> Self {
+        self.set("IDEMPOTENCY_KEY", source.into())
+    }
+
+    /// How long a record is kept (`IDEMPOTENCY_TTL_SECONDS`, whole seconds).
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.set("IDEMPOTENCY_TTL_SECONDS", ttl.as_secs().to_string())
+    }
+
+    /// The DLQ that permanent failures are fast-tracked to (`DLQ_URL`).
+    pub fn dlq_url(self, url: impl Into<String>) -> Self {
+        self.set("DLQ_URL", url.into())
+    }
+
+    /// Records of a standard queue processed at once (default 10).
+    pub fn max_concurrency(mut self, records: usize) -> Self {
+        self.settings = self.settings.with_max_concurrency(records);
+        self
+    }
+
+    /// Every knob of [`Settings`] at once.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The configuration as `run` reads it: the values set in code, else the environment.
+    pub fn config(&self) -> Result<ConsumerConfig, ConfigError> {
+        self.config_from(|variable| std::env::var(variable).ok())
+    }
+
+    fn config_from(
+        &self,
+        environment: impl Fn(&str) -> Option<String>,
+    ) -> Result<ConsumerConfig, ConfigError> {
+        let overrides = &self.overrides;
+        ConsumerConfig::from_env(&Env(|variable: &str| {
+            overrides
+                .iter()
+                .find(|(name, _)| *name == variable)
+                .map(|(_, value)| value.clone())
+                .or_else(|| environment(variable))
+        }))
+    }
+
+    /// Initialises, then serves invocations until the runtime stops the process.
+    pub async fn run(self) -> Result<(), Error> {
+        crate::init_logging();
+        let config = self.config().inspect_err(|e| {
+            tracing::error!(error = %e, "invalid configuration");
+        })?;
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .timeout_config(redrive_shared::sdk::timeout_config())
+            .load()
+            .await;
+        let store = DynamoDbStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            config.idempotency_table.clone(),
+        );
+        // Connect at init (bounded, so that an unreachable endpoint cannot eat the init phase);
+        // the happy path makes no SQS call, so DynamoDB is the connection the first record
+        // needs.
+        match tokio::time::timeout(Duration::from_secs(2), store.warm_up()).await {
+            Ok(Ok(())) => tracing::debug!("warm-up: the idempotency table answered"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "warm-up: cannot read the idempotency table yet")
+            }
+            Err(_) => tracing::warn!("warm-up: the idempotency table did not answer within 2 s"),
+        }
+        let queue = SqsOps {
+            client: aws_sdk_sqs::Client::new(&sdk),
+        };
+        let consumer = Consumer::with_settings(store, queue, self.processor, config, self.settings);
+        let consumer = &consumer;
+        lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+            let deadline = deadline_ms(event.context.deadline);
+            let handled = consumer.handle_event(&event.payload, deadline).await;
+            Ok::<SqsBatchResponse, Error>(handled.response)
+        }))
+        .await
+    }
+}
+
+/// The invocation deadline as epoch milliseconds: `Context::deadline` is one, but a local
+/// emulator may send a duration (`cargo lambda watch` sends 600000), which is read as that
+/// long from now.
+pub fn deadline_ms(raw: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    redrive_shared::timefmt::deadline_epoch_ms(raw, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::{ProcessError, RawBody};
+    use crate::record::Record;
+
+    fn noop() -> impl Processor<RawBody, Output = ()> {
+        |_body: RawBody, _record: Record| async { Ok::<(), ProcessError>(()) }
+    }
+
+    #[test]
+    fn values_set_in_code_win_over_the_environment_and_are_validated_the_same_way() {
+        // GIVEN an environment with a table, a key source and a TTL
+        let environment = |variable: &str| match variable {
+            "IDEMPOTENCY_TABLE" => Some("from-environment".to_string()),
+            "IDEMPOTENCY_TTL_SECONDS" => Some("7200".to_string()),
+            _ => None,
+        };
+
+        // WHEN the code sets the table and the key source
+        let runner = Runner::new(noop()).table("from-code").key("/orderId");
+        let config = runner.config_from(environment).unwrap();
+
+        // THEN the code's values win, and the environment fills the rest
+        assert_eq!(config.idempotency_table, "from-code");
+        assert_eq!(config.ttl_seconds, 7200);
+        assert!(format!("{:?}", config.key_source).contains("orderId"));
+
+        // AND a value set in code is held to the variable's rule, named in the error
+        let err = Runner::new(noop())
+            .ttl(Duration::from_secs(5))
+            .config_from(environment)
+            .unwrap_err();
+        assert!(err.to_string().contains("IDEMPOTENCY_TTL_SECONDS"), "{err}");
+        let err = Runner::new(noop()).config_from(|_| None).unwrap_err();
+        assert!(err.to_string().contains("IDEMPOTENCY_TABLE"), "{err}");
+    }
+
+    #[test]
+    fn a_duration_deadline_is_read_from_now() {
+        let now = deadline_ms(0);
+        let deadline = deadline_ms(600_000);
+        assert!((now + 599_000..=now + 601_000).contains(&deadline));
+        assert_eq!(deadline_ms(1_795_255_200_000), 1_795_255_200_000);
+    }
+}
