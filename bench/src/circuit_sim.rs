@@ -23,6 +23,7 @@
 //! downstream's own records by idempotency key: delivered exactly once, delivered twice (0),
 //! lost (0).
 
+use crate::quiet_consumer;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -511,13 +512,14 @@ impl<C: CircuitStore> Rig<C> {
             timeout: Duration::from_secs(5),
         })
         .map_err(|e| format!("the downstream URL: {e}"))?;
-        let consumer = Consumer::new(
+        let consumer = Consumer::with_settings(
             DynamoDbStore::new(ddb.clone(), table.clone()),
             SqsOps {
                 client: sqs.clone(),
             },
             processor,
             settings.consumer_config(&table, &queues.dlq_url),
+            quiet_consumer(),
         );
         let config = settings.redriver_config(&queues, circuit_table.as_deref());
 

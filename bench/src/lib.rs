@@ -18,6 +18,8 @@ pub mod bench;
 // The adaptive circuit's simulation: `soak circuit`, bench/tests/circuit_sim.rs.
 pub mod circuit_sim;
 pub mod coldstart;
+// The consumer's in-memory cache of completed keys: DynamoDB calls per record.
+pub mod consumer_cache;
 pub mod downstream;
 pub mod faults;
 pub mod loopback;
@@ -61,6 +63,12 @@ pub async fn sdk_config(endpoint: &str, attempt_timeout: Option<Duration>) -> Sd
             .retry_config(RetryConfig::standard().with_max_attempts(3));
     }
     loader.load().await
+}
+
+/// The consumer's settings in the simulations, which run thousands of batches in one process:
+/// no Embedded Metric Format line per batch on stdout.
+pub fn quiet_consumer() -> redrive_consumer::Settings {
+    redrive_consumer::Settings::default().with_emit_metrics(false)
 }
 
 /// The socket address of an `http://host:port` endpoint.

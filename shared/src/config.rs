@@ -442,6 +442,42 @@ pub const MIN_IDEMPOTENCY_TTL_SECONDS: u64 = LONGEST_CLAIM_SECONDS + CLAIM_MARGI
 /// a copy replayed at the very end of it is still recognised as processed.
 pub const DEFAULT_IDEMPOTENCY_TTL_SECONDS: u64 = 3 * 14 * 86_400;
 
+/// Default `METRIC_NAMESPACE` of the consumer's metrics (the re-driver's is `DLQRedriver`).
+pub const DEFAULT_CONSUMER_METRIC_NAMESPACE: &str = "RedriveConsumer";
+
+/// The largest `IDEMPOTENCY_CACHE_SIZE`: a key costs a few hundred bytes (the key twice and its
+/// recency), so a million is a few hundred MB, beyond what a Lambda instance should hold.
+pub const MAX_IDEMPOTENCY_CACHE_SIZE: usize = 1_000_000;
+
+/// What a FIFO batch does after a record is reported failed (`FIFO_ON_FAILURE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FifoOnFailure {
+    /// `skip-group`: the later records of that message group are reported unprocessed; the
+    /// other groups go on.
+    #[default]
+    SkipGroup,
+    /// `stop-batch`: every later record of the batch is reported unprocessed, whatever its
+    /// group (as Powertools' `SqsFifoPartialProcessor` does by default).
+    StopBatch,
+}
+
+impl FifoOnFailure {
+    pub fn parse(v: &str) -> Result<Self, String> {
+        match v {
+            "skip-group" => Ok(Self::SkipGroup),
+            "stop-batch" => Ok(Self::StopBatch),
+            _ => Err("must be skip-group or stop-batch".into()),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SkipGroup => "skip-group",
+            Self::StopBatch => "stop-batch",
+        }
+    }
+}
+
 /// Configuration of the idempotent consumer library.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConsumerConfig {
@@ -455,6 +491,14 @@ pub struct ConsumerConfig {
     pub ttl_seconds: u64,
     pub dlq_url: Option<QueueUrl>,
     pub retry: Backoff,
+    /// `IDEMPOTENCY_CACHE_SIZE`: completed keys a warm instance remembers; 0 (default) = off.
+    pub cache_size: usize,
+    /// `FAIL_WHEN_ALL_FAILED`: the invocation fails when every record of a batch failed.
+    pub fail_when_all_failed: bool,
+    /// `FIFO_ON_FAILURE`.
+    pub fifo_on_failure: FifoOnFailure,
+    /// `METRIC_NAMESPACE` of the Embedded Metric Format line each invocation prints.
+    pub metric_namespace: String,
 }
 
 impl ConsumerConfig {
@@ -499,6 +543,30 @@ impl ConsumerConfig {
             },
             (2.0, 3.0, 900, Jitter::Full),
         )?;
+        let cache_size = env.or("IDEMPOTENCY_CACHE_SIZE", 0, |v| {
+            let n = parse_u64(v)?;
+            match usize::try_from(n) {
+                Ok(n) if n <= MAX_IDEMPOTENCY_CACHE_SIZE => Ok(n),
+                _ => Err(format!(
+                    "must be between 0 (off) and {MAX_IDEMPOTENCY_CACHE_SIZE} keys"
+                )),
+            }
+        })?;
+        let fail_when_all_failed = env.or("FAIL_WHEN_ALL_FAILED", false, parse_bool)?;
+        let fifo_on_failure = env.or(
+            "FIFO_ON_FAILURE",
+            FifoOnFailure::default(),
+            FifoOnFailure::parse,
+        )?;
+        let metric_namespace = env.or(
+            "METRIC_NAMESPACE",
+            DEFAULT_CONSUMER_METRIC_NAMESPACE.to_string(),
+            |v| {
+                crate::emf::validate_namespace(v)
+                    .map(|()| v.to_string())
+                    .map_err(|e| e.problem.to_string())
+            },
+        )?;
         Ok(Self {
             idempotency_table,
             key_source,
@@ -507,6 +575,10 @@ impl ConsumerConfig {
             ttl_seconds,
             dlq_url,
             retry,
+            cache_size,
+            fail_when_all_failed,
+            fifo_on_failure,
+            metric_namespace,
         })
     }
 }
@@ -769,6 +841,10 @@ mod tests {
         assert_eq!(c.ttl_seconds, DEFAULT_IDEMPOTENCY_TTL_SECONDS);
         assert_eq!(c.dlq_url, None);
         assert_eq!(c.retry, Backoff::new(2.0, 3.0, 900, Jitter::Full).unwrap());
+        assert_eq!(c.cache_size, 0, "the cache of completed keys is opt-in");
+        assert!(!c.fail_when_all_failed);
+        assert_eq!(c.fifo_on_failure, FifoOnFailure::SkipGroup);
+        assert_eq!(c.metric_namespace, "RedriveConsumer");
 
         let c = ConsumerConfig::from_env(&env(&[
             ("IDEMPOTENCY_TABLE", "t-1"),
@@ -779,11 +855,19 @@ mod tests {
             ("RETRY_MULTIPLIER", "2"),
             ("RETRY_MAX_SECONDS", "10"),
             ("RETRY_JITTER", "none"),
+            ("IDEMPOTENCY_CACHE_SIZE", "1000"),
+            ("FAIL_WHEN_ALL_FAILED", "true"),
+            ("FIFO_ON_FAILURE", "stop-batch"),
+            ("METRIC_NAMESPACE", "Team/Orders"),
         ]))
         .unwrap();
         assert_eq!(c.key_source, KeySource::pointer("/paymentId").unwrap());
         assert_eq!(c.dlq_url.unwrap().name(), "orders-dlq");
         assert_eq!(c.retry, Backoff::new(1.0, 2.0, 10, Jitter::None).unwrap());
+        assert_eq!(c.cache_size, 1000);
+        assert!(c.fail_when_all_failed);
+        assert_eq!(c.fifo_on_failure, FifoOnFailure::StopBatch);
+        assert_eq!(c.metric_namespace, "Team/Orders");
 
         for (var, value) in [
             ("IDEMPOTENCY_TABLE", "x"),
@@ -800,6 +884,11 @@ mod tests {
             ("RETRY_MULTIPLIER", "0"),
             ("RETRY_MAX_SECONDS", "1000"),
             ("RETRY_JITTER", "random"),
+            ("IDEMPOTENCY_CACHE_SIZE", "-1"),
+            ("IDEMPOTENCY_CACHE_SIZE", "1000001"),
+            ("FAIL_WHEN_ALL_FAILED", "sometimes"),
+            ("FIFO_ON_FAILURE", "stop"),
+            ("METRIC_NAMESPACE", "AWS/Lambda"),
         ] {
             let mut pairs = vec![("IDEMPOTENCY_TABLE", "table-ok")];
             pairs.retain(|(k, _)| *k != var);

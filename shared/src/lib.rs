@@ -7,6 +7,7 @@
 //! - [`circuit`]: the adaptive circuit (bounce-back rate, canary, cool-down), pure.
 //! - [`limits`]: SQS's documented limits, enforced here because emulators do not, and batching.
 //! - [`decision`]: redrive or isolate one received message.
+//! - [`emf`]: CloudWatch's Embedded Metric Format, metrics as log lines (no API call).
 //! - [`event`]: what invoked the re-driver.
 //! - [`config`]: typed configuration of both Lambdas, read once at init.
 //! - [`key`]: idempotency keys for the consumer.
@@ -20,6 +21,7 @@ pub mod backoff;
 pub mod circuit;
 pub mod config;
 pub mod decision;
+pub mod emf;
 pub mod event;
 pub mod key;
 pub mod limits;

@@ -2,7 +2,7 @@
 //! Markdown table and written to `target/bench/` (`latest.md`, `latest.json`, `bench-<time>.json`).
 //!
 //! ```text
-//! bench [--only moto,localstack,fake,scale,sweep,cold,size,micro] [--moto-messages 1000]
+//! bench [--only moto,localstack,fake,scale,sweep,cold,size,micro,cache] [--moto-messages 1000]
 //!       [--localstack-messages 1000] [--localstack-poison 5] [--localstack-backoff-base 60]
 //!       [--fake-messages 20000] [--latency-ms 20] [--pipelines 4] [--scale-drains 10]
 //!       [--scale-cap 6000] [--cold-runs 10] [--lambda-dir target/lambda]
@@ -22,6 +22,7 @@ use redrive_bench::bench::{
     moto_ours, on_modelled_clock, preload,
 };
 use redrive_bench::coldstart;
+use redrive_bench::consumer_cache::{self, Workload};
 use redrive_bench::downstream::{Flaky, FlakyServer};
 use redrive_bench::move_task::{POLL_INTERVAL, side_by_side};
 use redrive_bench::proxy::Proxy;
@@ -782,6 +783,70 @@ fn micro_section(o: &Options, report: &mut Report) {
     merge_raw(report, "micro", Value::Object(raw));
 }
 
+/// The consumer's in-memory cache of completed keys: DynamoDB calls per record on a warm
+/// instance whose batches carry duplicates, with the cache (ours) and without (baseline).
+fn cache_section(rt: &tokio::runtime::Runtime, report: &mut Report) {
+    let w = Workload::default();
+    eprintln!(
+        "bench: consumer cache, {} batches of {} with {:.0}% duplicates...",
+        w.batches,
+        w.batch_size,
+        w.duplicate_share * 100.0
+    );
+    let seed = 0xcac4e;
+    let without = rt.block_on(consumer_cache::run(w, 0, seed));
+    let with = rt.block_on(consumer_cache::run(w, 1000, seed));
+    let section = format!(
+        "Consumer on a warm instance: {} batches of {}, {:.0}% duplicates of completed keys (in-memory fake store counting calls)",
+        w.batches,
+        w.batch_size,
+        w.duplicate_share * 100.0
+    );
+    let calls = |r: &consumer_cache::CacheRun| {
+        format!(
+            "{} claims + {} COMPLETED writes + {} releases + {} reads for {} records, {} duplicates, {} side effects",
+            r.claims, r.completes, r.releases, r.reads, r.records, r.duplicates, r.side_effects
+        )
+    };
+    report.rows.push(
+        Row::new(
+            &section,
+            "DynamoDB calls per record, IDEMPOTENCY_CACHE_SIZE=1000 vs 0",
+            with.calls_per_record(),
+            without.calls_per_record(),
+            "",
+        )
+        .fraction()
+        .note(format!(
+            "with the cache: {}; without: {}",
+            calls(&with),
+            calls(&without)
+        )),
+    );
+    let per_duplicate = |r: &consumer_cache::CacheRun| {
+        r.claims.saturating_sub(r.completes) as f64 / r.duplicates as f64
+    };
+    report.rows.push(
+        Row::new(
+            &section,
+            "DynamoDB calls per duplicate record, IDEMPOTENCY_CACHE_SIZE=1000 vs 0",
+            per_duplicate(&with),
+            per_duplicate(&without),
+            "",
+        )
+        .fraction()
+        .note(format!(
+            "the duplicates repeat keys completed before them; {} keys another instance completed before the run are among them, and the first sighting of each costs a claim with the cache too",
+            w.preloaded
+        )),
+    );
+    merge_raw(
+        report,
+        "cache",
+        json!({"workload": w, "with_cache": with, "without_cache": without}),
+    );
+}
+
 fn main() -> ExitCode {
     let o = match Options::parse() {
         Ok(o) => o,
@@ -833,6 +898,9 @@ fn main() -> ExitCode {
     }
     if o.wants("micro") {
         micro_section(&o, &mut report);
+    }
+    if o.wants("cache") {
+        cache_section(&rt, &mut report);
     }
     println!("{}", report.markdown());
     let stamp = report.started_at.replace([':', '-'], "");

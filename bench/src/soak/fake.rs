@@ -2,6 +2,7 @@
 //! [`World`], on tokio's paused clock (see [`crate::bench::on_modelled_clock`]), so that
 //! tens of thousands of messages and their seconds-long backoffs run in seconds.
 
+use crate::quiet_consumer;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -146,11 +147,12 @@ pub async fn run_in(world: Arc<World>, settings: &SoakSettings) -> Reconciliatio
     )));
 
     let flaky = Flaky::new(settings.downstream_failure_rate, settings.seed ^ 0xf1a);
-    let consumer = Consumer::new(
+    let consumer = Consumer::with_settings(
         WorldStore::new(world.clone()),
         WorldOps(world.clone()),
         FlakyProcessor(flaky.clone()),
         super::consumer_config("soak-idempotency", &env.dlq),
+        quiet_consumer(),
     )
     .with_rng(redrive_shared::backoff::seeded_rng(settings.seed ^ 0xc0));
     let cloudwatch = FakeCloudWatch::new();

@@ -1,6 +1,7 @@
 //! The soak on moto: the functions' SDK clients reach moto through the fault proxy; the
 //! harness's producer, event source mapping and inventory talk to moto directly.
 
+use crate::quiet_consumer;
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
@@ -235,13 +236,14 @@ pub async fn run(settings: &SoakSettings) -> Reconciliation {
         timeout: Duration::from_secs(5),
     })
     .expect("a valid downstream URL");
-    let consumer = Consumer::new(
+    let consumer = Consumer::with_settings(
         DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone()),
         SqsOps {
             client: Client::new(&sdk),
         },
         processor,
         super::consumer_config(&table, &queues.dlq_url),
+        quiet_consumer(),
     );
     let cloudwatch = CloudWatch {
         client: aws_sdk_cloudwatch::Client::new(&sdk),

@@ -10,7 +10,7 @@ use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use redrive_shared::limits::Outgoing;
 use redrive_shared::sdk::attributes_to_sdk;
 
-use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, PortError, QueueOps};
+use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError, QueueOps};
 
 /// Attribute names of an idempotency record (see the contract).
 pub mod item {
@@ -77,13 +77,23 @@ pub fn outcome_of(record: &HashMap<String, AttributeValue>, token: &str) -> Clai
         .and_then(|v| v.as_n().ok())
         .and_then(|v| v.parse::<i64>().ok());
     match status.map(String::as_str) {
-        Some(item::COMPLETED) => ClaimOutcome::Completed {
-            result: record.get(item::DATA).and_then(|v| v.as_s().ok()).cloned(),
-            payload_hash: record
+        Some(item::COMPLETED) => {
+            let expiration_s = record
+                .get(item::EXPIRATION)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(i64::MAX);
+            let result = record.get(item::DATA).and_then(|v| v.as_s().ok()).cloned();
+            let payload_hash = record
                 .get(item::PAYLOAD_HASH)
                 .and_then(|v| v.as_s().ok())
-                .cloned(),
-        },
+                .cloned();
+            ClaimOutcome::Completed(
+                CompletedRecord::new(expiration_s)
+                    .with_result(result)
+                    .with_payload_hash(payload_hash),
+            )
+        }
         Some(item::IN_PROGRESS) if own => ClaimOutcome::Claimed,
         // IN_PROGRESS, or a status this version does not know: never run the side effect.
         _ => ClaimOutcome::InProgress { until_ms },

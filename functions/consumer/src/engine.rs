@@ -24,15 +24,16 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use futures_util::{FutureExt, StreamExt};
 use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::{JitterRng, MAX_DELAY_SECONDS, os_seeded_rng};
-use redrive_shared::config::ConsumerConfig;
+use redrive_shared::config::{ConsumerConfig, FifoOnFailure};
 use redrive_shared::key::{IdempotencyKey, KeyError, PayloadHash, derive};
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{ErrorClass, LastError, MetaSource, RedriveMeta};
 use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::Value;
 
+use crate::cache::CompletedCache;
 use crate::message::{MalformedRecord, Message, parse_record, read_message};
-use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
+use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, QueueOps};
 use crate::process::{BODY_NOT_PARSED, FromBody, ProcessError, Processor, RawBody};
 use crate::record::Record;
 
@@ -52,6 +53,7 @@ pub struct Settings {
     pub(crate) complete_retries: u32,
     pub(crate) complete_retry_base: Duration,
     pub(crate) deadline_margin: Duration,
+    pub(crate) emit_metrics: bool,
 }
 
 impl Settings {
@@ -97,6 +99,18 @@ impl Settings {
     pub fn deadline_margin(&self) -> Duration {
         self.deadline_margin
     }
+
+    /// Whether each invocation prints its metrics as an Embedded Metric Format line on stdout
+    /// (see [`crate::metrics`]). Default on; off for in-process simulations that run
+    /// thousands of batches.
+    pub fn with_emit_metrics(mut self, emit: bool) -> Self {
+        self.emit_metrics = emit;
+        self
+    }
+
+    pub fn emit_metrics(&self) -> bool {
+        self.emit_metrics
+    }
 }
 
 impl Default for Settings {
@@ -107,6 +121,7 @@ impl Default for Settings {
             complete_retries: 3,
             complete_retry_base: Duration::from_millis(100),
             deadline_margin: Duration::from_secs(3),
+            emit_metrics: true,
         }
     }
 }
@@ -243,6 +258,10 @@ pub struct Handled {
     pub response: BatchResponse,
     /// In record order.
     pub records: Vec<RecordReport>,
+    /// The source queue's name, from the records' `eventSourceARN`.
+    queue_name: Option<String>,
+    /// `FAIL_WHEN_ALL_FAILED` is on and every record of the (non-empty) batch failed.
+    fail_invocation: bool,
 }
 
 impl Handled {
@@ -255,6 +274,53 @@ impl Handled {
             .iter()
             .find(|r| r.message_id.as_deref() == Some(message_id))
     }
+
+    /// The source queue's name (the metrics' `QueueName`), when a record named it.
+    pub fn queue_name(&self) -> Option<&str> {
+        self.queue_name.as_deref()
+    }
+
+    /// True when the batch is not empty and every record of it failed (is reported, or
+    /// could not be reported for want of a MessageId).
+    pub fn every_record_failed(&self) -> bool {
+        !self.records.is_empty() && self.records.iter().all(|r| r.outcome.is_reported())
+    }
+
+    /// What the Lambda returns: the partial batch response, or, with `FAIL_WHEN_ALL_FAILED`
+    /// and every record failed, an error, so that the invocation counts in Lambda's `Errors`
+    /// metric. SQS then delivers the whole batch again, which is what reporting every record
+    /// does too: the visibility each record was given and the released claims stay as they are.
+    pub fn into_response(self) -> Result<BatchResponse, EveryRecordFailed> {
+        if !self.fail_invocation {
+            return Ok(self.response);
+        }
+        let mut outcomes: Vec<(&'static str, usize)> = Vec::new();
+        for r in &self.records {
+            match outcomes.iter_mut().find(|(o, _)| *o == r.outcome.as_str()) {
+                Some((_, n)) => *n += 1,
+                None => outcomes.push((r.outcome.as_str(), 1)),
+            }
+        }
+        Err(EveryRecordFailed {
+            records: self.records.len(),
+            outcomes: outcomes
+                .iter()
+                .map(|(o, n)| format!("{o}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+}
+
+/// Every record of the batch failed and `FAIL_WHEN_ALL_FAILED` is on: the invocation fails.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "every record of the batch failed ({records} of {records}; {outcomes}): the invocation fails (FAIL_WHEN_ALL_FAILED) and SQS delivers the batch again"
+)]
+pub struct EveryRecordFailed {
+    pub records: usize,
+    /// Records per outcome, e.g. `retry: 9, in-progress: 1`.
+    pub outcomes: String,
 }
 
 /// The event was not an SQS event at all: the invocation fails (nothing was touched).
@@ -285,6 +351,8 @@ pub struct Consumer<S, Q, P, T = RawBody> {
     rng: Mutex<JitterRng>,
     queue_urls: Mutex<HashMap<String, String>>,
     input: PhantomData<fn() -> T>,
+    /// Completed keys this process remembers (`IDEMPOTENCY_CACHE_SIZE`; `None` when 0).
+    completed: Option<CompletedCache>,
 }
 
 impl<S, Q, P, T> Consumer<S, Q, P, T>
@@ -306,6 +374,7 @@ where
         settings: Settings,
     ) -> Self {
         let rng = os_seeded_rng();
+        let completed = (config.cache_size > 0).then(|| CompletedCache::new(config.cache_size));
         Self {
             store,
             queue,
@@ -315,6 +384,7 @@ where
             rng: Mutex::new(rng),
             queue_urls: Mutex::new(HashMap::new()),
             input: PhantomData,
+            completed,
         }
     }
 
@@ -386,6 +456,10 @@ where
         let fifo = prepared
             .iter()
             .any(|p| p.message().is_some_and(Message::is_fifo));
+        let queue_name = prepared
+            .iter()
+            .find_map(|p| p.message().and_then(|m| m.source.as_ref()))
+            .map(|arn| arn.name.clone());
         let reports = if fifo {
             self.run_in_order(prepared, window).await
         } else {
@@ -416,10 +490,23 @@ where
             fifo,
             "batch handled"
         );
-        Handled {
+        let mut handled = Handled {
             response,
             records: reports,
+            queue_name,
+            fail_invocation: false,
+        };
+        handled.fail_invocation = self.config.fail_when_all_failed && handled.every_record_failed();
+        if handled.fail_invocation {
+            tracing::error!(
+                records = handled.records.len(),
+                "every record of the batch failed; the invocation fails (FAIL_WHEN_ALL_FAILED)"
+            );
         }
+        if self.settings.emit_metrics {
+            crate::metrics::emit(&handled, &self.config.metric_namespace, now_ms());
+        }
+        handled
     }
 
     /// Reads a record's metadata and derives its key: everything that needs no call.
@@ -519,22 +606,30 @@ where
         reports
     }
 
-    /// FIFO: in order; once a record of a group is reported failed, the group's later records
-    /// are reported failed unprocessed, so that SQS redelivers the group in order. A record
-    /// whose key an earlier record of the batch already handled takes that record's outcome.
+    /// FIFO: in order; once a record is reported failed, the later records of its group
+    /// (`FIFO_ON_FAILURE=skip-group`) or of the whole batch (`stop-batch`) are reported failed
+    /// unprocessed, so that SQS redelivers them in order. A record whose key an earlier record
+    /// of the batch already handled takes that record's outcome.
     async fn run_in_order(&self, prepared: Vec<Prepared>, window: Window) -> Vec<RecordReport> {
+        let stop_batch = self.config.fifo_on_failure == FifoOnFailure::StopBatch;
         let mut blocked: HashSet<Option<String>> = HashSet::new();
+        let mut stopped = false;
         let mut settled_keys: HashMap<String, Settled> = HashMap::new();
         let mut reports = Vec::with_capacity(prepared.len());
         for record in prepared {
             let group = record.group_id();
-            let report = if blocked.contains(&group) {
+            let report = if stopped || blocked.contains(&group) {
                 let message_id = record.message_id();
                 tracing::info!(
                     message_id = message_id.as_deref().unwrap_or(""),
                     group_id = group.as_deref().unwrap_or(""),
                     outcome = "skipped",
-                    "an earlier message of this group failed; not processed"
+                    "{}",
+                    if stopped {
+                        "an earlier message of this batch failed (FIFO_ON_FAILURE=stop-batch); not processed"
+                    } else {
+                        "an earlier message of this group failed; not processed"
+                    }
                 );
                 RecordReport::new(message_id, None, Outcome::Skipped)
             } else if let Some(settled) = record
@@ -553,6 +648,7 @@ where
                 report
             };
             if report.outcome.is_reported() {
+                stopped = stop_batch;
                 blocked.insert(group);
             }
             reports.push(report);
@@ -571,6 +667,33 @@ where
     }
 
     async fn run_one(&self, record: Prepared, window: Window) -> (RecordReport, Settled) {
+        // A key this process saw completed costs no call, and no time: it settles even when
+        // too little is left before the deadline to start a record.
+        if let Prepared::Keyed {
+            message,
+            meta,
+            key,
+            payload,
+        } = &record
+            && let Some(found) = self.remembered(key)
+        {
+            tracing::debug!(
+                message_id = %message.message_id,
+                key_digest = %key_digest(key.as_str()),
+                "completed within this process's memory; no call to the idempotency store"
+            );
+            let mut settled =
+                Box::pin(self.on_completed(message, meta, key, payload.as_ref(), &found)).await;
+            settled.payload = payload.clone();
+            let report = self.finish(
+                message,
+                meta,
+                Some(key),
+                settled.outcome.clone(),
+                settled.result.clone(),
+            );
+            return (report, settled);
+        }
         let (message, meta, key, payload) = match record {
             Prepared::Malformed(malformed) => {
                 match &malformed.message_id {
@@ -736,22 +859,20 @@ where
     /// Writes COMPLETED after the side effect, retrying a failed write while the claim holds:
     /// until it lands, a duplicate copy that arrives after the claim expires would repeat the
     /// side effect (with the same `Idempotency-Key`).
+    /// Returns the `expiration` written (or last tried).
     async fn complete(
         &self,
         message: &Message,
         key: &IdempotencyKey,
         claim: &Claim,
         result: Option<&str>,
-    ) {
+    ) -> i64 {
         let mut wait = self.settings.complete_retry_base;
         let mut tries_left = self.settings.complete_retries;
         loop {
-            let Err(e) = self
-                .store
-                .complete(claim, self.expiration_s(now_ms()), result)
-                .await
-            else {
-                return;
+            let expiration_s = self.expiration_s(now_ms());
+            let Err(e) = self.store.complete(claim, expiration_s, result).await else {
+                return expiration_s;
             };
             let retry_at = now_ms().saturating_add(wait.as_millis() as i64);
             if tries_left == 0 || retry_at >= claim.in_progress_expiration_ms {
@@ -764,7 +885,7 @@ where
                     error = %e,
                     "processed, but the COMPLETED record could not be written"
                 );
-                return;
+                return expiration_s;
             }
             tracing::warn!(
                 message_id = %message.message_id,
@@ -801,31 +922,9 @@ where
         };
         match self.store.claim(&claim).await {
             Ok(ClaimOutcome::Claimed) => {}
-            Ok(ClaimOutcome::Completed {
-                result,
-                payload_hash,
-            }) => {
-                if payload.is_some_and(|ours| ours.contradicts(payload_hash.as_deref())) {
-                    tracing::warn!(
-                        message_id = %message.message_id,
-                        key_digest = %key_digest(key.as_str()),
-                        "the key was processed for a different payload; not processed again"
-                    );
-                    return self.payload_mismatch(message, meta).await.into();
-                }
-                let record = Record::with_history(
-                    message.clone(),
-                    key.clone(),
-                    meta.original_message_id.clone(),
-                    meta.attempt,
-                );
-                self.tell_duplicate(&record, result.as_deref()).await;
-                return Settled {
-                    outcome: Outcome::Duplicate,
-                    error: None,
-                    result,
-                    payload: None,
-                };
+            Ok(ClaimOutcome::Completed(found)) => {
+                self.remember(key, found.clone());
+                return self.on_completed(message, meta, key, payload, &found).await;
             }
             Ok(ClaimOutcome::InProgress { until_ms }) => {
                 tracing::info!(
@@ -879,7 +978,15 @@ where
         match result {
             Ok(output) => {
                 let stored = self.stored_result(message, &output);
-                self.complete(message, key, &claim, stored.as_deref()).await;
+                let expiration_s = self.complete(message, key, &claim, stored.as_deref()).await;
+                // Remembered even when the COMPLETED write never landed: the side effect
+                // happened, and this process must not repeat it.
+                self.remember(
+                    key,
+                    CompletedRecord::new(expiration_s)
+                        .with_result(stored.clone())
+                        .with_payload_hash(claim.payload_hash.clone()),
+                );
                 Settled {
                     outcome: Outcome::Processed,
                     error: None,
@@ -920,6 +1027,50 @@ where
                     result: None,
                 }
             }
+        }
+    }
+
+    /// What a key found COMPLETED (by a claim, or in this process's memory) becomes: a
+    /// duplicate, handed the stored output.
+    async fn on_completed(
+        &self,
+        message: &Message,
+        meta: &RedriveMeta,
+        key: &IdempotencyKey,
+        payload: Option<&PayloadHash>,
+        found: &CompletedRecord,
+    ) -> Settled {
+        if payload.is_some_and(|ours| ours.contradicts(found.payload_hash.as_deref())) {
+            tracing::warn!(
+                message_id = %message.message_id,
+                key_digest = %key_digest(key.as_str()),
+                "the key was processed for a different payload; not processed again"
+            );
+            return self.payload_mismatch(message, meta).await.into();
+        }
+        let record = Record::with_history(
+            message.clone(),
+            key.clone(),
+            meta.original_message_id.clone(),
+            meta.attempt,
+        );
+        self.tell_duplicate(&record, found.result.as_deref()).await;
+        Settled {
+            outcome: Outcome::Duplicate,
+            error: None,
+            result: found.result.clone(),
+            payload: None,
+        }
+    }
+
+    /// The completed record of `key` this process remembers, unexpired.
+    fn remembered(&self, key: &IdempotencyKey) -> Option<CompletedRecord> {
+        self.completed.as_ref()?.get(key.as_str(), now_ms())
+    }
+
+    fn remember(&self, key: &IdempotencyKey, record: CompletedRecord) {
+        if let Some(cache) = &self.completed {
+            cache.insert(key.as_str(), record);
         }
     }
 

@@ -460,3 +460,40 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
     );
     assert_eq!(processor.total_calls(), 1);
 }
+
+#[tokio::test]
+async fn a_warm_instance_checks_the_payload_of_a_key_it_remembers() {
+    // GIVEN a consumer that remembers completed keys, with the payload check on, that
+    // processed an order for 5
+    let (store, queue, processor) = (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    );
+    let config = ConsumerConfig {
+        cache_size: 100,
+        ..keyed_by(true, "/orderId", Some("/amount"))
+    };
+    let c = consumer(&store, &queue, &processor, config);
+    c.handle(&event(&[order("m-1", "c-1", "o-1", 5)]), in_a_minute())
+        .await
+        .unwrap();
+    let claims = store.calls.claim.load(Ordering::SeqCst);
+
+    // WHEN the order comes again for 7, then for 5
+    let handled = c
+        .handle(
+            &event(&[order("m-2", "c-1", "o-1", 7), order("m-3", "c-9", "o-1", 5)]),
+            in_a_minute(),
+        )
+        .await
+        .unwrap();
+
+    // THEN memory answers both without a call, and the other payload is still a mismatch
+    assert_eq!(
+        outcomes(&handled),
+        [("m-2", "payload-mismatch"), ("m-3", "duplicate")]
+    );
+    assert_eq!(store.calls.claim.load(Ordering::SeqCst), claims);
+    assert_eq!(processor.total_calls(), 1);
+}

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redrive_shared::backoff::{Backoff, Jitter};
-use redrive_shared::config::QueueUrl;
+use redrive_shared::config::{FifoOnFailure, QueueUrl};
 use redrive_shared::key::{IdempotencyKey, KeySource};
 use redrive_shared::meta::ATTRIBUTE_NAME;
 use redrive_shared::{Attributes, MessageAttribute};
@@ -32,6 +32,10 @@ fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
         ttl_seconds: 3600,
         dlq_url: dlq.then(|| QueueUrl::parse(DLQ).unwrap()),
         retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
+        cache_size: 0,
+        fail_when_all_failed: false,
+        fifo_on_failure: FifoOnFailure::SkipGroup,
+        metric_namespace: "RedriveConsumer".into(),
     }
 }
 
@@ -1328,3 +1332,6 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
 
 #[path = "engine_key_tests.rs"]
 mod keys;
+
+#[path = "engine_batch_tests.rs"]
+mod batch;

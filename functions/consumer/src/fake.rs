@@ -13,7 +13,7 @@ use redrive_shared::key::IdempotencyKey;
 use redrive_shared::limits::Outgoing;
 use serde_json::Value;
 
-use crate::ports::{Claim, ClaimOutcome, IdempotencyStore, PortError, QueueOps};
+use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError, QueueOps};
 use crate::process::{ProcessError, Processor, RawBody};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -161,10 +161,11 @@ impl IdempotencyStore for FakeStore {
         if !claimable {
             let r = &records[&claim.key];
             return Ok(match r.status {
-                Status::Completed => ClaimOutcome::Completed {
-                    payload_hash: r.payload_hash.clone(),
-                    result: r.result.clone(),
-                },
+                Status::Completed => ClaimOutcome::Completed(
+                    CompletedRecord::new(r.expiration_s)
+                        .with_result(r.result.clone())
+                        .with_payload_hash(r.payload_hash.clone()),
+                ),
                 // The same claim again (its first reply was lost): it is ours.
                 Status::InProgress if r.token.as_deref() == Some(claim.token.as_str()) => {
                     ClaimOutcome::Claimed

@@ -27,12 +27,14 @@
 
 #[cfg(feature = "dynamodb")]
 pub mod aws;
+pub mod cache;
 pub mod engine;
 #[cfg(feature = "fake")]
 pub mod fake;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod message;
+pub mod metrics;
 pub mod ports;
 pub mod process;
 pub mod record;
@@ -40,7 +42,7 @@ pub mod record;
 pub mod runtime;
 
 pub use engine::{
-    BatchItemFailure, BatchResponse, Consumer, EventError, FailedIds, Handled,
+    BatchItemFailure, BatchResponse, Consumer, EventError, EveryRecordFailed, FailedIds, Handled,
     MAX_STORED_RESULT_BYTES, Outcome, RecordReport, Settings, key_digest,
 };
 #[cfg(feature = "http")]

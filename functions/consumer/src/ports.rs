@@ -38,19 +38,55 @@ pub struct Claim {
     pub payload_hash: Option<String>,
 }
 
+/// What is known of a COMPLETED record: what the duplicate path needs, and what the in-memory
+/// cache of completed keys keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompletedRecord {
+    /// `expiration`, epoch seconds (`i64::MAX` for a record without one: the table's TTL never
+    /// deletes it and the claim's condition never takes it).
+    pub expiration_s: i64,
+    /// The processor's output stored with it (JSON text), if any.
+    pub result: Option<String>,
+    /// `payloadHash`: the fingerprint of the payload it was processed for, when the record has
+    /// one (the payload check, `IDEMPOTENCY_PAYLOAD`).
+    pub payload_hash: Option<String>,
+}
+
+impl CompletedRecord {
+    pub fn new(expiration_s: i64) -> Self {
+        Self {
+            expiration_s,
+            result: None,
+            payload_hash: None,
+        }
+    }
+
+    pub fn with_result(mut self, result: Option<String>) -> Self {
+        self.result = result;
+        self
+    }
+
+    pub fn with_payload_hash(mut self, payload_hash: Option<String>) -> Self {
+        self.payload_hash = payload_hash;
+        self
+    }
+
+    /// Expired by the claim's own rule (`expiration < now`, in epoch seconds): a claim at
+    /// `now_ms` could take the key.
+    pub fn is_expired_at(&self, now_ms: i64) -> bool {
+        self.expiration_s < now_ms.div_euclid(1000)
+    }
+}
+
 /// What a claim found.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The key is ours: an IN_PROGRESS record carrying our token was written.
     Claimed,
-    /// The side effect already happened (an unexpired COMPLETED record). `result`: the
-    /// processor's output stored with it (JSON text), if any; `payload_hash`: the fingerprint of
-    /// the payload it was processed for, when the record has one (payload check).
-    Completed {
-        result: Option<String>,
-        payload_hash: Option<String>,
-    },
+    /// The side effect already happened (an unexpired COMPLETED record).
+    Completed(CompletedRecord),
     /// Another invocation holds the key until `until_ms` (epoch ms, when known).
     InProgress { until_ms: Option<i64> },
 }

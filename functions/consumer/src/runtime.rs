@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use redrive_shared::config::{ConfigError, ConsumerConfig, Env};
+use redrive_shared::config::{ConfigError, ConsumerConfig, Env, FifoOnFailure};
 
 use crate::aws::{DynamoDbStore, SqsOps};
 use crate::engine::{Consumer, Settings};
@@ -14,7 +14,8 @@ use crate::process::{FromBody, Processor};
 
 /// Runs `processor` as the Lambda's handler of SQS events, configured by the environment
 /// (`IDEMPOTENCY_TABLE`, `IDEMPOTENCY_KEY`, `IDEMPOTENCY_TTL_SECONDS`, `DLQ_URL`,
-/// `RETRY_*`): `Runner::new(processor).run()`.
+/// `RETRY_*`, `IDEMPOTENCY_CACHE_SIZE`, `FAIL_WHEN_ALL_FAILED`, `FIFO_ON_FAILURE`,
+/// `METRIC_NAMESPACE`): `Runner::new(processor).run()`.
 ///
 /// At init: JSON logging, the configuration (an invalid or missing variable fails init with
 /// an error naming it, before any record is touched), the SDK clients, the DynamoDB store and
@@ -92,6 +93,27 @@ where
         self.set("DLQ_URL", url.into())
     }
 
+    /// Completed keys a warm instance remembers, so that their duplicates cost no call to
+    /// the table (`IDEMPOTENCY_CACHE_SIZE`; 0, the default, turns the cache off).
+    pub fn cache_size(self, keys: usize) -> Self {
+        self.set("IDEMPOTENCY_CACHE_SIZE", keys.to_string())
+    }
+
+    /// Fail the invocation when every record of a batch failed (`FAIL_WHEN_ALL_FAILED`).
+    pub fn fail_when_all_failed(self, fail: bool) -> Self {
+        self.set("FAIL_WHEN_ALL_FAILED", fail.to_string())
+    }
+
+    /// What a FIFO batch does after a failed record (`FIFO_ON_FAILURE`).
+    pub fn fifo_on_failure(self, on_failure: FifoOnFailure) -> Self {
+        self.set("FIFO_ON_FAILURE", on_failure.as_str().to_string())
+    }
+
+    /// The namespace of the metrics line each invocation prints (`METRIC_NAMESPACE`).
+    pub fn metric_namespace(self, namespace: impl Into<String>) -> Self {
+        self.set("METRIC_NAMESPACE", namespace.into())
+    }
+
     /// Records of a standard queue processed at once (default 10).
     pub fn max_concurrency(mut self, records: usize) -> Self {
         self.settings = self.settings.with_max_concurrency(records);
@@ -155,7 +177,8 @@ where
         lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
             let deadline = deadline_ms(event.context.deadline);
             let handled = consumer.handle_event(&event.payload, deadline).await;
-            Ok::<SqsBatchResponse, Error>(handled.response)
+            // With FAIL_WHEN_ALL_FAILED, a batch whose records all failed fails the invocation.
+            Ok::<SqsBatchResponse, Error>(handled.into_response()?)
         }))
         .await
     }
@@ -206,6 +229,18 @@ mod tests {
             .config_from(environment)
             .unwrap_err();
         assert!(err.to_string().contains("IDEMPOTENCY_TTL_SECONDS"), "{err}");
+        // AND the batch options are set the same way
+        let config = Runner::new(noop())
+            .cache_size(500)
+            .fail_when_all_failed(true)
+            .fifo_on_failure(FifoOnFailure::StopBatch)
+            .metric_namespace("Team/Orders")
+            .config_from(environment)
+            .unwrap();
+        assert_eq!(config.cache_size, 500);
+        assert!(config.fail_when_all_failed);
+        assert_eq!(config.fifo_on_failure, FifoOnFailure::StopBatch);
+        assert_eq!(config.metric_namespace, "Team/Orders");
         let err = Runner::new(noop()).config_from(|_| None).unwrap_err();
         assert!(err.to_string().contains("IDEMPOTENCY_TABLE"), "{err}");
     }

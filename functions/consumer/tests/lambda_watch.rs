@@ -191,6 +191,148 @@ async fn an_invalid_configuration_fails_init_naming_the_variable() {
     assert_eq!(w.downstream.total_attempts(), 0);
 }
 
+/// The Embedded Metric Format lines the function printed: JSON objects on lines of their own
+/// with an `_aws` member, as CloudWatch Logs extracts them.
+fn emf_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("_aws").is_some())
+        .collect()
+}
+
+#[tokio::test]
+async fn each_invocation_prints_one_emf_line_with_the_batch_counts() {
+    // GIVEN the consumer under cargo lambda watch with its own metric namespace, and a batch
+    // that is processed, duplicated (the same message twice), dead-lettered and retried
+    let w = World::new(false).await;
+    w.downstream.reject_bodies_containing("poison", 400);
+    w.downstream.reject_bodies_containing("flaky", 503);
+    let namespace = redrive_tests::unique_name("Consumer");
+    let watch = LambdaWatch::start(
+        &["consumer"],
+        &env(&w, &[("METRIC_NAMESPACE", namespace.as_str())]),
+    )
+    .await;
+    w.send(&[
+        ("{\"order\":\"good\"}", &[]),
+        ("{\"order\":\"poison\"}", &[]),
+        ("{\"order\":\"flaky\"}", &[]),
+    ])
+    .await;
+    let mut received = w.receive(3).await;
+    received.push(received[0].clone());
+
+    // WHEN the function is invoked with it
+    let response = watch.invoke("consumer", &w.event(&received)).await.unwrap();
+    assert_eq!(failures(&response).len(), 1, "{response}");
+
+    // THEN its output holds exactly one EMF line, with the batch's counts under the source
+    // queue's name, zeros included
+    let log = watch.log();
+    let lines = emf_lines(&log);
+    assert_eq!(lines.len(), 1, "{log}");
+    let line = &lines[0];
+    let directive = &line["_aws"]["CloudWatchMetrics"][0];
+    assert_eq!(directive["Namespace"], json!(namespace));
+    assert_eq!(directive["Dimensions"], json!([["QueueName"]]));
+    assert!(line["_aws"]["Timestamp"].as_i64().unwrap() > 1_700_000_000_000);
+    let queue_name = w.queues.source_url.rsplit('/').next().unwrap();
+    assert_eq!(line["QueueName"], json!(queue_name));
+    for (metric, count) in [
+        ("Records", 4),
+        ("BatchItemFailures", 1),
+        ("Processed", 1),
+        ("Duplicate", 1),
+        ("DeadLettered", 1),
+        ("Retried", 1),
+        ("InProgress", 0),
+        ("Failed", 0),
+        ("PayloadMismatch", 0),
+        ("Skipped", 0),
+        ("Malformed", 0),
+        ("Unstarted", 0),
+    ] {
+        assert_eq!(line[metric], json!(count), "{metric}: {line}");
+        assert!(
+            directive["Metrics"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"Name": metric, "Unit": "Count"})),
+            "{metric} is declared"
+        );
+    }
+
+    // AND a second invocation prints a second line of its own
+    watch
+        .invoke("consumer", &w.event(&received[..1]))
+        .await
+        .unwrap();
+    let lines = emf_lines(&watch.log());
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["Duplicate"], json!(1));
+    assert_eq!(lines[1]["Records"], json!(1));
+}
+
+#[tokio::test]
+async fn with_fail_when_all_failed_a_batch_that_all_failed_fails_the_invocation() {
+    // GIVEN FAIL_WHEN_ALL_FAILED and a downstream that answers 503 to every message
+    let w = World::new(false).await;
+    w.downstream.reject_bodies_containing("flaky", 503);
+    let watch =
+        LambdaWatch::start(&["consumer"], &env(&w, &[("FAIL_WHEN_ALL_FAILED", "true")])).await;
+    let ids = w
+        .send(&[
+            ("{\"order\":\"flaky-1\"}", &[]),
+            ("{\"order\":\"flaky-2\"}", &[]),
+        ])
+        .await;
+    let received = w.receive(2).await;
+
+    // WHEN the function is invoked with the batch
+    let err = watch
+        .invoke("consumer", &w.event(&received))
+        .await
+        .unwrap_err();
+
+    // THEN the invocation reports an error (Lambda's Errors metric counts it), naming why
+    let document: Value = serde_json::from_str(&err).unwrap_or_else(|_| panic!("{err}"));
+    let message = document["errorMessage"].as_str().unwrap();
+    assert!(
+        message.contains("every record of the batch failed (2 of 2; retry: 2)"),
+        "{document}"
+    );
+    // AND each record was settled as without the option: its claim released, its visibility
+    // set to the 1 s backoff (it was received for 300 s), so both come back soon
+    for id in &ids {
+        assert!(
+            w.record(id).await.is_none(),
+            "the claim of {id} is released"
+        );
+    }
+    let back = comes_back(
+        &w.sqs,
+        &w.queues.source_url,
+        2,
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(back.len(), 2);
+    // AND the metrics of the failed invocation were printed all the same
+    let lines = emf_lines(&watch.log());
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["Retried"], json!(2));
+
+    // WHEN one record of the next batch succeeds
+    w.send(&[("{\"order\":\"good\"}", &[])]).await;
+    let mut batch = back;
+    batch.extend(w.receive(1).await);
+    let response = watch.invoke("consumer", &w.event(&batch)).await.unwrap();
+
+    // THEN it is the partial batch response, as without the option
+    assert_eq!(failures(&response).len(), 2, "{response}");
+}
+
 #[tokio::test]
 async fn the_binary_keys_on_several_fields_and_checks_the_payload() {
     // GIVEN the consumer under cargo lambda watch, keyed on two fields of the body, with the

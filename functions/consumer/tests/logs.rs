@@ -9,7 +9,7 @@ use redrive_consumer::message::{QueueArn, record_to_event_json};
 use redrive_consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{Backoff, Jitter};
-use redrive_shared::config::{ConsumerConfig, QueueUrl};
+use redrive_shared::config::{ConsumerConfig, FifoOnFailure, QueueUrl};
 use redrive_shared::key::{IdempotencyKey, KeySource};
 use serde_json::{Value, json};
 
@@ -115,6 +115,10 @@ async fn pointer_keys_are_logged_as_a_digest_never_raw() {
             QueueUrl::parse("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq").unwrap(),
         ),
         retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
+        cache_size: 0,
+        fail_when_all_failed: false,
+        fifo_on_failure: FifoOnFailure::SkipGroup,
+        metric_namespace: "RedriveConsumer".into(),
     };
     let c = Consumer::new(&store, &queue, &processor, config);
     let deadline = (now_ms() + 60_000) as u64;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use redrive_consumer::aws::DynamoDbStore;
 use redrive_consumer::fake::{ScriptedProcessor, Step};
-use redrive_consumer::ports::{Claim, ClaimOutcome, IdempotencyStore};
+use redrive_consumer::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore};
 use redrive_consumer::{Consumer, FailedIds, Outcome};
 use redrive_shared::MessageAttribute;
 use redrive_shared::backoff::{Backoff, Fixed, Jitter};
@@ -732,10 +732,8 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
     assert_eq!(w.status("k-1").await.as_deref(), Some("COMPLETED"));
     assert_eq!(
         store.claim(&claim("d", now, now + 60_000)).await.unwrap(),
-        ClaimOutcome::Completed {
-            result: None,
-            payload_hash: None
-        }
+        ClaimOutcome::Completed(CompletedRecord::new(now / 1000 + 100)),
+        "the found record's expiration comes with it (what the cache of completed keys keeps)"
     );
     // ... even after the in-progress deadline
     assert_eq!(
@@ -743,10 +741,7 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
             .claim(&claim("d", now + 120_000 - 50_000, now + 200_000))
             .await
             .unwrap(),
-        ClaimOutcome::Completed {
-            result: None,
-            payload_hash: None
-        }
+        ClaimOutcome::Completed(CompletedRecord::new(now / 1000 + 100))
     );
     let later = now + 101_000;
     assert_eq!(
@@ -781,10 +776,9 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
         .unwrap();
     assert_eq!(
         store.claim(&hashed("g", "h-7")).await.unwrap(),
-        ClaimOutcome::Completed {
-            result: None,
-            payload_hash: Some("h-5".into())
-        }
+        ClaimOutcome::Completed(
+            CompletedRecord::new(now / 1000 + 100).with_payload_hash(Some("h-5".into()))
+        )
     );
 }
 
@@ -823,9 +817,8 @@ async fn the_dynamodb_store_returns_the_stored_result_with_the_failed_claim() {
     // THEN the claim's failed condition brings the result back (ALL_OLD: no read)
     assert_eq!(
         again,
-        ClaimOutcome::Completed {
-            result: Some(result.to_string()),
-            payload_hash: None
-        }
+        ClaimOutcome::Completed(
+            CompletedRecord::new(now / 1000 + 100).with_result(Some(result.to_string()))
+        )
     );
 }

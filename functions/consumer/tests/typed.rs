@@ -14,7 +14,7 @@ use redrive_consumer::{
 };
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{Backoff, Jitter};
-use redrive_shared::config::{ConsumerConfig, QueueUrl};
+use redrive_shared::config::{ConsumerConfig, FifoOnFailure, QueueUrl};
 use redrive_shared::key::KeySource;
 use redrive_shared::meta::RedriveMeta;
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,10 @@ fn config(key_source: KeySource) -> ConsumerConfig {
         ttl_seconds: 3600,
         dlq_url: Some(QueueUrl::parse(DLQ).unwrap()),
         retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
+        cache_size: 0,
+        fail_when_all_failed: false,
+        fifo_on_failure: FifoOnFailure::SkipGroup,
+        metric_namespace: "RedriveConsumer".into(),
     }
 }
 
