@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{FifoOnFailure, QueueUrl};
-use redrive_shared::key::KeySource;
+use redrive_shared::key::{IdempotencyKey, KeySource};
 use redrive_shared::meta::ATTRIBUTE_NAME;
 use redrive_shared::{Attributes, MessageAttribute};
 use serde_json::{Value, json};
@@ -27,6 +27,8 @@ fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
     ConsumerConfig {
         idempotency_table: "idempotency".into(),
         key_source,
+        key_namespace: None,
+        payload: None,
         ttl_seconds: 3600,
         dlq_url: dlq.then(|| QueueUrl::parse(DLQ).unwrap()),
         retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
@@ -39,10 +41,27 @@ fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
 
 /// The default (`message`) idempotency key of a message with this chain id and body.
 fn key_of(original_message_id: &str, body: &str) -> String {
-    redrive_shared::key::derive(&KeySource::Message, original_message_id, body)
+    redrive_shared::key::derive(
+        &KeySource::Message,
+        original_message_id,
+        body,
+        &Attributes::new(),
+    )
+    .unwrap()
+    .as_str()
+    .to_string()
+}
+
+/// The record id of a key (no namespace): the table never holds the key itself.
+fn id_of_key(key: &str) -> String {
+    IdempotencyKey::try_from(key.to_string())
         .unwrap()
-        .as_str()
-        .to_string()
+        .record_id(None)
+}
+
+/// The record id of the default key of a message with this chain id and body.
+fn id_of(original_message_id: &str, body: &str) -> String {
+    id_of_key(&key_of(original_message_id, body))
 }
 
 fn message(id: &str, body: &str) -> Message {
@@ -154,7 +173,7 @@ async fn happy_path_costs_two_writes_no_read_and_no_sqs_call() {
     assert_eq!(store.calls.writes(), 6);
     assert_eq!(store.calls.read.load(Ordering::SeqCst), 0);
     assert!(queue.calls().is_empty(), "{:?}", queue.calls());
-    let record = store.record(&key_of("m-1", "a")).unwrap();
+    let record = store.record(&id_of("m-1", "a")).unwrap();
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.in_progress_expiration_ms, deadline as i64);
     let expected_expiry = now_ms() / 1000 + 3600;
@@ -244,7 +263,7 @@ async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
     );
     // The winner's record is COMPLETED: the loser did not release it.
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::Completed
     );
 }
@@ -294,7 +313,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     )
     .await;
     assert!(killed.is_err(), "the hanging invocation must not finish");
-    let left = store.record(&key_of("m-1", "a")).unwrap();
+    let left = store.record(&id_of("m-1", "a")).unwrap();
     assert_eq!(
         (left.status, left.in_progress_expiration_ms),
         (Status::InProgress, deadline)
@@ -315,7 +334,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     assert_eq!(outcomes(&late), [("m-1", "processed")]);
     assert_eq!(healthy.effects(&key_of("m-1", "a")), 1);
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::Completed
     );
 }
@@ -330,6 +349,7 @@ async fn a_release_never_removes_a_claim_someone_else_took_over() {
         now_ms: now,
         expiration_s: now / 1000 + 100,
         in_progress_expiration_ms: now - 1, // already expired
+        payload_hash: None,
     };
     assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Claimed);
     let second = Claim {
@@ -354,6 +374,7 @@ async fn a_claim_repeated_after_its_reply_was_lost_is_still_its_own() {
         now_ms: now,
         expiration_s: now / 1000 + 100,
         in_progress_expiration_ms: now + 60_000,
+        payload_hash: None,
     };
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
     // the retry of the same write (same token) finds its own IN_PROGRESS record
@@ -395,7 +416,7 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
         })
     );
     assert!(
-        store.record(&key_of("m-1", "a")).is_none(),
+        store.record(&id_of("m-1", "a")).is_none(),
         "the claim is released"
     );
     assert_eq!(
@@ -563,7 +584,7 @@ async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted
     assert_eq!(order, ["send", "delete"]);
     assert!(
         store
-            .record(&key_of("orig-1", "not json \u{1F4E6}"))
+            .record(&id_of("orig-1", "not json \u{1F4E6}"))
             .is_none(),
         "the claim is released"
     );
@@ -594,7 +615,7 @@ async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
         })
     );
     assert!(queue.calls().is_empty());
-    assert!(store.record(&key_of("m-1", "a")).is_none());
+    assert!(store.record(&id_of("m-1", "a")).is_none());
 }
 
 #[tokio::test]
@@ -674,7 +695,7 @@ async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
         .unwrap();
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert!(queue.deletes().is_empty());
-    assert!(store.record(&key_of("m-1", "a")).is_none());
+    assert!(store.record(&id_of("m-1", "a")).is_none());
 }
 
 #[tokio::test]
@@ -697,7 +718,7 @@ async fn a_failed_delete_after_the_dlq_copy_still_settles_the_record() {
 
 #[tokio::test]
 async fn pointer_key_errors_fail_only_their_record() {
-    let pointer = KeySource::Pointer("/paymentId".into());
+    let pointer = KeySource::pointer("/paymentId").unwrap();
     let batch = [
         message("good", r#"{"paymentId":"p-1"}"#),
         message("missing", r#"{"other":1}"#),
@@ -808,7 +829,7 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
     assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
     // The claim still guards the key until its deadline.
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::InProgress
     );
     let again = c
@@ -835,7 +856,7 @@ async fn a_claim_written_but_answered_with_an_error_is_released_for_the_retry() 
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(processor.total_calls(), 0);
     // the claim that did land was released with its token: nothing holds the key
-    assert!(store.record(&key_of("m-1", "a")).is_none());
+    assert!(store.record(&id_of("m-1", "a")).is_none());
     let retry = c
         .handle(&event(&[message("m-1", "a")]), in_a_minute())
         .await
@@ -861,7 +882,7 @@ async fn a_failed_complete_is_retried_until_it_lands() {
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 3);
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::Completed
     );
     // a duplicate copy is now recognised at once, whenever it comes
@@ -890,7 +911,7 @@ async fn a_complete_is_not_retried_past_the_claim() {
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 1);
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::InProgress
     );
 }
@@ -910,7 +931,7 @@ async fn a_failed_release_keeps_the_key_until_the_claim_expires() {
     let first = c.handle(&batch, deadline as u64).await.unwrap();
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::InProgress
     );
 
@@ -948,7 +969,7 @@ async fn a_panicking_step_fails_its_record_only() {
     assert!(
         matches!(handled.outcome_of("m-1"), Some(Outcome::Retry { code, .. }) if code == PROCESSOR_PANIC)
     );
-    assert!(store.record(&key_of("m-1", "a")).is_none(), "released");
+    assert!(store.record(&id_of("m-1", "a")).is_none(), "released");
     assert_eq!(processor.effects(&key_of("m-2", "b")), 1);
 }
 
@@ -1050,7 +1071,7 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
     );
     assert_eq!(handled.response.failed_ids(), ["g1-2", "g1-3"]);
     assert_eq!(processor.calls(&key_of("g1-3", "{}")), 0);
-    assert!(store.record(&key_of("g1-3", "{}")).is_none());
+    assert!(store.record(&id_of("g1-3", "{}")).is_none());
 }
 
 #[tokio::test]
@@ -1095,7 +1116,7 @@ async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
     )
     .await;
     let until = store
-        .record(&key_of("m-1", "a"))
+        .record(&id_of("m-1", "a"))
         .unwrap()
         .in_progress_expiration_ms;
     let expected = now_ms() + 900_000;
@@ -1106,7 +1127,7 @@ async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
 }
 
 fn pointer_config(dlq: bool) -> ConsumerConfig {
-    config(dlq, KeySource::Pointer("/id".into()))
+    config(dlq, KeySource::pointer("/id").unwrap())
 }
 
 fn keyed(id: &str, key: &str) -> Message {
@@ -1308,6 +1329,9 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
     assert_eq!(processor.calls("k-1"), 1);
     assert_eq!(handled.response.failed_ids(), ["f-1", "f-3"]);
 }
+
+#[path = "engine_key_tests.rs"]
+mod keys;
 
 #[path = "engine_batch_tests.rs"]
 mod batch;
