@@ -138,14 +138,19 @@ pub async fn run(w: Workload, cache_size: usize, seed: u64) -> CacheRun {
     );
     let expiration_s = now_ms() / 1000 + 3600;
     for i in 0..w.preloaded {
+        // The table holds the key's hash (no namespace: the configuration below has none).
+        let id = redrive_shared::key::IdempotencyKey::try_from(format!("done-{i}"))
+            .map(|key| key.record_id(None))
+            .unwrap_or_default();
         store.insert(
-            &format!("done-{i}"),
+            &id,
             Record {
                 status: Status::Completed,
                 expiration_s,
                 in_progress_expiration_ms: 0,
                 token: None,
                 result: None,
+                payload_hash: None,
             },
         );
     }

@@ -430,6 +430,9 @@ struct Progress {
     stop: AtomicBool,
     produced_all: AtomicBool,
     produced: Mutex<HashMap<String, Kind>>,
+    /// The idempotency record id of each produced message's key, to its MessageId: the fault
+    /// layers see record ids (hashes of the keys), the soak reconciles by chain.
+    chains: Mutex<HashMap<String, String>>,
     outcomes: Mutex<BTreeMap<String, u64>>,
     invocations: AtomicU64,
     kills: AtomicU64,
@@ -487,13 +490,18 @@ async fn producer<E: Emulator>(env: &E, settings: &SoakSettings, progress: &Prog
                 }
             })
             .collect();
-        let bodies = kinds
+        let bodies: Vec<String> = kinds
             .iter()
             .enumerate()
             .map(|(i, k)| payload(next + i as u64, *k))
             .collect();
-        let ids = env.produce(bodies).await;
+        let ids = env.produce(bodies.clone()).await;
         assert_eq!(ids.len(), kinds.len(), "the producer lost a send");
+        lock(&progress.chains).extend(
+            ids.iter()
+                .zip(&bodies)
+                .map(|(id, body)| (record_id_of(id, body), id.clone())),
+        );
         lock(&progress.produced).extend(ids.into_iter().zip(kinds));
         next += wave;
     }
@@ -674,7 +682,8 @@ where
     let seconds = started.elapsed().as_secs_f64();
     let inventory = env.inventory().await;
     let produced = std::mem::take(&mut *lock(&progress.produced));
-    let mut r = reconcile(&produced, &inventory, &flaky.effects(), env.layer_stats());
+    let layer = by_chain(env.layer_stats(), &lock(&progress.chains));
+    let mut r = reconcile(&produced, &inventory, &flaky.effects(), layer);
     r.emulator = emulator_name.to_string();
     r.settings = Some(settings.clone());
     r.quiesced = quiesced;
@@ -692,6 +701,31 @@ where
         .map(|(k, v)| (k.to_string(), v))
         .collect();
     r
+}
+
+/// The record id the consumer of [`consumer_config`] (default `message` key, no namespace)
+/// gives a message first sent with this MessageId and body.
+fn record_id_of(message_id: &str, body: &str) -> String {
+    redrive_shared::key::derive(
+        &redrive_shared::key::KeySource::Message,
+        message_id,
+        body,
+        &redrive_shared::Attributes::new(),
+    )
+    .map(|key| key.record_id(None))
+    .unwrap_or_default()
+}
+
+/// The layer's failed idempotency writes, by chain instead of by record id.
+fn by_chain(mut layer: LayerStats, chains: &HashMap<String, String>) -> LayerStats {
+    let map = |ids: BTreeSet<String>| {
+        ids.into_iter()
+            .map(|id| chains.get(&id).cloned().unwrap_or(id))
+            .collect()
+    };
+    layer.completion_faulted = map(std::mem::take(&mut layer.completion_faulted));
+    layer.claim_lost = map(std::mem::take(&mut layer.claim_lost));
+    layer
 }
 
 /// Every produced message is delivered downstream, or sits in exactly one of the queues.
@@ -725,8 +759,8 @@ pub fn reconcile(
             ));
         }
     }
-    // The layers record idempotency writes by their DynamoDB key, `<originalMessageId>:<body
-    // digest>`; the soak reconciles by originalMessageId (the chain).
+    // Failed idempotency writes arrive by chain (see `by_chain`) or by key text
+    // (`<originalMessageId>:<body digest>`); the soak reconciles by originalMessageId.
     let completion_faulted: BTreeSet<&str> = layer
         .completion_faulted
         .iter()
@@ -858,6 +892,27 @@ mod tests {
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert_eq!((r.repeats_explained, r.leftovers_explained), (1, 1));
         assert!(r.passed());
+    }
+
+    #[test]
+    fn failed_writes_seen_by_record_id_are_mapped_back_to_their_chain() {
+        // GIVEN a layer that saw the record ids (hashes) of two messages' keys
+        let chains: HashMap<String, String> = [
+            (record_id_of("a", "{}"), "a".to_string()),
+            (record_id_of("b", "{}"), "b".to_string()),
+        ]
+        .into();
+        let layer = LayerStats {
+            completion_faulted: [record_id_of("a", "{}")].into(),
+            claim_lost: [record_id_of("b", "{}")].into(),
+            ..LayerStats::default()
+        };
+        // WHEN they are mapped back
+        let layer = by_chain(layer, &chains);
+        // THEN the soak sees the chains
+        assert_eq!(layer.completion_faulted, ["a".to_string()].into());
+        assert_eq!(layer.claim_lost, ["b".to_string()].into());
+        assert_eq!(record_id_of("a", "{}").len(), 64);
     }
 
     #[test]

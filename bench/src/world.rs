@@ -492,12 +492,11 @@ impl WorldStore {
     fn on_world_clock(&self, claim: &Claim) -> Claim {
         let now = self.world.now_ms();
         Claim {
-            key: claim.key.clone(),
-            token: claim.token.clone(),
             now_ms: now,
             expiration_s: now.div_euclid(1000)
                 + (claim.expiration_s - claim.now_ms.div_euclid(1000)),
             in_progress_expiration_ms: now + (claim.in_progress_expiration_ms - claim.now_ms),
+            ..claim.clone()
         }
     }
 }
@@ -671,6 +670,7 @@ mod tests {
             now_ms: wall,
             expiration_s: wall / 1000 + 86_400,
             in_progress_expiration_ms: wall + 10_000,
+            payload_hash: None,
         };
         assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
         let again = Claim {

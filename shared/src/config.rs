@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::backoff::{Backoff, Jitter};
-use crate::key::KeySource;
+use crate::key::{KeySource, PayloadSource, parse_namespace};
 use crate::limits::is_fifo;
 
 /// A configuration error: which variable, what value, what was expected.
@@ -483,6 +483,11 @@ impl FifoOnFailure {
 pub struct ConsumerConfig {
     pub idempotency_table: String,
     pub key_source: KeySource,
+    /// Prefixes every record id (`<namespace>#<hash>`): `IDEMPOTENCY_NAMESPACE`, else the
+    /// function's name (`AWS_LAMBDA_FUNCTION_NAME`), else none.
+    pub key_namespace: Option<String>,
+    /// The payload check (`IDEMPOTENCY_PAYLOAD`), off when unset.
+    pub payload: Option<PayloadSource>,
     pub ttl_seconds: u64,
     pub dlq_url: Option<QueueUrl>,
     pub retry: Backoff,
@@ -509,6 +514,11 @@ impl ConsumerConfig {
             }
         })?;
         let key_source = env.or("IDEMPOTENCY_KEY", KeySource::Message, KeySource::parse)?;
+        let key_namespace = match env.optional("IDEMPOTENCY_NAMESPACE", parse_namespace)? {
+            Some(namespace) => Some(namespace),
+            None => env.optional("AWS_LAMBDA_FUNCTION_NAME", parse_namespace)?,
+        };
+        let payload = env.optional("IDEMPOTENCY_PAYLOAD", PayloadSource::parse)?;
         let ttl_seconds = env.or(
             "IDEMPOTENCY_TTL_SECONDS",
             DEFAULT_IDEMPOTENCY_TTL_SECONDS,
@@ -560,6 +570,8 @@ impl ConsumerConfig {
         Ok(Self {
             idempotency_table,
             key_source,
+            key_namespace,
+            payload,
             ttl_seconds,
             dlq_url,
             retry,
@@ -824,6 +836,8 @@ mod tests {
         let c = ConsumerConfig::from_env(&env(&[("IDEMPOTENCY_TABLE", "redrive-idempotency")]))
             .unwrap();
         assert_eq!(c.key_source, KeySource::Message);
+        assert_eq!(c.key_namespace, None);
+        assert_eq!(c.payload, None, "the payload check is opt-in");
         assert_eq!(c.ttl_seconds, DEFAULT_IDEMPOTENCY_TTL_SECONDS);
         assert_eq!(c.dlq_url, None);
         assert_eq!(c.retry, Backoff::new(2.0, 3.0, 900, Jitter::Full).unwrap());
@@ -847,7 +861,7 @@ mod tests {
             ("METRIC_NAMESPACE", "Team/Orders"),
         ]))
         .unwrap();
-        assert_eq!(c.key_source, KeySource::Pointer("/paymentId".into()));
+        assert_eq!(c.key_source, KeySource::pointer("/paymentId").unwrap());
         assert_eq!(c.dlq_url.unwrap().name(), "orders-dlq");
         assert_eq!(c.retry, Backoff::new(1.0, 2.0, 10, Jitter::None).unwrap());
         assert_eq!(c.cache_size, 1000);
@@ -858,6 +872,12 @@ mod tests {
         for (var, value) in [
             ("IDEMPOTENCY_TABLE", "x"),
             ("IDEMPOTENCY_KEY", "paymentId"),
+            ("IDEMPOTENCY_KEY", "/a,,/b"),
+            ("IDEMPOTENCY_KEY", "attribute:x-redrive"),
+            ("IDEMPOTENCY_NAMESPACE", "a#b"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "a b"),
+            ("IDEMPOTENCY_PAYLOAD", "message"),
+            ("IDEMPOTENCY_PAYLOAD", "amount"),
             ("IDEMPOTENCY_TTL_SECONDS", "0"),
             ("DLQ_URL", "not-a-url"),
             ("RETRY_BASE_SECONDS", "abc"),
@@ -883,6 +903,46 @@ mod tests {
         assert_eq!(
             ConsumerConfig::from_env(&env(&[])).unwrap_err().variable,
             "IDEMPOTENCY_TABLE"
+        );
+    }
+
+    #[test]
+    fn key_sources_namespace_and_payload_check_are_read_at_init() {
+        // GIVEN a compound key, a payload check and the function's name
+        let c = ConsumerConfig::from_env(&env(&[
+            ("IDEMPOTENCY_TABLE", "t-1"),
+            ("IDEMPOTENCY_KEY", "/customerId, attribute:OrderId"),
+            ("IDEMPOTENCY_PAYLOAD", "/amount,/currency"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "orders-consumer"),
+        ]))
+        .unwrap();
+        // THEN they are parsed once, and the namespace defaults to the function's name
+        assert_eq!(c.key_source.to_string(), "/customerId,attribute:OrderId");
+        assert_eq!(c.payload.unwrap().to_string(), "/amount,/currency");
+        assert_eq!(c.key_namespace.as_deref(), Some("orders-consumer"));
+        // AND IDEMPOTENCY_NAMESPACE wins over the function's name
+        let c = ConsumerConfig::from_env(&env(&[
+            ("IDEMPOTENCY_TABLE", "t-1"),
+            ("IDEMPOTENCY_KEY", "body"),
+            ("IDEMPOTENCY_PAYLOAD", "body"),
+            ("IDEMPOTENCY_NAMESPACE", "orders"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "orders-consumer-v2"),
+        ]))
+        .unwrap();
+        assert_eq!(c.key_source, KeySource::Body);
+        assert_eq!(c.payload, Some(PayloadSource::Body));
+        assert_eq!(c.key_namespace.as_deref(), Some("orders"));
+        // AND a bad key names the variable, the value and what is wrong
+        let err = ConsumerConfig::from_env(&env(&[
+            ("IDEMPOTENCY_TABLE", "t-1"),
+            ("IDEMPOTENCY_KEY", "/customerId,orderId"),
+        ]))
+        .unwrap_err();
+        assert_eq!(err.variable, "IDEMPOTENCY_KEY");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("invalid IDEMPOTENCY_KEY=\"/customerId,orderId\": \"orderId\" is neither a JSON pointer"),
+            "{text}"
         );
     }
 

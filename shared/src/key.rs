@@ -1,34 +1,198 @@
-//! Idempotency keys for the consumer: which value of a message identifies its side effect.
+//! Idempotency keys for the consumer: which value of a message identifies its side effect
+//! (`IDEMPOTENCY_KEY`), the record id that stands for it in the table (a hash: no raw key is
+//! stored), and the payload check (`IDEMPOTENCY_PAYLOAD`).
+//!
+//! ```text
+//! IDEMPOTENCY_KEY     = "message" | "body" | fields
+//! IDEMPOTENCY_PAYLOAD = "body" | fields                 (unset: no payload check)
+//! fields              = field *( "," field )            at most 8, none named twice
+//! field               = json-pointer | "attribute:" attribute-name
+//! json-pointer        = "/" ...                         RFC 6901, without ","
+//! attribute-name      = an SQS message attribute name   not x-redrive
+//! ```
+//! Spaces around a field are ignored (`/customerId, /orderId`).
 
-use std::collections::HashMap;
+use std::fmt;
 
-use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-/// Keys longer than this are rejected (DynamoDB allows 2048 bytes for a partition key).
-pub const MAX_KEY_BYTES: usize = 1024;
+use crate::attributes::{AttributeValue, Attributes};
+use crate::meta::ATTRIBUTE_NAME as REDRIVE_ATTRIBUTE;
 
-/// Where the key comes from (`IDEMPOTENCY_KEY`).
+mod json;
+mod payload;
+
+pub use payload::{PayloadHash, PayloadSource};
+
+/// Keys longer than this are rejected: a key is sent as a header value and kept in memory.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// At most this many fields in a compound key or a payload check.
+pub const MAX_FIELDS: usize = 8;
+
+/// Where the key comes from (`IDEMPOTENCY_KEY`), parsed once at init.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeySource {
     /// `message`: `originalMessageId` from `x-redrive`, else the MessageId, bound to a digest
-    /// of the body. Stable across redrives and replays (byte-identical copies).
+    /// of the body. Stable across redrives and replays (byte-identical copies); two sends of
+    /// one body are two keys.
     Message,
-    /// A JSON pointer into the body, such as `/paymentId`.
-    Pointer(String),
+    /// `body`: the SHA-256 of the whole body. Any two messages with byte-identical bodies share
+    /// the key, whatever their MessageIds: content-based deduplication.
+    Body,
+    /// One field (a JSON pointer such as `/paymentId`, or `attribute:OrderId`), or several
+    /// (`/customerId,/orderId`): a business key.
+    Fields(Fields),
 }
 
 impl KeySource {
     pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        if s.is_empty() || s == "message" {
-            Ok(Self::Message)
-        } else if s.starts_with('/') {
-            Ok(Self::Pointer(s.to_string()))
-        } else {
-            Err("must be `message` or a JSON pointer into the body such as `/paymentId`".into())
+        match s.trim() {
+            "" | "message" => Ok(Self::Message),
+            "body" => Ok(Self::Body),
+            fields => Fields::parse(fields).map(Self::Fields).map_err(|problem| {
+                format!(
+                    "{problem}; IDEMPOTENCY_KEY is `message`, `body`, or fields separated by commas, each a JSON pointer into the body (`/paymentId`) or `attribute:<message attribute name>`"
+                )
+            }),
         }
     }
+
+    /// One JSON pointer into the body, such as `/paymentId`.
+    pub fn pointer(pointer: &str) -> Result<Self, String> {
+        Self::parse(pointer)
+    }
+}
+
+impl fmt::Display for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Message => f.write_str("message"),
+            Self::Body => f.write_str("body"),
+            Self::Fields(fields) => fields.fmt(f),
+        }
+    }
+}
+
+impl std::str::FromStr for KeySource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::parse(s)
+    }
+}
+
+/// One field of a message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Field {
+    /// A JSON pointer (RFC 6901) into the body.
+    Pointer(String),
+    /// A message attribute, by name (`attribute:OrderId`).
+    Attribute(String),
+}
+
+impl Field {
+    fn parse(text: &str) -> Result<Self, String> {
+        if let Some(name) = text.strip_prefix("attribute:") {
+            check_attribute_name(name.trim())?;
+            Ok(Self::Attribute(name.trim().to_string()))
+        } else if text.starts_with('/') {
+            json::check_pointer(text)?;
+            Ok(Self::Pointer(text.to_string()))
+        } else if text == "message" || text == "body" {
+            Err(format!(
+                "`{text}` stands alone; it cannot be one of several fields"
+            ))
+        } else {
+            Err(format!(
+                "{text:?} is neither a JSON pointer (`/orderId`) nor `attribute:<name>`"
+            ))
+        }
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Pointer(p) => f.write_str(p),
+            Self::Attribute(name) => write!(f, "attribute:{name}"),
+        }
+    }
+}
+
+/// 1 to [`MAX_FIELDS`] distinct fields, in the order configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fields(Vec<Field>);
+
+impl Fields {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut fields: Vec<Field> = Vec::new();
+        for text in s.split(',') {
+            let text = text.trim();
+            if text.is_empty() {
+                return Err(format!(
+                    "{s:?} has an empty field (two commas, or one at an end)"
+                ));
+            }
+            let field = Field::parse(text)?;
+            if fields.contains(&field) {
+                return Err(format!("{field} is named twice"));
+            }
+            fields.push(field);
+        }
+        if fields.len() > MAX_FIELDS {
+            return Err(format!(
+                "{} fields; at most {MAX_FIELDS} are allowed",
+                fields.len()
+            ));
+        }
+        Ok(Self(fields))
+    }
+
+    pub fn as_slice(&self) -> &[Field] {
+        &self.0
+    }
+
+    fn has_pointer(&self) -> bool {
+        self.0.iter().any(|f| matches!(f, Field::Pointer(_)))
+    }
+}
+
+impl fmt::Display for Fields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, field) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            field.fmt(f)?;
+        }
+        Ok(())
+    }
+}
+
+/// An SQS message attribute name (1-256 of `A-Z a-z 0-9 _ - .`, no `AWS.`/`Amazon.` prefix, no
+/// `.` at either end or twice in a row), other than `x-redrive`, which changes on every redrive.
+fn check_attribute_name(name: &str) -> Result<(), String> {
+    let valid = (1..=256).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && !name.to_ascii_lowercase().starts_with("aws.")
+        && !name.to_ascii_lowercase().starts_with("amazon.");
+    if !valid {
+        return Err(format!(
+            "attribute:{name} does not name an SQS message attribute (1 to 256 of A-Z a-z 0-9 _ - ., not starting with AWS. or Amazon.)"
+        ));
+    }
+    if name == REDRIVE_ATTRIBUTE {
+        return Err(format!(
+            "attribute:{name} changes on every redrive; `message` keys on the chain it names"
+        ));
+    }
+    Ok(())
 }
 
 /// A non-empty key of at most [`MAX_KEY_BYTES`] bytes.
@@ -39,10 +203,21 @@ impl IdempotencyKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The record's `id` in the idempotency table: the lowercase hex SHA-256 of the key's UTF-8
+    /// text, after `<namespace>#` when the consumer has a namespace (`IDEMPOTENCY_NAMESPACE`).
+    /// The key itself (a business id, body content) is never stored.
+    pub fn record_id(&self, namespace: Option<&str>) -> String {
+        let hash = sha256_hex(self.0.as_bytes(), 64);
+        match namespace {
+            Some(ns) => format!("{ns}#{hash}"),
+            None => hash,
+        }
+    }
 }
 
-impl std::fmt::Display for IdempotencyKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
@@ -60,7 +235,23 @@ impl TryFrom<String> for IdempotencyKey {
     }
 }
 
+/// `IDEMPOTENCY_NAMESPACE` (or the function's name): 1 to 128 of `A-Z a-z 0-9 _ - . :`. No `#`,
+/// so that a record id reads back unambiguously as `<namespace>#<hash>`.
+pub fn parse_namespace(s: &str) -> Result<String, String> {
+    let ok = (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err("must be 1 to 128 of A-Z a-z 0-9 _ - . : (it prefixes every record id)".into())
+    }
+}
+
+/// Why a message has no key (or no payload fingerprint): a permanent failure of that message,
+/// since no retry can change its content. Field names are configuration; values never appear.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     #[error("the body is not JSON, so the idempotency key pointer {pointer} cannot be read")]
     BodyNotJson { pointer: String },
@@ -68,10 +259,20 @@ pub enum KeyError {
     Missing { pointer: String },
     #[error("the value at the idempotency key pointer {pointer} is {kind}, not a string or number")]
     NotScalar { pointer: String, kind: &'static str },
+    #[error("the message has no attribute {name}, the idempotency key's attribute:{name}")]
+    AttributeMissing { name: String },
+    #[error(
+        "the message attribute {name} is Binary; an idempotency key reads String and Number attributes"
+    )]
+    AttributeBinary { name: String },
+    #[error("the idempotency key field {field} is empty")]
+    EmptyField { field: String },
     #[error("the idempotency key is empty")]
     Empty,
     #[error("the idempotency key is {0} bytes; at most {MAX_KEY_BYTES} are allowed")]
     TooLong(usize),
+    #[error("the body is not JSON, so the payload check's pointers ({fields}) cannot be read")]
+    PayloadBodyNotJson { fields: String },
 }
 
 impl KeyError {
@@ -81,8 +282,11 @@ impl KeyError {
             Self::BodyNotJson { .. } => "KEY_BODY_NOT_JSON",
             Self::Missing { .. } => "KEY_MISSING",
             Self::NotScalar { .. } => "KEY_NOT_SCALAR",
-            Self::Empty => "KEY_EMPTY",
+            Self::AttributeMissing { .. } => "KEY_ATTRIBUTE_MISSING",
+            Self::AttributeBinary { .. } => "KEY_ATTRIBUTE_BINARY",
+            Self::EmptyField { .. } | Self::Empty => "KEY_EMPTY",
             Self::TooLong(_) => "KEY_TOO_LONG",
+            Self::PayloadBodyNotJson { .. } => "PAYLOAD_BODY_NOT_JSON",
         }
     }
 }
@@ -94,23 +298,74 @@ impl KeyError {
 ///   bytes of the body's SHA-256 in hex. Redriven and replayed copies are byte-identical, so
 ///   they share the key; a producer that copies one message's `x-redrive` onto other payloads
 ///   does not make them duplicates of it.
-/// - [`KeySource::Pointer`]: the value at the pointer. A string is keyed by its value; a
-///   number by its exact text as written in the body, never through a float: so
+/// - [`KeySource::Body`]: the body's SHA-256 in hex (64 digits): byte-identical bodies share
+///   the key whatever their MessageIds.
+/// - [`KeySource::Fields`], one field: its value. A string is keyed by its value; a number by
+///   its exact text as written in the body, never through a float: so
 ///   `123456789012345678901234` and `123456789012345678901235` are two keys, and so are `1`,
-///   `1.0` and `1e0` (spellings of one value are different keys: a producer that writes
-///   one id two ways gets two keys). A number and a string of the same characters (`42`,
-///   `"42"`) share a key.
+///   `1.0` and `1e0` (spellings of one value are different keys: a producer that writes one
+///   id two ways gets two keys). A number and a string of the same characters (`42`, `"42"`)
+///   share a key. An attribute is keyed by its String or Number value.
+/// - Several fields: the JSON array of their values as strings, `["c-1","o-9"]`, so that
+///   `("a,b","c")` and `("a","b,c")` are two keys. Every field must be there and non-empty:
+///   a missing one fails the key (it never falls back to the others, which would merge
+///   distinct events).
 pub fn derive(
     source: &KeySource,
     original_message_id: &str,
     body: &str,
+    attributes: &Attributes,
 ) -> Result<IdempotencyKey, KeyError> {
     match source {
         KeySource::Message => {
             IdempotencyKey::try_from(format!("{original_message_id}:{}", body_digest(body)))
         }
-        KeySource::Pointer(pointer) => IdempotencyKey::try_from(pointer_text(body, pointer)?),
+        KeySource::Body => IdempotencyKey::try_from(sha256_hex(body.as_bytes(), 64)),
+        KeySource::Fields(fields) => {
+            let root = if fields.has_pointer() {
+                Some(json::parse(body).map_err(|_| KeyError::BodyNotJson {
+                    pointer: first_pointer(fields),
+                })?)
+            } else {
+                None
+            };
+            let mut values = Vec::with_capacity(fields.0.len());
+            for field in &fields.0 {
+                let value = match field {
+                    Field::Pointer(pointer) => {
+                        // Present whenever a field is a pointer.
+                        let root = root.ok_or_else(|| KeyError::BodyNotJson {
+                            pointer: pointer.clone(),
+                        })?;
+                        pointer_text(root, pointer)?
+                    }
+                    Field::Attribute(name) => attribute_text(attributes, name)?,
+                };
+                if value.is_empty() {
+                    return Err(KeyError::EmptyField {
+                        field: field.to_string(),
+                    });
+                }
+                values.push(value);
+            }
+            let text = match values.as_slice() {
+                [one] => one.clone(),
+                several => serde_json::to_string(several).map_err(|_| KeyError::Empty)?,
+            };
+            IdempotencyKey::try_from(text)
+        }
     }
+}
+
+fn first_pointer(fields: &Fields) -> String {
+    fields
+        .0
+        .iter()
+        .find_map(|f| match f {
+            Field::Pointer(p) => Some(p.clone()),
+            Field::Attribute(_) => None,
+        })
+        .unwrap_or_default()
 }
 
 /// The digest that binds a `message` key to the body: 16 bytes of SHA-256, in hex.
@@ -118,38 +373,19 @@ pub fn body_digest(body: &str) -> String {
     sha256_hex(body.as_bytes(), 32)
 }
 
-/// The text of the scalar at `pointer` (RFC 6901) in `body`, read from the raw JSON so that a
-/// number keeps the exact text it was written with.
-fn pointer_text(body: &str, pointer: &str) -> Result<String, KeyError> {
+/// The text of the scalar at `pointer`, read from the raw JSON so that a number keeps the
+/// exact text it was written with.
+fn pointer_text(root: &serde_json::value::RawValue, pointer: &str) -> Result<String, KeyError> {
     let not_json = || KeyError::BodyNotJson {
         pointer: pointer.to_string(),
     };
     let missing = || KeyError::Missing {
         pointer: pointer.to_string(),
     };
-    // Parsing the whole body as one raw value checks that it is JSON, trailing text included.
-    let mut current: &RawValue = serde_json::from_str(body).map_err(|_| not_json())?;
-    if !pointer.is_empty() {
-        for token in pointer.split('/').skip(1) {
-            let token = token.replace("~1", "/").replace("~0", "~");
-            let raw = current.get();
-            current = match raw.as_bytes().first() {
-                Some(b'{') => {
-                    let mut fields: HashMap<String, &RawValue> =
-                        serde_json::from_str(raw).map_err(|_| not_json())?;
-                    fields.remove(&token).ok_or_else(missing)?
-                }
-                Some(b'[') => {
-                    let items: Vec<&RawValue> =
-                        serde_json::from_str(raw).map_err(|_| not_json())?;
-                    let index = array_index(&token).ok_or_else(missing)?;
-                    items.get(index).copied().ok_or_else(missing)?
-                }
-                _ => return Err(missing()),
-            };
-        }
-    }
-    let raw = current.get();
+    let raw = json::lookup(root, pointer)
+        .map_err(|_| not_json())?
+        .ok_or_else(missing)?
+        .get();
     let not_scalar = |kind| KeyError::NotScalar {
         pointer: pointer.to_string(),
         kind,
@@ -165,14 +401,13 @@ fn pointer_text(body: &str, pointer: &str) -> Result<String, KeyError> {
     }
 }
 
-/// An RFC 6901 array index: `0` or digits without a leading zero (`-`, past the end, is
-/// never there).
-fn array_index(token: &str) -> Option<usize> {
-    let digits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
-    if !digits || (token.len() > 1 && token.starts_with('0')) {
-        return None;
+/// The String or Number value of a message attribute.
+fn attribute_text(attributes: &Attributes, name: &str) -> Result<String, KeyError> {
+    match attributes.get(name).map(|a| &a.value) {
+        Some(AttributeValue::String(s)) => Ok(s.clone()),
+        Some(AttributeValue::Binary(_)) => Err(KeyError::AttributeBinary { name: name.into() }),
+        None => Err(KeyError::AttributeMissing { name: name.into() }),
     }
-    token.parse().ok()
 }
 
 /// The first `hex_chars` hex digits (at most 64) of the SHA-256 of `bytes`, lowercase.
@@ -191,11 +426,16 @@ pub fn sha256_hex(bytes: &[u8], hex_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MessageAttribute;
     use proptest::prelude::*;
+
+    fn none() -> Attributes {
+        Attributes::new()
+    }
 
     #[test]
     fn message_key_is_the_original_id_bound_to_the_body_digest() {
-        let key = derive(&KeySource::Message, "orig-1", "not json").unwrap();
+        let key = derive(&KeySource::Message, "orig-1", "not json", &none()).unwrap();
         assert_eq!(key.as_str(), format!("orig-1:{}", body_digest("not json")));
         assert_eq!(body_digest("not json").len(), 32);
     }
@@ -203,6 +443,7 @@ mod tests {
     #[test]
     fn pointer_keys() {
         let p = KeySource::parse("/payment/id").unwrap();
+        let derive = |p: &KeySource, id: &str, body: &str| derive(p, id, body, &none());
         assert_eq!(
             derive(&p, "x", r#"{"payment":{"id":"p-9"}}"#)
                 .unwrap()
@@ -241,7 +482,9 @@ mod tests {
         );
         assert_eq!(
             derive(&p, "x", r#"{"payment":{"id":""}}"#).unwrap_err(),
-            KeyError::Empty
+            KeyError::EmptyField {
+                field: "/payment/id".into()
+            }
         );
         let long = format!(
             r#"{{"payment":{{"id":"{}"}}}}"#,
@@ -254,7 +497,8 @@ mod tests {
     }
 
     fn key_at(pointer: &str, body: &str) -> Result<String, KeyError> {
-        derive(&KeySource::Pointer(pointer.into()), "x", body).map(|k| k.as_str().to_string())
+        derive(&KeySource::pointer(pointer).unwrap(), "x", body, &none())
+            .map(|k| k.as_str().to_string())
     }
 
     #[test]
@@ -341,7 +585,9 @@ mod tests {
         assert_eq!(KeySource::parse(""), Ok(KeySource::Message));
         assert_eq!(
             KeySource::parse("/id"),
-            Ok(KeySource::Pointer("/id".into()))
+            Ok(KeySource::Fields(Fields(vec![Field::Pointer(
+                "/id".into()
+            )])))
         );
         assert!(KeySource::parse("paymentId").is_err());
     }
@@ -349,10 +595,15 @@ mod tests {
     /// The key the consumer derives for a message with these attributes and body.
     fn message_key(attributes: &crate::Attributes, message_id: &str, body: &str) -> String {
         let (meta, _) = crate::RedriveMeta::read(attributes, message_id);
-        derive(&KeySource::Message, &meta.original_message_id, body)
-            .unwrap()
-            .as_str()
-            .to_string()
+        derive(
+            &KeySource::Message,
+            &meta.original_message_id,
+            body,
+            attributes,
+        )
+        .unwrap()
+        .as_str()
+        .to_string()
     }
 
     fn stamped(meta: &crate::RedriveMeta) -> crate::Attributes {
@@ -380,7 +631,7 @@ mod tests {
     }
 
     proptest! {
-        /// Item 4, one direction: byte-identical copies of a chain (any attempt, any stamp
+        /// Byte-identical copies of a chain (any attempt, any stamp
         /// fields, any current MessageId) share the key.
         #[test]
         fn redriven_copies_share_the_key(
@@ -395,7 +646,7 @@ mod tests {
             );
         }
 
-        /// Item 4, the other direction: one stamp copied onto different payloads (a producer
+        /// One stamp copied onto different payloads (a producer
         /// that copies every attribute of what it received) gives different keys.
         #[test]
         fn a_copied_stamp_on_other_payloads_gives_other_keys(
@@ -413,7 +664,300 @@ mod tests {
 
         #[test]
         fn derive_never_panics(body in "\\PC{0,80}", pointer in "/[a-z/~0-9]{0,10}") {
-            let _ = derive(&KeySource::Pointer(pointer), "id", &body);
+            let source = KeySource::Fields(Fields(vec![Field::Pointer(pointer)]));
+            let _ = derive(&source, "id", &body, &none());
+        }
+    }
+
+    fn attributes(pairs: &[(&str, MessageAttribute)]) -> Attributes {
+        pairs
+            .iter()
+            .map(|(n, a)| (n.to_string(), a.clone()))
+            .collect()
+    }
+
+    fn key_of(source: &str, body: &str, attrs: &Attributes) -> Result<String, KeyError> {
+        let source = KeySource::parse(source).unwrap();
+        derive(&source, "m-1", body, attrs).map(|k| k.as_str().to_string())
+    }
+
+    #[test]
+    fn idempotency_key_values_parse_once_or_name_what_is_wrong() {
+        // GIVEN the values IDEMPOTENCY_KEY may take
+        let pointer = |p: &str| Field::Pointer(p.into());
+        let attribute = |n: &str| Field::Attribute(n.into());
+        for (text, want) in [
+            ("message", KeySource::Message),
+            ("  ", KeySource::Message),
+            ("body", KeySource::Body),
+            (
+                "/customerId,/orderId",
+                KeySource::Fields(Fields(vec![pointer("/customerId"), pointer("/orderId")])),
+            ),
+            (
+                " attribute:OrderId , /line/0 ",
+                KeySource::Fields(Fields(vec![attribute("OrderId"), pointer("/line/0")])),
+            ),
+            (
+                "attribute:Tenant.Id",
+                KeySource::Fields(Fields(vec![attribute("Tenant.Id")])),
+            ),
+            (
+                "/a~1b~0c",
+                KeySource::Fields(Fields(vec![pointer("/a~1b~0c")])),
+            ),
+        ] {
+            // THEN each parses to its source and prints back canonically
+            let source = KeySource::parse(text).unwrap();
+            assert_eq!(source, want, "{text:?}");
+            assert_eq!(KeySource::parse(&source.to_string()).unwrap(), source);
+        }
+        // AND a bad value says what is wrong, and what the variable takes
+        for (bad, says) in [
+            ("paymentId", "neither a JSON pointer"),
+            ("/a,message", "stands alone"),
+            ("body,/a", "stands alone"),
+            ("/a,,/b", "empty field"),
+            ("/a,", "empty field"),
+            ("/a, /a", "named twice"),
+            ("/a~", "not `~0`"),
+            ("attribute:", "does not name"),
+            ("attribute:a b", "does not name"),
+            ("attribute:AWS.Trace", "does not name"),
+            ("attribute:.x", "does not name"),
+            ("attribute:x-redrive", "changes on every redrive"),
+            ("/1,/2,/3,/4,/5,/6,/7,/8,/9", "at most 8"),
+        ] {
+            let err = KeySource::parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad:?}: {err}");
+            assert!(
+                err.contains("`message`, `body`, or fields"),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn compound_keys_join_their_values_as_a_json_array() {
+        let none = none();
+        for (source, body, want) in [
+            (
+                "/customerId,/orderId",
+                r#"{"orderId":"o-9","customerId":"c-1"}"#,
+                r#"["c-1","o-9"]"#,
+            ),
+            ("/c,/o", r#"{"c":42,"o":1.50}"#, r#"["42","1.50"]"#),
+            (
+                "/c,/o",
+                r#"{"c":"say \"hi\"","o":"é"}"#,
+                r#"["say \"hi\"","é"]"#,
+            ),
+            // One field is its value, as a single pointer always was.
+            ("/c", r#"{"c":"c-1"}"#, "c-1"),
+        ] {
+            assert_eq!(
+                key_of(source, body, &none).unwrap(),
+                want,
+                "{source} {body}"
+            );
+        }
+        // The commas inside values cannot make two tuples one key.
+        assert_ne!(
+            key_of("/a,/b", r#"{"a":"a,b","b":"c"}"#, &none).unwrap(),
+            key_of("/a,/b", r#"{"a":"a","b":"b,c"}"#, &none).unwrap()
+        );
+        // The order of the fields is the configured one.
+        assert_ne!(
+            key_of("/a,/b", r#"{"a":"1","b":"2"}"#, &none).unwrap(),
+            key_of("/b,/a", r#"{"a":"1","b":"2"}"#, &none).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_compound_key_needs_every_field() {
+        let none = none();
+        for (body, want) in [
+            (
+                r#"{"customerId":"c-1"}"#,
+                KeyError::Missing {
+                    pointer: "/orderId".into(),
+                },
+            ),
+            (
+                r#"{"customerId":"c-1","orderId":null}"#,
+                KeyError::Missing {
+                    pointer: "/orderId".into(),
+                },
+            ),
+            (
+                r#"{"customerId":"","orderId":"o-1"}"#,
+                KeyError::EmptyField {
+                    field: "/customerId".into(),
+                },
+            ),
+            (
+                r#"{"customerId":"c-1","orderId":[1]}"#,
+                KeyError::NotScalar {
+                    pointer: "/orderId".into(),
+                    kind: "an array",
+                },
+            ),
+            (
+                "<order/>",
+                KeyError::BodyNotJson {
+                    pointer: "/customerId".into(),
+                },
+            ),
+        ] {
+            assert_eq!(
+                key_of("/customerId,/orderId", body, &none).unwrap_err(),
+                want,
+                "{body}"
+            );
+        }
+        assert_eq!(
+            key_of("/c,/o", r#"{"c":"","o":"x"}"#, &none)
+                .unwrap_err()
+                .code(),
+            "KEY_EMPTY"
+        );
+    }
+
+    #[test]
+    fn attribute_keys_read_string_and_number_attributes() {
+        // GIVEN messages with String, Number, custom Number.int and Binary attributes
+        let custom = MessageAttribute {
+            data_type: "Number.int".into(),
+            value: crate::AttributeValue::String("0042".into()),
+        };
+        let attrs = attributes(&[
+            ("OrderId", MessageAttribute::string("o-77")),
+            ("Amount", MessageAttribute::number("12.50")),
+            ("Seq", custom),
+            ("Blob", MessageAttribute::binary(vec![1, 2, 3])),
+            ("Blank", MessageAttribute::string("")),
+        ]);
+        // THEN String and Number values are keys as written, with no need for a JSON body
+        assert_eq!(
+            key_of("attribute:OrderId", "not json", &attrs).unwrap(),
+            "o-77"
+        );
+        assert_eq!(key_of("attribute:Amount", "", &attrs).unwrap(), "12.50");
+        assert_eq!(key_of("attribute:Seq", "", &attrs).unwrap(), "0042");
+        assert_eq!(
+            key_of("attribute:OrderId,/line", r#"{"line":3}"#, &attrs).unwrap(),
+            r#"["o-77","3"]"#
+        );
+        // AND a missing or binary attribute is a key failure of its own
+        let missing = key_of("attribute:TraceId", "{}", &attrs).unwrap_err();
+        assert_eq!(
+            missing,
+            KeyError::AttributeMissing {
+                name: "TraceId".into()
+            }
+        );
+        assert_eq!(missing.code(), "KEY_ATTRIBUTE_MISSING");
+        let binary = key_of("attribute:Blob", "{}", &attrs).unwrap_err();
+        assert_eq!(binary.code(), "KEY_ATTRIBUTE_BINARY");
+        assert!(binary.to_string().contains("Blob"), "{binary}");
+        assert_eq!(
+            key_of("attribute:Blank", "{}", &attrs).unwrap_err().code(),
+            "KEY_EMPTY"
+        );
+    }
+
+    #[test]
+    fn a_body_key_is_the_bodys_digest_whatever_the_message_id() {
+        let body = r#"{"order":1}"#;
+        let a = derive(&KeySource::Body, "m-1", body, &none()).unwrap();
+        let b = derive(&KeySource::Body, "m-2", body, &none()).unwrap();
+        assert_eq!(a, b, "two sends of one body are one key");
+        assert_eq!(a.as_str(), sha256_hex(body.as_bytes(), 64));
+        assert_ne!(
+            derive(&KeySource::Message, "m-1", body, &none()).unwrap(),
+            derive(&KeySource::Message, "m-2", body, &none()).unwrap(),
+            "`message` keys two sends of one body apart"
+        );
+        assert_ne!(
+            a,
+            derive(&KeySource::Body, "m-1", r#"{"order": 1}"#, &none()).unwrap(),
+            "the digest is of the bytes"
+        );
+    }
+
+    #[test]
+    fn record_ids_are_the_documented_hash_of_the_key() {
+        let key = IdempotencyKey::try_from(r#"["c-1","o-9"]"#.to_string()).unwrap();
+        // The documented formula, checked against an independent SHA-256 (of "abc").
+        assert_eq!(
+            IdempotencyKey::try_from("abc".to_string())
+                .unwrap()
+                .record_id(None),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(key.record_id(None), sha256_hex(key.as_str().as_bytes(), 64));
+        assert_eq!(
+            key.record_id(Some("orders-consumer")),
+            format!("orders-consumer#{}", key.record_id(None))
+        );
+        assert_ne!(key.record_id(Some("a")), key.record_id(Some("b")));
+        assert!(!key.record_id(None).contains("c-1"));
+    }
+
+    #[test]
+    fn namespaces_are_checked() {
+        assert_eq!(
+            parse_namespace("orders-consumer"),
+            Ok("orders-consumer".into())
+        );
+        assert_eq!(
+            parse_namespace("prod:orders_v2.1"),
+            Ok("prod:orders_v2.1".into())
+        );
+        for bad in ["", "a#b", "a b", &"x".repeat(129)] {
+            assert!(parse_namespace(bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest! {
+        /// Compound keys are injective: two tuples of values share a key only when they are
+        /// the same tuple, whatever commas, quotes or brackets the values hold.
+        #[test]
+        fn compound_keys_never_merge_distinct_tuples(
+            a in "[a-z,\"\\[\\]\\\\ ]{1,6}", b in "[a-z,\"\\[\\]\\\\ ]{1,6}",
+            c in "[a-z,\"\\[\\]\\\\ ]{1,6}", d in "[a-z,\"\\[\\]\\\\ ]{1,6}",
+        ) {
+            let body = |x: &str, y: &str| serde_json::json!({"x": x, "y": y}).to_string();
+            let first = key_of("/x,/y", &body(&a, &b), &none()).unwrap();
+            let second = key_of("/x,/y", &body(&c, &d), &none()).unwrap();
+            prop_assert_eq!(first == second, (a, b) == (c, d));
+        }
+
+        /// A record id is 64 hex digits (after the namespace): no key text with a character
+        /// outside 0-9 a-f can be in it.
+        #[test]
+        fn record_ids_never_carry_the_key(key in "[ -~]{1,40}", ns in proptest::option::of("[a-z0-9-]{1,12}")) {
+            let key = IdempotencyKey::try_from(key).unwrap();
+            let id = key.record_id(ns.as_deref());
+            let hash = id.rsplit('#').next().unwrap();
+            prop_assert_eq!(hash.len(), 64);
+            prop_assert!(hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+            if key.as_str().bytes().any(|b| !(b.is_ascii_digit() || (b'a'..=b'f').contains(&b))) {
+                prop_assert!(!hash.contains(key.as_str()));
+            }
+        }
+
+        #[test]
+        fn every_key_source_derives_without_panicking(
+            body in "\\PC{0,80}",
+            source in proptest::sample::select(vec!["message", "body", "/a,/b", "attribute:A", "/a/0,attribute:A"]),
+            value in proptest::option::of("\\PC{0,8}"),
+        ) {
+            let attrs = match value {
+                Some(v) => attributes(&[("A", MessageAttribute::string(v))]),
+                None => none(),
+            };
+            let _ = key_of(source, &body, &attrs);
         }
     }
 }

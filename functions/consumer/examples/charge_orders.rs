@@ -12,12 +12,10 @@ struct Order {
 
 #[tokio::main]
 async fn main() -> Result<(), redrive_consumer::Error> {
-    redrive_consumer::run(
-        |order: Order, record: redrive_consumer::Record| async move {
-            let charged = payments::charge(&order.order_id, order.amount_cents, record.key()).await;
-            charged.map_err(|e| redrive_consumer::ProcessError::transient("PAYMENTS_DOWN", e))
-        },
-    )
+    redrive_consumer::run(|order: Order, rec: redrive_consumer::Record| async move {
+        let charged = payments::charge(&order.order_id, order.amount_cents, rec.key()).await;
+        charged.map_err(|e| redrive_consumer::ProcessError::transient("PAYMENTS_DOWN", e))
+    })
     .await
 }
 

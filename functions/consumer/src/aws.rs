@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use redrive_shared::limits::Outgoing;
@@ -19,6 +20,8 @@ pub mod item {
     pub const IN_PROGRESS_EXPIRATION: &str = "inProgressExpiration";
     /// Which claim wrote an IN_PROGRESS record, so that a release removes only its own.
     pub const CLAIM_TOKEN: &str = "claimToken";
+    /// The payload's fingerprint, when the payload check is on.
+    pub const PAYLOAD_HASH: &str = "payloadHash";
     /// (COMPLETED only) the processor's output, JSON text, when it returned one.
     pub const DATA: &str = "data";
     pub const IN_PROGRESS: &str = "IN_PROGRESS";
@@ -81,11 +84,27 @@ pub fn outcome_of(record: &HashMap<String, AttributeValue>, token: &str) -> Clai
                 .and_then(|v| v.parse::<i64>().ok())
                 .unwrap_or(i64::MAX);
             let result = record.get(item::DATA).and_then(|v| v.as_s().ok()).cloned();
-            ClaimOutcome::Completed(CompletedRecord::new(expiration_s).with_result(result))
+            let payload_hash = record
+                .get(item::PAYLOAD_HASH)
+                .and_then(|v| v.as_s().ok())
+                .cloned();
+            ClaimOutcome::Completed(
+                CompletedRecord::new(expiration_s)
+                    .with_result(result)
+                    .with_payload_hash(payload_hash),
+            )
         }
         Some(item::IN_PROGRESS) if own => ClaimOutcome::Claimed,
         // IN_PROGRESS, or a status this version does not know: never run the side effect.
         _ => ClaimOutcome::InProgress { until_ms },
+    }
+}
+
+/// Adds the claim's `payloadHash` to a record (IN_PROGRESS or COMPLETED) when it has one.
+fn with_payload_hash(request: PutItemFluentBuilder, claim: &Claim) -> PutItemFluentBuilder {
+    match &claim.payload_hash {
+        Some(hash) => request.item(item::PAYLOAD_HASH, s(hash)),
+        None => request,
     }
 }
 
@@ -145,9 +164,7 @@ impl DynamoDbStore {
 
 impl IdempotencyStore for DynamoDbStore {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, PortError> {
-        let result = self
-            .client
-            .put_item()
+        let result = with_payload_hash(self.client.put_item(), claim)
             .table_name(&self.table)
             .item(item::ID, s(&claim.key))
             .item(item::STATUS, s(item::IN_PROGRESS))
@@ -184,9 +201,7 @@ impl IdempotencyStore for DynamoDbStore {
         expiration_s: i64,
         result: Option<&str>,
     ) -> Result<(), PortError> {
-        let mut put = self
-            .client
-            .put_item()
+        let mut put = with_payload_hash(self.client.put_item(), claim)
             .table_name(&self.table)
             .item(item::ID, s(&claim.key))
             .item(item::STATUS, s(item::COMPLETED))

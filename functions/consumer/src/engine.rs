@@ -3,8 +3,10 @@
 //!
 //! Per record (standard queues concurrently, FIFO queues in order):
 //! 1. Read the record and its `x-redrive` metadata (total: a garbled value keys on the MessageId).
-//! 2. Derive the idempotency key. A key that cannot be derived is a permanent failure.
-//! 3. Claim the key with one conditional write. COMPLETED: success without a side effect.
+//! 2. Derive the idempotency key (and, with the payload check, the payload's fingerprint). A key
+//!    that cannot be derived is a permanent failure.
+//! 3. Claim the key with one conditional write, under its hash. COMPLETED: success without a
+//!    side effect, unless the payload check finds another payload there (a permanent failure).
 //!    IN_PROGRESS (unexpired): reported failed, retried after the backoff. Store unavailable:
 //!    reported failed, retried after the backoff, nothing processed.
 //! 4. Process. Success: mark COMPLETED (the second and last write of the happy path).
@@ -23,7 +25,7 @@ use futures_util::{FutureExt, StreamExt};
 use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::{JitterRng, MAX_DELAY_SECONDS, os_seeded_rng};
 use redrive_shared::config::{ConsumerConfig, FifoOnFailure};
-use redrive_shared::key::{IdempotencyKey, KeyError, derive};
+use redrive_shared::key::{IdempotencyKey, KeyError, PayloadHash, derive};
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{ErrorClass, LastError, MetaSource, RedriveMeta};
 use redrive_shared::timefmt::rfc3339_from_millis;
@@ -168,6 +170,12 @@ pub enum Outcome {
     DeadLettered { code: String, stamped: bool },
     /// Permanent failure without a DLQ, or whose DLQ copy was not acknowledged: reported failed.
     Failed { code: String },
+    /// The payload check (`IDEMPOTENCY_PAYLOAD`): the key is COMPLETED for a different payload.
+    /// Not processed (the side effect is not repeated) and never taken for a duplicate: a
+    /// permanent failure with code [`PAYLOAD_MISMATCH`], dead-lettered with the `lastError`
+    /// stamp (`dead_lettered`, `stamped` as in [`Outcome::DeadLettered`]) when `DLQ_URL` is set
+    /// and SQS acknowledged the copy, else reported failed.
+    PayloadMismatch { dead_lettered: bool, stamped: bool },
     /// FIFO: an earlier record of the same message group was reported failed, so this one was
     /// not processed (to keep the group's order) and is reported failed too.
     Skipped,
@@ -187,6 +195,7 @@ impl Outcome {
             Self::Retry { .. } => "retry",
             Self::DeadLettered { .. } => "dead-lettered",
             Self::Failed { .. } => "failed",
+            Self::PayloadMismatch { .. } => "payload-mismatch",
             Self::Skipped => "skipped",
             Self::Malformed => "malformed",
             Self::Unstarted => "unstarted",
@@ -197,7 +206,13 @@ impl Outcome {
     pub fn is_reported(&self) -> bool {
         !matches!(
             self,
-            Self::Processed | Self::Duplicate | Self::DeadLettered { .. }
+            Self::Processed
+                | Self::Duplicate
+                | Self::DeadLettered { .. }
+                | Self::PayloadMismatch {
+                    dead_lettered: true,
+                    ..
+                }
         )
     }
 
@@ -206,6 +221,7 @@ impl Outcome {
             Self::Retry { code, .. } | Self::DeadLettered { code, .. } | Self::Failed { code } => {
                 Some(code)
             }
+            Self::PayloadMismatch { .. } => Some(PAYLOAD_MISMATCH),
             _ => None,
         }
     }
@@ -318,6 +334,8 @@ pub const STORE_UNAVAILABLE: &str = "IDEMPOTENCY_STORE_UNAVAILABLE";
 pub const PROCESSOR_PANIC: &str = "PROCESSOR_PANIC";
 /// Error code when another invocation holds the key.
 pub const IN_PROGRESS: &str = "IN_PROGRESS";
+/// Error code of [`Outcome::PayloadMismatch`].
+pub const PAYLOAD_MISMATCH: &str = "IDEMPOTENCY_PAYLOAD_MISMATCH";
 
 /// Error code when the processor's output could not be serialized (logged; not stored).
 const RESULT_NOT_STORED: &str = "RESULT_NOT_STORED";
@@ -467,6 +485,7 @@ where
             processed = count("processed"),
             duplicates = count("duplicate"),
             dead_lettered = count("dead-lettered"),
+            payload_mismatches = count("payload-mismatch"),
             unstarted = count("unstarted"),
             fifo,
             "batch handled"
@@ -504,12 +523,28 @@ where
                 "unreadable x-redrive attribute; keyed on the MessageId"
             );
         }
-        match derive(
+        let keyed = derive(
             &self.config.key_source,
             &meta.original_message_id,
             &message.body,
-        ) {
-            Ok(key) => Prepared::Keyed { message, meta, key },
+            &message.attributes,
+        )
+        .and_then(|key| {
+            let payload = self
+                .config
+                .payload
+                .as_ref()
+                .map(|p| p.hash(&message.body, &message.attributes))
+                .transpose()?;
+            Ok((key, payload))
+        });
+        match keyed {
+            Ok((key, payload)) => Prepared::Keyed {
+                message,
+                meta,
+                key,
+                payload,
+            },
             Err(error) => Prepared::Unkeyed {
                 message,
                 meta,
@@ -558,7 +593,15 @@ where
         let (report, settled) = Box::pin(self.run_one(leader, window)).await;
         reports.push((i, report));
         for (i, twin) in members {
-            reports.push((i, Box::pin(self.run_twin(twin, &settled)).await));
+            let report = if settled.same_payload(&twin) {
+                Box::pin(self.run_twin(twin, &settled)).await
+            } else {
+                // Not a twin: another payload under the key. It claims on its own, after the
+                // first record, so that the store decides (a mismatch when that one completed,
+                // processed when it was released).
+                Box::pin(self.run_one(twin, window)).await.0
+            };
+            reports.push((i, report));
         }
         reports
     }
@@ -592,6 +635,7 @@ where
             } else if let Some(settled) = record
                 .key()
                 .and_then(|k| settled_keys.get(k.as_str()))
+                .filter(|settled| settled.same_payload(&record))
                 .cloned()
             {
                 Box::pin(self.run_twin(record, &settled)).await
@@ -599,7 +643,7 @@ where
                 let key = record.key().map(|k| k.as_str().to_string());
                 let (report, settled) = Box::pin(self.run_one(record, window)).await;
                 if let Some(key) = key {
-                    settled_keys.insert(key, settled);
+                    settled_keys.entry(key).or_insert(settled);
                 }
                 report
             };
@@ -625,7 +669,12 @@ where
     async fn run_one(&self, record: Prepared, window: Window) -> (RecordReport, Settled) {
         // A key this process saw completed costs no call, and no time: it settles even when
         // too little is left before the deadline to start a record.
-        if let Prepared::Keyed { message, meta, key } = &record
+        if let Prepared::Keyed {
+            message,
+            meta,
+            key,
+            payload,
+        } = &record
             && let Some(found) = self.remembered(key)
         {
             tracing::debug!(
@@ -633,7 +682,9 @@ where
                 key_digest = %key_digest(key.as_str()),
                 "completed within this process's memory; no call to the idempotency store"
             );
-            let settled = Box::pin(self.on_completed(message, meta, key, &found)).await;
+            let mut settled =
+                Box::pin(self.on_completed(message, meta, key, payload.as_ref(), &found)).await;
+            settled.payload = payload.clone();
             let report = self.finish(
                 message,
                 meta,
@@ -643,7 +694,7 @@ where
             );
             return (report, settled);
         }
-        let (message, meta, key) = match record {
+        let (message, meta, key, payload) = match record {
             Prepared::Malformed(malformed) => {
                 match &malformed.message_id {
                     Some(id) => tracing::warn!(
@@ -684,11 +735,19 @@ where
                 let report = self.finish(&message, &meta, None, outcome, None);
                 return (report, Settled::unstarted());
             }
-            Prepared::Keyed { message, meta, key } => (message, meta, key),
+            Prepared::Keyed {
+                message,
+                meta,
+                key,
+                payload,
+            } => (message, meta, key, payload),
         };
         // Boxed: the nested futures (SDK, HTTP client, processor) are too deep for the
         // compiler's layout queries otherwise.
-        let settled = Box::pin(self.run_keyed(&message, &meta, &key, window.claim_until)).await;
+        let mut settled =
+            Box::pin(self.run_keyed(&message, &meta, &key, payload.as_ref(), window.claim_until))
+                .await;
+        settled.payload = payload;
         let report = self.finish(
             &message,
             &meta,
@@ -703,7 +762,10 @@ where
     /// (success: settled without a side effect; transient or in progress: reported failed
     /// after the same delay; permanent: the same dead-lettering), and is never processed.
     async fn run_twin(&self, record: Prepared, settled: &Settled) -> RecordReport {
-        let Prepared::Keyed { message, meta, key } = record else {
+        let Prepared::Keyed {
+            message, meta, key, ..
+        } = record
+        else {
             // Only keyed records have twins.
             return Box::pin(self.run_one(record, Window::unbounded())).await.0;
         };
@@ -745,6 +807,7 @@ where
                 let text = settled.error.as_deref().unwrap_or("permanent failure");
                 self.give_up(&message, &meta, code, text).await
             }
+            Outcome::PayloadMismatch { .. } => self.payload_mismatch(&message, &meta).await,
             Outcome::Unstarted => Outcome::Unstarted,
             Outcome::Skipped | Outcome::Malformed => Outcome::Skipped,
         };
@@ -842,11 +905,12 @@ where
         message: &Message,
         meta: &RedriveMeta,
         key: &IdempotencyKey,
+        payload: Option<&PayloadHash>,
         claim_until: i64,
     ) -> Settled {
         let now = now_ms();
         let claim = Claim {
-            key: key.as_str().to_string(),
+            key: key.record_id(self.config.key_namespace.as_deref()),
             // A random v4 UUID: claim tokens must never repeat across instances, since a claim
             // that finds its own token on an IN_PROGRESS record takes it for its own (a retried
             // write whose answer was lost).
@@ -854,12 +918,13 @@ where
             now_ms: now,
             expiration_s: self.expiration_s(now),
             in_progress_expiration_ms: claim_until,
+            payload_hash: payload.map(|p| p.as_str().to_string()),
         };
         match self.store.claim(&claim).await {
             Ok(ClaimOutcome::Claimed) => {}
             Ok(ClaimOutcome::Completed(found)) => {
                 self.remember(key, found.clone());
-                return self.on_completed(message, meta, key, &found).await;
+                return self.on_completed(message, meta, key, payload, &found).await;
             }
             Ok(ClaimOutcome::InProgress { until_ms }) => {
                 tracing::info!(
@@ -918,12 +983,15 @@ where
                 // happened, and this process must not repeat it.
                 self.remember(
                     key,
-                    CompletedRecord::new(expiration_s).with_result(stored.clone()),
+                    CompletedRecord::new(expiration_s)
+                        .with_result(stored.clone())
+                        .with_payload_hash(claim.payload_hash.clone()),
                 );
                 Settled {
                     outcome: Outcome::Processed,
                     error: None,
                     result: stored,
+                    payload: None,
                 }
             }
             Err(ProcessError::Transient {
@@ -955,6 +1023,7 @@ where
                 Settled {
                     outcome,
                     error: Some(text),
+                    payload: None,
                     result: None,
                 }
             }
@@ -968,8 +1037,17 @@ where
         message: &Message,
         meta: &RedriveMeta,
         key: &IdempotencyKey,
+        payload: Option<&PayloadHash>,
         found: &CompletedRecord,
     ) -> Settled {
+        if payload.is_some_and(|ours| ours.contradicts(found.payload_hash.as_deref())) {
+            tracing::warn!(
+                message_id = %message.message_id,
+                key_digest = %key_digest(key.as_str()),
+                "the key was processed for a different payload; not processed again"
+            );
+            return self.payload_mismatch(message, meta).await.into();
+        }
         let record = Record::with_history(
             message.clone(),
             key.clone(),
@@ -981,6 +1059,7 @@ where
             outcome: Outcome::Duplicate,
             error: None,
             result: found.result.clone(),
+            payload: None,
         }
     }
 
@@ -1055,7 +1134,7 @@ where
     async fn release(&self, claim: &Claim) {
         if let Err(e) = self.store.release(claim).await {
             tracing::warn!(
-                key_digest = %key_digest(&claim.key),
+                key_digest = %digest_of_record_id(&claim.key),
                 error = %e,
                 "could not release the claim; the key is held until its in-progress expiry"
             );
@@ -1092,6 +1171,26 @@ where
                 );
                 None
             }
+        }
+    }
+
+    /// The payload check failed: a permanent failure of its own, fast-tracked like the others.
+    async fn payload_mismatch(&self, message: &Message, meta: &RedriveMeta) -> Outcome {
+        let text = match &self.config.payload {
+            Some(source) => format!(
+                "the idempotency key was already processed for a different payload (IDEMPOTENCY_PAYLOAD={source})"
+            ),
+            None => "the idempotency key was already processed for a different payload".into(),
+        };
+        match self.give_up(message, meta, PAYLOAD_MISMATCH, &text).await {
+            Outcome::DeadLettered { stamped, .. } => Outcome::PayloadMismatch {
+                dead_lettered: true,
+                stamped,
+            },
+            _ => Outcome::PayloadMismatch {
+                dead_lettered: false,
+                stamped: false,
+            },
         }
     }
 
@@ -1259,6 +1358,8 @@ enum Prepared {
         message: Message,
         meta: RedriveMeta,
         key: IdempotencyKey,
+        /// The payload's fingerprint, when the payload check is on.
+        payload: Option<PayloadHash>,
     },
 }
 
@@ -1273,6 +1374,13 @@ impl Prepared {
     fn key(&self) -> Option<&IdempotencyKey> {
         match self {
             Self::Keyed { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    fn payload(&self) -> Option<&PayloadHash> {
+        match self {
+            Self::Keyed { payload, .. } => payload.as_ref(),
             _ => None,
         }
     }
@@ -1302,11 +1410,19 @@ struct Settled {
     error: Option<String>,
     /// The stored output (JSON text), for the twins of a success.
     result: Option<String>,
+    /// The first record's payload fingerprint (payload check on).
+    payload: Option<PayloadHash>,
 }
 
 impl Settled {
     fn unstarted() -> Self {
         Outcome::Unstarted.into()
+    }
+
+    /// True when `record` carries the payload of the record that settled its key (always, when
+    /// the payload check is off): only then is it a twin that takes that outcome.
+    fn same_payload(&self, record: &Prepared) -> bool {
+        self.payload.as_ref() == record.payload()
     }
 }
 
@@ -1315,6 +1431,7 @@ impl From<Outcome> for Settled {
         Self {
             outcome,
             error: None,
+            payload: None,
             result: None,
         }
     }
@@ -1327,6 +1444,13 @@ pub fn key_digest(key: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(key.as_bytes());
     digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// [`key_digest`] read back from a record id: the key's SHA-256 is the id's hash, so its first
+/// 8 hex digits are the same.
+fn digest_of_record_id(id: &str) -> &str {
+    let hash = id.rsplit('#').next().unwrap_or(id);
+    hash.get(..8).unwrap_or(hash)
 }
 
 fn now_ms() -> i64 {

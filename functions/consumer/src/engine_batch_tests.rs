@@ -113,13 +113,14 @@ async fn a_key_a_claim_found_completed_is_remembered_with_its_expiration() {
     );
     let expiration_s = now_ms() / 1000 + 600;
     store.insert(
-        "k-1",
+        &id_of_key("k-1"),
         Record {
             status: Status::Completed,
             expiration_s,
             in_progress_expiration_ms: 0,
             token: None,
             result: None,
+            payload_hash: None,
         },
     );
     let c = consumer(&store, &queue, &processor, with_cache(100));
@@ -377,7 +378,7 @@ async fn fifo_stop_batch_reports_the_failed_record_and_every_later_one_untouched
     // AND the later ones were not touched: no processing, no claim, no SQS call
     for id in ["g3-1", "g1-3", "g2-2", "g3-2"] {
         assert_eq!(processor.calls(&key_of(id, "{}")), 0, "{id}");
-        assert!(store.record(&key_of(id, "{}")).is_none(), "{id}");
+        assert!(store.record(&id_of(id, "{}")).is_none(), "{id}");
     }
     assert_eq!(store.calls.claim.load(Ordering::SeqCst), 3);
     assert_eq!(
@@ -430,6 +431,10 @@ fn every_outcome_has_its_metric() {
             stamped: true,
         },
         Outcome::Failed { code: "X".into() },
+        Outcome::PayloadMismatch {
+            dead_lettered: true,
+            stamped: true,
+        },
         Outcome::Skipped,
         Outcome::Malformed,
         Outcome::Unstarted,
@@ -489,6 +494,7 @@ async fn the_metrics_line_counts_each_outcome_of_the_batch() {
         "Retried",
         "DeadLettered",
         "Failed",
+        "PayloadMismatch",
         "Skipped",
         "Malformed",
         "Unstarted",
@@ -512,6 +518,7 @@ async fn the_metrics_line_counts_each_outcome_of_the_batch() {
             ("Retried", 1),
             ("DeadLettered", 1),
             ("Failed", 0),
+            ("PayloadMismatch", 0),
             ("Skipped", 0),
             ("Malformed", 1),
             ("Unstarted", 0),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{FifoOnFailure, QueueUrl};
-use redrive_shared::key::KeySource;
+use redrive_shared::key::{IdempotencyKey, KeySource};
 use redrive_shared::meta::ATTRIBUTE_NAME;
 use redrive_shared::{Attributes, MessageAttribute, TraceHeader};
 use serde_json::{Value, json};
@@ -27,6 +27,8 @@ fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
     ConsumerConfig {
         idempotency_table: "idempotency".into(),
         key_source,
+        key_namespace: None,
+        payload: None,
         ttl_seconds: 3600,
         dlq_url: dlq.then(|| QueueUrl::parse(DLQ).unwrap()),
         retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
@@ -39,10 +41,27 @@ fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
 
 /// The default (`message`) idempotency key of a message with this chain id and body.
 fn key_of(original_message_id: &str, body: &str) -> String {
-    redrive_shared::key::derive(&KeySource::Message, original_message_id, body)
+    redrive_shared::key::derive(
+        &KeySource::Message,
+        original_message_id,
+        body,
+        &Attributes::new(),
+    )
+    .unwrap()
+    .as_str()
+    .to_string()
+}
+
+/// The record id of a key (no namespace): the table never holds the key itself.
+fn id_of_key(key: &str) -> String {
+    IdempotencyKey::try_from(key.to_string())
         .unwrap()
-        .as_str()
-        .to_string()
+        .record_id(None)
+}
+
+/// The record id of the default key of a message with this chain id and body.
+fn id_of(original_message_id: &str, body: &str) -> String {
+    id_of_key(&key_of(original_message_id, body))
 }
 
 fn message(id: &str, body: &str) -> Message {
@@ -155,7 +174,7 @@ async fn happy_path_costs_two_writes_no_read_and_no_sqs_call() {
     assert_eq!(store.calls.writes(), 6);
     assert_eq!(store.calls.read.load(Ordering::SeqCst), 0);
     assert!(queue.calls().is_empty(), "{:?}", queue.calls());
-    let record = store.record(&key_of("m-1", "a")).unwrap();
+    let record = store.record(&id_of("m-1", "a")).unwrap();
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.in_progress_expiration_ms, deadline as i64);
     let expected_expiry = now_ms() / 1000 + 3600;
@@ -245,7 +264,7 @@ async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
     );
     // The winner's record is COMPLETED: the loser did not release it.
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::Completed
     );
 }
@@ -295,7 +314,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     )
     .await;
     assert!(killed.is_err(), "the hanging invocation must not finish");
-    let left = store.record(&key_of("m-1", "a")).unwrap();
+    let left = store.record(&id_of("m-1", "a")).unwrap();
     assert_eq!(
         (left.status, left.in_progress_expiration_ms),
         (Status::InProgress, deadline)
@@ -316,7 +335,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     assert_eq!(outcomes(&late), [("m-1", "processed")]);
     assert_eq!(healthy.effects(&key_of("m-1", "a")), 1);
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::Completed
     );
 }
@@ -331,6 +350,7 @@ async fn a_release_never_removes_a_claim_someone_else_took_over() {
         now_ms: now,
         expiration_s: now / 1000 + 100,
         in_progress_expiration_ms: now - 1, // already expired
+        payload_hash: None,
     };
     assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Claimed);
     let second = Claim {
@@ -355,6 +375,7 @@ async fn a_claim_repeated_after_its_reply_was_lost_is_still_its_own() {
         now_ms: now,
         expiration_s: now / 1000 + 100,
         in_progress_expiration_ms: now + 60_000,
+        payload_hash: None,
     };
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
     // the retry of the same write (same token) finds its own IN_PROGRESS record
@@ -396,7 +417,7 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
         })
     );
     assert!(
-        store.record(&key_of("m-1", "a")).is_none(),
+        store.record(&id_of("m-1", "a")).is_none(),
         "the claim is released"
     );
     assert_eq!(
@@ -564,7 +585,7 @@ async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted
     assert_eq!(order, ["send", "delete"]);
     assert!(
         store
-            .record(&key_of("orig-1", "not json \u{1F4E6}"))
+            .record(&id_of("orig-1", "not json \u{1F4E6}"))
             .is_none(),
         "the claim is released"
     );
@@ -624,7 +645,7 @@ async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
         })
     );
     assert!(queue.calls().is_empty());
-    assert!(store.record(&key_of("m-1", "a")).is_none());
+    assert!(store.record(&id_of("m-1", "a")).is_none());
 }
 
 #[tokio::test]
@@ -704,7 +725,7 @@ async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
         .unwrap();
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert!(queue.deletes().is_empty());
-    assert!(store.record(&key_of("m-1", "a")).is_none());
+    assert!(store.record(&id_of("m-1", "a")).is_none());
 }
 
 #[tokio::test]
@@ -727,7 +748,7 @@ async fn a_failed_delete_after_the_dlq_copy_still_settles_the_record() {
 
 #[tokio::test]
 async fn pointer_key_errors_fail_only_their_record() {
-    let pointer = KeySource::Pointer("/paymentId".into());
+    let pointer = KeySource::pointer("/paymentId").unwrap();
     let batch = [
         message("good", r#"{"paymentId":"p-1"}"#),
         message("missing", r#"{"other":1}"#),
@@ -838,7 +859,7 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
     assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
     // The claim still guards the key until its deadline.
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::InProgress
     );
     let again = c
@@ -865,7 +886,7 @@ async fn a_claim_written_but_answered_with_an_error_is_released_for_the_retry() 
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(processor.total_calls(), 0);
     // the claim that did land was released with its token: nothing holds the key
-    assert!(store.record(&key_of("m-1", "a")).is_none());
+    assert!(store.record(&id_of("m-1", "a")).is_none());
     let retry = c
         .handle(&event(&[message("m-1", "a")]), in_a_minute())
         .await
@@ -891,7 +912,7 @@ async fn a_failed_complete_is_retried_until_it_lands() {
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 3);
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::Completed
     );
     // a duplicate copy is now recognised at once, whenever it comes
@@ -920,7 +941,7 @@ async fn a_complete_is_not_retried_past_the_claim() {
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 1);
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::InProgress
     );
 }
@@ -940,7 +961,7 @@ async fn a_failed_release_keeps_the_key_until_the_claim_expires() {
     let first = c.handle(&batch, deadline as u64).await.unwrap();
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(
-        store.record(&key_of("m-1", "a")).unwrap().status,
+        store.record(&id_of("m-1", "a")).unwrap().status,
         Status::InProgress
     );
 
@@ -978,7 +999,7 @@ async fn a_panicking_step_fails_its_record_only() {
     assert!(
         matches!(handled.outcome_of("m-1"), Some(Outcome::Retry { code, .. }) if code == PROCESSOR_PANIC)
     );
-    assert!(store.record(&key_of("m-1", "a")).is_none(), "released");
+    assert!(store.record(&id_of("m-1", "a")).is_none(), "released");
     assert_eq!(processor.effects(&key_of("m-2", "b")), 1);
 }
 
@@ -1080,7 +1101,7 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
     );
     assert_eq!(handled.response.failed_ids(), ["g1-2", "g1-3"]);
     assert_eq!(processor.calls(&key_of("g1-3", "{}")), 0);
-    assert!(store.record(&key_of("g1-3", "{}")).is_none());
+    assert!(store.record(&id_of("g1-3", "{}")).is_none());
 }
 
 #[tokio::test]
@@ -1125,7 +1146,7 @@ async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
     )
     .await;
     let until = store
-        .record(&key_of("m-1", "a"))
+        .record(&id_of("m-1", "a"))
         .unwrap()
         .in_progress_expiration_ms;
     let expected = now_ms() + 900_000;
@@ -1136,7 +1157,7 @@ async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
 }
 
 fn pointer_config(dlq: bool) -> ConsumerConfig {
-    config(dlq, KeySource::Pointer("/id".into()))
+    config(dlq, KeySource::pointer("/id").unwrap())
 }
 
 fn keyed(id: &str, key: &str) -> Message {
@@ -1338,6 +1359,9 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
     assert_eq!(processor.calls("k-1"), 1);
     assert_eq!(handled.response.failed_ids(), ["f-1", "f-3"]);
 }
+
+#[path = "engine_key_tests.rs"]
+mod keys;
 
 #[path = "engine_batch_tests.rs"]
 mod batch;

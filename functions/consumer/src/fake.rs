@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use redrive_shared::key::IdempotencyKey;
 use redrive_shared::limits::Outgoing;
 use serde_json::Value;
 
@@ -40,6 +41,8 @@ pub struct Record {
     pub expiration_s: i64,
     pub in_progress_expiration_ms: i64,
     pub token: Option<String>,
+    /// `payloadHash`, when the payload check is on.
+    pub payload_hash: Option<String>,
     /// (COMPLETED) the processor's output, JSON text.
     pub result: Option<String>,
 }
@@ -78,8 +81,23 @@ impl FakeStore {
         Self::default()
     }
 
-    pub fn record(&self, key: &str) -> Option<Record> {
-        lock(&self.records).get(key).cloned()
+    /// The record whose `id` is `id` ([`IdempotencyKey::record_id`] of a key).
+    pub fn record(&self, id: &str) -> Option<Record> {
+        lock(&self.records).get(id).cloned()
+    }
+
+    /// The record of an idempotency key, for a consumer without a namespace (the table holds
+    /// [`IdempotencyKey::record_id`], the key's hash).
+    pub fn record_of_key(&self, key: &str) -> Option<Record> {
+        let id = IdempotencyKey::try_from(key.to_string())
+            .ok()?
+            .record_id(None);
+        self.record(&id)
+    }
+
+    /// Every record id in the table.
+    pub fn ids(&self) -> Vec<String> {
+        lock(&self.records).keys().cloned().collect()
     }
 
     pub fn insert(&self, key: &str, record: Record) {
@@ -144,7 +162,9 @@ impl IdempotencyStore for FakeStore {
             let r = &records[&claim.key];
             return Ok(match r.status {
                 Status::Completed => ClaimOutcome::Completed(
-                    CompletedRecord::new(r.expiration_s).with_result(r.result.clone()),
+                    CompletedRecord::new(r.expiration_s)
+                        .with_result(r.result.clone())
+                        .with_payload_hash(r.payload_hash.clone()),
                 ),
                 // The same claim again (its first reply was lost): it is ours.
                 Status::InProgress if r.token.as_deref() == Some(claim.token.as_str()) => {
@@ -162,6 +182,7 @@ impl IdempotencyStore for FakeStore {
                 expiration_s: claim.expiration_s,
                 in_progress_expiration_ms: claim.in_progress_expiration_ms,
                 token: Some(claim.token.clone()),
+                payload_hash: claim.payload_hash.clone(),
                 result: None,
             },
         );
@@ -188,6 +209,7 @@ impl IdempotencyStore for FakeStore {
                 expiration_s,
                 in_progress_expiration_ms: claim.in_progress_expiration_ms,
                 token: None,
+                payload_hash: claim.payload_hash.clone(),
                 result: result.map(str::to_string),
             },
         );

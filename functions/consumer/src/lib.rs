@@ -7,8 +7,11 @@
 #![doc = concat!("```no_run\n", include_str!("../examples/charge_orders.rs"), "```")]
 //!
 //! - Idempotency keyed on a value that survives a redrive (`originalMessageId` from the
-//!   `x-redrive` attribute, or a JSON pointer into the body), recorded in DynamoDB with one
-//!   conditional write to claim and one write to complete: two writes and no read per message.
+//!   `x-redrive` attribute), on the body's digest, or on fields of the message (JSON pointers
+//!   into the body, message attributes, several at once), recorded in DynamoDB under a hash of
+//!   the key with one conditional write to claim and one write to complete: two writes and no
+//!   read per message. An opt-in payload check turns a different payload under a completed key
+//!   into a permanent failure of its own instead of a duplicate.
 //! - A crashed or timed-out invocation's IN_PROGRESS claim expires at its Lambda deadline and
 //!   is then reclaimed.
 //! - Partial batch responses: each record is read and handled on its own; transient failures

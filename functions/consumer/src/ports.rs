@@ -18,7 +18,10 @@ pub struct PortError {
 /// One attempt to own an idempotency key for the time of one invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
-    /// The record's `id`.
+    /// The record's `id`: [`IdempotencyKey::record_id`], a hash of the idempotency key (never
+    /// the key itself, which may be a business id).
+    ///
+    /// [`IdempotencyKey::record_id`]: redrive_shared::key::IdempotencyKey::record_id
     pub key: String,
     /// Unique per claim, stored with the IN_PROGRESS record, so that a release removes only
     /// the record this claim wrote (never one a later invocation reclaimed).
@@ -30,6 +33,9 @@ pub struct Claim {
     /// `inProgressExpiration`, epoch milliseconds: after this instant a crashed or timed-out
     /// claimant's record may be reclaimed.
     pub in_progress_expiration_ms: i64,
+    /// `payloadHash`: the fingerprint of this message's payload when the payload check is on
+    /// (`IDEMPOTENCY_PAYLOAD`), stored with the IN_PROGRESS and the COMPLETED record.
+    pub payload_hash: Option<String>,
 }
 
 /// What is known of a COMPLETED record: what the duplicate path needs, and what the in-memory
@@ -42,6 +48,9 @@ pub struct CompletedRecord {
     pub expiration_s: i64,
     /// The processor's output stored with it (JSON text), if any.
     pub result: Option<String>,
+    /// `payloadHash`: the fingerprint of the payload it was processed for, when the record has
+    /// one (the payload check, `IDEMPOTENCY_PAYLOAD`).
+    pub payload_hash: Option<String>,
 }
 
 impl CompletedRecord {
@@ -49,11 +58,17 @@ impl CompletedRecord {
         Self {
             expiration_s,
             result: None,
+            payload_hash: None,
         }
     }
 
     pub fn with_result(mut self, result: Option<String>) -> Self {
         self.result = result;
+        self
+    }
+
+    pub fn with_payload_hash(mut self, payload_hash: Option<String>) -> Self {
+        self.payload_hash = payload_hash;
         self
     }
 

@@ -322,6 +322,7 @@ async fn each_invocation_prints_one_emf_line_with_the_batch_counts() {
         ("Retried", 1),
         ("InProgress", 0),
         ("Failed", 0),
+        ("PayloadMismatch", 0),
         ("Skipped", 0),
         ("Malformed", 0),
         ("Unstarted", 0),
@@ -404,6 +405,100 @@ async fn with_fail_when_all_failed_a_batch_that_all_failed_fails_the_invocation(
 
     // THEN it is the partial batch response, as without the option
     assert_eq!(failures(&response).len(), 2, "{response}");
+}
+
+#[tokio::test]
+async fn the_binary_keys_on_several_fields_and_checks_the_payload() {
+    // GIVEN the consumer under cargo lambda watch, keyed on two fields of the body, with the
+    // payload check on the amount
+    let w = World::new(false).await;
+    let watch = LambdaWatch::start(
+        &["consumer"],
+        &env(
+            &w,
+            &[
+                ("IDEMPOTENCY_KEY", "/customerId,/orderId"),
+                ("IDEMPOTENCY_PAYLOAD", "/amount"),
+            ],
+        ),
+    )
+    .await;
+    let order = |order: &str, amount: u32, sender: &str| {
+        json!({"customerId": "cust-marker-1", "orderId": order, "amount": amount, "sentBy": sender})
+            .to_string()
+    };
+    let key = |order: &str| format!(r#"["cust-marker-1","{order}"]"#);
+
+    // WHEN a batch holds one order twice (from two senders) and another once
+    let first = order("ord-marker-1", 5, "a");
+    w.send(&[
+        (first.as_str(), &[]),
+        (&order("ord-marker-2", 5, "a"), &[]),
+        (&order("ord-marker-1", 5, "b"), &[]),
+    ])
+    .await;
+    let received = w.receive(3).await;
+    let response = watch.invoke("consumer", &w.event(&received)).await.unwrap();
+
+    // THEN each order reached the downstream once, keyed by the JSON array of the two fields
+    assert_eq!(failures(&response), Vec::<String>::new(), "{response}");
+    assert_eq!(w.downstream.deliveries(&key("ord-marker-1")), 1);
+    assert_eq!(w.downstream.deliveries(&key("ord-marker-2")), 1);
+    assert_eq!(w.downstream.total_attempts(), 2);
+    w.settle(&received, &redrive_consumer::BatchResponse::default())
+        .await;
+
+    // WHEN the first order comes again for another amount
+    let changed = w.send(&[(&order("ord-marker-1", 7, "c"), &[])]).await;
+    let received = w.receive(1).await;
+    let response = watch.invoke("consumer", &w.event(&received)).await.unwrap();
+
+    // THEN it is not delivered: it is on the DLQ, stamped as a payload mismatch
+    assert_eq!(failures(&response), Vec::<String>::new(), "{response}");
+    assert_eq!(w.downstream.total_attempts(), 2);
+    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
+    assert_eq!(dlq.len(), 1);
+    let (meta, _) = RedriveMeta::read(&attrs(&dlq[0]), "x");
+    assert_eq!(meta.original_message_id, changed[0]);
+    assert_eq!(
+        meta.last_error.unwrap().code,
+        "IDEMPOTENCY_PAYLOAD_MISMATCH"
+    );
+    assert_eq!(w.depth(&w.queues.source_url).await, 0);
+
+    // AND the table holds two records, under the function's name and the SHA-256 of the key
+    let items = w.scan().await;
+    let mut ids: Vec<String> = items
+        .iter()
+        .map(|i| i["id"].as_s().unwrap().clone())
+        .collect();
+    ids.sort();
+    let mut want: Vec<String> = ["ord-marker-1", "ord-marker-2"]
+        .iter()
+        .map(|o| {
+            redrive_shared::key::IdempotencyKey::try_from(key(o))
+                .unwrap()
+                .record_id(Some("consumer"))
+        })
+        .collect();
+    want.sort();
+    assert_eq!(ids, want);
+    assert!(!format!("{items:?}").contains("marker"), "{items:?}");
+
+    // AND the log says payload-mismatch, with the key's digest, never the key
+    let log = watch.log();
+    assert!(
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|v| v["fields"]["message_id"] == json!(changed[0])
+                && v["fields"]["outcome"] == json!("payload-mismatch")
+                && v["fields"]["code"] == json!("IDEMPOTENCY_PAYLOAD_MISMATCH")),
+        "{log}"
+    );
+    assert!(
+        !log.contains("marker"),
+        "a key or body reached the log:\n{log}"
+    );
 }
 
 #[tokio::test]

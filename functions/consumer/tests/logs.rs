@@ -10,7 +10,7 @@ use redrive_consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{ConsumerConfig, FifoOnFailure, QueueUrl};
-use redrive_shared::key::KeySource;
+use redrive_shared::key::{IdempotencyKey, KeySource};
 use serde_json::{Value, json};
 
 #[derive(Clone, Default)]
@@ -94,18 +94,23 @@ async fn pointer_keys_are_logged_as_a_digest_never_raw() {
         ))],
     );
     store.insert(
-        busy,
+        &IdempotencyKey::try_from(busy.to_string())
+            .unwrap()
+            .record_id(None),
         Record {
             status: Status::InProgress,
             expiration_s: now_ms() / 1000 + 3600,
             in_progress_expiration_ms: now_ms() + 600_000,
             token: Some("someone-else".into()),
+            payload_hash: None,
             result: None,
         },
     );
     let config = ConsumerConfig {
         idempotency_table: "idempotency".into(),
-        key_source: KeySource::Pointer("/id".into()),
+        key_source: KeySource::pointer("/id").unwrap(),
+        key_namespace: None,
+        payload: None,
         ttl_seconds: 3600,
         dlq_url: Some(
             QueueUrl::parse("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq").unwrap(),

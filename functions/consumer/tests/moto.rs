@@ -679,6 +679,7 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
         now_ms,
         expiration_s: now_ms / 1000 + 100,
         in_progress_expiration_ms: until,
+        payload_hash: None,
     };
 
     // A new key is claimed; a second claim sees it in progress until the first's deadline.
@@ -754,6 +755,31 @@ async fn the_dynamodb_store_keeps_the_contract_record() {
         .unwrap();
     store.release(&claim("e", later, 0)).await.unwrap();
     assert_eq!(w.status("k-1").await.as_deref(), Some("COMPLETED"));
+
+    // The payload check: the claim and the COMPLETED record carry `payloadHash`, and a failed
+    // claim gets it back with the old record (ReturnValuesOnConditionCheckFailure = ALL_OLD).
+    let hashed = |token: &str, hash: &str| Claim {
+        key: "k-2".into(),
+        payload_hash: Some(hash.into()),
+        ..claim(token, now, now + 60_000)
+    };
+    store.claim(&hashed("f", "h-5")).await.unwrap();
+    assert_eq!(
+        w.record("k-2").await.unwrap()["payloadHash"]
+            .as_s()
+            .unwrap(),
+        "h-5"
+    );
+    store
+        .complete(&hashed("f", "h-5"), now / 1000 + 100, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&hashed("g", "h-7")).await.unwrap(),
+        ClaimOutcome::Completed(
+            CompletedRecord::new(now / 1000 + 100).with_payload_hash(Some("h-5".into()))
+        )
+    );
 }
 
 #[tokio::test]
@@ -768,6 +794,7 @@ async fn the_dynamodb_store_returns_the_stored_result_with_the_failed_claim() {
         now_ms: now,
         expiration_s: now / 1000 + 100,
         in_progress_expiration_ms: now + 60_000,
+        payload_hash: None,
     };
     assert_eq!(
         store.claim(&claim("a")).await.unwrap(),

@@ -26,6 +26,8 @@ fn config(key_source: KeySource) -> ConsumerConfig {
     ConsumerConfig {
         idempotency_table: "idempotency".into(),
         key_source,
+        key_namespace: None,
+        payload: None,
         ttl_seconds: 3600,
         dlq_url: Some(QueueUrl::parse(DLQ).unwrap()),
         retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
@@ -244,7 +246,7 @@ async fn a_duplicate_gets_the_stored_result() {
     );
     // stored with the COMPLETED record
     let key = first.report_of("m-1").unwrap().key.clone().unwrap();
-    let record = store.record(&key).unwrap();
+    let record = store.record_of_key(&key).unwrap();
     assert_eq!(record.status, Status::Completed);
     assert_eq!(
         record.result.as_deref(),
@@ -327,7 +329,7 @@ async fn no_result_and_a_result_too_large_store_nothing_and_the_key_still_comple
         [("m-1", "processed"), ("m-2", "processed")]
     );
     for report in &first.records {
-        let record = store.record(report.key.as_deref().unwrap()).unwrap();
+        let record = store.record_of_key(report.key.as_deref().unwrap()).unwrap();
         assert_eq!(record.status, Status::Completed, "{report:?}");
         assert_eq!(record.result, None, "{report:?}");
     }

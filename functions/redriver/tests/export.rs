@@ -161,6 +161,7 @@ fn consumer_key(m: &Message) -> String {
         &KeySource::Message,
         &meta.original_message_id,
         m.body().unwrap(),
+        &attributes,
     )
     .unwrap()
     .to_string()

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -12,6 +13,8 @@ use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
 use redrive_consumer::{BatchResponse, Consumer, FailedIds, HttpProcessor};
 use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
+use redrive_shared::key::{IdempotencyKey, KeySource, derive};
+use redrive_shared::meta::RedriveMeta;
 use redrive_tests::{Downstream, QueueSet, create_idempotency_table, moto, receive_raw, sqs_event};
 use serde_json::Value;
 
@@ -24,6 +27,9 @@ pub struct World {
     pub queues: QueueSet,
     pub table: String,
     pub downstream: Downstream,
+    /// The body sent under each chain id (`originalMessageId`), to find the records of
+    /// default (`message`) keys.
+    chains: Mutex<HashMap<String, String>>,
 }
 
 impl World {
@@ -39,6 +45,7 @@ impl World {
             queues,
             table,
             downstream,
+            chains: Mutex::default(),
         }
     }
 
@@ -86,9 +93,20 @@ impl World {
     pub async fn send(&self, messages: &[(&str, &[(&str, MessageAttributeValue)])]) -> Vec<String> {
         let mut ids = Vec::new();
         for (body, attributes) in messages {
-            ids.push(
-                redrive_tests::send_raw(&self.sqs, &self.queues.source_url, body, attributes).await,
-            );
+            let id =
+                redrive_tests::send_raw(&self.sqs, &self.queues.source_url, body, attributes).await;
+            let stamp = attributes
+                .iter()
+                .find(|(name, _)| *name == redrive_shared::meta::ATTRIBUTE_NAME)
+                .and_then(|(_, a)| a.string_value());
+            let chain = match stamp {
+                Some(text) => RedriveMeta::parse(text)
+                    .map(|meta| meta.original_message_id)
+                    .unwrap_or_else(|_| id.clone()),
+                None => id.clone(),
+            };
+            self.chains.lock().unwrap().insert(chain, body.to_string());
+            ids.push(id);
         }
         ids
     }
@@ -120,36 +138,42 @@ impl World {
         }
     }
 
-    /// The idempotency record of `key`, if any.
-    /// The record of `key`, or of the chain `key` when it is a message id: the default key is
-    /// `<originalMessageId>:<body digest>`.
+    /// The record of `key`: an idempotency key (`p-77`, `["c-1","o-1"]`), or a chain id sent by
+    /// [`World::send`], whose default key is `<originalMessageId>:<body digest>`. The table
+    /// holds hashes of keys ([`IdempotencyKey::record_id`]), under any namespace; a record a
+    /// test wrote through the store itself is found by its id as it is.
     pub async fn record(&self, key: &str) -> Option<HashMap<String, AttributeValue>> {
-        let exact = self
-            .ddb
-            .get_item()
-            .table_name(&self.table)
-            .key("id", AttributeValue::S(key.into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item;
-        if exact.is_some() {
-            return exact;
+        let mut hashes = vec![Self::hash_of(key)];
+        if let Some(body) = self.chains.lock().unwrap().get(key) {
+            let key = derive(&KeySource::Message, key, body, &Default::default()).unwrap();
+            hashes.push(Self::hash_of(key.as_str()));
         }
+        self.scan().await.into_iter().find(|item| {
+            let id = item["id"].as_s().unwrap();
+            id == key
+                || hashes
+                    .iter()
+                    .any(|h| id.rsplit('#').next() == Some(h.as_str()))
+        })
+    }
+
+    fn hash_of(key: &str) -> String {
+        IdempotencyKey::try_from(key.to_string())
+            .map(|k| k.record_id(None))
+            .unwrap_or_default()
+    }
+
+    /// Every item of the idempotency table.
+    pub async fn scan(&self) -> Vec<HashMap<String, AttributeValue>> {
         self.ddb
             .scan()
             .table_name(&self.table)
-            .filter_expression("begins_with(id, :chain)")
-            .expression_attribute_values(":chain", AttributeValue::S(format!("{key}:")))
             .consistent_read(true)
             .send()
             .await
             .unwrap()
             .items
             .unwrap_or_default()
-            .into_iter()
-            .next()
     }
 
     pub async fn status(&self, key: &str) -> Option<String> {
