@@ -113,6 +113,7 @@ fn event(messages: &[(&str, &str)]) -> Value {
                 receive_count: 1,
                 group_id: None,
                 source: QueueArn::parse("arn:aws:sqs:us-east-1:123456789012:orders"),
+                trace_header: None,
             };
             record_to_event_json(&message, "us-east-1")
         })
