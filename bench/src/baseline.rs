@@ -6,10 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use aws_sdk_sqs::Client;
+use redrive_engine::fake::FakeSqs;
+use redrive_engine::ports::{HandleEntry, Queue, SendEntry};
 use redrive_shared::Attributes;
 use redrive_shared::sdk::{attributes_from_sdk, attributes_to_sdk};
-use redriver::fake::FakeSqs;
-use redriver::ports::{HandleEntry, Queue, SendEntry};
 
 /// A message as the script holds it between its calls.
 #[derive(Debug, Clone)]

@@ -9,12 +9,12 @@ use std::time::Duration;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures_util::future::join_all;
+use redrive_engine::aws::{CloudWatch, SqsQueue};
+use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
+use redrive_engine::{DrainRequest, Engine, Summary};
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::{Attributes, MessageAttribute};
 use redrive_tests::{QueueSet, attr_number, attr_string, queue_depth};
-use redriver::aws::{CloudWatch, SqsQueue};
-use redriver::fake::{FakeCloudWatch, FakeSqs};
-use redriver::{DrainRequest, Engine, Summary};
 use serde::Serialize;
 use tokio::time::Instant;
 

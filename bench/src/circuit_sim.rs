@@ -39,12 +39,12 @@ use futures_util::future::join_all;
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
 use redrive_consumer::message::{QueueArn, record_to_event_json};
 use redrive_consumer::{Consumer, FailedIds, HttpProcessor};
+use redrive_engine::Engine;
+use redrive_engine::aws::{CloudWatch, SqsQueue};
+use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore, NoCircuit};
 use redrive_shared::config::{DownstreamConfig, Env, RedriverConfig};
 use redrive_shared::sdk::attributes_from_sdk;
 use redrive_tests::{Downstream, Mode, QueueSet, create_idempotency_table, drain_all};
-use redriver::Engine;
-use redriver::aws::{CloudWatch, SqsQueue};
-use redriver::circuit::{CircuitStore, DynamoDbCircuitStore, NoCircuit};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -534,10 +534,10 @@ impl<C: CircuitStore> Rig<C> {
             cw,
             config,
         )
-        .with_settings(redriver::Settings {
+        .with_settings(redrive_engine::Settings {
             deadline_margin: Duration::from_secs(2),
             receive_wait_seconds: 0,
-            ..redriver::Settings::default()
+            ..redrive_engine::Settings::default()
         })
         .with_circuit(circuit);
         if engine.config.circuit.is_some() != (side == Side::With) {

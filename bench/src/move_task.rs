@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{Message, QueueAttributeName, SendMessageBatchRequestEntry};
+use redrive_engine::Engine;
+use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_tests::{QueueSet, attr_number, attr_string, drain_all, queue_attributes};
-use redriver::Engine;
-use redriver::aws::{CloudWatch, SqsQueue};
 use serde::Serialize;
 use tokio::time::Instant;
 

@@ -26,10 +26,10 @@ use redrive_consumer::Consumer;
 use redrive_consumer::message::record_to_event_json;
 use redrive_consumer::ports::{IdempotencyStore, QueueOps};
 use redrive_consumer::{FailedIds, Message, Processor};
+use redrive_engine::ports::{Alarms, Metrics, Queue};
+use redrive_engine::{DrainRequest, Engine};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
 use redrive_shared::meta::RedriveMeta;
-use redriver::ports::{Alarms, Metrics, Queue};
-use redriver::{DrainRequest, Engine};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -342,14 +342,14 @@ impl std::fmt::Display for Reconciliation {
 
 /// The re-driver's tunables in the soak: no long poll (an empty receive ends the drain at
 /// once), and a short visibility timeout so that what a killed invocation held comes back soon.
-pub fn redriver_settings() -> redriver::Settings {
-    redriver::Settings {
+pub fn redriver_settings() -> redrive_engine::Settings {
+    redrive_engine::Settings {
         deadline_margin: Duration::from_secs(2),
         receive_wait_seconds: 0,
         visibility_seconds: 5,
         retry_attempts: 3,
         retry_base: Duration::from_millis(100),
-        ..redriver::Settings::default()
+        ..redrive_engine::Settings::default()
     }
 }
 

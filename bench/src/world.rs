@@ -20,13 +20,13 @@ use std::time::Duration;
 
 use redrive_consumer::fake::FakeStore;
 use redrive_consumer::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
+use redrive_engine::fake::{FakeMessage, FakeSqs};
+use redrive_engine::ports::{
+    BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, Received, SendEntry,
+};
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::Outgoing;
-use redriver::fake::{FakeMessage, FakeSqs};
-use redriver::ports::{
-    BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, Received, SendEntry,
-};
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::Client;
 use redrive_bench::faults::{FaultKind, FaultPlan};
 use redrive_bench::proxy::Proxy;
+use redrive_engine::aws::SqsQueue;
+use redrive_engine::ports::{HandleEntry, Queue, SendEntry};
 use redrive_shared::Attributes;
 use redrive_tests::{QueueSet, moto, queue_depth, receive_raw, send_raw};
-use redriver::aws::SqsQueue;
-use redriver::ports::{HandleEntry, Queue, SendEntry};
 
 async fn setup(latency: Duration) -> (Client, Proxy, Client, QueueSet) {
     let direct = moto().sqs().await;

@@ -114,7 +114,7 @@ class ArchiveTemplates(unittest.TestCase):
                 self.assertFalse([a for a in actions if a.startswith("s3:")], name)
 
     # That every call of the archiver is granted: it runs under ArchiverRole in the IAM-enforced
-    # tests (functions/redriver/tests/archiver.rs, the Lambda under cargo lambda watch).
+    # tests (functions/archiver/tests/archiver.rs, the Lambda under cargo lambda watch).
 
     def test_alarm_on_archive_failures_and_archiver_errors(self):
         alarm = self.resources["ArchiveFailuresAlarm"]["Properties"]

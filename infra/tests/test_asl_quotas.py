@@ -8,7 +8,7 @@ infra/statemachine/redrive.asl.json (moto neither counts history events nor refu
   Started, Succeeded, Exited, and MapIterationStarted/Succeeded per item; Choice, Pass, Wait and
   Succeed: Entered/Exited; Fail: Entered), every retrier exhausted and every Catch path taken.
   The loop's rounds and the Maps' items are bounded by what the task function enforces
-  (functions/redriver/src/workflow.rs: MAX_ROUNDS_PER_EXECUTION, MAX_PARALLEL).
+  (functions/workflow/src/lib.rs: MAX_ROUNDS_PER_EXECUTION, MAX_PARALLEL).
 - Every Lambda task's Retry names AWS's recommended Lambda errors.
 - `States.Timeout` is matched only on tasks that can time out (TimeoutSeconds or
   HeartbeatSeconds), and a task timeout outlasts any Lambda invocation, so that a retry after a
@@ -27,7 +27,7 @@ import unittest
 import support
 
 ASL = support.INFRA / "statemachine" / "redrive.asl.json"
-WORKFLOW_RS = support.REPO / "functions" / "redriver" / "src" / "workflow.rs"
+WORKFLOW_RS = support.REPO / "functions" / "workflow" / "src" / "lib.rs"
 
 # Step Functions Standard: "Maximum execution history size: 25,000 events in a single execution".
 HISTORY_LIMIT = 25_000

@@ -367,7 +367,7 @@ class AlarmsReceivesCannotHide(unittest.TestCase):
         self.assertEqual(self.resources["WorkflowGuardHeldRunsFilter"]["Condition"], "UseStepFunctions")
         # The filter matches the line each orchestrator logs when a guard holds a run (a guard
         # in ALARM or missing); such a run publishes no CircuitOpen.
-        for source in ("functions/redriver/src/engine.rs", "functions/redriver/src/workflow.rs"):
+        for source in ("engine/src/engine.rs", "functions/workflow/src/lib.rs"):
             text = (support.REPO / source).read_text(encoding="utf-8")
             self.assertRegex(text, r'action = "circuit-open",\s*"guard alarm', source)
         p = self.alarm("CircuitHeldOpenAlarm")
@@ -412,7 +412,7 @@ class RoleGrants(unittest.TestCase):
 
     # That every call of the code is granted is no longer read from the source text: the
     # functions run under these roles, rendered by tests/iam_policy.py, in the IAM-enforced
-    # tests (functions/redriver/tests/lambda.rs and circuit.rs for RedriverRole,
+    # tests (functions/redriver/tests/lambda.rs and engine/tests/circuit.rs for RedriverRole,
     # functions/consumer/tests/lambda_watch.rs for ConsumerRole).
 
     def test_redriver_reads_destination_sizes_and_rearms_its_trigger(self):
@@ -455,7 +455,7 @@ class AdaptiveCircuit(unittest.TestCase):
         self.assertEqual((p["Statistic"], p["Threshold"], p["ComparisonOperator"]), ("Maximum", 0, "GreaterThanThreshold"))
         self.assertEqual(p["AlarmActions"], [{"Ref": "AlertsTopic"}])
         self.assertEqual(p["OKActions"], [{"Ref": "RecoveryTopic"}])
-        published = (support.REPO / "functions/redriver/src/aws.rs").read_text(encoding="utf-8")
+        published = (support.REPO / "engine/src/aws.rs").read_text(encoding="utf-8")
         self.assertIn('datum("CircuitOpen"', published)
 
 

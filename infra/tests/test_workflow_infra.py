@@ -158,7 +158,7 @@ class Roles(unittest.TestCase):
             "logs:PutLogEvents",
         ]))
         # That the code's calls are granted: the task function runs under this role in the
-        # IAM-enforced tests (functions/redriver/tests/workflow.rs, e.g.
+        # IAM-enforced tests (functions/workflow/tests/workflow.rs, e.g.
         # the_task_role_may_write_the_circuit_record).
 
     def test_task_role_is_scoped_to_this_stack(self):

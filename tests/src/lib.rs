@@ -56,6 +56,22 @@ pub fn workspace_root() -> &'static Path {
         .expect("the tests crate lives one level below the workspace root")
 }
 
+/// The executable of the workspace binary `name`, built once per test process with
+/// `lambda_watch::BUILD_ARGS` (the test build's feature set: no dependency is compiled again).
+/// For a test that runs another package's binary, where `CARGO_BIN_EXE_<name>` is not set.
+pub fn binary(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
+        return path.clone();
+    }
+    let build = lambda_watch::build_lambdas(&[name.to_string()])
+        .unwrap_or_else(|e| panic!("building the binary {name}: {e}"));
+    let path = build.executables[name].clone();
+    built.push((name.to_string(), path.clone()));
+    path
+}
+
 /// `<workspace>/.venv/bin`, where `make setup` installs moto and cargo-lambda.
 pub fn venv_bin() -> PathBuf {
     workspace_root().join(".venv").join("bin")

@@ -405,7 +405,7 @@ fn fake_section(o: &Options, rt: &tokio::runtime::Runtime, report: &mut Report) 
         )),
     );
     report.notes.push(format!(
-        "port fake: redriver::fake::FakeSqs::with_latency({ms} ms) adds the latency to every call \
+        "port fake: redrive_engine::fake::FakeSqs::with_latency({ms} ms) adds the latency to every call \
          and costs nothing else, as SQS would; the baseline script runs over the same port (a \
          single send or delete is a batch call of one entry, one call of latency). The \
          modelled clock is tokio's paused clock: sleeps (the latency) advance it, CPU does not."

@@ -131,7 +131,7 @@ fn main() -> ExitCode {
     }
     // The functions' own JSON logs, when asked for (RUST_LOG=info): one line per action.
     if std::env::var_os("RUST_LOG").is_some() {
-        redriver::init_logging();
+        redrive_engine::init_logging();
     }
     let wall = Instant::now();
     let report = match which.as_str() {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use redrive_consumer::Consumer;
 use redrive_consumer::message::QueueArn;
+use redrive_engine::Engine;
+use redrive_engine::fake::FakeCloudWatch;
 use redrive_shared::Attributes;
-use redriver::Engine;
-use redriver::fake::FakeCloudWatch;
 use tokio::sync::oneshot;
 
 use super::{Depths, Emulator, LayerStats, Parked, Place, Reconciliation, SoakSettings};

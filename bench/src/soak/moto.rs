@@ -12,11 +12,11 @@ use futures_util::future::join_all;
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
 use redrive_consumer::message::QueueArn;
 use redrive_consumer::{Consumer, HttpProcessor};
+use redrive_engine::Engine;
+use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_shared::config::DownstreamConfig;
 use redrive_shared::sdk::attributes_from_sdk;
 use redrive_tests::{QueueSet, create_idempotency_table, drain_all, queue_depth};
-use redriver::Engine;
-use redriver::aws::{CloudWatch, SqsQueue};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 

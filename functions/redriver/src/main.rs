@@ -1,17 +1,18 @@
 //! The re-driver Lambda: configuration and clients once at init, then one drain per event.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
+use redrive_engine::Engine;
+use redrive_engine::aws::{CloudWatch, SqsQueue};
+use redrive_engine::circuit::DynamoDbCircuitStore;
 use redrive_shared::config::{Env, RedriverConfig};
-use redriver::Engine;
-use redriver::aws::{CloudWatch, SqsQueue};
-use redriver::circuit::DynamoDbCircuitStore;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // Logs, then the configuration (errors fail init before any queue is touched), then the
     // SDK with timeouts on every client.
-    let (config, sdk) = redriver::lambda_init(|| RedriverConfig::from_env(&Env::process())).await?;
+    let (config, sdk) =
+        redrive_engine::lambda_init(|| RedriverConfig::from_env(&Env::process())).await?;
     let circuit_table = config.circuit.as_ref().map(|c| c.table.clone());
     let cloudwatch = CloudWatch {
         client: aws_sdk_cloudwatch::Client::new(&sdk),
@@ -33,7 +34,7 @@ async fn main() -> Result<(), Error> {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), engine.warm_up()).await;
     let engine = &engine;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let deadline = redriver::deadline_instant(event.context.deadline);
+        let deadline = redrive_engine::deadline_instant(event.context.deadline);
         // Every line of the invocation carries requestId and xrayTraceId (redrive_shared::logging).
         tracing::info!(
             deadline_epoch_ms = event.context.deadline,
@@ -45,10 +46,10 @@ async fn main() -> Result<(), Error> {
             .await
             .map_err(|e| {
                 match &e {
-                    redriver::InvocationError::Event(_) => {
+                    redrive_engine::InvocationError::Event(_) => {
                         tracing::error!(error = %e, "rejected event; nothing was touched")
                     }
-                    redriver::InvocationError::DlqUnreadable { .. } => {
+                    redrive_engine::InvocationError::DlqUnreadable { .. } => {
                         tracing::error!(error = %e, "the drain could not read the DLQ; failing the invocation")
                     }
                 }

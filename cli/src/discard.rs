@@ -1,0 +1,163 @@
+//! `redrive discard`: delete messages that cannot be recovered, saying what was deleted.
+//! Without `--yes` it only lists what it would delete (the messages are released at once)
+//! and exits with code 2.
+
+use serde_json::{Value, json};
+
+use super::args::DiscardArgs;
+use super::replay::{line, outcome};
+use super::scan::{Reach, Scanner, Status};
+use super::select::Filter;
+use super::view::MessageView;
+use super::{CliError, Ctx, Outcome, batch, now_ms};
+use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
+
+#[derive(Debug, Default)]
+struct Report {
+    deleted: Vec<MessageView>,
+    failed: Vec<(MessageView, String)>,
+}
+
+pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<Outcome, CliError> {
+    let queue = ctx.queue();
+    let url = args.queue.as_str();
+    let mut filter = Filter::new(&args.selection, now_ms());
+    let mut scan = Scanner::new(&queue, url);
+    let mut report = Report::default();
+    let walked = walk(&queue, &mut scan, &mut filter, url, args.yes, &mut report).await;
+    let reach = scan.reach(filter.stop(), filter.taken(), &walked).await;
+    scan.release().await;
+
+    let not_found = filter.not_found();
+    if ctx.json {
+        print_json(&args, &report, &not_found, &reach);
+    } else {
+        print_text(ctx, &args, &report, &not_found, &reach);
+    }
+    if let Some(e) = &reach.error {
+        eprintln!("error: {e}");
+    }
+    Ok(if !args.yes && reach.status != Status::Failed {
+        Outcome::Refused
+    } else {
+        outcome(&reach, !report.failed.is_empty() || !not_found.is_empty())
+    })
+}
+
+async fn walk<Q: Queue>(
+    queue: &Q,
+    scan: &mut Scanner<'_, Q>,
+    filter: &mut Filter,
+    url: &str,
+    really: bool,
+    report: &mut Report,
+) -> Result<(), PortError> {
+    while !filter.full() {
+        let batch = scan.next(10).await?;
+        if batch.is_empty() {
+            break;
+        }
+        let chosen: Vec<Received> = batch.into_iter().filter(|m| filter.take(m)).collect();
+        let now = now_ms();
+        if !really {
+            report
+                .deleted
+                .extend(chosen.iter().map(|m| MessageView::new(m, now, None)));
+            continue;
+        }
+        let entries: Vec<HandleEntry> = chosen
+            .iter()
+            .enumerate()
+            .map(|(i, m)| HandleEntry {
+                id: i.to_string(),
+                receipt_handle: m.receipt_handle.clone(),
+            })
+            .collect();
+        if entries.is_empty() {
+            continue;
+        }
+        let deleted = batch::delete(queue, url, entries).await;
+        for (i, m) in chosen.iter().enumerate() {
+            let id = i.to_string();
+            let view = MessageView::new(m, now, None);
+            if deleted.ok.contains(&id) {
+                scan.settled(&m.message_id);
+                report.deleted.push(view);
+            } else {
+                let why = deleted.failed.get(&id).cloned().unwrap_or_default();
+                report.failed.push((view, why));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_json(args: &DiscardArgs, report: &Report, not_found: &[String], reach: &Reach) {
+    let failed: Vec<Value> = report
+        .failed
+        .iter()
+        .map(|(m, e)| json!({"message": m, "error": e}))
+        .collect();
+    let (deleted, would) = if args.yes {
+        (json!(report.deleted), json!([]))
+    } else {
+        (json!([]), json!(report.deleted))
+    };
+    super::output::print_json(&json!({
+        "queue": args.queue.as_str(),
+        "confirmed": args.yes,
+        "deleted": deleted,
+        "wouldDelete": would,
+        "failed": failed,
+        "notFound": not_found,
+        "status": reach.status,
+        "seen": reach.seen,
+        "notSelected": reach.not_selected,
+        "notReached": reach.not_reached,
+        "error": reach.error,
+    }));
+}
+
+fn print_text(ctx: &Ctx, args: &DiscardArgs, report: &Report, not_found: &[String], reach: &Reach) {
+    let s = &ctx.style;
+    let name = args.queue.name();
+    if args.yes {
+        println!(
+            "{} {} message(s) from {name}",
+            s.bad("deleted"),
+            report.deleted.len()
+        );
+    } else {
+        println!(
+            "{} {} message(s) from {name}; nothing was deleted",
+            s.warn("would delete"),
+            report.deleted.len()
+        );
+    }
+    for m in &report.deleted {
+        println!("  {}", line(m));
+    }
+    if !report.failed.is_empty() {
+        println!("{} {} not deleted:", s.bad("failed:"), report.failed.len());
+        for (m, why) in &report.failed {
+            println!("  {}  {}", line(m), s.bad(why));
+        }
+    }
+    if !not_found.is_empty() {
+        println!(
+            "{} {} (not visible: in flight, or not on this queue)",
+            s.bad("not found:"),
+            not_found.join(", ")
+        );
+    }
+    if let Some(short) = reach.shortfall() {
+        let label = match reach.status {
+            Status::Limit => s.warn("note:"),
+            _ => s.bad("not reached:"),
+        };
+        println!("{label} {short}");
+    }
+    if !args.yes {
+        eprintln!("refusing to delete without --yes: re-run with --yes to delete these");
+    }
+}

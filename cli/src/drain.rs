@@ -1,0 +1,288 @@
+//! `redrive drain`: the Lambda's drain, run by hand, configured from the Lambda's variables
+//! with the flags on top.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redrive_shared::config::{Env, RedriverConfig};
+
+use super::args::DrainArgs;
+use super::progress::{Bar, Counters, Counting};
+use super::{CliError, Ctx, Outcome};
+use redrive_engine::aws::CloudWatch;
+use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore};
+use redrive_engine::ports::Queue;
+use redrive_engine::{DrainRequest, Engine, StopReason, Summary};
+use redrive_shared::circuit::{CircuitSettings, State};
+use std::time::Duration;
+
+/// The flag that sets each variable, for error messages.
+const FLAGS: [(&str, &str); 5] = [
+    ("DLQ_URL", "--dlq"),
+    ("SOURCE_QUEUE_URL", "--source"),
+    ("POISON_QUEUE_URL", "--poison"),
+    ("MAX_MESSAGES_PER_SECOND", "--rate"),
+    ("MAX_MESSAGES_PER_INVOCATION", "--max"),
+];
+
+/// The re-driver's configuration: the process environment, with the flags winning.
+pub fn config(args: &DrainArgs) -> Result<RedriverConfig, CliError> {
+    let mut overrides: HashMap<&'static str, String> = HashMap::new();
+    if let Some(u) = &args.dlq {
+        overrides.insert("DLQ_URL", u.to_string());
+    }
+    if let Some(u) = &args.source {
+        overrides.insert("SOURCE_QUEUE_URL", u.to_string());
+    }
+    if let Some(u) = &args.poison {
+        overrides.insert("POISON_QUEUE_URL", u.to_string());
+    }
+    if let Some(r) = args.rate {
+        overrides.insert("MAX_MESSAGES_PER_SECOND", r.to_string());
+    }
+    if let Some(n) = args.max {
+        overrides.insert("MAX_MESSAGES_PER_INVOCATION", n.to_string());
+    }
+    if args.dry_run {
+        overrides.insert("DRY_RUN", "true".into());
+    }
+    let env = Env(move |k: &str| overrides.get(k).cloned().or_else(|| std::env::var(k).ok()));
+    RedriverConfig::from_env(&env).map_err(|e| {
+        let hint = FLAGS
+            .iter()
+            .find(|(var, _)| *var == e.variable)
+            .map_or(String::new(), |(_, flag)| format!(" (or pass {flag})"));
+        CliError::Config(format!("{e}{hint}"))
+    })
+}
+
+pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
+    let config = config(&args)?;
+    // --- adaptive circuit: the canary's tunables are checked before any queue is
+    // touched, and the drain honours the circuit's record when CIRCUIT_TABLE is set.
+    let canary = match args.canary {
+        Some(n) => Some((n, super::circuit::canary_settings()?)),
+        None => None,
+    };
+    let circuit_store = config.circuit.as_ref().map(|c| DynamoDbCircuitStore {
+        client: aws_sdk_dynamodb::Client::new(&ctx.sdk),
+        table: c.table.clone(),
+    });
+    let counters = Arc::new(Counters::default());
+    let queue = Counting {
+        inner: ctx.queue(),
+        dlq: config.dlq_url.to_string(),
+        poison: config.poison_queue_url.to_string(),
+        counters: counters.clone(),
+    };
+    let cloudwatch = CloudWatch {
+        client: aws_sdk_cloudwatch::Client::new(&ctx.sdk),
+    };
+    let request = DrainRequest {
+        max_messages: config.max_messages_per_invocation,
+        dry_run: config.dry_run,
+        deadline: None,
+        trigger_alarm: None,
+    };
+    let engine =
+        Engine::new(queue, cloudwatch.clone(), cloudwatch, config).with_circuit(circuit_store);
+    if let Some((n, settings)) = canary {
+        return run_canary(ctx, &engine, &request, n, &settings, args.canary_window).await;
+    }
+    let bar = if ctx.json {
+        None
+    } else {
+        Bar::start(counters, request.max_messages, request.dry_run)
+    };
+    let summary = engine.run(&request).await;
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+
+    if ctx.json {
+        // The Lambda's response shape.
+        super::output::print_json(&serde_json::to_value(&summary).unwrap_or_default());
+    } else {
+        print_text(ctx, &engine.config, &summary);
+    }
+    Ok(outcome(&summary))
+}
+
+fn outcome(summary: &Summary) -> Outcome {
+    match summary.stopped_because {
+        StopReason::Other => Outcome::Failed,
+        StopReason::CircuitOpen => Outcome::Incomplete,
+        _ if summary.failed > 0 => Outcome::Incomplete,
+        _ => Outcome::Done,
+    }
+}
+
+// --- adaptive circuit: `drain --canary N`.
+/// Replays `n` messages, waits for the verdict, and drains the rest of the budget only if the
+/// canary's copies did not come back.
+async fn run_canary<Q: Queue, C: CircuitStore>(
+    ctx: &Ctx,
+    engine: &Engine<Q, CloudWatch, CloudWatch, C>,
+    request: &DrainRequest,
+    n: u32,
+    settings: &CircuitSettings,
+    window_flag: Option<u64>,
+) -> Result<Outcome, CliError> {
+    let first = DrainRequest {
+        max_messages: n.min(request.max_messages),
+        ..request.clone()
+    };
+    let started = super::now_ms();
+    // Its copies go out without their backoff delay: judged by the window, not by the delay.
+    let canary = engine.run_canary(&first).await;
+    let window = super::circuit::canary_window(window_flag, settings);
+    let judged = !canary.dry_run && canary.redriven > 0;
+    if !ctx.json {
+        print_text(ctx, &engine.config, &canary);
+    }
+    if !judged || matches!(canary.stopped_because, StopReason::Other) {
+        if ctx.json {
+            let mut out = serde_json::to_value(&canary).unwrap_or_default();
+            out["canary"] = serde_json::json!({"sent": canary.redriven, "judged": false});
+            super::output::print_json(&out);
+        } else {
+            println!("canary: nothing redriven, so there is nothing to judge; stopping");
+        }
+        return Ok(outcome(&canary));
+    }
+    if !ctx.json {
+        println!(
+            "canary: {} redriven; waiting up to {} s for copies to come back to the DLQ",
+            canary.redriven,
+            window.as_secs()
+        );
+    }
+    let every = (window / 10).clamp(Duration::from_secs(1), Duration::from_secs(10));
+    let verdict = super::circuit::watch_canary(
+        &ctx.queue(),
+        engine.config.dlq_url.as_str(),
+        started,
+        canary.redriven,
+        settings,
+        window,
+        every,
+    )
+    .await?;
+    let verdict_json = super::circuit::verdict_json(&verdict, canary.redriven);
+    if verdict.failed {
+        if ctx.json {
+            let mut out = serde_json::to_value(&canary).unwrap_or_default();
+            out["canary"] = verdict_json;
+            super::output::print_json(&out);
+        } else {
+            println!(
+                "{}",
+                ctx.style.bad(&format!(
+                    "canary bounced: {} of {} copies came back within {} s; the rest stays on the DLQ",
+                    verdict.bounced.len(),
+                    canary.redriven,
+                    verdict.waited.as_secs()
+                ))
+            );
+        }
+        return Ok(Outcome::Incomplete);
+    }
+    if !ctx.json {
+        println!(
+            "{}",
+            ctx.style.good(&format!(
+                "canary held: {} of {} copies came back within {} s; draining the rest",
+                verdict.bounced.len(),
+                canary.redriven,
+                window.as_secs()
+            ))
+        );
+    }
+    let rest = request.max_messages.saturating_sub(canary.received as u32);
+    let summary = if rest == 0 {
+        canary
+    } else {
+        let more = engine
+            .run(&DrainRequest {
+                max_messages: rest,
+                ..request.clone()
+            })
+            .await;
+        Summary {
+            received: canary.received + more.received,
+            redriven: canary.redriven + more.redriven,
+            isolated: canary.isolated + more.isolated,
+            failed: canary.failed + more.failed,
+            ..more
+        }
+    };
+    if ctx.json {
+        let mut out = serde_json::to_value(&summary).unwrap_or_default();
+        out["canary"] = verdict_json;
+        super::output::print_json(&out);
+    } else {
+        print_text(ctx, &engine.config, &summary);
+    }
+    Ok(outcome(&summary))
+}
+
+fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
+    let st = &ctx.style;
+    let title = format!(
+        "drain {} -> {} (redrive) / {} (isolate)",
+        config.dlq_url.name(),
+        config.source_queue_url.name(),
+        config.poison_queue_url.name()
+    );
+    println!("{}", st.bold(&title));
+    if s.dry_run {
+        println!(
+            "{}",
+            st.warn("dry run: nothing was sent or deleted; redriven and isolated are the plan")
+        );
+    }
+    let row = |key: &str, value: String| println!("  {}{value}", st.dim(&format!("{key:<18}")));
+    row("received", s.received.to_string());
+    row("redriven", st.good(&s.redriven.to_string()));
+    row(
+        "isolated",
+        if s.isolated > 0 {
+            st.warn(&s.isolated.to_string())
+        } else {
+            s.isolated.to_string()
+        },
+    );
+    row(
+        "failed",
+        if s.failed > 0 {
+            st.bad(&s.failed.to_string())
+        } else {
+            s.failed.to_string()
+        },
+    );
+    let stop = match s.stopped_because {
+        // --- adaptive circuit
+        StopReason::CircuitOpen if s.circuit.as_ref().is_some_and(|c| c.state != State::Closed) => {
+            st.bad("circuit-open (the adaptive circuit: see `redrive circuit status`)")
+        }
+        StopReason::CircuitOpen => st.bad("circuit-open (a guard alarm is in ALARM)"),
+        StopReason::Other => st.bad("other (receiving from the DLQ failed)"),
+        r => r.as_str().to_string(),
+    };
+    row("stopped because", stop);
+    // --- adaptive circuit
+    if let Some(c) = &s.circuit {
+        row(
+            "circuit",
+            format!(
+                "{} (operator {}, plan {}, {} bounced back, {} transitions)",
+                c.state, c.operator, c.plan, c.bounced, c.transitions
+            ),
+        );
+    }
+    row(
+        "left on the DLQ",
+        s.dlq_remaining
+            .map_or("unknown".to_string(), |n| n.to_string()),
+    );
+}

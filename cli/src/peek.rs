@@ -1,0 +1,81 @@
+//! `redrive peek`: messages shown, not consumed (visible again as soon as the command ends).
+//! With filters it shows the first `--max` messages they select: what `replay`, `discard` or
+//! `export` with the same filters would act on.
+
+use serde_json::json;
+
+use super::args::PeekArgs;
+use super::filter::MessageFilter;
+use super::inspect::{facts, warn_if_receives_count};
+use super::scan::Scanner;
+use super::view::MessageView;
+use super::{CliError, Ctx, Outcome, now_ms};
+
+pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
+    let queue = ctx.queue();
+    let url = args.queue.as_str();
+    let before = facts(&queue, url).await?;
+    warn_if_receives_count(&before, args.queue.name());
+
+    let now = now_ms();
+    let filter = MessageFilter::new(&args.filters, now);
+    let mut scan = Scanner::new(&queue, url);
+    let collected = if filter.is_empty() {
+        scan.collect(args.max as usize).await
+    } else {
+        collect_selected(&mut scan, &filter, args.max as usize).await
+    };
+    let seen = scan.seen();
+    scan.release().await;
+    let messages = collected?;
+
+    let body_chars = args.body.then_some(args.body_chars);
+    let views: Vec<MessageView> = messages
+        .iter()
+        .map(|m| MessageView::new(m, now, body_chars))
+        .collect();
+    if ctx.json {
+        super::output::print_json(&json!({"queue": url, "messages": views, "seen": seen}));
+        return Ok(Outcome::Done);
+    }
+    let s = &ctx.style;
+    println!(
+        "{}: {} shown; {} visible, {} in flight, {} delayed before the peek",
+        s.bold(args.queue.name()),
+        views.len(),
+        before.visible,
+        before.in_flight,
+        before.delayed
+    );
+    if !filter.is_empty() {
+        println!(
+            "{}",
+            s.dim(&format!(
+                "{} selected by the filters among {seen} looked at",
+                views.len()
+            ))
+        );
+    }
+    for (i, v) in views.iter().enumerate() {
+        print!("{}", v.render(i + 1, s));
+    }
+    Ok(Outcome::Done)
+}
+
+/// Walks the queue until `max` messages matched the filter or nothing more is visible.
+async fn collect_selected<Q: redrive_engine::ports::Queue>(
+    scan: &mut Scanner<'_, Q>,
+    filter: &MessageFilter,
+    max: usize,
+) -> Result<Vec<redrive_engine::ports::Received>, redrive_engine::ports::PortError> {
+    let mut out = Vec::new();
+    while out.len() < max {
+        let batch = scan.next(10).await?;
+        if batch.is_empty() {
+            break;
+        }
+        out.extend(batch.into_iter().filter(|m| filter.matches(m)));
+    }
+    out.truncate(max);
+    Ok(out)
+}

@@ -1,0 +1,148 @@
+//! A progress bar for `redrive drain`: the engine's queue port wrapped to count what it
+//! receives, sends and deletes, drawn on stderr when stderr is a terminal.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redrive_engine::ports::{
+    BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry,
+};
+
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub received: AtomicU64,
+    pub to_source: AtomicU64,
+    pub to_poison: AtomicU64,
+    pub deleted: AtomicU64,
+}
+
+/// A [`Queue`] that counts what passes through it.
+pub struct Counting<Q> {
+    pub inner: Q,
+    pub dlq: String,
+    pub poison: String,
+    pub counters: Arc<Counters>,
+}
+
+impl<Q: Queue> Queue for Counting<Q> {
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        wait_seconds: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<Received>, PortError> {
+        let got = self
+            .inner
+            .receive(queue_url, max_messages, wait_seconds, visibility_seconds)
+            .await?;
+        if queue_url == self.dlq {
+            self.counters
+                .received
+                .fetch_add(got.len() as u64, Ordering::Relaxed);
+        }
+        Ok(got)
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        entries: &[SendEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        let out = self.inner.send_batch(queue_url, entries).await?;
+        let counter = if queue_url == self.poison {
+            &self.counters.to_poison
+        } else {
+            &self.counters.to_source
+        };
+        counter.fetch_add(out.succeeded.len() as u64, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        let out = self.inner.delete_batch(queue_url, entries).await?;
+        if queue_url == self.dlq {
+            self.counters
+                .deleted
+                .fetch_add(out.succeeded.len() as u64, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+        visibility_seconds: i32,
+    ) -> Result<BatchOutcome, PortError> {
+        self.inner
+            .change_visibility_batch(queue_url, entries, visibility_seconds)
+            .await
+    }
+
+    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
+        self.inner.depth(queue_url).await
+    }
+
+    async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
+        self.inner.max_message_size(queue_url).await
+    }
+}
+
+/// The bar's redraw task; `None` when stderr is not a terminal.
+pub struct Bar {
+    task: tokio::task::JoinHandle<()>,
+}
+
+const WIDTH: u64 = 30;
+
+impl Bar {
+    pub fn start(counters: Arc<Counters>, max: u32, dry_run: bool) -> Option<Bar> {
+        if !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let task = tokio::spawn(async move {
+            loop {
+                draw(&counters, max, dry_run);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Some(Bar { task })
+    }
+
+    pub fn finish(self) {
+        self.task.abort();
+        // Clear the bar's line: the summary follows on stdout.
+        eprint!("\r\x1b[2K");
+        let _ = std::io::stderr().flush();
+    }
+}
+
+fn draw(c: &Counters, max: u32, dry_run: bool) {
+    let received = c.received.load(Ordering::Relaxed);
+    let max = u64::from(max.max(1));
+    let filled = (received.min(max) * WIDTH) / max;
+    let bar = format!(
+        "{}{}",
+        "#".repeat(filled as usize),
+        "-".repeat((WIDTH - filled) as usize)
+    );
+    let detail = if dry_run {
+        "dry run: planning only".to_string()
+    } else {
+        format!(
+            "to source {}, to poison {}, deleted {}",
+            c.to_source.load(Ordering::Relaxed),
+            c.to_poison.load(Ordering::Relaxed),
+            c.deleted.load(Ordering::Relaxed)
+        )
+    };
+    eprint!("\r\x1b[2K[{bar}] {received}/{max} received; {detail}");
+    let _ = std::io::stderr().flush();
+}

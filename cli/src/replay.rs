@@ -1,0 +1,598 @@
+//! `redrive replay`: parked messages back to the source queue after a fix.
+//!
+//! Each copy carries the same body and attributes, with `x-redrive` rewritten: attempt 0,
+//! `lastError` cleared (else the re-driver would isolate it again at once), no `isolatedAt` and
+//! no `reason` (the copy is not parked any more: it must not look isolated to `stats` and
+//! `--reason`, as the re-driver's redrives do not), `lastRedrivenAt` now; `originalMessageId`
+//! and `firstRedrivenAt` are kept as history. The original is deleted from the poison queue
+//! only after SQS acknowledged the copy. The copy carries the parked message's
+//! `AWSTraceHeader`, so its processing joins the producer's trace.
+//!
+//! A message parked without room for `x-redrive` can only be sent as received; the consumer
+//! then keys it on the copy's new MessageId, so a second replay runs it again. Those are
+//! refused unless the operator passes `--allow-unstamped`, and said so before they are sent.
+
+use redrive_shared::decision::dedup_id;
+use redrive_shared::limits::{HeldGroups, MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
+use redrive_shared::meta::RedriveMeta;
+use redrive_shared::timefmt::rfc3339_from_millis;
+use serde_json::{Value, json};
+
+use super::args::ReplayArgs;
+use super::scan::{Reach, Scanner, Status};
+use super::select::Filter;
+use super::view::MessageView;
+use super::{CliError, Ctx, Outcome, batch, now_ms};
+use redrive_engine::ports::{HandleEntry, PortError, Queue, Received, SendEntry};
+
+/// `kind` of the FIFO deduplication id of a replayed copy (the re-driver uses `r` and `p`).
+const DEDUP_KIND: &str = "manual";
+
+/// The copy `replay` sends for one parked message (entry id left empty). The flag is false
+/// when the rewritten `x-redrive` does not fit (10 attributes already, or more than
+/// `max_bytes`, the destination's `MaximumMessageSize`): the copy then carries the attributes
+/// exactly as received.
+pub fn replay_entry(
+    m: &Received,
+    to_fifo: bool,
+    max_bytes: usize,
+    now_ms: i64,
+) -> (SendEntry, bool) {
+    let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+    let replayed = RedriveMeta {
+        attempt: 0,
+        last_error: None,
+        isolated_at: None,
+        reason: None,
+        last_redriven_at: Some(rfc3339_from_millis(now_ms)),
+        ..meta.clone()
+    };
+    let mut attributes = m.attributes.clone();
+    replayed.write_into(&mut attributes);
+    let fits = attributes.len() <= MAX_ATTRIBUTES
+        && redrive_shared::attributes::message_size(&m.body, &attributes) <= max_bytes;
+    if !fits {
+        attributes = m.attributes.clone();
+    }
+    let entry = SendEntry {
+        id: String::new(),
+        body: m.body.clone(),
+        attributes,
+        delay_seconds: None,
+        group_id: to_fifo.then(|| {
+            m.group_id
+                .clone()
+                .unwrap_or_else(|| meta.original_message_id.clone())
+        }),
+        // From the message being moved, as the re-driver does: a retried replay of the same
+        // parked message is deduplicated, a later move of the same chain never is.
+        dedup_id: to_fifo.then(|| dedup_id(&m.message_id, DEDUP_KIND)),
+        trace_header: m.trace_header.clone(),
+    };
+    (entry, fits)
+}
+
+#[derive(Debug, Default)]
+struct Report {
+    replayed: Vec<MessageView>,
+    /// Sent without a new `x-redrive` (`--allow-unstamped`).
+    unstamped: Vec<String>,
+    /// No room for `x-redrive` and no `--allow-unstamped`: left where they were.
+    refused_unstamped: Vec<MessageView>,
+    /// Copy sent, original not deleted: it will be seen again (the consumer's idempotency
+    /// keeps the side effect single).
+    duplicate_possible: Vec<(MessageView, String)>,
+    failed: Vec<(MessageView, String)>,
+    /// FIFO: not sent because an earlier message of its group was not (order kept).
+    held: Vec<MessageView>,
+}
+
+impl Report {
+    fn shortfall(&self) -> bool {
+        !self.failed.is_empty()
+            || !self.duplicate_possible.is_empty()
+            || !self.refused_unstamped.is_empty()
+            || !self.held.is_empty()
+    }
+}
+
+/// What one run works with.
+struct Plan<'a> {
+    args: &'a ReplayArgs,
+    /// The destination's `MaximumMessageSize`.
+    max_bytes: usize,
+}
+
+pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
+    if args.from == args.to {
+        return Err(CliError::Config(
+            "--from and --to name the same queue".into(),
+        ));
+    }
+    let queue = ctx.queue();
+    // The destination's own limit (as the re-driver reads it), never above SQS's.
+    let max_bytes = queue
+        .max_message_size(args.to.as_str())
+        .await?
+        .unwrap_or(MAX_MESSAGE_BYTES)
+        .min(MAX_MESSAGE_BYTES);
+    let plan = Plan {
+        args: &args,
+        max_bytes,
+    };
+    let mut filter = Filter::new(&args.selection, now_ms());
+    let mut scan = Scanner::new(&queue, args.from.as_str());
+    let mut report = Report::default();
+    let walked = walk(&queue, &mut scan, &mut filter, &plan, &mut report).await;
+    let reach = scan.reach(filter.stop(), filter.taken(), &walked).await;
+    scan.release().await;
+
+    let not_found = filter.not_found();
+    if ctx.json {
+        let pairs = |v: &[(MessageView, String)]| -> Vec<Value> {
+            v.iter()
+                .map(|(m, e)| json!({"message": m, "error": e}))
+                .collect()
+        };
+        super::output::print_json(&json!({
+            "from": args.from.as_str(),
+            "to": args.to.as_str(),
+            "dryRun": args.dry_run,
+            "status": reach.status,
+            "replayed": report.replayed,
+            "unstamped": report.unstamped,
+            "refusedUnstamped": report.refused_unstamped,
+            "duplicatePossible": pairs(&report.duplicate_possible),
+            "failed": pairs(&report.failed),
+            "heldForOrder": report.held,
+            "notFound": not_found,
+            "seen": reach.seen,
+            "notSelected": reach.not_selected,
+            "notReached": reach.not_reached,
+            "error": reach.error,
+        }));
+    } else {
+        print_text(ctx, &args, &report, &not_found, &reach);
+    }
+    if let Some(e) = &reach.error {
+        eprintln!("error: {e}");
+    }
+    Ok(outcome(&reach, report.shortfall() || !not_found.is_empty()))
+}
+
+/// The exit of `replay` and `discard`: a failed AWS call, then anything not done or not
+/// reached, is not success.
+pub fn outcome(reach: &Reach, shortfall: bool) -> Outcome {
+    match reach.status {
+        Status::Failed => Outcome::Failed,
+        Status::Incomplete => Outcome::Incomplete,
+        _ if shortfall => Outcome::Incomplete,
+        _ => Outcome::Done,
+    }
+}
+
+async fn walk<Q: Queue>(
+    queue: &Q,
+    scan: &mut Scanner<'_, Q>,
+    filter: &mut Filter,
+    plan: &Plan<'_>,
+    report: &mut Report,
+) -> Result<(), PortError> {
+    let args = plan.args;
+    let to = args.to.as_str();
+    let to_fifo = args.to.is_fifo();
+    // FIFO: groups held behind a message that was not sent, for the whole run.
+    let mut order = HeldGroups::default();
+    while !filter.full() {
+        let batch = scan.next(10).await?;
+        if batch.is_empty() {
+            break;
+        }
+        let chosen: Vec<Received> = batch.into_iter().filter(|m| filter.take(m)).collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        let now = now_ms();
+        // Entry ids are positions in `chosen`.
+        let mut entries = Vec::with_capacity(chosen.len());
+        let mut unstamped = Vec::new();
+        let mut refused = std::collections::HashSet::new();
+        for (i, m) in chosen.iter().enumerate() {
+            let (mut entry, stamped) = replay_entry(m, to_fifo, plan.max_bytes, now);
+            if !stamped {
+                if !args.allow_unstamped {
+                    // Left in place; on a FIFO destination nothing later of its group may pass.
+                    order.hold(entry.group_id.as_deref());
+                    refused.insert(i);
+                    report
+                        .refused_unstamped
+                        .push(MessageView::new(m, now, None));
+                    continue;
+                }
+                unstamped.push(m.message_id.clone());
+            }
+            entry.id = i.to_string();
+            entries.push(entry);
+        }
+        if args.dry_run {
+            report.replayed.extend(
+                chosen
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !refused.contains(i))
+                    .map(|(_, m)| MessageView::new(m, now, None)),
+            );
+            report.unstamped.extend(unstamped);
+            continue;
+        }
+        if !unstamped.is_empty() {
+            eprintln!(
+                "warning: sending {} message(s) without x-redrive (--allow-unstamped): the consumer keys each copy on its new MessageId, so a copy replayed again or delivered twice is processed again: {}",
+                unstamped.len(),
+                unstamped.join(", ")
+            );
+            report.unstamped.extend(unstamped);
+        }
+        if entries.is_empty() {
+            continue;
+        }
+        let sent = batch::send(queue, to, entries, to_fifo.then_some(&mut order)).await;
+        let deletes: Vec<HandleEntry> = chosen
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| sent.ok.contains(&i.to_string()))
+            .map(|(i, m)| HandleEntry {
+                id: i.to_string(),
+                receipt_handle: m.receipt_handle.clone(),
+            })
+            .collect();
+        let deleted = batch::delete(queue, args.from.as_str(), deletes).await;
+        for (i, m) in chosen.iter().enumerate() {
+            if refused.contains(&i) {
+                continue;
+            }
+            let id = i.to_string();
+            let view = MessageView::new(m, now, None);
+            if deleted.ok.contains(&id) {
+                scan.settled(&m.message_id);
+                report.replayed.push(view);
+            } else if sent.ok.contains(&id) {
+                let why = deleted.failed.get(&id).cloned().unwrap_or_default();
+                report.duplicate_possible.push((view, why));
+            } else if sent.held.contains(&id) {
+                report.held.push(view);
+            } else {
+                let why = sent.failed.get(&id).cloned().unwrap_or_default();
+                report.failed.push((view, why));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String], reach: &Reach) {
+    let s = &ctx.style;
+    let verb = if args.dry_run {
+        "would replay"
+    } else {
+        "replayed"
+    };
+    println!(
+        "{} {} message(s) from {} to {} {}",
+        if args.dry_run {
+            s.warn(verb)
+        } else {
+            s.good(verb)
+        },
+        report.replayed.len(),
+        args.from.name(),
+        args.to.name(),
+        s.dim("(the copies carry attempt 0, no lastError, no isolation reason)")
+    );
+    for m in &report.replayed {
+        println!("  {}", line(m));
+    }
+    if !report.unstamped.is_empty() {
+        println!(
+            "{} {} sent without a new x-redrive (no room: 10 attributes, or the destination's size limit); the consumer keys each on its new MessageId, so replaying it again processes it again: {}",
+            s.warn("note:"),
+            report.unstamped.len(),
+            report.unstamped.join(", ")
+        );
+    }
+    if !report.refused_unstamped.is_empty() {
+        println!(
+            "{} {} not replayed (still on {}): no room for x-redrive, so the consumer could not recognise a second delivery; pass --allow-unstamped to send them as received:",
+            s.bad("refused:"),
+            report.refused_unstamped.len(),
+            args.from.name()
+        );
+        for m in &report.refused_unstamped {
+            println!("  {}", line(m));
+        }
+    }
+    if !report.duplicate_possible.is_empty() {
+        println!(
+            "{} {} copied but not deleted from {} (they will be seen again; the consumer's idempotency delivers them once):",
+            s.warn("warning:"),
+            report.duplicate_possible.len(),
+            args.from.name()
+        );
+        for (m, why) in &report.duplicate_possible {
+            println!("  {}  {}", line(m), s.dim(why));
+        }
+    }
+    if !report.failed.is_empty() {
+        println!(
+            "{} {} not sent (still on {}):",
+            s.bad("failed:"),
+            report.failed.len(),
+            args.from.name()
+        );
+        for (m, why) in &report.failed {
+            println!("  {}  {}", line(m), s.bad(why));
+        }
+    }
+    if !report.held.is_empty() {
+        println!(
+            "{} {} not sent (still on {}): an earlier message of their group was not sent, and FIFO order is kept:",
+            s.bad("held:"),
+            report.held.len(),
+            args.from.name()
+        );
+        for m in &report.held {
+            println!("  {}", line(m));
+        }
+    }
+    if !not_found.is_empty() {
+        println!(
+            "{} {} (not visible: in flight, or not on this queue)",
+            s.bad("not found:"),
+            not_found.join(", ")
+        );
+    }
+    if let Some(short) = reach.shortfall() {
+        let label = match reach.status {
+            Status::Limit => s.warn("note:"),
+            _ => s.bad("not reached:"),
+        };
+        println!("{label} {short}");
+    }
+}
+
+/// One line per message: id, original id, why it was parked.
+pub fn line(m: &MessageView) -> String {
+    let mut out = m.message_id.clone();
+    if m.original_message_id != m.message_id {
+        out.push_str(&format!("  original {}", m.original_message_id));
+    }
+    out.push_str(&format!("  attempt {}  {}", m.attempt, m.reason_label()));
+    if let Some(e) = &m.last_error {
+        out.push_str(&format!("  ({})", e.code));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redrive_engine::fake::FakeSqs;
+    use redrive_engine::ports::EntryFailure;
+    use redrive_shared::meta::IsolationReason;
+    use redrive_shared::{Attributes, ErrorClass, LastError, MessageAttribute};
+
+    const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
+    const SOURCE: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
+
+    fn parked_attributes() -> Attributes {
+        let mut attrs = Attributes::new();
+        attrs.insert("tenant".into(), MessageAttribute::string("acme"));
+        RedriveMeta {
+            attempt: 5,
+            first_redriven_at: Some("2026-11-21T10:00:00Z".into()),
+            last_redriven_at: Some("2026-11-21T10:30:00Z".into()),
+            isolated_at: Some("2026-11-21T11:00:00Z".into()),
+            reason: Some(IsolationReason::PermanentFailure),
+            last_error: Some(LastError::new(
+                ErrorClass::Permanent,
+                "HTTP_400",
+                "bad",
+                "2026-11-21T10:59:00Z".into(),
+            )),
+            ..RedriveMeta::fresh("orig-1")
+        }
+        .write_into(&mut attrs);
+        attrs
+    }
+
+    fn received(attributes: Attributes) -> Received {
+        Received {
+            message_id: "poison-copy-1".into(),
+            receipt_handle: "h".into(),
+            body: "{\"order\":1}".into(),
+            attributes,
+            group_id: None,
+            receive_count: 1,
+            sent_timestamp_ms: None,
+            trace_header: None,
+        }
+    }
+
+    #[test]
+    fn the_copy_resets_the_attempt_and_clears_last_error_and_the_isolation() {
+        let m = received(parked_attributes());
+        let (entry, stamped) = replay_entry(&m, false, MAX_MESSAGE_BYTES, 1_795_300_000_000);
+        assert!(stamped);
+        assert_eq!(entry.body, m.body);
+        assert_eq!(entry.attributes["tenant"], m.attributes["tenant"]);
+        assert_eq!((entry.group_id, entry.dedup_id), (None, None));
+        let (meta, _) = RedriveMeta::read(&entry.attributes, "new-id");
+        assert_eq!(meta.attempt, 0);
+        assert_eq!(meta.last_error, None);
+        assert_eq!((&meta.reason, meta.isolated_at.as_deref()), (&None, None));
+        assert_eq!(meta.original_message_id, "orig-1");
+        assert_eq!(
+            meta.first_redriven_at.as_deref(),
+            Some("2026-11-21T10:00:00Z")
+        );
+        assert_eq!(
+            meta.last_redriven_at.as_deref(),
+            Some(rfc3339_from_millis(1_795_300_000_000).as_str())
+        );
+        assert!(
+            !meta.is_permanent_failure(),
+            "the re-driver will not isolate it again"
+        );
+    }
+
+    #[test]
+    fn a_fifo_destination_gets_a_group_and_a_per_copy_dedup_id() {
+        let mut m = received(parked_attributes());
+        let (entry, _) = replay_entry(&m, true, MAX_MESSAGE_BYTES, 0);
+        assert_eq!(entry.group_id.as_deref(), Some("orig-1"));
+        assert_eq!(entry.dedup_id, Some(dedup_id("poison-copy-1", DEDUP_KIND)));
+        m.group_id = Some("customer-7".into());
+        assert_eq!(
+            replay_entry(&m, true, MAX_MESSAGE_BYTES, 0)
+                .0
+                .group_id
+                .as_deref(),
+            Some("customer-7")
+        );
+    }
+
+    #[test]
+    fn a_message_with_no_room_for_the_stamp_is_sent_as_received() {
+        let mut attrs = Attributes::new();
+        for i in 0..10 {
+            attrs.insert(format!("a{i}"), MessageAttribute::string("v"));
+        }
+        let m = received(attrs.clone());
+        let (entry, stamped) = replay_entry(&m, false, MAX_MESSAGE_BYTES, 0);
+        assert!(!stamped);
+        assert_eq!(entry.attributes, attrs);
+        // Too large for the destination's own limit, with the stamp: sent as received too.
+        let m = received(parked_attributes());
+        let (entry, stamped) = replay_entry(&m, false, m.body.len() + 10, 0);
+        assert!(!stamped);
+        assert_eq!(entry.attributes, m.attributes);
+    }
+
+    #[tokio::test]
+    async fn nothing_is_deleted_from_poison_unless_its_copy_was_acknowledged() {
+        // GIVEN two parked messages, and a source queue that refuses the copy of one of them
+        let sqs = FakeSqs::new();
+        sqs.create_queue(POISON);
+        sqs.create_queue(SOURCE);
+        sqs.push(POISON, "keep-me", parked_attributes(), None);
+        sqs.push(POISON, "send-me", parked_attributes(), None);
+        sqs.fail_send_entries(|_, e| (e.body == "keep-me").then(|| refuse(e)));
+
+        // WHEN everything is replayed
+        let report = replay_all(&sqs, POISON, SOURCE).await;
+
+        // THEN the refused one is still parked (and visible again), the other moved
+        assert_eq!(report.replayed.len(), 1);
+        assert_eq!(report.failed.len(), 1);
+        assert!(
+            report.failed[0].1.starts_with("InternalError"),
+            "{:?}",
+            report.failed
+        );
+        let parked: Vec<String> = sqs.messages(POISON).into_iter().map(|m| m.body).collect();
+        assert_eq!(parked, ["keep-me"]);
+        assert_eq!(sqs.depth_visible(POISON), 1);
+        let sent: Vec<String> = sqs.messages(SOURCE).into_iter().map(|m| m.body).collect();
+        assert_eq!(sent, ["send-me"]);
+    }
+
+    const POISON_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison.fifo";
+    const SOURCE_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders.fifo";
+
+    async fn replay_all(sqs: &std::sync::Arc<FakeSqs>, from: &str, to: &str) -> Report {
+        let args = ReplayArgs {
+            from: redrive_shared::config::QueueUrl::parse(from).unwrap(),
+            to: redrive_shared::config::QueueUrl::parse(to).unwrap(),
+            selection: super::super::args::Selection {
+                id: vec![],
+                all: true,
+                filters: Default::default(),
+                max: None,
+            },
+            dry_run: false,
+            allow_unstamped: false,
+        };
+        let plan = Plan {
+            args: &args,
+            max_bytes: MAX_MESSAGE_BYTES,
+        };
+        let mut filter = Filter::new(&args.selection, now_ms());
+        let mut scan = Scanner::new(sqs, from);
+        let mut report = Report::default();
+        walk(sqs, &mut scan, &mut filter, &plan, &mut report)
+            .await
+            .unwrap();
+        scan.release().await;
+        report
+    }
+
+    fn refuse(e: &SendEntry) -> EntryFailure {
+        EntryFailure {
+            id: e.id.clone(),
+            code: "InternalError".into(),
+            message: "injected".into(),
+            sender_fault: false,
+        }
+    }
+
+    fn bodies(sqs: &FakeSqs, url: &str) -> Vec<String> {
+        sqs.messages(url).into_iter().map(|m| m.body).collect()
+    }
+
+    #[tokio::test]
+    async fn replay_fifo_keeps_group_order() {
+        // GIVEN a1 then a2 of group a parked on a FIFO queue, and a source queue that refuses
+        // the first try of a1 (a partial batch failure, worth a retry)
+        let sqs = FakeSqs::new();
+        sqs.create_queue(POISON_FIFO);
+        sqs.create_queue(SOURCE_FIFO);
+        for body in ["a1", "a2"] {
+            sqs.push(POISON_FIFO, body, parked_attributes(), Some("a"));
+        }
+        let tries = std::sync::atomic::AtomicUsize::new(0);
+        sqs.fail_send_entries(move |_, e| {
+            (e.body == "a1" && tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0)
+                .then(|| refuse(e))
+        });
+
+        // WHEN both are replayed
+        let report = replay_all(&sqs, POISON_FIFO, SOURCE_FIFO).await;
+
+        // THEN a1 was retried before a2 was sent: the group's order is kept
+        assert_eq!(report.replayed.len(), 2, "{report:?}");
+        assert_eq!(bodies(&sqs, SOURCE_FIFO), ["a1", "a2"]);
+        assert!(sqs.is_empty(POISON_FIFO));
+    }
+
+    #[tokio::test]
+    async fn replay_fifo_holds_a_group_behind_a_failed_message() {
+        // GIVEN a1, a2 of group a and b1 of group b, and a source that keeps refusing a1
+        let sqs = FakeSqs::new();
+        sqs.create_queue(POISON_FIFO);
+        sqs.create_queue(SOURCE_FIFO);
+        sqs.push(POISON_FIFO, "a1", parked_attributes(), Some("a"));
+        sqs.push(POISON_FIFO, "b1", parked_attributes(), Some("b"));
+        sqs.push(POISON_FIFO, "a2", parked_attributes(), Some("a"));
+        sqs.fail_send_entries(|_, e| (e.body == "a1").then(|| refuse(e)));
+
+        // WHEN everything is replayed
+        let report = replay_all(&sqs, POISON_FIFO, SOURCE_FIFO).await;
+
+        // THEN a2 is not sent past a1: both stay parked and are reported; b1 went
+        assert_eq!(bodies(&sqs, SOURCE_FIFO), ["b1"]);
+        assert_eq!(bodies(&sqs, POISON_FIFO), ["a1", "a2"]);
+        assert_eq!(report.failed.len(), 1);
+        assert_eq!(report.held.len(), 1, "{report:?}");
+        assert!(report.shortfall());
+    }
+}

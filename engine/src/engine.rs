@@ -1,0 +1,1501 @@
+//! The drain: receive from the DLQ, decide each message, send the copies, and delete from the
+//! DLQ only what the destination acknowledged.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redrive_shared::attributes::message_size;
+use redrive_shared::backoff::{JitterRng, os_seeded_rng, seeded_rng};
+use redrive_shared::config::RedriverConfig;
+use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
+use redrive_shared::event::{EventError, Skip, Trigger, recognize};
+use redrive_shared::limits::{
+    HeldGroups, MAX_ATTRIBUTES, MAX_DELAY_SECONDS, MAX_MESSAGE_BYTES, MAX_RECEIVE, split_batches,
+    split_fifo_batches,
+};
+use redrive_shared::meta::IsolationReason;
+use redrive_shared::meta::MetaSource;
+use redrive_shared::meta::RedriveMeta;
+use serde::Serialize;
+use tokio::time::Instant;
+
+// --- adaptive circuit ---
+mod circuit;
+use crate::circuit::{CircuitStore, NoCircuit};
+use crate::ports::{
+    AlarmState, Alarms, BatchOutcome, EntryFailure, HandleEntry, Metrics, PortError, Queue,
+    Received, RunMetrics, SendEntry,
+};
+pub use circuit::CircuitSummary;
+
+/// Why a drain stopped (the contract's `stoppedBecause`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    QueueEmpty,
+    Limit,
+    Deadline,
+    CircuitOpen,
+    NotInAlarm,
+    OtherQueue,
+    /// A Step Functions execution that found another one draining the DLQ: it received nothing.
+    AlreadyRunning,
+    Other,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::QueueEmpty => "queue-empty",
+            Self::Limit => "limit",
+            Self::Deadline => "deadline",
+            Self::CircuitOpen => "circuit-open",
+            Self::NotInAlarm => "not-in-alarm",
+            Self::OtherQueue => "other-queue",
+            Self::AlreadyRunning => "already-running",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl From<Skip> for StopReason {
+    fn from(s: Skip) -> Self {
+        match s {
+            Skip::NotInAlarm => Self::NotInAlarm,
+            Skip::OtherQueue => Self::OtherQueue,
+        }
+    }
+}
+
+/// The invocation's response, also logged as one JSON line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub received: u64,
+    pub redriven: u64,
+    pub isolated: u64,
+    pub failed: u64,
+    pub dry_run: bool,
+    pub stopped_because: StopReason,
+    /// Messages left on the DLQ (visible, in flight and delayed) after the run; `null` when the
+    /// queue could not be asked.
+    pub dlq_remaining: Option<u64>,
+    /// Why the DLQ could not be read (ReceiveMessage failed for good); such a drain fails the
+    /// invocation. Not part of the response.
+    #[serde(skip)]
+    pub dlq_unreadable: Option<String>,
+    /// Messages neither the source nor the poison queue accepts; they stay on the DLQ.
+    #[serde(skip)]
+    pub unplaceable: u64,
+    /// The adaptive circuit after the run; absent when the circuit is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<CircuitSummary>,
+}
+
+/// Why an invocation fails.
+#[derive(Debug, thiserror::Error)]
+pub enum InvocationError {
+    /// An unrecognized event: nothing was touched.
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The DLQ could not be read: published as `DlqReceiveFailures` and failed, so that the
+    /// Lambda `Errors` alarm sees it.
+    #[error("the DLQ cannot be read: {reason}")]
+    DlqUnreadable { reason: String, summary: Summary },
+}
+
+/// One drain, resolved from the trigger and the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainRequest {
+    pub max_messages: u32,
+    pub dry_run: bool,
+    /// The Lambda deadline; `None` runs until the limit or an empty queue.
+    pub deadline: Option<Instant>,
+    /// The DLQ's trigger alarm, re-armed after the drain when it is in ALARM (see
+    /// [`Engine::rearm`]): the alarm that notified an alarm-triggered drain, else
+    /// `TRIGGER_ALARM_NAME`. `None`: nothing to re-arm.
+    pub trigger_alarm: Option<String>,
+}
+
+/// Tunables that are not part of the contract's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Stop starting new batches this long before the deadline (at most a quarter of the time
+    /// the invocation has).
+    pub deadline_margin: Duration,
+    /// Long-poll wait of each ReceiveMessage: an empty answer then means an empty queue.
+    pub receive_wait_seconds: i32,
+    /// Visibility timeout of received messages: if the invocation dies, they reappear after it.
+    pub visibility_seconds: i32,
+    /// Tries of a call (or of failed batch entries) that failed in a retryable way.
+    pub retry_attempts: u32,
+    pub retry_base: Duration,
+    /// The longest any one port call may take: the SDK's operation timeout, enforced by the
+    /// engine too (a fake or a custom port has no SDK timeouts).
+    pub call_timeout: Duration,
+    /// Time kept for the calls after the drain (DLQ depth, PutMetricData, DescribeAlarms,
+    /// SetAlarmState): no drain call runs into it.
+    pub post_drain_reserve: Duration,
+}
+
+/// Calls after the drain, each bounded by `call_timeout`: DLQ depth, PutMetricData,
+/// DescribeAlarms and SetAlarmState.
+const POST_DRAIN_CALLS: u32 = 4;
+/// Calls of one batch in flight when the margin starts: receive, send, delete.
+const BATCH_CALLS: u32 = 3;
+
+impl Default for Settings {
+    fn default() -> Self {
+        let call_timeout = redrive_shared::sdk::OPERATION_TIMEOUT;
+        Self {
+            // One batch in flight plus the calls after the drain, each at its timeout.
+            deadline_margin: call_timeout * (BATCH_CALLS + POST_DRAIN_CALLS),
+            receive_wait_seconds: 1,
+            visibility_seconds: 60,
+            retry_attempts: 3,
+            retry_base: Duration::from_millis(100),
+            call_timeout,
+            post_drain_reserve: call_timeout * POST_DRAIN_CALLS,
+        }
+    }
+}
+
+/// The engine. `C` is the adaptive circuit's store ([`NoCircuit`] by default: off, as when
+/// `CIRCUIT_TABLE` is unset); see [`Engine::with_circuit`].
+pub struct Engine<Q, A, M, C = NoCircuit> {
+    pub queue: Q,
+    pub alarms: A,
+    pub metrics: M,
+    /// The adaptive circuit's record; used only when `config.circuit` is set too.
+    pub circuit: C,
+    pub config: RedriverConfig,
+    pub settings: Settings,
+    rng: Mutex<JitterRng>,
+    clock: fn() -> i64,
+    /// When each trigger alarm was last re-armed by this process (at most once per period
+    /// while a drain makes no progress).
+    rearmed: Mutex<HashMap<String, Instant>>,
+    /// The destinations' `MaximumMessageSize`, once read.
+    limits: Mutex<Option<DestinationLimits>>,
+    /// Set while [`Engine::run_canary`] runs: copies go out without their backoff delay.
+    undelayed: std::sync::atomic::AtomicBool,
+}
+
+/// `MaximumMessageSize` of the source and poison queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DestinationLimits {
+    pub source_max_bytes: usize,
+    pub poison_max_bytes: usize,
+}
+
+impl Default for DestinationLimits {
+    fn default() -> Self {
+        Self {
+            source_max_bytes: MAX_MESSAGE_BYTES,
+            poison_max_bytes: MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+/// A message whose copy the source rejects as the sender's fault (not throttling, not a 5xx)
+/// is isolated `send-rejected` at this rejection, instead of looping until retention.
+///
+/// The count is the re-driver's own: each rejection before that sends the message back to
+/// the DLQ with the count in its `x-redrive` ([`SEND_REJECTIONS_FIELD`]) and deletes the
+/// original once that copy is acknowledged. `ApproximateReceiveCount` is no measure: every
+/// sweep, search or peek of the DLQ raises it. A FIFO DLQ keeps the receive count, since a copy
+/// sent back would go behind the later messages of its group.
+pub const SEND_REJECTED_AFTER: u32 = 3;
+
+/// The `x-redrive` field (a number) counting the source's rejections of the message's copies.
+pub const SEND_REJECTIONS_FIELD: &str = "sendRejections";
+
+/// What a send of entries came to.
+#[derive(Debug, Default)]
+struct Sent {
+    acked: Vec<String>,
+    /// FIFO: not sent, an earlier message of the group failed.
+    held: Vec<String>,
+    /// Rejected as the sender's fault: the entries, with the failure.
+    rejected: Vec<(SendEntry, EntryFailure)>,
+}
+
+impl Sent {
+    fn merge(&mut self, other: Sent) {
+        self.acked.extend(other.acked);
+        self.held.extend(other.held);
+        self.rejected.extend(other.rejected);
+    }
+}
+
+fn system_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// What happened to one received message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    SendFailed,
+    DeleteFailed,
+    /// FIFO: not sent because an earlier message of its group failed in this invocation.
+    HeldForOrder,
+    /// Rejected by the source: sent back to the DLQ with its count of rejections.
+    Requeued,
+}
+
+struct Run<'a> {
+    remaining: AtomicU32,
+    stop: Mutex<Option<StopReason>>,
+    received: AtomicU64,
+    redriven: AtomicU64,
+    isolated: AtomicU64,
+    failed: AtomicU64,
+    held: Mutex<Vec<HandleEntry>>,
+    held_groups: Mutex<HeldGroups>,
+    pacer: Option<Pacer>,
+    /// No drain call runs past this (the deadline minus the post-drain reserve).
+    calls_end: Option<Instant>,
+    dlq_unreadable: Mutex<Option<String>>,
+    unplaceable: AtomicU64,
+    /// The adaptive circuit's part of this run; `None` when it is off.
+    circuit: Option<&'a circuit::CircuitRun>,
+}
+
+impl Run<'_> {
+    fn stop(&self, reason: StopReason) {
+        let mut s = self.stop.lock().unwrap_or_else(|e| e.into_inner());
+        s.get_or_insert(reason);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    fn reserve(&self, want: u32) -> u32 {
+        let mut got = 0;
+        let _ = self
+            .remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
+                got = r.min(want);
+                Some(r - got)
+            });
+        got
+    }
+
+    fn unreserve(&self, n: u32) {
+        self.remaining.fetch_add(n, Ordering::SeqCst);
+    }
+}
+
+/// Spreads receives so that the invocation never exceeds `rate` messages per second.
+struct Pacer {
+    start: Instant,
+    per_message: Duration,
+    granted: Mutex<u64>,
+}
+
+impl Pacer {
+    fn new(rate: f64) -> Option<Self> {
+        (rate > 0.0).then(|| Self {
+            start: Instant::now(),
+            per_message: Duration::from_secs_f64(1.0 / rate),
+            granted: Mutex::new(0),
+        })
+    }
+
+    /// The instant at which `n` more messages may be received.
+    fn grant(&self, n: u32) -> Instant {
+        let mut g = self.granted.lock().unwrap_or_else(|e| e.into_inner());
+        let at = self.start + self.per_message.mul_f64(*g as f64);
+        *g += u64::from(n);
+        at
+    }
+}
+
+impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
+    pub fn new(queue: Q, alarms: A, metrics: M, config: RedriverConfig) -> Self {
+        Self {
+            queue,
+            alarms,
+            metrics,
+            circuit: NoCircuit,
+            config,
+            settings: Settings::default(),
+            rng: Mutex::new(os_seeded_rng()),
+            clock: system_now_ms,
+            rearmed: Mutex::new(HashMap::new()),
+            limits: Mutex::new(None),
+            undelayed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
+    /// The adaptive circuit's store: used when `config.circuit` is set
+    /// (`CIRCUIT_TABLE`); `None` or [`NoCircuit`] keep the circuit off.
+    pub fn with_circuit<S: CircuitStore>(self, store: S) -> Engine<Q, A, M, S> {
+        Engine {
+            queue: self.queue,
+            alarms: self.alarms,
+            metrics: self.metrics,
+            circuit: store,
+            config: self.config,
+            settings: self.settings,
+            rng: self.rng,
+            clock: self.clock,
+            rearmed: self.rearmed,
+            limits: self.limits,
+            undelayed: self.undelayed,
+        }
+    }
+
+    /// A canary by hand (`redrive drain --canary N`): [`Engine::run`], its copies sent without
+    /// their backoff delay, so that they can come back within the window that judges them.
+    pub async fn run_canary(&self, request: &DrainRequest) -> Summary {
+        self.undelayed.store(true, Ordering::SeqCst);
+        let summary = self.run(request).await;
+        self.undelayed.store(false, Ordering::SeqCst);
+        summary
+    }
+
+    /// The wall clock (epoch milliseconds) of the stamps and of the circuit (tests, simulations).
+    pub fn with_clock(mut self, clock: fn() -> i64) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Fixes the jitter's random source (tests, benchmarks).
+    pub fn with_seed(self, seed: u64) -> Self {
+        *self.rng.lock().unwrap_or_else(|e| e.into_inner()) = seeded_rng(seed);
+        self
+    }
+
+    fn policy(&self) -> Policy {
+        let limits = self
+            .limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_default();
+        Policy {
+            max_attempts: self.config.max_redrive_attempts,
+            backoff: self.config.backoff,
+            source_fifo: self.config.source_queue_url.is_fifo(),
+            poison_fifo: self.config.poison_queue_url.is_fifo(),
+            source_max_bytes: limits.source_max_bytes,
+            poison_max_bytes: limits.poison_max_bytes,
+        }
+    }
+
+    /// Reads the destinations' `MaximumMessageSize` once (at init through [`Self::warm_up`],
+    /// else at the first drain); until it is known, SQS's largest is assumed and an oversize
+    /// copy is caught by the send-rejected rule.
+    pub async fn load_limits(&self) -> Result<DestinationLimits, PortError> {
+        if let Some(known) = *self.limits.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(known);
+        }
+        let source = self.config.source_queue_url.as_str();
+        let poison = self.config.poison_queue_url.as_str();
+        let (s, p) = futures_util::future::join(
+            self.bounded(
+                None,
+                "GetQueueAttributes",
+                self.queue.max_message_size(source),
+            ),
+            self.bounded(
+                None,
+                "GetQueueAttributes",
+                self.queue.max_message_size(poison),
+            ),
+        )
+        .await;
+        let limits = DestinationLimits {
+            source_max_bytes: s?.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES),
+            poison_max_bytes: p?.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES),
+        };
+        tracing::info!(
+            source_max_bytes = limits.source_max_bytes,
+            poison_max_bytes = limits.poison_max_bytes,
+            "destination MaximumMessageSize"
+        );
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = Some(limits);
+        Ok(limits)
+    }
+
+    /// One GetQueueAttributes on the DLQ, made at init so that resolving credentials and the
+    /// endpoint and opening the connection are not paid by the first invocation. It reads the
+    /// depth and touches no message; a failure is logged and left to the invocations, which
+    /// retry and report their own errors.
+    pub async fn warm_up(&self) -> Result<u64, PortError> {
+        if let Err(e) = self.load_limits().await {
+            tracing::warn!(error = %e, "warm-up: cannot read the destinations' MaximumMessageSize yet");
+        }
+        match self.queue.depth(self.config.dlq_url.as_str()).await {
+            Ok(d) => {
+                tracing::debug!(dlq_depth = d.total(), "warm-up: the DLQ answered");
+                Ok(d.total())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "warm-up: cannot read the DLQ depth yet");
+                Err(e)
+            }
+        }
+    }
+
+    /// Handles one invocation payload. An unrecognized event is an error and touches nothing.
+    pub async fn handle(
+        &self,
+        event: &serde_json::Value,
+        deadline: Option<Instant>,
+    ) -> Result<Summary, InvocationError> {
+        let trigger = recognize(event)?;
+        // Scheduled and manual drains re-arm the configured trigger alarm; an alarm's own
+        // drain re-arms the alarm that notified it.
+        let defaults = DrainRequest {
+            max_messages: self.config.max_messages_per_invocation,
+            dry_run: self.config.dry_run,
+            deadline,
+            trigger_alarm: self.config.trigger_alarm_name.clone(),
+        };
+        let request = match trigger {
+            Trigger::Alarm(alarm) => {
+                if let Some(skip) = alarm.skip_for_dlq(self.config.dlq_url.as_str()) {
+                    tracing::info!(alarm = %alarm.alarm_name, alarm_arn = ?alarm.alarm_arn, state = %alarm.new_state, queues = ?alarm.queue_names, action = skip.as_str(), "alarm ignored");
+                    let summary = Summary {
+                        received: 0,
+                        redriven: 0,
+                        isolated: 0,
+                        failed: 0,
+                        dry_run: defaults.dry_run,
+                        stopped_because: skip.into(),
+                        dlq_remaining: None,
+                        dlq_unreadable: None,
+                        unplaceable: 0,
+                        circuit: None,
+                    };
+                    self.publish(&summary, deadline).await;
+                    log_summary(&summary);
+                    return Ok(summary);
+                }
+                DrainRequest {
+                    trigger_alarm: Some(alarm.alarm_name),
+                    ..defaults
+                }
+            }
+            Trigger::Manual(m) => DrainRequest {
+                max_messages: m.max_messages.unwrap_or(defaults.max_messages),
+                dry_run: m.dry_run.unwrap_or(defaults.dry_run),
+                ..defaults
+            },
+            Trigger::Scheduled => defaults,
+        };
+        let summary = self.run(&request).await;
+        match &summary.dlq_unreadable {
+            Some(reason) => Err(InvocationError::DlqUnreadable {
+                reason: reason.clone(),
+                summary,
+            }),
+            None => Ok(summary),
+        }
+    }
+
+    /// Circuit check, drain, metrics, re-arm, summary log.
+    pub async fn run(&self, request: &DrainRequest) -> Summary {
+        let end = request.deadline;
+        if let Err(e) = self.load_limits().await {
+            tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
+        }
+        let mut summary = match self.open_guards(end).await {
+            Some(open) => {
+                tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: nothing received");
+                Summary {
+                    received: 0,
+                    redriven: 0,
+                    isolated: 0,
+                    failed: 0,
+                    dry_run: request.dry_run,
+                    stopped_because: StopReason::CircuitOpen,
+                    dlq_remaining: None,
+                    dlq_unreadable: None,
+                    unplaceable: 0,
+                    circuit: None,
+                }
+            }
+            None => self.drain_with_circuit(request).await,
+        };
+        self.end_run(request, &mut summary).await;
+        summary
+    }
+
+    /// The end of every run, whichever front end ran it (the Lambda, a workflow's summary):
+    /// the DLQ's depth, one PutMetricData, the re-arm of the trigger alarm, the summary line.
+    /// Each call is bounded by `call_timeout` and by the deadline itself.
+    pub async fn end_run(&self, request: &DrainRequest, summary: &mut Summary) {
+        summary.dlq_remaining = self.dlq_remaining(request.deadline).await;
+        self.publish(summary, request.deadline).await;
+        self.rearm(request, summary).await;
+        log_summary(summary);
+    }
+
+    /// The guard alarms that keep the circuit open: those in ALARM, and those that do not exist
+    /// (a misspelt or deleted guard fails closed). INSUFFICIENT_DATA is not ALARM.
+    pub async fn open_guards(&self, end: Option<Instant>) -> Option<Vec<String>> {
+        let names = &self.config.guard_alarm_names;
+        if names.is_empty() {
+            return None;
+        }
+        match self
+            .retry(end, || {
+                self.bounded(end, "DescribeAlarms", self.alarms.describe(names))
+            })
+            .await
+        {
+            Ok(found) => {
+                let mut open: Vec<String> = found
+                    .iter()
+                    .filter(|a| a.state == AlarmState::Alarm && names.contains(&a.name))
+                    .map(|a| a.name.clone())
+                    .collect();
+                let missing: Vec<&String> = names
+                    .iter()
+                    .filter(|n| !found.iter().any(|a| &a.name == *n))
+                    .collect();
+                if !missing.is_empty() {
+                    tracing::error!(guards = ?missing, action = "circuit-open", "guard alarm does not exist (misspelt or deleted): treating the circuit as open");
+                    open.extend(missing.into_iter().map(|n| format!("missing:{n}")));
+                }
+                (!open.is_empty()).then_some(open)
+            }
+            Err(e) => {
+                // Fail closed: replaying into a system whose health is unknown risks a storm.
+                tracing::error!(error = %e, "cannot read guard alarms; treating the circuit as open");
+                Some(vec![format!("unknown: {e}")])
+            }
+        }
+    }
+
+    pub(crate) async fn dlq_remaining(&self, end: Option<Instant>) -> Option<u64> {
+        let dlq = self.config.dlq_url.as_str();
+        match self
+            .retry(end, || {
+                self.bounded(end, "GetQueueAttributes", self.queue.depth(dlq))
+            })
+            .await
+        {
+            Ok(d) => Some(d.total()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the DLQ depth");
+                None
+            }
+        }
+    }
+
+    pub(crate) async fn publish(&self, summary: &Summary, end: Option<Instant>) {
+        let mut metrics = if summary.dry_run {
+            RunMetrics {
+                redrive_failures: summary.failed,
+                ..RunMetrics::default()
+            }
+        } else {
+            RunMetrics {
+                successful_redrives: summary.redriven,
+                poison_pills_isolated: summary.isolated,
+                redrive_failures: summary.failed,
+                unplaceable_messages: summary.unplaceable,
+                ..RunMetrics::default()
+            }
+        };
+        metrics.dlq_receive_failures = u64::from(summary.dlq_unreadable.is_some());
+        metrics.circuit = summary.circuit.as_ref().map(CircuitSummary::metrics);
+        let result = self
+            .bounded(
+                end,
+                "PutMetricData",
+                self.metrics.publish(
+                    &self.config.metric_namespace,
+                    self.config.dlq_url.name(),
+                    metrics,
+                ),
+            )
+            .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "publishing metrics failed; the drain itself is unaffected");
+        }
+    }
+
+    /// An alarm notifies only on a state change: after a drain that is not a dry run (alarm,
+    /// schedule, manual, a workflow's summary) whose trigger alarm is still in ALARM, set it to
+    /// OK whatever the backlog, so that inflow during or after the drain fires it again at its
+    /// next evaluation. A drain that moved nothing (an open circuit,
+    /// sends that keep failing) re-arms at most once per alarm period, so that a guard incident
+    /// costs one notification per period rather than one per evaluation.
+    pub(crate) async fn rearm(&self, request: &DrainRequest, summary: &Summary) {
+        let Some(alarm) = &request.trigger_alarm else {
+            return;
+        };
+        if !self.config.rearm_alarm || request.dry_run {
+            return;
+        }
+        let end = request.deadline;
+        let names = std::slice::from_ref(alarm);
+        let period = match self
+            .retry(end, || {
+                self.bounded(end, "DescribeAlarms", self.alarms.describe(names))
+            })
+            .await
+        {
+            Ok(found) => match found.into_iter().find(|a| &a.name == alarm) {
+                Some(a) if a.state == AlarmState::Alarm => {
+                    Duration::from_secs(a.period_seconds.unwrap_or(60).max(1))
+                }
+                Some(a) => {
+                    tracing::debug!(alarm = %alarm, state = ?a.state, "trigger alarm not in ALARM: nothing to re-arm");
+                    return;
+                }
+                None => {
+                    tracing::warn!(alarm = %alarm, "the triggering alarm does not exist: nothing to re-arm");
+                    return;
+                }
+            },
+            Err(e) => {
+                // Unknown state: re-arming a stuck alarm matters more than one spare call.
+                tracing::warn!(alarm = %alarm, error = %e, "cannot read the triggering alarm; re-arming anyway");
+                Duration::from_secs(60)
+            }
+        };
+        let stuck = summary.stopped_because == StopReason::CircuitOpen
+            || (summary.received > 0 && summary.redriven + summary.isolated == 0);
+        let now = Instant::now();
+        if stuck {
+            let last = self
+                .rearmed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(alarm)
+                .copied();
+            if last.is_some_and(|t| now < t + period) {
+                tracing::info!(alarm = %alarm, action = "rearm-skipped", period_seconds = period.as_secs(), "no progress and re-armed less than one alarm period ago");
+                return;
+            }
+        }
+        let reason = format!(
+            "redrive re-arm: stopped by {} with {} messages left on the DLQ; the next evaluation fires again",
+            summary.stopped_because.as_str(),
+            summary
+                .dlq_remaining
+                .map_or("unknown".to_string(), |n| n.to_string())
+        );
+        match self
+            .retry(end, || {
+                self.bounded(end, "SetAlarmState", self.alarms.set_ok(alarm, &reason))
+            })
+            .await
+        {
+            Ok(()) => {
+                self.rearmed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(alarm.clone(), now);
+                tracing::info!(alarm = %alarm, action = "rearm", "alarm set to OK so that it fires again")
+            }
+            Err(e) => tracing::error!(alarm = %alarm, error = %e, "re-arming the alarm failed"),
+        }
+    }
+
+    /// Drains up to `request.max_messages`, several pipelines at once (one for FIFO queues).
+    pub async fn drain(&self, request: &DrainRequest) -> Summary {
+        self.drain_with(request, None).await
+    }
+
+    /// [`Self::drain`], with the adaptive circuit's part of the run when it is on.
+    async fn drain_with(
+        &self,
+        request: &DrainRequest,
+        circuit: Option<&circuit::CircuitRun>,
+    ) -> Summary {
+        // The margin is at most a quarter of the time left, so that a short Lambda timeout
+        // still drains; the reserve for the calls after the drain at most half the margin.
+        let margin = request.deadline.map_or(self.settings.deadline_margin, |d| {
+            self.settings
+                .deadline_margin
+                .min(d.saturating_duration_since(Instant::now()) / 4)
+        });
+        let reserve = self.settings.post_drain_reserve.min(margin / 2);
+        let run = Run {
+            remaining: AtomicU32::new(request.max_messages),
+            stop: Mutex::new(None),
+            received: AtomicU64::new(0),
+            redriven: AtomicU64::new(0),
+            isolated: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            held: Mutex::new(Vec::new()),
+            held_groups: Mutex::new(HeldGroups::default()),
+            pacer: Pacer::new(self.config.max_messages_per_second),
+            calls_end: request.deadline.map(|d| d - reserve),
+            dlq_unreadable: Mutex::new(None),
+            unplaceable: AtomicU64::new(0),
+            circuit,
+        };
+        let fifo = self.config.dlq_url.is_fifo() || self.config.source_queue_url.is_fifo();
+        let pipelines = if fifo {
+            1
+        } else {
+            self.config.max_concurrent_batches.max(1)
+        };
+        // A dry run (and a half-open circuit watching for its canary) holds what it received
+        // until the end, so it never sees a message twice.
+        let watch = circuit.is_some_and(|c| c.watching());
+        let visibility = if request.dry_run || watch {
+            let until_deadline = request.deadline.map_or(900, |d| {
+                d.saturating_duration_since(Instant::now()).as_secs() + 60
+            });
+            until_deadline.clamp(60, 43_200) as i32
+        } else {
+            self.settings.visibility_seconds
+        };
+        join_all((0..pipelines).map(|_| self.pipeline(&run, request, visibility, margin))).await;
+
+        // Held: a dry run's messages, and those the circuit kept from being redriven.
+        let held = std::mem::take(&mut *run.held.lock().unwrap_or_else(|e| e.into_inner()));
+        if !held.is_empty() {
+            self.release(&run, held).await;
+        }
+        let stopped_because = run
+            .stop
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or(StopReason::Limit);
+        Summary {
+            received: run.received.load(Ordering::SeqCst),
+            redriven: run.redriven.load(Ordering::SeqCst),
+            isolated: run.isolated.load(Ordering::SeqCst),
+            failed: run.failed.load(Ordering::SeqCst),
+            dry_run: request.dry_run,
+            stopped_because,
+            dlq_remaining: None,
+            dlq_unreadable: run
+                .dlq_unreadable
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+            unplaceable: run.unplaceable.load(Ordering::SeqCst),
+            circuit: None,
+        }
+    }
+
+    async fn pipeline(
+        &self,
+        run: &Run<'_>,
+        request: &DrainRequest,
+        visibility: i32,
+        margin: Duration,
+    ) {
+        let dlq = self.config.dlq_url.as_str();
+        loop {
+            if run.stopped() {
+                return;
+            }
+            let near_deadline = |at: Instant| request.deadline.is_some_and(|d| at + margin >= d);
+            if near_deadline(Instant::now()) {
+                run.stop(StopReason::Deadline);
+                return;
+            }
+            let want = run.reserve(MAX_RECEIVE as u32);
+            if want == 0 {
+                // The budget is spent or held by other pipelines, which finish their share:
+                // a drain that ends with no other reason ends at its limit.
+                return;
+            }
+            if let Some(pacer) = &run.pacer {
+                let at = pacer.grant(want);
+                if near_deadline(at) {
+                    run.unreserve(want);
+                    run.stop(StopReason::Deadline);
+                    return;
+                }
+                tokio::time::sleep_until(at).await;
+                if run.stopped() {
+                    run.unreserve(want);
+                    return;
+                }
+            }
+            let wait = self.settings.receive_wait_seconds;
+            let end = run.calls_end;
+            let messages = match self
+                .retry(end, || {
+                    self.bounded(
+                        end,
+                        "ReceiveMessage",
+                        self.queue.receive(dlq, want as i32, wait, visibility),
+                    )
+                })
+                .await
+            {
+                Ok(m) => m,
+                Err(_) if end.is_some_and(|e| Instant::now() >= e) => {
+                    run.unreserve(want);
+                    run.stop(StopReason::Deadline);
+                    return;
+                }
+                Err(e) => {
+                    // AccessDenied, KMS, a deleted queue, or a service that keeps failing: the
+                    // invocation fails (and says so in a metric) instead of ending quietly.
+                    tracing::error!(error = %e, action = "dlq-unreadable", "receiving from the DLQ failed for good; the invocation fails");
+                    run.unreserve(want);
+                    run.dlq_unreadable
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert_with(|| e.to_string());
+                    run.stop(StopReason::Other);
+                    return;
+                }
+            };
+            let got = messages.len().min(want as usize) as u32;
+            run.unreserve(want - got);
+            if messages.is_empty() {
+                run.stop(StopReason::QueueEmpty);
+                return;
+            }
+            run.received
+                .fetch_add(messages.len() as u64, Ordering::SeqCst);
+            // --- adaptive circuit: bounced copies are counted before anything is
+            // sent; an open circuit (or a watch for the canary) keeps the batch on the DLQ.
+            if let Some(c) = run.circuit
+                && !self.circuit_admits(run, c, &messages)
+            {
+                // Kept on the DLQ untouched: not counted as received, so that received is
+                // still redriven + isolated + failed.
+                run.received
+                    .fetch_sub(messages.len() as u64, Ordering::SeqCst);
+                run.held.lock().unwrap_or_else(|e| e.into_inner()).extend(
+                    messages.into_iter().map(|m| HandleEntry {
+                        id: m.message_id,
+                        receipt_handle: m.receipt_handle,
+                    }),
+                );
+                continue;
+            }
+            let mut decided = self.decide_all(messages);
+            if run.circuit.is_some_and(|c| c.canary()) || self.undelayed.load(Ordering::SeqCst) {
+                for (_, d) in &mut decided {
+                    if let Decision::Redrive(plan) = d
+                        && plan.delay_seconds.is_some()
+                    {
+                        plan.delay_seconds = Some(0);
+                    }
+                }
+            }
+            self.process_decided(run, decided, request.dry_run).await;
+            if let Some(c) = run.circuit {
+                c.note_redriven(run.redriven.load(Ordering::SeqCst), request.dry_run);
+            }
+        }
+    }
+
+    pub fn decide_all(&self, messages: Vec<Received>) -> Vec<(Received, Decision)> {
+        let policy = self.policy();
+        let now = (self.clock)();
+        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        messages
+            .into_iter()
+            .map(|m| {
+                let view = ReceivedMessage {
+                    message_id: &m.message_id,
+                    body: &m.body,
+                    attributes: &m.attributes,
+                    group_id: m.group_id.as_deref(),
+                };
+                let decision = decide(&view, &policy, now, &mut *rng);
+                if let MetaSource::Garbled(why) = decision.read_from() {
+                    tracing::warn!(message_id = %m.message_id, problem = %why, "garbled redrive metadata: restarting its history");
+                }
+                (m, decision)
+            })
+            .collect()
+    }
+
+    /// Sends messages already decided (the workflow's tasks decide before a wait) and deletes
+    /// from the DLQ only what was acknowledged: the same path as a drain's batch.
+    pub async fn apply_decided(
+        &self,
+        decided: Vec<(Received, Decision)>,
+        deadline: Option<Instant>,
+    ) -> Summary {
+        let run = Run {
+            remaining: AtomicU32::new(0),
+            stop: Mutex::new(None),
+            received: AtomicU64::new(decided.len() as u64),
+            redriven: AtomicU64::new(0),
+            isolated: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            held: Mutex::new(Vec::new()),
+            held_groups: Mutex::new(HeldGroups::default()),
+            pacer: None,
+            calls_end: deadline,
+            dlq_unreadable: Mutex::new(None),
+            unplaceable: AtomicU64::new(0),
+            circuit: None,
+        };
+        self.process_decided(&run, decided, false).await;
+        Summary {
+            received: run.received.load(Ordering::SeqCst),
+            redriven: run.redriven.load(Ordering::SeqCst),
+            isolated: run.isolated.load(Ordering::SeqCst),
+            failed: run.failed.load(Ordering::SeqCst),
+            dry_run: false,
+            stopped_because: StopReason::Limit,
+            dlq_remaining: None,
+            dlq_unreadable: None,
+            unplaceable: run.unplaceable.load(Ordering::SeqCst),
+            circuit: None,
+        }
+    }
+
+    async fn process_decided(
+        &self,
+        run: &Run<'_>,
+        decided: Vec<(Received, Decision)>,
+        dry_run: bool,
+    ) {
+        if dry_run {
+            let mut held = Vec::with_capacity(decided.len());
+            for (i, (m, d)) in decided.into_iter().enumerate() {
+                log_action(&m, &d, &format!("plan:{}", d.action()));
+                if d.is_redrive() {
+                    run.redriven.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    run.isolated.fetch_add(1, Ordering::SeqCst);
+                }
+                held.push(HandleEntry {
+                    id: i.to_string(),
+                    receipt_handle: m.receipt_handle,
+                });
+            }
+            run.held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(held);
+            return;
+        }
+
+        // Entry ids are the positions in this received batch.
+        let mut to_source = Vec::new();
+        let mut to_poison = Vec::new();
+        let mut meta = Vec::with_capacity(decided.len());
+        let mut received = Vec::with_capacity(decided.len());
+        for (i, (m, d)) in decided.into_iter().enumerate() {
+            let entry = SendEntry {
+                id: i.to_string(),
+                body: m.body,
+                attributes: d.attributes().clone(),
+                delay_seconds: d.delay_seconds(),
+                group_id: d.group_id().map(str::to_string),
+                dedup_id: d.dedup_id().map(str::to_string),
+                // The producer's trace follows the message to wherever its copy goes.
+                trace_header: m.trace_header,
+            };
+            if d.is_redrive() {
+                to_source.push(entry)
+            } else {
+                to_poison.push(entry)
+            }
+            meta.push((m.message_id, m.receipt_handle, d));
+            received.push((m.attributes, m.group_id, m.receive_count));
+        }
+
+        let fifo = self.config.source_queue_url.is_fifo() || self.config.dlq_url.is_fifo();
+        let source_url = self.config.source_queue_url.as_str();
+        let poison_url = self.config.poison_queue_url.as_str();
+        let (mut source, mut poison) = if fifo {
+            let s = self.send_fifo(run, source_url, to_source).await;
+            let p = self.send_fifo(run, poison_url, to_poison).await;
+            (s, p)
+        } else {
+            futures_util::future::join(
+                self.send_all(run, source_url, to_source),
+                self.send_all(run, poison_url, to_poison),
+            )
+            .await
+        };
+
+        // A copy the source keeps rejecting as the sender's fault (a queue smaller than it
+        // says, an attribute SQS refuses) would loop until retention: at its
+        // SEND_REJECTED_AFTER-th rejection it is isolated `send-rejected` instead, and before
+        // that it goes back to the DLQ carrying the count.
+        let dlq_fifo = self.config.dlq_url.is_fifo();
+        let mut second = Vec::new();
+        let mut requeue = Vec::new();
+        for (entry, failure) in std::mem::take(&mut source.rejected) {
+            let Ok(i) = entry.id.parse::<usize>() else {
+                continue;
+            };
+            let (attributes, group_id, receive_count) = &received[i];
+            let message_id = meta[i].0.clone();
+            let (mut history, _) = RedriveMeta::read(attributes, &message_id);
+            let rejections = history
+                .extra
+                .get(SEND_REJECTIONS_FIELD)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+                + 1;
+            let count = if dlq_fifo {
+                u64::from(*receive_count)
+            } else {
+                rejections
+            };
+            if count < u64::from(SEND_REJECTED_AFTER) {
+                if dlq_fifo {
+                    tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, action = "send-rejected:left-on-dlq", "the source queue rejected the copy; isolated if it keeps doing so");
+                    continue;
+                }
+                tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, rejections, action = "send-rejected:requeued-on-dlq", "the source queue rejected the copy; back on the DLQ with the count, isolated if it keeps doing so");
+                history
+                    .extra
+                    .insert(SEND_REJECTIONS_FIELD.to_string(), rejections.into());
+                let mut counted = attributes.clone();
+                history.write_into(&mut counted);
+                requeue.push(SendEntry {
+                    id: entry.id,
+                    body: entry.body,
+                    attributes: counted,
+                    // Hidden as long as the original would have stayed in flight, so that
+                    // this drain does not take it up again at once.
+                    delay_seconds: Some(
+                        self.settings
+                            .visibility_seconds
+                            .clamp(0, MAX_DELAY_SECONDS as i32) as u32,
+                    ),
+                    group_id: group_id.clone(),
+                    dedup_id: None,
+                    trace_header: entry.trace_header,
+                });
+                continue;
+            }
+            let view = ReceivedMessage {
+                message_id: &message_id,
+                body: &entry.body,
+                attributes,
+                group_id: group_id.as_deref(),
+            };
+            let decision = self.isolate_send_rejected(&view);
+            tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, rejections, action = "isolate:send-rejected", "the source queue keeps rejecting the copy as the sender's fault");
+            second.push(SendEntry {
+                id: entry.id,
+                body: entry.body,
+                attributes: decision.attributes().clone(),
+                delay_seconds: None,
+                group_id: decision.group_id().map(str::to_string),
+                dedup_id: decision.dedup_id().map(str::to_string),
+                trace_header: entry.trace_header,
+            });
+            meta[i].2 = decision;
+        }
+        // The count's copies; one the DLQ refuses leaves the original where it is.
+        let requeued: HashSet<String> = self
+            .send_all(run, self.config.dlq_url.as_str(), requeue)
+            .await
+            .acked
+            .into_iter()
+            .collect();
+        if !second.is_empty() {
+            // Straight to the poison queue, in FIFO batches where needed: the group was held
+            // back from the source for this invocation, which does not apply to the isolation.
+            let batches = if fifo {
+                split_fifo_batches(second, entry_size, |e| e.group_id.as_deref())
+            } else {
+                split_batches(second, entry_size)
+            };
+            for batch in batches {
+                poison.merge(self.send_with_retry(run, poison_url, batch).await);
+            }
+        }
+        source.merge(poison);
+        for (entry, failure) in &source.rejected {
+            let message_id = entry
+                .id
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| meta.get(i))
+                .map_or("?", |m| m.0.as_str());
+            tracing::error!(message_id = %message_id, code = %failure.code, error = %failure.message, action = "unplaceable:left-on-dlq", "the poison queue rejects this message too: it stays on the DLQ for a human");
+            run.unplaceable.fetch_add(1, Ordering::SeqCst);
+        }
+        let acked: HashSet<String> = source.acked.into_iter().collect();
+        let held: HashSet<String> = source.held.into_iter().collect();
+
+        // Delete only what the destination acknowledged.
+        let deletes: Vec<HandleEntry> = meta
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                let id = i.to_string();
+                acked.contains(&id) || requeued.contains(&id)
+            })
+            .map(|(i, (_, handle, _))| HandleEntry {
+                id: i.to_string(),
+                receipt_handle: handle.clone(),
+            })
+            .collect();
+        let deleted = self.delete_all(run, deletes).await;
+
+        for (i, (message_id, _, decision)) in meta.iter().enumerate() {
+            let id = i.to_string();
+            let outcome = if deleted.contains(&id) && requeued.contains(&id) {
+                Outcome::Requeued
+            } else if deleted.contains(&id) {
+                Outcome::Done
+            } else if acked.contains(&id) || requeued.contains(&id) {
+                Outcome::DeleteFailed
+            } else if held.contains(&id) {
+                Outcome::HeldForOrder
+            } else {
+                Outcome::SendFailed
+            };
+            let action = match (outcome, decision) {
+                (Outcome::Done, Decision::Redrive(_)) => {
+                    run.redriven.fetch_add(1, Ordering::SeqCst);
+                    "redriven".to_string()
+                }
+                (Outcome::Done, Decision::Isolate(p)) => {
+                    run.isolated.fetch_add(1, Ordering::SeqCst);
+                    format!("isolated:{}", p.reason)
+                }
+                (Outcome::SendFailed, _) => {
+                    run.failed.fetch_add(1, Ordering::SeqCst);
+                    "send-failed:left-on-dlq".to_string()
+                }
+                (Outcome::DeleteFailed, _) => {
+                    run.failed.fetch_add(1, Ordering::SeqCst);
+                    "delete-failed:duplicate-possible".to_string()
+                }
+                (Outcome::HeldForOrder, _) => {
+                    run.failed.fetch_add(1, Ordering::SeqCst);
+                    "held:group-order".to_string()
+                }
+                (Outcome::Requeued, _) => {
+                    run.failed.fetch_add(1, Ordering::SeqCst);
+                    "send-rejected:requeued-on-dlq".to_string()
+                }
+            };
+            log_decided(message_id, decision, &action);
+        }
+    }
+
+    /// Sends entries in valid batches, concurrently.
+    async fn send_all(&self, run: &Run<'_>, queue_url: &str, entries: Vec<SendEntry>) -> Sent {
+        let mut sent = Sent::default();
+        if entries.is_empty() {
+            return sent;
+        }
+        let batches = split_batches(entries, entry_size);
+        let results = join_all(
+            batches
+                .into_iter()
+                .map(|b| self.send_with_retry(run, queue_url, b)),
+        )
+        .await;
+        for r in results {
+            sent.merge(r);
+        }
+        sent
+    }
+
+    /// FIFO: one entry per group per batch, batches in order, and a group whose send failed is
+    /// held back for the rest of the invocation so that no later message overtakes it.
+    async fn send_fifo(&self, run: &Run<'_>, queue_url: &str, entries: Vec<SendEntry>) -> Sent {
+        let mut sent = Sent::default();
+        let batches = split_fifo_batches(entries, entry_size, |e| e.group_id.as_deref());
+        for batch in batches {
+            let (send, hold) = run
+                .held_groups
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .partition(batch, |e| e.group_id.as_deref());
+            sent.held.extend(hold.into_iter().map(|e| e.id));
+            if send.is_empty() {
+                continue;
+            }
+            let groups: Vec<(String, Option<String>)> = send
+                .iter()
+                .map(|e| (e.id.clone(), e.group_id.clone()))
+                .collect();
+            let result = self.send_with_retry(run, queue_url, send).await;
+            let mut held = run.held_groups.lock().unwrap_or_else(|e| e.into_inner());
+            for (id, group) in groups {
+                if !result.acked.contains(&id) {
+                    held.hold(group.as_deref());
+                }
+            }
+            drop(held);
+            sent.merge(result);
+        }
+        sent
+    }
+
+    /// One batch, retrying the whole call or its retryable failed entries.
+    async fn send_with_retry(
+        &self,
+        run: &Run<'_>,
+        queue_url: &str,
+        mut batch: Vec<SendEntry>,
+    ) -> Sent {
+        let mut sent = Sent::default();
+        let end = run.calls_end;
+        for attempt in 0..self.settings.retry_attempts.max(1) {
+            if attempt > 0 && !self.pause_before_retry(end, attempt).await {
+                break;
+            }
+            match self
+                .bounded(
+                    end,
+                    "SendMessageBatch",
+                    self.queue.send_batch(queue_url, &batch),
+                )
+                .await
+            {
+                Ok(outcome) => {
+                    let retry: HashSet<String> = retryable_ids(&outcome.failed);
+                    log_entry_failures("SendMessageBatch", queue_url, &outcome);
+                    for f in outcome.failed.into_iter().filter(|f| f.sender_fault) {
+                        if let Some(pos) = batch.iter().position(|e| e.id == f.id) {
+                            sent.rejected.push((batch.swap_remove(pos), f));
+                        }
+                    }
+                    sent.acked.extend(outcome.succeeded);
+                    batch.retain(|e| retry.contains(&e.id));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, queue = queue_url, entries = batch.len(), "SendMessageBatch failed");
+                    if !e.retryable {
+                        break;
+                    }
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+        }
+        sent
+    }
+
+    /// The isolation of a message whose copy the source keeps rejecting: `decide`'s own
+    /// isolation (stamp, FIFO ids, the poison queue's size limit), with reason `send-rejected`.
+    fn isolate_send_rejected(&self, message: &ReceivedMessage<'_>) -> Decision {
+        let policy = Policy {
+            max_attempts: 0,
+            ..self.policy()
+        };
+        let now = (self.clock)();
+        let decision = {
+            let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+            decide(message, &policy, now, &mut *rng)
+        };
+        let Decision::Isolate(mut plan) = decision else {
+            return decision;
+        };
+        plan.reason = IsolationReason::SendRejected;
+        plan.meta.reason = Some(IsolationReason::SendRejected);
+        if plan.stamped {
+            let mut attributes = message.attributes.clone();
+            plan.meta.write_into(&mut attributes);
+            if attributes.len() <= MAX_ATTRIBUTES
+                && message_size(message.body, &attributes) <= policy.poison_max_bytes
+            {
+                plan.attributes = attributes;
+            } else {
+                plan.stamped = false;
+                plan.attributes = message.attributes.clone();
+            }
+        }
+        Decision::Isolate(plan)
+    }
+
+    /// Deletes from the DLQ; returns the ids deleted.
+    async fn delete_all(&self, run: &Run<'_>, mut entries: Vec<HandleEntry>) -> HashSet<String> {
+        let mut deleted = HashSet::new();
+        let dlq = self.config.dlq_url.as_str();
+        let end = run.calls_end;
+        for attempt in 0..self.settings.retry_attempts.max(1) {
+            if entries.is_empty() {
+                break;
+            }
+            if attempt > 0 && !self.pause_before_retry(end, attempt).await {
+                break;
+            }
+            match self
+                .bounded(
+                    end,
+                    "DeleteMessageBatch",
+                    self.queue.delete_batch(dlq, &entries),
+                )
+                .await
+            {
+                Ok(outcome) => {
+                    log_entry_failures("DeleteMessageBatch", dlq, &outcome);
+                    let retry = retryable_ids(&outcome.failed);
+                    deleted.extend(outcome.succeeded);
+                    entries.retain(|e| retry.contains(&e.id));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, entries = entries.len(), "DeleteMessageBatch failed");
+                    if !e.retryable {
+                        break;
+                    }
+                }
+            }
+        }
+        deleted
+    }
+
+    /// Dry run: make every held message visible again at once.
+    async fn release(&self, run: &Run<'_>, held: Vec<HandleEntry>) {
+        let dlq = self.config.dlq_url.as_str();
+        let end = run.calls_end;
+        for chunk in held.chunks(10) {
+            let entries: Vec<HandleEntry> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, e)| HandleEntry {
+                    id: i.to_string(),
+                    receipt_handle: e.receipt_handle.clone(),
+                })
+                .collect();
+            match self
+                .retry(end, || {
+                    self.bounded(
+                        end,
+                        "ChangeMessageVisibilityBatch",
+                        self.queue.change_visibility_batch(dlq, &entries, 0),
+                    )
+                })
+                .await
+            {
+                Ok(o) => log_entry_failures("ChangeMessageVisibilityBatch", dlq, &o),
+                Err(e) => {
+                    tracing::warn!(error = %e, "releasing dry-run messages failed; they reappear after their visibility timeout")
+                }
+            }
+        }
+    }
+
+    fn retry_delay(&self, attempt: u32) -> Duration {
+        self.settings.retry_base * 2u32.saturating_pow(attempt.saturating_sub(1))
+    }
+
+    /// Sleeps before retry `attempt`; false when that would end past `end`.
+    async fn pause_before_retry(&self, end: Option<Instant>, attempt: u32) -> bool {
+        let delay = self.retry_delay(attempt);
+        if end.is_some_and(|e| Instant::now() + delay >= e) {
+            return false;
+        }
+        tokio::time::sleep(delay).await;
+        true
+    }
+
+    /// Retries a whole call while it fails in a retryable way and there is time left.
+    pub async fn retry<T, F, Fut>(&self, end: Option<Instant>, mut call: F) -> Result<T, PortError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, PortError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.retryable && attempt + 1 < self.settings.retry_attempts => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "retrying");
+                    if !self.pause_before_retry(end, attempt).await {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One port call, given at most `call_timeout` and never past `end`: a stalled call fails
+    /// as a retryable `Timeout` instead of outliving the deadline (and the visibility timeout
+    /// of the messages it carries).
+    pub async fn bounded<T>(
+        &self,
+        end: Option<Instant>,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, PortError>>,
+    ) -> Result<T, PortError> {
+        let budget = end.map_or(self.settings.call_timeout, |e| {
+            self.settings
+                .call_timeout
+                .min(e.saturating_duration_since(Instant::now()))
+        });
+        match tokio::time::timeout(budget, call).await {
+            Ok(result) => result,
+            Err(_) => Err(PortError {
+                operation,
+                code: "Timeout".into(),
+                message: format!("no answer within {} ms", budget.as_millis()),
+                retryable: true,
+            }),
+        }
+    }
+}
+
+fn entry_size(e: &SendEntry) -> usize {
+    redrive_shared::attributes::message_size(&e.body, &e.attributes)
+}
+
+fn retryable_ids(failed: &[EntryFailure]) -> HashSet<String> {
+    failed
+        .iter()
+        .filter(|f| !f.sender_fault)
+        .map(|f| f.id.clone())
+        .collect()
+}
+
+fn log_entry_failures(operation: &str, queue_url: &str, outcome: &BatchOutcome) {
+    for f in &outcome.failed {
+        tracing::warn!(operation, queue = queue_url, entry = %f.id, code = %f.code, error = %f.message, sender_fault = f.sender_fault, "batch entry failed");
+    }
+}
+
+fn log_action(m: &Received, d: &Decision, action: &str) {
+    log_decided(&m.message_id, d, action);
+}
+
+fn log_decided(message_id: &str, d: &Decision, action: &str) {
+    let meta = d.meta();
+    tracing::info!(
+        message_id = %message_id,
+        original_message_id = %meta.original_message_id,
+        attempt = meta.attempt,
+        delay_seconds = d.delay_seconds(),
+        action,
+    );
+}
+
+fn log_summary(s: &Summary) {
+    tracing::info!(
+        received = s.received,
+        redriven = s.redriven,
+        isolated = s.isolated,
+        failed = s.failed,
+        dry_run = s.dry_run,
+        stopped_because = s.stopped_because.as_str(),
+        dlq_remaining = s.dlq_remaining,
+        "summary"
+    );
+}

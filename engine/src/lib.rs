@@ -1,0 +1,51 @@
+//! The redrive engine: drains a bounded batch from an SQS dead-letter queue back to its source
+//! queue with backoff, isolates poison pills, and never deletes a message before its copy was
+//! acknowledged. Every front end (the re-driver Lambda, the Step Functions task Lambda, the
+//! archiver Lambda and the `redrive` CLI) runs on this crate and on nothing of another front end.
+
+pub mod aws;
+pub mod circuit;
+pub mod engine;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
+pub mod ports;
+#[cfg(feature = "s3")]
+pub mod s3;
+
+pub use engine::{DrainRequest, Engine, InvocationError, Settings, StopReason, Summary};
+
+/// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
+/// no code path logs one.
+pub fn init_logging() {
+    redrive_shared::logging::init_json_logging("info", false);
+}
+
+/// The init every Lambda shares (re-driver, workflow tasks, archiver): JSON logs,
+/// then the configuration (an error is logged and fails init, naming the variable, before any
+/// queue is touched), then the SDK configuration with attempt and operation timeouts on every
+/// client, so that a stalled call cannot outlive the deadline margin.
+pub async fn lambda_init<T, E: std::fmt::Display>(
+    config: impl FnOnce() -> Result<T, E>,
+) -> Result<(T, aws_config::SdkConfig), E> {
+    init_logging();
+    let config = config().map_err(|e| {
+        tracing::error!(error = %e, "invalid configuration");
+        e
+    })?;
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(redrive_shared::sdk::timeout_config())
+        .load()
+        .await;
+    Ok((config, sdk))
+}
+
+/// Converts the Lambda context deadline (epoch milliseconds) to a monotonic instant.
+/// See [`redrive_shared::timefmt::deadline_epoch_ms`] for deadlines sent as durations.
+pub fn deadline_instant(deadline_epoch_ms: u64) -> tokio::time::Instant {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let deadline = redrive_shared::timefmt::deadline_epoch_ms(deadline_epoch_ms, now_ms);
+    tokio::time::Instant::now() + std::time::Duration::from_millis(deadline.saturating_sub(now_ms))
+}

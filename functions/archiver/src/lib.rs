@@ -1,0 +1,947 @@
+//! The archiver: moves messages older than a threshold from the poison queue (and from the DLQ,
+//! when it cannot be drained) to S3 before SQS retention deletes them.
+//!
+//! Rules, each kept in one place below:
+//! - The threshold (`ARCHIVE_AFTER_DAYS`, default 10, or `ARCHIVE_AFTER_SECONDS`, which wins) is
+//!   checked at init against every queue's real `MessageRetentionPeriod`: a threshold that is
+//!   not below it would let SQS delete messages before they are archived, so init fails.
+//! - A message's age is counted from its `SentTimestamp`, the clock SQS's retention runs on (a
+//!   message a standard queue dead-letters keeps its original enqueue time).
+//! - Old messages are written as one JSON Lines object per receive batch, with their SHA-256,
+//!   which S3 verifies before it acknowledges the put. A message is deleted from its queue only
+//!   after that acknowledgement. A crash or a failed delete between the two leaves the message
+//!   on its queue and in the archive: the next run archives it again (an object twice, never a
+//!   loss).
+//! - Messages that are not old yet are hidden only for the sweep (at most the visibility timeout,
+//!   which the sweep never outlasts) and made visible again (visibility 0) when it ends.
+//! - Every run publishes, per queue it sweeps, the age of the oldest message it received
+//!   (`OldestMessageAgeSeconds`, from `SentTimestamp`; 0 for an empty queue). SQS's own
+//!   `ApproximateAgeOfOldestMessage` leaves out a message received three times or more, and
+//!   the archiver receives every message every run: the age alarms of the DLQ and the poison
+//!   queue read this metric instead.
+//! - Bodies are never logged.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
+use aws_sdk_sqs::types::QueueAttributeName;
+use redrive_shared::Attributes;
+use redrive_shared::archive::{self, ArchivedMessage, SystemAttributes};
+use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_u32};
+use serde::Serialize;
+
+use redrive_engine::aws::{SqsQueue, port_error};
+use redrive_engine::ports::{BatchOutcome, HandleEntry, PortError, Queue};
+
+/// `ARCHIVE_AFTER_DAYS` when neither threshold variable is set.
+pub const DEFAULT_ARCHIVE_AFTER_DAYS: f64 = 10.0;
+/// `ARCHIVE_PREFIX` when unset: the first segment of every object key.
+pub const DEFAULT_ARCHIVE_PREFIX: &str = "archive";
+/// SQS's longest retention, 14 days: no threshold at or above it can ever be below a queue's.
+pub const MAX_RETENTION_SECONDS: f64 = 1_209_600.0;
+/// Time kept free before the Lambda deadline and before the visibility of held messages ends:
+/// one SDK operation (with its retries) plus a put and a delete still fit.
+pub const SWEEP_MARGIN: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------- configuration
+
+/// Configuration of the archiver, read once at init. Every error names the variable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiverConfig {
+    /// `ARCHIVE_BUCKET`, required.
+    pub bucket: String,
+    /// `ARCHIVE_PREFIX`, default `archive`: keys are `<prefix>/<queue name>/...`.
+    pub prefix: String,
+    /// `POISON_QUEUE_URL` (required), then `DLQ_URL` (optional): the queues swept, in order.
+    pub queues: Vec<QueueUrl>,
+    /// Messages at least this old are archived.
+    pub archive_after: Duration,
+    /// The variable the threshold came from (`ARCHIVE_AFTER_SECONDS` or `ARCHIVE_AFTER_DAYS`),
+    /// so that a threshold refused at init names what to change.
+    pub archive_after_variable: &'static str,
+    /// `MAX_MESSAGES_PER_INVOCATION` (default 1000): messages received per queue per run.
+    pub max_messages_per_invocation: u32,
+    /// `ARCHIVE_VISIBILITY_SECONDS` (default 120): how long a received message is hidden at
+    /// most. A sweep ends before it, so held messages never come back mid-sweep.
+    pub visibility_timeout_seconds: u32,
+    /// `METRIC_NAMESPACE`, default `DLQRedriver`.
+    pub metric_namespace: String,
+    /// `ARCHIVE_DLQ` (default true): also sweep `DLQ_URL` when it is set.
+    pub archive_dlq: bool,
+}
+
+fn invalid(variable: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        variable,
+        value: Some(value.to_string()),
+        problem: problem.into(),
+    }
+}
+
+fn parse_bucket(v: &str) -> Result<String, String> {
+    let ok = (3..=63).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be an S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit".into())
+    }
+}
+
+fn parse_prefix(v: &str) -> Result<String, String> {
+    let ok = v.len() <= 200
+        && !v.starts_with('/')
+        && !v.ends_with('/')
+        && !v.contains("//")
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./!*'()".contains(&b));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be a key prefix of letters, digits and - _ . / ! * ' ( ), with no leading, trailing or doubled /".into())
+    }
+}
+
+fn parse_seconds(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(s) if (0.0..MAX_RETENTION_SECONDS).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "must be a number of seconds >= 0 and below {MAX_RETENTION_SECONDS} (14 days, SQS's longest retention)"
+        )),
+    }
+}
+
+fn parse_days(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(d) if d.is_finite() && d > 0.0 && d < 14.0 => Ok(d),
+        _ => Err(
+            "must be a number of days above 0 and below 14 (SQS's longest retention), such as 10 or 0.5"
+                .into(),
+        ),
+    }
+}
+
+impl ArchiverConfig {
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        let bucket = env.required("ARCHIVE_BUCKET", parse_bucket)?;
+        let prefix = env.or(
+            "ARCHIVE_PREFIX",
+            DEFAULT_ARCHIVE_PREFIX.to_string(),
+            parse_prefix,
+        )?;
+        let poison = env.required("POISON_QUEUE_URL", QueueUrl::parse)?;
+        let dlq = env.optional("DLQ_URL", QueueUrl::parse)?;
+        let archive_dlq = env.or("ARCHIVE_DLQ", true, parse_bool)?;
+        let mut queues = vec![poison];
+        if let Some(dlq) = dlq.filter(|_| archive_dlq) {
+            if dlq == queues[0] {
+                return Err(invalid(
+                    "DLQ_URL",
+                    dlq.as_str(),
+                    "must name a queue other than POISON_QUEUE_URL",
+                ));
+            }
+            queues.push(dlq);
+        }
+        // Seconds win over days: tests and short-retention queues set a threshold in seconds.
+        let (archive_after, archive_after_variable) = match env
+            .optional("ARCHIVE_AFTER_SECONDS", parse_seconds)?
+        {
+            Some(s) => (Duration::from_secs_f64(s), "ARCHIVE_AFTER_SECONDS"),
+            None => {
+                let days = env.or("ARCHIVE_AFTER_DAYS", DEFAULT_ARCHIVE_AFTER_DAYS, parse_days)?;
+                (
+                    Duration::from_secs_f64(days * 86_400.0),
+                    "ARCHIVE_AFTER_DAYS",
+                )
+            }
+        };
+        let max_messages_per_invocation = env.or("MAX_MESSAGES_PER_INVOCATION", 1000, |v| {
+            match parse_u32(v)? {
+                n if n >= 1 => Ok(n),
+                _ => Err("must be a whole number >= 1".into()),
+            }
+        })?;
+        let visibility_timeout_seconds =
+            env.or("ARCHIVE_VISIBILITY_SECONDS", 120, |v| match parse_u32(v)? {
+                n if (30..=43_200).contains(&n) => Ok(n),
+                _ => Err("must be between 30 and 43200 seconds (12 hours, the SQS maximum)".into()),
+            })?;
+        let metric_namespace = env.or("METRIC_NAMESPACE", "DLQRedriver".to_string(), |v| {
+            if v.len() > 255 || v.starts_with("AWS/") || v.contains(|c: char| c.is_control()) {
+                Err("must be 1 to 255 characters and must not start with AWS/".into())
+            } else {
+                Ok(v.to_string())
+            }
+        })?;
+        Ok(Self {
+            bucket,
+            prefix,
+            queues,
+            archive_after,
+            archive_after_variable,
+            max_messages_per_invocation,
+            visibility_timeout_seconds,
+            metric_namespace,
+            archive_dlq,
+        })
+    }
+}
+
+/// Why the archiver refused to start. Nothing was received when one of these is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiverInitError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(
+        "{variable} gives a threshold of {threshold_seconds} s, which is not below the MessageRetentionPeriod of queue {queue} ({retention_seconds} s): SQS would delete its messages before they are archived. Set {variable} below {retention_days} days ({retention_seconds} s), with room for the schedule's period"
+    )]
+    ThresholdNotBelowRetention {
+        variable: &'static str,
+        threshold_seconds: f64,
+        queue: String,
+        retention_seconds: u64,
+        retention_days: f64,
+    },
+    #[error("cannot read the MessageRetentionPeriod of queue {queue}: {source}")]
+    RetentionUnreadable {
+        queue: String,
+        #[source]
+        source: PortError,
+    },
+}
+
+/// The threshold must be below the queue's retention (pure; see [`Archiver::init`]).
+pub fn check_threshold(
+    config: &ArchiverConfig,
+    queue: &QueueUrl,
+    retention_seconds: u64,
+) -> Result<(), ArchiverInitError> {
+    if config.archive_after.as_secs_f64() < retention_seconds as f64 {
+        Ok(())
+    } else {
+        Err(ArchiverInitError::ThresholdNotBelowRetention {
+            variable: config.archive_after_variable,
+            threshold_seconds: config.archive_after.as_secs_f64(),
+            queue: queue.to_string(),
+            retention_seconds,
+            retention_days: retention_seconds as f64 / 86_400.0,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- ports
+
+/// A message as the archiver receives it: everything needed to restore it exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedMessage {
+    pub message_id: String,
+    pub receipt_handle: String,
+    pub body: String,
+    pub attributes: Attributes,
+    /// The system attributes the archive keeps (`SentTimestamp`, `ApproximateReceiveCount`,
+    /// group and deduplication ids, ...).
+    pub system: SystemAttributes,
+}
+
+impl QueuedMessage {
+    /// `SentTimestamp`, epoch milliseconds.
+    pub fn sent_timestamp_ms(&self) -> Option<i64> {
+        self.system.sent_timestamp_ms()
+    }
+
+    fn handle(&self) -> HandleEntry {
+        HandleEntry {
+            id: self.message_id.clone(),
+            receipt_handle: self.receipt_handle.clone(),
+        }
+    }
+}
+
+/// The SQS calls the archiver makes on the queues it sweeps.
+pub trait ArchiveQueue: Sync {
+    /// The queue's `MessageRetentionPeriod` in seconds (GetQueueAttributes).
+    fn retention_seconds(
+        &self,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<u64, PortError>> + Send;
+
+    /// ReceiveMessage with every message and system attribute.
+    fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        visibility_seconds: i32,
+    ) -> impl Future<Output = Result<Vec<QueuedMessage>, PortError>> + Send;
+
+    fn delete_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> impl Future<Output = Result<BatchOutcome, PortError>> + Send;
+
+    /// Makes the messages visible again at once (ChangeMessageVisibilityBatch, 0 s).
+    fn release_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> impl Future<Output = Result<BatchOutcome, PortError>> + Send;
+}
+
+/// Where archive objects go.
+pub trait ObjectStore: Sync {
+    /// Writes `body` at `key` with its SHA-256, which the store verifies before it answers: an
+    /// `Ok` means the bytes are stored as sent.
+    fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+}
+
+/// The archiver's metrics per queue and run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArchiveCounts {
+    /// Messages written to S3 and then deleted from their queue.
+    pub archived: u64,
+    /// Messages that should have been archived and are still on their queue (put refused, delete
+    /// refused, queue unreadable: a receive that failed counts 1).
+    pub failures: u64,
+    /// The age of the oldest message the sweep received, in seconds since its `SentTimestamp`
+    /// (archived ones included: they waited that long); 0 when the queue was empty; `None`
+    /// when the sweep could not read the queue at all (`failures` says so).
+    pub oldest_message_age_seconds: Option<u64>,
+}
+
+pub trait ArchiveMetrics: Sync {
+    /// One PutMetricData: `ArchivedMessages` and `ArchiveFailures` (Unit Count) and
+    /// `OldestMessageAgeSeconds` (Unit Seconds, when known), dimension `QueueName`, zeros
+    /// included.
+    fn publish(
+        &self,
+        namespace: &str,
+        queue_name: &str,
+        counts: ArchiveCounts,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+}
+
+// ---------------------------------------------------------------- the archive format
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The object's bytes: one line per message in the shared archive format
+/// ([`redrive_shared::archive`]), each ending in `\n`.
+pub fn archive_object(
+    queue: &QueueUrl,
+    archived_at_ms: i64,
+    messages: &[QueuedMessage],
+) -> Vec<u8> {
+    let mut out = String::new();
+    for m in messages {
+        out.push_str(&archive::to_line(&ArchivedMessage {
+            queue: queue.to_string(),
+            archived_at_ms,
+            message_id: m.message_id.clone(),
+            body: m.body.clone(),
+            attributes: m.attributes.clone(),
+            system: m.system.clone(),
+        }));
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+// ---------------------------------------------------------------- the archiver
+
+/// Why a queue's sweep ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SweepStop {
+    QueueEmpty,
+    Limit,
+    Deadline,
+    ReceiveFailed,
+    PutFailed,
+}
+
+/// What a run did on one queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSummary {
+    pub queue: String,
+    pub received: u64,
+    pub archived: u64,
+    /// Not old yet: made visible again.
+    pub kept: u64,
+    pub failed: u64,
+    pub objects: u64,
+    /// Seconds since the `SentTimestamp` of the oldest message received (0: none received;
+    /// absent: the queue could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_age_seconds: Option<u64>,
+    pub stopped_because: SweepStop,
+}
+
+/// The run's answer (also logged as one JSON line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub archived: u64,
+    pub kept: u64,
+    pub failed: u64,
+    pub objects: u64,
+    pub queues: Vec<QueueSummary>,
+}
+
+pub struct Archiver<Q, S, M> {
+    queue: Q,
+    store: S,
+    metrics: M,
+    config: ArchiverConfig,
+}
+
+impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
+    /// Reads every queue's retention and refuses a threshold that is not below it. Nothing is
+    /// received before this succeeds.
+    pub async fn init(
+        queue: Q,
+        store: S,
+        metrics: M,
+        config: ArchiverConfig,
+    ) -> Result<Self, ArchiverInitError> {
+        for url in &config.queues {
+            let retention = queue
+                .retention_seconds(url.as_str())
+                .await
+                .map_err(|source| ArchiverInitError::RetentionUnreadable {
+                    queue: url.to_string(),
+                    source,
+                })?;
+            check_threshold(&config, url, retention)?;
+        }
+        Ok(Self {
+            queue,
+            store,
+            metrics,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &ArchiverConfig {
+        &self.config
+    }
+
+    /// The queue port (tests read what a fault-injecting port recorded).
+    pub fn queue(&self) -> &Q {
+        &self.queue
+    }
+
+    /// One run: every queue in turn, each within the deadline (if any).
+    pub async fn run(&self, deadline: Option<tokio::time::Instant>) -> RunSummary {
+        let mut summary = RunSummary {
+            archived: 0,
+            kept: 0,
+            failed: 0,
+            objects: 0,
+            queues: Vec::new(),
+        };
+        for url in &self.config.queues {
+            let q = self.sweep(url, deadline).await;
+            let counts = ArchiveCounts {
+                archived: q.archived,
+                failures: q.failed,
+                oldest_message_age_seconds: q.oldest_age_seconds,
+            };
+            if let Err(e) = self
+                .metrics
+                .publish(&self.config.metric_namespace, url.name(), counts)
+                .await
+            {
+                tracing::error!(queue = url.name(), error = %e, "publishing the archive metrics failed");
+            }
+            summary.archived += q.archived;
+            summary.kept += q.kept;
+            summary.failed += q.failed;
+            summary.objects += q.objects;
+            summary.queues.push(q);
+        }
+        summary
+    }
+
+    async fn sweep(&self, url: &QueueUrl, deadline: Option<tokio::time::Instant>) -> QueueSummary {
+        let started = tokio::time::Instant::now();
+        // Held messages are hidden for the visibility timeout: the sweep ends before it, so none
+        // comes back while it runs, and before the Lambda deadline.
+        let visibility = Duration::from_secs(u64::from(self.config.visibility_timeout_seconds));
+        let mut stop_at = started + visibility.saturating_sub(SWEEP_MARGIN);
+        if let Some(d) = deadline {
+            stop_at = stop_at.min(d.checked_sub(SWEEP_MARGIN).unwrap_or(started));
+        }
+        let threshold_ms = self.config.archive_after.as_millis() as i64;
+        let mut summary = QueueSummary {
+            queue: url.name().to_string(),
+            received: 0,
+            archived: 0,
+            kept: 0,
+            failed: 0,
+            objects: 0,
+            oldest_age_seconds: None,
+            stopped_because: SweepStop::QueueEmpty,
+        };
+        let mut oldest_age_ms: Option<i64> = None;
+        let mut held: Vec<HandleEntry> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let budget = u64::from(self.config.max_messages_per_invocation);
+        let stop = loop {
+            if summary.received >= budget {
+                break SweepStop::Limit;
+            }
+            if tokio::time::Instant::now() >= stop_at {
+                break SweepStop::Deadline;
+            }
+            let max = (budget - summary.received).min(10) as i32;
+            let batch = match self
+                .queue
+                .receive(
+                    url.as_str(),
+                    max,
+                    self.config.visibility_timeout_seconds as i32,
+                )
+                .await
+            {
+                Ok(batch) => batch,
+                Err(e) => {
+                    tracing::error!(queue = url.name(), action = "receive-failed", error = %e, "the archiver cannot read the queue");
+                    summary.failed += 1;
+                    break SweepStop::ReceiveFailed;
+                }
+            };
+            if batch.is_empty() {
+                break SweepStop::QueueEmpty;
+            }
+            summary.received += batch.len() as u64;
+            let now = now_ms();
+            let mut old = Vec::new();
+            let mut fresh = 0usize;
+            for m in batch {
+                let first_time = seen.insert(m.message_id.clone());
+                fresh += usize::from(first_time);
+                let age_ms = m.sent_timestamp_ms().map(|sent| now - sent);
+                oldest_age_ms = oldest_age_ms.max(age_ms);
+                if first_time && age_ms.is_some_and(|age| age >= threshold_ms) {
+                    old.push(m);
+                } else {
+                    if age_ms.is_none() {
+                        tracing::warn!(queue = url.name(), message_id = %m.message_id, "no SentTimestamp: the age is unknown, kept");
+                    }
+                    if first_time {
+                        summary.kept += 1;
+                    }
+                    held.push(m.handle());
+                }
+            }
+            if !old.is_empty() {
+                match self.archive_batch(url, &old).await {
+                    Ok(outcome) => {
+                        summary.objects += 1;
+                        summary.archived += outcome.0;
+                        summary.failed += outcome.1;
+                    }
+                    Err(e) => {
+                        tracing::error!(queue = url.name(), action = "archive-failed", messages = old.len(), error = %e, "the archive put failed; every message stays on its queue");
+                        summary.failed += old.len() as u64;
+                        held.extend(old.iter().map(QueuedMessage::handle));
+                        break SweepStop::PutFailed;
+                    }
+                }
+            }
+            if fresh == 0 {
+                // Only messages this sweep already saw: it has been round the queue.
+                break SweepStop::QueueEmpty;
+            }
+        };
+        summary.stopped_because = stop;
+        // Unknown only when the queue could not be read at all; an empty queue is 0.
+        let unread = stop == SweepStop::ReceiveFailed && summary.received == 0;
+        summary.oldest_age_seconds =
+            (!unread).then(|| u64::try_from(oldest_age_ms.unwrap_or(0).max(0) / 1000).unwrap_or(0));
+        self.release(url, &held).await;
+        tracing::info!(
+            queue = url.name(),
+            received = summary.received,
+            archived = summary.archived,
+            kept = summary.kept,
+            failed = summary.failed,
+            objects = summary.objects,
+            oldest_age_seconds = summary.oldest_age_seconds,
+            stopped_because = ?summary.stopped_because,
+            "sweep"
+        );
+        summary
+    }
+
+    /// Puts one object holding `old`, then deletes them. `Err` when the put failed (nothing was
+    /// deleted); else (deleted, left on the queue).
+    async fn archive_batch(
+        &self,
+        url: &QueueUrl,
+        old: &[QueuedMessage],
+    ) -> Result<(u64, u64), PortError> {
+        let archived_at = now_ms();
+        let key = archive::object_key(
+            &self.config.prefix,
+            url.name(),
+            archived_at,
+            &old[0].message_id,
+            old.len(),
+        );
+        let body = archive_object(url, archived_at, old);
+        self.store.put(&self.config.bucket, &key, body).await?;
+        // S3 acknowledged the bytes: only now may the messages leave their queue.
+        let handles: Vec<HandleEntry> = old.iter().map(QueuedMessage::handle).collect();
+        let (deleted, failed) = match self.queue.delete_batch(url.as_str(), &handles).await {
+            Ok(outcome) => {
+                for f in &outcome.failed {
+                    tracing::error!(queue = url.name(), message_id = %f.id, key = %key, code = %f.code, action = "delete-failed", "archived but not deleted: it stays on its queue and will be archived again");
+                }
+                (outcome.succeeded, outcome.failed.len() as u64)
+            }
+            Err(e) => {
+                tracing::error!(queue = url.name(), key = %key, error = %e, action = "delete-failed", "archived but not deleted: the messages stay on their queue and will be archived again");
+                (Vec::new(), old.len() as u64)
+            }
+        };
+        for id in &deleted {
+            tracing::info!(queue = url.name(), message_id = %id, key = %key, action = "archived");
+        }
+        Ok((deleted.len() as u64, failed))
+    }
+
+    async fn release(&self, url: &QueueUrl, held: &[HandleEntry]) {
+        for chunk in held.chunks(10) {
+            match self.queue.release_batch(url.as_str(), chunk).await {
+                Ok(outcome) if outcome.failed.is_empty() => {}
+                Ok(outcome) => tracing::warn!(
+                    queue = url.name(),
+                    failed = outcome.failed.len(),
+                    "some kept messages could not be released; they come back when their visibility ends"
+                ),
+                Err(e) => {
+                    tracing::warn!(queue = url.name(), error = %e, "kept messages could not be released; they come back when their visibility ends")
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- SDK adapters
+
+/// SQS through the SDK (AWS, or moto via `AWS_ENDPOINT_URL`).
+#[derive(Clone)]
+pub struct SqsArchiveQueue {
+    pub client: aws_sdk_sqs::Client,
+}
+
+impl ArchiveQueue for SqsArchiveQueue {
+    async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+            .send()
+            .await
+            .map_err(|e| port_error("GetQueueAttributes", e))?;
+        out.attributes()
+            .and_then(|a| a.get(&QueueAttributeName::MessageRetentionPeriod))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| PortError {
+                operation: "GetQueueAttributes",
+                code: "MissingAttribute".into(),
+                message: "the answer holds no MessageRetentionPeriod".into(),
+                retryable: false,
+            })
+    }
+
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<QueuedMessage>, PortError> {
+        // A 1 s long poll asks every SQS server, so a standard queue's sample is not empty
+        // while messages wait. The same ReceiveMessage as export's (every attribute and system
+        // attribute).
+        let sqs = SqsQueue {
+            client: self.client.clone(),
+        };
+        let got = sqs
+            .receive_with_system(queue_url, max_messages, 1, visibility_seconds)
+            .await?;
+        Ok(got
+            .into_iter()
+            .map(|(m, system)| QueuedMessage {
+                message_id: m.message_id,
+                receipt_handle: m.receipt_handle,
+                body: m.body,
+                attributes: m.attributes,
+                system,
+            })
+            .collect())
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        let sqs = SqsQueue {
+            client: self.client.clone(),
+        };
+        Queue::delete_batch(&sqs, queue_url, entries).await
+    }
+
+    async fn release_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        let sqs = SqsQueue {
+            client: self.client.clone(),
+        };
+        sqs.change_visibility_batch(queue_url, entries, 0).await
+    }
+}
+
+/// S3 through the SDK.
+#[derive(Clone)]
+pub struct S3Store {
+    pub client: aws_sdk_s3::Client,
+}
+
+pub use redrive_engine::s3::sha256_base64;
+
+impl ObjectStore for S3Store {
+    async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<(), PortError> {
+        redrive_engine::s3::put_verified(&self.client, bucket, key, body).await
+    }
+}
+
+/// CloudWatch metrics through the SDK.
+#[derive(Clone)]
+pub struct CloudWatchArchiveMetrics {
+    pub client: aws_sdk_cloudwatch::Client,
+}
+
+impl ArchiveMetrics for CloudWatchArchiveMetrics {
+    async fn publish(
+        &self,
+        namespace: &str,
+        queue_name: &str,
+        counts: ArchiveCounts,
+    ) -> Result<(), PortError> {
+        let dim = Dimension::builder()
+            .name("QueueName")
+            .value(queue_name)
+            .build();
+        let datum = |name: &str, unit: StandardUnit, value: u64| {
+            MetricDatum::builder()
+                .metric_name(name)
+                .unit(unit)
+                .value(value as f64)
+                .dimensions(dim.clone())
+                .build()
+        };
+        let mut put = self
+            .client
+            .put_metric_data()
+            .namespace(namespace)
+            .metric_data(datum(
+                "ArchivedMessages",
+                StandardUnit::Count,
+                counts.archived,
+            ))
+            .metric_data(datum(
+                "ArchiveFailures",
+                StandardUnit::Count,
+                counts.failures,
+            ));
+        if let Some(age) = counts.oldest_message_age_seconds {
+            put = put.metric_data(datum("OldestMessageAgeSeconds", StandardUnit::Seconds, age));
+        }
+        put.send().await.map_err(|e| PortError {
+            operation: "PutMetricData",
+            code: "PutMetricData".into(),
+            message: aws_sdk_cloudwatch::error::DisplayErrorContext(&e).to_string(),
+            retryable: true,
+        })?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> Result<ArchiverConfig, ConfigError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ArchiverConfig::from_env(&Env(move |k: &str| {
+            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        }))
+    }
+
+    const POISON: &str = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-poison";
+    const DLQ: &str = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq";
+
+    #[test]
+    fn defaults_are_ten_days_the_archive_prefix_and_both_queues() {
+        let c = env(&[
+            ("ARCHIVE_BUCKET", "my-archive"),
+            ("POISON_QUEUE_URL", POISON),
+            ("DLQ_URL", DLQ),
+        ])
+        .unwrap();
+        assert_eq!(c.archive_after, Duration::from_secs(864_000));
+        assert_eq!(c.archive_after_variable, "ARCHIVE_AFTER_DAYS");
+        assert_eq!(c.prefix, "archive");
+        let names: Vec<&str> = c.queues.iter().map(|q| q.name()).collect();
+        assert_eq!(names, ["orders-poison", "orders-dlq"]);
+        assert_eq!(
+            (c.max_messages_per_invocation, c.visibility_timeout_seconds),
+            (1000, 120)
+        );
+    }
+
+    #[test]
+    fn seconds_override_days_and_fractions_are_allowed() {
+        let c = env(&[
+            ("ARCHIVE_BUCKET", "my-archive"),
+            ("POISON_QUEUE_URL", POISON),
+            ("ARCHIVE_AFTER_DAYS", "3"),
+            ("ARCHIVE_AFTER_SECONDS", "1.5"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.archive_after, c.archive_after_variable),
+            (Duration::from_millis(1500), "ARCHIVE_AFTER_SECONDS")
+        );
+        let c = env(&[
+            ("ARCHIVE_BUCKET", "my-archive"),
+            ("POISON_QUEUE_URL", POISON),
+            ("ARCHIVE_AFTER_DAYS", "0.5"),
+        ])
+        .unwrap();
+        assert_eq!(c.archive_after, Duration::from_secs(43_200));
+        assert_eq!(c.queues.len(), 1, "no DLQ_URL: the poison queue only");
+        let c = env(&[
+            ("ARCHIVE_BUCKET", "my-archive"),
+            ("POISON_QUEUE_URL", POISON),
+            ("DLQ_URL", DLQ),
+            ("ARCHIVE_DLQ", "false"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.queues.len(),
+            1,
+            "ARCHIVE_DLQ=false: the poison queue only"
+        );
+    }
+
+    #[test]
+    fn invalid_values_fail_naming_the_variable_and_the_value() {
+        let base = [
+            ("ARCHIVE_BUCKET", "my-archive"),
+            ("POISON_QUEUE_URL", POISON),
+        ];
+        let cases: &[(&str, &str)] = &[
+            ("ARCHIVE_AFTER_DAYS", "14"),
+            ("ARCHIVE_AFTER_DAYS", "0"),
+            ("ARCHIVE_AFTER_DAYS", "ten"),
+            ("ARCHIVE_AFTER_SECONDS", "-1"),
+            ("ARCHIVE_AFTER_SECONDS", "1209600"),
+            ("ARCHIVE_AFTER_SECONDS", "NaN"),
+            ("ARCHIVE_BUCKET", "My_Bucket"),
+            ("ARCHIVE_PREFIX", "/archive"),
+            ("ARCHIVE_PREFIX", "a//b"),
+            ("ARCHIVE_VISIBILITY_SECONDS", "5"),
+            ("MAX_MESSAGES_PER_INVOCATION", "0"),
+            ("DLQ_URL", POISON),
+            ("POISON_QUEUE_URL", "orders-poison"),
+        ];
+        for (variable, value) in cases {
+            let mut vars: Vec<(&str, &str)> = base
+                .iter()
+                .filter(|(k, _)| k != variable)
+                .copied()
+                .collect();
+            vars.push((variable, value));
+            let err = env(&vars)
+                .expect_err(&format!("{variable}={value}"))
+                .to_string();
+            assert!(
+                err.contains(variable) && err.contains(value),
+                "{variable}={value}: {err}"
+            );
+        }
+        let err = env(&[("POISON_QUEUE_URL", POISON)])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing ARCHIVE_BUCKET"), "{err}");
+    }
+
+    #[test]
+    fn the_threshold_must_be_below_the_retention() {
+        let c = env(&[
+            ("ARCHIVE_BUCKET", "my-archive"),
+            ("POISON_QUEUE_URL", POISON),
+        ])
+        .unwrap();
+        let q = c.queues[0].clone();
+        assert!(check_threshold(&c, &q, 864_001).is_ok());
+        let err = check_threshold(&c, &q, 864_000).unwrap_err().to_string();
+        assert!(
+            err.contains("ARCHIVE_AFTER_DAYS") && err.contains(POISON) && err.contains("864000 s"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_object_holds_one_line_per_message_in_the_shared_format() {
+        let q = QueueUrl::parse(POISON).unwrap();
+        let m = QueuedMessage {
+            message_id: "m-1".into(),
+            receipt_handle: "h".into(),
+            body: "line one\nline two ✓".into(),
+            attributes: Attributes::new(),
+            system: SystemAttributes::from_pairs([("SentTimestamp", "1795255200000")]),
+        };
+        let bytes = archive_object(&q, 1_795_255_260_000, &[m.clone(), m]);
+        let text = String::from_utf8(bytes).unwrap();
+        assert_eq!(
+            text.matches('\n').count(),
+            2,
+            "one line each, newlines in bodies escaped"
+        );
+        let parsed = archive::parse_jsonl(&text).unwrap();
+        assert_eq!(parsed[0].body, "line one\nline two ✓");
+        assert_eq!(parsed[0].queue, POISON);
+        assert_eq!(
+            parsed[0].system.sent_timestamp_ms(),
+            Some(1_795_255_200_000)
+        );
+    }
+}

@@ -1,0 +1,813 @@
+//! The archiver on moto (SQS, S3, CloudWatch): messages made old through its configuration
+//! (`ARCHIVE_AFTER_SECONDS`), never through a test-only code path.
+//!
+//! Faults moto cannot produce (a crash between the S3 put and the deletes) come from a port
+//! wrapper around the real SQS adapter.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_sdk_cloudwatch::types::{Datapoint, Dimension, StandardUnit, Statistic};
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use redrive_archiver::{
+    ArchiveQueue, Archiver, ArchiverConfig, CloudWatchArchiveMetrics, QueuedMessage, S3Store,
+    SqsArchiveQueue, SweepStop, sha256_base64,
+};
+use redrive_engine::ports::{BatchOutcome, HandleEntry, PortError};
+use redrive_shared::archive::{ArchivedMessage, parse_jsonl};
+use redrive_shared::config::Env;
+use redrive_shared::sdk::attributes_from_sdk;
+use redrive_tests::{
+    LambdaWatch, QueueSet, attr_binary, attr_custom, attr_number, attr_string, fixture, moto,
+    queue_depth, send_fifo, send_raw, unique_name,
+};
+use serde_json::json;
+
+async fn s3() -> aws_sdk_s3::Client {
+    redrive_engine::s3::client(&moto().sdk_config().await)
+}
+
+/// A fresh versioned bucket, as the stack's.
+async fn bucket(s3: &aws_sdk_s3::Client) -> String {
+    let name = unique_name("archive").to_ascii_lowercase();
+    s3.create_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .expect("CreateBucket");
+    s3.put_bucket_versioning()
+        .bucket(&name)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("PutBucketVersioning");
+    name
+}
+
+fn config(vars: &[(&str, &str)]) -> ArchiverConfig {
+    let vars: BTreeMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ArchiverConfig::from_env(&Env(move |k: &str| vars.get(k).cloned())).expect("valid config")
+}
+
+fn queue_config(queues: &QueueSet, bucket: &str, after_seconds: &str) -> ArchiverConfig {
+    config(&[
+        ("ARCHIVE_BUCKET", bucket),
+        ("POISON_QUEUE_URL", &queues.poison_url),
+        ("DLQ_URL", &queues.dlq_url),
+        ("ARCHIVE_AFTER_SECONDS", after_seconds),
+        ("ARCHIVE_VISIBILITY_SECONDS", "30"),
+        ("METRIC_NAMESPACE", &unique_name("ns")),
+    ])
+}
+
+async fn sqs_port() -> SqsArchiveQueue {
+    SqsArchiveQueue {
+        client: moto().sqs().await,
+    }
+}
+
+async fn metrics_port() -> CloudWatchArchiveMetrics {
+    CloudWatchArchiveMetrics {
+        client: moto().cloudwatch().await,
+    }
+}
+
+/// The archiver on moto's SQS, S3 and CloudWatch, initialised.
+async fn on_moto(
+    s3: &aws_sdk_s3::Client,
+    cfg: ArchiverConfig,
+) -> Archiver<SqsArchiveQueue, S3Store, CloudWatchArchiveMetrics> {
+    Archiver::init(
+        sqs_port().await,
+        S3Store { client: s3.clone() },
+        metrics_port().await,
+        cfg,
+    )
+    .await
+    .expect("init")
+}
+
+/// Every version of every object in the bucket, in key order, each parsed.
+async fn archived(s3: &aws_sdk_s3::Client, bucket: &str) -> Vec<(String, Vec<ArchivedMessage>)> {
+    let versions = s3
+        .list_object_versions()
+        .bucket(bucket)
+        .send()
+        .await
+        .expect("ListObjectVersions");
+    let mut out = Vec::new();
+    for v in versions.versions() {
+        let key = v.key().expect("key").to_string();
+        let object = s3
+            .get_object()
+            .bucket(bucket)
+            .key(&key)
+            .version_id(v.version_id().expect("version id"))
+            .send()
+            .await
+            .expect("GetObject");
+        let bytes = object.body.collect().await.expect("body").into_bytes();
+        let text = String::from_utf8(bytes.to_vec()).expect("an archive object is UTF-8");
+        assert!(text.ends_with('\n'), "every line ends with a newline");
+        out.push((key, parse_jsonl(&text).expect("an archive object parses")));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The datapoints of metric `name` of queue `queue_name` over the last ten minutes, with the
+/// statistics asked for.
+async fn metric_points(
+    namespace: &str,
+    name: &str,
+    queue_name: &str,
+    statistics: &[Statistic],
+) -> Vec<Datapoint> {
+    let now = std::time::SystemTime::now();
+    let out = moto()
+        .cloudwatch()
+        .await
+        .get_metric_statistics()
+        .namespace(namespace)
+        .metric_name(name)
+        .dimensions(
+            Dimension::builder()
+                .name("QueueName")
+                .value(queue_name)
+                .build(),
+        )
+        .start_time(aws_sdk_cloudwatch::primitives::DateTime::from(
+            now - Duration::from_secs(600),
+        ))
+        .end_time(aws_sdk_cloudwatch::primitives::DateTime::from(
+            now + Duration::from_secs(600),
+        ))
+        .period(60)
+        .set_statistics(Some(statistics.to_vec()))
+        .send()
+        .await
+        .expect("GetMetricStatistics");
+    out.datapoints().to_vec()
+}
+
+async fn metric_sum(namespace: &str, name: &str, queue_name: &str) -> f64 {
+    metric_points(namespace, name, queue_name, &[Statistic::Sum])
+        .await
+        .iter()
+        .filter_map(|d| d.sum())
+        .sum()
+}
+
+/// What a test sent: id, body, attributes.
+struct Sent {
+    id: String,
+    body: String,
+    attributes: Vec<(&'static str, MessageAttributeValue)>,
+}
+
+fn every_attribute_type(i: usize) -> Vec<(&'static str, MessageAttributeValue)> {
+    vec![
+        ("s", attr_string(&format!("héllo ✓ {i}"))),
+        ("n", attr_number("-12.50")),
+        ("b", attr_binary(&[0, 1, 2, 0xff, 0xfe, i as u8])),
+        ("ni", attr_custom("Number.int", "42")),
+        (
+            "bg",
+            MessageAttributeValue::builder()
+                .data_type("Binary.gz")
+                .binary_value(aws_sdk_sqs::primitives::Blob::new(vec![
+                    0x1f, 0x8b, 0, i as u8,
+                ]))
+                .build()
+                .expect("attribute"),
+        ),
+        (
+            "x-redrive",
+            attr_string(
+                r#"{"v":1,"attempt":6,"originalMessageId":"5fea7756-0000","reason":"max-attempts"}"#,
+            ),
+        ),
+    ]
+}
+
+async fn send_all(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    bodies: &[&str],
+    with_attributes: bool,
+) -> Vec<Sent> {
+    let mut out = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let attributes = if with_attributes {
+            every_attribute_type(i)
+        } else {
+            Vec::new()
+        };
+        let id = send_raw(sqs, url, body, &attributes).await;
+        out.push(Sent {
+            id,
+            body: body.to_string(),
+            attributes,
+        });
+    }
+    out
+}
+
+fn assert_archived_exactly(sent: &[Sent], lines: &[ArchivedMessage], queue_url: &str) {
+    for s in sent {
+        let line = lines
+            .iter()
+            .find(|l| l.message_id == s.id)
+            .unwrap_or_else(|| panic!("message {} is not in the archive", s.id));
+        assert_eq!(line.body.as_bytes(), s.body.as_bytes(), "body of {}", s.id);
+        let expected: std::collections::HashMap<String, MessageAttributeValue> = s
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        assert_eq!(
+            line.attributes,
+            attributes_from_sdk(Some(&expected)),
+            "attributes of {}",
+            s.id
+        );
+        assert_eq!(line.queue, queue_url);
+        assert!(
+            line.system.sent_timestamp_ms().is_some(),
+            "SentTimestamp kept"
+        );
+        assert!(
+            line.system.approximate_receive_count.is_some(),
+            "ApproximateReceiveCount kept"
+        );
+    }
+}
+
+#[tokio::test]
+async fn old_messages_are_archived_byte_exactly_and_young_ones_stay() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let bucket = bucket(&s3).await;
+    let cfg = queue_config(&queues, &bucket, "2");
+    let namespace = cfg.metric_namespace.clone();
+
+    // GIVEN messages that will be 2 s old (bodies with multi-byte text, escapes, newlines,
+    // attributes of every type) and, after that, young ones.
+    let old_poison = send_all(
+        &sqs,
+        &queues.poison_url,
+        &[
+            "{\"orderId\":42}",
+            "ünïcödé 🚀 \"quoted\"\nsecond line\t\\",
+            "<xml a='1'/>\r\n",
+        ],
+        true,
+    )
+    .await;
+    let old_dlq = send_all(&sqs, &queues.dlq_url, &["dlq-old-1", "dlq-old-2 ✓"], false).await;
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let young_poison = send_all(&sqs, &queues.poison_url, &["young-1", "young-2"], true).await;
+    let young_dlq = send_all(&sqs, &queues.dlq_url, &["young-dlq"], false).await;
+
+    // WHEN the archiver runs
+    let archiver = on_moto(&s3, cfg).await;
+    let summary = archiver.run(None).await;
+
+    // THEN the old ones are in S3, exactly, and gone from their queues; the young ones stayed
+    // and are visible again at once.
+    assert_eq!(
+        (summary.archived, summary.kept, summary.failed),
+        (5, 3, 0),
+        "{summary:?}"
+    );
+    assert_eq!(summary.queues[0].queue, queues.poison_name);
+    assert_eq!(summary.queues[1].queue, queues.dlq_name);
+    assert!(
+        summary
+            .queues
+            .iter()
+            .all(|q| q.stopped_because == SweepStop::QueueEmpty)
+    );
+    let objects = archived(&s3, &bucket).await;
+    let poison_lines: Vec<ArchivedMessage> = objects
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("archive/{}/", queues.poison_name)))
+        .flat_map(|(_, l)| l.clone())
+        .collect();
+    let dlq_lines: Vec<ArchivedMessage> = objects
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("archive/{}/", queues.dlq_name)))
+        .flat_map(|(_, l)| l.clone())
+        .collect();
+    assert_eq!(poison_lines.len(), 3);
+    assert_eq!(dlq_lines.len(), 2);
+    assert_archived_exactly(&old_poison, &poison_lines, &queues.poison_url);
+    assert_archived_exactly(&old_dlq, &dlq_lines, &queues.dlq_url);
+    for young in young_poison.iter().chain(&young_dlq) {
+        assert!(
+            !objects
+                .iter()
+                .any(|(_, l)| l.iter().any(|m| m.message_id == young.id)),
+            "a young message was archived"
+        );
+    }
+    let visible = |url: String| {
+        let sqs = sqs.clone();
+        async move {
+            let a = redrive_tests::queue_attributes(&sqs, &url).await;
+            (
+                a[&QueueAttributeName::ApproximateNumberOfMessages].clone(),
+                a[&QueueAttributeName::ApproximateNumberOfMessagesNotVisible].clone(),
+            )
+        }
+    };
+    assert_eq!(
+        visible(queues.poison_url.clone()).await,
+        ("2".into(), "0".into()),
+        "young poison messages visible again"
+    );
+    assert_eq!(
+        visible(queues.dlq_url.clone()).await,
+        ("1".into(), "0".into()),
+        "young DLQ message visible again"
+    );
+
+    // S3 stored the bytes it was sent: its SHA-256 is the object's.
+    for (key, _) in &objects {
+        let head = s3
+            .get_object()
+            .bucket(&bucket)
+            .key(key)
+            .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+            .send()
+            .await
+            .expect("GetObject");
+        let echoed = head.checksum_sha256().map(str::to_string);
+        let bytes = head.body.collect().await.unwrap().into_bytes();
+        assert_eq!(echoed, Some(sha256_base64(&bytes)), "{key}");
+    }
+
+    assert_eq!(
+        metric_sum(&namespace, "ArchivedMessages", &queues.poison_name).await,
+        3.0
+    );
+    assert_eq!(
+        metric_sum(&namespace, "ArchivedMessages", &queues.dlq_name).await,
+        2.0
+    );
+    assert_eq!(
+        metric_sum(&namespace, "ArchiveFailures", &queues.poison_name).await,
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn fifo_group_and_deduplication_ids_and_sequence_numbers_are_archived() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, true, 3).await;
+    let bucket = bucket(&s3).await;
+    let a = send_fifo(&sqs, &queues.poison_url, "first", "g1", "d1", &[]).await;
+    let b = send_fifo(&sqs, &queues.poison_url, "second", "g1", "d2", &[]).await;
+    let archiver = Archiver::init(
+        sqs_port().await,
+        S3Store { client: s3.clone() },
+        metrics_port().await,
+        queue_config(&queues, &bucket, "0"),
+    )
+    .await
+    .expect("init");
+    let summary = archiver.run(None).await;
+    assert_eq!(summary.archived, 2, "{summary:?}");
+    let lines: Vec<ArchivedMessage> = archived(&s3, &bucket)
+        .await
+        .into_iter()
+        .flat_map(|(_, l)| l)
+        .collect();
+    let ids: Vec<&str> = lines.iter().map(|l| l.message_id.as_str()).collect();
+    assert_eq!(ids, [a.as_str(), b.as_str()], "order within the group kept");
+    for (line, dedup) in lines.iter().zip(["d1", "d2"]) {
+        assert_eq!(line.system.message_group_id.as_deref(), Some("g1"));
+        assert_eq!(line.system.message_deduplication_id.as_deref(), Some(dedup));
+        assert!(line.system.sequence_number.is_some());
+    }
+    assert_eq!(queue_depth(&sqs, &queues.poison_url).await, 0);
+}
+
+#[tokio::test]
+async fn the_oldest_age_read_from_sent_timestamps_is_published_per_queue_zero_when_empty() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let bucket = bucket(&s3).await;
+    // GIVEN a poison message received three times (SQS's ApproximateAgeOfOldestMessage leaves
+    // such a message out), two seconds old, a younger one, and an empty DLQ
+    send_all(&sqs, &queues.poison_url, &["oldest"], true).await;
+    for _ in 0..3 {
+        assert_eq!(
+            redrive_tests::receive_raw(&sqs, &queues.poison_url, 0)
+                .await
+                .len(),
+            1
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    send_all(&sqs, &queues.poison_url, &["younger"], true).await;
+    // (nothing is old enough to archive: the sweep only reads)
+    let cfg = queue_config(&queues, &bucket, "3600");
+    let namespace = cfg.metric_namespace.clone();
+    let archiver = on_moto(&s3, cfg).await;
+
+    // WHEN the archiver runs
+    let summary = archiver.run(None).await;
+    assert_eq!((summary.kept, summary.archived), (2, 0), "{summary:?}");
+
+    // THEN each queue it swept has one OldestMessageAgeSeconds datum, in seconds: the poison
+    // queue's oldest message's age, and 0 for the empty DLQ
+    let read = |queue: String| {
+        let namespace = namespace.clone();
+        async move {
+            metric_points(
+                &namespace,
+                "OldestMessageAgeSeconds",
+                &queue,
+                &[Statistic::Maximum, Statistic::SampleCount],
+            )
+            .await
+        }
+    };
+    let poison = read(queues.poison_name.clone()).await;
+    assert_eq!(poison.len(), 1, "{poison:?}");
+    assert_eq!(poison[0].sample_count(), Some(1.0), "{poison:?}");
+    assert_eq!(poison[0].unit(), Some(&StandardUnit::Seconds), "{poison:?}");
+    let oldest = poison[0].maximum().unwrap_or_default();
+    assert!((2.0..60.0).contains(&oldest), "{poison:?}");
+    let dlq = read(queues.dlq_name.clone()).await;
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    assert_eq!(
+        (dlq[0].sample_count(), dlq[0].maximum()),
+        (Some(1.0), Some(0.0)),
+        "{dlq:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_put_failure_leaves_every_message_on_its_queue() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    // A bucket that does not exist: S3 (moto) refuses every put with NoSuchBucket.
+    let missing = unique_name("no-such-bucket").to_ascii_lowercase();
+    send_all(&sqs, &queues.poison_url, &["p1", "p2", "p3"], true).await;
+    send_all(&sqs, &queues.dlq_url, &["d1", "d2"], false).await;
+    let cfg = queue_config(&queues, &missing, "0");
+    let namespace = cfg.metric_namespace.clone();
+    let archiver = on_moto(&s3, cfg).await;
+
+    let summary = archiver.run(None).await;
+
+    assert_eq!(
+        (summary.archived, summary.failed, summary.objects),
+        (0, 5, 0),
+        "{summary:?}"
+    );
+    assert!(
+        summary
+            .queues
+            .iter()
+            .all(|q| q.stopped_because == SweepStop::PutFailed)
+    );
+    // Every message is still there, and visible again at once for the next run.
+    for (url, n) in [(&queues.poison_url, "3"), (&queues.dlq_url, "2")] {
+        let a = redrive_tests::queue_attributes(&sqs, url).await;
+        assert_eq!(
+            a[&QueueAttributeName::ApproximateNumberOfMessages],
+            n,
+            "{url}"
+        );
+    }
+    assert_eq!(
+        metric_sum(&namespace, "ArchiveFailures", &queues.poison_name).await,
+        3.0
+    );
+    assert_eq!(
+        metric_sum(&namespace, "ArchiveFailures", &queues.dlq_name).await,
+        2.0
+    );
+}
+
+/// The real SQS adapter whose deletes never happen: the process "dies" after S3 acknowledged
+/// the object. The receipt handles it was given are kept, so the test can end their
+/// visibility as the visibility timeout would.
+struct CrashBeforeDelete {
+    inner: SqsArchiveQueue,
+    handles: Mutex<Vec<HandleEntry>>,
+}
+
+impl ArchiveQueue for CrashBeforeDelete {
+    async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
+        self.inner.retention_seconds(queue_url).await
+    }
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<QueuedMessage>, PortError> {
+        self.inner
+            .receive(queue_url, max_messages, visibility_seconds)
+            .await
+    }
+    async fn delete_batch(
+        &self,
+        _: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.handles.lock().unwrap().extend(entries.iter().cloned());
+        Err(PortError {
+            operation: "DeleteMessageBatch",
+            code: "Crash".into(),
+            message: "the process died between the put and the delete".into(),
+            retryable: false,
+        })
+    }
+    async fn release_batch(
+        &self,
+        queue_url: &str,
+        entries: &[HandleEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.inner.release_batch(queue_url, entries).await
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_the_put_and_the_delete_gives_a_duplicate_object_never_a_loss() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let bucket = bucket(&s3).await;
+    let sent = send_all(&sqs, &queues.poison_url, &["crash-1", "crash-2 ✓"], true).await;
+    let cfg = queue_config(&queues, &bucket, "0");
+
+    // Run 1 dies after the put: the messages are in S3 AND still on their queue.
+    let crashing = CrashBeforeDelete {
+        inner: sqs_port().await,
+        handles: Mutex::new(Vec::new()),
+    };
+    let first = Archiver::init(
+        crashing,
+        S3Store { client: s3.clone() },
+        metrics_port().await,
+        cfg.clone(),
+    )
+    .await
+    .expect("init");
+    let summary = first.run(None).await;
+    assert_eq!(
+        (summary.archived, summary.failed, summary.objects),
+        (0, 2, 1),
+        "{summary:?}"
+    );
+    assert_eq!(
+        queue_depth(&sqs, &queues.poison_url).await,
+        2,
+        "nothing deleted"
+    );
+    assert_eq!(archived(&s3, &bucket).await.len(), 1);
+
+    // Their visibility ends (as the visibility timeout would end it).
+    let handles = std::mem::take(&mut *first_handles(&first));
+    for h in handles {
+        sqs.change_message_visibility()
+            .queue_url(&queues.poison_url)
+            .receipt_handle(h.receipt_handle)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .expect("ChangeMessageVisibility");
+    }
+    // Keys carry the archive time to the second: the second run is in another second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    // Run 2 archives them again and deletes them.
+    let second = on_moto(&s3, cfg).await;
+    let summary = second.run(None).await;
+    assert_eq!((summary.archived, summary.failed), (2, 0), "{summary:?}");
+    assert_eq!(queue_depth(&sqs, &queues.poison_url).await, 0);
+
+    // Each message is in the archive twice (two objects), byte-exactly both times.
+    let objects = archived(&s3, &bucket).await;
+    assert_eq!(objects.len(), 2, "an object twice");
+    for (_, lines) in &objects {
+        assert_archived_exactly(&sent, lines, &queues.poison_url);
+    }
+}
+
+fn first_handles<'a>(
+    a: &'a Archiver<CrashBeforeDelete, S3Store, CloudWatchArchiveMetrics>,
+) -> std::sync::MutexGuard<'a, Vec<HandleEntry>> {
+    a.queue().handles.lock().unwrap()
+}
+
+async fn queue_with_retention(sqs: &aws_sdk_sqs::Client, seconds: &str) -> String {
+    let out = sqs
+        .create_queue()
+        .queue_name(unique_name("short"))
+        .attributes(QueueAttributeName::MessageRetentionPeriod, seconds)
+        .send()
+        .await
+        .expect("CreateQueue");
+    out.queue_url.expect("QueueUrl")
+}
+
+#[tokio::test]
+async fn a_threshold_not_below_a_queues_retention_fails_init_naming_it_and_receives_nothing() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let four_days = queue_with_retention(&sqs, "345600").await;
+    send_raw(&sqs, &four_days, "stays", &[]).await;
+    let hour = queue_with_retention(&sqs, "3600").await;
+
+    // The default, 10 days, against a 4-day queue.
+    let err = Archiver::init(
+        sqs_port().await,
+        S3Store { client: s3.clone() },
+        metrics_port().await,
+        config(&[
+            ("ARCHIVE_BUCKET", "some-bucket"),
+            ("POISON_QUEUE_URL", &four_days),
+        ]),
+    )
+    .await
+    .err()
+    .expect("init fails")
+    .to_string();
+    assert!(
+        err.contains("ARCHIVE_AFTER_DAYS")
+            && err.contains(&four_days)
+            && err.contains("345600")
+            && err.contains("864000"),
+        "{err}"
+    );
+
+    // Seconds equal to the retention: not below it. The DLQ is checked too.
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let err = Archiver::init(
+        sqs_port().await,
+        S3Store { client: s3.clone() },
+        metrics_port().await,
+        config(&[
+            ("ARCHIVE_BUCKET", "some-bucket"),
+            ("POISON_QUEUE_URL", &queues.poison_url),
+            ("DLQ_URL", &hour),
+            ("ARCHIVE_AFTER_SECONDS", "3600"),
+        ]),
+    )
+    .await
+    .err()
+    .expect("init fails")
+    .to_string();
+    assert!(
+        err.contains("ARCHIVE_AFTER_SECONDS") && err.contains(&hour) && err.contains("3600 s"),
+        "{err}"
+    );
+
+    // Just below is accepted.
+    Archiver::init(
+        sqs_port().await,
+        S3Store { client: s3.clone() },
+        metrics_port().await,
+        config(&[
+            ("ARCHIVE_BUCKET", "some-bucket"),
+            ("POISON_QUEUE_URL", &queues.poison_url),
+            ("DLQ_URL", &hour),
+            ("ARCHIVE_AFTER_SECONDS", "3599.5"),
+        ]),
+    )
+    .await
+    .expect("a threshold below every retention");
+
+    // Nothing was received by the refused init.
+    let visible = redrive_tests::receive_raw(&sqs, &four_days, 0).await;
+    assert_eq!(visible.len(), 1);
+    assert_eq!(
+        visible[0]
+            .attributes()
+            .and_then(
+                |a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
+            )
+            .map(String::as_str),
+        Some("1")
+    );
+}
+
+#[tokio::test]
+async fn the_archiver_runs_as_a_lambda_on_its_schedule_and_never_logs_bodies() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let bucket = bucket(&s3).await;
+    let sent = send_all(
+        &sqs,
+        &queues.poison_url,
+        &["secret-body-1", "secret-body-2"],
+        true,
+    )
+    .await;
+    let mut env = moto().env();
+    env.extend([
+        ("ARCHIVE_BUCKET".to_string(), bucket.clone()),
+        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
+        ("DLQ_URL".to_string(), queues.dlq_url.clone()),
+        ("ARCHIVE_AFTER_SECONDS".to_string(), "0".to_string()),
+        ("METRIC_NAMESPACE".to_string(), unique_name("ns")),
+    ]);
+    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let response = watch
+        .invoke("archiver", &fixture("eventbridge-scheduled.json"))
+        .await
+        .expect("invoke");
+    assert_eq!(response["archived"], json!(2), "{response}");
+    assert_eq!(response["failed"], json!(0), "{response}");
+    assert_eq!(queue_depth(&sqs, &queues.poison_url).await, 0);
+    let lines: Vec<ArchivedMessage> = archived(&s3, &bucket)
+        .await
+        .into_iter()
+        .flat_map(|(_, l)| l)
+        .collect();
+    assert_archived_exactly(&sent, &lines, &queues.poison_url);
+    let log = watch.log();
+    assert!(
+        log.contains("\"action\":\"archived\""),
+        "per-message action lines"
+    );
+    assert!(log.contains(&sent[0].id));
+    assert!(
+        !log.contains("secret-body"),
+        "a message body leaked into the logs"
+    );
+}
+
+#[tokio::test]
+async fn the_archivers_log_lines_carry_the_invocation_ids_and_its_archive_the_trace_header() {
+    // GIVEN the archiver under cargo lambda watch, and a traced producer's message parked
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let bucket = bucket(&s3).await;
+    let mut env = moto().env();
+    env.extend([
+        ("ARCHIVE_BUCKET".to_string(), bucket.clone()),
+        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
+        ("DLQ_URL".to_string(), queues.dlq_url.clone()),
+        ("ARCHIVE_AFTER_SECONDS".to_string(), "0".to_string()),
+        ("METRIC_NAMESPACE".to_string(), unique_name("ns")),
+    ]);
+    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let header = redrive_tests::producer_trace_header();
+    let traced =
+        redrive_tests::send_traced(&sqs, &queues.poison_url, "traced-body", &[], &header).await;
+
+    // WHEN it runs on its schedule twice, a message to archive each time
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        if round == 1 {
+            send_raw(&sqs, &queues.poison_url, "plain-body", &[]).await;
+        }
+        let (response, lines) = watch
+            .invoke_logged("archiver", &fixture("eventbridge-scheduled.json"))
+            .await;
+        assert_eq!(response.unwrap()["archived"], json!(1));
+
+        // THEN every line it logged during the run carries the invocation's requestId and
+        // xrayTraceId
+        let ids = redrive_tests::invocation_ids(&lines).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            lines.iter().any(|l| l["fields"]["action"] == "archived"),
+            "{lines:?}"
+        );
+        seen.push(ids);
+    }
+    assert_ne!(seen[0], seen[1]);
+
+    // AND the traced message's archive line keeps its AWSTraceHeader, for import to send on
+    let lines: Vec<ArchivedMessage> = archived(&s3, &bucket)
+        .await
+        .into_iter()
+        .flat_map(|(_, l)| l)
+        .collect();
+    let line = lines.iter().find(|l| l.message_id == traced).unwrap();
+    assert_eq!(
+        line.system.aws_trace_header.as_deref(),
+        Some(header.as_str())
+    );
+}
