@@ -1,0 +1,136 @@
+//! What a drain is asked (`DrainRequest`, `Settings`) and what it answers (`Summary`,
+//! `StopReason`, `InvocationError`).
+
+use super::*;
+
+/// Why a drain stopped (the contract's `stoppedBecause`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    QueueEmpty,
+    Limit,
+    Deadline,
+    CircuitOpen,
+    NotInAlarm,
+    OtherQueue,
+    /// A Step Functions execution that found another one draining the DLQ: it received nothing.
+    AlreadyRunning,
+    Other,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::QueueEmpty => "queue-empty",
+            Self::Limit => "limit",
+            Self::Deadline => "deadline",
+            Self::CircuitOpen => "circuit-open",
+            Self::NotInAlarm => "not-in-alarm",
+            Self::OtherQueue => "other-queue",
+            Self::AlreadyRunning => "already-running",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl From<Skip> for StopReason {
+    fn from(s: Skip) -> Self {
+        match s {
+            Skip::NotInAlarm => Self::NotInAlarm,
+            Skip::OtherQueue => Self::OtherQueue,
+        }
+    }
+}
+
+/// The invocation's response, also logged as one JSON line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub received: u64,
+    pub redriven: u64,
+    pub isolated: u64,
+    pub failed: u64,
+    pub dry_run: bool,
+    pub stopped_because: StopReason,
+    /// Messages left on the DLQ (visible, in flight and delayed) after the run; `null` when the
+    /// queue could not be asked.
+    pub dlq_remaining: Option<u64>,
+    /// Why the DLQ could not be read (ReceiveMessage failed for good); such a drain fails the
+    /// invocation. Not part of the response.
+    #[serde(skip)]
+    pub dlq_unreadable: Option<String>,
+    /// Messages neither the source nor the poison queue accepts; they stay on the DLQ.
+    #[serde(skip)]
+    pub unplaceable: u64,
+    /// The adaptive circuit after the run; absent when the circuit is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<CircuitSummary>,
+}
+
+/// Why an invocation fails.
+#[derive(Debug, thiserror::Error)]
+pub enum InvocationError {
+    /// An unrecognized event: nothing was touched.
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The DLQ could not be read: published as `DlqReceiveFailures` and failed, so that the
+    /// Lambda `Errors` alarm sees it.
+    #[error("the DLQ cannot be read: {reason}")]
+    DlqUnreadable { reason: String, summary: Summary },
+}
+
+/// One drain, resolved from the trigger and the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainRequest {
+    pub max_messages: u32,
+    pub dry_run: bool,
+    /// The Lambda deadline; `None` runs until the limit or an empty queue.
+    pub deadline: Option<Instant>,
+    /// The DLQ's trigger alarm, re-armed after the drain when it is in ALARM (see
+    /// [`Engine::rearm`]): the alarm that notified an alarm-triggered drain, else
+    /// `TRIGGER_ALARM_NAME`. `None`: nothing to re-arm.
+    pub trigger_alarm: Option<String>,
+}
+
+/// Tunables that are not part of the contract's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Stop starting new batches this long before the deadline (at most a quarter of the time
+    /// the invocation has).
+    pub deadline_margin: Duration,
+    /// Long-poll wait of each ReceiveMessage: an empty answer then means an empty queue.
+    pub receive_wait_seconds: i32,
+    /// Visibility timeout of received messages: if the invocation dies, they reappear after it.
+    pub visibility_seconds: i32,
+    /// Tries of a call (or of failed batch entries) that failed in a retryable way.
+    pub retry_attempts: u32,
+    pub retry_base: Duration,
+    /// The longest any one port call may take: the SDK's operation timeout, enforced by the
+    /// engine too (a fake or a custom port has no SDK timeouts).
+    pub call_timeout: Duration,
+    /// Time kept for the calls after the drain (DLQ depth, PutMetricData, DescribeAlarms,
+    /// SetAlarmState): no drain call runs into it.
+    pub post_drain_reserve: Duration,
+}
+
+/// Calls after the drain, each bounded by `call_timeout`: DLQ depth, PutMetricData,
+/// DescribeAlarms and SetAlarmState.
+const POST_DRAIN_CALLS: u32 = 4;
+/// Calls of one batch in flight when the margin starts: receive, send, delete.
+const BATCH_CALLS: u32 = 3;
+
+impl Default for Settings {
+    fn default() -> Self {
+        let call_timeout = redrive_shared::sdk::OPERATION_TIMEOUT;
+        Self {
+            // One batch in flight plus the calls after the drain, each at its timeout.
+            deadline_margin: call_timeout * (BATCH_CALLS + POST_DRAIN_CALLS),
+            receive_wait_seconds: 1,
+            visibility_seconds: 60,
+            retry_attempts: 3,
+            retry_base: Duration::from_millis(100),
+            call_timeout,
+            post_drain_reserve: call_timeout * POST_DRAIN_CALLS,
+        }
+    }
+}
