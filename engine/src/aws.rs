@@ -1,4 +1,5 @@
-//! SDK adapters for the ports: SQS, CloudWatch alarms and metrics.
+//! SDK adapters for the ports (SQS, CloudWatch alarms and metrics), and the clients every front
+//! end builds once ([`Clients::from_sdk`]).
 
 use aws_sdk_cloudwatch::types::{AlarmType, Dimension, MetricDatum, StandardUnit, StateValue};
 use aws_sdk_sqs::types::{
@@ -7,13 +8,16 @@ use aws_sdk_sqs::types::{
     SendMessageBatchRequestEntry,
 };
 use redrive_shared::archive::SystemAttributes;
+use redrive_shared::config::RedriverConfig;
 use redrive_shared::sdk::{
     attributes_from_sdk, attributes_to_sdk, trace_header_from_sdk, trace_header_to_sdk,
 };
 
+use crate::Engine;
+use crate::circuit::DynamoDbCircuitStore;
 use crate::ports::{
-    AlarmInfo, AlarmState, Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, Metrics,
-    PortError, Queue, Received, RunMetrics, SendEntry,
+    AlarmInfo, AlarmState, Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, MetricUnit,
+    MetricValue, Metrics, PortError, Queue, Received, SendEntry,
 };
 
 /// Maps an SDK error to a [`PortError`], classifying what is worth retrying.
@@ -81,11 +85,8 @@ pub struct SqsQueue {
     pub client: aws_sdk_sqs::Client,
 }
 
-impl SqsQueue {
-    /// ReceiveMessage, each message with the system attributes an archive keeps (MessageGroupId,
-    /// MessageDeduplicationId, SequenceNumber, ...), which [`Received`] does not carry. `All`
-    /// includes `AWSTraceHeader`, which [`Received`] does carry.
-    pub async fn receive_with_system(
+impl Queue for SqsQueue {
+    async fn receive_with_system(
         &self,
         queue_url: &str,
         max_messages: i32,
@@ -136,9 +137,7 @@ impl SqsQueue {
             })
             .collect())
     }
-}
 
-impl Queue for SqsQueue {
     async fn receive(
         &self,
         queue_url: &str,
@@ -146,9 +145,14 @@ impl Queue for SqsQueue {
         wait_seconds: i32,
         visibility_seconds: i32,
     ) -> Result<Vec<Received>, PortError> {
-        let got = self
-            .receive_with_system(queue_url, max_messages, wait_seconds, visibility_seconds)
-            .await?;
+        let got = Queue::receive_with_system(
+            self,
+            queue_url,
+            max_messages,
+            wait_seconds,
+            visibility_seconds,
+        )
+        .await?;
         Ok(got.into_iter().map(|(m, _)| m).collect())
     }
 
@@ -291,6 +295,26 @@ impl Queue for SqsQueue {
             .get(&QueueAttributeName::MaximumMessageSize)
             .and_then(|v| v.parse::<usize>().ok()))
     }
+
+    async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+            .send()
+            .await
+            .map_err(|e| port_error("GetQueueAttributes", e))?;
+        out.attributes()
+            .and_then(|a| a.get(&QueueAttributeName::MessageRetentionPeriod))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| PortError {
+                operation: "GetQueueAttributes",
+                code: "MissingAttribute".into(),
+                message: "the answer holds no MessageRetentionPeriod".into(),
+                retryable: false,
+            })
+    }
 }
 
 fn cw_error<E, R>(
@@ -396,41 +420,86 @@ impl Alarms for CloudWatch {
 }
 
 impl Metrics for CloudWatch {
-    async fn publish(
+    /// The one PutMetricData builder: every value with the dimension `QueueName`.
+    async fn put(
         &self,
         namespace: &str,
         queue_name: &str,
-        m: RunMetrics,
+        values: &[MetricValue],
     ) -> Result<(), PortError> {
         let dim = Dimension::builder()
             .name("QueueName")
             .value(queue_name)
             .build();
-        let datum = |name: &str, value: u64| {
-            MetricDatum::builder()
-                .metric_name(name)
-                .unit(StandardUnit::Count)
-                .value(value as f64)
-                .dimensions(dim.clone())
-                .build()
-        };
-        let mut put = self
-            .client
+        let data = values
+            .iter()
+            .map(|v| {
+                MetricDatum::builder()
+                    .metric_name(v.name)
+                    .unit(match v.unit {
+                        MetricUnit::Count => StandardUnit::Count,
+                        MetricUnit::Seconds => StandardUnit::Seconds,
+                    })
+                    .value(v.value as f64)
+                    .dimensions(dim.clone())
+                    .build()
+            })
+            .collect();
+        self.client
             .put_metric_data()
             .namespace(namespace)
-            .metric_data(datum("SuccessfulRedrives", m.successful_redrives))
-            .metric_data(datum("PoisonPillsIsolated", m.poison_pills_isolated))
-            .metric_data(datum("RedriveFailures", m.redrive_failures))
-            .metric_data(datum("DlqReceiveFailures", m.dlq_receive_failures))
-            .metric_data(datum("UnplaceableMessages", m.unplaceable_messages));
-        // The adaptive circuit, only while it is on.
-        if let Some(c) = m.circuit {
-            put = put
-                .metric_data(datum("CircuitOpen", u64::from(c.open)))
-                .metric_data(datum("CircuitTransitions", c.transitions))
-                .metric_data(datum("BouncedCopies", c.bounced));
-        }
-        put.send().await.map_err(|e| cw_error("PutMetricData", e))?;
+            .set_metric_data(Some(data))
+            .send()
+            .await
+            .map_err(|e| cw_error("PutMetricData", e))?;
         Ok(())
+    }
+}
+
+/// The SDK clients a front end builds once at init and borrows into every invocation.
+#[derive(Clone)]
+pub struct Clients {
+    pub sqs: SqsQueue,
+    pub cloudwatch: CloudWatch,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+}
+
+/// The engine as every Lambda and the CLI run it: SQS, CloudWatch alarms and metrics, and the
+/// adaptive circuit's DynamoDB record when `CIRCUIT_TABLE` is set.
+pub type SdkEngine = Engine<SqsQueue, CloudWatch, CloudWatch, Option<DynamoDbCircuitStore>>;
+
+impl Clients {
+    /// One client per service, all from the same SDK configuration (its timeouts and its
+    /// retries of whole calls).
+    pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
+        Self {
+            sqs: SqsQueue {
+                client: aws_sdk_sqs::Client::new(sdk),
+            },
+            cloudwatch: CloudWatch {
+                client: aws_sdk_cloudwatch::Client::new(sdk),
+            },
+            dynamodb: aws_sdk_dynamodb::Client::new(sdk),
+        }
+    }
+
+    /// The adaptive circuit's record, when the configuration names its table.
+    pub fn circuit_store(&self, config: &RedriverConfig) -> Option<DynamoDbCircuitStore> {
+        config.circuit.as_ref().map(|c| DynamoDbCircuitStore {
+            client: self.dynamodb.clone(),
+            table: c.table.clone(),
+        })
+    }
+
+    /// The engine over these clients.
+    pub fn engine(&self, config: RedriverConfig) -> SdkEngine {
+        let circuit = self.circuit_store(&config);
+        Engine::new(
+            self.sqs.clone(),
+            self.cloudwatch.clone(),
+            self.cloudwatch.clone(),
+            config,
+        )
+        .with_circuit(circuit)
     }
 }

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 
+use redrive_shared::archive::SystemAttributes;
 use redrive_shared::{Attributes, TraceHeader};
 
 /// A message as received from a queue.
@@ -123,6 +124,51 @@ pub trait Queue: Sync {
     ) -> impl Future<Output = Result<Option<usize>, PortError>> + Send {
         async { Ok(None) }
     }
+
+    /// ReceiveMessage, each message with the system attributes an archive keeps
+    /// (MessageGroupId, MessageDeduplicationId, SequenceNumber, ...), which [`Received`] does
+    /// not carry. By default, what [`Received`] knows of them.
+    fn receive_with_system(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        wait_seconds: i32,
+        visibility_seconds: i32,
+    ) -> impl Future<Output = Result<Vec<(Received, SystemAttributes)>, PortError>> + Send {
+        async move {
+            let got = self
+                .receive(queue_url, max_messages, wait_seconds, visibility_seconds)
+                .await?;
+            Ok(got
+                .into_iter()
+                .map(|m| {
+                    let system = SystemAttributes {
+                        sent_timestamp: m.sent_timestamp_ms.map(|t| t.to_string()),
+                        approximate_receive_count: Some(m.receive_count.to_string()),
+                        message_group_id: m.group_id.clone(),
+                        ..SystemAttributes::default()
+                    };
+                    (m, system)
+                })
+                .collect())
+        }
+    }
+
+    /// The queue's `MessageRetentionPeriod` in seconds (GetQueueAttributes). By default the
+    /// port cannot tell, and says so.
+    fn retention_seconds(
+        &self,
+        _queue_url: &str,
+    ) -> impl Future<Output = Result<u64, PortError>> + Send {
+        async {
+            Err(PortError {
+                operation: "GetQueueAttributes",
+                code: "Unsupported".into(),
+                message: "this queue port does not read MessageRetentionPeriod".into(),
+                retryable: false,
+            })
+        }
+    }
 }
 
 /// The state of an alarm, as DescribeAlarms reports it.
@@ -185,14 +231,70 @@ pub struct CircuitMetrics {
     pub bounced: u64,
 }
 
+/// The unit of a published value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricUnit {
+    Count,
+    Seconds,
+}
+
+/// One value of a PutMetricData.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricValue {
+    pub name: &'static str,
+    pub unit: MetricUnit,
+    pub value: u64,
+}
+
+impl MetricValue {
+    pub fn count(name: &'static str, value: u64) -> Self {
+        Self {
+            name,
+            unit: MetricUnit::Count,
+            value,
+        }
+    }
+}
+
+impl RunMetrics {
+    /// `SuccessfulRedrives`, `PoisonPillsIsolated`, `RedriveFailures`, `DlqReceiveFailures` and
+    /// `UnplaceableMessages`, zeros included; with the circuit on, `CircuitOpen`,
+    /// `CircuitTransitions` and `BouncedCopies` too.
+    pub fn values(&self) -> Vec<MetricValue> {
+        let mut values = vec![
+            MetricValue::count("SuccessfulRedrives", self.successful_redrives),
+            MetricValue::count("PoisonPillsIsolated", self.poison_pills_isolated),
+            MetricValue::count("RedriveFailures", self.redrive_failures),
+            MetricValue::count("DlqReceiveFailures", self.dlq_receive_failures),
+            MetricValue::count("UnplaceableMessages", self.unplaceable_messages),
+        ];
+        if let Some(c) = self.circuit {
+            values.extend([
+                MetricValue::count("CircuitOpen", u64::from(c.open)),
+                MetricValue::count("CircuitTransitions", c.transitions),
+                MetricValue::count("BouncedCopies", c.bounced),
+            ]);
+        }
+        values
+    }
+}
+
 pub trait Metrics: Sync {
-    /// One PutMetricData with `SuccessfulRedrives`, `PoisonPillsIsolated`, `RedriveFailures`,
-    /// `DlqReceiveFailures` and `UnplaceableMessages` (Unit Count, dimension `QueueName`), and
-    /// with the circuit on `CircuitOpen`, `CircuitTransitions` and `BouncedCopies`.
+    /// One PutMetricData of `values`, each with the dimension `QueueName`.
+    fn put(
+        &self,
+        namespace: &str,
+        queue_name: &str,
+        values: &[MetricValue],
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+
+    /// A run's metrics in one PutMetricData ([`RunMetrics::values`]).
     fn publish(
         &self,
         namespace: &str,
         queue_name: &str,
         metrics: RunMetrics,
-    ) -> impl Future<Output = Result<(), PortError>> + Send;
+    ) -> impl Future<Output = Result<(), PortError>> + Send {
+        async move { self.put(namespace, queue_name, &metrics.values()).await }
+    }
 }

@@ -25,15 +25,14 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
-use aws_sdk_sqs::types::QueueAttributeName;
 use redrive_shared::Attributes;
 use redrive_shared::archive::{self, ArchivedMessage, SystemAttributes};
 use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_u32};
 use serde::Serialize;
 
-use redrive_engine::aws::{SqsQueue, port_error};
-use redrive_engine::ports::{BatchOutcome, HandleEntry, PortError, Queue};
+use redrive_engine::ports::{
+    HandleEntry, MetricUnit, MetricValue, Metrics, PortError, Queue, Received,
+};
 
 /// `ARCHIVE_AFTER_DAYS` when neither threshold variable is set.
 pub const DEFAULT_ARCHIVE_AFTER_DAYS: f64 = 10.0;
@@ -249,6 +248,18 @@ pub struct QueuedMessage {
     pub system: SystemAttributes,
 }
 
+impl From<(Received, SystemAttributes)> for QueuedMessage {
+    fn from((m, system): (Received, SystemAttributes)) -> Self {
+        Self {
+            message_id: m.message_id,
+            receipt_handle: m.receipt_handle,
+            body: m.body,
+            attributes: m.attributes,
+            system,
+        }
+    }
+}
+
 impl QueuedMessage {
     /// `SentTimestamp`, epoch milliseconds.
     pub fn sent_timestamp_ms(&self) -> Option<i64> {
@@ -261,36 +272,6 @@ impl QueuedMessage {
             receipt_handle: self.receipt_handle.clone(),
         }
     }
-}
-
-/// The SQS calls the archiver makes on the queues it sweeps.
-pub trait ArchiveQueue: Sync {
-    /// The queue's `MessageRetentionPeriod` in seconds (GetQueueAttributes).
-    fn retention_seconds(
-        &self,
-        queue_url: &str,
-    ) -> impl Future<Output = Result<u64, PortError>> + Send;
-
-    /// ReceiveMessage with every message and system attribute.
-    fn receive(
-        &self,
-        queue_url: &str,
-        max_messages: i32,
-        visibility_seconds: i32,
-    ) -> impl Future<Output = Result<Vec<QueuedMessage>, PortError>> + Send;
-
-    fn delete_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-    ) -> impl Future<Output = Result<BatchOutcome, PortError>> + Send;
-
-    /// Makes the messages visible again at once (ChangeMessageVisibilityBatch, 0 s).
-    fn release_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-    ) -> impl Future<Output = Result<BatchOutcome, PortError>> + Send;
 }
 
 /// Where archive objects go.
@@ -319,16 +300,23 @@ pub struct ArchiveCounts {
     pub oldest_message_age_seconds: Option<u64>,
 }
 
-pub trait ArchiveMetrics: Sync {
-    /// One PutMetricData: `ArchivedMessages` and `ArchiveFailures` (Unit Count) and
-    /// `OldestMessageAgeSeconds` (Unit Seconds, when known), dimension `QueueName`, zeros
-    /// included.
-    fn publish(
-        &self,
-        namespace: &str,
-        queue_name: &str,
-        counts: ArchiveCounts,
-    ) -> impl Future<Output = Result<(), PortError>> + Send;
+impl ArchiveCounts {
+    /// `ArchivedMessages` and `ArchiveFailures` (Unit Count), zeros included, and
+    /// `OldestMessageAgeSeconds` (Unit Seconds) when known: one PutMetricData per queue and run.
+    pub fn values(&self) -> Vec<MetricValue> {
+        let mut values = vec![
+            MetricValue::count("ArchivedMessages", self.archived),
+            MetricValue::count("ArchiveFailures", self.failures),
+        ];
+        if let Some(age) = self.oldest_message_age_seconds {
+            values.push(MetricValue {
+                name: "OldestMessageAgeSeconds",
+                unit: MetricUnit::Seconds,
+                value: age,
+            });
+        }
+        values
+    }
 }
 
 // ---------------------------------------------------------------- the archive format
@@ -411,7 +399,7 @@ pub struct Archiver<Q, S, M> {
     config: ArchiverConfig,
 }
 
-impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
+impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
     /// Reads every queue's retention and refuses a threshold that is not below it. Nothing is
     /// received before this succeeds.
     pub async fn init(
@@ -465,7 +453,7 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
             };
             if let Err(e) = self
                 .metrics
-                .publish(&self.config.metric_namespace, url.name(), counts)
+                .put(&self.config.metric_namespace, url.name(), &counts.values())
                 .await
             {
                 tracing::error!(queue = url.name(), error = %e, "publishing the archive metrics failed");
@@ -511,16 +499,22 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
                 break SweepStop::Deadline;
             }
             let max = (budget - summary.received).min(10) as i32;
+            // A 1 s long poll asks every SQS server, so a standard queue's sample is not empty
+            // while messages wait.
             let batch = match self
                 .queue
-                .receive(
+                .receive_with_system(
                     url.as_str(),
                     max,
+                    1,
                     self.config.visibility_timeout_seconds as i32,
                 )
                 .await
             {
-                Ok(batch) => batch,
+                Ok(batch) => batch
+                    .into_iter()
+                    .map(QueuedMessage::from)
+                    .collect::<Vec<_>>(),
                 Err(e) => {
                     tracing::error!(queue = url.name(), action = "receive-failed", error = %e, "the archiver cannot read the queue");
                     summary.failed += 1;
@@ -630,7 +624,11 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
 
     async fn release(&self, url: &QueueUrl, held: &[HandleEntry]) {
         for chunk in held.chunks(10) {
-            match self.queue.release_batch(url.as_str(), chunk).await {
+            match self
+                .queue
+                .change_visibility_batch(url.as_str(), chunk, 0)
+                .await
+            {
                 Ok(outcome) if outcome.failed.is_empty() => {}
                 Ok(outcome) => tracing::warn!(
                     queue = url.name(),
@@ -647,83 +645,6 @@ impl<Q: ArchiveQueue, S: ObjectStore, M: ArchiveMetrics> Archiver<Q, S, M> {
 
 // ---------------------------------------------------------------- SDK adapters
 
-/// SQS through the SDK (AWS, or moto via `AWS_ENDPOINT_URL`).
-#[derive(Clone)]
-pub struct SqsArchiveQueue {
-    pub client: aws_sdk_sqs::Client,
-}
-
-impl ArchiveQueue for SqsArchiveQueue {
-    async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
-        let out = self
-            .client
-            .get_queue_attributes()
-            .queue_url(queue_url)
-            .attribute_names(QueueAttributeName::MessageRetentionPeriod)
-            .send()
-            .await
-            .map_err(|e| port_error("GetQueueAttributes", e))?;
-        out.attributes()
-            .and_then(|a| a.get(&QueueAttributeName::MessageRetentionPeriod))
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| PortError {
-                operation: "GetQueueAttributes",
-                code: "MissingAttribute".into(),
-                message: "the answer holds no MessageRetentionPeriod".into(),
-                retryable: false,
-            })
-    }
-
-    async fn receive(
-        &self,
-        queue_url: &str,
-        max_messages: i32,
-        visibility_seconds: i32,
-    ) -> Result<Vec<QueuedMessage>, PortError> {
-        // A 1 s long poll asks every SQS server, so a standard queue's sample is not empty
-        // while messages wait. The same ReceiveMessage as export's (every attribute and system
-        // attribute).
-        let sqs = SqsQueue {
-            client: self.client.clone(),
-        };
-        let got = sqs
-            .receive_with_system(queue_url, max_messages, 1, visibility_seconds)
-            .await?;
-        Ok(got
-            .into_iter()
-            .map(|(m, system)| QueuedMessage {
-                message_id: m.message_id,
-                receipt_handle: m.receipt_handle,
-                body: m.body,
-                attributes: m.attributes,
-                system,
-            })
-            .collect())
-    }
-
-    async fn delete_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        let sqs = SqsQueue {
-            client: self.client.clone(),
-        };
-        Queue::delete_batch(&sqs, queue_url, entries).await
-    }
-
-    async fn release_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        let sqs = SqsQueue {
-            client: self.client.clone(),
-        };
-        sqs.change_visibility_batch(queue_url, entries, 0).await
-    }
-}
-
 /// S3 through the SDK.
 #[derive(Clone)]
 pub struct S3Store {
@@ -735,58 +656,6 @@ pub use redrive_engine::s3::sha256_base64;
 impl ObjectStore for S3Store {
     async fn put(&self, bucket: &str, key: &str, body: Vec<u8>) -> Result<(), PortError> {
         redrive_engine::s3::put_verified(&self.client, bucket, key, body).await
-    }
-}
-
-/// CloudWatch metrics through the SDK.
-#[derive(Clone)]
-pub struct CloudWatchArchiveMetrics {
-    pub client: aws_sdk_cloudwatch::Client,
-}
-
-impl ArchiveMetrics for CloudWatchArchiveMetrics {
-    async fn publish(
-        &self,
-        namespace: &str,
-        queue_name: &str,
-        counts: ArchiveCounts,
-    ) -> Result<(), PortError> {
-        let dim = Dimension::builder()
-            .name("QueueName")
-            .value(queue_name)
-            .build();
-        let datum = |name: &str, unit: StandardUnit, value: u64| {
-            MetricDatum::builder()
-                .metric_name(name)
-                .unit(unit)
-                .value(value as f64)
-                .dimensions(dim.clone())
-                .build()
-        };
-        let mut put = self
-            .client
-            .put_metric_data()
-            .namespace(namespace)
-            .metric_data(datum(
-                "ArchivedMessages",
-                StandardUnit::Count,
-                counts.archived,
-            ))
-            .metric_data(datum(
-                "ArchiveFailures",
-                StandardUnit::Count,
-                counts.failures,
-            ));
-        if let Some(age) = counts.oldest_message_age_seconds {
-            put = put.metric_data(datum("OldestMessageAgeSeconds", StandardUnit::Seconds, age));
-        }
-        put.send().await.map_err(|e| PortError {
-            operation: "PutMetricData",
-            code: "PutMetricData".into(),
-            message: aws_sdk_cloudwatch::error::DisplayErrorContext(&e).to_string(),
-            retryable: true,
-        })?;
-        Ok(())
     }
 }
 

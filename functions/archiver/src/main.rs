@@ -2,9 +2,8 @@
 //! sweep of the poison queue (and the DLQ) per event (the EventBridge schedule, or `{}` by hand).
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use redrive_archiver::{
-    Archiver, ArchiverConfig, CloudWatchArchiveMetrics, S3Store, SqsArchiveQueue,
-};
+use redrive_archiver::{Archiver, ArchiverConfig, S3Store};
+use redrive_engine::aws::Clients;
 use redrive_shared::config::Env;
 use serde_json::Value;
 
@@ -14,21 +13,21 @@ async fn main() -> Result<(), Error> {
     // SDK with timeouts on every client.
     let (config, sdk) =
         redrive_engine::lambda_init(|| ArchiverConfig::from_env(&Env::process())).await?;
-    let queue = SqsArchiveQueue {
-        client: aws_sdk_sqs::Client::new(&sdk),
-    };
+    let clients = Clients::from_sdk(&sdk);
     // Path-style, as the CLI's export and import use it (see redrive_engine::s3).
     let s3 = redrive_engine::s3::client(&sdk);
-    let metrics = CloudWatchArchiveMetrics {
-        client: aws_sdk_cloudwatch::Client::new(&sdk),
-    };
     // Every queue's real retention, read now: a threshold not below it fails init.
-    let archiver = Archiver::init(queue, S3Store { client: s3 }, metrics, config)
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "the archiver cannot start");
-            e
-        })?;
+    let archiver = Archiver::init(
+        clients.sqs,
+        S3Store { client: s3 },
+        clients.cloudwatch,
+        config,
+    )
+    .await
+    .map_err(|e| {
+        tracing::error!(error = %e, "the archiver cannot start");
+        e
+    })?;
     let archiver = &archiver;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = redrive_engine::deadline_instant(event.context.deadline);

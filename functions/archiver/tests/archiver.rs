@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{Datapoint, Dimension, StandardUnit, Statistic};
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
-use redrive_archiver::{
-    ArchiveQueue, Archiver, ArchiverConfig, CloudWatchArchiveMetrics, QueuedMessage, S3Store,
-    SqsArchiveQueue, SweepStop, sha256_base64,
+use redrive_archiver::{Archiver, ArchiverConfig, S3Store, SweepStop, sha256_base64};
+use redrive_engine::aws::{CloudWatch, SqsQueue};
+use redrive_engine::ports::{
+    BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry,
 };
-use redrive_engine::ports::{BatchOutcome, HandleEntry, PortError};
+use redrive_shared::archive::SystemAttributes;
 use redrive_shared::archive::{ArchivedMessage, parse_jsonl};
 use redrive_shared::config::Env;
 use redrive_shared::sdk::attributes_from_sdk;
@@ -68,14 +69,14 @@ fn queue_config(queues: &QueueSet, bucket: &str, after_seconds: &str) -> Archive
     ])
 }
 
-async fn sqs_port() -> SqsArchiveQueue {
-    SqsArchiveQueue {
+async fn sqs_port() -> SqsQueue {
+    SqsQueue {
         client: moto().sqs().await,
     }
 }
 
-async fn metrics_port() -> CloudWatchArchiveMetrics {
-    CloudWatchArchiveMetrics {
+async fn metrics_port() -> CloudWatch {
+    CloudWatch {
         client: moto().cloudwatch().await,
     }
 }
@@ -84,7 +85,7 @@ async fn metrics_port() -> CloudWatchArchiveMetrics {
 async fn on_moto(
     s3: &aws_sdk_s3::Client,
     cfg: ArchiverConfig,
-) -> Archiver<SqsArchiveQueue, S3Store, CloudWatchArchiveMetrics> {
+) -> Archiver<SqsQueue, S3Store, CloudWatch> {
     Archiver::init(
         sqs_port().await,
         S3Store { client: s3.clone() },
@@ -509,23 +510,42 @@ async fn a_put_failure_leaves_every_message_on_its_queue() {
 /// the object. The receipt handles it was given are kept, so the test can end their
 /// visibility as the visibility timeout would.
 struct CrashBeforeDelete {
-    inner: SqsArchiveQueue,
+    inner: SqsQueue,
     handles: Mutex<Vec<HandleEntry>>,
 }
 
-impl ArchiveQueue for CrashBeforeDelete {
+impl Queue for CrashBeforeDelete {
     async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
         self.inner.retention_seconds(queue_url).await
+    }
+    async fn receive_with_system(
+        &self,
+        queue_url: &str,
+        max_messages: i32,
+        wait_seconds: i32,
+        visibility_seconds: i32,
+    ) -> Result<Vec<(Received, SystemAttributes)>, PortError> {
+        self.inner
+            .receive_with_system(queue_url, max_messages, wait_seconds, visibility_seconds)
+            .await
     }
     async fn receive(
         &self,
         queue_url: &str,
         max_messages: i32,
+        wait_seconds: i32,
         visibility_seconds: i32,
-    ) -> Result<Vec<QueuedMessage>, PortError> {
+    ) -> Result<Vec<Received>, PortError> {
         self.inner
-            .receive(queue_url, max_messages, visibility_seconds)
+            .receive(queue_url, max_messages, wait_seconds, visibility_seconds)
             .await
+    }
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        entries: &[SendEntry],
+    ) -> Result<BatchOutcome, PortError> {
+        self.inner.send_batch(queue_url, entries).await
     }
     async fn delete_batch(
         &self,
@@ -540,12 +560,18 @@ impl ArchiveQueue for CrashBeforeDelete {
             retryable: false,
         })
     }
-    async fn release_batch(
+    async fn change_visibility_batch(
         &self,
         queue_url: &str,
         entries: &[HandleEntry],
+        visibility_seconds: i32,
     ) -> Result<BatchOutcome, PortError> {
-        self.inner.release_batch(queue_url, entries).await
+        self.inner
+            .change_visibility_batch(queue_url, entries, visibility_seconds)
+            .await
+    }
+    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
+        self.inner.depth(queue_url).await
     }
 }
 
@@ -613,7 +639,7 @@ async fn a_crash_between_the_put_and_the_delete_gives_a_duplicate_object_never_a
 }
 
 fn first_handles<'a>(
-    a: &'a Archiver<CrashBeforeDelete, S3Store, CloudWatchArchiveMetrics>,
+    a: &'a Archiver<CrashBeforeDelete, S3Store, CloudWatch>,
 ) -> std::sync::MutexGuard<'a, Vec<HandleEntry>> {
     a.queue().handles.lock().unwrap()
 }
