@@ -290,15 +290,21 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         Ok(limits)
     }
 
-    /// One GetQueueAttributes on the DLQ, made at init so that resolving credentials and the
-    /// endpoint and opening the connection are not paid by the first invocation. It reads the
-    /// depth and touches no message; a failure is logged and left to the invocations, which
-    /// retry and report their own errors.
+    /// GetQueueAttributes on the DLQ (its depth) and on the destinations (their
+    /// `MaximumMessageSize`), all at once, made at init so that resolving credentials and the
+    /// endpoint and opening the connections are not paid by the first invocation, and init
+    /// waits for one round trip, not two. It touches no message; a failure is logged and left
+    /// to the invocations, which report their own errors.
     pub async fn warm_up(&self) -> Result<u64, PortError> {
-        if let Err(e) = self.load_limits().await {
+        let (limits, depth) = futures_util::future::join(
+            self.load_limits(),
+            self.queue.depth(self.config.dlq_url.as_str()),
+        )
+        .await;
+        if let Err(e) = limits {
             tracing::warn!(error = %e, "warm-up: cannot read the destinations' MaximumMessageSize yet");
         }
-        match self.queue.depth(self.config.dlq_url.as_str()).await {
+        match depth {
             Ok(d) => {
                 tracing::debug!(dlq_depth = d.total(), "warm-up: the DLQ answered");
                 Ok(d.total())
@@ -901,4 +907,14 @@ fn log_summary(s: &Summary) {
         dlq_remaining = s.dlq_remaining,
         "summary"
     );
+}
+
+impl InvocationError {
+    /// The Lambda `errorType` of this failure.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::Event(_) => "InvalidEvent",
+            Self::DlqUnreadable { .. } => "DlqUnreadable",
+        }
+    }
 }

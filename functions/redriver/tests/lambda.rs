@@ -67,6 +67,7 @@ async fn the_lambda_drains_a_dlq_when_its_alarm_fires() {
         .await
         .unwrap_err();
     assert!(err.contains("maxMesages"), "{err}");
+    assert_eq!(error_type(&err), "InvalidEvent", "{err}");
 
     // Logs are JSON lines with the action and ids, never the bodies.
     let log = watch.log();
@@ -126,6 +127,7 @@ async fn a_dlq_that_cannot_be_read_fails_the_lambda_invocation() {
     // The invocation fails (so the Lambda Errors alarm sees it), naming the cause.
     let err = watch.invoke("redriver", &json!({})).await.unwrap_err();
     assert!(err.contains("DLQ cannot be read"), "{err}");
+    assert_eq!(error_type(&err), "DlqUnreadable", "{err}");
     let log = watch.log();
     assert!(
         log.contains("\"action\":\"dlq-unreadable\""),
@@ -240,4 +242,12 @@ async fn the_lambdas_copy_keeps_the_producers_aws_trace_header_not_its_own() {
     let carried = redrive_tests::trace_header_of(&copies[0]);
     assert_eq!(carried, Some(header.as_str()));
     assert_ne!(carried, Some(invocation_trace.as_str()));
+}
+
+/// The `errorType` of a failed invocation's error document.
+fn error_type(err: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(err)
+        .ok()
+        .and_then(|d| d.get("errorType")?.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
