@@ -85,6 +85,25 @@ pub struct SqsQueue {
     pub client: aws_sdk_sqs::Client,
 }
 
+impl SqsQueue {
+    /// One attribute of a queue (GetQueueAttributes); `None` when the answer lacks it.
+    async fn attribute(
+        &self,
+        queue_url: &str,
+        name: QueueAttributeName,
+    ) -> Result<Option<String>, PortError> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(name.clone())
+            .send()
+            .await
+            .map_err(|e| port_error("GetQueueAttributes", e))?;
+        Ok(out.attributes.and_then(|mut a| a.remove(&name)))
+    }
+}
+
 impl Queue for SqsQueue {
     async fn receive_with_system(
         &self,
@@ -281,32 +300,15 @@ impl Queue for SqsQueue {
     }
 
     async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
-        let out = self
-            .client
-            .get_queue_attributes()
-            .queue_url(queue_url)
-            .attribute_names(QueueAttributeName::MaximumMessageSize)
-            .send()
-            .await
-            .map_err(|e| port_error("GetQueueAttributes", e))?;
-        Ok(out
-            .attributes
-            .unwrap_or_default()
-            .get(&QueueAttributeName::MaximumMessageSize)
+        Ok(self
+            .attribute(queue_url, QueueAttributeName::MaximumMessageSize)
+            .await?
             .and_then(|v| v.parse::<usize>().ok()))
     }
 
     async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
-        let out = self
-            .client
-            .get_queue_attributes()
-            .queue_url(queue_url)
-            .attribute_names(QueueAttributeName::MessageRetentionPeriod)
-            .send()
-            .await
-            .map_err(|e| port_error("GetQueueAttributes", e))?;
-        out.attributes()
-            .and_then(|a| a.get(&QueueAttributeName::MessageRetentionPeriod))
+        self.attribute(queue_url, QueueAttributeName::MessageRetentionPeriod)
+            .await?
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| PortError {
                 operation: "GetQueueAttributes",
