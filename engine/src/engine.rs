@@ -34,6 +34,7 @@ use crate::ports::{
 pub use circuit::CircuitSummary;
 pub use request::{DrainRequest, InvocationError, Settings, StopReason, Summary};
 use transfer::entry_size;
+pub use transfer::{Acks, Moved, Transfer};
 
 /// The engine. `C` is the adaptive circuit's store ([`NoCircuit`] by default: off, as when
 /// `CIRCUIT_TABLE` is unset); see [`Engine::with_circuit`].
@@ -799,7 +800,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 split_batches(second, entry_size)
             };
             for batch in batches {
-                poison.merge(self.send_with_retry(run, poison_url, batch).await);
+                let calls = self.calls(run.calls_end);
+                poison.merge(calls.send_with_retry(&self.queue, poison_url, batch).await);
             }
         }
         source.merge(poison);
