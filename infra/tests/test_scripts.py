@@ -58,7 +58,8 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------- invocations by hand
 # Every documented `aws lambda invoke` of a deployed function: where it appears, and the
 # redrive.env setting that holds that function's timeout.
-INVOKE_DOCS = [support.REPO / "README.md", support.INFRA / "README.md", *SCRIPTS]
+INVOKE_DOCS = [support.REPO / "README.md", *sorted((support.REPO / "docs").glob("*.md")), support.INFRA / "README.md",
+               *SCRIPTS]
 FUNCTION_TIMEOUTS = {"redriver": "REDRIVER_TIMEOUT_SECONDS", "archiver": "ARCHIVER_TIMEOUT_SECONDS",
                      "workflow-tasks": "WORKFLOW_TIMEOUT_SECONDS", "consumer": "CONSUMER_TIMEOUT_SECONDS"}
 
@@ -81,7 +82,7 @@ def settings() -> dict:
 class InvocationsByHand(unittest.TestCase):
     def test_documented_invocations_run_live_and_outwait_the_function(self):
         invocations = documented_invocations()
-        self.assertGreaterEqual(len(invocations), 3, "the README's ad-hoc drain and the archiver's")
+        self.assertGreaterEqual(len(invocations), 3, "the re-driver's ad-hoc drain (docs/redriver.md) and the archiver's")
         config = settings()
         for where, command in invocations:
             with self.subTest(where=where, command=command):

@@ -54,6 +54,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::attributes::{AttributeValue, Attributes, MessageAttribute};
+use base64::DecodeError;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
 use crate::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
 use crate::trace_header::{AWS_TRACE_HEADER, TraceHeader};
 
@@ -408,77 +412,29 @@ fn is_number(s: &str) -> bool {
         && t.parse::<f64>().is_ok()
 }
 
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /// Standard base64 with padding.
 pub fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(B64[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    STANDARD.encode(bytes)
 }
 
 /// Strict standard base64 with padding: anything [`base64_encode`] would not write is refused,
 /// so one byte string has one spelling.
 pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
-    let t = text.as_bytes();
-    if !t.len().is_multiple_of(4) {
-        return Err(format!(
-            "not base64: {} characters, not a multiple of 4",
-            t.len()
-        ));
-    }
-    let sextet = |c: u8, at: usize| -> Result<u32, String> {
-        match c {
-            b'A'..=b'Z' => Ok(u32::from(c - b'A')),
-            b'a'..=b'z' => Ok(u32::from(c - b'a') + 26),
-            b'0'..=b'9' => Ok(u32::from(c - b'0') + 52),
-            b'+' => Ok(62),
-            b'/' => Ok(63),
-            _ => Err(format!(
-                "not base64: character {:?} at position {at}",
-                char::from(c)
-            )),
+    STANDARD.decode(text).map_err(|e| match e {
+        DecodeError::InvalidByte(at, b'=') => {
+            format!("not base64: padding in the wrong place (position {at})")
         }
-    };
-    let mut out = Vec::with_capacity(t.len() / 4 * 3);
-    let quads = t.len() / 4;
-    for (q, quad) in t.chunks(4).enumerate() {
-        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && q + 1 != quads) {
-            return Err("not base64: padding in the wrong place".into());
+        DecodeError::InvalidByte(at, c) => {
+            format!("not base64: character {:?} at position {at}", char::from(c))
         }
-        let mut n = 0u32;
-        for (i, &c) in quad.iter().enumerate() {
-            let v = if i >= 4 - pad {
-                0
-            } else {
-                sextet(c, q * 4 + i)?
-            };
-            n = (n << 6) | v;
+        DecodeError::InvalidLength(_) | DecodeError::InvalidPadding => format!(
+            "not base64: {} characters, not a multiple of 4 with padding",
+            text.len()
+        ),
+        DecodeError::InvalidLastSymbol(..) => {
+            "not base64: non-zero bits after the last byte".into()
         }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        let keep = 3 - pad;
-        // Unused low bits must be zero (one spelling per byte string).
-        if (pad == 1 && n & 0xff != 0) || (pad == 2 && n & 0xffff != 0) {
-            return Err("not base64: non-zero bits after the last byte".into());
-        }
-        out.extend_from_slice(&bytes[..keep]);
-    }
-    Ok(out)
+    })
 }
 
 /// Where `s3://bucket/prefix` points.

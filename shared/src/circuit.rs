@@ -1,46 +1,12 @@
-//! The adaptive circuit of the re-driver: canary first, and a circuit that opens by itself when
-//! redriven copies bounce back to the DLQ. Pure: every function takes the time (`now_ms`, epoch
-//! milliseconds); no I/O, no clock.
+//! The adaptive circuit's rule: canary first, and a circuit that opens by itself when redriven
+//! copies bounce back to the DLQ. Pure: every function takes the time (`now_ms`, epoch
+//! milliseconds); no I/O, no clock. The durable record and the engine's side are in
+//! `redrive_engine::circuit`.
 //!
-//! # Using it (re-driver, CLI, workflow, simulation)
-//! - Configuration (read at init by [`crate::config::RedriverConfig::from_env`], field
-//!   `circuit: Option<CircuitConfig>`); `CIRCUIT_TABLE` unset = circuit off, today's behaviour:
-//!   - `CIRCUIT_TABLE`: the DynamoDB table (partition key `queue` (S) = the DLQ URL).
-//!   - `CIRCUIT_THRESHOLD` (default 0.5): bounce-back rate, bounced / redriven, that opens it.
-//!   - `CIRCUIT_MIN_BOUNCES` (default 3): fewer bounced copies in the window never open it.
-//!   - `CIRCUIT_WINDOW_SECONDS` (default 900): how long after its redrive a copy that comes
-//!     back counts as bounced; also how long a canary must stay away to pass.
-//!   - `CIRCUIT_COOLDOWN_SECONDS` (default 300): Open before the first canary; doubled after
-//!     every failed canary up to `CIRCUIT_MAX_COOLDOWN_SECONDS` (default 3600).
-//!   - `CIRCUIT_CANARY_SIZE` (default 10): the messages a half-open circuit redrives.
-//! - Engine: `Engine::new(..).with_circuit(store)` with a `redriver::circuit::CircuitStore`
-//!   (`DynamoDbCircuitStore`, or `MemoryCircuitStore` for fakes; `Option<S>` is a store too,
-//!   `None` = off); `with_clock(fn() -> i64)` compresses time in simulations (the stamps'
-//!   `lastRedrivenAt` and the circuit use it). The circuit is on when both the store and
-//!   `config.circuit` are there.
-//! - The re-driver's response gains `"circuit": {"state": "closed"|"open"|"half-open",
-//!   "operator": "auto"|"open"|"closed", "plan": "drain"|"canary"|"watch"|"hold",
-//!   "budget": n|null, "bounced": n, "transitions": n}` (`Summary::circuit`, absent when the
-//!   circuit is off); an open circuit stops a run with `stoppedBecause: circuit-open`.
-//! - Metrics (namespace `METRIC_NAMESPACE`, dimension `QueueName`), only when the circuit is on:
-//!   `CircuitOpen` (1 while the circuit is open or half-open, else 0), `CircuitTransitions`
-//!   (transitions made by the invocation), `BouncedCopies` (bounced copies it saw).
-//!
-//! # The rule
-//! - A message received from the DLQ whose `x-redrive` shows it was redriven (`attempt >= 1`)
-//!   with `lastRedrivenAt` less than the window ago is a bounced copy ([`bounce_of`]).
-//! - Closed: drain. Copies redriven and copies bounced are counted per redrive time over the
-//!   window; when at least `min_bounces` bounced and bounced / redriven reaches the threshold,
-//!   the circuit opens: nothing is received, nothing redriven, no attempt spent.
-//! - Open: after the cool-down it is half-open.
-//! - Half-open: the next run redrives a canary of `canary_size` messages and nothing else; the
-//!   runs after it only look for canary copies coming back (they redrive nothing). When the
-//!   canary's bounce rate reaches the threshold, the circuit opens again with a doubled
-//!   cool-down; when the window passes without that, it closes and ramps up: the first run may
-//!   redrive twice the canary, each run after that twice the one before, until the budget
-//!   reaches `MAX_MESSAGES_PER_INVOCATION`.
-//! - The operator can hold it open (`open`), force it closed (`closed`) or hand it back to the
-//!   measurements (`auto`; from open that means a canary first, as after any cool-down).
+//! Closed drains and counts copies redriven and copies bounced ([`bounce_of`]) over the window;
+//! open receives nothing; half-open sends a canary, then closes and ramps up, or opens again with
+//! a doubled cool-down. The rule, its settings, the response, the metrics and the operator's
+//! override are described in `docs/circuit.md`.
 
 use serde::{Deserialize, Serialize};
 
@@ -122,7 +88,7 @@ impl std::fmt::Display for Override {
     }
 }
 
-/// The tunables of the rule (see the module documentation for the variables).
+/// The tunables of the rule (the `CIRCUIT_*` variables: see `docs/circuit.md`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CircuitSettings {
     /// Bounced / redriven over the window at which the circuit opens, in (0, 1].

@@ -11,7 +11,7 @@
 //! - [`event`]: what invoked the re-driver.
 //! - [`config`]: typed configuration of both Lambdas, read once at init.
 //! - [`key`]: idempotency keys for the consumer.
-//! - [`timefmt`]: RFC 3339 timestamps without a date-time dependency.
+//! - [`timefmt`]: RFC 3339 timestamps of epoch milliseconds (`aws_smithy_types::DateTime`).
 //! - [`trace_header`]: SQS's `AWSTraceHeader` system attribute, carried onto every copy.
 //! - `sdk` (feature `aws`): conversions to and from `aws-sdk-sqs` types.
 //! - `logging` (feature `logging`): the JSON log setup of the Lambdas and the CLI.

@@ -825,28 +825,25 @@ where
     ) -> RecordReport {
         let digest = key.map(|k| key_digest(k.as_str())).unwrap_or_default();
         let code = outcome.code().unwrap_or("");
+        // One line a record: a warning when it is reported failed, information otherwise.
+        macro_rules! settled {
+            ($level:ident, $text:literal) => {
+                tracing::$level!(
+                    message_id = %message.message_id,
+                    key_digest = %digest,
+                    original_message_id = %meta.original_message_id,
+                    attempt = meta.attempt,
+                    receive_count = message.receive_count,
+                    outcome = outcome.as_str(),
+                    code,
+                    $text
+                )
+            };
+        }
         if outcome.is_reported() {
-            tracing::warn!(
-                message_id = %message.message_id,
-                key_digest = %digest,
-                original_message_id = %meta.original_message_id,
-                attempt = meta.attempt,
-                receive_count = message.receive_count,
-                outcome = outcome.as_str(),
-                code,
-                "record reported failed"
-            );
+            settled!(warn, "record reported failed");
         } else {
-            tracing::info!(
-                message_id = %message.message_id,
-                key_digest = %digest,
-                original_message_id = %meta.original_message_id,
-                attempt = meta.attempt,
-                receive_count = message.receive_count,
-                outcome = outcome.as_str(),
-                code,
-                "record settled"
-            );
+            settled!(info, "record settled");
         }
         RecordReport {
             message_id: Some(message.message_id.clone()),
@@ -1453,7 +1450,8 @@ fn digest_of_record_id(id: &str) -> &str {
     hash.get(..8).unwrap_or(hash)
 }
 
-fn now_ms() -> i64 {
+/// The wall clock in Unix epoch milliseconds.
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

@@ -18,11 +18,7 @@ fn with_cache(size: usize) -> ConsumerConfig {
 #[tokio::test]
 async fn a_warm_duplicate_is_settled_from_memory_without_a_store_call() {
     // GIVEN a consumer that remembers completed keys, and a batch it processed
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, with_cache(100));
     let batch = event(&[keyed("m-1", "k-1"), keyed("m-2", "k-2")]);
     let first = c.handle(&batch, in_a_minute()).await.unwrap();
@@ -55,11 +51,7 @@ async fn a_warm_duplicate_is_settled_from_memory_without_a_store_call() {
 #[tokio::test]
 async fn a_warm_duplicate_gets_the_stored_result_from_memory() {
     // GIVEN a processor that returns a receipt, and a key it processed on this instance
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script("k-1", [Step::Return(json!({"receipt": "r-1"}))]);
     let c = consumer(&store, &queue, &processor, with_cache(100));
     c.handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
@@ -87,11 +79,7 @@ async fn a_warm_duplicate_gets_the_stored_result_from_memory() {
 
 #[tokio::test]
 async fn without_the_cache_every_duplicate_costs_a_claim() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, with_cache(0));
     let batch = event(&[keyed("m-1", "k-1")]);
     c.handle(&batch, in_a_minute()).await.unwrap();
@@ -106,11 +94,7 @@ async fn without_the_cache_every_duplicate_costs_a_claim() {
 #[tokio::test]
 async fn a_key_a_claim_found_completed_is_remembered_with_its_expiration() {
     // GIVEN a key another instance completed
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let expiration_s = now_ms() / 1000 + 600;
     store.insert(
         &id_of_key("k-1"),
@@ -152,11 +136,7 @@ async fn a_key_a_claim_found_completed_is_remembered_with_its_expiration() {
 async fn an_expired_entry_is_not_served_and_the_key_is_claimed_again() {
     // GIVEN a consumer whose records expire at the end of the current second (TTL 0, which
     // configuration refuses, but which makes the expiry observable within a test)
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let config = ConsumerConfig {
         ttl_seconds: 0,
         ..with_cache(100)
@@ -185,11 +165,7 @@ async fn an_expired_entry_is_not_served_and_the_key_is_claimed_again() {
 #[tokio::test]
 async fn only_completed_keys_are_remembered() {
     // GIVEN a key that fails transiently, then succeeds
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script("k-1", [transient_503()]);
     let c = consumer(&store, &queue, &processor, with_cache(100));
 
@@ -212,11 +188,7 @@ async fn only_completed_keys_are_remembered() {
 #[tokio::test]
 async fn a_processed_key_is_remembered_even_when_its_completed_write_failed() {
     // GIVEN the COMPLETED write failing through all its tries
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     for _ in 0..4 {
         store.fail_next("complete");
     }
@@ -277,11 +249,7 @@ async fn every_record_failed_fails_the_invocation_when_asked() {
 
 #[tokio::test]
 async fn one_record_settled_keeps_the_partial_batch_response() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script("k-1", [transient_503()]);
     let config = ConsumerConfig {
         fail_when_all_failed: true,
@@ -339,11 +307,7 @@ fn fifo_batch() -> [Message; 7] {
 #[tokio::test]
 async fn fifo_stop_batch_reports_the_failed_record_and_every_later_one_untouched() {
     // GIVEN FIFO_ON_FAILURE=stop-batch and the third record failing transiently
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("g1-2", "{}"), [transient_503()]);
     let config = ConsumerConfig {
         fifo_on_failure: FifoOnFailure::StopBatch,
@@ -391,11 +355,7 @@ async fn fifo_stop_batch_reports_the_failed_record_and_every_later_one_untouched
 #[tokio::test]
 async fn fifo_stop_batch_goes_on_past_a_settled_permanent_failure() {
     // A record dead-lettered is settled (deleted, not reported): nothing to keep in order.
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("g3-1", "{}"), [permanent_400()]);
     let config = ConsumerConfig {
         fifo_on_failure: FifoOnFailure::StopBatch,
@@ -447,11 +407,7 @@ fn every_outcome_has_its_metric() {
 async fn the_metrics_line_counts_each_outcome_of_the_batch() {
     // GIVEN a batch that takes several paths: processed, duplicate (a twin), retried,
     // dead-lettered, malformed
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script("k-2", [transient_503()]);
     processor.script("k-3", [permanent_400()]);
     let c = consumer(&store, &queue, &processor, pointer_config(true));

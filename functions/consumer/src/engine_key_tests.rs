@@ -99,11 +99,7 @@ async fn twins_are_processed_once_with_every_key_source() {
 #[tokio::test]
 async fn a_missing_or_binary_key_attribute_is_a_permanent_failure_of_its_own() {
     // GIVEN messages keyed on attribute:OrderId, one without it and one with a Binary value
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(
         &store,
         &queue,
@@ -160,11 +156,7 @@ async fn a_missing_or_binary_key_attribute_is_a_permanent_failure_of_its_own() {
 async fn the_store_holds_hashes_of_keys_never_the_keys() {
     // GIVEN a compound key of personal data, with and without a namespace
     for namespace in [None, Some("orders-consumer")] {
-        let (store, queue, processor) = (
-            FakeStore::new(),
-            FakeQueue::new(),
-            ScriptedProcessor::default(),
-        );
+        let (store, queue, processor) = fakes();
         let config = ConsumerConfig {
             key_namespace: namespace.map(str::to_string),
             ..keyed_by(true, "/customerId,/orderId", Some("/amount"))
@@ -194,11 +186,7 @@ async fn the_store_holds_hashes_of_keys_never_the_keys() {
 #[tokio::test]
 async fn a_different_payload_under_a_completed_key_is_a_payload_mismatch_not_a_duplicate() {
     // GIVEN a key processed for an amount of 5, with the payload check on /amount
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(
         &store,
         &queue,
@@ -283,11 +271,7 @@ async fn a_different_payload_under_a_completed_key_is_a_payload_mismatch_not_a_d
 #[tokio::test]
 async fn without_the_payload_check_a_different_payload_is_a_duplicate() {
     // GIVEN the default: no payload check
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, keyed_by(true, "/orderId", None));
     c.handle(&event(&[order("m-1", "c-1", "o-1", 5)]), in_a_minute())
         .await
@@ -307,11 +291,7 @@ async fn without_the_payload_check_a_different_payload_is_a_duplicate() {
 #[tokio::test]
 async fn records_that_cannot_be_compared_are_duplicates() {
     // GIVEN COMPLETED records written before the check was on, and under another definition
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let completed = |payload_hash: Option<String>| Record {
         status: Status::Completed,
         expiration_s: now_ms() / 1000 + 3600,
@@ -356,11 +336,7 @@ async fn records_that_cannot_be_compared_are_duplicates() {
 #[tokio::test]
 async fn a_different_payload_under_an_in_progress_key_is_retried_not_failed() {
     // GIVEN another invocation holding the key for an amount of 5
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let config = keyed_by(true, "/orderId", Some("/amount"));
     let theirs = config
         .payload
@@ -465,11 +441,7 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
 async fn a_warm_instance_checks_the_payload_of_a_key_it_remembers() {
     // GIVEN a consumer that remembers completed keys, with the payload check on, that
     // processed an order for 5
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let config = ConsumerConfig {
         cache_size: 100,
         ..keyed_by(true, "/orderId", Some("/amount"))

@@ -93,6 +93,20 @@ fn in_a_minute() -> u64 {
     (now_ms() + 60_000) as u64
 }
 
+/// A store, a queue and a processor, all empty.
+fn fakes() -> (FakeStore, FakeQueue, ScriptedProcessor) {
+    (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::default(),
+    )
+}
+
+/// How many times the processor ran for this key, and how many of those runs took effect.
+fn calls_and_effects(processor: &ScriptedProcessor, key: &str) -> (u32, u32) {
+    (processor.calls(key), processor.effects(key))
+}
+
 type Fakes<'a> = Consumer<&'a FakeStore, &'a FakeQueue, &'a ScriptedProcessor>;
 
 fn consumer<'a>(
@@ -143,11 +157,7 @@ fn permanent_400() -> Step {
 #[tokio::test]
 async fn happy_path_costs_two_writes_no_read_and_no_sqs_call() {
     // GIVEN three new messages
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let batch = [
         message("m-1", "a"),
@@ -187,11 +197,7 @@ async fn happy_path_costs_two_writes_no_read_and_no_sqs_call() {
 
 #[tokio::test]
 async fn the_same_batch_twice_reaches_the_side_effect_once_per_key() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let batch = event(&[message("m-1", "a"), message("m-2", "b")]);
 
@@ -271,11 +277,7 @@ async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
 
 #[tokio::test]
 async fn a_redriven_copy_of_a_processed_message_is_a_duplicate() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     c.handle(&event(&[message("first-id", "order")]), in_a_minute())
         .await
@@ -395,11 +397,7 @@ async fn a_claim_repeated_after_its_reply_was_lost_is_still_its_own() {
 
 #[tokio::test]
 async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("m-1", "a"), [transient_503()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut m = message("m-1", "a");
@@ -439,22 +437,12 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
     m.receive_count = 2;
     let second = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
     assert_eq!(outcomes(&second), [("m-1", "processed")]);
-    assert_eq!(
-        (
-            processor.calls(&key_of("m-1", "a")),
-            processor.effects(&key_of("m-1", "a"))
-        ),
-        (2, 1)
-    );
+    assert_eq!(calls_and_effects(&processor, &key_of("m-1", "a")), (2, 1));
 }
 
 #[tokio::test]
 async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capped() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("m-3", "x"), [transient_503()]);
     processor.script(
         &key_of("m-4", "x"),
@@ -516,11 +504,7 @@ async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capp
 #[tokio::test]
 async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted() {
     // GIVEN a redriven message (attempt 2) with other attributes, failing permanently
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("orig-1", "not json \u{1F4E6}"), [permanent_400()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut m = message("m-1", "not json \u{1F4E6}");
@@ -595,11 +579,7 @@ async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted
 async fn a_permanent_failure_copy_carries_the_producers_trace_header() {
     // GIVEN a message of a traced producer (its record's attributes.AWSTraceHeader), failing
     // permanently
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("m-1", "{}"), [permanent_400()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
@@ -756,11 +736,7 @@ async fn pointer_key_errors_fail_only_their_record() {
     ];
 
     // With a DLQ: the two are fast-tracked there with the key error's code.
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, pointer.clone()));
     let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
     assert!(handled.response.batch_item_failures.is_empty());
@@ -791,11 +767,7 @@ async fn pointer_key_errors_fail_only_their_record() {
     assert_eq!(deleted, ["handle-missing", "handle-not-json"]);
 
     // Without a DLQ: the two are reported failed, the good one is not.
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(false, pointer));
     let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
     assert_eq!(handled.response.failed_ids(), ["missing", "not-json"]);
@@ -804,11 +776,7 @@ async fn pointer_key_errors_fail_only_their_record() {
 
 #[tokio::test]
 async fn store_unavailable_reports_every_record_and_processes_none() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let batch = event(&[message("m-1", "a"), message("m-2", "b")]);
 
@@ -839,11 +807,7 @@ async fn store_unavailable_reports_every_record_and_processes_none() {
 
 #[tokio::test]
 async fn a_failed_complete_after_the_side_effect_is_still_success() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     // the write and its three retries all fail
     for _ in 0..4 {
         store.fail_next("complete");
@@ -872,11 +836,7 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
 
 #[tokio::test]
 async fn a_claim_written_but_answered_with_an_error_is_released_for_the_retry() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     store.lose_next_claim_reply();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let first = c
@@ -897,11 +857,7 @@ async fn a_claim_written_but_answered_with_an_error_is_released_for_the_retry() 
 
 #[tokio::test]
 async fn a_failed_complete_is_retried_until_it_lands() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     store.fail_next("complete");
     store.fail_next("complete");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
@@ -926,11 +882,7 @@ async fn a_failed_complete_is_retried_until_it_lands() {
 
 #[tokio::test]
 async fn a_complete_is_not_retried_past_the_claim() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     store.fail_next("complete");
     let c = consumer_without_margin(&store, &queue, &processor, config(true, KeySource::Message));
     // 50 ms left: less than the first retry's 100 ms wait
@@ -948,11 +900,7 @@ async fn a_complete_is_not_retried_past_the_claim() {
 
 #[tokio::test]
 async fn a_failed_release_keeps_the_key_until_the_claim_expires() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("m-1", "a"), [transient_503()]);
     store.fail_next("release");
     let c = consumer_without_margin(&store, &queue, &processor, config(true, KeySource::Message));
@@ -970,22 +918,12 @@ async fn a_failed_release_keeps_the_key_until_the_claim_expires() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let late = c.handle(&batch, in_a_minute()).await.unwrap();
     assert_eq!(outcomes(&late), [("m-1", "processed")]);
-    assert_eq!(
-        (
-            processor.calls(&key_of("m-1", "a")),
-            processor.effects(&key_of("m-1", "a"))
-        ),
-        (2, 1)
-    );
+    assert_eq!(calls_and_effects(&processor, &key_of("m-1", "a")), (2, 1));
 }
 
 #[tokio::test]
 async fn a_panicking_step_fails_its_record_only() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("m-1", "a"), [Step::Panic]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let handled = c
@@ -1005,11 +943,7 @@ async fn a_panicking_step_fails_its_record_only() {
 
 #[tokio::test]
 async fn a_malformed_record_fails_alone() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut batch = event(&[
         message("m-1", "a"),
@@ -1047,11 +981,7 @@ async fn a_malformed_record_fails_alone() {
 
 #[tokio::test]
 async fn a_garbled_x_redrive_keys_on_the_message_id() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut m = message("m-1", "a");
     m.attributes
@@ -1066,11 +996,7 @@ async fn a_garbled_x_redrive_keys_on_the_message_id() {
 
 #[tokio::test]
 async fn fifo_stops_a_group_at_its_first_reported_failure() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script(&key_of("g1-2", "{}"), [transient_503()]);
     processor.script(&key_of("g3-1", "{}"), [permanent_400()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
@@ -1199,11 +1125,7 @@ async fn records_are_not_started_when_the_deadline_is_too_close() {
 #[tokio::test]
 async fn the_margin_alone_guards_a_step_without_a_time_limit_and_fifo_too() {
     // GIVEN a step that states no time limit, FIFO records, and 1 s left (below the margin)
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, pointer_config(true));
     let batch = [fifo_message("f-1", "g1"), fifo_message("f-2", "g2")];
     let deadline = (now_ms() + 1_000) as u64;
@@ -1325,11 +1247,7 @@ async fn twins_share_a_permanent_failure() {
 #[tokio::test]
 async fn fifo_twins_in_other_groups_take_the_first_outcome() {
     // GIVEN a FIFO batch whose key k-1 appears in two groups and fails transiently first
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::default(),
-    );
+    let (store, queue, processor) = fakes();
     processor.script("k-1", [transient_503()]);
     let c = consumer(&store, &queue, &processor, pointer_config(true));
     let fifo = |id: &str, group: &str, key: &str| Message {

@@ -13,12 +13,12 @@
 //! The answer's body is read up to [`MAX_ANSWER_BYTES`] and dropped (never logged: it may echo
 //! the message). Errors never carry the URL's userinfo or query string, which may hold secrets.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use redrive_shared::backoff::MAX_DELAY_SECONDS;
 use redrive_shared::config::DownstreamConfig;
-use redrive_shared::timefmt::millis_from_rfc3339;
 
+use crate::engine::now_ms;
 use crate::process::{ProcessError, Processor, RawBody};
 use crate::record::Record;
 
@@ -223,54 +223,11 @@ pub fn parse_retry_after(value: &str, now_ms: i64) -> Option<Duration> {
     Some(Duration::from_secs(wait_ms.div_ceil(1000).min(cap)))
 }
 
-/// HTTP-date (RFC 9110 section 5.6.7) to epoch milliseconds.
+/// HTTP-date (RFC 9110 section 5.6.7: IMF-fixdate, RFC 850 or asctime) to epoch milliseconds.
 fn parse_http_date(s: &str) -> Option<i64> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = |m: &str| MONTHS.iter().position(|x| *x == m).map(|i| i + 1);
-    let parts: Vec<&str> = s.split_ascii_whitespace().collect();
-    let (year, mon, day, time) = match parts.as_slice() {
-        // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
-        [wd, d, m, y, t, "GMT"] if wd.ends_with(',') && y.len() == 4 => (
-            y.parse::<i64>().ok()?,
-            month(m)?,
-            d.parse::<u32>().ok()?,
-            *t,
-        ),
-        // RFC 850: Sunday, 06-Nov-94 08:49:37 GMT
-        [wd, dmy, t, "GMT"] if wd.ends_with(',') => {
-            let mut it = dmy.split('-');
-            let (d, m, y) = (it.next()?, it.next()?, it.next()?);
-            if it.next().is_some() || y.len() != 2 {
-                return None;
-            }
-            let yy = y.parse::<i64>().ok()?;
-            // RFC 9110: a two-digit year more than 50 years ahead is in the past century.
-            let year = if yy < 70 { 2000 + yy } else { 1900 + yy };
-            (year, month(m)?, d.parse::<u32>().ok()?, *t)
-        }
-        // asctime: Sun Nov  6 08:49:37 1994
-        [_wd, m, d, t, y] if y.len() == 4 => (
-            y.parse::<i64>().ok()?,
-            month(m)?,
-            d.parse::<u32>().ok()?,
-            *t,
-        ),
-        _ => return None,
-    };
-    if time.len() != 8 || !(1..=31).contains(&day) || !(0..=9999).contains(&year) {
-        return None;
-    }
-    // Reuse the shared RFC 3339 reader for the calendar arithmetic and range checks.
-    millis_from_rfc3339(&format!("{year:04}-{mon:02}-{day:02}T{time}Z"))
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    let at = httpdate::parse_http_date(s).ok()?;
+    let since_epoch = at.duration_since(UNIX_EPOCH).ok()?;
+    i64::try_from(since_epoch.as_millis()).ok()
 }
 
 #[cfg(test)]

@@ -1,0 +1,123 @@
+//! The end of a round: its results added to the totals, and whether another round follows.
+
+use redrive_engine::engine::StopReason;
+use serde_json::Value;
+
+use crate::MAX_ROUNDS_PER_EXECUTION;
+use crate::state::{Batch, DrainItem, ItemAction, Mode, Run, Totals};
+
+/// The drains of the next scale-out round: the remaining budget split K ways.
+pub(crate) fn drain_plan(run: &Run, remaining: u32) -> Vec<DrainItem> {
+    if run.mode != Mode::ScaleOut || remaining == 0 {
+        return Vec::new();
+    }
+    let share = remaining.div_ceil(run.drains);
+    let mut left = remaining;
+    (0..run.drains)
+        .map_while(|index| {
+            let n = share.min(left);
+            left -= n;
+            (n > 0).then_some(DrainItem {
+                index,
+                drains: run.drains,
+                max_messages: n,
+                dry_run: run.dry_run,
+            })
+        })
+        .collect()
+}
+
+/// Adds a round's results to the totals and decides whether another round follows.
+pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Value]) -> Totals {
+    let count = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let mut received = 0u64;
+    let mut queue_empty = false;
+    let mut progress = 0u64;
+    let mut circuit_open = false;
+    match (run.mode, batch) {
+        (Mode::Messages, Some(b)) => {
+            circuit_open = b.circuit_opened;
+            totals.bounced += b.bounced;
+            received = u64::from(b.received);
+            queue_empty = b.queue_empty;
+            if b.dry_run {
+                // A plan: counted as the Lambda's dry run counts it; nothing was sent.
+                for i in &b.items {
+                    match i.action {
+                        ItemAction::Redrive => totals.redriven += 1,
+                        ItemAction::Isolate => totals.isolated += 1,
+                    }
+                }
+            } else {
+                for r in results {
+                    match r.get("outcome").and_then(Value::as_str) {
+                        Some("redriven") => {
+                            totals.redriven += 1;
+                            progress += 1;
+                        }
+                        Some("isolated") => {
+                            totals.isolated += 1;
+                            progress += 1;
+                        }
+                        Some("left-on-dlq") => {
+                            totals.failed += 1;
+                            totals.left_on_dlq += 1;
+                        }
+                        Some("not-found") => {
+                            totals.failed += 1;
+                            totals.not_found += 1;
+                        }
+                        _ => totals.failed += 1,
+                    }
+                }
+            }
+        }
+        _ => {
+            for r in results {
+                received += count(r, "received");
+                totals.redriven += count(r, "redriven");
+                totals.isolated += count(r, "isolated");
+                totals.failed += count(r, "failed");
+                progress += count(r, "redriven") + count(r, "isolated");
+                let stopped = r.get("stoppedBecause").and_then(Value::as_str);
+                queue_empty |= stopped == Some("queue-empty");
+                circuit_open |= stopped == Some(StopReason::CircuitOpen.as_str());
+                totals.bounced += r.get("circuit").map_or(0, |c| count(c, "bounced"));
+            }
+        }
+    }
+    totals.received += received;
+    totals.rounds += 1;
+    totals.remaining = totals
+        .remaining
+        .saturating_sub(u32::try_from(received).unwrap_or(u32::MAX));
+    totals.queue_empty = queue_empty;
+    totals.stopped_because = if queue_empty {
+        StopReason::QueueEmpty
+    } else {
+        StopReason::Limit
+    }
+    .as_str()
+    .to_string();
+    // A dry run plans one round (it releases what it saw, so a second would see it again);
+    // a round that moved nothing stops rather than spin on messages that keep failing.
+    totals.more = !run.dry_run && !queue_empty && totals.remaining > 0 && progress > 0;
+    if !totals.more && !queue_empty && totals.remaining > 0 && !run.dry_run {
+        totals.stopped_because = StopReason::Other.as_str().to_string();
+    }
+    if totals.more && totals.rounds >= MAX_ROUNDS_PER_EXECUTION {
+        // The history's bound: the next trigger continues (the summary re-arms the alarm).
+        totals.more = false;
+    }
+    if circuit_open {
+        // The adaptive circuit opened (or holds): no further round; the summary says why.
+        totals.more = false;
+        totals.stopped_because = StopReason::CircuitOpen.as_str().to_string();
+    }
+    totals.drain_plan = if totals.more {
+        drain_plan(run, totals.remaining)
+    } else {
+        Vec::new()
+    };
+    totals
+}

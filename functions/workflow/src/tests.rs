@@ -1,0 +1,944 @@
+//! Unit tests of the tasks over the engine's fakes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redrive_engine::circuit::CircuitStore;
+use redrive_shared::circuit::{CircuitRecord, CircuitSettings};
+use redrive_shared::config::{ConfigError, Env};
+use serde_json::{Value, json};
+
+use crate::tally::drain_plan;
+use crate::workflow::{now_ms, to_value};
+use crate::*;
+use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
+use redrive_engine::ports::{EntryFailure, SendEntry};
+use redrive_shared::Attributes;
+use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
+use std::time::Duration;
+
+const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
+const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
+const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
+const SRC_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders.fifo";
+
+type TestWorkflow =
+    Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, FixedExecutions>;
+
+fn config(pairs: &[(&str, &str)]) -> Result<WorkflowConfig, ConfigError> {
+    let mut map: HashMap<String, String> = [
+        ("DLQ_URL", DLQ),
+        ("SOURCE_QUEUE_URL", SRC),
+        ("POISON_QUEUE_URL", POISON),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, v) in pairs {
+        map.insert(k.to_string(), v.to_string());
+    }
+    WorkflowConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
+}
+
+fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestWorkflow) {
+    let sqs = FakeSqs::new();
+    let cfg = config(pairs).expect("valid test config");
+    for q in [
+        cfg.redriver.dlq_url.as_str(),
+        cfg.redriver.source_queue_url.as_str(),
+        cfg.redriver.poison_queue_url.as_str(),
+    ] {
+        sqs.create_queue(q);
+    }
+    let cw = FakeCloudWatch::new();
+    let wf = Workflow::new(
+        sqs.clone(),
+        cw.clone(),
+        cw.clone(),
+        FixedExecutions::default(),
+        cfg,
+    )
+    .with_settings(redrive_engine::engine::Settings {
+        retry_base: Duration::from_millis(1),
+        receive_wait_seconds: 0,
+        ..redrive_engine::engine::Settings::default()
+    })
+    .with_seed(7);
+    (sqs, cw, wf)
+}
+
+/// Executions `e1` (the older) and `e2` are running.
+fn two_running() -> FixedExecutions {
+    FixedExecutions(
+        ["e1", "e2"]
+            .iter()
+            .zip(1..)
+            .map(|(arn, started_ms)| RunningExecution {
+                arn: arn.to_string(),
+                started_ms,
+            })
+            .collect(),
+    )
+}
+
+/// A fixed 2,000 s backoff: 900 s of DelaySeconds and 1,100 s held on the DLQ.
+const LONG: &[(&str, &str)] = &[
+    ("BACKOFF_BASE_SECONDS", "2000"),
+    ("BACKOFF_MAX_SECONDS", "43200"),
+    ("BACKOFF_JITTER", "none"),
+];
+
+fn permanent() -> Attributes {
+    let mut a = Attributes::new();
+    RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "HTTP_400",
+            "rejected",
+            "2026-11-21T10:00:00Z".into(),
+        )),
+        ..RedriveMeta::fresh("m-perm")
+    }
+    .write_into(&mut a);
+    a
+}
+
+fn attempt_of(a: &Attributes, id: &str) -> u32 {
+    RedriveMeta::read(a, id).0.attempt
+}
+
+#[test]
+fn backoff_cap_is_twelve_hours_here_and_900_s_for_drains() {
+    let c = config(LONG).unwrap();
+    assert_eq!(c.wait_backoff.max(), 43_200);
+    assert_eq!(
+        c.redriver.backoff.max(),
+        900,
+        "scale-out drains keep SQS's limit"
+    );
+    let e = config(&[("BACKOFF_MAX_SECONDS", "43201")]).unwrap_err();
+    assert_eq!(e.variable, "BACKOFF_MAX_SECONDS");
+    assert!(e.to_string().contains("43200"), "{e}");
+    // The hold (wait + slack) must fit in 12 h from the receive.
+    let e = config(&[
+        ("BACKOFF_MAX_SECONDS", "43200"),
+        ("WORKFLOW_MAX_DELAY_SECONDS", "0"),
+    ])
+    .unwrap_err();
+    assert!(e.to_string().contains("12 h"), "{e}");
+    let e = config(&[("WORKFLOW_BATCH_SIZE", "41")]).unwrap_err();
+    assert_eq!(e.variable, "WORKFLOW_BATCH_SIZE");
+    let e = config(&[("DLQ_URL", "nope")]).unwrap_err();
+    assert_eq!(
+        e.variable, "DLQ_URL",
+        "the re-driver's own rules still apply"
+    );
+}
+
+#[tokio::test]
+async fn receive_batch_decides_holds_and_carries_no_body() {
+    let (sqs, _, wf) = setup(LONG);
+    let body = "x".repeat(200_000);
+    let id = sqs.push(DLQ, &body, Attributes::new(), None);
+    let poison_id = sqs.push(DLQ, "poison", permanent(), None);
+    let batch = wf.receive_batch(10, false, None).await.unwrap();
+    assert_eq!(batch.received, 2);
+    let json = serde_json::to_string(&batch).unwrap();
+    assert!(!json.contains("xxxxxxxx"), "bodies never enter the state");
+    assert!(json.len() < 4_000, "small state: {} bytes", json.len());
+    let r = batch.items.iter().find(|i| i.message_id == id).unwrap();
+    assert_eq!(r.action, ItemAction::Redrive);
+    assert_eq!(
+        (r.backoff_seconds, r.delay_seconds, r.wait_seconds),
+        (2000, 900, 1100)
+    );
+    assert_eq!(r.attempt, 1);
+    assert_eq!(r.destination, "orders");
+    let p = batch
+        .items
+        .iter()
+        .find(|i| i.message_id == poison_id)
+        .unwrap();
+    assert_eq!(p.action, ItemAction::Isolate);
+    assert_eq!(p.reason.as_deref(), Some("permanent-failure"));
+    assert_eq!(p.destination, "orders-poison");
+    // Nothing sent, nothing deleted: both still on the DLQ, in flight.
+    assert_eq!(sqs.len(DLQ), 2);
+    assert_eq!(sqs.depth_visible(DLQ), 0);
+    assert!(sqs.is_empty(SRC) && sqs.is_empty(POISON));
+}
+
+#[tokio::test]
+async fn a_long_wait_holds_the_message_then_redrives_it_with_the_rest_as_delay() {
+    let (sqs, _, wf) = setup(LONG);
+    let id = sqs.push(DLQ, "order o-101", Attributes::new(), None);
+    let item = wf.receive_batch(10, false, None).await.unwrap().items[0].clone();
+    let held = wf.extend_visibility(&item, None).await.unwrap();
+    assert_eq!(held["held"], true);
+    assert_eq!(held["heldSeconds"], 1100 + 300);
+    assert_eq!(
+        sqs.depth_visible(DLQ),
+        0,
+        "hidden on the DLQ while it waits"
+    );
+    assert!(sqs.is_empty(SRC));
+
+    let out = wf.redeliver(item, ItemAction::Redrive, None).await.unwrap();
+    assert_eq!(out.outcome, "redriven");
+    assert_eq!((out.delay_seconds, out.waited_seconds), (900, 1100));
+    assert_eq!(out.original_message_id, id);
+    assert!(sqs.is_empty(DLQ), "deleted once the copy was acknowledged");
+    let copy = &sqs.messages(SRC)[0];
+    assert_eq!(copy.body, "order o-101");
+    assert_eq!(copy.delay_seconds, Some(900));
+    assert_eq!(attempt_of(&copy.attributes, &copy.message_id), 1);
+}
+
+#[tokio::test]
+async fn isolate_finds_its_message_among_others_and_releases_them() {
+    let (sqs, _, wf) = setup(&[("WORKFLOW_BATCH_SIZE", "1")]);
+    let poison_id = sqs.push(DLQ, "poison", permanent(), None);
+    let item = wf.receive_batch(10, false, None).await.unwrap().items[0].clone();
+    assert_eq!(item.message_id, poison_id);
+    for i in 0..15 {
+        sqs.push(DLQ, &format!("other {i}"), Attributes::new(), None);
+    }
+    // The redrive task is not the isolation task.
+    assert!(matches!(
+        wf.redeliver(item.clone(), ItemAction::Redrive, None).await,
+        Err(TaskError::InvalidInput(_))
+    ));
+    let out = wf.redeliver(item, ItemAction::Isolate, None).await.unwrap();
+    assert_eq!(out.outcome, "isolated");
+    assert_eq!(out.reason.as_deref(), Some("permanent-failure"));
+    assert_eq!(sqs.messages(POISON)[0].body, "poison");
+    assert_eq!(sqs.len(DLQ), 15);
+    assert_eq!(
+        sqs.depth_visible(DLQ),
+        15,
+        "every other message seen went back"
+    );
+    assert!(sqs.is_empty(SRC));
+}
+
+#[tokio::test]
+async fn a_copy_not_acknowledged_leaves_the_message_on_the_dlq() {
+    let (sqs, _, wf) = setup(&[]);
+    sqs.push(DLQ, "order", Attributes::new(), None);
+    let item = wf.receive_batch(10, false, None).await.unwrap().items[0].clone();
+    sqs.fail_send_entries(|_, e: &SendEntry| {
+        Some(EntryFailure {
+            id: e.id.clone(),
+            code: "InternalError".into(),
+            message: "injected".into(),
+            sender_fault: false,
+        })
+    });
+    let out = wf.redeliver(item, ItemAction::Redrive, None).await.unwrap();
+    assert_eq!(out.outcome, "failed");
+    assert_eq!(
+        sqs.len(DLQ),
+        1,
+        "not deleted: the copy was never acknowledged"
+    );
+    assert!(sqs.is_empty(SRC));
+}
+
+#[tokio::test]
+async fn a_message_that_does_not_come_back_is_not_found_and_nothing_is_deleted() {
+    let (sqs, _, wf) = setup(&[("WORKFLOW_SEARCH_RECEIVES", "2")]);
+    sqs.push(DLQ, "order", Attributes::new(), None);
+    let mut item = wf.receive_batch(10, false, None).await.unwrap().items[0].clone();
+    sqs.push(DLQ, "other", Attributes::new(), None);
+    item.message_id = "gone".into();
+    let err = wf
+        .redeliver(item, ItemAction::Redrive, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.error_type(), "MessageNotFound");
+    assert_eq!(sqs.len(DLQ), 2);
+    assert_eq!(sqs.depth_visible(DLQ), 2, "released, not deleted");
+    assert!(sqs.is_empty(SRC));
+}
+
+#[tokio::test]
+async fn dry_run_plans_and_releases() {
+    let (sqs, _, wf) = setup(&[]);
+    sqs.push(DLQ, "a", Attributes::new(), None);
+    sqs.push(DLQ, "p", permanent(), None);
+    let batch = wf.receive_batch(10, true, None).await.unwrap();
+    assert_eq!(batch.received, 2);
+    assert_eq!(sqs.depth_visible(DLQ), 2, "released at once");
+    let run = Run {
+        max_messages: 10,
+        dry_run: true,
+        mode: Mode::Messages,
+        drains: 1,
+        fifo: false,
+        trigger_alarm: None,
+    };
+    let totals = Totals {
+        remaining: 10,
+        ..Totals::default()
+    };
+    let t = tally(&run, totals, Some(&batch), &[]);
+    assert_eq!((t.received, t.redriven, t.isolated), (2, 1, 1));
+    assert!(!t.more, "a dry run plans one round");
+}
+
+#[test]
+fn a_message_that_never_came_back_is_counted_not_found_apart_from_left_on_dlq() {
+    let run = Run {
+        max_messages: 10,
+        dry_run: false,
+        mode: Mode::Messages,
+        drains: 1,
+        fifo: false,
+        trigger_alarm: None,
+    };
+    let batch = Batch {
+        items: Vec::new(),
+        received: 4,
+        queue_empty: true,
+        dry_run: false,
+        circuit_opened: false,
+        bounced: 0,
+    };
+    let results = [
+        json!({"outcome": "redriven"}),
+        json!({"outcome": "isolated"}),
+        json!({"outcome": "not-found", "error": "MessageNotFound"}),
+        json!({"outcome": "left-on-dlq", "error": "Sqs.Failed"}),
+    ];
+    let totals = Totals {
+        remaining: 10,
+        ..Totals::default()
+    };
+    let t = tally(&run, totals, Some(&batch), &results);
+    assert_eq!((t.redriven, t.isolated, t.failed), (1, 1, 2));
+    assert_eq!((t.not_found, t.left_on_dlq), (1, 1));
+    assert_eq!(t.received, t.redriven + t.isolated + t.failed);
+}
+
+#[tokio::test]
+async fn start_rejects_unknown_keys_and_lets_only_the_oldest_execution_proceed() {
+    let (_, _, mut wf) = setup(&[]);
+    let err = wf
+        .handle(
+            json!({"action":"start","input":{"maxMesages":5},"executionArn":"e2","stateMachineArn":"sm"}),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.error_type(), "InvalidInput");
+    assert!(err.to_string().contains("maxMesages"), "{err}");
+    wf.executions = two_running();
+    let start = |arn: &'static str| json!({"action":"start","input":{"maxMessages":5,"mode":"scaleOut","drains":2},"executionArn":arn,"stateMachineArn":"sm"});
+    let later = wf.handle(start("e2"), None).await.unwrap();
+    assert_eq!(later["proceed"], false);
+    assert_eq!(later["blockedBy"], "e1");
+    let older = wf.handle(start("e1"), None).await.unwrap();
+    assert_eq!(older["proceed"], true);
+    assert_eq!(older["run"]["drains"], 2);
+    assert_eq!(
+        older["totals"]["drainPlan"],
+        json!([
+            {"index":0,"drains":2,"maxMessages":3,"dryRun":false},
+            {"index":1,"drains":2,"maxMessages":2,"dryRun":false}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn an_execution_that_finds_another_running_goes_to_its_summary_which_re_arms() {
+    let (_, cw, mut wf) = setup(&[]);
+    wf.executions = two_running();
+    let started = wf
+        .handle(
+            json!({"action":"start","input":{"triggerAlarm":"orders-dlq-depth"},"executionArn":"e2","stateMachineArn":"sm"}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(started["proceed"], false);
+    assert_eq!(started["totals"]["stoppedBecause"], "already-running");
+    assert_eq!(started["totals"]["more"], false);
+    cw.set_state("orders-dlq-depth", "ALARM");
+    let summary = wf
+        .handle(
+            json!({"action":"summary","run":started["run"],"totals":started["totals"]}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(summary["stoppedBecause"], "already-running");
+    assert_eq!(summary["received"], 0);
+    assert_eq!(
+        cw.set_ok_calls.lock().unwrap().as_slice(),
+        ["orders-dlq-depth"]
+    );
+}
+
+#[tokio::test]
+async fn a_scheduled_or_manual_execution_re_arms_the_configured_trigger_alarm() {
+    let (_, _, wf) = setup(&[("TRIGGER_ALARM_NAME", "orders-dlq-not-empty")]);
+    let start = |input: Value| json!({"action":"start","input":input,"executionArn":"e","stateMachineArn":"sm"});
+    // The schedule's input is {}; an operator's may name nothing either.
+    let scheduled = wf.handle(start(json!({})), None).await.unwrap();
+    assert_eq!(scheduled["run"]["triggerAlarm"], "orders-dlq-not-empty");
+    // The alarm rule names the alarm that fired.
+    let alarmed = wf
+        .handle(start(json!({"triggerAlarm": "other-alarm"})), None)
+        .await
+        .unwrap();
+    assert_eq!(alarmed["run"]["triggerAlarm"], "other-alarm");
+}
+
+#[tokio::test]
+async fn an_execution_ends_after_its_rounds_with_limit_and_the_next_trigger_continues() {
+    let (_, _, wf) = setup(&[]);
+    // No cap on maxMessages itself: the rounds bound the execution.
+    let started = wf
+        .handle(
+            json!({"action":"start","input":{"maxMessages":5000},"executionArn":"e","stateMachineArn":"sm"}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(started["proceed"], true);
+    let run: Run = serde_json::from_value(started["run"].clone()).unwrap();
+    let mut totals: Totals = serde_json::from_value(started["totals"].clone()).unwrap();
+    let batch = Batch {
+        received: MAX_PARALLEL,
+        ..Batch::default()
+    };
+    let results = vec![json!({"outcome": "redriven"}); MAX_PARALLEL as usize];
+    for round in 1..=MAX_ROUNDS_PER_EXECUTION {
+        totals = tally(&run, totals, Some(&batch), &results);
+        assert_eq!(totals.rounds, round);
+        assert_eq!(
+            totals.more,
+            round < MAX_ROUNDS_PER_EXECUTION,
+            "round {round}"
+        );
+    }
+    assert_eq!(totals.stopped_because, "limit");
+    assert_eq!(
+        totals.received,
+        u64::from(MAX_ROUNDS_PER_EXECUTION * MAX_PARALLEL)
+    );
+    assert!(totals.remaining > 0);
+
+    // Scale-out rounds count the same way.
+    let run = Run {
+        mode: Mode::ScaleOut,
+        drains: 2,
+        ..run
+    };
+    let totals = Totals {
+        remaining: 1_000_000,
+        rounds: MAX_ROUNDS_PER_EXECUTION - 1,
+        ..Totals::default()
+    };
+    let drained = json!({"received": 100, "redriven": 100, "stoppedBecause": "limit"});
+    let t = tally(&run, totals, None, &[drained.clone(), drained]);
+    assert!(!t.more);
+    assert!(t.drain_plan.is_empty());
+    assert_eq!(t.stopped_because, "limit");
+}
+
+#[tokio::test]
+async fn fifo_runs_as_one_drain_and_refuses_the_per_message_path() {
+    let (_, _, wf) = setup(&[("SOURCE_QUEUE_URL", SRC_FIFO)]);
+    let out = wf
+        .handle(
+            json!({"action":"start","input":{"mode":"messages","drains":4},"executionArn":"e","stateMachineArn":"sm"}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["run"]["mode"], "scaleOut");
+    assert_eq!(out["run"]["drains"], 1);
+    assert!(wf.receive_batch(10, false, None).await.is_err());
+}
+
+#[tokio::test]
+async fn scale_out_drains_share_the_budget_and_the_velocity_cap() {
+    let (sqs, cw, wf) = setup(&[("MAX_MESSAGES_PER_SECOND", "100")]);
+    for i in 0..30 {
+        sqs.push(DLQ, &format!("m{i}"), Attributes::new(), None);
+    }
+    let run = Run {
+        max_messages: 30,
+        dry_run: false,
+        mode: Mode::ScaleOut,
+        drains: 3,
+        fifo: false,
+        trigger_alarm: None,
+    };
+    assert_eq!(
+        wf.drainer(3).config.max_messages_per_second,
+        100.0 / 3.0,
+        "each drain takes 1/K of the cap"
+    );
+    let plan = drain_plan(&run, 30);
+    let results = futures_util::future::join_all(plan.iter().map(|d| wf.drain(d, None))).await;
+    let results: Vec<Value> = results.into_iter().map(Result::unwrap).collect();
+    let totals = tally(
+        &run,
+        Totals {
+            remaining: 30,
+            ..Totals::default()
+        },
+        None,
+        &results,
+    );
+    assert_eq!((totals.received, totals.redriven), (30, 30));
+    assert_eq!(totals.remaining, 0);
+    assert!(!totals.more);
+    assert_eq!(sqs.len(SRC), 30);
+    assert!(sqs.is_empty(DLQ));
+    // The execution's summary publishes one PutMetricData with the totals.
+    let s = wf.summary(&run, &totals, None).await;
+    assert_eq!(s.redriven, 30);
+    assert_eq!(s.dlq_remaining, Some(0));
+    let published = cw.published.lock().unwrap();
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0].2.successful_redrives, 30);
+}
+
+#[tokio::test]
+async fn the_circuit_check_reads_the_guard_alarms() {
+    let (_, cw, wf) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors")]);
+    cw.set_state("downstream-errors", "OK");
+    let out = wf
+        .handle(json!({"action":"checkCircuit"}), None)
+        .await
+        .unwrap();
+    assert_eq!(out["open"], false);
+    cw.set_state("downstream-errors", "ALARM");
+    let out = wf
+        .handle(json!({"action":"checkCircuit"}), None)
+        .await
+        .unwrap();
+    assert_eq!(out["open"], true);
+    assert_eq!(out["guards"], json!(["downstream-errors"]));
+}
+
+#[tokio::test]
+async fn the_operator_flag_opens_the_circuit() {
+    use redrive_engine::circuit::MemoryCircuitStore;
+    use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Override};
+    let (_, _, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+    let store = MemoryCircuitStore::new();
+    let mut record = CircuitRecord::new(&CircuitSettings::default(), 0);
+    record.operator = Override::Open;
+    store.put(DLQ, record.clone());
+    let wf = wf.with_circuit(store);
+    let out = wf
+        .handle(json!({"action":"checkCircuit"}), None)
+        .await
+        .unwrap();
+    assert_eq!(out["open"], true);
+    assert_eq!(out["operator"], "open");
+    assert_eq!(out["guards"], json!([]));
+    record.operator = Override::Auto;
+    wf.circuit.put(DLQ, record);
+    let out = wf
+        .handle(json!({"action":"checkCircuit"}), None)
+        .await
+        .unwrap();
+    assert_eq!(out["open"], false);
+    assert_eq!(out["operator"], "auto");
+}
+
+mod adaptive_circuit {
+    use super::*;
+    use redrive_engine::circuit::MemoryCircuitStore;
+    use redrive_shared::circuit::{Override, State};
+
+    type CircuitWorkflow = Workflow<
+        Arc<FakeSqs>,
+        Arc<FakeCloudWatch>,
+        Arc<FakeCloudWatch>,
+        FixedExecutions,
+        Arc<MemoryCircuitStore>,
+    >;
+
+    fn with_store() -> (Arc<FakeSqs>, Arc<MemoryCircuitStore>, CircuitWorkflow) {
+        let (sqs, _, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+        let store = MemoryCircuitStore::new();
+        (sqs, store.clone(), wf.with_circuit(store))
+    }
+
+    /// A redriven copy back on the DLQ just now (attempt 1, `lastRedrivenAt` now).
+    fn bounced(sqs: &FakeSqs, original: &str) -> String {
+        let mut a = Attributes::new();
+        RedriveMeta {
+            attempt: 1,
+            first_redriven_at: Some(redrive_shared::timefmt::rfc3339_from_millis(now_ms())),
+            last_redriven_at: Some(redrive_shared::timefmt::rfc3339_from_millis(now_ms())),
+            ..RedriveMeta::fresh(original)
+        }
+        .write_into(&mut a);
+        sqs.push(DLQ, &format!("copy of {original}"), a, None)
+    }
+
+    fn run(mode: Mode) -> Run {
+        Run {
+            max_messages: 100,
+            dry_run: false,
+            mode,
+            drains: 1,
+            fifo: false,
+            trigger_alarm: None,
+        }
+    }
+
+    fn totals() -> Totals {
+        Totals {
+            remaining: 100,
+            ..Totals::default()
+        }
+    }
+
+    fn state(store: &MemoryCircuitStore) -> State {
+        store.get(DLQ).expect("a circuit record").record.state
+    }
+
+    #[tokio::test]
+    async fn bounced_copies_seen_by_receive_batch_open_it_and_the_batch_goes_back_untouched() {
+        let (sqs, store, wf) = with_store();
+        for i in 0..3 {
+            bounced(&sqs, &format!("orig-{i}"));
+        }
+        sqs.push(DLQ, "fresh a", Attributes::new(), None);
+        sqs.push(DLQ, "fresh b", Attributes::new(), None);
+
+        let batch = wf.receive_batch(10, false, None).await.unwrap();
+
+        assert!(batch.circuit_opened, "{batch:?}");
+        assert!(batch.items.is_empty() && batch.received == 0 && !batch.queue_empty);
+        assert_eq!(state(&store), State::Open, "the record opened by itself");
+        assert_eq!(
+            store.get(DLQ).unwrap().record.counts().1,
+            0,
+            "cleared on open"
+        );
+        // Untouched: all five visible again on the DLQ at once, nothing sent, no attempt spent.
+        assert_eq!((sqs.len(DLQ), sqs.depth_visible(DLQ)), (5, 5));
+        assert!(sqs.is_empty(SRC) && sqs.is_empty(POISON));
+        for m in sqs.messages(DLQ) {
+            let want = u32::from(m.body.starts_with("copy"));
+            assert_eq!(attempt_of(&m.attributes, &m.message_id), want);
+        }
+        // The round ends the execution, stopped by the circuit.
+        let t = tally(&run(Mode::Messages), totals(), Some(&batch), &[]);
+        assert!(!t.more);
+        assert_eq!(t.stopped_because, "circuit-open");
+        assert_eq!(t.received, 0);
+        // The next batch is held by the open record (nothing received is decided).
+        let again = wf.receive_batch(10, false, None).await.unwrap();
+        assert!(again.circuit_opened && again.items.is_empty());
+        assert_eq!(sqs.depth_visible(DLQ), 5);
+    }
+
+    #[tokio::test]
+    async fn a_scale_out_drain_with_bounced_copies_opens_it_and_stops() {
+        let (sqs, store, wf) = with_store();
+        for i in 0..3 {
+            bounced(&sqs, &format!("orig-{i}"));
+        }
+        for i in 0..4 {
+            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+        }
+        let plan = drain_plan(&run(Mode::ScaleOut), 7);
+        let out = wf.drain(&plan[0], None).await.unwrap();
+
+        assert_eq!(out["stoppedBecause"], "circuit-open", "{out}");
+        assert_eq!(out["redriven"], 0, "{out}");
+        assert_eq!(out["circuit"]["state"], "open", "{out}");
+        assert_eq!(state(&store), State::Open);
+        assert_eq!((sqs.len(DLQ), sqs.depth_visible(DLQ)), (7, 7));
+        assert!(sqs.is_empty(SRC));
+        let t = tally(&run(Mode::ScaleOut), totals(), None, &[out]);
+        assert!(!t.more && t.drain_plan.is_empty());
+        assert_eq!(t.stopped_because, "circuit-open");
+    }
+
+    #[tokio::test]
+    async fn half_open_keeps_only_the_canary_without_its_backoff_and_the_tally_sends_it_out() {
+        use redrive_shared::circuit::{CircuitRecord, CircuitSettings};
+        let (sqs, _, wf) = setup(&[
+            ("CIRCUIT_TABLE", "redrive-circuit"),
+            LONG[0],
+            LONG[1],
+            LONG[2],
+        ]);
+        let store = MemoryCircuitStore::new();
+        let wf = wf.with_circuit(store.clone());
+        let mut record = CircuitRecord::new(&CircuitSettings::default(), now_ms());
+        record.state = State::HalfOpen;
+        store.put(DLQ, record);
+        for i in 0..15 {
+            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+        }
+        let batch = wf.receive_batch(40, false, None).await.unwrap();
+        assert!(!batch.circuit_opened);
+        assert_eq!(
+            batch.items.len(),
+            10,
+            "CIRCUIT_CANARY_SIZE messages, no more"
+        );
+        assert!(
+            batch
+                .items
+                .iter()
+                .all(|i| i.wait_seconds == 0 && i.delay_seconds == 0)
+        );
+        assert_eq!(sqs.depth_visible(DLQ), 5, "the rest went back at once");
+        let results: Vec<Value> = (0..10).map(|_| json!({"outcome": "redriven"})).collect();
+        wf.tally_round(&run(Mode::Messages), totals(), Some(&batch), &results)
+            .await;
+        let canary = store
+            .get(DLQ)
+            .unwrap()
+            .record
+            .canary
+            .expect("the canary is out");
+        assert_eq!(canary.sent, 10);
+        // With the canary out, the next batch only watches: released, the execution stops.
+        let next = wf.receive_batch(40, false, None).await.unwrap();
+        assert!(next.circuit_opened && next.items.is_empty());
+        assert_eq!(sqs.depth_visible(DLQ), 5);
+    }
+
+    #[tokio::test]
+    async fn redriven_copies_reach_the_record_in_both_modes() {
+        // Scale-out: the drain counts its own.
+        let (sqs, store, wf) = with_store();
+        for i in 0..4 {
+            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+        }
+        let plan = drain_plan(&run(Mode::ScaleOut), 4);
+        let out = wf.drain(&plan[0], None).await.unwrap();
+        assert_eq!(out["redriven"], 4, "{out}");
+        assert_eq!(store.get(DLQ).unwrap().record.counts(), (4, 0));
+
+        // Messages: the round's tally counts what its redrive tasks redrove.
+        let (sqs, store, wf) = with_store();
+        sqs.push(DLQ, "a", Attributes::new(), None);
+        sqs.push(DLQ, "b", Attributes::new(), None);
+        sqs.push(DLQ, "p", permanent(), None);
+        let batch = wf.receive_batch(10, false, None).await.unwrap();
+        assert_eq!(batch.received, 3);
+        assert!(store.get(DLQ).is_none(), "no bounce, no write");
+        let mut results = Vec::new();
+        for item in batch.items.clone() {
+            let action = item.action;
+            results.push(to_value(wf.redeliver(item, action, None).await.unwrap()));
+        }
+        let t = wf
+            .tally_round(&run(Mode::Messages), totals(), Some(&batch), &results)
+            .await;
+        assert_eq!((t.redriven, t.isolated), (2, 1));
+        let record = store.get(DLQ).expect("the tally wrote the record").record;
+        assert_eq!(record.counts(), (2, 0), "isolated copies are not redriven");
+        assert_eq!(record.state, State::Closed);
+        // A dry run writes nothing.
+        let (_, store, wf) = with_store();
+        let dry = Run {
+            dry_run: true,
+            ..run(Mode::Messages)
+        };
+        wf.tally_round(&dry, totals(), Some(&batch), &results).await;
+        assert!(store.get(DLQ).is_none());
+    }
+
+    /// `start` through the handler: the execution's run and totals (with its start time).
+    async fn started<C: CircuitStore + Clone + Send>(
+        wf: &Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, FixedExecutions, C>,
+        input: Value,
+    ) -> (Run, Totals) {
+        let out = wf
+            .handle(
+                json!({"action": "start", "input": input, "executionArn": "exec-1", "stateMachineArn": "sm"}),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(out["proceed"], true, "{out}");
+        (
+            serde_json::from_value(out["run"].clone()).unwrap(),
+            serde_json::from_value(out["totals"].clone()).unwrap(),
+        )
+    }
+
+    fn published_circuit(
+        cw: &FakeCloudWatch,
+    ) -> Vec<Option<redrive_engine::ports::CircuitMetrics>> {
+        let published = cw.published.lock().unwrap();
+        published.iter().map(|(_, _, m)| m.circuit).collect()
+    }
+
+    #[tokio::test]
+    async fn the_summary_of_an_execution_that_opened_the_circuit_reports_and_publishes_it() {
+        let (sqs, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+        let store = MemoryCircuitStore::new();
+        let wf = wf.with_circuit(store.clone());
+        // An earlier transition, before this execution started: not this execution's.
+        let mut record = CircuitRecord::new(&CircuitSettings::default(), 0);
+        record.set_override(1_000, Override::Open);
+        record.set_override(2_000, Override::Closed);
+        record.set_override(3_000, Override::Auto);
+        let before = record.history.len();
+        assert!(before > 0, "{record:?}");
+        store.put(DLQ, record);
+        for i in 0..3 {
+            bounced(&sqs, &format!("orig-{i}"));
+        }
+        sqs.push(DLQ, "fresh a", Attributes::new(), None);
+        sqs.push(DLQ, "fresh b", Attributes::new(), None);
+
+        let (run, totals) = started(&wf, json!({"maxMessages": 10})).await;
+        assert!(totals.started_at > 0);
+        let batch = wf.receive_batch(10, false, None).await.unwrap();
+        assert!(batch.circuit_opened, "{batch:?}");
+        assert_eq!(batch.bounced, 3);
+        let totals = wf.tally_round(&run, totals, Some(&batch), &[]).await;
+        assert_eq!(totals.bounced, 3);
+        assert_eq!(state(&store), State::Open);
+
+        let out = wf
+            .handle(
+                json!({"action": "summary", "run": run, "totals": totals}),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(out["stoppedBecause"], "circuit-open", "{out}");
+        let c = &out["circuit"];
+        assert_eq!(c["state"], "open", "{out}");
+        assert_eq!(c["operator"], "auto", "{out}");
+        assert_eq!(c["plan"], "hold", "{out}");
+        assert_eq!(c["budget"], 0, "{out}");
+        assert_eq!(c["bounced"], 3, "{out}");
+        assert_eq!(
+            c["transitions"], 1,
+            "only the open this execution made: {out}"
+        );
+        assert_eq!(
+            published_circuit(&cw),
+            vec![Some(redrive_engine::ports::CircuitMetrics {
+                open: true,
+                transitions: 1,
+                bounced: 3,
+            })],
+            "CircuitOpen=1, CircuitTransitions=1, BouncedCopies=3 in the one PutMetricData"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_summary_of_a_scale_out_execution_counts_the_drains_bounced_copies() {
+        let (sqs, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+        let store = MemoryCircuitStore::new();
+        let wf = wf.with_circuit(store.clone());
+        for i in 0..3 {
+            bounced(&sqs, &format!("orig-{i}"));
+        }
+        for i in 0..4 {
+            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+        }
+        let (run, totals) = started(
+            &wf,
+            json!({"maxMessages": 7, "mode": "scaleOut", "drains": 1}),
+        )
+        .await;
+        let out = wf.drain(&totals.drain_plan[0], None).await.unwrap();
+        assert_eq!(out["circuit"]["bounced"], 3, "{out}");
+        let totals = wf.tally_round(&run, totals, None, &[out]).await;
+        assert_eq!(totals.bounced, 3);
+
+        let s = wf.summary(&run, &totals, None).await;
+        let c = s.circuit.expect("the circuit in the response");
+        assert_eq!(
+            (c.state, c.plan, c.bounced, c.transitions),
+            (State::Open, "hold", 3, 1)
+        );
+        assert_eq!(
+            published_circuit(&cw),
+            vec![Some(redrive_engine::ports::CircuitMetrics {
+                open: true,
+                transitions: 1,
+                bounced: 3,
+            })]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_record_gives_no_circuit_in_the_summary() {
+        let (_, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+        let store = MemoryCircuitStore::new();
+        let wf = wf.with_circuit(store.clone());
+        let (run, totals) = started(&wf, json!({})).await;
+        store.fail_next(redrive_engine::fake::throttled("GetItem"));
+        let s = wf.summary(&run, &totals, None).await;
+        assert_eq!(s.circuit, None);
+        assert_eq!(published_circuit(&cw), vec![None]);
+        // Readable again (no record yet): closed, nothing seen, nothing changed.
+        let s = wf.summary(&run, &totals, None).await;
+        let c = s.circuit.expect("the circuit in the response");
+        assert_eq!(
+            (
+                c.state,
+                c.operator,
+                c.plan,
+                c.budget,
+                c.bounced,
+                c.transitions
+            ),
+            (State::Closed, Override::Auto, "drain", None, 0, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn with_the_circuit_off_the_summary_has_no_circuit_and_publishes_none() {
+        // No CIRCUIT_TABLE; then CIRCUIT_TABLE set but no store given: off both times.
+        for pairs in [&[][..], &[("CIRCUIT_TABLE", "redrive-circuit")][..]] {
+            let (sqs, cw, wf) = setup(pairs);
+            bounced(&sqs, "orig-0");
+            let (run, totals) = started(&wf, json!({"maxMessages": 5})).await;
+            let batch = wf.receive_batch(5, false, None).await.unwrap();
+            assert!(!batch.circuit_opened && batch.bounced == 0, "{batch:?}");
+            let totals = wf.tally_round(&run, totals, Some(&batch), &[]).await;
+            let out = wf
+                .handle(
+                    json!({"action": "summary", "run": run, "totals": totals}),
+                    None,
+                )
+                .await
+                .unwrap();
+            assert!(out.get("circuit").is_none(), "{out}");
+            assert_eq!(published_circuit(&cw), vec![None]);
+        }
+    }
+    #[tokio::test]
+    async fn totals_from_before_the_start_time_parse_and_claim_no_transitions() {
+        let (sqs, _, wf) = with_store();
+        for i in 0..3 {
+            bounced(&sqs, &format!("orig-{i}"));
+        }
+        let batch = wf.receive_batch(10, false, None).await.unwrap();
+        assert!(batch.circuit_opened);
+        let old: Totals = serde_json::from_value(json!({
+            "received": 0, "redriven": 0, "isolated": 0, "failed": 0, "leftOnDlq": 0,
+            "remaining": 10, "queueEmpty": false, "more": false,
+            "stoppedBecause": "circuit-open", "drainPlan": []
+        }))
+        .unwrap();
+        assert_eq!((old.started_at, old.bounced), (0, 0));
+        let s = wf.summary(&run(Mode::Messages), &old, None).await;
+        let c = s.circuit.expect("the circuit in the response");
+        assert_eq!((c.state, c.transitions), (State::Open, 0));
+    }
+}

@@ -1,0 +1,513 @@
+//! The workflow: its engines, the task dispatch, and the tasks that start, check, drain and
+//! sum up an execution.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use redrive_engine::circuit::{CircuitStore, NoCircuit};
+use redrive_engine::engine::{CircuitSummary, DrainRequest, Engine, StopReason, Summary};
+use redrive_engine::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, Received};
+use redrive_shared::circuit::CircuitRecord;
+use redrive_shared::config::RedriverConfig;
+use redrive_shared::limits::MAX_RECEIVE;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::MAX_PARALLEL;
+use crate::config::WorkflowConfig;
+use crate::error::{TaskError, invalid};
+use crate::executions::Executions;
+use crate::state::{DrainItem, ExecutionInput, ItemAction, Mode, Run, Task, Totals};
+use crate::tally::drain_plan;
+
+type Drainer<Q, A, M, C> = Arc<Engine<Q, A, M, C>>;
+
+/// The tasks, over one engine for decisions with long waits and one engine per drain count
+/// (velocity cap split K ways) for scale-out.
+pub struct Workflow<Q, A, M, X, C = NoCircuit> {
+    pub engine: Engine<Q, A, M>,
+    pub config: WorkflowConfig,
+    pub executions: X,
+    /// The circuit table (`CIRCUIT_TABLE`): its operator flag opens the circuit breaker.
+    pub circuit: C,
+    drainers: Mutex<HashMap<u32, Drainer<Q, A, M, C>>>,
+    pub(crate) settings: redrive_engine::engine::Settings,
+    pub(crate) clock: fn() -> i64,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl<Q, A, M, X> Workflow<Q, A, M, X>
+where
+    Q: Queue + Clone,
+    A: Alarms + Clone,
+    M: Metrics + Clone,
+    X: Executions,
+{
+    pub fn new(queue: Q, alarms: A, metrics: M, executions: X, config: WorkflowConfig) -> Self {
+        let deciding = RedriverConfig {
+            backoff: config.wait_backoff,
+            ..config.redriver.clone()
+        };
+        Self {
+            engine: Engine::new(queue, alarms, metrics, deciding),
+            config,
+            executions,
+            circuit: NoCircuit,
+            drainers: Mutex::new(HashMap::new()),
+            settings: redrive_engine::engine::Settings::default(),
+            clock: now_ms,
+        }
+    }
+
+    /// The circuit table (`CIRCUIT_TABLE`): its operator flag holds the breaker open, and the
+    /// tasks measure bounces into it as the Lambda does (`receiveBatch`, `tally`, `drain`).
+    pub fn with_circuit<S: CircuitStore + Clone>(self, store: S) -> Workflow<Q, A, M, X, S> {
+        Workflow {
+            engine: self.engine,
+            config: self.config,
+            executions: self.executions,
+            circuit: store,
+            drainers: Mutex::new(HashMap::new()),
+            settings: self.settings,
+            clock: self.clock,
+        }
+    }
+}
+
+impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
+where
+    Q: Queue + Clone,
+    A: Alarms + Clone,
+    M: Metrics + Clone,
+    X: Executions,
+    C: CircuitStore + Clone + Send,
+{
+    /// Engine tunables (tests shorten the receive wait and retry pauses).
+    pub fn with_settings(mut self, settings: redrive_engine::engine::Settings) -> Self {
+        self.engine = self.engine.with_settings(settings.clone());
+        self.settings = settings;
+        self
+    }
+
+    /// Fixes the jitter's random source (tests).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.engine = self.engine.with_seed(seed);
+        self
+    }
+
+    /// The init-time call: destination size limits and a connection.
+    pub async fn warm_up(&self) {
+        let _ = self.engine.warm_up().await;
+    }
+
+    pub(crate) fn fifo(&self) -> bool {
+        self.config.redriver.dlq_url.is_fifo() || self.config.redriver.source_queue_url.is_fifo()
+    }
+
+    /// Runs one task. `deadline` is the Lambda's.
+    pub async fn handle(
+        &self,
+        input: Value,
+        deadline: Option<Instant>,
+    ) -> Result<Value, TaskError> {
+        let task: Task = serde_json::from_value(input).map_err(invalid)?;
+        let out = match task {
+            Task::Start {
+                input,
+                execution_arn,
+                state_machine_arn,
+            } => {
+                self.start(input, &execution_arn, &state_machine_arn)
+                    .await?
+            }
+            Task::CheckCircuit {} => self.check_circuit(deadline).await,
+            Task::ReceiveBatch {
+                max_messages,
+                dry_run,
+            } => to_value(self.receive_batch(max_messages, dry_run, deadline).await?),
+            Task::ExtendVisibility { item } => self.extend_visibility(&item, deadline).await?,
+            Task::Redrive { item } => {
+                to_value(self.redeliver(item, ItemAction::Redrive, deadline).await?)
+            }
+            Task::Isolate { item } => {
+                to_value(self.redeliver(item, ItemAction::Isolate, deadline).await?)
+            }
+            Task::Drain(d) => self.drain(&d, deadline).await?,
+            Task::Tally {
+                run,
+                totals,
+                batch,
+                results,
+            } => to_value(
+                self.tally_round(&run, totals, batch.as_ref(), &results)
+                    .await,
+            ),
+            Task::Summary { run, totals } => to_value(self.summary(&run, &totals, deadline).await),
+        };
+        Ok(out)
+    }
+
+    /// Validates the execution input, resolves the defaults, and lets only the oldest RUNNING
+    /// execution of the state machine proceed (one execution per DLQ at a time).
+    async fn start(
+        &self,
+        input: Value,
+        execution_arn: &str,
+        state_machine_arn: &str,
+    ) -> Result<Value, TaskError> {
+        let input: ExecutionInput = match input {
+            Value::Null => ExecutionInput::default(),
+            other => serde_json::from_value(other).map_err(|e| {
+                invalid(format!(
+                    "execution input: {e} (allowed keys: maxMessages, dryRun, mode, drains, triggerAlarm)"
+                ))
+            })?,
+        };
+        let max_messages = input
+            .max_messages
+            .unwrap_or(self.config.redriver.max_messages_per_invocation);
+        if max_messages == 0 {
+            return Err(invalid("execution input: maxMessages must be >= 1"));
+        }
+        let fifo = self.fifo();
+        let drains = input.drains.unwrap_or(1);
+        if !(1..=MAX_PARALLEL).contains(&drains) {
+            return Err(invalid(format!(
+                "execution input: drains {drains} must be from 1 to {MAX_PARALLEL}"
+            )));
+        }
+        let run = Run {
+            max_messages,
+            dry_run: input.dry_run.unwrap_or(self.config.redriver.dry_run),
+            // FIFO copies take no delay: the engine's FIFO drain, one at a time, keeps order.
+            mode: if fifo {
+                Mode::ScaleOut
+            } else {
+                input.mode.unwrap_or(Mode::Messages)
+            },
+            drains: if fifo { 1 } else { drains },
+            fifo,
+            // The alarm that started the execution, else the configured one (a scheduled or
+            // manual execution): the summary re-arms it, as the Lambda's drains do.
+            trigger_alarm: input
+                .trigger_alarm
+                .filter(|a| !a.is_empty())
+                .or_else(|| self.config.redriver.trigger_alarm_name.clone()),
+        };
+        let running = self.executions.running(state_machine_arn).await?;
+        let me = running
+            .iter()
+            .find(|x| x.arn == execution_arn)
+            .map_or_else(|| (self.clock)(), |x| x.started_ms);
+        let older = running
+            .iter()
+            .filter(|x| x.arn != execution_arn)
+            .find(|x| (x.started_ms, x.arn.as_str()) < (me, execution_arn));
+        let mut totals = Totals {
+            remaining: max_messages,
+            more: true,
+            stopped_because: StopReason::Limit.as_str().to_string(),
+            drain_plan: drain_plan(&run, max_messages),
+            started_at: me,
+            ..Totals::default()
+        };
+        if let Some(o) = older {
+            tracing::warn!(execution = execution_arn, running = %o.arn, action = "already-running", "another execution is draining this DLQ: this one receives nothing and goes to its summary");
+            totals.more = false;
+            totals.stopped_because = StopReason::AlreadyRunning.as_str().to_string();
+            totals.drain_plan = Vec::new();
+        }
+        Ok(json!({
+            "proceed": older.is_none(),
+            "blockedBy": older.map(|o| o.arn.clone()),
+            "run": run,
+            "totals": totals,
+        }))
+    }
+
+    /// The guard alarms (any in ALARM or missing opens the circuit, as in the Lambda).
+    async fn check_circuit(&self, deadline: Option<Instant>) -> Value {
+        let guards = self.engine.open_guards(deadline).await;
+        if let Some(open) = &guards {
+            tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: the execution touches nothing");
+        }
+        let (operator, held) = self.operator_flag().await;
+        json!({
+            "open": guards.is_some() || held,
+            "guards": guards.unwrap_or_default(),
+            "operator": operator,
+        })
+    }
+
+    /// The circuit record's operator flag and whether the record holds the circuit open
+    /// (`redrive circuit open`, or an adaptive circuit open and cooling down). A record that
+    /// cannot be read holds it open (fail closed, as unreadable guard alarms do).
+    async fn operator_flag(&self) -> (Value, bool) {
+        let Some(cfg) = &self.config.redriver.circuit else {
+            return (Value::Null, false);
+        };
+        if !self.circuit.enabled() {
+            return (Value::Null, false);
+        }
+        let now = (self.clock)();
+        match self
+            .circuit
+            .load(self.config.redriver.dlq_url.as_str())
+            .await
+        {
+            Ok(None) => (json!("auto"), false),
+            Ok(Some(stored)) => {
+                let mut record = stored.record;
+                let operator = record.operator.as_str();
+                // Read only: the tick shows what the record holds now; the Lambda writes it.
+                record.apply(&cfg.settings, &redrive_shared::circuit::Event::Tick { now });
+                let held = record.plan(&cfg.settings) == redrive_shared::circuit::Plan::Hold;
+                if held {
+                    tracing::warn!(
+                        operator,
+                        action = "circuit-open",
+                        "the circuit record holds the circuit open: the execution touches nothing"
+                    );
+                }
+                (json!(operator), held)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the circuit record; treating the circuit as open");
+                (json!("unknown"), true)
+            }
+        }
+    }
+
+    pub(crate) async fn receive(
+        &self,
+        want: u32,
+        visibility: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Received>, PortError> {
+        let dlq = self.config.redriver.dlq_url.as_str();
+        let wait = self.settings.receive_wait_seconds;
+        self.engine
+            .retry(deadline, || {
+                self.engine.bounded(
+                    deadline,
+                    "ReceiveMessage",
+                    self.engine
+                        .queue
+                        .receive(dlq, want as i32, wait, visibility as i32),
+                )
+            })
+            .await
+    }
+
+    /// Sets the visibility of held messages (0 releases them); entry failures are logged.
+    pub(crate) async fn set_visibility(
+        &self,
+        handles: &[String],
+        seconds: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<String>, PortError> {
+        let dlq = self.config.redriver.dlq_url.as_str();
+        let mut failed = Vec::new();
+        for chunk in handles.chunks(MAX_RECEIVE as usize) {
+            let entries: Vec<HandleEntry> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, h)| HandleEntry {
+                    id: i.to_string(),
+                    receipt_handle: h.clone(),
+                })
+                .collect();
+            let outcome = self
+                .engine
+                .retry(deadline, || {
+                    self.engine.bounded(
+                        deadline,
+                        "ChangeMessageVisibilityBatch",
+                        self.engine
+                            .queue
+                            .change_visibility_batch(dlq, &entries, seconds as i32),
+                    )
+                })
+                .await?;
+            for f in outcome.failed {
+                tracing::warn!(entry = %f.id, code = %f.code, error = %f.message, "ChangeMessageVisibility entry failed");
+                failed.push(f.code);
+            }
+        }
+        Ok(failed)
+    }
+
+    pub(crate) fn drainer(&self, drains: u32) -> Drainer<Q, A, M, C> {
+        let mut map = self.drainers.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(drains)
+            .or_insert_with(|| {
+                let cfg = &self.config.redriver;
+                let config = RedriverConfig {
+                    max_messages_per_second: cfg.max_messages_per_second / f64::from(drains),
+                    ..cfg.clone()
+                };
+                Arc::new(
+                    Engine::new(
+                        self.engine.queue.clone(),
+                        self.engine.alarms.clone(),
+                        self.engine.metrics.clone(),
+                        config,
+                    )
+                    .with_settings(self.settings.clone())
+                    .with_clock(self.clock)
+                    .with_circuit(self.circuit.clone()),
+                )
+            })
+            .clone()
+    }
+
+    /// One bounded engine drain with a 1/K share of `MAX_MESSAGES_PER_SECOND` and the
+    /// re-driver's 900 s backoff cap: a scale-out Map item (or the FIFO drain).
+    pub async fn drain(
+        &self,
+        d: &DrainItem,
+        deadline: Option<Instant>,
+    ) -> Result<Value, TaskError> {
+        if !(1..=MAX_PARALLEL).contains(&d.drains) {
+            return Err(invalid(format!(
+                "drains {} must be from 1 to {MAX_PARALLEL}",
+                d.drains
+            )));
+        }
+        let engine = self.drainer(d.drains);
+        if let Err(e) = engine.load_limits().await {
+            tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
+        }
+        // Under the adaptive circuit when it is on, as in the Lambda: the drain follows the
+        // record's plan, counts its bounced and redriven copies into it and stops with
+        // circuit-open when it opens (no metrics here: `summary` publishes once).
+        let summary = engine
+            .drain_with_circuit(&DrainRequest {
+                max_messages: d.max_messages,
+                dry_run: d.dry_run,
+                deadline,
+                trigger_alarm: None,
+            })
+            .await;
+        if let Some(reason) = &summary.dlq_unreadable {
+            tracing::error!(error = %reason, action = "dlq-unreadable", "the drain could not read the DLQ");
+            return Err(TaskError::DlqUnreadable(reason.clone()));
+        }
+        tracing::info!(
+            index = d.index,
+            drains = d.drains,
+            received = summary.received,
+            redriven = summary.redriven,
+            isolated = summary.isolated,
+            failed = summary.failed,
+            stopped_because = summary.stopped_because.as_str(),
+            "drain"
+        );
+        let mut out = to_value(&summary);
+        out["index"] = json!(d.index);
+        Ok(out)
+    }
+
+    /// The Lambda's response for the whole execution, then the engine's end of a run, as the
+    /// Lambda's: one PutMetricData and the re-arm of the trigger alarm.
+    pub async fn summary(&self, run: &Run, totals: &Totals, deadline: Option<Instant>) -> Summary {
+        let mut summary = Summary {
+            received: totals.received,
+            redriven: totals.redriven,
+            isolated: totals.isolated,
+            failed: totals.failed,
+            dry_run: run.dry_run,
+            stopped_because: stop_reason(&totals.stopped_because),
+            dlq_remaining: None,
+            dlq_unreadable: None,
+            unplaceable: 0,
+            circuit: self.circuit_summary(totals).await,
+        };
+        let request = DrainRequest {
+            max_messages: run.max_messages,
+            dry_run: run.dry_run,
+            deadline,
+            trigger_alarm: run.trigger_alarm.clone(),
+        };
+        self.engine.end_run(&request, &mut summary).await;
+        if totals.not_found > 0 {
+            tracing::warn!(
+                not_found = totals.not_found,
+                "messages that never came back from the DLQ (counted in failed)"
+            );
+        }
+        summary
+    }
+}
+
+impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
+where
+    C: CircuitStore,
+{
+    /// The circuit in the execution's response when it is on, as the Lambda reports it: the
+    /// record's state, operator and plan as the tasks left it (read only: the tasks write it),
+    /// the bounced copies the execution saw and the transitions the record made since the
+    /// execution started (kept in its history). A record that cannot be read reports no
+    /// circuit, as the Lambda's response on an unreadable record has none (the tasks that
+    /// could not read it held the circuit open and stopped with `circuit-open`).
+    async fn circuit_summary(&self, totals: &Totals) -> Option<CircuitSummary> {
+        let cfg = self.config.redriver.circuit.as_ref()?;
+        if !self.circuit.enabled() {
+            return None;
+        }
+        let settings = cfg.settings;
+        let dlq = self.config.redriver.dlq_url.as_str();
+        let record = match self.circuit.load(dlq).await {
+            Ok(Some(stored)) => stored.record,
+            Ok(None) => CircuitRecord::new(&settings, (self.clock)()),
+            Err(e) => {
+                tracing::error!(error = %e, action = "circuit-open", "cannot read the circuit record; the response carries no circuit state and no circuit metrics");
+                return None;
+            }
+        };
+        let plan = record.plan(&settings);
+        // Totals from before the start time was kept cannot tell this execution's
+        // transitions from older ones: none are claimed.
+        let transitions = if totals.started_at > 0 {
+            record
+                .history
+                .iter()
+                .filter(|t| t.at >= totals.started_at)
+                .count() as u64
+        } else {
+            0
+        };
+        Some(CircuitSummary {
+            state: record.state,
+            operator: record.operator,
+            plan: plan.as_str(),
+            budget: plan.budget(),
+            bounced: totals.bounced,
+            transitions,
+        })
+    }
+}
+
+pub(crate) fn to_value(v: impl Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn stop_reason(s: &str) -> StopReason {
+    match s {
+        "queue-empty" => StopReason::QueueEmpty,
+        "limit" => StopReason::Limit,
+        "deadline" => StopReason::Deadline,
+        "circuit-open" => StopReason::CircuitOpen,
+        "not-in-alarm" => StopReason::NotInAlarm,
+        "other-queue" => StopReason::OtherQueue,
+        "already-running" => StopReason::AlreadyRunning,
+        _ => StopReason::Other,
+    }
+}
