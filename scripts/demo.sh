@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: the whole system end to end on this machine (tests/src/bin/demo.rs): moto, the
+# `make demo`: the whole system end to end on this machine (demo/src/main.rs): moto, the
 # production template, both Lambdas under cargo lambda watch, an incident, a reconciled report.
 # Exits 0 only when every order was delivered exactly once or parked with a reason, none lost.
 # Needs the Rust toolchain and `make setup` (moto, cargo-lambda in .venv).

@@ -40,7 +40,7 @@ use crate::faults::FaultCounts;
 
 pub mod fake;
 pub mod moto;
-// --- the workflow soak
+// The workflow soak
 pub mod workflow;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

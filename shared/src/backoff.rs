@@ -154,7 +154,7 @@ impl Backoff {
         })
     }
 
-    // --- Step Functions orchestrator ---
+    // Step Functions orchestrator
     /// A policy for the Step Functions orchestrator, whose waits are not SQS delays: `max` up
     /// to [`MAX_WAIT_SECONDS`] (12 h, SQS's longest visibility timeout, which holds a waiting
     /// message on the DLQ). Same formula and jitter as [`Backoff::new`].

@@ -314,7 +314,7 @@ impl RedriverConfig {
     }
 }
 
-// --- adaptive circuit ---
+// Adaptive circuit
 
 /// The adaptive circuit's configuration: its DynamoDB table and the rule's tunables (see
 /// [`crate::circuit`]).
@@ -644,7 +644,7 @@ mod tests {
         RedriverConfig::from_env(&env(&pairs))
     }
 
-    // --- adaptive circuit ---
+    // Adaptive circuit
     #[test]
     fn circuit_is_off_without_a_table_and_reads_its_variables() {
         assert_eq!(redriver(&[]).unwrap().circuit, None);

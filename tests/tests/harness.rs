@@ -15,7 +15,6 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-// ---------------------------------------------------------------------------------------
 // moto + SQS
 
 /// IAM is enforced: a role's policy from infra/templates/ allows its own queues and nothing
@@ -320,7 +319,6 @@ async fn clients_and_child_environment_point_at_the_same_moto() {
     assert_eq!(found.metric_alarms().len(), 1);
 }
 
-// ---------------------------------------------------------------------------------------
 // LocalStack: the second, stricter SQS emulator
 
 /// Whether a socket listens on 127.0.0.1:`port` and on no other IPv4 address (`/proc/net/tcp`:
@@ -465,7 +463,6 @@ async fn routed_configs_send_sqs_to_localstack_and_dynamodb_to_moto() {
     assert!(tables.is_ok(), "DynamoDB stays on moto: {tables:?}");
 }
 
-// ---------------------------------------------------------------------------------------
 // downstream
 
 /// Sends raw HTTP/1.1 POSTs on one connection and returns (status, headers, body) for each.
@@ -627,7 +624,6 @@ async fn downstream_serves_concurrent_connections() {
     assert_eq!(downstream.keys().len(), 8);
 }
 
-// ---------------------------------------------------------------------------------------
 // cargo lambda watch
 
 #[tokio::test]
@@ -765,7 +761,6 @@ async fn lambda_watch_reports_a_function_that_dies_in_init_instead_of_hanging() 
     assert!(started.elapsed() < Duration::from_secs(60));
 }
 
-// ---------------------------------------------------------------------------------------
 // nothing outlives the test process
 
 fn process_alive(pid: u32) -> bool {

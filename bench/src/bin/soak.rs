@@ -59,7 +59,7 @@ fn circuit(args: &[String]) -> ExitCode {
     }
 }
 
-// --- the workflow soak
+// The workflow soak
 /// `soak workflow`: the Step Functions orchestrator on moto with injected task failures and
 /// stopped executions (see `redrive_bench::soak::workflow`); figures also in
 /// `target/soak/workflow.json`.
@@ -106,7 +106,7 @@ fn main() -> ExitCode {
     if which == "circuit" {
         return circuit(&args[1..]);
     }
-    // --- the workflow soak
+    // The workflow soak
     if which == "workflow" {
         return workflow(&args[1..]);
     }

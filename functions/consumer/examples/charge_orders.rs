@@ -19,7 +19,7 @@ async fn main() -> Result<(), redrive_consumer::Error> {
     .await
 }
 
-// ---- a stand-in for your own payments client ------------------------------------------------
+// A stand-in for your own payments client
 
 mod payments {
     use std::io::{Read, Write};

@@ -45,7 +45,7 @@ use redrive_tests::{
 };
 use serde_json::{Value, json};
 
-// ---------------------------------------------------------------- the incident, demo-sized
+// The incident, demo-sized
 const ORDERS: usize = 240;
 /// Every this many orders one has a negative amount: the downstream rejects it for good.
 const MALFORMED_EVERY: usize = 40;
@@ -69,7 +69,7 @@ const SCHEDULE: Duration = Duration::from_secs(300);
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(300);
 const STACK: &str = "redrive-demo";
 
-// ---------------------------------------------------------------- console
+// Console
 struct Console {
     tty: bool,
     start: Instant,
@@ -115,7 +115,7 @@ impl Console {
     }
 }
 
-// ---------------------------------------------------------------- the world
+// The world
 struct Stack {
     source_url: String,
     source_arn: String,
@@ -190,7 +190,7 @@ async fn main() -> ExitCode {
     };
     console.event("redrive demo: an SQS dead-letter queue incident, end to end, on this machine");
 
-    // ------------------------------------------------------------ infrastructure
+    // Infrastructure
     let moto = moto();
     console.event(&format!(
         "moto server on {} (AWS_ENDPOINT_URL)",
@@ -256,7 +256,7 @@ async fn main() -> ExitCode {
         SCHEDULE.as_secs()
     ));
 
-    // ------------------------------------------------------------ the incident
+    // The incident
     demo.console.event(&format!(
         "producer: sending {ORDERS} orders to {} ({} with a negative amount)",
         name_of(&demo.stack.source_url),
@@ -279,9 +279,9 @@ async fn main() -> ExitCode {
     demo.console.end_status();
     let incident = incident_start.elapsed();
 
-    // ------------------------------------------------------------ the report
+    // The report
     let ok = report(&demo, &orders, settled, metrics_from).await;
-    // --- the Step Functions path
+    // The Step Functions path
     let ok = workflow_path(&demo.console).await && ok;
     let wall = demo.console.start.elapsed();
     println!(
@@ -445,7 +445,7 @@ async fn warm_up(demo: &Demo) {
     }
 }
 
-// ---------------------------------------------------------------- producer
+// Producer
 async fn produce(demo: &Demo) -> Vec<Order> {
     let mut orders = Vec::with_capacity(ORDERS);
     let pause = Duration::from_secs_f64(10.0 / PRODUCE_PER_SECOND as f64);
@@ -523,7 +523,7 @@ fn string_attr(data_type: &str, value: &str) -> MessageAttributeValue {
         .expect("data type is set")
 }
 
-// ---------------------------------------------------------------- the downstream's outage
+// The downstream's outage
 async fn outage(demo: Arc<Demo>) {
     let started = Instant::now();
     while demo.downstream.total() < HEALTHY_DELIVERIES && started.elapsed() < HEALTHY_AT_MOST {
@@ -545,7 +545,7 @@ async fn outage(demo: Arc<Demo>) {
     demo.console.event("downstream RECOVERED: 200 again");
 }
 
-// ---------------------------------------------------------------- the Lambda SQS event source
+// The Lambda SQS event source
 /// One poller of the event source mapping: receive up to 10, invoke the consumer with the
 /// Lambda SQS event, delete what was not reported in batchItemFailures.
 async fn event_source(demo: Arc<Demo>) {
@@ -721,7 +721,7 @@ fn order_id_of(body: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-// ---------------------------------------------------------------- CloudWatch and the schedule
+// CloudWatch and the schedule
 /// CloudWatch's evaluation of the trigger alarm (the DLQ's ApproximateNumberOfMessagesVisible
 /// greater than 0): a transition to ALARM sets the alarm's real state and notifies the trigger
 /// topic, whose subscriber is the re-driver. A notification happens only on a state change,
@@ -903,7 +903,7 @@ fn alarm_notification(demo: &Demo, old_state: &str, visible: u64, queue_name: &s
     event
 }
 
-// ---------------------------------------------------------------- settling and the report
+// Settling and the report
 async fn visible_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Option<u64> {
     Some(depths(sqs, url).await?.0)
 }
@@ -1251,7 +1251,7 @@ async fn report(demo: &Demo, orders: &[Order], settled: bool, metrics_from: i64)
     ok
 }
 
-// ---------------------------------------------------------------- small helpers
+// Small helpers
 /// The first ten, and how many more.
 fn first(ids: &[String]) -> String {
     let mut text = ids.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
@@ -1298,7 +1298,7 @@ fn rfc3339_now() -> String {
     )
 }
 
-// ---------------------------------------------------------------- the Step Functions path
+// The Step Functions path
 //
 
 /// The orchestrator's path, short: a few failed orders on a DLQ drained by the shipped state
