@@ -498,7 +498,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 
     /// Retries a whole call while it fails in a retryable way and there is time left.
-    pub async fn retry<T, F, Fut>(&self, end: Option<Instant>, mut call: F) -> Result<T, PortError>
+    pub(super) async fn retry<T, F, Fut>(
+        &self,
+        end: Option<Instant>,
+        mut call: F,
+    ) -> Result<T, PortError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, PortError>>,
@@ -520,7 +524,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 
     /// One port call, given at most `call_timeout` and never past `end`.
-    pub async fn bounded<T>(
+    pub(super) async fn bounded<T>(
         &self,
         end: Option<Instant>,
         operation: &'static str,
