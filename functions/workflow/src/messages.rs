@@ -11,19 +11,11 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::error::{TaskError, invalid};
-use crate::executions::Executions;
 use crate::state::{Batch, Item, ItemAction, MessageOutcome, Mode, Outcome, Run, Totals};
 use crate::tally::tally;
 use crate::workflow::Workflow;
 
-impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
-where
-    Q: Queue + Clone,
-    A: Alarms + Clone,
-    M: Metrics + Clone,
-    X: Executions,
-    C: CircuitStore + Clone + Send,
-{
+impl<Q: Queue, A: Alarms, M: Metrics, X, C: CircuitStore> Workflow<Q, A, M, X, C> {
     /// Receives up to `maxMessages` (at most `WORKFLOW_BATCH_SIZE`) and decides each; sends
     /// nothing. A dry run releases what it received at once.
     pub async fn receive_batch(
