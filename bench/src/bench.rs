@@ -108,6 +108,19 @@ pub async fn preload(sqs: &Client, url: &str, n: u64) {
 /// The re-driver's configuration from `queues` (the queue URLs, and any other variable), with
 /// `MAX_CONCURRENT_BATCHES` = `pipelines` and `MAX_MESSAGES_PER_SECOND` = `max_per_second`
 /// (0: no cap).
+/// The engine on the SDK's clients: SQS through `sqs` (plain or through the proxy), CloudWatch
+/// (alarms and metrics) through `sdk`; jitter seeded for repeatable runs.
+pub(crate) fn sdk_engine(
+    sqs: Client,
+    sdk: &aws_config::SdkConfig,
+    config: RedriverConfig,
+) -> Engine<SqsQueue, CloudWatch, CloudWatch> {
+    let cloudwatch = || CloudWatch {
+        client: aws_sdk_cloudwatch::Client::new(sdk),
+    };
+    Engine::new(SqsQueue { client: sqs }, cloudwatch(), cloudwatch(), config).with_seed(1)
+}
+
 pub(crate) fn engine_config(
     queues: &[(&str, &str)],
     pipelines: u32,
@@ -163,19 +176,7 @@ pub async fn moto_ours(direct: &Client, proxy: &Proxy, n: u64, pipelines: u32) -
         0.0,
     );
     let sdk = crate::sdk_config(&proxy.endpoint(), None).await;
-    let engine = Engine::new(
-        SqsQueue {
-            client: Client::new(&sdk),
-        },
-        CloudWatch {
-            client: aws_sdk_cloudwatch::Client::new(&sdk),
-        },
-        CloudWatch {
-            client: aws_sdk_cloudwatch::Client::new(&sdk),
-        },
-        config,
-    )
-    .with_seed(1);
+    let engine = sdk_engine(Client::new(&sdk), &sdk, config);
     proxy.take_stats();
     let started = Instant::now();
     let summary = engine.run(&drain_request(u64::MAX)).await;

@@ -1,7 +1,8 @@
 //! Benchmarks of redrive against the naive redrive script, the fault-injection soak that
 //! proves no loss, and the tools they need.
 //!
-//! - [`loopback`]: the hyper server the proxy, the downstream and the Runtime API share.
+//! - [`loopback`]: the harness's hyper server (`redrive_tests::loopback`) that the proxy, the downstream
+//!   and the Runtime API share.
 //! - [`proxy`]: a loopback HTTP proxy in front of moto that counts calls, adds per-call
 //!   latency, injects faults and kills callers between send and delete.
 //! - [`baseline`]: the redrive script people write (receive 10, then send and delete each
@@ -22,7 +23,7 @@ pub mod coldstart;
 pub mod consumer_cache;
 pub mod downstream;
 pub mod faults;
-pub mod loopback;
+pub use redrive_tests::loopback;
 // Side by side with SQS's StartMessageMoveTask, on LocalStack.
 pub mod move_task;
 pub mod proxy;

@@ -19,14 +19,12 @@ use std::time::Duration;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{Message, QueueAttributeName, SendMessageBatchRequestEntry};
-use redrive_engine::Engine;
-use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_tests::{QueueSet, attr_number, attr_string, drain_all, queue_attributes};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::bench::{body, delete_queues, drain_request, engine_config, preload};
+use crate::bench::{body, delete_queues, drain_request, engine_config, preload, sdk_engine};
 use crate::proxy::Proxy;
 
 /// How often the move task's caller asks ListMessageMoveTasks whether it is done.
@@ -134,19 +132,7 @@ pub async fn side_by_side(
         pipelines,
         0.0,
     );
-    let engine = Engine::new(
-        SqsQueue {
-            client: through_proxy.clone(),
-        },
-        CloudWatch {
-            client: aws_sdk_cloudwatch::Client::new(&sdk),
-        },
-        CloudWatch {
-            client: aws_sdk_cloudwatch::Client::new(&sdk),
-        },
-        config,
-    )
-    .with_seed(1);
+    let engine = sdk_engine(through_proxy.clone(), &sdk, config);
     proxy.take_stats();
     let started = Instant::now();
     let summary = engine.run(&drain_request(u64::MAX)).await;

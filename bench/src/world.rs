@@ -566,6 +566,31 @@ mod tests {
     const SRC: &str = "https://sqs.world/000000000000/src";
     const DLQ: &str = "https://sqs.world/000000000000/dlq";
 
+    /// A world with the source queue where every call meets this fault, and its queue port.
+    fn failing_with(kind: FaultKind) -> (Arc<World>, WorldQueue) {
+        let world = World::new(5);
+        world.create_queue(SRC, None);
+        world.set_faults(Some(FaultPlan {
+            rate: 1.0,
+            weights: vec![(kind, 1)],
+            timeout_hold: Duration::ZERO,
+        }));
+        (world.clone(), WorldQueue(world))
+    }
+
+    /// A send entry of body `b` with this id.
+    fn entry(id: usize) -> SendEntry {
+        SendEntry {
+            id: id.to_string(),
+            body: "b".into(),
+            attributes: Attributes::new(),
+            delay_seconds: None,
+            group_id: None,
+            dedup_id: None,
+            trace_header: None,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_message_received_max_times_moves_to_the_dlq_keeping_its_id() {
         let world = World::new(1);
@@ -605,24 +630,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn faults_fail_attempts_and_the_sdk_layer_retries_them() {
-        let world = World::new(5);
-        world.create_queue(SRC, None);
-        world.set_faults(Some(FaultPlan {
-            rate: 1.0,
-            weights: vec![(FaultKind::ResetAfter, 1)],
-            timeout_hold: Duration::ZERO,
-        }));
-        let q = WorldQueue(world.clone());
-        let entry = SendEntry {
-            id: "0".into(),
-            body: "b".into(),
-            attributes: Attributes::new(),
-            delay_seconds: None,
-            group_id: None,
-            dedup_id: None,
-            trace_header: None,
-        };
-        let err = q.send_batch(SRC, &[entry]).await.unwrap_err();
+        let (world, q) = failing_with(FaultKind::ResetAfter);
+        let err = q.send_batch(SRC, &[entry(0)]).await.unwrap_err();
         assert!(err.retryable);
         // Every attempt took effect although each one failed: three copies, no ack.
         assert_eq!(world.depth(SRC), 3);
@@ -634,25 +643,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failed_entries_are_not_applied() {
-        let world = World::new(5);
-        world.create_queue(SRC, None);
-        world.set_faults(Some(FaultPlan {
-            rate: 1.0,
-            weights: vec![(FaultKind::BatchEntries, 1)],
-            timeout_hold: Duration::ZERO,
-        }));
-        let q = WorldQueue(world.clone());
-        let entries: Vec<SendEntry> = (0..10)
-            .map(|i| SendEntry {
-                id: i.to_string(),
-                body: "b".into(),
-                attributes: Attributes::new(),
-                delay_seconds: None,
-                group_id: None,
-                dedup_id: None,
-                trace_header: None,
-            })
-            .collect();
+        let (world, q) = failing_with(FaultKind::BatchEntries);
+        let entries: Vec<SendEntry> = (0..10).map(entry).collect();
         let out = q.send_batch(SRC, &entries).await.unwrap();
         assert!(!out.failed.is_empty());
         assert_eq!(out.succeeded.len() + out.failed.len(), 10);

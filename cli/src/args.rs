@@ -1,8 +1,7 @@
 //! Command-line arguments of `redrive` (clap derive).
 
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use clap::{ArgGroup, Parser, Subcommand};
 use redrive_shared::config::QueueUrl;
-use redrive_shared::meta::IsolationReason;
 
 pub const AFTER_HELP: &str = "\
 Configuration:
@@ -48,19 +47,19 @@ pub enum Command {
     /// Visible, in-flight and delayed counts, the queue's RedrivePolicy and retention, then a
     /// sample of messages (received and released at once) summarised by attempt, isolation
     /// reason and lastError code.
-    Stats(StatsArgs),
+    Stats(super::stats::StatsArgs),
     /// Show messages without consuming them
     ///
     /// Id, originalMessageId, attempt, reason, lastError, age, size and attributes of each
     /// message; the body only with --body. The messages are visible again as soon as the
     /// command ends.
-    Peek(PeekArgs),
+    Peek(super::peek::PeekArgs),
     /// Drain the DLQ once, as the re-driver Lambda does
     ///
     /// The same engine as the Lambda: DLQ -> source queue with backoff, poison pills -> poison
     /// queue, a message deleted from the DLQ only after its copy was acknowledged, metrics
     /// published, guard alarms honoured. Configured from the Lambda's variables; flags win.
-    Drain(DrainArgs),
+    Drain(super::drain::DrainArgs),
     /// Send parked messages back to the source queue after a fix
     ///
     /// Each copy keeps its body, attributes and originalMessageId (the consumer's idempotency
@@ -70,15 +69,14 @@ pub enum Command {
     /// for the destination) is refused unless --allow-unstamped. Exit code 3 when anything
     /// was not replayed or the walk did not reach the end of the queue.
     #[command(group(ArgGroup::new("select").required(true).args(["id", "all"])))]
-    Replay(ReplayArgs),
+    Replay(super::replay::ReplayArgs),
     /// Delete messages that cannot be recovered (needs --yes)
     ///
     /// Lists every message it deleted. Without --yes it lists what it would delete, deletes
     /// nothing, and exits with code 2. Exit code 3 when anything was not deleted or the walk
     /// did not reach the end of the queue.
     #[command(group(ArgGroup::new("select").required(true).args(["id", "all"])))]
-    Discard(DiscardArgs),
-    // --- export / import
+    Discard(super::discard::DiscardArgs),
     /// Write messages to a JSON Lines file or to S3, optionally deleting them
     ///
     /// One line per message in the archive format (body, every attribute with its type,
@@ -96,7 +94,6 @@ pub enum Command {
     /// its archived MessageId. FIFO destinations keep the group id and get a deduplication id
     /// derived from the archived MessageId.
     Import(super::import::ImportArgs),
-    // --- adaptive circuit
     /// Show or override the adaptive circuit of a DLQ
     ///
     /// status: the state (closed, open, half-open), the operator's override, the next run's
@@ -104,7 +101,6 @@ pub enum Command {
     /// open (nothing is redriven). close: force it closed (drain whatever the measurements
     /// say). auto: hand it back to the measurements. Needs CIRCUIT_TABLE or --circuit-table.
     Circuit(super::circuit::CircuitArgs),
-    // --- Step Functions history
     /// What the Step Functions orchestrator did with one message, across executions
     ///
     /// Lists the state machine's newest executions and reads their histories
@@ -113,141 +109,42 @@ pub enum Command {
     /// by its originalMessageId (the same across redrives) or an SQS MessageId. Changes
     /// nothing. Exit code 3 when there is no record of it.
     History(super::history::HistoryArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct StatsArgs {
-    /// Queue URL (DLQ, poison or source queue).
-    #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
-    pub queue: QueueUrl,
-    /// Messages sampled for the histograms (received and released at once); 0 skips the sample.
-    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
-    pub sample: u32,
-}
-
-#[derive(Debug, Args)]
-pub struct PeekArgs {
-    /// Queue URL.
-    #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
-    pub queue: QueueUrl,
-    /// How many messages to show.
-    #[arg(short = 'n', long = "max", value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub max: u32,
-    /// Also show each body, truncated to --body-chars characters.
-    #[arg(long)]
-    pub body: bool,
-    /// Characters of a body shown with --body.
-    #[arg(long, value_name = "N", default_value_t = 200, requires = "body")]
-    pub body_chars: usize,
-    // --- filters: the messages shown are those selected.
-    #[command(flatten)]
-    pub filters: super::filter::FilterArgs,
-}
-
-#[derive(Debug, Args)]
-pub struct DrainArgs {
-    /// Messages to take from the DLQ at most (default MAX_MESSAGES_PER_INVOCATION, else 100).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max: Option<u32>,
-    /// Messages per second at most (default MAX_MESSAGES_PER_SECOND; 0 = no cap).
-    #[arg(long, value_name = "R", value_parser = parse_rate)]
-    pub rate: Option<f64>,
-    /// Receive and plan only: nothing is sent or deleted, the messages are released at once.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// DLQ to drain (overrides DLQ_URL).
-    #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
-    pub dlq: Option<QueueUrl>,
-    /// Where redriven messages go (overrides SOURCE_QUEUE_URL).
-    #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
-    pub source: Option<QueueUrl>,
-    /// Where poison pills go (overrides POISON_QUEUE_URL).
-    #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
-    pub poison: Option<QueueUrl>,
-    // --- adaptive circuit
-    /// Replay N messages first, wait for the verdict (do their copies come back to the DLQ
-    /// within the window?), and drain the rest only if they do not; exit code 3 if they do.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub canary: Option<u32>,
-    /// How long the canary's copies have to come back (default CIRCUIT_WINDOW_SECONDS, 900).
-    #[arg(long, value_name = "SECONDS", requires = "canary", value_parser = clap::value_parser!(u64).range(1..))]
-    pub canary_window: Option<u64>,
-}
-
-/// Which messages `replay` and `discard` act on.
-#[derive(Debug, Args)]
-pub struct Selection {
-    /// A message to act on, by MessageId or originalMessageId (repeatable).
-    #[arg(long, value_name = "ID", num_args = 1.., action = clap::ArgAction::Append)]
-    pub id: Vec<String>,
-    /// Every message (narrowed by the filters, bounded by --max).
-    #[arg(long)]
-    pub all: bool,
-    // --- filters: shared with peek, export and import.
-    #[command(flatten)]
-    pub filters: super::filter::FilterArgs,
-    /// Act on this many messages at most: replay in batches, check, go on.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max: Option<u32>,
-}
-
-#[derive(Debug, Args)]
-pub struct ReplayArgs {
-    /// The poison queue to take messages from.
-    #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
-    pub from: QueueUrl,
-    /// The queue to send them to (normally the source queue).
-    #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
-    pub to: QueueUrl,
-    #[command(flatten)]
-    pub selection: Selection,
-    /// Show what would be replayed; send and delete nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Also replay messages with no room for x-redrive, as received. The consumer then keys
-    /// each copy on its new MessageId: replayed again (or delivered twice), it is processed
-    /// again. Without this flag they are left where they are and listed.
-    #[arg(long)]
-    pub allow_unstamped: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct DiscardArgs {
-    /// The queue to delete from.
-    #[arg(long, value_name = "URL", value_parser = parse_queue_url)]
-    pub queue: QueueUrl,
-    #[command(flatten)]
-    pub selection: Selection,
-    /// Really delete. Without it, `discard` lists what it would delete and exits with code 2.
-    #[arg(long)]
-    pub yes: bool,
+    /// Print a shell completion script on stdout
+    ///
+    /// bash: `redrive completions bash > ~/.local/share/bash-completion/completions/redrive`;
+    /// zsh: `redrive completions zsh > "${fpath[1]}/_redrive"`;
+    /// fish: `redrive completions fish > ~/.config/fish/completions/redrive.fish`.
+    Completions(super::generate::CompletionsArgs),
+    /// Print the man page (roff) on stdout
+    ///
+    /// `redrive man > ~/.local/share/man/man1/redrive.1`, then `man redrive`.
+    Man,
 }
 
 pub fn parse_queue_url(v: &str) -> Result<QueueUrl, String> {
     QueueUrl::parse(v)
 }
 
-fn parse_rate(v: &str) -> Result<f64, String> {
+/// A queue URL flag whose default is the variable `var`: a bad value names the variable too,
+/// since it may have come from there.
+pub fn queue_url_from(
+    var: &'static str,
+) -> impl Fn(&str) -> Result<QueueUrl, String> + Clone + Send + Sync + 'static {
+    move |v| QueueUrl::parse(v).map_err(|e| format!("{e} (the flag or {var})"))
+}
+
+pub fn parse_rate(v: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(r) if r.is_finite() && r >= 0.0 => Ok(r),
         _ => Err("must be a number of messages per second >= 0".into()),
     }
 }
 
-pub fn parse_reason(v: &str) -> Result<IsolationReason, String> {
-    IsolationReason::ALL
-        .into_iter()
-        .find(|r| r.as_str() == v)
-        .ok_or_else(|| {
-            let names: Vec<&str> = IsolationReason::ALL.iter().map(|r| r.as_str()).collect();
-            format!("must be one of {}", names.join(", "))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use redrive_shared::meta::IsolationReason;
 
     #[test]
     fn the_command_definition_is_consistent() {

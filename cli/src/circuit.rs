@@ -39,8 +39,8 @@ pub struct CircuitArgs {
     /// The DLQ whose circuit this is (the record's key).
     #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
     pub dlq: QueueUrl,
-    /// The circuit table (default CIRCUIT_TABLE; the stack's output CircuitTableName).
-    #[arg(long, value_name = "NAME")]
+    /// The circuit table (the stack's output CircuitTableName).
+    #[arg(long, value_name = "NAME", env = "CIRCUIT_TABLE")]
     pub circuit_table: Option<String>,
 }
 

@@ -4,13 +4,28 @@
 
 use serde_json::{Value, json};
 
-use super::args::DiscardArgs;
 use super::replay::{line, outcome};
 use super::scan::{Reach, Scanner, Status};
 use super::select::Filter;
+use super::select::Selection;
 use super::view::MessageView;
-use super::{CliError, Ctx, Outcome, batch, now_ms};
+use super::{CliError, Ctx, Outcome, now_ms};
+use clap::Args;
+use redrive_engine::engine::Transfer;
 use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
+use redrive_shared::config::QueueUrl;
+
+#[derive(Debug, Args)]
+pub struct DiscardArgs {
+    /// The queue to delete from.
+    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
+    pub queue: QueueUrl,
+    #[command(flatten)]
+    pub selection: Selection,
+    /// Really delete. Without it, `discard` lists what it would delete and exits with code 2.
+    #[arg(long)]
+    pub yes: bool,
+}
 
 #[derive(Debug, Default)]
 struct Report {
@@ -76,7 +91,7 @@ async fn walk<Q: Queue>(
         if entries.is_empty() {
             continue;
         }
-        let deleted = batch::delete(queue, url, entries).await;
+        let deleted = Transfer::new(queue).delete(url, entries).await;
         for (i, m) in chosen.iter().enumerate() {
             let id = i.to_string();
             let view = MessageView::new(m, now, None);

@@ -6,15 +6,45 @@ use std::sync::Arc;
 
 use redrive_shared::config::{Env, RedriverConfig};
 
-use super::args::DrainArgs;
 use super::progress::{Bar, Counters, Counting};
 use super::{CliError, Ctx, Outcome};
+use clap::Args;
 use redrive_engine::aws::CloudWatch;
 use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore};
 use redrive_engine::ports::Queue;
 use redrive_engine::{DrainRequest, Engine, StopReason, Summary};
 use redrive_shared::circuit::{CircuitSettings, State};
+use redrive_shared::config::QueueUrl;
 use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// Messages to take from the DLQ at most (default MAX_MESSAGES_PER_INVOCATION, else 100).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max: Option<u32>,
+    /// Messages per second at most (default MAX_MESSAGES_PER_SECOND; 0 = no cap).
+    #[arg(long, value_name = "R", value_parser = super::args::parse_rate)]
+    pub rate: Option<f64>,
+    /// Receive and plan only: nothing is sent or deleted, the messages are released at once.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// DLQ to drain.
+    #[arg(long, value_name = "URL", env = "DLQ_URL", value_parser = super::args::queue_url_from("DLQ_URL"))]
+    pub dlq: Option<QueueUrl>,
+    /// Where redriven messages go.
+    #[arg(long, value_name = "URL", env = "SOURCE_QUEUE_URL", value_parser = super::args::queue_url_from("SOURCE_QUEUE_URL"))]
+    pub source: Option<QueueUrl>,
+    /// Where poison pills go.
+    #[arg(long, value_name = "URL", env = "POISON_QUEUE_URL", value_parser = super::args::queue_url_from("POISON_QUEUE_URL"))]
+    pub poison: Option<QueueUrl>,
+    /// Replay N messages first, wait for the verdict (do their copies come back to the DLQ
+    /// within the window?), and drain the rest only if they do not; exit code 3 if they do.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub canary: Option<u32>,
+    /// How long the canary's copies have to come back (default CIRCUIT_WINDOW_SECONDS, 900).
+    #[arg(long, value_name = "SECONDS", requires = "canary", value_parser = clap::value_parser!(u64).range(1..))]
+    pub canary_window: Option<u64>,
+}
 
 /// The flag that sets each variable, for error messages.
 const FLAGS: [(&str, &str); 5] = [

@@ -25,8 +25,9 @@ use serde_json::json;
 
 use super::filter::{FilterArgs, MessageFilter};
 use super::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop};
-use super::{CliError, Ctx, Outcome, batch, now_ms};
+use super::{CliError, Ctx, Outcome, now_ms};
 use redrive_engine::aws::SqsQueue;
+use redrive_engine::engine::Transfer;
 use redrive_engine::ports::{
     BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry,
 };
@@ -148,45 +149,51 @@ impl Queue for Recording {
     }
 }
 
-/// A one-line progress counter on stderr, drawn only when stderr is a terminal and the output
-/// is not JSON.
+/// A one-line progress bar on stderr (indicatif: position, rate and, with a total, ETA),
+/// drawn only when stderr is a terminal and the output is not JSON.
 pub struct Progress {
-    on: bool,
+    bar: Option<indicatif::ProgressBar>,
     verb: &'static str,
 }
 
 impl Progress {
     pub fn new(json: bool, verb: &'static str) -> Self {
+        let on = !json && std::io::stderr().is_terminal();
         Self {
-            on: !json && std::io::stderr().is_terminal(),
+            bar: on.then(|| {
+                indicatif::ProgressBar::with_draw_target(
+                    None,
+                    indicatif::ProgressDrawTarget::stderr(),
+                )
+            }),
             verb,
         }
     }
 
     pub fn show(&self, done: usize, total: Option<usize>, detail: &str) {
-        if !self.on {
+        let Some(bar) = &self.bar else {
             return;
-        }
-        let line = match total {
+        };
+        let template = match total {
             Some(total) if total > 0 => {
-                let filled = done.min(total) * 30 / total;
+                bar.set_length(total as u64);
                 format!(
-                    "[{}{}] {done}/{total} {}; {detail}",
-                    "#".repeat(filled),
-                    "-".repeat(30 - filled),
+                    "[{{bar:30}}] {{pos}}/{{len}} {} ({{per_sec}}, ETA {{eta}}); {{msg}}",
                     self.verb
                 )
             }
-            _ => format!("{done} {}; {detail}", self.verb),
+            _ => format!("{{pos}} {} ({{per_sec}}); {{msg}}", self.verb),
         };
-        eprint!("\r\x1b[2K{line}");
-        let _ = std::io::stderr().flush();
+        if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
+            bar.set_style(style.progress_chars("#>-"));
+        }
+        bar.set_position(done as u64);
+        bar.set_message(detail.to_string());
     }
 
     pub fn finish(&self) {
-        if self.on {
-            eprint!("\r\x1b[2K");
-            let _ = std::io::stderr().flush();
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
         }
     }
 }
@@ -488,12 +495,13 @@ async fn settle<Q: Queue>(
                 .to_string(),
         })
         .collect();
-    let held = batch::hold(queue, url, entries.clone(), HOLD_SECONDS).await;
+    let transfer = Transfer::new(queue);
+    let held = transfer.hold(url, entries.clone(), HOLD_SECONDS).await;
     let current: Vec<HandleEntry> = entries
         .into_iter()
         .filter(|e| held.ok.contains(&e.id))
         .collect();
-    let acks = batch::delete(queue, url, current).await;
+    let acks = transfer.delete(url, current).await;
     for (i, m) in stored.iter().enumerate() {
         let id = i.to_string();
         if acks.ok.contains(&id) {

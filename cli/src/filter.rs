@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use clap::Args;
+use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
+use clap::{Args, ValueEnum};
 use redrive_shared::attributes::AttributeValue;
 use redrive_shared::meta::{IsolationReason, RedriveMeta};
 
@@ -16,11 +17,10 @@ use redrive_engine::ports::Received;
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct FilterArgs {
-    /// Only messages isolated for this reason (repeatable: any of them): max-attempts,
-    /// permanent-failure, attribute-limit, size-limit, manual. A message parked without room
-    /// for x-redrive carries no reason, and a copy sent on after its isolation no longer
-    /// counts as isolated.
-    #[arg(long, value_name = "REASON", value_parser = super::args::parse_reason, action = clap::ArgAction::Append)]
+    /// Only messages isolated for this reason (repeatable: any of them). A message parked
+    /// without room for x-redrive carries no reason, and a copy sent on after its isolation no
+    /// longer counts as isolated.
+    #[arg(long, value_name = "REASON", value_parser = EnumValueParser::<ReasonValue>::new().map(|r| r.0), action = clap::ArgAction::Append)]
     pub reason: Vec<IsolationReason>,
     /// Only messages whose x-redrive lastError has this code, e.g. HTTP_400 (repeatable: any
     /// of them).
@@ -42,6 +42,24 @@ pub struct FilterArgs {
     /// its JSON (42, true, null). A body that is not JSON does not match.
     #[arg(long = "where", value_name = "POINTER=VALUE", value_parser = parse_where, action = clap::ArgAction::Append)]
     pub where_: Vec<(String, String)>,
+}
+
+/// An isolation reason as a flag value. The names (and clap's list of them, its completions
+/// and its suggestions for a typo) come from [`IsolationReason::ALL`] and its one spelling.
+#[derive(Debug, Clone)]
+pub struct ReasonValue(pub IsolationReason);
+
+impl ValueEnum for ReasonValue {
+    fn value_variants<'a>() -> &'a [Self] {
+        static VARIANTS: std::sync::LazyLock<Vec<ReasonValue>> = std::sync::LazyLock::new(|| {
+            IsolationReason::ALL.into_iter().map(ReasonValue).collect()
+        });
+        &VARIANTS
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.as_str().to_string()))
+    }
 }
 
 /// `90s`, `15m`, `2h`, `3d`, `1w`: a whole number and one unit.

@@ -25,9 +25,8 @@ pub struct HistoryArgs {
     /// The message: its originalMessageId (the same across redrives) or an SQS MessageId.
     #[arg(value_name = "ID")]
     pub id: String,
-    /// The orchestrator's state machine (default STATE_MACHINE_ARN; the stack's output
-    /// StateMachineArn).
-    #[arg(long, value_name = "ARN")]
+    /// The orchestrator's state machine (the stack's output StateMachineArn).
+    #[arg(long, value_name = "ARN", env = "STATE_MACHINE_ARN")]
     pub state_machine: Option<String>,
     /// How many of the newest executions to search.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]

@@ -20,7 +20,7 @@ use redrive_shared::archive::{ArchivedMessage, S3Location, parse_jsonl};
 use redrive_shared::attributes::message_size;
 use redrive_shared::config::{DEFAULT_IDEMPOTENCY_TTL_SECONDS, QueueUrl};
 use redrive_shared::decision::dedup_id;
-use redrive_shared::limits::{HeldGroups, MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
+use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{MetaSource, RedriveMeta};
 use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
 use serde_json::{Value, json};
@@ -29,7 +29,8 @@ use super::export::Progress;
 use super::filter::{FilterArgs, MessageFilter};
 use super::replay::line;
 use super::view::MessageView;
-use super::{CliError, Ctx, Outcome, batch, now_ms};
+use super::{CliError, Ctx, Outcome, now_ms};
+use redrive_engine::engine::Transfer;
 use redrive_engine::ports::{Queue, Received, SendEntry};
 
 /// `kind` of the FIFO deduplication id of an imported copy: a retried import of the same
@@ -215,12 +216,12 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<Outcome, CliError> {
         }
         let progress = Progress::new(ctx.json, "sent");
         let total = entries.len();
-        let mut order = HeldGroups::default();
+        let transfer = Transfer::new(&queue);
         let mut chunks = entries.into_iter().peekable();
         while chunks.peek().is_some() {
             let chunk: Vec<SendEntry> = chunks.by_ref().take(CHUNK).collect();
             let ids: Vec<String> = chunk.iter().map(|e| e.id.clone()).collect();
-            let acks = batch::send(&queue, to, chunk, to_fifo.then_some(&mut order)).await;
+            let acks = transfer.send(to, chunk, to_fifo).await;
             for id in ids {
                 let i: usize = id.parse().unwrap_or_default();
                 if acks.ok.contains(&id) {

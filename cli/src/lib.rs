@@ -6,17 +6,14 @@
 //! (`replay`, `drain`) or when the operator said `--yes` (`discard`).
 
 pub mod args;
-mod batch;
-// --- adaptive circuit
 pub mod circuit;
 mod discard;
 mod drain;
-// --- export / import and filters
 mod export;
 pub mod filter;
-mod import;
-// --- Step Functions history
+mod generate;
 pub mod history;
+mod import;
 mod inspect;
 pub mod output;
 mod peek;
@@ -116,6 +113,25 @@ pub async fn sdk_config(
 
 /// Runs one parsed command line; the exit code follows [`exit`].
 pub async fn run(cli: Cli) -> ExitCode {
+    match &cli.command {
+        Command::Completions(a) => {
+            generate::print(&generate::completions(a.shell));
+            return ExitCode::from(exit::OK);
+        }
+        Command::Man => {
+            return match generate::man() {
+                Ok(page) => {
+                    generate::print(&page);
+                    ExitCode::from(exit::OK)
+                }
+                Err(e) => {
+                    eprintln!("error: writing the man page: {e}");
+                    ExitCode::from(exit::ERROR)
+                }
+            };
+        }
+        _ => {}
+    }
     let sdk = match sdk_config(cli.region.as_deref(), cli.profile.as_deref()).await {
         Ok(sdk) => sdk,
         Err(e) => return fail(&e),
@@ -135,13 +151,11 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Drain(a) => drain::run(&ctx, a).await,
         Command::Replay(a) => replay::run(&ctx, a).await,
         Command::Discard(a) => discard::run(&ctx, a).await,
-        // --- export / import
         Command::Export(a) => export::run(&ctx, a).await,
         Command::Import(a) => import::run(&ctx, a).await,
-        // --- adaptive circuit
         Command::Circuit(a) => circuit::run(&ctx, a).await,
-        // --- Step Functions history
         Command::History(a) => history::run(&ctx, a).await,
+        Command::Completions(_) | Command::Man => Ok(Outcome::Done),
     };
     match result {
         Ok(Outcome::Done) => ExitCode::from(exit::OK),
@@ -159,7 +173,11 @@ fn fail(e: &CliError) -> ExitCode {
             ExitCode::from(exit::USAGE)
         }
         CliError::Aws(e) => {
-            eprintln!("error: {e}");
+            // The AWS CLI's wording, so that runbooks and searches match.
+            eprintln!(
+                "error: An error occurred ({}) when calling the {} operation: {}",
+                e.code, e.operation, e.message
+            );
             ExitCode::from(exit::ERROR)
         }
     }

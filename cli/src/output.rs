@@ -1,6 +1,6 @@
 //! Text output: colour only on a terminal and never with `NO_COLOR`, human durations and sizes.
 
-use std::io::IsTerminal;
+use anstyle::{AnsiColor, Effects};
 
 /// Colours for text on stdout.
 #[derive(Debug, Clone, Copy)]
@@ -9,48 +9,46 @@ pub struct Style {
 }
 
 impl Style {
-    /// Colour when stdout is a terminal and `TERM` is not `dumb`, or when `CLICOLOR_FORCE`
-    /// is set; never when `NO_COLOR` is set and not empty (no-color.org), which wins over both.
-    /// The same rules as clap's own help and error output.
+    /// anstream's choice for stdout, the same as clap's own help and errors: colour on a
+    /// terminal (not `TERM=dumb`) or with `CLICOLOR_FORCE`, never with `NO_COLOR` (no-color.org),
+    /// which wins over both.
     pub fn detect() -> Self {
-        let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0");
-        let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
-        let color = if set("NO_COLOR") {
-            false
-        } else if set("CLICOLOR_FORCE") {
-            true
-        } else {
-            std::io::stdout().is_terminal() && !dumb
-        };
-        Self { color }
+        let choice = anstream::AutoStream::choice(&std::io::stdout());
+        Self {
+            color: choice != anstream::ColorChoice::Never,
+        }
     }
 
     pub fn plain() -> Self {
         Self { color: false }
     }
 
-    fn paint(&self, code: &str, text: &str) -> String {
+    fn paint(&self, style: anstyle::Style, text: &str) -> String {
         if self.color {
-            format!("\x1b[{code}m{text}\x1b[0m")
+            format!("{}{text}{}", style.render(), style.render_reset())
         } else {
             text.to_string()
         }
     }
 
+    fn fg(color: AnsiColor) -> anstyle::Style {
+        anstyle::Style::new().fg_color(Some(color.into()))
+    }
+
     pub fn bold(&self, text: &str) -> String {
-        self.paint("1", text)
+        self.paint(anstyle::Style::new().effects(Effects::BOLD), text)
     }
     pub fn good(&self, text: &str) -> String {
-        self.paint("32", text)
+        self.paint(Self::fg(AnsiColor::Green), text)
     }
     pub fn warn(&self, text: &str) -> String {
-        self.paint("33", text)
+        self.paint(Self::fg(AnsiColor::Yellow), text)
     }
     pub fn bad(&self, text: &str) -> String {
-        self.paint("31", text)
+        self.paint(Self::fg(AnsiColor::Red), text)
     }
     pub fn dim(&self, text: &str) -> String {
-        self.paint("2", text)
+        self.paint(anstyle::Style::new().effects(Effects::DIMMED), text)
     }
 }
 

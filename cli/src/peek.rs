@@ -4,12 +4,32 @@
 
 use serde_json::json;
 
-use super::args::PeekArgs;
 use super::filter::MessageFilter;
 use super::inspect::{facts, warn_if_receives_count};
 use super::scan::Scanner;
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
+use clap::Args;
+use redrive_shared::config::QueueUrl;
+
+#[derive(Debug, Args)]
+pub struct PeekArgs {
+    /// Queue URL.
+    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
+    pub queue: QueueUrl,
+    /// How many messages to show.
+    #[arg(short = 'n', long = "max", value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max: u32,
+    /// Also show each body, truncated to --body-chars characters.
+    #[arg(long)]
+    pub body: bool,
+    /// Characters of a body shown with --body.
+    #[arg(long, value_name = "N", default_value_t = 200, requires = "body")]
+    pub body_chars: usize,
+    /// The messages shown are those the filters select.
+    #[command(flatten)]
+    pub filters: super::filter::FilterArgs,
+}
 
 pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
     let queue = ctx.queue();

@@ -1,10 +1,12 @@
 //! A progress bar for `redrive drain`: the engine's queue port wrapped to count what it
-//! receives, sends and deletes, drawn on stderr when stderr is a terminal.
+//! receives, sends and deletes, drawn on stderr (indicatif) when stderr is a terminal.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use redrive_engine::ports::{
     BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry,
@@ -95,45 +97,48 @@ impl<Q: Queue> Queue for Counting<Q> {
     }
 }
 
-/// The bar's redraw task; `None` when stderr is not a terminal.
+/// The bar (indicatif: position, rate and ETA) and the task that feeds it the counters;
+/// `None` when stderr is not a terminal.
 pub struct Bar {
+    bar: ProgressBar,
     task: tokio::task::JoinHandle<()>,
 }
-
-const WIDTH: u64 = 30;
 
 impl Bar {
     pub fn start(counters: Arc<Counters>, max: u32, dry_run: bool) -> Option<Bar> {
         if !std::io::stderr().is_terminal() {
             return None;
         }
+        let bar = ProgressBar::with_draw_target(
+            Some(u64::from(max.max(1))),
+            ProgressDrawTarget::stderr(),
+        );
+        let style = ProgressStyle::with_template(
+            "[{bar:30}] {pos}/{len} received ({per_sec}, ETA {eta}); {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("#>-");
+        bar.set_style(style);
+        let fed = bar.clone();
         let task = tokio::spawn(async move {
             loop {
-                draw(&counters, max, dry_run);
+                fed.set_position(counters.received.load(Ordering::Relaxed));
+                fed.set_message(detail(&counters, dry_run));
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
-        Some(Bar { task })
+        Some(Bar { bar, task })
     }
 
     pub fn finish(self) {
         self.task.abort();
-        // Clear the bar's line: the summary follows on stdout.
-        eprint!("\r\x1b[2K");
-        let _ = std::io::stderr().flush();
+        // The summary follows on stdout.
+        self.bar.finish_and_clear();
     }
 }
 
-fn draw(c: &Counters, max: u32, dry_run: bool) {
-    let received = c.received.load(Ordering::Relaxed);
-    let max = u64::from(max.max(1));
-    let filled = (received.min(max) * WIDTH) / max;
-    let bar = format!(
-        "{}{}",
-        "#".repeat(filled as usize),
-        "-".repeat((WIDTH - filled) as usize)
-    );
-    let detail = if dry_run {
+fn detail(c: &Counters, dry_run: bool) -> String {
+    if dry_run {
         "dry run: planning only".to_string()
     } else {
         format!(
@@ -142,7 +147,5 @@ fn draw(c: &Counters, max: u32, dry_run: bool) {
             c.to_poison.load(Ordering::Relaxed),
             c.deleted.load(Ordering::Relaxed)
         )
-    };
-    eprint!("\r\x1b[2K[{bar}] {received}/{max} received; {detail}");
-    let _ = std::io::stderr().flush();
+    }
 }

@@ -13,17 +13,40 @@
 //! refused unless the operator passes `--allow-unstamped`, and said so before they are sent.
 
 use redrive_shared::decision::dedup_id;
-use redrive_shared::limits::{HeldGroups, MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
+use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
 use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::{Value, json};
 
-use super::args::ReplayArgs;
 use super::scan::{Reach, Scanner, Status};
 use super::select::Filter;
+use super::select::Selection;
 use super::view::MessageView;
-use super::{CliError, Ctx, Outcome, batch, now_ms};
-use redrive_engine::ports::{HandleEntry, PortError, Queue, Received, SendEntry};
+use super::{CliError, Ctx, Outcome, now_ms};
+use clap::Args;
+use redrive_engine::engine::{Moved, Transfer};
+use redrive_engine::ports::{PortError, Queue, Received, SendEntry};
+use redrive_shared::config::QueueUrl;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The poison queue to take messages from.
+    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
+    pub from: QueueUrl,
+    /// The queue to send them to (normally the source queue).
+    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
+    pub to: QueueUrl,
+    #[command(flatten)]
+    pub selection: Selection,
+    /// Show what would be replayed; send and delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also replay messages with no room for x-redrive, as received. The consumer then keys
+    /// each copy on its new MessageId: replayed again (or delivered twice), it is processed
+    /// again. Without this flag they are left where they are and listed.
+    #[arg(long)]
+    pub allow_unstamped: bool,
+}
 
 /// `kind` of the FIFO deduplication id of a replayed copy (the re-driver uses `r` and `p`).
 const DEDUP_KIND: &str = "manual";
@@ -182,7 +205,7 @@ async fn walk<Q: Queue>(
     let to = args.to.as_str();
     let to_fifo = args.to.is_fifo();
     // FIFO: groups held behind a message that was not sent, for the whole run.
-    let mut order = HeldGroups::default();
+    let transfer = Transfer::new(queue);
     while !filter.full() {
         let batch = scan.next(10).await?;
         if batch.is_empty() {
@@ -202,7 +225,7 @@ async fn walk<Q: Queue>(
             if !stamped {
                 if !args.allow_unstamped {
                     // Left in place; on a FIFO destination nothing later of its group may pass.
-                    order.hold(entry.group_id.as_deref());
+                    transfer.hold_group(entry.group_id.as_deref());
                     refused.insert(i);
                     report
                         .refused_unstamped
@@ -236,17 +259,21 @@ async fn walk<Q: Queue>(
         if entries.is_empty() {
             continue;
         }
-        let sent = batch::send(queue, to, entries, to_fifo.then_some(&mut order)).await;
-        let deletes: Vec<HandleEntry> = chosen
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| sent.ok.contains(&i.to_string()))
-            .map(|(i, m)| HandleEntry {
-                id: i.to_string(),
-                receipt_handle: m.receipt_handle.clone(),
+        let entries = entries
+            .into_iter()
+            .map(|e| {
+                let handle =
+                    e.id.parse::<usize>()
+                        .ok()
+                        .and_then(|i| chosen.get(i))
+                        .map(|m| m.receipt_handle.clone())
+                        .unwrap_or_default();
+                (e, handle)
             })
             .collect();
-        let deleted = batch::delete(queue, args.from.as_str(), deletes).await;
+        let Moved { sent, deleted } = transfer
+            .send_then_delete(args.from.as_str(), to, to_fifo, entries)
+            .await;
         for (i, m) in chosen.iter().enumerate() {
             if refused.contains(&i) {
                 continue;
@@ -513,7 +540,7 @@ mod tests {
         let args = ReplayArgs {
             from: redrive_shared::config::QueueUrl::parse(from).unwrap(),
             to: redrive_shared::config::QueueUrl::parse(to).unwrap(),
-            selection: super::super::args::Selection {
+            selection: super::super::select::Selection {
                 id: vec![],
                 all: true,
                 filters: Default::default(),

@@ -5,9 +5,25 @@ use std::collections::BTreeSet;
 
 use redrive_shared::meta::RedriveMeta;
 
-use super::args::Selection;
 use super::filter::MessageFilter;
+use clap::Args;
 use redrive_engine::ports::Received;
+
+/// Which messages `replay` and `discard` act on.
+#[derive(Debug, Args)]
+pub struct Selection {
+    /// A message to act on, by MessageId or originalMessageId (repeatable).
+    #[arg(long, value_name = "ID", num_args = 1.., action = clap::ArgAction::Append)]
+    pub id: Vec<String>,
+    /// Every message (narrowed by the filters, bounded by --max).
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub filters: super::filter::FilterArgs,
+    /// Act on this many messages at most: replay in batches, check, go on.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max: Option<u32>,
+}
 
 #[derive(Debug, Clone)]
 pub struct Filter {

@@ -5,12 +5,23 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::json;
 
-use super::args::StatsArgs;
 use super::inspect::{QueueFacts, facts, warn_if_receives_count};
 use super::output::{Style, age, bytes};
 use super::scan::Scanner;
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
+use clap::Args;
+use redrive_shared::config::QueueUrl;
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Queue URL (DLQ, poison or source queue).
+    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
+    pub queue: QueueUrl,
+    /// Messages sampled for the histograms (received and released at once); 0 skips the sample.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub sample: u32,
+}
 
 /// Histograms over sampled messages.
 #[derive(Debug, Default, Serialize)]

@@ -164,6 +164,114 @@ fn help_documents_every_command_and_the_exit_codes() {
     assert!(bad.stderr.contains("--queue"), "{}", bad.stderr);
 }
 
+#[test]
+fn completions_cover_every_command_and_flag_for_each_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        // WHEN completions are asked for
+        let run = redrive(&["completions", shell], &[]);
+        // THEN the script names the commands and their flags, and needs no AWS at all
+        assert_eq!(run.code, 0, "{shell}: {}", run.stderr);
+        for word in ["replay", "discard", "allow-unstamped", "circuit-table"] {
+            assert!(run.stdout.contains(word), "{shell}: {word} missing");
+        }
+    }
+    // AND the reason values complete too
+    let bash = redrive(&["completions", "bash"], &[]);
+    assert!(bash.stdout.contains("permanent-failure"), "{}", bash.stdout);
+    // AND an unknown shell is a usage error
+    let run = redrive(&["completions", "tcsh"], &[]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+}
+
+#[test]
+fn the_man_page_documents_the_commands_and_the_exit_codes() {
+    // WHEN the man page is asked for
+    let run = redrive(&["man"], &[]);
+    // THEN it is roff for section 1, with every command, the exit codes and the variables
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains(".TH redrive 1"), "{}", run.stdout);
+    for word in [
+        "replay",
+        "discard",
+        "export",
+        "completions",
+        "Exit codes",
+        "NO_COLOR",
+    ] {
+        assert!(run.stdout.contains(word), "{word} missing");
+    }
+}
+
+#[test]
+fn a_mistyped_command_or_value_gets_a_suggestion_and_exit_2() {
+    // WHEN a command is misspelt
+    let run = redrive(&["repaly"], &[]);
+    // THEN the error suggests the command meant, and nothing runs
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("'replay'"), "{}", run.stderr);
+    // WHEN a reason is misspelt
+    let run = redrive(
+        &[
+            "peek",
+            "--queue",
+            "https://sqs.us-east-1.amazonaws.com/1/p",
+            "--reason",
+            "max-atempts",
+        ],
+        &[],
+    );
+    // THEN the error lists the reasons
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("max-attempts"), "{}", run.stderr);
+    assert!(run.stderr.contains("send-rejected"), "{}", run.stderr);
+    // AND help shows the possible values
+    let help = redrive(&["peek", "--help"], &[]);
+    assert!(help.stdout.contains("permanent-failure"), "{}", help.stdout);
+}
+
+#[test]
+fn flags_default_from_the_environment_and_a_bad_value_names_the_variable() {
+    // GIVEN help: the flags name the variables they default from
+    let help = redrive(&["drain", "--help"], &[]);
+    for var in [
+        "env: DLQ_URL",
+        "env: SOURCE_QUEUE_URL",
+        "env: POISON_QUEUE_URL",
+    ] {
+        assert!(help.stdout.contains(var), "{var}:\n{}", help.stdout);
+    }
+    let help = redrive(&["circuit", "--help"], &[]);
+    assert!(
+        help.stdout.contains("env: CIRCUIT_TABLE"),
+        "{}",
+        help.stdout
+    );
+    let help = redrive(&["history", "--help"], &[]);
+    assert!(
+        help.stdout.contains("env: STATE_MACHINE_ARN"),
+        "{}",
+        help.stdout
+    );
+    // WHEN DLQ_URL holds something that is not a queue URL
+    let run = redrive(&["drain"], &[("DLQ_URL", "not-a-url")]);
+    // THEN it is a configuration error that names the variable
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(run.stderr.contains("DLQ_URL"), "{}", run.stderr);
+}
+
+#[test]
+fn no_color_turns_off_the_colour_of_usage_errors_too() {
+    // GIVEN colour forced
+    let forced = redrive(&["repaly"], &[("CLICOLOR_FORCE", "1")]);
+    assert_eq!(forced.code, 2);
+    assert!(forced.stderr.contains('\x1b'), "{:?}", forced.stderr);
+    // WHEN NO_COLOR is set as well
+    let plain = redrive(&["repaly"], &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]);
+    // THEN the error is plain text
+    assert_eq!(plain.code, 2);
+    assert!(!plain.stderr.contains('\x1b'), "{:?}", plain.stderr);
+}
+
 #[tokio::test]
 async fn stats_reports_depth_policy_and_histograms_and_releases_its_sample() {
     // GIVEN a DLQ with three fresh messages, two at attempt 2, one stamped permanent, and one
@@ -712,7 +820,15 @@ async fn aws_errors_exit_1_and_the_profile_supplies_the_region() {
     let missing = q.dlq_url.replace(&q.dlq_name, "no-such-queue");
     let run = redrive(&["stats", "--queue", &missing], &[]);
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(run.stderr.contains("GetQueueAttributes"), "{}", run.stderr);
+    // The AWS CLI's wording: the error code and the operation.
+    assert!(
+        run.stderr.contains("error: An error occurred (")
+            && run
+                .stderr
+                .contains(") when calling the GetQueueAttributes operation: "),
+        "{}",
+        run.stderr
+    );
 
     // A profile whose config names the region, and no region in the environment.
     let dir = std::env::temp_dir().join(unique_name("aws-config"));

@@ -25,15 +25,19 @@ use tokio::time::Instant;
 mod circuit;
 mod finish;
 mod request;
+mod steps;
 mod transfer;
 use crate::circuit::{CircuitStore, NoCircuit};
 use crate::ports::{
     AlarmState, Alarms, BatchOutcome, EntryFailure, HandleEntry, Metrics, PortError, Queue,
     Received, RunMetrics, SendEntry,
 };
-pub use circuit::CircuitSummary;
+pub use circuit::{CircuitCheck, CircuitSummary, Gate};
+pub use finish::StepTotals;
 pub use request::{DrainRequest, InvocationError, Settings, StopReason, Summary};
+pub use steps::Delivery;
 use transfer::entry_size;
+pub use transfer::{Acks, Moved, Transfer};
 
 /// The engine. `C` is the adaptive circuit's store ([`NoCircuit`] by default: off, as when
 /// `CIRCUIT_TABLE` is unset); see [`Engine::with_circuit`].
@@ -335,18 +339,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             Trigger::Alarm(alarm) => {
                 if let Some(skip) = alarm.skip_for_dlq(self.config.dlq_url.as_str()) {
                     tracing::info!(alarm = %alarm.alarm_name, alarm_arn = ?alarm.alarm_arn, state = %alarm.new_state, queues = ?alarm.queue_names, action = skip.as_str(), "alarm ignored");
-                    let summary = Summary {
-                        received: 0,
-                        redriven: 0,
-                        isolated: 0,
-                        failed: 0,
-                        dry_run: defaults.dry_run,
-                        stopped_because: skip.into(),
-                        dlq_remaining: None,
-                        dlq_unreadable: None,
-                        unplaceable: 0,
-                        circuit: None,
-                    };
+                    let summary = Summary::new(defaults.dry_run, skip.into());
                     self.publish(&summary, deadline).await;
                     log_summary(&summary);
                     return Ok(summary);
@@ -382,18 +375,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let mut summary = match self.open_guards(end).await {
             Some(open) => {
                 tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: nothing received");
-                Summary {
-                    received: 0,
-                    redriven: 0,
-                    isolated: 0,
-                    failed: 0,
-                    dry_run: request.dry_run,
-                    stopped_because: StopReason::CircuitOpen,
-                    dlq_remaining: None,
-                    dlq_unreadable: None,
-                    unplaceable: 0,
-                    circuit: None,
-                }
+                Summary::new(request.dry_run, StopReason::CircuitOpen)
             }
             None => self.drain_with_circuit(request).await,
         };
@@ -435,7 +417,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             unplaceable: AtomicU64::new(0),
             circuit,
         };
-        let fifo = self.config.dlq_url.is_fifo() || self.config.source_queue_url.is_fifo();
+        let fifo = self.fifo();
         let pipelines = if fifo {
             1
         } else {
@@ -469,16 +451,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             redriven: run.redriven.load(Ordering::SeqCst),
             isolated: run.isolated.load(Ordering::SeqCst),
             failed: run.failed.load(Ordering::SeqCst),
-            dry_run: request.dry_run,
-            stopped_because,
-            dlq_remaining: None,
             dlq_unreadable: run
                 .dlq_unreadable
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take(),
             unplaceable: run.unplaceable.load(Ordering::SeqCst),
-            circuit: None,
+            ..Summary::new(request.dry_run, stopped_because)
         }
     }
 
@@ -591,7 +570,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         }
     }
 
-    pub fn decide_all(&self, messages: Vec<Received>) -> Vec<(Received, Decision)> {
+    pub(super) fn decide_all(&self, messages: Vec<Received>) -> Vec<(Received, Decision)> {
         let policy = self.policy();
         let now = (self.clock)();
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
@@ -615,7 +594,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
 
     /// Sends messages already decided (the workflow's tasks decide before a wait) and deletes
     /// from the DLQ only what was acknowledged: the same path as a drain's batch.
-    pub async fn apply_decided(
+    pub(super) async fn apply_decided(
         &self,
         decided: Vec<(Received, Decision)>,
         deadline: Option<Instant>,
@@ -641,12 +620,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             redriven: run.redriven.load(Ordering::SeqCst),
             isolated: run.isolated.load(Ordering::SeqCst),
             failed: run.failed.load(Ordering::SeqCst),
-            dry_run: false,
-            stopped_because: StopReason::Limit,
-            dlq_remaining: None,
-            dlq_unreadable: None,
             unplaceable: run.unplaceable.load(Ordering::SeqCst),
-            circuit: None,
+            ..Summary::new(false, StopReason::Limit)
         }
     }
 
@@ -702,7 +677,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             received.push((m.attributes, m.group_id, m.receive_count));
         }
 
-        let fifo = self.config.source_queue_url.is_fifo() || self.config.dlq_url.is_fifo();
+        let fifo = self.fifo();
         let source_url = self.config.source_queue_url.as_str();
         let poison_url = self.config.poison_queue_url.as_str();
         let (mut source, mut poison) = if fifo {
@@ -805,7 +780,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 split_batches(second, entry_size)
             };
             for batch in batches {
-                poison.merge(self.send_with_retry(run, poison_url, batch).await);
+                let calls = self.calls(run.calls_end);
+                poison.merge(calls.send_with_retry(&self.queue, poison_url, batch).await);
             }
         }
         source.merge(poison);

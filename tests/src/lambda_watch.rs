@@ -49,8 +49,12 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper::body::Bytes;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::process::{Guarded, free_port};
@@ -640,74 +644,33 @@ pub(crate) fn target_dir() -> PathBuf {
     }
 }
 
-/// A one-shot HTTP/1.1 POST (`Connection: close`); returns the status and the body.
+/// A one-shot HTTP/1.1 POST (hyper's client on one connection); returns the status and the
+/// body.
 async fn post(port: u16, path: &str, body: &[u8]) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
+    let stream = TcpStream::connect(("127.0.0.1", port))
         .await
         .map_err(|e| format!("connecting to 127.0.0.1:{port}: {e}"))?;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let mut request = head.into_bytes();
-    request.extend_from_slice(body);
-    stream
-        .write_all(&request)
+    let (mut sender, connection) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("opening HTTP/1 to 127.0.0.1:{port}: {e}"))?;
+    tokio::spawn(connection);
+    let request = Request::post(path)
+        .header("host", format!("127.0.0.1:{port}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .map_err(|e| format!("building the request: {e}"))?;
+    let response = sender
+        .send_request(request)
         .await
         .map_err(|e| format!("sending the request: {e}"))?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
         .await
-        .map_err(|e| format!("reading the answer: {e}"))?;
-    parse_response(&raw)
-}
-
-fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| format!("incomplete HTTP answer: {:?}", String::from_utf8_lossy(raw)))?;
-    let head = String::from_utf8_lossy(&raw[..split]);
-    let body = &raw[split + 4..];
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("not an HTTP answer: {head:?}"))?;
-    let chunked = head.lines().any(|line| {
-        let line = line.to_ascii_lowercase();
-        line.starts_with("transfer-encoding:") && line.contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
+        .map_err(|e| format!("reading the answer: {e}"))?
+        .to_bytes();
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
-fn dechunk(mut raw: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = raw
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("truncated chunked body")?;
-        let size_text = String::from_utf8_lossy(&raw[..line_end]);
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| format!("bad chunk size {size_text:?}"))?;
-        raw = &raw[line_end + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        if raw.len() < size + 2 {
-            return Err("truncated chunk".to_string());
-        }
-        out.extend_from_slice(&raw[..size]);
-        raw = &raw[size + 2..];
-    }
 }
 
 #[cfg(test)]
@@ -750,18 +713,5 @@ mod tests {
         for bin in &bins {
             assert!(lambdas.executables[bin].exists(), "{bin} was not built");
         }
-    }
-
-    #[test]
-    fn parses_plain_and_chunked_answers() {
-        let plain = b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 2\r\n\r\n{}";
-        assert_eq!(parse_response(plain).unwrap(), (500, "{}".to_string()));
-        let chunked =
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3;x=y\r\n:1}\r\n0\r\n\r\n";
-        assert_eq!(
-            parse_response(chunked).unwrap(),
-            (200, "{\"a\":1}".to_string())
-        );
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
     }
 }

@@ -23,6 +23,7 @@ mod dynamodb;
 pub mod iam;
 mod lambda_watch;
 mod localstack;
+pub mod loopback;
 mod moto;
 mod names;
 mod process;

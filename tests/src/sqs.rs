@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::Client;
+use aws_sdk_sqs::operation::send_message::builders::SendMessageFluentBuilder;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
@@ -281,16 +282,8 @@ pub async fn send_raw(
         let dedup = uuid::Uuid::new_v4().simple().to_string();
         return send_fifo(sqs, url, body, "default", &dedup, attributes).await;
     }
-    let mut request = sqs.send_message().queue_url(url).message_body(body);
-    for (name, value) in attributes {
-        request = request.message_attributes(*name, value.clone());
-    }
-    request
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("SendMessage {url}: {e:?}"))
-        .message_id
-        .expect("SendMessage returns a MessageId")
+    let request = sqs.send_message().queue_url(url).message_body(body);
+    send_with(request, url, attributes).await
 }
 
 /// Sends one message to a FIFO queue and returns its MessageId.
@@ -302,12 +295,21 @@ pub async fn send_fifo(
     deduplication_id: &str,
     attributes: &[(&str, MessageAttributeValue)],
 ) -> String {
-    let mut request = sqs
+    let request = sqs
         .send_message()
         .queue_url(url)
         .message_body(body)
         .message_group_id(group_id)
         .message_deduplication_id(deduplication_id);
+    send_with(request, url, attributes).await
+}
+
+/// Adds the message attributes, sends, and returns the MessageId; a failure names the queue.
+async fn send_with(
+    mut request: SendMessageFluentBuilder,
+    url: &str,
+    attributes: &[(&str, MessageAttributeValue)],
+) -> String {
     for (name, value) in attributes {
         request = request.message_attributes(*name, value.clone());
     }
@@ -351,21 +353,13 @@ pub async fn send_traced(
         .queue_url(url)
         .message_body(body)
         .message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, header);
-    for (name, value) in attributes {
-        request = request.message_attributes(*name, value.clone());
-    }
     if url.ends_with(".fifo") {
         let dedup = uuid::Uuid::new_v4().simple().to_string();
         request = request
             .message_group_id("default")
             .message_deduplication_id(dedup);
     }
-    request
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("SendMessage {url}: {e:?}"))
-        .message_id
-        .expect("SendMessage returns a MessageId")
+    send_with(request, url, attributes).await
 }
 
 /// Whether this run's SQS keeps a SendMessageBatch entry's `MessageSystemAttributes`, as SQS

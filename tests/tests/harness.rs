@@ -559,7 +559,11 @@ async fn downstream_answers_by_mode_and_counts_per_key() {
     let answers = post_all(addr, &[(Some("k3"), "{}")], true).await;
     assert_eq!(answers[0].0, 429);
     assert!(
-        answers[0].1.contains("Retry-After: 7\r\n"),
+        // Header names are case-insensitive (hyper writes them in lower case).
+        answers[0]
+            .1
+            .to_ascii_lowercase()
+            .contains("retry-after: 7\r\n"),
         "{}",
         answers[0].1
     );

@@ -39,24 +39,10 @@ fn circuit(args: &[String]) -> ExitCode {
             _ => return usage(),
         }
     }
-    let report = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-        .block_on(circuit_sim::run(&settings));
+    let report = on_two_threads(circuit_sim::run(&settings));
     print!("{report}");
-    let dir = redrive_tests::workspace_root().join("target").join("soak");
-    if std::fs::create_dir_all(&dir).is_ok()
-        && let Ok(json) = serde_json::to_string_pretty(&report)
-    {
-        let _ = std::fs::write(dir.join("circuit.json"), json);
-    }
-    if report.passed() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    keep("circuit", &report);
+    exit_code(report.passed())
 }
 
 // The workflow soak
@@ -78,24 +64,10 @@ fn workflow(args: &[String]) -> ExitCode {
             _ => return usage(),
         }
     }
-    let report = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-        .block_on(workflow::run(&settings));
+    let report = on_two_threads(workflow::run(&settings));
     print!("{report}");
-    let dir = redrive_tests::workspace_root().join("target").join("soak");
-    if std::fs::create_dir_all(&dir).is_ok()
-        && let Ok(json) = serde_json::to_string_pretty(&report)
-    {
-        let _ = std::fs::write(dir.join("workflow.json"), json);
-    }
-    if report.passed() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    keep("workflow", &report);
+    exit_code(report.passed())
 }
 
 fn main() -> ExitCode {
@@ -106,7 +78,6 @@ fn main() -> ExitCode {
     if which == "circuit" {
         return circuit(&args[1..]);
     }
-    // The workflow soak
     if which == "workflow" {
         return workflow(&args[1..]);
     }
@@ -136,12 +107,7 @@ fn main() -> ExitCode {
     let wall = Instant::now();
     let report = match which.as_str() {
         "fake" => on_modelled_clock(soak::fake::run(&settings)),
-        "moto" => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime")
-            .block_on(soak::moto::run(&settings)),
+        "moto" => on_two_threads(soak::moto::run(&settings)),
         _ => return usage(),
     };
     print!("{report}");
@@ -151,14 +117,32 @@ fn main() -> ExitCode {
             wall.elapsed().as_secs_f64()
         );
     }
+    keep(&which, &report);
+    exit_code(report.passed())
+}
+
+/// Runs a soak on a runtime of two worker threads (the Lambda-sized machine).
+fn on_two_threads<F: std::future::Future>(soak: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(soak)
+}
+
+/// Keeps the figures of a soak in `target/soak/<name>.json`; a failed write only loses them.
+fn keep(name: &str, report: &impl serde::Serialize) {
     let dir = redrive_tests::workspace_root().join("target").join("soak");
-    if std::fs::create_dir_all(&dir).is_ok() {
-        let path = dir.join(format!("{which}.json"));
-        if let Ok(json) = serde_json::to_string_pretty(&report) {
-            let _ = std::fs::write(&path, json);
-        }
+    if std::fs::create_dir_all(&dir).is_ok()
+        && let Ok(json) = serde_json::to_string_pretty(report)
+    {
+        let _ = std::fs::write(dir.join(format!("{name}.json")), json);
     }
-    if report.passed() {
+}
+
+fn exit_code(passed: bool) -> ExitCode {
+    if passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

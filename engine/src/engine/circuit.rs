@@ -13,7 +13,9 @@ use redrive_shared::meta::RedriveMeta;
 use serde::Serialize;
 
 use super::{DrainRequest, Engine, Run, StopReason, Summary};
-use crate::circuit::{CircuitStore, SaveOutcome, update_once, write_token};
+use crate::circuit::{
+    CircuitError, CircuitStore, SaveOutcome, load_or_new, update, update_once, write_token,
+};
 use crate::ports::{Alarms, CircuitMetrics, Metrics, Queue, Received};
 
 /// The circuit in the response (`"circuit"`), present only when the circuit is on.
@@ -114,21 +116,6 @@ impl CircuitRun {
     }
 }
 
-fn empty_summary(dry_run: bool, stopped_because: StopReason) -> Summary {
-    Summary {
-        received: 0,
-        redriven: 0,
-        isolated: 0,
-        failed: 0,
-        dry_run,
-        stopped_because,
-        dlq_remaining: None,
-        dlq_unreadable: None,
-        unplaceable: 0,
-        circuit: None,
-    }
-}
-
 fn log_transition(queue: &str, t: &Transition) {
     match t.to {
         State::Open => {
@@ -155,7 +142,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 
     /// The drain, under the adaptive circuit when it is on (else exactly [`Self::drain`]).
-    pub async fn drain_with_circuit(&self, request: &DrainRequest) -> Summary {
+    pub(super) async fn drain_with_circuit(&self, request: &DrainRequest) -> Summary {
         let Some(cfg) = self.circuit_config() else {
             return self.drain(request).await;
         };
@@ -173,7 +160,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 // Fail closed, as with the guard alarms: a circuit whose state is unknown may
                 // be open for a reason, and replaying into an outage costs attempts.
                 tracing::error!(error = %e, action = "circuit-open", "cannot read the circuit record; treating the circuit as open");
-                return empty_summary(request.dry_run, StopReason::CircuitOpen);
+                return Summary::new(request.dry_run, StopReason::CircuitOpen);
             }
         };
         let mut record = loaded.clone();
@@ -200,7 +187,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                     action = "circuit-open",
                     "circuit open: nothing received, nothing redriven"
                 );
-                empty_summary(request.dry_run, StopReason::CircuitOpen)
+                Summary::new(request.dry_run, StopReason::CircuitOpen)
             }
             Plan::Watch => {
                 let s = self.drain_with(request, Some(&run)).await;
@@ -352,5 +339,205 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             (Plan::Watch, _) => false,
             _ => true,
         }
+    }
+}
+
+/// What the circuit lets a batch received by another front end do (see [`Engine::gate_batch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Closed (or off): the batch is decided as usual.
+    Pass,
+    /// Half-open: this many messages are the canary, sent without their backoff; the rest go
+    /// back on the DLQ.
+    Canary(u32),
+    /// Open, or watching for the canary: the whole batch goes back on the DLQ.
+    Hold,
+}
+
+/// The circuit and the guard alarms before a run made of steps (see [`Engine::check_circuit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CircuitCheck {
+    /// The guard alarms that hold the circuit open (in ALARM, missing, or unreadable).
+    pub guards: Vec<String>,
+    /// The record's operator override (`auto`, `open`, `closed`), `unknown` when the record
+    /// cannot be read; `None` when the adaptive circuit is off.
+    pub operator: Option<&'static str>,
+    /// The record holds the circuit open (an operator's `open`, or open and cooling down).
+    pub held: bool,
+}
+
+impl CircuitCheck {
+    /// Nothing may be received.
+    pub fn open(&self) -> bool {
+        !self.guards.is_empty() || self.held
+    }
+}
+
+/// The circuit gate of a run made of steps, as the Lambda's drain applies it within one
+/// invocation: the guards first, then each received batch's bounces, then the redriven count,
+/// and at the end the circuit as the steps left it.
+impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
+    fn circuit_settings(&self) -> Option<CircuitSettings> {
+        self.circuit_config().map(|c| c.settings)
+    }
+
+    /// The guard alarms, then the circuit record, read only (the tick shows what the record
+    /// holds now; the steps that drain write it). A record that cannot be read holds the
+    /// circuit open (fail closed, as unreadable guard alarms do).
+    pub async fn check_circuit(&self, deadline: Option<tokio::time::Instant>) -> CircuitCheck {
+        let guards = self.open_guards(deadline).await.unwrap_or_default();
+        if !guards.is_empty() {
+            tracing::warn!(guards = ?guards, action = "circuit-open", "guard alarm in ALARM: nothing is received");
+        }
+        let Some(settings) = self.circuit_settings() else {
+            return CircuitCheck {
+                guards,
+                operator: None,
+                held: false,
+            };
+        };
+        let dlq = self.config.dlq_url.as_str();
+        let (operator, held) = match self.circuit.load(dlq).await {
+            Ok(None) => (Override::Auto.as_str(), false),
+            Ok(Some(stored)) => {
+                let mut record = stored.record;
+                record.tick(&settings, (self.clock)());
+                let held = record.plan(&settings) == Plan::Hold;
+                if held {
+                    tracing::warn!(
+                        operator = record.operator.as_str(),
+                        action = "circuit-open",
+                        "the circuit record holds the circuit open: nothing is received"
+                    );
+                }
+                (record.operator.as_str(), held)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, action = "circuit-open", "cannot read the circuit record; treating the circuit as open");
+                ("unknown", true)
+            }
+        };
+        CircuitCheck {
+            guards,
+            operator: Some(operator),
+            held,
+        }
+    }
+
+    /// Counts a received batch's bounced copies into the record (a write on the version read;
+    /// none when there are none), then the record's plan decides what the batch may do. A
+    /// record that cannot be read or written holds (fail closed). With the gate: the bounced
+    /// copies counted.
+    pub async fn gate_batch(&self, messages: &[Received]) -> (Gate, u64) {
+        let Some(settings) = self.circuit_settings() else {
+            return (Gate::Pass, 0);
+        };
+        let dlq = self.config.dlq_url.as_str();
+        let now = (self.clock)();
+        let bounces: Vec<_> = messages
+            .iter()
+            .filter_map(|m| {
+                let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+                bounce_of(&meta, now, &settings)
+            })
+            .collect();
+        let bounced = bounces.len() as u64;
+        let looked = if bounces.is_empty() {
+            load_or_new(&self.circuit, dlq, &settings, now)
+                .await
+                .map(|(_, mut record)| {
+                    record.tick(&settings, now);
+                    (record, Vec::new())
+                })
+                .map_err(CircuitError::from)
+        } else {
+            let events = [Event::Tick { now }, Event::Bounces { now, bounces }];
+            update(&self.circuit, dlq, &settings, now, &events).await
+        };
+        let (record, transitions) = match looked {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, action = "circuit-open", "cannot read or write the circuit record; treating the circuit as open");
+                return (Gate::Hold, 0);
+            }
+        };
+        for t in &transitions {
+            log_transition(dlq, t);
+        }
+        let plan = record.plan(&settings);
+        tracing::info!(queue = dlq, bounced, state = %record.state, plan = plan.as_str(), "circuit");
+        let gate = match plan {
+            Plan::Hold | Plan::Watch => Gate::Hold,
+            Plan::Canary { size } => Gate::Canary(size),
+            Plan::Drain { .. } => Gate::Pass,
+        };
+        (gate, bounced)
+    }
+
+    /// Counts `n` copies redriven by steps into the record, as sent at `sent_at` (no later
+    /// than any `lastRedrivenAt` they carry, so that a canary recognises all its copies): the
+    /// bounce-back rate's denominator. A failed write is logged: those counts are lost.
+    pub async fn count_redriven(&self, sent_at: i64, n: u64) {
+        let Some(settings) = self.circuit_settings() else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let dlq = self.config.dlq_url.as_str();
+        let now = (self.clock)();
+        let events = [
+            Event::Tick { now },
+            Event::Redriven {
+                now: sent_at,
+                n: u32::try_from(n).unwrap_or(u32::MAX),
+            },
+        ];
+        match update(&self.circuit, dlq, &settings, now, &events).await {
+            Ok((_, transitions)) => {
+                for t in &transitions {
+                    log_transition(dlq, t);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, redriven = n, "saving the circuit record failed; these redriven copies are not counted")
+            }
+        }
+    }
+
+    /// The circuit as steps that started at `started_at` left it (read only), as the Lambda's
+    /// response reports it: state, operator, plan and budget, the `bounced` copies the steps
+    /// saw, and the record's transitions since `started_at` (none claimed when it is 0,
+    /// unknown). `None` when the circuit is off or the record cannot be read (an ERROR
+    /// logged), as the Lambda's response on an unreadable record has none.
+    pub(super) async fn circuit_since(
+        &self,
+        started_at: i64,
+        bounced: u64,
+    ) -> Option<CircuitSummary> {
+        let settings = self.circuit_settings()?;
+        let dlq = self.config.dlq_url.as_str();
+        let record = match self.circuit.load(dlq).await {
+            Ok(Some(stored)) => stored.record,
+            Ok(None) => CircuitRecord::new(&settings, (self.clock)()),
+            Err(e) => {
+                tracing::error!(error = %e, action = "circuit-open", "cannot read the circuit record; the response carries no circuit state and no circuit metrics");
+                return None;
+            }
+        };
+        let plan = record.plan(&settings);
+        let transitions = if started_at > 0 {
+            record.history.iter().filter(|t| t.at >= started_at).count() as u64
+        } else {
+            0
+        };
+        Some(CircuitSummary {
+            state: record.state,
+            operator: record.operator,
+            plan: plan.as_str(),
+            budget: plan.budget(),
+            bounced,
+            transitions,
+        })
     }
 }

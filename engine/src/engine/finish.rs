@@ -3,11 +3,42 @@
 
 use super::*;
 
+/// What a run made of steps counted (the workflow's totals), for [`Engine::finish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepTotals {
+    pub received: u64,
+    pub redriven: u64,
+    pub isolated: u64,
+    pub failed: u64,
+    pub stopped_because: StopReason,
+    /// When the first step ran, epoch ms: the circuit's transitions since then are the run's
+    /// (0: unknown, none claimed).
+    pub started_at: i64,
+    /// Redriven copies the steps saw back on the DLQ.
+    pub bounced: u64,
+}
+
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
+    /// The end of a run made of steps, as the Lambda's run ends: its summary (with the circuit
+    /// as the steps left it, when it is on), then [`Self::end_run`]'s depth, metrics, re-arm
+    /// and summary line.
+    pub async fn finish(&self, request: &DrainRequest, totals: StepTotals) -> Summary {
+        let mut summary = Summary {
+            received: totals.received,
+            redriven: totals.redriven,
+            isolated: totals.isolated,
+            failed: totals.failed,
+            circuit: self.circuit_since(totals.started_at, totals.bounced).await,
+            ..Summary::new(request.dry_run, totals.stopped_because)
+        };
+        self.end_run(request, &mut summary).await;
+        summary
+    }
+
     /// The end of every run, whichever front end ran it (the Lambda, a workflow's summary):
     /// the DLQ's depth, one PutMetricData, the re-arm of the trigger alarm, the summary line.
     /// Each call is bounded by `call_timeout` and by the deadline itself.
-    pub async fn end_run(&self, request: &DrainRequest, summary: &mut Summary) {
+    pub(super) async fn end_run(&self, request: &DrainRequest, summary: &mut Summary) {
         summary.dlq_remaining = self.dlq_remaining(request.deadline).await;
         self.publish(summary, request.deadline).await;
         self.rearm(request, summary).await;
@@ -16,7 +47,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
 
     /// The guard alarms that keep the circuit open: those in ALARM, and those that do not exist
     /// (a misspelt or deleted guard fails closed). INSUFFICIENT_DATA is not ALARM.
-    pub async fn open_guards(&self, end: Option<Instant>) -> Option<Vec<String>> {
+    pub(super) async fn open_guards(&self, end: Option<Instant>) -> Option<Vec<String>> {
         let names = &self.config.guard_alarm_names;
         if names.is_empty() {
             return None;

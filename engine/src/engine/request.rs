@@ -4,10 +4,12 @@
 use super::*;
 
 /// Why a drain stopped (the contract's `stoppedBecause`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StopReason {
     QueueEmpty,
+    /// A run that ends with no other reason ends at its limit.
+    #[default]
     Limit,
     Deadline,
     CircuitOpen,
@@ -65,6 +67,24 @@ pub struct Summary {
     /// The adaptive circuit after the run; absent when the circuit is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub circuit: Option<CircuitSummary>,
+}
+
+impl Summary {
+    /// A run that received nothing yet: every count 0, the DLQ's depth unknown, no circuit.
+    pub fn new(dry_run: bool, stopped_because: StopReason) -> Self {
+        Self {
+            received: 0,
+            redriven: 0,
+            isolated: 0,
+            failed: 0,
+            dry_run,
+            stopped_because,
+            dlq_remaining: None,
+            dlq_unreadable: None,
+            unplaceable: 0,
+            circuit: None,
+        }
+    }
 }
 
 /// Why an invocation fails.

@@ -1,5 +1,6 @@
 //! Sending copies and deleting originals: valid batches, the FIFO hold of a group with a failed
 //! entry, retries of failed entries, and deletes of exactly what the destination acknowledged.
+//! One path for the drain and for [`Transfer`], the operator CLI's replay, import and discard.
 
 use super::*;
 
@@ -11,6 +12,8 @@ pub(super) struct Sent {
     pub(super) held: Vec<String>,
     /// Rejected as the sender's fault: the entries, with the failure.
     pub(super) rejected: Vec<(SendEntry, EntryFailure)>,
+    /// Not acknowledged after every try (not the sender's fault): the last error of each.
+    pub(super) failed: HashMap<String, String>,
 }
 
 impl Sent {
@@ -18,14 +21,22 @@ impl Sent {
         self.acked.extend(other.acked);
         self.held.extend(other.held);
         self.rejected.extend(other.rejected);
+        self.failed.extend(other.failed);
     }
 }
 
-impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
+/// The calls of one run: its settings and the instant no call may outlive.
+#[derive(Clone, Copy)]
+pub(super) struct Calls<'s> {
+    pub(super) settings: &'s Settings,
+    pub(super) end: Option<Instant>,
+}
+
+impl Calls<'_> {
     /// Sends entries in valid batches, concurrently.
-    pub(super) async fn send_all(
-        &self,
-        run: &Run<'_>,
+    pub(super) async fn send_all<Q: Queue>(
+        self,
+        queue: &Q,
         queue_url: &str,
         entries: Vec<SendEntry>,
     ) -> Sent {
@@ -37,7 +48,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let results = join_all(
             batches
                 .into_iter()
-                .map(|b| self.send_with_retry(run, queue_url, b)),
+                .map(|b| self.send_with_retry(queue, queue_url, b)),
         )
         .await;
         for r in results {
@@ -47,18 +58,18 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 
     /// FIFO: one entry per group per batch, batches in order, and a group whose send failed is
-    /// held back for the rest of the invocation so that no later message overtakes it.
-    pub(super) async fn send_fifo(
-        &self,
-        run: &Run<'_>,
+    /// held back for the rest of the run so that no later message overtakes it.
+    pub(super) async fn send_fifo<Q: Queue>(
+        self,
+        queue: &Q,
         queue_url: &str,
         entries: Vec<SendEntry>,
+        held_groups: &Mutex<HeldGroups>,
     ) -> Sent {
         let mut sent = Sent::default();
         let batches = split_fifo_batches(entries, entry_size, |e| e.group_id.as_deref());
         for batch in batches {
-            let (send, hold) = run
-                .held_groups
+            let (send, hold) = held_groups
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .partition(batch, |e| e.group_id.as_deref());
@@ -70,8 +81,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 .iter()
                 .map(|e| (e.id.clone(), e.group_id.clone()))
                 .collect();
-            let result = self.send_with_retry(run, queue_url, send).await;
-            let mut held = run.held_groups.lock().unwrap_or_else(|e| e.into_inner());
+            let result = self.send_with_retry(queue, queue_url, send).await;
+            let mut held = held_groups.lock().unwrap_or_else(|e| e.into_inner());
             for (id, group) in groups {
                 if !result.acked.contains(&id) {
                     held.hold(group.as_deref());
@@ -84,39 +95,46 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 
     /// One batch, retrying the whole call or its retryable failed entries.
-    pub(super) async fn send_with_retry(
-        &self,
-        run: &Run<'_>,
+    pub(super) async fn send_with_retry<Q: Queue>(
+        self,
+        queue: &Q,
         queue_url: &str,
         mut batch: Vec<SendEntry>,
     ) -> Sent {
         let mut sent = Sent::default();
-        let end = run.calls_end;
         for attempt in 0..self.settings.retry_attempts.max(1) {
-            if attempt > 0 && !self.pause_before_retry(end, attempt).await {
+            if attempt > 0 && !self.pause_before_retry(attempt).await {
                 break;
             }
             match self
-                .bounded(
-                    end,
-                    "SendMessageBatch",
-                    self.queue.send_batch(queue_url, &batch),
-                )
+                .bounded("SendMessageBatch", queue.send_batch(queue_url, &batch))
                 .await
             {
                 Ok(outcome) => {
                     let retry: HashSet<String> = retryable_ids(&outcome.failed);
                     log_entry_failures("SendMessageBatch", queue_url, &outcome);
-                    for f in outcome.failed.into_iter().filter(|f| f.sender_fault) {
-                        if let Some(pos) = batch.iter().position(|e| e.id == f.id) {
-                            sent.rejected.push((batch.swap_remove(pos), f));
+                    for f in outcome.failed.into_iter() {
+                        if f.sender_fault {
+                            if let Some(pos) = batch.iter().position(|e| e.id == f.id) {
+                                sent.failed.remove(&f.id);
+                                sent.rejected.push((batch.swap_remove(pos), f));
+                            }
+                        } else {
+                            sent.failed
+                                .insert(f.id, format!("{}: {}", f.code, f.message));
                         }
+                    }
+                    for id in &outcome.succeeded {
+                        sent.failed.remove(id);
                     }
                     sent.acked.extend(outcome.succeeded);
                     batch.retain(|e| retry.contains(&e.id));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, queue = queue_url, entries = batch.len(), "SendMessageBatch failed");
+                    for entry in &batch {
+                        sent.failed.insert(entry.id.clone(), e.to_string());
+                    }
                     if !e.retryable {
                         break;
                     }
@@ -127,6 +145,272 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             }
         }
         sent
+    }
+
+    /// One call per 10 handles (a delete, or a change of visibility), retrying the whole call
+    /// or its retryable failed entries; `ok` holds the ids acknowledged.
+    pub(super) async fn by_handle<F, Fut>(
+        self,
+        operation: &'static str,
+        queue_url: &str,
+        entries: Vec<HandleEntry>,
+        call: F,
+    ) -> Acks
+    where
+        F: Fn(Vec<HandleEntry>) -> Fut,
+        Fut: Future<Output = Result<BatchOutcome, PortError>>,
+    {
+        let mut acks = Acks::default();
+        for chunk in entries.chunks(10) {
+            let mut pending = chunk.to_vec();
+            for attempt in 0..self.settings.retry_attempts.max(1) {
+                if pending.is_empty() {
+                    break;
+                }
+                if attempt > 0 && !self.pause_before_retry(attempt).await {
+                    break;
+                }
+                match self.bounded(operation, call(pending.clone())).await {
+                    Ok(outcome) => {
+                        log_entry_failures(operation, queue_url, &outcome);
+                        let retry = retryable_ids(&outcome.failed);
+                        for f in outcome.failed {
+                            acks.failed
+                                .insert(f.id, format!("{}: {}", f.code, f.message));
+                        }
+                        for id in outcome.succeeded {
+                            acks.failed.remove(&id);
+                            acks.ok.insert(id);
+                        }
+                        pending.retain(|e| retry.contains(&e.id));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, operation, queue = queue_url, entries = pending.len(), "batch call failed");
+                        for entry in &pending {
+                            acks.failed.insert(entry.id.clone(), e.to_string());
+                        }
+                        if !e.retryable {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        acks
+    }
+
+    fn retry_delay(self, attempt: u32) -> Duration {
+        self.settings.retry_base * 2u32.saturating_pow(attempt.saturating_sub(1))
+    }
+
+    /// Sleeps before retry `attempt`; false when that would end past `end`.
+    pub(super) async fn pause_before_retry(self, attempt: u32) -> bool {
+        let delay = self.retry_delay(attempt);
+        if self.end.is_some_and(|e| Instant::now() + delay >= e) {
+            return false;
+        }
+        tokio::time::sleep(delay).await;
+        true
+    }
+
+    /// One port call, given at most `call_timeout` and never past `end`: a stalled call fails
+    /// as a retryable `Timeout` instead of outliving the deadline (and the visibility timeout
+    /// of the messages it carries).
+    pub(super) async fn bounded<T>(
+        self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, PortError>>,
+    ) -> Result<T, PortError> {
+        let budget = self.end.map_or(self.settings.call_timeout, |e| {
+            self.settings
+                .call_timeout
+                .min(e.saturating_duration_since(Instant::now()))
+        });
+        match tokio::time::timeout(budget, call).await {
+            Ok(result) => result,
+            Err(_) => Err(PortError {
+                operation,
+                code: "Timeout".into(),
+                message: format!("no answer within {} ms", budget.as_millis()),
+                retryable: true,
+            }),
+        }
+    }
+}
+
+/// Per entry id: acknowledged, the error of its last try, or (FIFO) held back unsent because
+/// an earlier entry of its group was not acknowledged.
+#[derive(Debug, Default)]
+pub struct Acks {
+    pub ok: HashSet<String>,
+    pub failed: HashMap<String, String>,
+    pub held: HashSet<String>,
+}
+
+impl From<Sent> for Acks {
+    fn from(sent: Sent) -> Self {
+        let mut failed = sent.failed;
+        for (entry, f) in sent.rejected {
+            failed.insert(entry.id, format!("{}: {}", f.code, f.message));
+        }
+        Acks {
+            ok: sent.acked.into_iter().collect(),
+            failed,
+            held: sent.held.into_iter().collect(),
+        }
+    }
+}
+
+/// What [`Transfer::send_then_delete`] came to: the sends, and the deletes of the originals
+/// whose copy was acknowledged.
+#[derive(Debug, Default)]
+pub struct Moved {
+    pub sent: Acks,
+    pub deleted: Acks,
+}
+
+/// The drain's send and delete path for a caller outside a drain (the operator CLI's replay,
+/// import, discard and export): valid batches, retries of failed entries, on a FIFO
+/// destination one entry per group per batch and a group with an entry not acknowledged held
+/// for the rest of the transfer, and deletes of exactly the originals whose copy was
+/// acknowledged.
+pub struct Transfer<'q, Q> {
+    queue: &'q Q,
+    settings: Settings,
+    held_groups: Mutex<HeldGroups>,
+}
+
+impl<'q, Q: Queue> Transfer<'q, Q> {
+    pub fn new(queue: &'q Q) -> Self {
+        Self {
+            queue,
+            settings: Settings::default(),
+            held_groups: Mutex::new(HeldGroups::default()),
+        }
+    }
+
+    fn calls(&self) -> Calls<'_> {
+        Calls {
+            settings: &self.settings,
+            end: None,
+        }
+    }
+
+    /// FIFO: holds a group for the rest of the transfer (a message of it is left behind, so
+    /// nothing later of the group may pass it).
+    pub fn hold_group(&self, group: Option<&str>) {
+        self.held_groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .hold(group);
+    }
+
+    /// Sends entries; `fifo` for a FIFO destination.
+    pub async fn send(&self, url: &str, entries: Vec<SendEntry>, fifo: bool) -> Acks {
+        let calls = self.calls();
+        let sent = if fifo {
+            calls
+                .send_fifo(self.queue, url, entries, &self.held_groups)
+                .await
+        } else {
+            calls.send_all(self.queue, url, entries).await
+        };
+        sent.into()
+    }
+
+    /// Deletes by receipt handle.
+    pub async fn delete(&self, url: &str, entries: Vec<HandleEntry>) -> Acks {
+        let queue = self.queue;
+        self.calls()
+            .by_handle("DeleteMessageBatch", url, entries, |batch| async move {
+                queue.delete_batch(url, &batch).await
+            })
+            .await
+    }
+
+    /// Sets the visibility of held messages. SQS acknowledges an entry only while its handle
+    /// is the message's latest and the message is in flight: a handle acknowledged here
+    /// deletes its message for certain within the new timeout, whereas a delete with a stale
+    /// handle is answered with success and deletes nothing.
+    pub async fn hold(
+        &self,
+        url: &str,
+        entries: Vec<HandleEntry>,
+        visibility_seconds: i32,
+    ) -> Acks {
+        let queue = self.queue;
+        self.calls()
+            .by_handle(
+                "ChangeMessageVisibilityBatch",
+                url,
+                entries,
+                |batch| async move {
+                    queue
+                        .change_visibility_batch(url, &batch, visibility_seconds)
+                        .await
+                },
+            )
+            .await
+    }
+
+    /// Sends each entry to `to`, then deletes from `from` (by the receipt handle given with
+    /// it) exactly the messages whose copy was acknowledged.
+    pub async fn send_then_delete(
+        &self,
+        from: &str,
+        to: &str,
+        to_fifo: bool,
+        entries: Vec<(SendEntry, String)>,
+    ) -> Moved {
+        let mut handles = HashMap::with_capacity(entries.len());
+        let mut sends = Vec::with_capacity(entries.len());
+        for (entry, handle) in entries {
+            handles.insert(entry.id.clone(), handle);
+            sends.push(entry);
+        }
+        let sent = self.send(to, sends, to_fifo).await;
+        let deletes = handles
+            .into_iter()
+            .filter(|(id, _)| sent.ok.contains(id))
+            .map(|(id, receipt_handle)| HandleEntry { id, receipt_handle })
+            .collect();
+        let deleted = self.delete(from, deletes).await;
+        Moved { sent, deleted }
+    }
+}
+
+impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
+    pub(super) fn calls(&self, end: Option<Instant>) -> Calls<'_> {
+        Calls {
+            settings: &self.settings,
+            end,
+        }
+    }
+
+    /// [`Calls::send_all`] within the run's time.
+    pub(super) async fn send_all(
+        &self,
+        run: &Run<'_>,
+        queue_url: &str,
+        entries: Vec<SendEntry>,
+    ) -> Sent {
+        self.calls(run.calls_end)
+            .send_all(&self.queue, queue_url, entries)
+            .await
+    }
+
+    /// [`Calls::send_fifo`] within the run's time, a group held for the rest of the run.
+    pub(super) async fn send_fifo(
+        &self,
+        run: &Run<'_>,
+        queue_url: &str,
+        entries: Vec<SendEntry>,
+    ) -> Sent {
+        let held_groups = &run.held_groups;
+        let calls = self.calls(run.calls_end);
+        calls
+            .send_fifo(&self.queue, queue_url, entries, held_groups)
+            .await
     }
 
     /// The isolation of a message whose copy the source keeps rejecting: `decide`'s own
@@ -165,41 +449,16 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     pub(super) async fn delete_all(
         &self,
         run: &Run<'_>,
-        mut entries: Vec<HandleEntry>,
+        entries: Vec<HandleEntry>,
     ) -> HashSet<String> {
-        let mut deleted = HashSet::new();
         let dlq = self.config.dlq_url.as_str();
-        let end = run.calls_end;
-        for attempt in 0..self.settings.retry_attempts.max(1) {
-            if entries.is_empty() {
-                break;
-            }
-            if attempt > 0 && !self.pause_before_retry(end, attempt).await {
-                break;
-            }
-            match self
-                .bounded(
-                    end,
-                    "DeleteMessageBatch",
-                    self.queue.delete_batch(dlq, &entries),
-                )
-                .await
-            {
-                Ok(outcome) => {
-                    log_entry_failures("DeleteMessageBatch", dlq, &outcome);
-                    let retry = retryable_ids(&outcome.failed);
-                    deleted.extend(outcome.succeeded);
-                    entries.retain(|e| retry.contains(&e.id));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, entries = entries.len(), "DeleteMessageBatch failed");
-                    if !e.retryable {
-                        break;
-                    }
-                }
-            }
-        }
-        deleted
+        let queue = &self.queue;
+        self.calls(run.calls_end)
+            .by_handle("DeleteMessageBatch", dlq, entries, |batch| async move {
+                queue.delete_batch(dlq, &batch).await
+            })
+            .await
+            .ok
     }
 
     /// Dry run: make every held message visible again at once.
@@ -233,22 +492,17 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         }
     }
 
-    pub(super) fn retry_delay(&self, attempt: u32) -> Duration {
-        self.settings.retry_base * 2u32.saturating_pow(attempt.saturating_sub(1))
-    }
-
     /// Sleeps before retry `attempt`; false when that would end past `end`.
     pub(super) async fn pause_before_retry(&self, end: Option<Instant>, attempt: u32) -> bool {
-        let delay = self.retry_delay(attempt);
-        if end.is_some_and(|e| Instant::now() + delay >= e) {
-            return false;
-        }
-        tokio::time::sleep(delay).await;
-        true
+        self.calls(end).pause_before_retry(attempt).await
     }
 
     /// Retries a whole call while it fails in a retryable way and there is time left.
-    pub async fn retry<T, F, Fut>(&self, end: Option<Instant>, mut call: F) -> Result<T, PortError>
+    pub(super) async fn retry<T, F, Fut>(
+        &self,
+        end: Option<Instant>,
+        mut call: F,
+    ) -> Result<T, PortError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, PortError>>,
@@ -269,29 +523,14 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         }
     }
 
-    /// One port call, given at most `call_timeout` and never past `end`: a stalled call fails
-    /// as a retryable `Timeout` instead of outliving the deadline (and the visibility timeout
-    /// of the messages it carries).
-    pub async fn bounded<T>(
+    /// One port call, given at most `call_timeout` and never past `end`.
+    pub(super) async fn bounded<T>(
         &self,
         end: Option<Instant>,
         operation: &'static str,
         call: impl Future<Output = Result<T, PortError>>,
     ) -> Result<T, PortError> {
-        let budget = end.map_or(self.settings.call_timeout, |e| {
-            self.settings
-                .call_timeout
-                .min(e.saturating_duration_since(Instant::now()))
-        });
-        match tokio::time::timeout(budget, call).await {
-            Ok(result) => result,
-            Err(_) => Err(PortError {
-                operation,
-                code: "Timeout".into(),
-                message: format!("no answer within {} ms", budget.as_millis()),
-                retryable: true,
-            }),
-        }
+        self.calls(end).bounded(operation, call).await
     }
 }
 

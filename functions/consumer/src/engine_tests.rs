@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::fake::{
-    FAKE_QUEUE_HOST, FakeQueue, FakeStore, QueueCall, ScriptedProcessor, Status, Step,
+    FAKE_QUEUE_HOST, FakeQueue, FakeStore, QueueCall, ScriptedProcessor, Status, Step, event,
+    in_a_minute, message, outcomes,
 };
-use crate::message::{QueueArn, record_to_event_json};
+use crate::message::QueueArn;
 
-const SOURCE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
 const SOURCE_URL: &str = "https://sqs.fake/123456789012/orders";
@@ -64,33 +64,12 @@ fn id_of(original_message_id: &str, body: &str) -> String {
     id_of_key(&key_of(original_message_id, body))
 }
 
-fn message(id: &str, body: &str) -> Message {
-    Message {
-        message_id: id.into(),
-        receipt_handle: format!("handle-{id}"),
-        body: body.into(),
-        attributes: Attributes::new(),
-        receive_count: 1,
-        group_id: None,
-        source: QueueArn::parse(SOURCE_ARN),
-        trace_header: None,
-    }
-}
-
 fn fifo_message(id: &str, group: &str) -> Message {
     Message {
         group_id: Some(group.into()),
         source: QueueArn::parse(FIFO_ARN),
         ..message(id, "{}")
     }
-}
-
-fn event(messages: &[Message]) -> Value {
-    json!({"Records": messages.iter().map(|m| record_to_event_json(m, "us-east-1")).collect::<Vec<_>>()})
-}
-
-fn in_a_minute() -> u64 {
-    (now_ms() + 60_000) as u64
 }
 
 /// A store, a queue and a processor, all empty.
@@ -130,14 +109,6 @@ fn consumer_without_margin<'a>(
         ..Settings::default()
     };
     Consumer::with_settings(store, queue, processor, config, settings)
-}
-
-fn outcomes(handled: &Handled) -> Vec<(&str, &str)> {
-    handled
-        .records
-        .iter()
-        .map(|r| (r.message_id.as_deref().unwrap_or(""), r.outcome.as_str()))
-        .collect()
 }
 
 fn transient_503() -> Step {

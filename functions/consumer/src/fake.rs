@@ -9,10 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use redrive_shared::Attributes;
 use redrive_shared::key::IdempotencyKey;
 use redrive_shared::limits::Outgoing;
 use serde_json::Value;
 
+use crate::engine::Handled;
+use crate::message::{Message, QueueArn, record_to_event_json};
 use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError, QueueOps};
 use crate::process::{ProcessError, Processor, RawBody};
 
@@ -515,4 +518,44 @@ impl Processor<RawBody> for &ScriptedProcessor {
     fn time_limit(&self) -> Option<Duration> {
         self.time_limit
     }
+}
+
+/// The standard queue the fixture messages come from.
+pub const FIXTURE_SOURCE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
+
+/// A fixture: a message of the standard queue `orders`, received once, handle `handle-<id>`.
+pub fn message(id: &str, body: &str) -> Message {
+    Message {
+        message_id: id.into(),
+        receipt_handle: format!("handle-{id}"),
+        body: body.into(),
+        attributes: Attributes::new(),
+        receive_count: 1,
+        group_id: None,
+        source: QueueArn::parse(FIXTURE_SOURCE_ARN),
+        trace_header: None,
+    }
+}
+
+/// A fixture: the Lambda SQS event of these messages (region `us-east-1`).
+pub fn event(messages: &[Message]) -> Value {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|m| record_to_event_json(m, "us-east-1"))
+        .collect();
+    serde_json::json!({ "Records": records })
+}
+
+/// A fixture: the deadline of an invocation a minute from now, in epoch milliseconds.
+pub fn in_a_minute() -> u64 {
+    (crate::engine::now_ms() + 60_000) as u64
+}
+
+/// Each record's message id and outcome, in the batch's order.
+pub fn outcomes(handled: &Handled) -> Vec<(&str, &str)> {
+    handled
+        .records
+        .iter()
+        .map(|r| (r.message_id.as_deref().unwrap_or(""), r.outcome.as_str()))
+        .collect()
 }

@@ -4,17 +4,14 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use redrive_consumer::fake::FakeQueue;
-use redrive_consumer::message::{QueueArn, record_to_event_json};
+use redrive_consumer::fake::{FakeQueue, event as fixture_event, in_a_minute, message};
 use redrive_consumer::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError};
 use redrive_consumer::{Consumer, Message, Outcome, ProcessError, Record};
-use redrive_shared::Attributes;
 use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{ConsumerConfig, FifoOnFailure};
 use redrive_shared::key::KeySource;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The user's store: one map from record id to record, with the trait's rules (a claim takes
 /// a new, expired or abandoned key; a release removes only the releasing claim's record).
@@ -102,31 +99,11 @@ fn config() -> ConsumerConfig {
 }
 
 fn event(messages: &[(&str, &str)]) -> Value {
-    let records: Vec<Value> = messages
+    let messages: Vec<Message> = messages
         .iter()
-        .map(|(id, body)| {
-            let message = Message {
-                message_id: id.to_string(),
-                receipt_handle: format!("handle-{id}"),
-                body: body.to_string(),
-                attributes: Attributes::new(),
-                receive_count: 1,
-                group_id: None,
-                source: QueueArn::parse("arn:aws:sqs:us-east-1:123456789012:orders"),
-                trace_header: None,
-            };
-            record_to_event_json(&message, "us-east-1")
-        })
+        .map(|(id, body)| message(id, body))
         .collect();
-    json!({ "Records": records })
-}
-
-fn in_a_minute() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        + 60_000
+    fixture_event(&messages)
 }
 
 #[tokio::test]

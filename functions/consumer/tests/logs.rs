@@ -4,14 +4,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redrive_consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step};
-use redrive_consumer::message::{QueueArn, record_to_event_json};
+use redrive_consumer::fake::{
+    FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step, event, message,
+};
 use redrive_consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
-use redrive_shared::Attributes;
 use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{ConsumerConfig, FifoOnFailure, QueueUrl};
 use redrive_shared::key::{IdempotencyKey, KeySource};
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[derive(Clone, Default)]
 struct LogBuffer(Arc<Mutex<Vec<u8>>>);
@@ -47,20 +47,7 @@ fn now_ms() -> i64 {
 }
 
 fn keyed(id: &str, key: &str) -> Message {
-    Message {
-        message_id: id.into(),
-        receipt_handle: format!("handle-{id}"),
-        body: json!({"id": key, "from": id}).to_string(),
-        attributes: Attributes::new(),
-        receive_count: 1,
-        group_id: None,
-        source: QueueArn::parse("arn:aws:sqs:us-east-1:123456789012:orders"),
-        trace_header: None,
-    }
-}
-
-fn event(messages: &[Message]) -> Value {
-    json!({"Records": messages.iter().map(|m| record_to_event_json(m, "us-east-1")).collect::<Vec<_>>()})
+    message(id, &json!({"id": key, "from": id}).to_string())
 }
 
 #[tokio::test]

@@ -3,22 +3,22 @@
 //! typed `SqsEvent`, and the processor's result stored and handed back to duplicates.
 
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use redrive_consumer::fake::{FakeQueue, FakeStore, ScriptedProcessor, Status, Step};
-use redrive_consumer::message::{QueueArn, record_to_event_json};
-use redrive_consumer::{
-    BODY_NOT_PARSED, Consumer, FailedIds, Handled, MAX_STORED_RESULT_BYTES, Message, Outcome,
-    ProcessError, Processor, Record,
+use redrive_consumer::fake::{
+    FakeQueue, FakeStore, ScriptedProcessor, Status, Step, event, in_a_minute, message, outcomes,
 };
-use redrive_shared::Attributes;
+use redrive_consumer::{
+    BODY_NOT_PARSED, Consumer, FailedIds, MAX_STORED_RESULT_BYTES, Outcome, ProcessError,
+    Processor, Record,
+};
 use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{ConsumerConfig, FifoOnFailure, QueueUrl};
 use redrive_shared::key::KeySource;
 use redrive_shared::meta::RedriveMeta;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
 
@@ -40,39 +40,6 @@ fn config(key_source: KeySource) -> ConsumerConfig {
 
 fn pointer(path: &str) -> KeySource {
     KeySource::parse(path).unwrap()
-}
-
-fn message(id: &str, body: &str) -> Message {
-    Message {
-        message_id: id.into(),
-        receipt_handle: format!("handle-{id}"),
-        body: body.into(),
-        attributes: Attributes::new(),
-        receive_count: 1,
-        group_id: None,
-        source: QueueArn::parse("arn:aws:sqs:us-east-1:123456789012:orders"),
-        trace_header: None,
-    }
-}
-
-fn event(messages: &[Message]) -> Value {
-    json!({"Records": messages.iter().map(|m| record_to_event_json(m, "us-east-1")).collect::<Vec<_>>()})
-}
-
-fn in_a_minute() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        + 60_000
-}
-
-fn outcomes(handled: &Handled) -> Vec<(&str, &str)> {
-    handled
-        .records
-        .iter()
-        .map(|r| (r.message_id.as_deref().unwrap_or(""), r.outcome.as_str()))
-        .collect()
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,7 +14,7 @@ mod workflow;
 pub use config::WorkflowConfig;
 pub use error::TaskError;
 pub use executions::{Executions, FixedExecutions, RunningExecution, SfnExecutions};
-pub use state::{Batch, DrainItem, Item, ItemAction, Mode, Outcome, Run, Totals};
+pub use state::{Batch, DrainItem, Item, ItemAction, MessageOutcome, Mode, Outcome, Run, Totals};
 pub use tally::tally;
 pub use workflow::Workflow;
 

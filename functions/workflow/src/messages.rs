@@ -1,30 +1,21 @@
 //! The tasks of one message through its wait: receive and decide a batch, hold a message on
 //! the DLQ, then find it back and send it with the engine's send-then-delete.
 
-use redrive_engine::circuit::{self, CircuitError, CircuitStore};
+use redrive_engine::circuit::CircuitStore;
+use redrive_engine::engine::{Delivery, Gate};
 use redrive_engine::ports::{Alarms, Metrics, PortError, Queue, Received};
 use redrive_shared::backoff::MAX_WAIT_SECONDS;
-use redrive_shared::circuit::{CircuitSettings, Event, Plan, State, Transition, bounce_of};
 use redrive_shared::decision::Decision;
 use redrive_shared::limits::MAX_RECEIVE;
-use redrive_shared::meta::RedriveMeta;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::error::{TaskError, invalid};
-use crate::executions::Executions;
-use crate::state::{Batch, Item, ItemAction, Mode, Outcome, Run, Totals};
+use crate::state::{Batch, Item, ItemAction, MessageOutcome, Mode, Outcome, Run, Totals};
 use crate::tally::tally;
 use crate::workflow::Workflow;
 
-impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
-where
-    Q: Queue + Clone,
-    A: Alarms + Clone,
-    M: Metrics + Clone,
-    X: Executions,
-    C: CircuitStore + Clone + Send,
-{
+impl<Q: Queue, A: Alarms, M: Metrics, X, C: CircuitStore> Workflow<Q, A, M, X, C> {
     /// Receives up to `maxMessages` (at most `WORKFLOW_BATCH_SIZE`) and decides each; sends
     /// nothing. A dry run releases what it received at once.
     pub async fn receive_batch(
@@ -33,7 +24,7 @@ where
         dry_run: bool,
         deadline: Option<Instant>,
     ) -> Result<Batch, TaskError> {
-        if self.fifo() {
+        if self.engine.fifo() {
             return Err(invalid(
                 "receiveBatch serves standard queues; a FIFO queue runs as drains (mode scaleOut, one drain)",
             ));
@@ -47,7 +38,8 @@ where
         while (messages.len() as u32) < want {
             let ask = (want - messages.len() as u32).min(MAX_RECEIVE as u32);
             match self
-                .receive(ask, self.config.hold_slack_seconds, deadline)
+                .engine
+                .receive_held(ask, self.config.hold_slack_seconds, deadline)
                 .await
             {
                 Ok(got) if got.is_empty() => {
@@ -73,7 +65,7 @@ where
         let mut canary = false;
         let mut bounced = 0;
         if !dry_run && !messages.is_empty() {
-            let (gate, seen) = self.circuit_gate(&messages).await;
+            let (gate, seen) = self.engine.gate_batch(&messages).await;
             bounced = seen;
             match gate {
                 Gate::Pass => {}
@@ -108,7 +100,7 @@ where
             }
         }
         let received_at = (self.clock)();
-        let decided = self.engine.decide_all(messages);
+        let decided = self.engine.decide(messages);
         let mut items: Vec<Item> = decided
             .iter()
             .map(|(m, d)| self.item(m, d, received_at))
@@ -126,7 +118,7 @@ where
         }
         if dry_run {
             let handles: Vec<String> = items.iter().map(|i| i.receipt_handle.clone()).collect();
-            if let Err(e) = self.set_visibility(&handles, 0, deadline).await {
+            if let Err(e) = self.engine.set_visibility(&handles, 0, deadline).await {
                 tracing::warn!(error = %e, "releasing dry-run messages failed; they reappear after their visibility timeout");
             }
         }
@@ -143,63 +135,9 @@ where
     /// Releases held messages at once (visibility 0); a failure is logged: they reappear
     /// after their visibility timeout.
     async fn release(&self, handles: &[String], deadline: Option<Instant>) {
-        if let Err(e) = self.set_visibility(handles, 0, deadline).await {
+        if let Err(e) = self.engine.set_visibility(handles, 0, deadline).await {
             tracing::warn!(error = %e, "releasing messages failed; they reappear after their visibility timeout");
         }
-    }
-
-    /// The adaptive circuit's settings when it is on (`CIRCUIT_TABLE` set and a store given).
-    fn circuit_settings(&self) -> Option<CircuitSettings> {
-        let cfg = self.config.redriver.circuit.as_ref()?;
-        self.circuit.enabled().then_some(cfg.settings)
-    }
-
-    /// What the adaptive circuit lets a received batch do, as the Lambda's run does: the
-    /// batch's bounced copies are counted into the record (a write on the version read; none
-    /// when there are none), then the record's plan decides. A record that cannot be read or
-    /// written holds (fail closed). With the gate: the bounced copies counted into the record.
-    async fn circuit_gate(&self, messages: &[Received]) -> (Gate, u64) {
-        let Some(settings) = self.circuit_settings() else {
-            return (Gate::Pass, 0);
-        };
-        let dlq = self.config.redriver.dlq_url.as_str();
-        let now = (self.clock)();
-        let bounces: Vec<_> = messages
-            .iter()
-            .filter_map(|m| {
-                let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-                bounce_of(&meta, now, &settings)
-            })
-            .collect();
-        let bounced = bounces.len();
-        let looked = if bounces.is_empty() {
-            redrive_engine::circuit::load_or_new(&self.circuit, dlq, &settings, now)
-                .await
-                .map(|(_, mut record)| {
-                    record.tick(&settings, now);
-                    (record, Vec::new())
-                })
-                .map_err(CircuitError::from)
-        } else {
-            let events = [Event::Tick { now }, Event::Bounces { now, bounces }];
-            circuit::update(&self.circuit, dlq, &settings, now, &events).await
-        };
-        let (record, transitions) = match looked {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, action = "circuit-open", "cannot read or write the circuit record; treating the circuit as open");
-                return (Gate::Hold, 0);
-            }
-        };
-        log_transitions(dlq, &transitions);
-        let plan = record.plan(&settings);
-        tracing::info!(queue = dlq, bounced, state = %record.state, plan = plan.as_str(), "circuit");
-        let gate = match plan {
-            Plan::Hold | Plan::Watch => Gate::Hold,
-            Plan::Canary { size } => Gate::Canary(size),
-            Plan::Drain { .. } => Gate::Pass,
-        };
-        (gate, bounced as u64)
     }
 
     /// [`tally`], and the copies the round redrove (messages mode) counted into the circuit
@@ -219,27 +157,11 @@ where
         if run.mode != Mode::Messages || run.dry_run || n == 0 {
             return after;
         }
-        let Some(settings) = self.circuit_settings() else {
-            return after;
-        };
-        let dlq = self.config.redriver.dlq_url.as_str();
         let now = (self.clock)();
         let sent = batch
             .and_then(|b| b.items.iter().map(|i| i.received_at).min())
             .unwrap_or(now);
-        let events = [
-            Event::Tick { now },
-            Event::Redriven {
-                now: sent,
-                n: u32::try_from(n).unwrap_or(u32::MAX),
-            },
-        ];
-        match circuit::update(&self.circuit, dlq, &settings, now, &events).await {
-            Ok((_, transitions)) => log_transitions(dlq, &transitions),
-            Err(e) => {
-                tracing::error!(error = %e, redriven = n, "saving the circuit record failed; this round's redriven count is lost")
-            }
-        }
+        self.engine.count_redriven(sent, n).await;
         after
     }
 
@@ -285,6 +207,7 @@ where
         let hold =
             (u64::from(item.wait_seconds) + u64::from(self.config.hold_slack_seconds)).min(left);
         let failed = self
+            .engine
             .set_visibility(
                 std::slice::from_ref(&item.receipt_handle),
                 hold as u32,
@@ -318,14 +241,16 @@ where
             tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
         }
         // Stale (the hold lapsed, or a retry of this task already released it): it is visible.
-        self.set_visibility(std::slice::from_ref(&item.receipt_handle), 0, deadline)
+        self.engine
+            .set_visibility(std::slice::from_ref(&item.receipt_handle), 0, deadline)
             .await?;
         let mut others: Vec<String> = Vec::new();
         let mut found: Option<Received> = None;
         let mut error: Option<PortError> = None;
         for _ in 0..self.config.search_receives {
             match self
-                .receive(MAX_RECEIVE as u32, self.config.hold_slack_seconds, deadline)
+                .engine
+                .receive_held(MAX_RECEIVE as u32, self.config.hold_slack_seconds, deadline)
                 .await
             {
                 Ok(got) => {
@@ -348,7 +273,7 @@ where
         }
         // Everything else seen goes back at once, whatever happened.
         if !others.is_empty()
-            && let Err(e) = self.set_visibility(&others, 0, deadline).await
+            && let Err(e) = self.engine.set_visibility(&others, 0, deadline).await
         {
             tracing::warn!(error = %e, "releasing messages seen while searching failed; they reappear after their visibility timeout");
         }
@@ -362,29 +287,23 @@ where
                 receives: self.config.search_receives,
             });
         };
-        let mut decided = self.engine.decide_all(vec![message]);
-        if let Some((_, Decision::Redrive(plan))) = decided.first_mut()
-            && plan.delay_seconds.is_some()
-        {
-            // The wait is over: what is left of the drawn backoff is the copy's delay.
-            plan.delay_seconds = Some(item.delay_seconds);
-        }
-        let decision = decided[0].1.clone();
+        // The wait is over: what is left of the drawn backoff is the copy's delay.
+        let (decision, delivery) = self
+            .engine
+            .deliver(message, Some(item.delay_seconds), deadline)
+            .await;
         let action = if decision.is_redrive() {
             ItemAction::Redrive
         } else {
             ItemAction::Isolate
         };
         if action != item.action {
-            tracing::warn!(message_id = %item.message_id, decided = ?item.action, now = ?action, "the decision changed since the batch was received; the new one applies");
+            tracing::warn!(message_id = %item.message_id, decided = ?item.action, now = ?action, "the decision changed since the batch was received; the new one applied");
         }
-        let summary = self.engine.apply_decided(decided, deadline).await;
-        let outcome = if summary.redriven > 0 {
-            "redriven"
-        } else if summary.isolated > 0 {
-            "isolated"
-        } else {
-            "failed"
+        let outcome = match delivery {
+            Delivery::Redriven => MessageOutcome::Redriven,
+            Delivery::Isolated => MessageOutcome::Isolated,
+            Delivery::LeftOnDlq => MessageOutcome::Failed,
         };
         let cfg = &self.config.redriver;
         let (reason, destination) = match &decision {
@@ -400,27 +319,7 @@ where
             delay_seconds: decision.delay_seconds().unwrap_or(0),
             waited_seconds: item.wait_seconds,
             destination: destination.to_string(),
-            outcome: outcome.to_string(),
+            outcome,
         })
-    }
-}
-
-/// What the adaptive circuit lets a received batch do.
-enum Gate {
-    /// Closed (or off): decide the batch as usual.
-    Pass,
-    /// Half-open: this many messages are the canary; the rest go back on the DLQ.
-    Canary(u32),
-    /// Open, or watching for the canary: the whole batch goes back on the DLQ.
-    Hold,
-}
-
-fn log_transitions(queue: &str, transitions: &[Transition]) {
-    for t in transitions {
-        if t.to == State::Open {
-            tracing::warn!(queue, from = %t.from, to = %t.to, reason = %t.reason, action = "circuit-transition", "circuit opened: nothing is redriven until a canary comes through");
-        } else {
-            tracing::info!(queue, from = %t.from, to = %t.to, reason = %t.reason, action = "circuit-transition", "circuit transition");
-        }
     }
 }

@@ -1,5 +1,6 @@
 //! What the execution carries between tasks: ids, receipt handles and decisions, never bodies.
 
+use redrive_engine::engine::StopReason;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -72,7 +73,19 @@ pub struct Outcome {
     pub waited_seconds: u32,
     pub destination: String,
     /// `redriven`, `isolated` or `failed` (the copy was not acknowledged: left on the DLQ).
-    pub outcome: String,
+    pub outcome: MessageOutcome,
+}
+
+/// What happened to one message: the redrive task's answer, or the state machine's `Catch`
+/// (`left-on-dlq`: the task failed for good; `not-found`: the message never came back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MessageOutcome {
+    Redriven,
+    Isolated,
+    Failed,
+    LeftOnDlq,
+    NotFound,
 }
 
 /// One drain of a scale-out round.
@@ -106,7 +119,7 @@ pub struct Totals {
     pub queue_empty: bool,
     /// Another round follows.
     pub more: bool,
-    pub stopped_because: String,
+    pub stopped_because: StopReason,
     /// The next scale-out round's drains (empty in `messages` mode).
     pub drain_plan: Vec<DrainItem>,
     /// When the execution started, epoch ms (`start`; 0 in totals from before it was kept):

@@ -4,7 +4,7 @@ use redrive_engine::engine::StopReason;
 use serde_json::Value;
 
 use crate::MAX_ROUNDS_PER_EXECUTION;
-use crate::state::{Batch, DrainItem, ItemAction, Mode, Run, Totals};
+use crate::state::{Batch, DrainItem, ItemAction, MessageOutcome, Mode, Run, Totals};
 
 /// The drains of the next scale-out round: the remaining budget split K ways.
 pub(crate) fn drain_plan(run: &Run, remaining: u32) -> Vec<DrainItem> {
@@ -50,20 +50,21 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
                 }
             } else {
                 for r in results {
-                    match r.get("outcome").and_then(Value::as_str) {
-                        Some("redriven") => {
+                    let outcome = r.get("outcome").cloned().map(serde_json::from_value);
+                    match outcome {
+                        Some(Ok(MessageOutcome::Redriven)) => {
                             totals.redriven += 1;
                             progress += 1;
                         }
-                        Some("isolated") => {
+                        Some(Ok(MessageOutcome::Isolated)) => {
                             totals.isolated += 1;
                             progress += 1;
                         }
-                        Some("left-on-dlq") => {
+                        Some(Ok(MessageOutcome::LeftOnDlq)) => {
                             totals.failed += 1;
                             totals.left_on_dlq += 1;
                         }
-                        Some("not-found") => {
+                        Some(Ok(MessageOutcome::NotFound)) => {
                             totals.failed += 1;
                             totals.not_found += 1;
                         }
@@ -79,9 +80,12 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
                 totals.isolated += count(r, "isolated");
                 totals.failed += count(r, "failed");
                 progress += count(r, "redriven") + count(r, "isolated");
-                let stopped = r.get("stoppedBecause").and_then(Value::as_str);
-                queue_empty |= stopped == Some("queue-empty");
-                circuit_open |= stopped == Some(StopReason::CircuitOpen.as_str());
+                let stopped = r
+                    .get("stoppedBecause")
+                    .cloned()
+                    .and_then(|v| serde_json::from_value::<StopReason>(v).ok());
+                queue_empty |= stopped == Some(StopReason::QueueEmpty);
+                circuit_open |= stopped == Some(StopReason::CircuitOpen);
                 totals.bounced += r.get("circuit").map_or(0, |c| count(c, "bounced"));
             }
         }
@@ -96,14 +100,12 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
         StopReason::QueueEmpty
     } else {
         StopReason::Limit
-    }
-    .as_str()
-    .to_string();
+    };
     // A dry run plans one round (it releases what it saw, so a second would see it again);
     // a round that moved nothing stops rather than spin on messages that keep failing.
     totals.more = !run.dry_run && !queue_empty && totals.remaining > 0 && progress > 0;
     if !totals.more && !queue_empty && totals.remaining > 0 && !run.dry_run {
-        totals.stopped_because = StopReason::Other.as_str().to_string();
+        totals.stopped_because = StopReason::Other;
     }
     if totals.more && totals.rounds >= MAX_ROUNDS_PER_EXECUTION {
         // The history's bound: the next trigger continues (the summary re-arms the alarm).
@@ -112,7 +114,7 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Va
     if circuit_open {
         // The adaptive circuit opened (or holds): no further round; the summary says why.
         totals.more = false;
-        totals.stopped_because = StopReason::CircuitOpen.as_str().to_string();
+        totals.stopped_because = StopReason::CircuitOpen;
     }
     totals.drain_plan = if totals.more {
         drain_plan(run, totals.remaining)

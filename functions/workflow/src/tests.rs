@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use redrive_engine::circuit::CircuitStore;
+use redrive_engine::engine::StopReason;
 use redrive_shared::circuit::{CircuitRecord, CircuitSettings};
 use redrive_shared::config::{ConfigError, Env};
 use serde_json::{Value, json};
@@ -184,7 +185,7 @@ async fn a_long_wait_holds_the_message_then_redrives_it_with_the_rest_as_delay()
     assert!(sqs.is_empty(SRC));
 
     let out = wf.redeliver(item, ItemAction::Redrive, None).await.unwrap();
-    assert_eq!(out.outcome, "redriven");
+    assert_eq!(out.outcome, MessageOutcome::Redriven);
     assert_eq!((out.delay_seconds, out.waited_seconds), (900, 1100));
     assert_eq!(out.original_message_id, id);
     assert!(sqs.is_empty(DLQ), "deleted once the copy was acknowledged");
@@ -209,7 +210,7 @@ async fn isolate_finds_its_message_among_others_and_releases_them() {
         Err(TaskError::InvalidInput(_))
     ));
     let out = wf.redeliver(item, ItemAction::Isolate, None).await.unwrap();
-    assert_eq!(out.outcome, "isolated");
+    assert_eq!(out.outcome, MessageOutcome::Isolated);
     assert_eq!(out.reason.as_deref(), Some("permanent-failure"));
     assert_eq!(sqs.messages(POISON)[0].body, "poison");
     assert_eq!(sqs.len(DLQ), 15);
@@ -235,7 +236,7 @@ async fn a_copy_not_acknowledged_leaves_the_message_on_the_dlq() {
         })
     });
     let out = wf.redeliver(item, ItemAction::Redrive, None).await.unwrap();
-    assert_eq!(out.outcome, "failed");
+    assert_eq!(out.outcome, MessageOutcome::Failed);
     assert_eq!(
         sqs.len(DLQ),
         1,
@@ -422,7 +423,7 @@ async fn an_execution_ends_after_its_rounds_with_limit_and_the_next_trigger_cont
             "round {round}"
         );
     }
-    assert_eq!(totals.stopped_because, "limit");
+    assert_eq!(totals.stopped_because, StopReason::Limit);
     assert_eq!(
         totals.received,
         u64::from(MAX_ROUNDS_PER_EXECUTION * MAX_PARALLEL)
@@ -444,7 +445,7 @@ async fn an_execution_ends_after_its_rounds_with_limit_and_the_next_trigger_cont
     let t = tally(&run, totals, None, &[drained.clone(), drained]);
     assert!(!t.more);
     assert!(t.drain_plan.is_empty());
-    assert_eq!(t.stopped_because, "limit");
+    assert_eq!(t.stopped_because, StopReason::Limit);
 }
 
 #[tokio::test]
@@ -543,7 +544,7 @@ async fn the_operator_flag_opens_the_circuit() {
     assert_eq!(out["operator"], "open");
     assert_eq!(out["guards"], json!([]));
     record.operator = Override::Auto;
-    wf.circuit.put(DLQ, record);
+    wf.engine.circuit.put(DLQ, record);
     let out = wf
         .handle(json!({"action":"checkCircuit"}), None)
         .await
@@ -635,7 +636,7 @@ mod adaptive_circuit {
         // The round ends the execution, stopped by the circuit.
         let t = tally(&run(Mode::Messages), totals(), Some(&batch), &[]);
         assert!(!t.more);
-        assert_eq!(t.stopped_because, "circuit-open");
+        assert_eq!(t.stopped_because, StopReason::CircuitOpen);
         assert_eq!(t.received, 0);
         // The next batch is held by the open record (nothing received is decided).
         let again = wf.receive_batch(10, false, None).await.unwrap();
@@ -663,7 +664,7 @@ mod adaptive_circuit {
         assert!(sqs.is_empty(SRC));
         let t = tally(&run(Mode::ScaleOut), totals(), None, &[out]);
         assert!(!t.more && t.drain_plan.is_empty());
-        assert_eq!(t.stopped_because, "circuit-open");
+        assert_eq!(t.stopped_because, StopReason::CircuitOpen);
     }
 
     #[tokio::test]

@@ -5,11 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use redrive_engine::circuit::{CircuitStore, NoCircuit};
-use redrive_engine::engine::{CircuitSummary, DrainRequest, Engine, StopReason, Summary};
-use redrive_engine::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, Received};
-use redrive_shared::circuit::CircuitRecord;
+use redrive_engine::engine::{DrainRequest, Engine, StepTotals, StopReason, Summary};
+use redrive_engine::ports::{Alarms, Metrics, Queue};
 use redrive_shared::config::RedriverConfig;
-use redrive_shared::limits::MAX_RECEIVE;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -26,11 +24,10 @@ type Drainer<Q, A, M, C> = Arc<Engine<Q, A, M, C>>;
 /// The tasks, over one engine for decisions with long waits and one engine per drain count
 /// (velocity cap split K ways) for scale-out.
 pub struct Workflow<Q, A, M, X, C = NoCircuit> {
-    pub engine: Engine<Q, A, M>,
+    /// Decides with the long backoff; holds the circuit store (`CIRCUIT_TABLE`).
+    pub engine: Engine<Q, A, M, C>,
     pub config: WorkflowConfig,
     pub executions: X,
-    /// The circuit table (`CIRCUIT_TABLE`): its operator flag opens the circuit breaker.
-    pub circuit: C,
     drainers: Mutex<HashMap<u32, Drainer<Q, A, M, C>>>,
     pub(crate) settings: redrive_engine::engine::Settings,
     pub(crate) clock: fn() -> i64,
@@ -59,7 +56,6 @@ where
             engine: Engine::new(queue, alarms, metrics, deciding),
             config,
             executions,
-            circuit: NoCircuit,
             drainers: Mutex::new(HashMap::new()),
             settings: redrive_engine::engine::Settings::default(),
             clock: now_ms,
@@ -70,10 +66,9 @@ where
     /// tasks measure bounces into it as the Lambda does (`receiveBatch`, `tally`, `drain`).
     pub fn with_circuit<S: CircuitStore + Clone>(self, store: S) -> Workflow<Q, A, M, X, S> {
         Workflow {
-            engine: self.engine,
+            engine: self.engine.with_circuit(store),
             config: self.config,
             executions: self.executions,
-            circuit: store,
             drainers: Mutex::new(HashMap::new()),
             settings: self.settings,
             clock: self.clock,
@@ -105,10 +100,6 @@ where
     /// The init-time call: destination size limits and a connection.
     pub async fn warm_up(&self) {
         let _ = self.engine.warm_up().await;
-    }
-
-    pub(crate) fn fifo(&self) -> bool {
-        self.config.redriver.dlq_url.is_fifo() || self.config.redriver.source_queue_url.is_fifo()
     }
 
     /// Runs one task. `deadline` is the Lambda's.
@@ -176,7 +167,7 @@ where
         if max_messages == 0 {
             return Err(invalid("execution input: maxMessages must be >= 1"));
         }
-        let fifo = self.fifo();
+        let fifo = self.engine.fifo();
         let drains = input.drains.unwrap_or(1);
         if !(1..=MAX_PARALLEL).contains(&drains) {
             return Err(invalid(format!(
@@ -213,7 +204,7 @@ where
         let mut totals = Totals {
             remaining: max_messages,
             more: true,
-            stopped_because: StopReason::Limit.as_str().to_string(),
+            stopped_because: StopReason::Limit,
             drain_plan: drain_plan(&run, max_messages),
             started_at: me,
             ..Totals::default()
@@ -221,7 +212,7 @@ where
         if let Some(o) = older {
             tracing::warn!(execution = execution_arn, running = %o.arn, action = "already-running", "another execution is draining this DLQ: this one receives nothing and goes to its summary");
             totals.more = false;
-            totals.stopped_because = StopReason::AlreadyRunning.as_str().to_string();
+            totals.stopped_because = StopReason::AlreadyRunning;
             totals.drain_plan = Vec::new();
         }
         Ok(json!({
@@ -232,116 +223,15 @@ where
         }))
     }
 
-    /// The guard alarms (any in ALARM or missing opens the circuit, as in the Lambda).
+    /// The guard alarms and the circuit record (any guard in ALARM or missing, or a record
+    /// that holds, opens the circuit, as in the Lambda).
     async fn check_circuit(&self, deadline: Option<Instant>) -> Value {
-        let guards = self.engine.open_guards(deadline).await;
-        if let Some(open) = &guards {
-            tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: the execution touches nothing");
-        }
-        let (operator, held) = self.operator_flag().await;
+        let check = self.engine.check_circuit(deadline).await;
         json!({
-            "open": guards.is_some() || held,
-            "guards": guards.unwrap_or_default(),
-            "operator": operator,
+            "open": check.open(),
+            "guards": check.guards,
+            "operator": check.operator,
         })
-    }
-
-    /// The circuit record's operator flag and whether the record holds the circuit open
-    /// (`redrive circuit open`, or an adaptive circuit open and cooling down). A record that
-    /// cannot be read holds it open (fail closed, as unreadable guard alarms do).
-    async fn operator_flag(&self) -> (Value, bool) {
-        let Some(cfg) = &self.config.redriver.circuit else {
-            return (Value::Null, false);
-        };
-        if !self.circuit.enabled() {
-            return (Value::Null, false);
-        }
-        let now = (self.clock)();
-        match self
-            .circuit
-            .load(self.config.redriver.dlq_url.as_str())
-            .await
-        {
-            Ok(None) => (json!("auto"), false),
-            Ok(Some(stored)) => {
-                let mut record = stored.record;
-                let operator = record.operator.as_str();
-                // Read only: the tick shows what the record holds now; the Lambda writes it.
-                record.apply(&cfg.settings, &redrive_shared::circuit::Event::Tick { now });
-                let held = record.plan(&cfg.settings) == redrive_shared::circuit::Plan::Hold;
-                if held {
-                    tracing::warn!(
-                        operator,
-                        action = "circuit-open",
-                        "the circuit record holds the circuit open: the execution touches nothing"
-                    );
-                }
-                (json!(operator), held)
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the circuit record; treating the circuit as open");
-                (json!("unknown"), true)
-            }
-        }
-    }
-
-    pub(crate) async fn receive(
-        &self,
-        want: u32,
-        visibility: u32,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<Received>, PortError> {
-        let dlq = self.config.redriver.dlq_url.as_str();
-        let wait = self.settings.receive_wait_seconds;
-        self.engine
-            .retry(deadline, || {
-                self.engine.bounded(
-                    deadline,
-                    "ReceiveMessage",
-                    self.engine
-                        .queue
-                        .receive(dlq, want as i32, wait, visibility as i32),
-                )
-            })
-            .await
-    }
-
-    /// Sets the visibility of held messages (0 releases them); entry failures are logged.
-    pub(crate) async fn set_visibility(
-        &self,
-        handles: &[String],
-        seconds: u32,
-        deadline: Option<Instant>,
-    ) -> Result<Vec<String>, PortError> {
-        let dlq = self.config.redriver.dlq_url.as_str();
-        let mut failed = Vec::new();
-        for chunk in handles.chunks(MAX_RECEIVE as usize) {
-            let entries: Vec<HandleEntry> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, h)| HandleEntry {
-                    id: i.to_string(),
-                    receipt_handle: h.clone(),
-                })
-                .collect();
-            let outcome = self
-                .engine
-                .retry(deadline, || {
-                    self.engine.bounded(
-                        deadline,
-                        "ChangeMessageVisibilityBatch",
-                        self.engine
-                            .queue
-                            .change_visibility_batch(dlq, &entries, seconds as i32),
-                    )
-                })
-                .await?;
-            for f in outcome.failed {
-                tracing::warn!(entry = %f.id, code = %f.code, error = %f.message, "ChangeMessageVisibility entry failed");
-                failed.push(f.code);
-            }
-        }
-        Ok(failed)
     }
 
     pub(crate) fn drainer(&self, drains: u32) -> Drainer<Q, A, M, C> {
@@ -362,7 +252,7 @@ where
                     )
                     .with_settings(self.settings.clone())
                     .with_clock(self.clock)
-                    .with_circuit(self.circuit.clone()),
+                    .with_circuit(self.engine.circuit.clone()),
                 )
             })
             .clone()
@@ -389,7 +279,7 @@ where
         // record's plan, counts its bounced and redriven copies into it and stops with
         // circuit-open when it opens (no metrics here: `summary` publishes once).
         let summary = engine
-            .drain_with_circuit(&DrainRequest {
+            .drain_step(&DrainRequest {
                 max_messages: d.max_messages,
                 dry_run: d.dry_run,
                 deadline,
@@ -418,25 +308,27 @@ where
     /// The Lambda's response for the whole execution, then the engine's end of a run, as the
     /// Lambda's: one PutMetricData and the re-arm of the trigger alarm.
     pub async fn summary(&self, run: &Run, totals: &Totals, deadline: Option<Instant>) -> Summary {
-        let mut summary = Summary {
-            received: totals.received,
-            redriven: totals.redriven,
-            isolated: totals.isolated,
-            failed: totals.failed,
-            dry_run: run.dry_run,
-            stopped_because: stop_reason(&totals.stopped_because),
-            dlq_remaining: None,
-            dlq_unreadable: None,
-            unplaceable: 0,
-            circuit: self.circuit_summary(totals).await,
-        };
         let request = DrainRequest {
             max_messages: run.max_messages,
             dry_run: run.dry_run,
             deadline,
             trigger_alarm: run.trigger_alarm.clone(),
         };
-        self.engine.end_run(&request, &mut summary).await;
+        let summary = self
+            .engine
+            .finish(
+                &request,
+                StepTotals {
+                    received: totals.received,
+                    redriven: totals.redriven,
+                    isolated: totals.isolated,
+                    failed: totals.failed,
+                    stopped_because: totals.stopped_because,
+                    started_at: totals.started_at,
+                    bounced: totals.bounced,
+                },
+            )
+            .await;
         if totals.not_found > 0 {
             tracing::warn!(
                 not_found = totals.not_found,
@@ -447,67 +339,6 @@ where
     }
 }
 
-impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
-where
-    C: CircuitStore,
-{
-    /// The circuit in the execution's response when it is on, as the Lambda reports it: the
-    /// record's state, operator and plan as the tasks left it (read only: the tasks write it),
-    /// the bounced copies the execution saw and the transitions the record made since the
-    /// execution started (kept in its history). A record that cannot be read reports no
-    /// circuit, as the Lambda's response on an unreadable record has none (the tasks that
-    /// could not read it held the circuit open and stopped with `circuit-open`).
-    async fn circuit_summary(&self, totals: &Totals) -> Option<CircuitSummary> {
-        let cfg = self.config.redriver.circuit.as_ref()?;
-        if !self.circuit.enabled() {
-            return None;
-        }
-        let settings = cfg.settings;
-        let dlq = self.config.redriver.dlq_url.as_str();
-        let record = match self.circuit.load(dlq).await {
-            Ok(Some(stored)) => stored.record,
-            Ok(None) => CircuitRecord::new(&settings, (self.clock)()),
-            Err(e) => {
-                tracing::error!(error = %e, action = "circuit-open", "cannot read the circuit record; the response carries no circuit state and no circuit metrics");
-                return None;
-            }
-        };
-        let plan = record.plan(&settings);
-        // Totals from before the start time was kept cannot tell this execution's
-        // transitions from older ones: none are claimed.
-        let transitions = if totals.started_at > 0 {
-            record
-                .history
-                .iter()
-                .filter(|t| t.at >= totals.started_at)
-                .count() as u64
-        } else {
-            0
-        };
-        Some(CircuitSummary {
-            state: record.state,
-            operator: record.operator,
-            plan: plan.as_str(),
-            budget: plan.budget(),
-            bounced: totals.bounced,
-            transitions,
-        })
-    }
-}
-
 pub(crate) fn to_value(v: impl Serialize) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
-fn stop_reason(s: &str) -> StopReason {
-    match s {
-        "queue-empty" => StopReason::QueueEmpty,
-        "limit" => StopReason::Limit,
-        "deadline" => StopReason::Deadline,
-        "circuit-open" => StopReason::CircuitOpen,
-        "not-in-alarm" => StopReason::NotInAlarm,
-        "other-queue" => StopReason::OtherQueue,
-        "already-running" => StopReason::AlreadyRunning,
-        _ => StopReason::Other,
-    }
 }

@@ -1,5 +1,5 @@
-//! The harness's loopback HTTP/1 servers (the proxy, the flaky downstream, the Runtime API),
-//! served by hyper. A handler gets each request read whole and gives an [`Answer`]: a response,
+//! The loopback HTTP/1 servers of the harness and the bench (the consumer's test downstream, the
+//! proxy, the flaky downstream, the Runtime API), served by hyper. A handler gets each request read whole and gives an [`Answer`]: a response,
 //! a TCP reset (a crashed peer, a dropped connection), or no answer until the caller goes away.
 
 use std::future::Future;
@@ -57,6 +57,7 @@ pub fn respond(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) ->
 }
 
 /// A server on 127.0.0.1. Stops accepting when dropped.
+#[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
     accept_loop: JoinHandle<()>,
