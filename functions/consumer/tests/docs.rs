@@ -13,7 +13,7 @@ fn user_code() -> &'static str {
         .find("#[derive")
         .expect("the example starts with its Order type");
     let end = EXAMPLE
-        .find("// ---- a stand-in")
+        .find("// A stand-in")
         .expect("the stand-in client is marked");
     EXAMPLE[start..end].trim_end()
 }
