@@ -9,10 +9,32 @@
 
 use redrive_bench::circuit_sim::{self, SimSettings};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_circuit_parks_nothing_in_an_outage_that_parks_everything_without_it() {
+/// The simulation's future (two re-drivers, a downstream, a poller and the world's checks)
+/// is deep in a debug build: it runs boxed, on a thread with room for it, not on the 2 MiB
+/// stack of a test thread.
+fn run_simulation(settings: &SimSettings) -> circuit_sim::SimReport {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("circuit-sim".into())
+            .stack_size(32 * 1024 * 1024)
+            .spawn_scoped(scope, || {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime")
+                    .block_on(Box::pin(circuit_sim::run(settings)))
+            })
+            .expect("the simulation thread starts")
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+#[test]
+fn the_circuit_parks_nothing_in_an_outage_that_parks_everything_without_it() {
     let settings = SimSettings::short();
-    let report = circuit_sim::run(&settings).await;
+    let report = run_simulation(&settings);
     println!("{report}");
     let all = settings.messages;
 
