@@ -367,7 +367,9 @@ class AlarmsReceivesCannotHide(unittest.TestCase):
         self.assertEqual(self.resources["WorkflowGuardHeldRunsFilter"]["Condition"], "UseStepFunctions")
         # The filter matches the line each orchestrator logs when a guard holds a run (a guard
         # in ALARM or missing); such a run publishes no CircuitOpen.
-        for source in ("engine/src/engine.rs", "functions/workflow/src/lib.rs"):
+        # Both orchestrators hold through the engine (the workflow's CheckCircuitBreaker task
+        # calls Engine::check_circuit), so the line is the engine's.
+        for source in ("engine/src/engine.rs", "engine/src/engine/finish.rs"):
             text = (support.REPO / source).read_text(encoding="utf-8")
             self.assertRegex(text, r'action = "circuit-open",\s*"guard alarm', source)
         p = self.alarm("CircuitHeldOpenAlarm")
@@ -455,8 +457,8 @@ class AdaptiveCircuit(unittest.TestCase):
         self.assertEqual((p["Statistic"], p["Threshold"], p["ComparisonOperator"]), ("Maximum", 0, "GreaterThanThreshold"))
         self.assertEqual(p["AlarmActions"], [{"Ref": "AlertsTopic"}])
         self.assertEqual(p["OKActions"], [{"Ref": "RecoveryTopic"}])
-        published = (support.REPO / "engine/src/aws.rs").read_text(encoding="utf-8")
-        self.assertIn('datum("CircuitOpen"', published)
+        published = (support.REPO / "engine/src/ports.rs").read_text(encoding="utf-8")
+        self.assertIn('MetricValue::count("CircuitOpen"', published)
 
 
 if __name__ == "__main__":
