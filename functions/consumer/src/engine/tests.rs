@@ -17,7 +17,11 @@ use crate::fake::{
     FAKE_QUEUE_HOST, FakeQueue, FakeStore, QueueCall, ScriptedProcessor, Status, Step, event,
     in_a_minute, message, outcomes,
 };
+use crate::message::Message;
 use crate::message::QueueArn;
+use crate::ports::{Claim, ClaimOutcome, CompletedRecord};
+use crate::process::ProcessError;
+use redrive_shared::meta::RedriveMeta;
 
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
@@ -1249,8 +1253,5 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
     assert_eq!(handled.response.failed_ids(), ["f-1", "f-3"]);
 }
 
-#[path = "engine_key_tests.rs"]
-mod keys;
-
-#[path = "engine_batch_tests.rs"]
 mod batch;
+mod keys;
