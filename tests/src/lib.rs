@@ -18,6 +18,8 @@
 mod cloudwatch;
 mod downstream;
 mod dynamodb;
+/// Checks that several crates' tests make the same way.
+pub mod fixture;
 /// IAM enforced: functions and the CLI under their templates' policies (`iam::env_for_binary`,
 /// `iam::cli_env`).
 pub mod iam;
