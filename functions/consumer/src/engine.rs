@@ -64,13 +64,7 @@ pub struct Consumer<S, Q, P, T = RawBody> {
     completed: Option<CompletedCache>,
 }
 
-impl<S, Q, P, T> Consumer<S, Q, P, T>
-where
-    S: IdempotencyStore,
-    Q: QueueOps,
-    P: Processor<T>,
-    T: FromBody,
-{
+impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S, Q, P, T> {
     pub fn new(store: S, queue: Q, processor: P, config: ConsumerConfig) -> Self {
         Self::with_settings(store, queue, processor, config, Settings::default())
     }
