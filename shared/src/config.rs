@@ -145,6 +145,16 @@ fn non_negative_f64(v: &str) -> Result<f64, String> {
     }
 }
 
+/// A CloudWatch namespace (`METRIC_NAMESPACE`): 1 to 255 characters, no control character,
+/// not AWS's own `AWS/`.
+pub fn parse_metric_namespace(v: &str) -> Result<String, String> {
+    if v.len() > 255 || v.starts_with("AWS/") || v.contains(|c: char| c.is_control()) {
+        Err("must be 1 to 255 characters and must not start with AWS/".into())
+    } else {
+        Ok(v.to_string())
+    }
+}
+
 pub fn parse_bool(v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" => Ok(true),
@@ -279,13 +289,11 @@ impl RedriverConfig {
                 Ok(v.to_string())
             }
         })?;
-        let metric_namespace = env.or("METRIC_NAMESPACE", "DLQRedriver".to_string(), |v| {
-            if v.len() > 255 || v.starts_with("AWS/") || v.contains(|c: char| c.is_control()) {
-                Err("must be 1 to 255 characters and must not start with AWS/".into())
-            } else {
-                Ok(v.to_string())
-            }
-        })?;
+        let metric_namespace = env.or(
+            "METRIC_NAMESPACE",
+            "DLQRedriver".to_string(),
+            parse_metric_namespace,
+        )?;
         let dry_run = env.or("DRY_RUN", false, parse_bool)?;
         let max_concurrent_batches = env.or("MAX_CONCURRENT_BATCHES", 4, |v| {
             let n = parse_u32(v)?;

@@ -294,6 +294,14 @@ mod tests {
         a
     }
 
+    /// The metadata of a message whose last delivery failed with this class and code.
+    fn failed_before(class: ErrorClass, code: &str) -> RedriveMeta {
+        RedriveMeta {
+            last_error: Some(LastError::new(class, code, "failed", "t".into())),
+            ..RedriveMeta::fresh(ORIG)
+        }
+    }
+
     fn run(m: &Msg, p: &Policy) -> Decision {
         decide(&m.view(), p, NOW, &mut Fixed(0.5))
     }
@@ -375,15 +383,7 @@ mod tests {
 
     #[test]
     fn permanent_failure_is_isolated_at_once() {
-        let prior = RedriveMeta {
-            last_error: Some(LastError::new(
-                ErrorClass::Permanent,
-                "HTTP_400",
-                "bad",
-                "t".into(),
-            )),
-            ..RedriveMeta::fresh(ORIG)
-        };
+        let prior = failed_before(ErrorClass::Permanent, "HTTP_400");
         let Decision::Isolate(plan) = run(&message(with_meta(&prior)), &policy()) else {
             panic!()
         };
@@ -393,15 +393,7 @@ mod tests {
             "the consumer's stamp is kept"
         );
         // A transient lastError does not isolate.
-        let prior = RedriveMeta {
-            last_error: Some(LastError::new(
-                ErrorClass::Transient,
-                "HTTP_503",
-                "down",
-                "t".into(),
-            )),
-            ..RedriveMeta::fresh(ORIG)
-        };
+        let prior = failed_before(ErrorClass::Transient, "HTTP_503");
         assert!(run(&message(with_meta(&prior)), &policy()).is_redrive());
     }
 

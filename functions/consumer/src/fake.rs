@@ -10,7 +10,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use redrive_shared::Attributes;
+use redrive_shared::backoff::{Backoff, Jitter};
+use redrive_shared::config::{
+    ConsumerConfig, DEFAULT_CONSUMER_METRIC_NAMESPACE, FifoOnFailure, QueueUrl,
+};
 use redrive_shared::key::IdempotencyKey;
+use redrive_shared::key::KeySource;
 use redrive_shared::limits::Outgoing;
 use serde_json::Value;
 
@@ -522,6 +527,28 @@ impl Processor<RawBody> for &ScriptedProcessor {
 
 /// The standard queue the fixture messages come from.
 pub const FIXTURE_SOURCE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
+
+/// The DLQ of the fixture configuration.
+pub const FIXTURE_DLQ_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
+
+/// A fixture: the configuration of table `idempotency`, keyed by `key_source`, records kept an
+/// hour, the fixture DLQ when `dlq`, retries after 2 s times 3 per receive (no jitter, at most
+/// 900 s), no cache, a FIFO group held after a failure.
+pub fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
+    ConsumerConfig {
+        idempotency_table: "idempotency".into(),
+        key_source,
+        key_namespace: None,
+        payload: None,
+        ttl_seconds: 3600,
+        dlq_url: dlq.then(|| QueueUrl::parse(FIXTURE_DLQ_URL).expect("the fixture DLQ URL parses")),
+        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).expect("the fixture backoff is valid"),
+        cache_size: 0,
+        fail_when_all_failed: false,
+        fifo_on_failure: FifoOnFailure::SkipGroup,
+        metric_namespace: DEFAULT_CONSUMER_METRIC_NAMESPACE.into(),
+    }
+}
 
 /// A fixture: a message of the standard queue `orders`, received once, handle `handle-<id>`.
 pub fn message(id: &str, body: &str) -> Message {

@@ -7,35 +7,21 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use redrive_consumer::fake::{
-    FakeQueue, FakeStore, ScriptedProcessor, Status, Step, event, in_a_minute, message, outcomes,
+    self, FakeQueue, FakeStore, ScriptedProcessor, Status, Step, event, in_a_minute, message,
+    outcomes,
 };
 use redrive_consumer::{
     BODY_NOT_PARSED, Consumer, FailedIds, MAX_STORED_RESULT_BYTES, Outcome, ProcessError,
     Processor, Record,
 };
-use redrive_shared::backoff::{Backoff, Jitter};
-use redrive_shared::config::{ConsumerConfig, FifoOnFailure, QueueUrl};
+use redrive_shared::config::ConsumerConfig;
 use redrive_shared::key::KeySource;
 use redrive_shared::meta::RedriveMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
-
 fn config(key_source: KeySource) -> ConsumerConfig {
-    ConsumerConfig {
-        idempotency_table: "idempotency".into(),
-        key_source,
-        key_namespace: None,
-        payload: None,
-        ttl_seconds: 3600,
-        dlq_url: Some(QueueUrl::parse(DLQ).unwrap()),
-        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
-        cache_size: 0,
-        fail_when_all_failed: false,
-        fifo_on_failure: FifoOnFailure::SkipGroup,
-        metric_namespace: "RedriveConsumer".into(),
-    }
+    fake::config(true, key_source)
 }
 
 fn pointer(path: &str) -> KeySource {

@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{FifoOnFailure, QueueUrl};
 use redrive_shared::key::{IdempotencyKey, KeySource};
 use redrive_shared::meta::ATTRIBUTE_NAME;
@@ -14,30 +13,17 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::fake::{
-    FAKE_QUEUE_HOST, FakeQueue, FakeStore, QueueCall, ScriptedProcessor, Status, Step, event,
-    in_a_minute, message, outcomes,
+    FAKE_QUEUE_HOST, FIXTURE_DLQ_URL as DLQ, FakeQueue, FakeStore, QueueCall, ScriptedProcessor,
+    Status, Step, config, event, in_a_minute, message, outcomes,
 };
+use crate::message::Message;
 use crate::message::QueueArn;
+use crate::ports::{Claim, ClaimOutcome, CompletedRecord};
+use crate::process::ProcessError;
+use redrive_shared::meta::RedriveMeta;
 
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
-const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
 const SOURCE_URL: &str = "https://sqs.fake/123456789012/orders";
-
-fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
-    ConsumerConfig {
-        idempotency_table: "idempotency".into(),
-        key_source,
-        key_namespace: None,
-        payload: None,
-        ttl_seconds: 3600,
-        dlq_url: dlq.then(|| QueueUrl::parse(DLQ).unwrap()),
-        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
-        cache_size: 0,
-        fail_when_all_failed: false,
-        fifo_on_failure: FifoOnFailure::SkipGroup,
-        metric_namespace: "RedriveConsumer".into(),
-    }
-}
 
 /// The default (`message`) idempotency key of a message with this chain id and body.
 fn key_of(original_message_id: &str, body: &str) -> String {
@@ -1249,8 +1235,5 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
     assert_eq!(handled.response.failed_ids(), ["f-1", "f-3"]);
 }
 
-#[path = "engine_key_tests.rs"]
-mod keys;
-
-#[path = "engine_batch_tests.rs"]
 mod batch;
+mod keys;
