@@ -58,6 +58,19 @@ fn fifo_message(id: &str, group: &str) -> Message {
     }
 }
 
+/// Three FIFO groups interleaved: g1 has three records, g2 and g3 two each.
+fn fifo_batch() -> [Message; 7] {
+    [
+        fifo_message("g1-1", "g1"),
+        fifo_message("g2-1", "g2"),
+        fifo_message("g1-2", "g1"),
+        fifo_message("g3-1", "g3"),
+        fifo_message("g1-3", "g1"),
+        fifo_message("g2-2", "g2"),
+        fifo_message("g3-2", "g3"),
+    ]
+}
+
 /// A store, a queue and a processor, all empty.
 fn fakes() -> (FakeStore, FakeQueue, ScriptedProcessor) {
     (
@@ -916,15 +929,7 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
     processor.script(&key_of("g1-2", "{}"), [transient_503()]);
     processor.script(&key_of("g3-1", "{}"), [permanent_400()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let batch = [
-        fifo_message("g1-1", "g1"),
-        fifo_message("g2-1", "g2"),
-        fifo_message("g1-2", "g1"),
-        fifo_message("g3-1", "g3"),
-        fifo_message("g1-3", "g1"),
-        fifo_message("g2-2", "g2"),
-        fifo_message("g3-2", "g3"),
-    ];
+    let batch = fifo_batch();
 
     let handled = handle(&c, &batch).await;
 

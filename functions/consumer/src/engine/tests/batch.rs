@@ -244,16 +244,12 @@ async fn without_the_option_every_record_failed_is_a_partial_batch_response() {
     assert_eq!(handled.into_response().unwrap().failed_ids(), ["m-1"]);
 }
 
-fn fifo_batch() -> [Message; 7] {
-    [
-        fifo_message("g1-1", "g1"),
-        fifo_message("g2-1", "g2"),
-        fifo_message("g1-2", "g1"),
-        fifo_message("g3-1", "g3"),
-        fifo_message("g1-3", "g1"),
-        fifo_message("g2-2", "g2"),
-        fifo_message("g3-2", "g3"),
-    ]
+/// `FIFO_ON_FAILURE=stop-batch`.
+fn stop_batch() -> ConsumerConfig {
+    ConsumerConfig {
+        fifo_on_failure: FifoOnFailure::StopBatch,
+        ..config(true, KeySource::Message)
+    }
 }
 
 #[tokio::test]
@@ -261,17 +257,10 @@ async fn fifo_stop_batch_reports_the_failed_record_and_every_later_one_untouched
     // GIVEN FIFO_ON_FAILURE=stop-batch and the third record failing transiently
     let (store, queue, processor) = fakes();
     processor.script(&key_of("g1-2", "{}"), [transient_503()]);
-    let config = ConsumerConfig {
-        fifo_on_failure: FifoOnFailure::StopBatch,
-        ..config(true, KeySource::Message)
-    };
-    let c = consumer(&store, &queue, &processor, config);
+    let c = consumer(&store, &queue, &processor, stop_batch());
 
     // WHEN the batch is handled
-    let handled = c
-        .handle(&event(&fifo_batch()), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &fifo_batch()).await;
 
     // THEN the records before it are processed, and it and every later one, whatever its
     // group, are reported
@@ -309,16 +298,9 @@ async fn fifo_stop_batch_goes_on_past_a_settled_permanent_failure() {
     // A record dead-lettered is settled (deleted, not reported): nothing to keep in order.
     let (store, queue, processor) = fakes();
     processor.script(&key_of("g3-1", "{}"), [permanent_400()]);
-    let config = ConsumerConfig {
-        fifo_on_failure: FifoOnFailure::StopBatch,
-        ..config(true, KeySource::Message)
-    };
-    let c = consumer(&store, &queue, &processor, config);
+    let c = consumer(&store, &queue, &processor, stop_batch());
 
-    let handled = c
-        .handle(&event(&fifo_batch()), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &fifo_batch()).await;
 
     assert_eq!(
         handled.outcome_of("g3-1").unwrap().as_str(),
