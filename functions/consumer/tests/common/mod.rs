@@ -11,7 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
-use redrive_consumer::{BatchResponse, Consumer, FailedIds, HttpProcessor};
+use redrive_consumer::ports::{IdempotencyStore, QueueOps};
+use redrive_consumer::{
+    BatchResponse, Consumer, FailedIds, FromBody, Handled, HttpProcessor, Processor,
+};
 use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
 use redrive_shared::key::{IdempotencyKey, KeySource, derive};
 use redrive_shared::meta::RedriveMeta;
@@ -119,6 +122,24 @@ impl World {
 
     pub fn event(&self, messages: &[SqsMessage]) -> Value {
         sqs_event(messages, &self.queues.source_arn)
+    }
+
+    /// `consumer` handles the event of these received messages, a minute before its deadline.
+    pub async fn handle<S, Q, P, T>(
+        &self,
+        consumer: &Consumer<S, Q, P, T>,
+        messages: &[SqsMessage],
+    ) -> Handled
+    where
+        S: IdempotencyStore,
+        Q: QueueOps,
+        P: Processor<T>,
+        T: FromBody,
+    {
+        consumer
+            .handle(&self.event(messages), deadline_in(60))
+            .await
+            .expect("an event of received messages has a Records array")
     }
 
     /// The event source mapping's part after a successful invocation: delete every message of
