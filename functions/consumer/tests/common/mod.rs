@@ -11,10 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
-use redrive_consumer::ports::{IdempotencyStore, QueueOps};
-use redrive_consumer::{
-    BatchResponse, Consumer, FailedIds, FromBody, Handled, HttpProcessor, Processor,
-};
+use redrive_consumer::{BatchResponse, Consumer, FailedIds, Handled, HttpProcessor};
 use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
 use redrive_shared::key::{IdempotencyKey, KeySource, derive};
 use redrive_shared::meta::RedriveMeta;
@@ -125,17 +122,7 @@ impl World {
     }
 
     /// `consumer` handles the event of these received messages, a minute before its deadline.
-    pub async fn handle<S, Q, P, T>(
-        &self,
-        consumer: &Consumer<S, Q, P, T>,
-        messages: &[SqsMessage],
-    ) -> Handled
-    where
-        S: IdempotencyStore,
-        Q: QueueOps,
-        P: Processor<T>,
-        T: FromBody,
-    {
+    pub async fn handle(&self, consumer: &HttpConsumer, messages: &[SqsMessage]) -> Handled {
         consumer
             .handle(&self.event(messages), deadline_in(60))
             .await
