@@ -19,10 +19,10 @@ use redrive_shared::key::KeySource;
 use redrive_shared::limits::Outgoing;
 use serde_json::Value;
 
-use crate::engine::Handled;
+use crate::engine::{Consumer, Handled};
 use crate::message::{Message, QueueArn, record_to_event_json};
 use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError, QueueOps};
-use crate::process::{ProcessError, Processor, RawBody};
+use crate::process::{FromBody, ProcessError, Processor, RawBody};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -576,6 +576,20 @@ pub fn event(messages: &[Message]) -> Value {
 /// A fixture: the deadline of an invocation a minute from now, in epoch milliseconds.
 pub fn in_a_minute() -> u64 {
     (crate::engine::now_ms() + 60_000) as u64
+}
+
+/// A fixture: `consumer` handles these messages as one event, a minute before its deadline.
+pub async fn handle<S, Q, P, T>(consumer: &Consumer<S, Q, P, T>, messages: &[Message]) -> Handled
+where
+    S: IdempotencyStore,
+    Q: QueueOps,
+    P: Processor<T>,
+    T: FromBody,
+{
+    consumer
+        .handle(&event(messages), in_a_minute())
+        .await
+        .expect("a fixture event has a Records array")
 }
 
 /// Each record's message id and outcome, in the batch's order.

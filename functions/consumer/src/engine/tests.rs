@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::fake::{
     FAKE_QUEUE_HOST, FIXTURE_DLQ_URL as DLQ, FakeQueue, FakeStore, QueueCall, ScriptedProcessor,
-    Status, Step, config, event, in_a_minute, message, outcomes,
+    Status, Step, config, event, handle, in_a_minute, message, outcomes,
 };
 use crate::message::Message;
 use crate::message::QueueArn;
@@ -56,6 +56,19 @@ fn fifo_message(id: &str, group: &str) -> Message {
         source: QueueArn::parse(FIFO_ARN),
         ..message(id, "{}")
     }
+}
+
+/// Three FIFO groups interleaved: g1 has three records, g2 and g3 two each.
+fn fifo_batch() -> [Message; 7] {
+    [
+        fifo_message("g1-1", "g1"),
+        fifo_message("g2-1", "g2"),
+        fifo_message("g1-2", "g1"),
+        fifo_message("g3-1", "g3"),
+        fifo_message("g1-3", "g1"),
+        fifo_message("g2-2", "g2"),
+        fifo_message("g3-2", "g3"),
+    ]
 }
 
 /// A store, a queue and a processor, all empty.
@@ -236,9 +249,7 @@ async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
 async fn a_redriven_copy_of_a_processed_message_is_a_duplicate() {
     let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    c.handle(&event(&[message("first-id", "order")]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[message("first-id", "order")]).await;
 
     // A redriven copy: new MessageId, x-redrive names the original.
     let mut copy = message("second-id", "order");
@@ -247,7 +258,7 @@ async fn a_redriven_copy_of_a_processed_message_is_a_duplicate() {
         ..RedriveMeta::fresh("first-id")
     };
     meta.write_into(&mut copy.attributes);
-    let handled = c.handle(&event(&[copy]), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &[copy]).await;
 
     assert_eq!(outcomes(&handled), [("second-id", "duplicate")]);
     assert_eq!(
@@ -359,10 +370,7 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut m = message("m-1", "a");
 
-    let first = c
-        .handle(&event(&[m.clone(), message("m-2", "b")]), in_a_minute())
-        .await
-        .unwrap();
+    let first = handle(&c, &[m.clone(), message("m-2", "b")]).await;
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(
         first.outcome_of("m-1"),
@@ -392,7 +400,7 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
 
     // The redelivery (receive count 2) succeeds.
     m.receive_count = 2;
-    let second = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+    let second = handle(&c, &[m]).await;
     assert_eq!(outcomes(&second), [("m-1", "processed")]);
     assert_eq!(calls_and_effects(&processor, &key_of("m-1", "a")), (2, 1));
 }
@@ -436,7 +444,7 @@ async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capp
         message("m-5", "x"),
         message("m-6", "x"),
     ];
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
     assert_eq!(handled.response.failed_ids(), ["m-3", "m-4", "m-5", "m-6"]);
     let mut got = queue.visibility_changes();
     got.sort();
@@ -476,7 +484,7 @@ async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted
     };
     meta.write_into(&mut m.attributes);
 
-    let handled = c.handle(&event(&[m.clone()]), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &[m.clone()]).await;
 
     // THEN it is settled (not reported), the copy is on the DLQ and the original deleted
     assert!(handled.response.batch_item_failures.is_empty());
@@ -546,7 +554,7 @@ async fn a_permanent_failure_copy_carries_the_producers_trace_header() {
     };
 
     // WHEN the batch is handled
-    c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+    handle(&c, &[m]).await;
 
     // THEN the DLQ copy carries that header, so the trace follows it through the DLQ
     let sends = queue.sends();
@@ -570,10 +578,7 @@ async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
         &processor,
         config(false, KeySource::Message),
     );
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert_eq!(
         handled.outcome_of("m-1"),
@@ -609,10 +614,7 @@ async fn a_message_at_the_attribute_limit_goes_to_the_dlq_unstamped() {
         .attributes
         .insert("x-redrive-attempt".into(), MessageAttribute::number("3"));
 
-    let handled = c
-        .handle(&event(&[full.clone(), legacy]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[full.clone(), legacy]).await;
 
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(
@@ -656,10 +658,7 @@ async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
     );
     queue.fail_next("SendMessage");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert!(queue.deletes().is_empty());
     assert!(store.record(&id_of("m-1", "a")).is_none());
@@ -674,10 +673,7 @@ async fn a_failed_delete_after_the_dlq_copy_still_settles_the_record() {
     );
     queue.fail_next("DeleteMessage");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     // Reporting it would put a second copy on the DLQ; the event source mapping deletes it.
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(queue.sends().len(), 1);
@@ -695,7 +691,7 @@ async fn pointer_key_errors_fail_only_their_record() {
     // With a DLQ: the two are fast-tracked there with the key error's code.
     let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, pointer.clone()));
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(handled.outcome_of("good"), Some(&Outcome::Processed));
     assert_eq!(handled.records[0].key.as_deref(), Some("p-1"));
@@ -726,7 +722,7 @@ async fn pointer_key_errors_fail_only_their_record() {
     // Without a DLQ: the two are reported failed, the good one is not.
     let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(false, pointer));
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
     assert_eq!(handled.response.failed_ids(), ["missing", "not-json"]);
     assert_eq!(processor.effects("p-1"), 1);
 }
@@ -770,10 +766,7 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
         store.fail_next("complete");
     }
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 4);
     // Reporting it would repeat the side effect as soon as the claim expires.
     assert!(handled.response.batch_item_failures.is_empty());
@@ -783,10 +776,7 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
         store.record(&id_of("m-1", "a")).unwrap().status,
         Status::InProgress
     );
-    let again = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let again = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(outcomes(&again), [("m-1", "in-progress")]);
     assert_eq!(processor.total_calls(), 1);
 }
@@ -796,18 +786,12 @@ async fn a_claim_written_but_answered_with_an_error_is_released_for_the_retry() 
     let (store, queue, processor) = fakes();
     store.lose_next_claim_reply();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let first = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let first = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(processor.total_calls(), 0);
     // the claim that did land was released with its token: nothing holds the key
     assert!(store.record(&id_of("m-1", "a")).is_none());
-    let retry = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let retry = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(outcomes(&retry), [("m-1", "processed")]);
     assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
 }
@@ -818,10 +802,7 @@ async fn a_failed_complete_is_retried_until_it_lands() {
     store.fail_next("complete");
     store.fail_next("complete");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 3);
     assert_eq!(
@@ -829,10 +810,7 @@ async fn a_failed_complete_is_retried_until_it_lands() {
         Status::Completed
     );
     // a duplicate copy is now recognised at once, whenever it comes
-    let again = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let again = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(outcomes(&again), [("m-1", "duplicate")]);
     assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
 }
@@ -883,13 +861,7 @@ async fn a_panicking_step_fails_its_record_only() {
     let (store, queue, processor) = fakes();
     processor.script(&key_of("m-1", "a"), [Step::Panic]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(
-            &event(&[message("m-1", "a"), message("m-2", "b")]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a"), message("m-2", "b")]).await;
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert!(
         matches!(handled.outcome_of("m-1"), Some(Outcome::Retry { code, .. }) if code == PROCESSOR_PANIC)
@@ -943,7 +915,7 @@ async fn a_garbled_x_redrive_keys_on_the_message_id() {
     let mut m = message("m-1", "a");
     m.attributes
         .insert(ATTRIBUTE_NAME.into(), MessageAttribute::string("{not json"));
-    let handled = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &[m]).await;
     assert_eq!(
         handled.records[0].key.as_deref(),
         Some(key_of("m-1", "a").as_str())
@@ -957,17 +929,9 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
     processor.script(&key_of("g1-2", "{}"), [transient_503()]);
     processor.script(&key_of("g3-1", "{}"), [permanent_400()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let batch = [
-        fifo_message("g1-1", "g1"),
-        fifo_message("g2-1", "g2"),
-        fifo_message("g1-2", "g1"),
-        fifo_message("g3-1", "g3"),
-        fifo_message("g1-3", "g1"),
-        fifo_message("g2-2", "g2"),
-        fifo_message("g3-2", "g3"),
-    ];
+    let batch = fifo_batch();
 
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     assert_eq!(
         outcomes(&handled),
@@ -1000,9 +964,7 @@ async fn a_fifo_dlq_copy_keeps_the_group_and_dedups_on_the_message_id() {
             .unwrap(),
     );
     let c = consumer(&store, &queue, &processor, cfg);
-    c.handle(&event(&[fifo_message("m-1", "g-9")]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[fifo_message("m-1", "g-9")]).await;
     let (url, copy) = &queue.sends()[0];
     assert!(url.ends_with("orders-dlq.fifo"));
     assert_eq!(
@@ -1096,10 +1058,7 @@ async fn the_margin_alone_guards_a_step_without_a_time_limit_and_fifo_too() {
     assert!(queue.calls().is_empty(), "{:?}", queue.calls());
 
     // AND with enough time left the same batch is handled
-    let handled = c
-        .handle(&event(&[keyed("m-9", "k-9")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[keyed("m-9", "k-9")]).await;
     assert_eq!(outcomes(&handled), [("m-9", "processed")]);
 }
 
@@ -1116,7 +1075,7 @@ async fn twins_in_one_batch_are_processed_once_and_share_success() {
     ];
 
     // WHEN the batch is handled
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     // THEN the key reached the side effect once and no twin is reported failed
     assert_eq!(handled.response, BatchResponse::default());
@@ -1148,7 +1107,7 @@ async fn twins_share_a_transient_failure_and_its_delay() {
     let c = consumer(&store, &queue, &processor, pointer_config(true));
     let batch = [keyed("m-1", "k-1"), keyed("m-2", "k-1")];
 
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     assert_eq!(handled.response.failed_ids(), ["m-1", "m-2"]);
     assert_eq!(processor.calls("k-1"), 1);
@@ -1173,7 +1132,7 @@ async fn twins_share_a_permanent_failure() {
     let c = consumer(&store, &queue, &processor, pointer_config(true));
     let batch = [keyed("m-1", "k-1"), keyed("m-2", "k-1")];
 
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     assert_eq!(
         outcomes(&handled),
@@ -1196,7 +1155,7 @@ async fn twins_share_a_permanent_failure() {
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::new(permanent_400()).with_delay(Duration::from_millis(50));
     let c = consumer(&store, &queue, &processor, pointer_config(false));
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
     assert_eq!(handled.response.failed_ids(), ["m-1", "m-2"]);
     assert_eq!(processor.calls("k-1"), 1);
 }
@@ -1219,7 +1178,7 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
         fifo("f-4", "g3", "k-3"),
     ];
 
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     // THEN k-1 was tried once in this batch; its twin is reported failed with it
     assert_eq!(

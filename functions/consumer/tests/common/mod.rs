@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
-use redrive_consumer::{BatchResponse, Consumer, FailedIds, HttpProcessor};
+use redrive_consumer::{BatchResponse, Consumer, FailedIds, Handled, HttpProcessor};
 use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
 use redrive_shared::key::{IdempotencyKey, KeySource, derive};
 use redrive_shared::meta::RedriveMeta;
@@ -119,6 +119,14 @@ impl World {
 
     pub fn event(&self, messages: &[SqsMessage]) -> Value {
         sqs_event(messages, &self.queues.source_arn)
+    }
+
+    /// `consumer` handles the event of these received messages, a minute before its deadline.
+    pub async fn handle(&self, consumer: &HttpConsumer, messages: &[SqsMessage]) -> Handled {
+        consumer
+            .handle(&self.event(messages), deadline_in(60))
+            .await
+            .expect("an event of received messages has a Records array")
     }
 
     /// The event source mapping's part after a successful invocation: delete every message of
