@@ -310,18 +310,23 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     );
 }
 
+/// A claim of key `k` made at `now` with this token, held until `until_ms`.
+fn claim_of_k(token: &str, now: i64, until_ms: i64) -> Claim {
+    Claim {
+        key: "k".into(),
+        token: token.into(),
+        now_ms: now,
+        expiration_s: now / 1000 + 100,
+        in_progress_expiration_ms: until_ms,
+        payload_hash: None,
+    }
+}
+
 #[tokio::test]
 async fn a_release_never_removes_a_claim_someone_else_took_over() {
     let store = FakeStore::new();
     let now = now_ms();
-    let first = Claim {
-        key: "k".into(),
-        token: "first".into(),
-        now_ms: now,
-        expiration_s: now / 1000 + 100,
-        in_progress_expiration_ms: now - 1, // already expired
-        payload_hash: None,
-    };
+    let first = claim_of_k("first", now, now - 1); // already expired
     assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Claimed);
     let second = Claim {
         token: "second".into(),
@@ -339,14 +344,7 @@ async fn a_release_never_removes_a_claim_someone_else_took_over() {
 async fn a_claim_repeated_after_its_reply_was_lost_is_still_its_own() {
     let store = FakeStore::new();
     let now = now_ms();
-    let claim = Claim {
-        key: "k".into(),
-        token: "mine".into(),
-        now_ms: now,
-        expiration_s: now / 1000 + 100,
-        in_progress_expiration_ms: now + 60_000,
-        payload_hash: None,
-    };
+    let claim = claim_of_k("mine", now, now + 60_000);
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
     // the retry of the same write (same token) finds its own IN_PROGRESS record
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);

@@ -85,17 +85,7 @@ async fn a_key_a_claim_found_completed_is_remembered_with_its_expiration() {
     // GIVEN a key another instance completed
     let (store, queue, processor) = fakes();
     let expiration_s = now_ms() / 1000 + 600;
-    store.insert(
-        &id_of_key("k-1"),
-        Record {
-            status: Status::Completed,
-            expiration_s,
-            in_progress_expiration_ms: 0,
-            token: None,
-            result: None,
-            payload_hash: None,
-        },
-    );
+    store.insert(&id_of_key("k-1"), Record::completed(expiration_s));
     let c = consumer(&store, &queue, &processor, with_cache(100));
 
     // WHEN it comes twice

@@ -280,12 +280,8 @@ async fn records_that_cannot_be_compared_are_duplicates() {
     // GIVEN COMPLETED records written before the check was on, and under another definition
     let (store, queue, processor) = fakes();
     let completed = |payload_hash: Option<String>| Record {
-        status: Status::Completed,
-        expiration_s: now_ms() / 1000 + 3600,
-        in_progress_expiration_ms: now_ms(),
-        token: None,
         payload_hash,
-        result: None,
+        ..Record::completed(now_ms() / 1000 + 3600)
     };
     store.insert(&id_of_key("o-1"), completed(None));
     let other_definition = redrive_shared::key::PayloadSource::parse("/amount,/currency")
