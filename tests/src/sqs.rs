@@ -199,6 +199,32 @@ pub async fn queue_depth(sqs: &Client, url: &str) -> u64 {
     .sum()
 }
 
+/// A queue's (visible, in flight, delayed) counts; `None` when GetQueueAttributes failed.
+pub async fn queue_counts(sqs: &Client, url: &str) -> Option<(u64, u64, u64)> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .ok()?
+        .attributes
+        .unwrap_or_default();
+    let count = |name: QueueAttributeName| -> u64 {
+        attributes
+            .get(&name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Some((
+        count(QueueAttributeName::ApproximateNumberOfMessages),
+        count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    ))
+}
+
 /// Polls `queue_depth` until it equals `expected`; panics with the last depth after `timeout`.
 pub async fn wait_for_depth(sqs: &Client, url: &str, expected: u64, timeout: Duration) {
     let started = Instant::now();

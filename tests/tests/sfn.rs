@@ -4,9 +4,30 @@
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_sfn::types::{ExecutionStatus, HistoryEventType};
+use aws_sdk_sfn::operation::describe_execution::DescribeExecutionOutput;
+use aws_sdk_sfn::types::{ExecutionStatus, HistoryEvent, HistoryEventType};
 use redrive_tests::{LambdaWatch, QueueSet, WatchOptions, moto_sfn, sfn, unique_name};
 use serde_json::{Value, json};
+
+/// Runs one execution of `machine` with `input` to its end and asserts that it succeeded;
+/// its description, its history and the history one line an event.
+async fn run_to_success(
+    client: &aws_sdk_sfn::Client,
+    machine: &str,
+    input: &Value,
+) -> (DescribeExecutionOutput, Vec<HistoryEvent>, Vec<String>) {
+    let execution = sfn::start_execution(client, machine, input).await;
+    let done = sfn::wait_for_execution(client, &execution, Duration::from_secs(60)).await;
+    let history = sfn::execution_history(client, &execution).await;
+    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
+    assert_eq!(
+        done.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        lines.join("\n")
+    );
+    (done, history, lines)
+}
 
 const DEFINITION: &str = r#"{
   "Comment": "harness check: sqs via aws-sdk, a routed Lambda, a Wait with SecondsPath",
@@ -85,24 +106,11 @@ async fn moto_runs_sqs_tasks_a_routed_lambda_and_a_wait_with_seconds_path() {
 
     // WHEN an execution runs whose direct Lambda task succeeds
     let started = Instant::now();
-    let execution = sfn::start_execution(
-        &client,
-        &machine,
-        &json!({"body": "order o-1", "seconds": 2, "fail": null}),
-    )
-    .await;
-    let done = sfn::wait_for_execution(&client, &execution, Duration::from_secs(60)).await;
+    let input = json!({"body": "order o-1", "seconds": 2, "fail": null});
+    let (done, history, lines) = run_to_success(&client, &machine, &input).await;
 
     // THEN it succeeded: the message went through moto's SQS, the Lambda ran as echo_lambda,
     // and the Wait slept the seconds the Lambda returned
-    let history = sfn::execution_history(&client, &execution).await;
-    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        lines.join("\n")
-    );
     assert!(
         started.elapsed() >= Duration::from_secs(2),
         "the Wait did not wait"
@@ -227,16 +235,7 @@ async fn injected_task_faults_fail_the_first_invokes_of_an_action_then_retry_suc
     let definition = sfn::substitute_definition(&definition, &[("Fn", route.arn())]).unwrap();
     let client = moto.sfn().await;
     let machine = sfn::create_state_machine(&client, "faults", &definition).await;
-    let execution = sfn::start_execution(&client, &machine, &json!({})).await;
-    let done = sfn::wait_for_execution(&client, &execution, Duration::from_secs(60)).await;
-    let history = sfn::execution_history(&client, &execution).await;
-    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        lines.join("\n")
-    );
+    let (done, _, lines) = run_to_success(&client, &machine, &json!({})).await;
     let failures: Vec<&String> = lines
         .iter()
         .filter(|l| l.contains("LambdaFunctionFailed"))
