@@ -294,6 +294,14 @@ mod tests {
         a
     }
 
+    /// When the message was first and last redriven.
+    fn redriven_at(meta: &RedriveMeta) -> (Option<&str>, Option<&str>) {
+        (
+            meta.first_redriven_at.as_deref(),
+            meta.last_redriven_at.as_deref(),
+        )
+    }
+
     /// The metadata of a message whose last delivery failed with this class and code.
     fn failed_before(class: ErrorClass, code: &str) -> RedriveMeta {
         RedriveMeta {
@@ -316,12 +324,8 @@ mod tests {
         assert_eq!(plan.meta.attempt, 1);
         assert_eq!(plan.meta.original_message_id, "m-now");
         assert_eq!(
-            plan.meta.first_redriven_at.as_deref(),
-            Some("2026-11-21T10:00:00Z")
-        );
-        assert_eq!(
-            plan.meta.last_redriven_at.as_deref(),
-            Some("2026-11-21T10:00:00Z")
+            redriven_at(&plan.meta),
+            (Some("2026-11-21T10:00:00Z"), Some("2026-11-21T10:00:00Z"))
         );
         assert_eq!(plan.delay_seconds, Some(60));
         assert_eq!(plan.read_from, MetaSource::Absent);
@@ -344,12 +348,8 @@ mod tests {
         assert_eq!(plan.meta.attempt, 3);
         assert_eq!(plan.meta.original_message_id, ORIG);
         assert_eq!(
-            plan.meta.first_redriven_at.as_deref(),
-            Some("2026-11-20T00:00:00Z")
-        );
-        assert_eq!(
-            plan.meta.last_redriven_at.as_deref(),
-            Some("2026-11-21T10:00:00Z")
+            redriven_at(&plan.meta),
+            (Some("2026-11-20T00:00:00Z"), Some("2026-11-21T10:00:00Z"))
         );
         assert_eq!(plan.delay_seconds, Some(240), "60 * 2^(3-1)");
     }

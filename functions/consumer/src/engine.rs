@@ -49,6 +49,7 @@ use report::item_failure;
 /// duplicate gets `None`. Every failed claim of the key returns the whole record (and is
 /// charged write units for the larger of the two items), so results are kept small.
 pub const MAX_STORED_RESULT_BYTES: usize = 16 * 1024;
+
 /// The idempotent consumer: ports, configuration and per-process caches. `T` is what the
 /// processor takes: the body parsed (any `serde::de::DeserializeOwned` type) or [`RawBody`].
 pub struct Consumer<S, Q, P, T = RawBody> {

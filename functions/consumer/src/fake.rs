@@ -55,6 +55,20 @@ pub struct Record {
     pub result: Option<String>,
 }
 
+impl Record {
+    /// A COMPLETED record kept until `expiration_s`, without a result or a payload hash.
+    pub fn completed(expiration_s: i64) -> Self {
+        Self {
+            status: Status::Completed,
+            expiration_s,
+            in_progress_expiration_ms: 0,
+            token: None,
+            payload_hash: None,
+            result: None,
+        }
+    }
+}
+
 /// Calls per operation.
 #[derive(Debug, Default)]
 pub struct StoreCalls {

@@ -13,7 +13,6 @@ use aws_sdk_dynamodb::types::{
 use common::*;
 use redrive_consumer::fake::{ScriptedProcessor, Step};
 use redrive_consumer::{Consumer, Outcome};
-use redrive_shared::meta::RedriveMeta;
 use redrive_tests::{attr_binary, attr_string, unique_name};
 use serde_json::{Value, json};
 
@@ -126,13 +125,11 @@ async fn a_missing_or_binary_key_attribute_is_dead_lettered_with_its_code() {
 
     // THEN each is on the DLQ with its own code, deleted from the source, never delivered
     assert!(handled.response.batch_item_failures.is_empty());
-    let mut codes: Vec<(String, String)> = drain(&w.sqs, &w.queues.dlq_url)
+    let mut codes: Vec<(String, String)> = w
+        .dead_letters()
         .await
-        .iter()
-        .map(|m| {
-            let (meta, _) = RedriveMeta::read(&attrs(m), "x");
-            (meta.original_message_id, meta.last_error.unwrap().code)
-        })
+        .into_iter()
+        .map(|(_, meta)| (meta.original_message_id, meta.last_error.unwrap().code))
         .collect();
     codes.sort();
     let mut want = vec![
@@ -269,13 +266,13 @@ async fn a_different_payload_under_a_processed_key_is_dead_lettered_never_delive
     assert_eq!(handled.outcome_of(&ids[1]), Some(&Outcome::Duplicate));
     assert_eq!(w.downstream.deliveries("o-1"), 1);
     assert_eq!(w.downstream.total_attempts(), 1);
-    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
+    let dlq = w.dead_letters().await;
     assert_eq!(dlq.len(), 1);
-    assert_eq!(dlq[0].body(), Some(order("c-1", "o-1", 7, "b").as_str()));
-    let (meta, _) = RedriveMeta::read(&attrs(&dlq[0]), "x");
+    let (copy, meta) = &dlq[0];
+    assert_eq!(copy.body(), Some(order("c-1", "o-1", 7, "b").as_str()));
     assert_eq!(meta.original_message_id, ids[0]);
     assert_eq!(
-        meta.last_error.unwrap().code,
+        meta.last_error.as_ref().unwrap().code,
         "IDEMPOTENCY_PAYLOAD_MISMATCH"
     );
     // (the duplicate is still in flight for the event source mapping; the mismatch is gone)

@@ -495,13 +495,11 @@ async fn a_json_pointer_key_that_is_missing_or_a_body_that_is_not_json_fails_tha
         1
     );
     assert_eq!(w.depth(&w.queues.source_url).await, 1);
-    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
-    let mut codes: Vec<(String, String)> = dlq
-        .iter()
-        .map(|m| {
-            let (meta, _) = RedriveMeta::read(&attrs(m), m.message_id().unwrap());
-            (m.body().unwrap().to_string(), meta.last_error.unwrap().code)
-        })
+    let mut codes: Vec<(String, String)> = w
+        .dead_letters()
+        .await
+        .into_iter()
+        .map(|(m, meta)| (m.body().unwrap().to_string(), meta.last_error.unwrap().code))
         .collect();
     codes.sort();
     assert_eq!(

@@ -80,6 +80,15 @@ fn fakes() -> (FakeStore, FakeQueue, ScriptedProcessor) {
     )
 }
 
+/// An empty store and queue, and a processor that takes this step for every key.
+fn fakes_that(step: Step) -> (FakeStore, FakeQueue, ScriptedProcessor) {
+    (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::new(step),
+    )
+}
+
 /// How many times the processor ran for this key, and how many of those runs took effect.
 fn calls_and_effects(processor: &ScriptedProcessor, key: &str) -> (u32, u32) {
     (processor.calls(key), processor.effects(key))
@@ -114,6 +123,15 @@ fn transient_503() -> Step {
     Step::Fail(ProcessError::transient(
         "HTTP_503",
         "downstream answered 503",
+    ))
+}
+
+/// A 429 whose Retry-After asks for `after`.
+fn throttled(after: Duration) -> Step {
+    Step::Fail(ProcessError::retry_after(
+        "HTTP_429",
+        "downstream answered 429",
+        after,
     ))
 }
 
@@ -310,18 +328,23 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     );
 }
 
+/// A claim of key `k` made at `now` with this token, held until `until_ms`.
+fn claim_of_k(token: &str, now: i64, until_ms: i64) -> Claim {
+    Claim {
+        key: "k".into(),
+        token: token.into(),
+        now_ms: now,
+        expiration_s: now / 1000 + 100,
+        in_progress_expiration_ms: until_ms,
+        payload_hash: None,
+    }
+}
+
 #[tokio::test]
 async fn a_release_never_removes_a_claim_someone_else_took_over() {
     let store = FakeStore::new();
     let now = now_ms();
-    let first = Claim {
-        key: "k".into(),
-        token: "first".into(),
-        now_ms: now,
-        expiration_s: now / 1000 + 100,
-        in_progress_expiration_ms: now - 1, // already expired
-        payload_hash: None,
-    };
+    let first = claim_of_k("first", now, now - 1); // already expired
     assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Claimed);
     let second = Claim {
         token: "second".into(),
@@ -339,14 +362,7 @@ async fn a_release_never_removes_a_claim_someone_else_took_over() {
 async fn a_claim_repeated_after_its_reply_was_lost_is_still_its_own() {
     let store = FakeStore::new();
     let now = now_ms();
-    let claim = Claim {
-        key: "k".into(),
-        token: "mine".into(),
-        now_ms: now,
-        expiration_s: now / 1000 + 100,
-        in_progress_expiration_ms: now + 60_000,
-        payload_hash: None,
-    };
+    let claim = claim_of_k("mine", now, now + 60_000);
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
     // the retry of the same write (same token) finds its own IN_PROGRESS record
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
@@ -409,30 +425,9 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
 async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capped() {
     let (store, queue, processor) = fakes();
     processor.script(&key_of("m-3", "x"), [transient_503()]);
-    processor.script(
-        &key_of("m-4", "x"),
-        [Step::Fail(ProcessError::retry_after(
-            "HTTP_429",
-            "slow down",
-            Duration::from_secs(17),
-        ))],
-    );
-    processor.script(
-        &key_of("m-5", "x"),
-        [Step::Fail(ProcessError::retry_after(
-            "HTTP_429",
-            "slow down",
-            Duration::from_secs(3600),
-        ))],
-    );
-    processor.script(
-        &key_of("m-6", "x"),
-        [Step::Fail(ProcessError::retry_after(
-            "HTTP_429",
-            "now",
-            Duration::from_millis(1),
-        ))],
-    );
+    processor.script(&key_of("m-4", "x"), [throttled(Duration::from_secs(17))]);
+    processor.script(&key_of("m-5", "x"), [throttled(Duration::from_secs(3600))]);
+    processor.script(&key_of("m-6", "x"), [throttled(Duration::from_millis(1))]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let third_receive = Message {
         receive_count: 3,
@@ -567,11 +562,7 @@ async fn a_permanent_failure_copy_carries_the_producers_trace_header() {
 
 #[tokio::test]
 async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     let c = consumer(
         &store,
         &queue,
@@ -592,11 +583,7 @@ async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
 
 #[tokio::test]
 async fn a_message_at_the_attribute_limit_goes_to_the_dlq_unstamped() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut full = message("m-1", "a");
     for i in 0..10 {
@@ -651,11 +638,7 @@ async fn a_message_at_the_attribute_limit_goes_to_the_dlq_unstamped() {
 
 #[tokio::test]
 async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     queue.fail_next("SendMessage");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let handled = handle(&c, &[message("m-1", "a")]).await;
@@ -666,11 +649,7 @@ async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
 
 #[tokio::test]
 async fn a_failed_delete_after_the_dlq_copy_still_settles_the_record() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     queue.fail_next("DeleteMessage");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let handled = handle(&c, &[message("m-1", "a")]).await;
@@ -953,11 +932,7 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
 
 #[tokio::test]
 async fn a_fifo_dlq_copy_keeps_the_group_and_dedups_on_the_message_id() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     let mut cfg = config(true, KeySource::Message);
     cfg.dlq_url = Some(
         QueueUrl::parse("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq.fifo")
@@ -978,11 +953,7 @@ async fn a_fifo_dlq_copy_keeps_the_group_and_dedups_on_the_message_id() {
 
 #[tokio::test]
 async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(Step::Hang),
-    );
+    let (store, queue, processor) = fakes_that(Step::Hang);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     // cargo lambda watch reports the constant deadline 600000 (1970).
     let _ = tokio::time::timeout(
@@ -1096,14 +1067,7 @@ async fn twins_in_one_batch_are_processed_once_and_share_success() {
 async fn twins_share_a_transient_failure_and_its_delay() {
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(50));
-    processor.script(
-        "k-1",
-        [Step::Fail(ProcessError::retry_after(
-            "HTTP_429",
-            "downstream answered 429",
-            Duration::from_secs(42),
-        ))],
-    );
+    processor.script("k-1", [throttled(Duration::from_secs(42))]);
     let c = consumer(&store, &queue, &processor, pointer_config(true));
     let batch = [keyed("m-1", "k-1"), keyed("m-2", "k-1")];
 

@@ -66,6 +66,25 @@ impl World {
         ConsumerConfig::from_env(&Env(move |k: &str| vars.get(k).cloned())).unwrap()
     }
 
+    /// The downstream rejects bodies containing `poison` (400: permanent) and is unavailable
+    /// for those containing `flaky` (503: transient).
+    pub fn reject_poison_and_flaky(&self) {
+        self.downstream.reject_bodies_containing("poison", 400);
+        self.downstream.reject_bodies_containing("flaky", 503);
+    }
+
+    /// Every message on the DLQ (drained), each with its `x-redrive` metadata.
+    pub async fn dead_letters(&self) -> Vec<(SqsMessage, RedriveMeta)> {
+        drain(&self.sqs, &self.queues.dlq_url)
+            .await
+            .into_iter()
+            .map(|m| {
+                let (meta, _) = RedriveMeta::read(&attrs(&m), m.message_id().unwrap_or_default());
+                (m, meta)
+            })
+            .collect()
+    }
+
     pub fn http(&self) -> HttpProcessor {
         HttpProcessor::new(&DownstreamConfig {
             url: self.downstream.url(),

@@ -85,17 +85,7 @@ async fn a_key_a_claim_found_completed_is_remembered_with_its_expiration() {
     // GIVEN a key another instance completed
     let (store, queue, processor) = fakes();
     let expiration_s = now_ms() / 1000 + 600;
-    store.insert(
-        &id_of_key("k-1"),
-        Record {
-            status: Status::Completed,
-            expiration_s,
-            in_progress_expiration_ms: 0,
-            token: None,
-            result: None,
-            payload_hash: None,
-        },
-    );
+    store.insert(&id_of_key("k-1"), Record::completed(expiration_s));
     let c = consumer(&store, &queue, &processor, with_cache(100));
 
     // WHEN it comes twice
@@ -179,11 +169,7 @@ async fn a_processed_key_is_remembered_even_when_its_completed_write_failed() {
 #[tokio::test]
 async fn every_record_failed_fails_the_invocation_when_asked() {
     // GIVEN FAIL_WHEN_ALL_FAILED and a downstream that is down
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(transient_503()),
-    );
+    let (store, queue, processor) = fakes_that(transient_503());
     let config = ConsumerConfig {
         fail_when_all_failed: true,
         ..pointer_config(true)
@@ -231,11 +217,7 @@ async fn one_record_settled_keeps_the_partial_batch_response() {
 
 #[tokio::test]
 async fn without_the_option_every_record_failed_is_a_partial_batch_response() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(transient_503()),
-    );
+    let (store, queue, processor) = fakes_that(transient_503());
     let c = consumer(&store, &queue, &processor, pointer_config(true));
 
     let handled = handle(&c, &[keyed("m-1", "k-1")]).await;

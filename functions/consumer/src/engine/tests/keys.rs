@@ -11,6 +11,11 @@ fn keyed_by(dlq: bool, key: &str, payload: Option<&str>) -> ConsumerConfig {
     }
 }
 
+/// Keyed on `/orderId`, with the payload check on `/amount`, and a DLQ.
+fn amount_checked() -> ConsumerConfig {
+    keyed_by(true, "/orderId", Some("/amount"))
+}
+
 fn with_attribute(mut m: Message, name: &str, value: MessageAttribute) -> Message {
     m.attributes.insert(name.into(), value);
     m
@@ -187,12 +192,7 @@ async fn the_store_holds_hashes_of_keys_never_the_keys() {
 async fn a_different_payload_under_a_completed_key_is_a_payload_mismatch_not_a_duplicate() {
     // GIVEN a key processed for an amount of 5, with the payload check on /amount
     let (store, queue, processor) = fakes();
-    let c = consumer(
-        &store,
-        &queue,
-        &processor,
-        keyed_by(true, "/orderId", Some("/amount")),
-    );
+    let c = consumer(&store, &queue, &processor, amount_checked());
     let first = handle(&c, &[order("m-1", "c-1", "o-1", 5)]).await;
     assert_eq!(first.outcome_of("m-1"), Some(&Outcome::Processed));
     assert!(
@@ -280,12 +280,8 @@ async fn records_that_cannot_be_compared_are_duplicates() {
     // GIVEN COMPLETED records written before the check was on, and under another definition
     let (store, queue, processor) = fakes();
     let completed = |payload_hash: Option<String>| Record {
-        status: Status::Completed,
-        expiration_s: now_ms() / 1000 + 3600,
-        in_progress_expiration_ms: now_ms(),
-        token: None,
         payload_hash,
-        result: None,
+        ..Record::completed(now_ms() / 1000 + 3600)
     };
     store.insert(&id_of_key("o-1"), completed(None));
     let other_definition = redrive_shared::key::PayloadSource::parse("/amount,/currency")
@@ -296,12 +292,7 @@ async fn records_that_cannot_be_compared_are_duplicates() {
         &id_of_key("o-2"),
         completed(Some(other_definition.to_string())),
     );
-    let c = consumer(
-        &store,
-        &queue,
-        &processor,
-        keyed_by(true, "/orderId", Some("/amount")),
-    );
+    let c = consumer(&store, &queue, &processor, amount_checked());
 
     // WHEN the keys come with any payload
     let handled = handle(
@@ -322,7 +313,7 @@ async fn records_that_cannot_be_compared_are_duplicates() {
 async fn a_different_payload_under_an_in_progress_key_is_retried_not_failed() {
     // GIVEN another invocation holding the key for an amount of 5
     let (store, queue, processor) = fakes();
-    let config = keyed_by(true, "/orderId", Some("/amount"));
+    let config = amount_checked();
     let theirs = config
         .payload
         .as_ref()
@@ -360,7 +351,7 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
         order("m-2", "c-1", "o-1", 7),
         order("m-3", "c-2", "o-1", 5),
     ];
-    let config = || keyed_by(true, "/orderId", Some("/amount"));
+    let config = || amount_checked();
 
     // WHEN the first one succeeds
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
@@ -426,7 +417,7 @@ async fn a_warm_instance_checks_the_payload_of_a_key_it_remembers() {
     let (store, queue, processor) = fakes();
     let config = ConsumerConfig {
         cache_size: 100,
-        ..keyed_by(true, "/orderId", Some("/amount"))
+        ..amount_checked()
     };
     let c = consumer(&store, &queue, &processor, config);
     handle(&c, &[order("m-1", "c-1", "o-1", 5)]).await;
