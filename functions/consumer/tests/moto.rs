@@ -159,8 +159,7 @@ async fn a_redriven_copy_of_a_message_that_succeeded_is_not_delivered_again() {
 async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry() {
     // GIVEN an invocation that claimed the key and died (its future dropped mid-processing)
     let w = World::new(false).await;
-    let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
-    let received = w.receive(1).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
     let hanging = ScriptedProcessor::new(Step::Hang);
     // A 3 s deadline, so the test waits little for the claim to expire: no start margin.
     let settings = redrive_consumer::Settings::default().with_deadline_margin(Duration::ZERO);
@@ -217,8 +216,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry()
 async fn a_transient_failure_is_released_deferred_by_the_backoff_and_recovers() {
     // GIVEN a downstream answering 503
     let w = World::new(false).await;
-    let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
-    let received = w.receive(1).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
     w.downstream.set_mode(Mode::Status(503));
     let consumer = w.consumer(w.config(true, &[]));
 
@@ -258,8 +256,7 @@ async fn a_transient_failure_is_released_deferred_by_the_backoff_and_recovers() 
 async fn retry_after_from_the_downstream_wins_over_the_backoff() {
     // GIVEN a 600 s backoff and a downstream answering 429 with Retry-After: 1
     let w = World::new(false).await;
-    let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
-    let received = w.receive(1).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
     w.downstream.set_mode(Mode::TooManyRequests {
         retry_after_secs: 1,
     });
@@ -429,8 +426,7 @@ async fn a_permanent_failure_is_fast_tracked_to_the_dlq_with_the_stamp_and_the_o
 async fn a_permanent_failure_without_a_dlq_url_is_reported_failed() {
     let w = World::new(false).await;
     w.downstream.set_mode(Mode::Status(422));
-    let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
-    let received = w.receive(1).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
     let consumer = w.consumer(w.config(false, &[]));
     let handled = w.handle(&consumer, &received).await;
     assert_eq!(handled.response.failed_ids(), [id.as_str()]);

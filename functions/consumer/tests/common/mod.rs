@@ -136,6 +136,13 @@ impl World {
         receive_n(&self.sqs, &self.queues.source_url, n).await
     }
 
+    /// One message with this body sent to the source queue and received: its MessageId, and
+    /// the received batch of that one message.
+    pub async fn send_and_receive_one(&self, body: &str) -> (String, Vec<SqsMessage>) {
+        let id = self.send(&[(body, &[])]).await.remove(0);
+        (id, self.receive(1).await)
+    }
+
     pub fn event(&self, messages: &[SqsMessage]) -> Value {
         sqs_event(messages, &self.queues.source_arn)
     }
