@@ -49,6 +49,7 @@ use report::item_failure;
 /// duplicate gets `None`. Every failed claim of the key returns the whole record (and is
 /// charged write units for the larger of the two items), so results are kept small.
 pub const MAX_STORED_RESULT_BYTES: usize = 16 * 1024;
+
 /// The idempotent consumer: ports, configuration and per-process caches. `T` is what the
 /// processor takes: the body parsed (any `serde::de::DeserializeOwned` type) or [`RawBody`].
 pub struct Consumer<S, Q, P, T = RawBody> {
@@ -64,13 +65,7 @@ pub struct Consumer<S, Q, P, T = RawBody> {
     completed: Option<CompletedCache>,
 }
 
-impl<S, Q, P, T> Consumer<S, Q, P, T>
-where
-    S: IdempotencyStore,
-    Q: QueueOps,
-    P: Processor<T>,
-    T: FromBody,
-{
+impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S, Q, P, T> {
     pub fn new(store: S, queue: Q, processor: P, config: ConsumerConfig) -> Self {
         Self::with_settings(store, queue, processor, config, Settings::default())
     }

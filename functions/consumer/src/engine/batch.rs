@@ -17,13 +17,7 @@ use crate::record::Record;
 
 use super::{Consumer, Outcome, RecordReport, key_digest, now_ms};
 
-impl<S, Q, P, T> Consumer<S, Q, P, T>
-where
-    S: IdempotencyStore,
-    Q: QueueOps,
-    P: Processor<T>,
-    T: FromBody,
-{
+impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S, Q, P, T> {
     /// Reads a record's metadata and derives its key: everything that needs no call.
     pub(super) fn prepare(&self, record: Result<Message, MalformedRecord>) -> Prepared {
         let message = match record {

@@ -19,13 +19,7 @@ use super::{Consumer, MAX_STORED_RESULT_BYTES, Outcome, key_digest, now_ms};
 /// Error code when the processor's output could not be serialized (logged; not stored).
 const RESULT_NOT_STORED: &str = "RESULT_NOT_STORED";
 
-impl<S, Q, P, T> Consumer<S, Q, P, T>
-where
-    S: IdempotencyStore,
-    Q: QueueOps,
-    P: Processor<T>,
-    T: FromBody,
-{
+impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S, Q, P, T> {
     /// Writes COMPLETED after the side effect, retrying a failed write while the claim holds:
     /// until it lands, a duplicate copy that arrives after the claim expires would repeat the
     /// side effect (with the same `Idempotency-Key`).

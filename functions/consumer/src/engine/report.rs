@@ -63,17 +63,23 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn as_str(&self) -> &'static str {
+        self.names().0
+    }
+
+    /// The outcome's name in logs and reports, and the name of the metric that counts it
+    /// ([`crate::metrics::OUTCOME_METRICS`]).
+    pub(crate) fn names(&self) -> (&'static str, &'static str) {
         match self {
-            Self::Processed => "processed",
-            Self::Duplicate => "duplicate",
-            Self::InProgress => "in-progress",
-            Self::Retry { .. } => "retry",
-            Self::DeadLettered { .. } => "dead-lettered",
-            Self::Failed { .. } => "failed",
-            Self::PayloadMismatch { .. } => "payload-mismatch",
-            Self::Skipped => "skipped",
-            Self::Malformed => "malformed",
-            Self::Unstarted => "unstarted",
+            Self::Processed => ("processed", "Processed"),
+            Self::Duplicate => ("duplicate", "Duplicate"),
+            Self::InProgress => ("in-progress", "InProgress"),
+            Self::Retry { .. } => ("retry", "Retried"),
+            Self::DeadLettered { .. } => ("dead-lettered", "DeadLettered"),
+            Self::Failed { .. } => ("failed", "Failed"),
+            Self::PayloadMismatch { .. } => ("payload-mismatch", "PayloadMismatch"),
+            Self::Skipped => ("skipped", "Skipped"),
+            Self::Malformed => ("malformed", "Malformed"),
+            Self::Unstarted => ("unstarted", "Unstarted"),
         }
     }
 

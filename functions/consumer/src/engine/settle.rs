@@ -17,13 +17,7 @@ use crate::process::{FromBody, Processor};
 use super::report::PAYLOAD_MISMATCH;
 use super::{Consumer, Outcome, digest_of_record_id, now_ms};
 
-impl<S, Q, P, T> Consumer<S, Q, P, T>
-where
-    S: IdempotencyStore,
-    Q: QueueOps,
-    P: Processor<T>,
-    T: FromBody,
-{
+impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S, Q, P, T> {
     pub(super) async fn release(&self, claim: &Claim) {
         if let Err(e) = self.store.release(claim).await {
             tracing::warn!(
