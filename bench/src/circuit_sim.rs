@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures_util::future::join_all;
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
 use redrive_consumer::message::QueueArn;
@@ -43,7 +42,8 @@ use redrive_shared::config::{DownstreamConfig, Env, RedriverConfig};
 use redrive_shared::sdk::attributes_from_sdk;
 use redrive_tests::event_source;
 use redrive_tests::{
-    Downstream, Mode, QueueSet, create_idempotency_table, drain_all, queue_counts,
+    Downstream, Mode, QueueSet, create_circuit_table, create_idempotency_table, drain_all,
+    queue_counts, send_batch,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -273,7 +273,7 @@ impl Rig<DynamoDbCircuitStore> {
     /// its record in a DynamoDB table of moto.
     async fn with(settings: &SimSettings, moto: &redrive_tests::Moto) -> Result<Self, String> {
         let ddb = moto.dynamodb().await;
-        let table = create_circuit_table(&ddb).await?;
+        let table = create_circuit_table(&ddb).await;
         let store = DynamoDbCircuitStore {
             client: ddb,
             table: table.clone(),
@@ -394,31 +394,13 @@ impl<C: CircuitStore> Rig<C> {
     }
 
     async fn produce(&self, n: u64) -> Vec<String> {
-        let mut ids = Vec::new();
         let side = self.side.label();
-        for start in (0..n).step_by(10) {
-            let entries = (start..(start + 10).min(n))
-                .map(|i| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(format!(
-                            r#"{{"n":{i},"side":"{side}","amountCents":{}}}"#,
-                            100 + i
-                        ))
-                        .build()
-                        .expect("id and body are set")
-                })
-                .collect();
-            let out = self
-                .sqs
-                .send_message_batch()
-                .queue_url(&self.queues.source_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("producing: {e:?}"));
-            assert!(out.failed.is_empty(), "producing: {:?}", out.failed);
-            ids.extend(out.successful.into_iter().map(|s| s.message_id));
+        let bodies: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"n":{i},"side":"{side}","amountCents":{}}}"#, 100 + i))
+            .collect();
+        let mut ids = Vec::new();
+        for chunk in bodies.chunks(10) {
+            ids.extend(send_batch(&self.sqs, &self.queues.source_url, chunk).await);
         }
         ids
     }
@@ -656,35 +638,6 @@ pub async fn run(settings: &SimSettings) -> SimReport {
         without: without_report,
         with: with_report,
     }
-}
-
-/// The adaptive circuit's durable record: a table keyed by `queue` (the DLQ URL).
-async fn create_circuit_table(ddb: &aws_sdk_dynamodb::Client) -> Result<String, String> {
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    };
-    let name = redrive_tests::unique_name("circuit");
-    ddb.create_table()
-        .table_name(&name)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("queue")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("queue")
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .map_err(|e| format!("CreateTable {name}: {e:?}"))?;
-    Ok(name)
 }
 
 async fn set_alarm(cw: &aws_sdk_cloudwatch::Client, alarm: &str, state: StateValue, why: &str) {

@@ -6,8 +6,23 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_sfn::operation::describe_execution::DescribeExecutionOutput;
 use aws_sdk_sfn::types::{ExecutionStatus, HistoryEvent, HistoryEventType};
-use redrive_tests::{LambdaWatch, QueueSet, WatchOptions, moto_sfn, sfn, unique_name};
+use redrive_tests::sfn::{self, LambdaRoute};
+use redrive_tests::{LambdaWatch, Moto, QueueSet, WatchOptions, moto_sfn, unique_name};
 use serde_json::{Value, json};
+
+/// `echo_lambda` under `cargo lambda watch`, routed from a function named `<prefix>-<unique>`.
+async fn echo_route(moto: &Moto, prefix: &str) -> (LambdaWatch, LambdaRoute) {
+    let watch = LambdaWatch::start_with(WatchOptions {
+        bins: vec!["echo_lambda".into()],
+        env: moto.env(),
+        ..WatchOptions::default()
+    })
+    .await;
+    let route = moto
+        .route_lambda(&unique_name(prefix), &watch, "echo_lambda")
+        .await;
+    (watch, route)
+}
 
 /// Runs one execution of `machine` with `input` to its end and asserts that it succeeded;
 /// its description, its history and the history one line an event.
@@ -82,15 +97,7 @@ async fn moto_runs_sqs_tasks_a_routed_lambda_and_a_wait_with_seconds_path() {
         redrive_tests::moto().port(),
         "a server of its own"
     );
-    let watch = LambdaWatch::start_with(WatchOptions {
-        bins: vec!["echo_lambda".into()],
-        env: moto.env(),
-        ..WatchOptions::default()
-    })
-    .await;
-    let route = moto
-        .route_lambda(&unique_name("echo"), &watch, "echo_lambda")
-        .await;
+    let (watch, route) = echo_route(moto, "echo").await;
     let sqs = moto.sqs().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
     let definition = sfn::substitute_definition(
@@ -193,15 +200,7 @@ async fn a_lambda_task_without_a_route_fails_naming_the_function() {
 #[tokio::test]
 async fn injected_task_faults_fail_the_first_invokes_of_an_action_then_retry_succeeds() {
     let moto = moto_sfn();
-    let watch = LambdaWatch::start_with(WatchOptions {
-        bins: vec!["echo_lambda".into()],
-        env: moto.env(),
-        ..WatchOptions::default()
-    })
-    .await;
-    let route = moto
-        .route_lambda(&unique_name("faulty"), &watch, "echo_lambda")
-        .await;
+    let (_watch, route) = echo_route(moto, "faulty").await;
     route.set_faults(&[
         sfn::TaskFault {
             action: "first".into(),

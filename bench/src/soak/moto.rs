@@ -5,7 +5,6 @@ use crate::quiet_consumer;
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures_util::future::join_all;
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
 use redrive_consumer::message::QueueArn;
@@ -14,7 +13,7 @@ use redrive_engine::Engine;
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_shared::config::DownstreamConfig;
 use redrive_shared::sdk::attributes_from_sdk;
-use redrive_tests::{QueueSet, create_idempotency_table, drain_all, queue_depth};
+use redrive_tests::{QueueSet, create_idempotency_table, drain_all, queue_depth, send_batch};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -40,42 +39,9 @@ impl Emulator for MotoEmulator<'_> {
     type Source = SqsRecords;
 
     async fn produce(&self, bodies: Vec<String>) -> Vec<String> {
-        let chunks: Vec<Vec<(usize, String)>> = bodies
-            .into_iter()
-            .enumerate()
-            .collect::<Vec<_>>()
-            .chunks(10)
-            .map(<[_]>::to_vec)
-            .collect();
-        let results = join_all(chunks.into_iter().map(|chunk| async move {
-            let entries = chunk
-                .iter()
-                .map(|(i, b)| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(b)
-                        .build()
-                        .expect("id and body are set")
-                })
-                .collect();
-            let out = self
-                .direct
-                .send_message_batch()
-                .queue_url(&self.queues.source_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("producing: {e:?}"));
-            assert!(out.failed.is_empty(), "producing: {:?}", out.failed);
-            out.successful
-                .into_iter()
-                .map(|s| (s.id.parse::<usize>().expect("our ids"), s.message_id))
-                .collect::<Vec<_>>()
-        }))
-        .await;
-        let mut ids: Vec<(usize, String)> = results.into_iter().flatten().collect();
-        ids.sort();
-        ids.into_iter().map(|(_, id)| id).collect()
+        let (sqs, url) = (&self.direct, &self.queues.source_url);
+        let sends = bodies.chunks(10).map(|chunk| send_batch(sqs, url, chunk));
+        join_all(sends).await.into_iter().flatten().collect()
     }
 
     fn source(&self, visibility: Duration) -> SqsRecords {
