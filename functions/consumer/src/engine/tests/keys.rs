@@ -29,6 +29,11 @@ fn order(id: &str, customer: &str, order: &str, amount: u32) -> Message {
     )
 }
 
+/// Order o-1 again: for an amount of 7 (m-2), then for 5 from another customer (m-3).
+fn order_o1_again_for_7_then_5() -> [Message; 2] {
+    [order("m-2", "c-1", "o-1", 7), order("m-3", "c-9", "o-1", 5)]
+}
+
 fn is_hash(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
@@ -204,11 +209,7 @@ async fn a_different_payload_under_a_completed_key_is_a_payload_mismatch_not_a_d
     );
 
     // WHEN the same key comes again for 7, and again for 5 (another sender, same payload)
-    let handled = handle(
-        &c,
-        &[order("m-2", "c-1", "o-1", 7), order("m-3", "c-9", "o-1", 5)],
-    )
-    .await;
+    let handled = handle(&c, &order_o1_again_for_7_then_5()).await;
 
     // THEN the different payload is its own permanent failure, dead-lettered with its stamp,
     // and the side effect is not repeated; the same payload is a duplicate
@@ -351,30 +352,28 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
         order("m-2", "c-1", "o-1", 7),
         order("m-3", "c-2", "o-1", 5),
     ];
-    let config = || amount_checked();
+    // (after a success, the other payload is a mismatch and the same one a duplicate)
+    let after_a_success = [
+        ("m-1", "processed"),
+        ("m-2", "payload-mismatch"),
+        ("m-3", "duplicate"),
+    ];
 
     // WHEN the first one succeeds
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(20));
-    let c = consumer(&store, &queue, &processor, config());
+    let c = consumer(&store, &queue, &processor, amount_checked());
     let handled = handle(&c, &batch).await;
 
     // THEN the other payload is a mismatch, the same one a duplicate; one side effect
-    assert_eq!(
-        outcomes(&handled),
-        [
-            ("m-1", "processed"),
-            ("m-2", "payload-mismatch"),
-            ("m-3", "duplicate")
-        ]
-    );
+    assert_eq!(outcomes(&handled), after_a_success);
     assert_eq!(processor.total_calls(), 1);
 
     // WHEN instead the first one fails transiently (and its claim is released)
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default();
     processor.script("o-1", [transient_503()]);
-    let c = consumer(&store, &queue, &processor, config());
+    let c = consumer(&store, &queue, &processor, amount_checked());
     let handled = handle(&c, &batch).await;
 
     // THEN the other payload is processed in its place, and the first payload's twin takes
@@ -388,7 +387,7 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
     // AND in a FIFO batch the same holds, in order
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default();
-    let c = consumer(&store, &queue, &processor, config());
+    let c = consumer(&store, &queue, &processor, amount_checked());
     let fifo: Vec<Message> = batch
         .iter()
         .enumerate()
@@ -399,14 +398,7 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
         })
         .collect();
     let handled = handle(&c, &fifo).await;
-    assert_eq!(
-        outcomes(&handled),
-        [
-            ("m-1", "processed"),
-            ("m-2", "payload-mismatch"),
-            ("m-3", "duplicate")
-        ]
-    );
+    assert_eq!(outcomes(&handled), after_a_success);
     assert_eq!(processor.total_calls(), 1);
 }
 
@@ -424,11 +416,7 @@ async fn a_warm_instance_checks_the_payload_of_a_key_it_remembers() {
     let claims = store.calls.claim.load(Ordering::SeqCst);
 
     // WHEN the order comes again for 7, then for 5
-    let handled = handle(
-        &c,
-        &[order("m-2", "c-1", "o-1", 7), order("m-3", "c-9", "o-1", 5)],
-    )
-    .await;
+    let handled = handle(&c, &order_o1_again_for_7_then_5()).await;
 
     // THEN memory answers both without a call, and the other payload is still a mismatch
     assert_eq!(
