@@ -262,6 +262,26 @@ fn fake_with(n: u64, latency: Duration) -> Arc<FakeSqs> {
     sqs
 }
 
+/// A drain on the port fake: its figures and the fake's call counts.
+fn fake_run(
+    who: String,
+    messages: u64,
+    moved: u64,
+    seconds: f64,
+    sqs: &FakeSqs,
+    metrics_calls: u64,
+) -> DrainRun {
+    DrainRun {
+        who,
+        messages,
+        moved,
+        seconds,
+        calls: fake_calls(sqs, metrics_calls),
+        empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
+        emulator_seconds: BTreeMap::new(),
+    }
+}
+
 fn fake_calls(sqs: &FakeSqs, metrics_calls: u64) -> BTreeMap<String, u64> {
     let c = &sqs.calls;
     let mut calls = BTreeMap::new();
@@ -375,15 +395,14 @@ pub async fn fake_scale_out(
         global_cap,
         per_drain_cap,
         per_drain_limit,
-        run: DrainRun {
-            who: format!("redrive ({k} drains of {pipelines} pipelines)"),
-            messages: n,
+        run: fake_run(
+            format!("redrive ({k} drains of {pipelines} pipelines)"),
+            n,
             moved,
             seconds,
-            calls: fake_calls(&sqs, published),
-            empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
-            emulator_seconds: BTreeMap::new(),
-        },
+            &sqs,
+            published,
+        ),
         redriven: summaries.iter().map(|s| s.redriven).collect(),
         lost,
         repeated,
@@ -402,15 +421,7 @@ pub async fn fake_ours(n: u64, latency: Duration, pipelines: u32) -> DrainRun {
     check_summary(&who, &summary, n);
     assert_eq!(sqs.len(FAKE_SOURCE) as u64, summary.redriven);
     let published = cw.published.lock().map(|p| p.len() as u64).unwrap_or(0);
-    DrainRun {
-        who,
-        messages: n,
-        moved: n,
-        seconds,
-        calls: fake_calls(&sqs, published),
-        empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
-        emulator_seconds: BTreeMap::new(),
-    }
+    fake_run(who, n, n, seconds, &sqs, published)
 }
 
 /// Ours as the Lambda runs it: invocations of `per_invocation` messages (the default
@@ -431,15 +442,14 @@ pub async fn fake_invocations(n: u64, per_invocation: u64, pipelines: u32) -> Dr
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(moved, n, "every message moved");
     let published = cw.published.lock().map(|p| p.len() as u64).unwrap_or(0);
-    DrainRun {
-        who: format!("redrive ({pipelines} pipelines, {per_invocation} per invocation)"),
-        messages: n,
+    fake_run(
+        format!("redrive ({pipelines} pipelines, {per_invocation} per invocation)"),
+        n,
         moved,
         seconds,
-        calls: fake_calls(&sqs, published),
-        empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
-        emulator_seconds: BTreeMap::new(),
-    }
+        &sqs,
+        published,
+    )
 }
 
 /// The baseline script on the port fake with `latency` per call.

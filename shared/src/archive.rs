@@ -79,28 +79,19 @@ pub struct ArchivedMessage {
 
 /// The SQS system attributes an archive keeps, as SQS reports them (strings).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
 pub struct SystemAttributes {
-    #[serde(rename = "SentTimestamp", skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sent_timestamp: Option<String>,
-    #[serde(
-        rename = "ApproximateReceiveCount",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub approximate_receive_count: Option<String>,
-    #[serde(
-        rename = "ApproximateFirstReceiveTimestamp",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub approximate_first_receive_timestamp: Option<String>,
-    #[serde(rename = "MessageGroupId", skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub message_group_id: Option<String>,
-    #[serde(
-        rename = "MessageDeduplicationId",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub message_deduplication_id: Option<String>,
-    #[serde(rename = "SequenceNumber", skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sequence_number: Option<String>,
     #[serde(rename = "AWSTraceHeader", skip_serializing_if = "Option::is_none")]
     pub aws_trace_header: Option<String>,
@@ -546,6 +537,34 @@ mod tests {
                 ("SenderId", "ignored"),
             ]),
         }
+    }
+
+    #[test]
+    fn each_system_attribute_is_written_under_its_sqs_name() {
+        // GIVEN every kept system attribute, with a valid value
+        let trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        let pairs =
+            SystemAttributes::NAMES.map(|n| (n, if n == AWS_TRACE_HEADER { trace } else { "7" }));
+        let system = SystemAttributes::from_pairs(pairs);
+
+        // WHEN it is serialized
+        let json = serde_json::to_value(&system).unwrap();
+
+        // THEN each one is there under the name SQS gives it, and it reads back the same
+        let mut names: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut want = SystemAttributes::NAMES.to_vec();
+        names.sort();
+        want.sort();
+        assert_eq!(names, want);
+        assert_eq!(
+            serde_json::from_value::<SystemAttributes>(json).unwrap(),
+            system
+        );
     }
 
     #[test]
