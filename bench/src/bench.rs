@@ -14,7 +14,7 @@ use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
 use redrive_engine::{DrainRequest, Engine, Summary};
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::{Attributes, MessageAttribute};
-use redrive_tests::{QueueSet, attr_number, attr_string, queue_depth};
+use redrive_tests::{QueueSet, attr_number, attr_string, queue_depth, send_entries};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -79,35 +79,22 @@ pub fn attributes(i: u64) -> Attributes {
 pub async fn preload(sqs: &Client, url: &str, n: u64) {
     let ids: Vec<u64> = (0..n).collect();
     for wave in ids.chunks(80) {
-        join_all(wave.chunks(10).map(|chunk| async move {
-            let entries: Vec<SendMessageBatchRequestEntry> = chunk
-                .iter()
-                .map(|&i| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(body(i))
-                        .message_attributes("tenant", attr_string(&format!("t-{}", i % 7)))
-                        .message_attributes("priority", attr_number(&(i % 3).to_string()))
-                        .build()
-                        .expect("id and body are set")
-                })
-                .collect();
-            let out = sqs
-                .send_message_batch()
-                .queue_url(url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("preloading {url}: {e:?}"));
-            assert!(out.failed.is_empty(), "preloading {url}: {:?}", out.failed);
+        join_all(wave.chunks(10).map(|chunk| {
+            let entries = chunk.iter().enumerate().map(|(entry, &i)| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(entry.to_string())
+                    .message_body(body(i))
+                    .message_attributes("tenant", attr_string(&format!("t-{}", i % 7)))
+                    .message_attributes("priority", attr_number(&(i % 3).to_string()))
+                    .build()
+                    .expect("id and body are set")
+            });
+            send_entries(sqs, url, entries.collect())
         }))
         .await;
     }
 }
 
-/// The re-driver's configuration from `queues` (the queue URLs, and any other variable), with
-/// `MAX_CONCURRENT_BATCHES` = `pipelines` and `MAX_MESSAGES_PER_SECOND` = `max_per_second`
-/// (0: no cap).
 /// The engine on the SDK's clients: SQS through `sqs` (plain or through the proxy), CloudWatch
 /// (alarms and metrics) through `sdk`; jitter seeded for repeatable runs.
 pub(crate) fn sdk_engine(

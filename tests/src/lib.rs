@@ -20,6 +20,8 @@ mod downstream;
 mod dynamodb;
 /// The Lambda SQS event source mapping's poll loop, played by the demo and the bench.
 pub mod event_source;
+/// Checks that several crates' tests make the same way.
+pub mod fixture;
 /// IAM enforced: functions and the CLI under their templates' policies (`iam::env_for_binary`,
 /// `iam::cli_env`).
 pub mod iam;
@@ -47,8 +49,8 @@ pub use names::unique_name;
 pub use sqs::{
     QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string,
     batch_sends_keep_trace_headers, drain_all, producer_trace_header, queue_attributes,
-    queue_counts, queue_depth, receive_raw, send_batch, send_fifo, send_raw, send_traced,
-    sqs_event, trace_header_of, wait_for_depth,
+    queue_counts, queue_depth, receive_raw, send_batch, send_entries, send_fifo, send_raw,
+    send_traced, sqs_event, trace_header_of, wait_for_depth,
 };
 
 /// The workspace root (the directory holding the root `Cargo.toml`).

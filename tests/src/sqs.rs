@@ -300,17 +300,23 @@ pub async fn drain_all(sqs: &Client, url: &str) -> Vec<Message> {
 /// One SendMessageBatch of up to ten bodies; their MessageIds, in the order of the bodies.
 /// Panics on a failed call or entry.
 pub async fn send_batch(sqs: &Client, url: &str, bodies: &[String]) -> Vec<String> {
-    let entries = bodies
-        .iter()
-        .enumerate()
-        .map(|(i, body)| {
-            SendMessageBatchRequestEntry::builder()
-                .id(i.to_string())
-                .message_body(body)
-                .build()
-                .expect("id and body are set")
-        })
-        .collect();
+    let entries = bodies.iter().enumerate().map(|(i, body)| {
+        SendMessageBatchRequestEntry::builder()
+            .id(i.to_string())
+            .message_body(body)
+            .build()
+            .expect("id and body are set")
+    });
+    send_entries(sqs, url, entries.collect()).await
+}
+
+/// One SendMessageBatch of up to ten entries whose ids are their indexes; their MessageIds,
+/// in order. Panics on a failed call or entry.
+pub async fn send_entries(
+    sqs: &Client,
+    url: &str,
+    entries: Vec<SendMessageBatchRequestEntry>,
+) -> Vec<String> {
     let out = sqs
         .send_message_batch()
         .queue_url(url)
