@@ -558,6 +558,7 @@ impl Queue for CrashBeforeDelete {
             code: "Crash".into(),
             message: "the process died between the put and the delete".into(),
             retryable: false,
+            source: None,
         })
     }
     async fn change_visibility_batch(
