@@ -125,12 +125,7 @@ pub(crate) fn engine_config(
 }
 
 pub(crate) fn drain_request(n: u64) -> DrainRequest {
-    DrainRequest {
-        max_messages: u32::try_from(n).unwrap_or(u32::MAX),
-        dry_run: false,
-        deadline: None,
-        trigger_alarm: None,
-    }
+    DrainRequest::new(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 /// Every message left the DLQ. SQS delivers at least once, and so does moto under concurrent

@@ -530,10 +530,8 @@ async fn redriver<E, Q, A, M>(
             continue;
         }
         let request = DrainRequest {
-            max_messages: 100,
-            dry_run: false,
             deadline: Some(Instant::now() + REDRIVER_TIMEOUT),
-            trigger_alarm: None,
+            ..DrainRequest::new(100)
         };
         progress.invocations.fetch_add(1, Ordering::SeqCst);
         let summary = if rng.next_unit() >= settings.kill_share {

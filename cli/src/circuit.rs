@@ -70,6 +70,7 @@ fn store_error(e: CircuitError) -> CliError {
             code: "Contended".into(),
             message: other.to_string(),
             retryable: false,
+            source: None,
         }),
     }
 }

@@ -104,10 +104,8 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     };
     let cloudwatch = ctx.clients.cloudwatch.clone();
     let request = DrainRequest {
-        max_messages: config.max_messages_per_invocation,
         dry_run: config.dry_run,
-        deadline: None,
-        trigger_alarm: None,
+        ..DrainRequest::new(config.max_messages_per_invocation)
     };
     let engine =
         Engine::new(queue, cloudwatch.clone(), cloudwatch, config).with_circuit(circuit_store);
@@ -152,13 +150,9 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
     settings: &CircuitSettings,
     window_flag: Option<u64>,
 ) -> Result<Outcome, CliError> {
-    let first = DrainRequest {
-        max_messages: n.min(request.max_messages),
-        ..request.clone()
-    };
     let started = super::now_ms();
     // Its copies go out without their backoff delay: judged by the window, not by the delay.
-    let canary = engine.run_canary(&first).await;
+    let canary = engine.run(&request.canary(n)).await;
     let window = super::circuit::canary_window(window_flag, settings);
     let judged = !canary.dry_run && canary.redriven > 0;
     if !ctx.json {

@@ -252,6 +252,7 @@ async fn walk<Q: Queue>(
                         code: "Io".into(),
                         message: format!("writing {}: {e}", args.to),
                         retryable: false,
+                        source: None,
                     })?;
                 let stored: Vec<Received> = lines.into_iter().map(|(_, m)| m).collect();
                 settle(queue, scan, url, args.delete, stored, report).await;

@@ -20,6 +20,8 @@ mod downstream;
 mod dynamodb;
 /// The Lambda SQS event source mapping's poll loop, played by the demo and the bench.
 pub mod event_source;
+/// Checks that several crates' tests make the same way.
+pub mod fixture;
 /// IAM enforced: functions and the CLI under their templates' policies (`iam::env_for_binary`,
 /// `iam::cli_env`).
 pub mod iam;

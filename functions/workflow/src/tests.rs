@@ -585,6 +585,26 @@ mod adaptive_circuit {
         sqs.push(DLQ, &format!("copy of {original}"), a, None)
     }
 
+    /// `n` redriven copies back on the DLQ just now, of the chains `orig-0`, `orig-1`, ...
+    fn bounced_on_dlq(sqs: &FakeSqs, n: usize) {
+        for i in 0..n {
+            bounced(sqs, &format!("orig-{i}"));
+        }
+    }
+
+    /// `n` messages on the DLQ that were never redriven.
+    fn fresh_on_dlq(sqs: &FakeSqs, n: usize) {
+        for i in 0..n {
+            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+        }
+    }
+
+    /// The first drain of a scale-out execution of `max_messages`.
+    async fn scale_out_drain(wf: &CircuitWorkflow, max_messages: u32) -> Value {
+        let plan = drain_plan(&run(Mode::ScaleOut), max_messages);
+        wf.drain(&plan[0], None).await.unwrap()
+    }
+
     fn run(mode: Mode) -> Run {
         Run {
             max_messages: 100,
@@ -610,9 +630,7 @@ mod adaptive_circuit {
     #[tokio::test]
     async fn bounced_copies_seen_by_receive_batch_open_it_and_the_batch_goes_back_untouched() {
         let (sqs, store, wf) = with_store();
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
+        bounced_on_dlq(&sqs, 3);
         sqs.push(DLQ, "fresh a", Attributes::new(), None);
         sqs.push(DLQ, "fresh b", Attributes::new(), None);
 
@@ -647,14 +665,9 @@ mod adaptive_circuit {
     #[tokio::test]
     async fn a_scale_out_drain_with_bounced_copies_opens_it_and_stops() {
         let (sqs, store, wf) = with_store();
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
-        for i in 0..4 {
-            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
-        }
-        let plan = drain_plan(&run(Mode::ScaleOut), 7);
-        let out = wf.drain(&plan[0], None).await.unwrap();
+        bounced_on_dlq(&sqs, 3);
+        fresh_on_dlq(&sqs, 4);
+        let out = scale_out_drain(&wf, 7).await;
 
         assert_eq!(out["stoppedBecause"], "circuit-open", "{out}");
         assert_eq!(out["redriven"], 0, "{out}");
@@ -681,9 +694,7 @@ mod adaptive_circuit {
         let mut record = CircuitRecord::new(&CircuitSettings::default(), now_ms());
         record.state = State::HalfOpen;
         store.put(DLQ, record);
-        for i in 0..15 {
-            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
-        }
+        fresh_on_dlq(&sqs, 15);
         let batch = wf.receive_batch(40, false, None).await.unwrap();
         assert!(!batch.circuit_opened);
         assert_eq!(
@@ -718,11 +729,8 @@ mod adaptive_circuit {
     async fn redriven_copies_reach_the_record_in_both_modes() {
         // Scale-out: the drain counts its own.
         let (sqs, store, wf) = with_store();
-        for i in 0..4 {
-            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
-        }
-        let plan = drain_plan(&run(Mode::ScaleOut), 4);
-        let out = wf.drain(&plan[0], None).await.unwrap();
+        fresh_on_dlq(&sqs, 4);
+        let out = scale_out_drain(&wf, 4).await;
         assert_eq!(out["redriven"], 4, "{out}");
         assert_eq!(store.get(DLQ).unwrap().record.counts(), (4, 0));
 
@@ -795,9 +803,7 @@ mod adaptive_circuit {
         let before = record.history.len();
         assert!(before > 0, "{record:?}");
         store.put(DLQ, record);
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
+        bounced_on_dlq(&sqs, 3);
         sqs.push(DLQ, "fresh a", Attributes::new(), None);
         sqs.push(DLQ, "fresh b", Attributes::new(), None);
 
@@ -844,12 +850,8 @@ mod adaptive_circuit {
         let (sqs, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
         let store = MemoryCircuitStore::new();
         let wf = wf.with_circuit(store.clone());
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
-        for i in 0..4 {
-            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
-        }
+        bounced_on_dlq(&sqs, 3);
+        fresh_on_dlq(&sqs, 4);
         let (run, totals) = started(
             &wf,
             json!({"maxMessages": 7, "mode": "scaleOut", "drains": 1}),
@@ -926,9 +928,7 @@ mod adaptive_circuit {
     #[tokio::test]
     async fn totals_from_before_the_start_time_parse_and_claim_no_transitions() {
         let (sqs, _, wf) = with_store();
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
+        bounced_on_dlq(&sqs, 3);
         let batch = wf.receive_batch(10, false, None).await.unwrap();
         assert!(batch.circuit_opened);
         let old: Totals = serde_json::from_value(json!({
