@@ -14,7 +14,7 @@ use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
 use redrive_engine::{DrainRequest, Engine, Summary};
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::{Attributes, MessageAttribute};
-use redrive_tests::{QueueSet, attr_number, attr_string, queue_depth};
+use redrive_tests::{QueueSet, attr_number, attr_string, queue_depth, send_entries};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -79,35 +79,22 @@ pub fn attributes(i: u64) -> Attributes {
 pub async fn preload(sqs: &Client, url: &str, n: u64) {
     let ids: Vec<u64> = (0..n).collect();
     for wave in ids.chunks(80) {
-        join_all(wave.chunks(10).map(|chunk| async move {
-            let entries: Vec<SendMessageBatchRequestEntry> = chunk
-                .iter()
-                .map(|&i| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(body(i))
-                        .message_attributes("tenant", attr_string(&format!("t-{}", i % 7)))
-                        .message_attributes("priority", attr_number(&(i % 3).to_string()))
-                        .build()
-                        .expect("id and body are set")
-                })
-                .collect();
-            let out = sqs
-                .send_message_batch()
-                .queue_url(url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("preloading {url}: {e:?}"));
-            assert!(out.failed.is_empty(), "preloading {url}: {:?}", out.failed);
+        join_all(wave.chunks(10).map(|chunk| {
+            let entries = chunk.iter().enumerate().map(|(entry, &i)| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(entry.to_string())
+                    .message_body(body(i))
+                    .message_attributes("tenant", attr_string(&format!("t-{}", i % 7)))
+                    .message_attributes("priority", attr_number(&(i % 3).to_string()))
+                    .build()
+                    .expect("id and body are set")
+            });
+            send_entries(sqs, url, entries.collect())
         }))
         .await;
     }
 }
 
-/// The re-driver's configuration from `queues` (the queue URLs, and any other variable), with
-/// `MAX_CONCURRENT_BATCHES` = `pipelines` and `MAX_MESSAGES_PER_SECOND` = `max_per_second`
-/// (0: no cap).
 /// The engine on the SDK's clients: SQS through `sqs` (plain or through the proxy), CloudWatch
 /// (alarms and metrics) through `sdk`; jitter seeded for repeatable runs.
 pub(crate) fn sdk_engine(
@@ -138,12 +125,7 @@ pub(crate) fn engine_config(
 }
 
 pub(crate) fn drain_request(n: u64) -> DrainRequest {
-    DrainRequest {
-        max_messages: u32::try_from(n).unwrap_or(u32::MAX),
-        dry_run: false,
-        deadline: None,
-        trigger_alarm: None,
-    }
+    DrainRequest::new(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 /// Every message left the DLQ. SQS delivers at least once, and so does moto under concurrent
@@ -267,6 +249,26 @@ fn fake_with(n: u64, latency: Duration) -> Arc<FakeSqs> {
     sqs
 }
 
+/// A drain on the port fake: its figures and the fake's call counts.
+fn fake_run(
+    who: String,
+    messages: u64,
+    moved: u64,
+    seconds: f64,
+    sqs: &FakeSqs,
+    metrics_calls: u64,
+) -> DrainRun {
+    DrainRun {
+        who,
+        messages,
+        moved,
+        seconds,
+        calls: fake_calls(sqs, metrics_calls),
+        empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
+        emulator_seconds: BTreeMap::new(),
+    }
+}
+
 fn fake_calls(sqs: &FakeSqs, metrics_calls: u64) -> BTreeMap<String, u64> {
     let c = &sqs.calls;
     let mut calls = BTreeMap::new();
@@ -380,15 +382,14 @@ pub async fn fake_scale_out(
         global_cap,
         per_drain_cap,
         per_drain_limit,
-        run: DrainRun {
-            who: format!("redrive ({k} drains of {pipelines} pipelines)"),
-            messages: n,
+        run: fake_run(
+            format!("redrive ({k} drains of {pipelines} pipelines)"),
+            n,
             moved,
             seconds,
-            calls: fake_calls(&sqs, published),
-            empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
-            emulator_seconds: BTreeMap::new(),
-        },
+            &sqs,
+            published,
+        ),
         redriven: summaries.iter().map(|s| s.redriven).collect(),
         lost,
         repeated,
@@ -407,15 +408,7 @@ pub async fn fake_ours(n: u64, latency: Duration, pipelines: u32) -> DrainRun {
     check_summary(&who, &summary, n);
     assert_eq!(sqs.len(FAKE_SOURCE) as u64, summary.redriven);
     let published = cw.published.lock().map(|p| p.len() as u64).unwrap_or(0);
-    DrainRun {
-        who,
-        messages: n,
-        moved: n,
-        seconds,
-        calls: fake_calls(&sqs, published),
-        empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
-        emulator_seconds: BTreeMap::new(),
-    }
+    fake_run(who, n, n, seconds, &sqs, published)
 }
 
 /// Ours as the Lambda runs it: invocations of `per_invocation` messages (the default
@@ -436,15 +429,14 @@ pub async fn fake_invocations(n: u64, per_invocation: u64, pipelines: u32) -> Dr
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(moved, n, "every message moved");
     let published = cw.published.lock().map(|p| p.len() as u64).unwrap_or(0);
-    DrainRun {
-        who: format!("redrive ({pipelines} pipelines, {per_invocation} per invocation)"),
-        messages: n,
+    fake_run(
+        format!("redrive ({pipelines} pipelines, {per_invocation} per invocation)"),
+        n,
         moved,
         seconds,
-        calls: fake_calls(&sqs, published),
-        empty_receives: sqs.calls.empty_receive.load(Ordering::SeqCst),
-        emulator_seconds: BTreeMap::new(),
-    }
+        &sqs,
+        published,
+    )
 }
 
 /// The baseline script on the port fake with `latency` per call.

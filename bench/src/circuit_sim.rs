@@ -24,41 +24,40 @@
 //! lost (0).
 
 use crate::quiet_consumer;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
-    SendMessageBatchRequestEntry,
-};
 use futures_util::future::join_all;
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
-use redrive_consumer::message::{QueueArn, record_to_event_json};
-use redrive_consumer::{Consumer, FailedIds, HttpProcessor};
+use redrive_consumer::message::QueueArn;
+use redrive_consumer::{Consumer, HttpProcessor};
 use redrive_engine::Engine;
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore, NoCircuit};
 use redrive_shared::config::{DownstreamConfig, Env, RedriverConfig};
-use redrive_shared::sdk::attributes_from_sdk;
-use redrive_tests::{Downstream, Mode, QueueSet, create_idempotency_table, drain_all};
+use redrive_tests::event_source;
+use redrive_tests::{
+    Downstream, Mode, QueueSet, create_circuit_table, create_idempotency_table, queue_counts,
+    send_batch,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::soak::{Parked, Place};
+use crate::event_source::{InProcess, SqsRecords};
+
+mod report;
+use report::reconcile;
+pub use report::{Side, SideReport, SimReport};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The region of the simulation's events.
-const REGION: &str = "us-east-1";
-/// The consumer invocation's deadline (a 15 s Lambda timeout).
-const CONSUMER_TIMEOUT_MS: u64 = 15_000;
 /// The re-driver invocation's deadline (a 30 s Lambda timeout).
 const REDRIVER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -241,213 +240,6 @@ fn env_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Which re-driver a side runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Side {
-    /// The re-driver without `CIRCUIT_TABLE`: backoff only.
-    Without,
-    /// The re-driver with the adaptive circuit (`CIRCUIT_TABLE` set).
-    With,
-}
-
-impl Side {
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Without => "without circuit",
-            Self::With => "with circuit",
-        }
-    }
-}
-
-/// What one side came to.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct SideReport {
-    pub side: Option<Side>,
-    pub messages: u64,
-    /// Messages in the poison queue when the downstream recovered.
-    pub parked_during_outage: u64,
-    /// Seconds into the outage at which the poison queue held every message (`None`: never).
-    pub all_parked_after_seconds: Option<f64>,
-    /// Messages on the DLQ (visible, in flight, delayed) when the downstream recovered.
-    pub dlq_at_recovery: u64,
-    /// Seconds from the downstream's recovery to the DLQ and the source queue being empty
-    /// (`None`: not within `max_recovery`).
-    pub recovery_to_empty_seconds: Option<f64>,
-    /// Keys the downstream applied exactly once.
-    pub delivered_once: u64,
-    /// Keys the downstream applied more than once.
-    pub delivered_twice: u64,
-    /// Keys neither delivered nor in any queue.
-    pub lost: Vec<String>,
-    /// Keys parked at the end, by `queue:reason`.
-    pub parked: BTreeMap<String, u64>,
-    /// Anything that breaks the contract: a key delivered and still parked, a copy that was
-    /// never produced, more than one copy of a key.
-    pub violations: Vec<String>,
-    /// Requests the downstream answered with an error (the outage's load on it).
-    pub downstream_failures: u64,
-    pub redriver_invocations: u64,
-    /// Re-driver responses by `stoppedBecause`.
-    pub stopped_because: BTreeMap<String, u64>,
-    pub redriven: u64,
-    pub isolated: u64,
-    pub redriver_errors: u64,
-}
-
-impl SideReport {
-    pub fn parked_total(&self) -> u64 {
-        self.parked.values().sum()
-    }
-
-    /// No loss, no double delivery, no violation, and the DLQ emptied after the recovery.
-    pub fn sound(&self) -> bool {
-        self.lost.is_empty()
-            && self.delivered_twice == 0
-            && self.violations.is_empty()
-            && self.recovery_to_empty_seconds.is_some()
-    }
-}
-
-/// Both sides of one run.
-#[derive(Debug, Clone, Serialize)]
-pub struct SimReport {
-    pub settings: SimSettings,
-    pub backoff_schedule_seconds: u64,
-    pub consumer_schedule_seconds: u64,
-    pub outage_seconds: u64,
-    pub without: SideReport,
-    /// `None` when the adaptive circuit could not be configured.
-    pub with: Option<SideReport>,
-}
-
-impl SimReport {
-    /// Without the circuit every message is parked during the outage (the outage is long
-    /// enough); with it none is; both sides lose nothing and deliver nothing twice.
-    pub fn passed(&self) -> bool {
-        let all = self.settings.messages;
-        let with_ok = self
-            .with
-            .as_ref()
-            .is_some_and(|w| w.sound() && w.parked_during_outage == 0 && w.parked_total() == 0);
-        self.without.sound() && self.without.parked_during_outage == all && with_ok
-    }
-}
-
-impl std::fmt::Display for SimReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = &self.settings;
-        writeln!(
-            f,
-            "circuit simulation (moto): {}",
-            if self.passed() { "PASSED" } else { "FAILED" }
-        )?;
-        let delays: Vec<String> = (1..=s.max_redrive_attempts)
-            .map(|a| s.redrive_delay(a).to_string())
-            .collect();
-        writeln!(
-            f,
-            "  schedule           re-driver {} attempts, backoff {} s = {} s; consumer retries {} s (maxReceiveCount {}, {} s per retry); alarm evaluations {} s; whole {} s",
-            s.max_redrive_attempts,
-            delays.join("+"),
-            self.backoff_schedule_seconds,
-            self.consumer_schedule_seconds,
-            s.max_receive_count,
-            s.consumer_retry_seconds,
-            s.alarm_schedule().as_secs(),
-            s.whole_schedule().as_secs()
-        )?;
-        writeln!(
-            f,
-            "  outage             {} s of 503 ({}x the whole schedule), {} messages per side produced as it starts; DLQ alarm evaluated every {} s, safety net every {} s",
-            self.outage_seconds,
-            s.outage_factor,
-            s.messages,
-            s.alarm_period.as_secs_f64(),
-            s.schedule_period.as_secs_f64()
-        )?;
-        if self.with.is_some() {
-            let tuning: Vec<String> = s
-                .circuit_env
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            writeln!(
-                f,
-                "  circuit            {} (the rest at their defaults)",
-                tuning.join(" ")
-            )?;
-        }
-        let sides: Vec<&SideReport> = std::iter::once(&self.without)
-            .chain(self.with.as_ref())
-            .collect();
-        write!(f, "  {:<40}", "")?;
-        for side in &sides {
-            write!(f, "{:>18}", side.side.map_or("?", Side::label))?;
-        }
-        writeln!(f)?;
-        let row = |f: &mut std::fmt::Formatter<'_>,
-                   name: &str,
-                   cell: &dyn Fn(&SideReport) -> String|
-         -> std::fmt::Result {
-            write!(f, "  {name:<40}")?;
-            for side in &sides {
-                write!(f, "{:>18}", cell(side))?;
-            }
-            writeln!(f)
-        };
-        row(f, "parked in poison during the outage", &|r| {
-            format!("{} of {}", r.parked_during_outage, r.messages)
-        })?;
-        row(f, "  all of them parked after", &|r| {
-            r.all_parked_after_seconds
-                .map_or("-".into(), |t| format!("{t:.1} s"))
-        })?;
-        row(f, "on the DLQ when the downstream recovers", &|r| {
-            r.dlq_at_recovery.to_string()
-        })?;
-        row(f, "recovery -> DLQ and source empty", &|r| {
-            r.recovery_to_empty_seconds
-                .map_or("not within limit".into(), |t| format!("{t:.1} s"))
-        })?;
-        row(f, "delivered once", &|r| r.delivered_once.to_string())?;
-        row(f, "parked at the end", &|r| r.parked_total().to_string())?;
-        row(f, "delivered twice", &|r| r.delivered_twice.to_string())?;
-        row(f, "lost", &|r| r.lost.len().to_string())?;
-        row(f, "downstream calls that failed", &|r| {
-            r.downstream_failures.to_string()
-        })?;
-        row(f, "re-driver invocations", &|r| {
-            r.redriver_invocations.to_string()
-        })?;
-        row(f, "  stopped by circuit-open", &|r| {
-            r.stopped_because
-                .get("circuit-open")
-                .copied()
-                .unwrap_or(0)
-                .to_string()
-        })?;
-        row(f, "redriven / isolated", &|r| {
-            format!("{} / {}", r.redriven, r.isolated)
-        })?;
-        if self.with.is_none() {
-            writeln!(
-                f,
-                "  with circuit: NOT RUN (the re-driver has no adaptive circuit to configure)"
-            )?;
-        }
-        for side in &sides {
-            let label = side.side.map_or("?", Side::label);
-            for v in &side.violations {
-                writeln!(f, "  VIOLATION ({label})  {v}")?;
-            }
-            for k in side.lost.iter().take(10) {
-                writeln!(f, "  LOST ({label})       {k}")?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// One side's resources and functions; `C` is the engine's circuit store ([`NoCircuit`] without
 /// the circuit).
 struct Rig<C> {
@@ -479,7 +271,7 @@ impl Rig<DynamoDbCircuitStore> {
     /// its record in a DynamoDB table of moto.
     async fn with(settings: &SimSettings, moto: &redrive_tests::Moto) -> Result<Self, String> {
         let ddb = moto.dynamodb().await;
-        let table = create_circuit_table(&ddb).await?;
+        let table = create_circuit_table(&ddb).await;
         let store = DynamoDbCircuitStore {
             client: ddb,
             table: table.clone(),
@@ -600,117 +392,31 @@ impl<C: CircuitStore> Rig<C> {
     }
 
     async fn produce(&self, n: u64) -> Vec<String> {
-        let mut ids = Vec::new();
         let side = self.side.label();
-        for start in (0..n).step_by(10) {
-            let entries = (start..(start + 10).min(n))
-                .map(|i| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(format!(
-                            r#"{{"n":{i},"side":"{side}","amountCents":{}}}"#,
-                            100 + i
-                        ))
-                        .build()
-                        .expect("id and body are set")
-                })
-                .collect();
-            let out = self
-                .sqs
-                .send_message_batch()
-                .queue_url(&self.queues.source_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("producing: {e:?}"));
-            assert!(out.failed.is_empty(), "producing: {:?}", out.failed);
-            ids.extend(out.successful.into_iter().map(|s| s.message_id));
+        let bodies: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"n":{i},"side":"{side}","amountCents":{}}}"#, 100 + i))
+            .collect();
+        let mut ids = Vec::new();
+        for chunk in bodies.chunks(10) {
+            ids.extend(send_batch(&self.sqs, &self.queues.source_url, chunk).await);
         }
         ids
     }
 
     /// The event source mapping: receive, invoke the consumer, delete what it did not report.
     async fn poller(&self) {
-        while !self.stopped() {
-            let out = self
-                .sqs
-                .receive_message()
-                .queue_url(&self.queues.source_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(1)
-                .visibility_timeout(30)
-                .message_attribute_names("All")
-                .message_system_attribute_names(MessageSystemAttributeName::All)
-                .send()
-                .await;
-            let messages: Vec<redrive_consumer::Message> = match out {
-                Ok(out) => out
-                    .messages
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|m| redrive_consumer::Message {
-                        attributes: attributes_from_sdk(m.message_attributes.as_ref()),
-                        receive_count: m
-                            .attributes
-                            .as_ref()
-                            .and_then(|a| {
-                                a.get(&MessageSystemAttributeName::ApproximateReceiveCount)
-                            })
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(1),
-                        message_id: m.message_id.unwrap_or_default(),
-                        receipt_handle: m.receipt_handle.unwrap_or_default(),
-                        body: m.body.unwrap_or_default(),
-                        group_id: None,
-                        source: Some(self.source_arn.clone()),
-                        trace_header: None,
-                    })
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
-            if messages.is_empty() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            let records: Vec<Value> = messages
-                .iter()
-                .map(|m| record_to_event_json(m, REGION))
-                .collect();
-            let handled = self
-                .consumer
-                .handle(
-                    &json!({ "Records": records }),
-                    wall_ms() + CONSUMER_TIMEOUT_MS,
-                )
-                .await
-                .unwrap_or_else(|e| panic!("the consumer rejected an SQS event: {e}"));
-            let failed: Vec<&str> = handled.response.failed_ids().into_iter().collect();
-            let settled: Vec<&String> = messages
-                .iter()
-                .filter(|m| !failed.contains(&m.message_id.as_str()))
-                .map(|m| &m.receipt_handle)
-                .collect();
-            for chunk in settled.chunks(10) {
-                let entries = chunk
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        DeleteMessageBatchRequestEntry::builder()
-                            .id(i.to_string())
-                            .receipt_handle(*r)
-                            .build()
-                            .expect("id and handle are set")
-                    })
-                    .collect();
-                let _ = self
-                    .sqs
-                    .delete_message_batch()
-                    .queue_url(&self.queues.source_url)
-                    .set_entries(Some(entries))
-                    .send()
-                    .await;
-            }
-        }
+        let source = SqsRecords::new(
+            self.sqs.clone(),
+            &self.queues.source_url,
+            self.source_arn.clone(),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+        );
+        let consumer = InProcess {
+            consumer: &self.consumer,
+            outcomes: None,
+        };
+        event_source::poll(&source, &consumer, || self.stopped()).await;
     }
 
     /// CloudWatch's evaluation of the DLQ alarm: visible messages and not in ALARM -> ALARM
@@ -719,7 +425,7 @@ impl<C: CircuitStore> Rig<C> {
     async fn alarm_evaluator(&self, period: Duration) {
         while !self.stopped() {
             tokio::time::sleep(period).await;
-            let Some((visible, _, _)) = depths(&self.sqs, &self.queues.dlq_url).await else {
+            let Some((visible, _, _)) = queue_counts(&self.sqs, &self.queues.dlq_url).await else {
                 continue;
             };
             let state = alarm_state(&self.cloudwatch, &self.alarm).await;
@@ -743,7 +449,7 @@ impl<C: CircuitStore> Rig<C> {
     async fn schedule(&self, period: Duration) {
         while !self.stopped() {
             tokio::time::sleep(period).await;
-            let total = depths(&self.sqs, &self.queues.dlq_url)
+            let total = queue_counts(&self.sqs, &self.queues.dlq_url)
                 .await
                 .map_or(0, |(v, i, d)| v + i + d);
             if total > 0 && !self.stopped() {
@@ -773,54 +479,17 @@ impl<C: CircuitStore> Rig<C> {
         }
     }
 
-    /// The SNS delivery of this side's alarm notification (the shape of
-    /// tests/fixtures/sns-cloudwatch-alarm.json).
+    /// The SNS delivery of this side's alarm notification.
     fn alarm_notification(&self, old_state: &str, period: Duration) -> Value {
-        // http://host:port/<account>/<name>
-        let account = self
-            .queues
-            .dlq_url
-            .rsplit('/')
-            .nth(1)
-            .unwrap_or("123456789012");
-        let mut event = redrive_tests::fixture("sns-cloudwatch-alarm.json");
-        let record = &mut event["Records"][0];
-        let mut message: Value =
-            serde_json::from_str(record["Sns"]["Message"].as_str().unwrap_or("{}"))
-                .expect("the fixture's Message is JSON");
-        message["AlarmName"] = json!(self.alarm);
-        message["AWSAccountId"] = json!(account);
-        message["AlarmArn"] = json!(format!(
-            "arn:aws:cloudwatch:{REGION}:{account}:alarm:{}",
-            self.alarm
-        ));
-        message["OldStateValue"] = json!(old_state);
-        message["Trigger"]["Dimensions"] =
-            json!([{"value": self.queues.dlq_name, "name": "QueueName"}]);
-        message["Trigger"]["Period"] = json!(period.as_secs().max(1));
-        record["Sns"]["Message"] = json!(message.to_string());
-        event
-    }
-
-    /// Every message left in the three queues.
-    async fn inventory(&self) -> Vec<Parked> {
         let q = &self.queues;
-        let mut parked = Vec::new();
-        for (place, url) in [
-            (Place::Source, &q.source_url),
-            (Place::Dlq, &q.dlq_url),
-            (Place::Poison, &q.poison_url),
-        ] {
-            for m in drain_all(&self.sqs, url).await {
-                let attributes = attributes_from_sdk(m.message_attributes.as_ref());
-                parked.push(Parked::read(
-                    place,
-                    m.message_id().unwrap_or(""),
-                    &attributes,
-                ));
-            }
-        }
-        parked
+        let mut event = q.alarm_notification(&self.alarm, "ALARM", &q.dlq_name);
+        let sns = &mut event["Records"][0]["Sns"];
+        let mut message: Value = serde_json::from_str(sns["Message"].as_str().unwrap_or("{}"))
+            .expect("the notification's Message is JSON");
+        message["OldStateValue"] = json!(old_state);
+        message["Trigger"]["Period"] = json!(period.as_secs().max(1));
+        sns["Message"] = json!(message.to_string());
+        event
     }
 
     async fn cleanup(&self, moto: &redrive_tests::Moto) {
@@ -903,7 +572,7 @@ async fn run_side<C: CircuitStore>(
         rig.alarm_evaluator(settings.alarm_period),
         rig.schedule(settings.schedule_period),
     );
-    let inventory = rig.inventory().await;
+    let inventory = crate::soak::moto::inventory(&rig.sqs, &rig.queues, Duration::ZERO).await;
     let mut report = std::mem::take(&mut *lock(&rig.tally));
     report.parked_during_outage = parked_during_outage;
     report.dlq_at_recovery = dlq_at_recovery;
@@ -911,62 +580,6 @@ async fn run_side<C: CircuitStore>(
     report.all_parked_after_seconds = all_parked_after;
     reconcile(&mut report, &produced, &inventory, &rig.downstream);
     report
-}
-
-/// Every produced message is delivered exactly once by the downstream's own records (by
-/// idempotency key, whose chain is the original MessageId), or parked in exactly one copy.
-fn reconcile(
-    report: &mut SideReport,
-    produced: &[String],
-    inventory: &[Parked],
-    downstream: &Downstream,
-) {
-    let mut copies: HashMap<&str, Vec<&Parked>> = HashMap::new();
-    for p in inventory {
-        copies.entry(p.key.as_str()).or_default().push(p);
-        if !produced.contains(&p.key) {
-            report
-                .violations
-                .push(format!("a queue holds {}, which was never produced", p.key));
-        }
-    }
-    for id in produced {
-        let delivered = downstream.deliveries(id);
-        let found = copies.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-        match (delivered, found.len()) {
-            (0, 0) => report.lost.push(id.clone()),
-            (0, n) => {
-                let first = found[0];
-                let label = match &first.reason {
-                    Some(r) => format!("{}:{r}", first.place.as_str()),
-                    None => first.place.as_str().to_string(),
-                };
-                *report.parked.entry(label).or_default() += 1;
-                if n > 1 {
-                    report
-                        .violations
-                        .push(format!("{id} is parked in {n} copies"));
-                }
-            }
-            (d, n) => {
-                if d == 1 {
-                    report.delivered_once += 1;
-                } else {
-                    report.delivered_twice += 1;
-                }
-                if n > 0 {
-                    report
-                        .violations
-                        .push(format!("{id} was delivered and still sits in a queue"));
-                }
-            }
-        }
-    }
-    report.downstream_failures = downstream
-        .requests()
-        .iter()
-        .filter(|r| !r.is_success())
-        .count() as u64;
 }
 
 /// Runs both sides at once on the test process's moto (the fast-clock one: the same SQS
@@ -1004,35 +617,6 @@ pub async fn run(settings: &SimSettings) -> SimReport {
     }
 }
 
-/// The adaptive circuit's durable record: a table keyed by `queue` (the DLQ URL).
-async fn create_circuit_table(ddb: &aws_sdk_dynamodb::Client) -> Result<String, String> {
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    };
-    let name = redrive_tests::unique_name("circuit");
-    ddb.create_table()
-        .table_name(&name)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("queue")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("queue")
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .map_err(|e| format!("CreateTable {name}: {e:?}"))?;
-    Ok(name)
-}
-
 async fn set_alarm(cw: &aws_sdk_cloudwatch::Client, alarm: &str, state: StateValue, why: &str) {
     let _ = cw
         .set_alarm_state()
@@ -1053,40 +637,11 @@ async fn alarm_state(cw: &aws_sdk_cloudwatch::Client, alarm: &str) -> StateValue
         .unwrap_or(StateValue::InsufficientData)
 }
 
-/// (visible, in flight, delayed)
-async fn depths(sqs: &Client, url: &str) -> Option<(u64, u64, u64)> {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
-        .send()
-        .await
-        .ok()?;
-    let attrs = out.attributes.unwrap_or_default();
-    let get = |name: QueueAttributeName| -> u64 {
-        attrs.get(&name).and_then(|v| v.parse().ok()).unwrap_or(0)
-    };
-    Some((
-        get(QueueAttributeName::ApproximateNumberOfMessages),
-        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-        get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
-    ))
-}
-
 /// Visible, in flight and delayed; an unanswered query counts as not empty.
 async fn total_depth(sqs: &Client, url: &str) -> u64 {
-    depths(sqs, url)
+    queue_counts(sqs, url)
         .await
         .map_or(u64::MAX, |(v, i, d)| v + i + d)
-}
-
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

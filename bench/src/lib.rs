@@ -22,6 +22,8 @@ pub mod coldstart;
 // The consumer's in-memory cache of completed keys: DynamoDB calls per record.
 pub mod consumer_cache;
 pub mod downstream;
+// The event source mapping in front of the consumer engine in process.
+pub mod event_source;
 pub mod faults;
 pub use redrive_tests::loopback;
 // Side by side with SQS's StartMessageMoveTask, on LocalStack.

@@ -15,7 +15,7 @@
 //! in none is lost. The same loop runs on moto (through the fault proxy, [`moto`]) and on the
 //! port fakes (the in-memory [`crate::world`], [`fake`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -23,19 +23,20 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redrive_consumer::Consumer;
-use redrive_consumer::message::record_to_event_json;
 use redrive_consumer::ports::{IdempotencyStore, QueueOps};
-use redrive_consumer::{FailedIds, Message, Processor};
+use redrive_consumer::{Message, Processor};
 use redrive_engine::ports::{Alarms, Metrics, Queue};
 use redrive_engine::{DrainRequest, Engine};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
 use redrive_shared::meta::RedriveMeta;
 use serde::Serialize;
-use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use redrive_tests::event_source::{self, Source};
+
 use crate::downstream::{DOOMED_MARKER, Flaky, POISON_MARKER, chain_of};
+use crate::event_source::InProcess;
 use crate::faults::FaultCounts;
 
 pub mod fake;
@@ -46,9 +47,6 @@ pub mod workflow;
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
-
-/// The region of the soak's queue ARNs and events.
-pub const REGION: &str = "us-east-1";
 
 /// The soak's knobs.
 #[derive(Debug, Clone, Serialize)]
@@ -188,10 +186,10 @@ pub struct LayerStats {
 pub trait Emulator: Sync {
     /// Sends these bodies to the source queue; returns their MessageIds, in order.
     fn produce(&self, bodies: Vec<String>) -> impl Future<Output = Vec<String>> + Send;
-    /// The event source mapping's receive: up to `max` messages of the source queue.
-    fn poll(&self, max: usize, visibility: Duration) -> impl Future<Output = Vec<Message>> + Send;
-    /// The event source mapping deletes the records the consumer did not report.
-    fn settle(&self, receipt_handles: Vec<String>) -> impl Future<Output = ()> + Send;
+    /// The source queue as the event source mapping polls it.
+    type Source: Source<Message = Message>;
+    /// The source queue, polled with this visibility timeout.
+    fn source(&self, visibility: Duration) -> Self::Source;
     fn depths(&self) -> impl Future<Output = Depths> + Send;
     /// The depth of the source queue alone (the producer's check).
     fn source_depth(&self) -> impl Future<Output = u64> + Send;
@@ -201,10 +199,6 @@ pub trait Emulator: Sync {
     fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()>;
     fn disarm_kill(&self);
     fn layer_stats(&self) -> LayerStats;
-    /// Sleeps while nothing is visible (a long poll's wait).
-    fn idle(&self) -> Duration {
-        Duration::from_millis(200)
-    }
 }
 
 /// The outcome: where every message ended, and what the loop went through.
@@ -447,14 +441,6 @@ impl Progress {
     }
 }
 
-/// Wall-clock epoch milliseconds (the consumer's deadlines are wall-clock, as Lambda's are).
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// The calls the re-driver makes to SQS (the consumer makes none of these; the harness's own
 /// calls bypass the fault layer).
 pub const REDRIVER_CALLS: [&str; 4] = [
@@ -464,8 +450,6 @@ pub const REDRIVER_CALLS: [&str; 4] = [
     "GetQueueAttributes",
 ];
 
-/// The consumer invocation's deadline: a 15 s Lambda timeout.
-const CONSUMER_TIMEOUT_MS: u64 = 15_000;
 /// The re-driver invocation's deadline.
 const REDRIVER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -508,6 +492,7 @@ async fn producer<E: Emulator>(env: &E, settings: &SoakSettings, progress: &Prog
     progress.produced_all.store(true, Ordering::SeqCst);
 }
 
+/// One poller of the event source mapping, in front of the consumer.
 async fn poller<E, S, Q, P>(
     env: &E,
     consumer: &Consumer<S, Q, P>,
@@ -519,38 +504,12 @@ async fn poller<E, S, Q, P>(
     Q: QueueOps,
     P: Processor,
 {
-    while !progress.stopped() {
-        let messages = env.poll(10, settings.esm_visibility).await;
-        if messages.is_empty() {
-            tokio::time::sleep(env.idle()).await;
-            continue;
-        }
-        let records: Vec<Value> = messages
-            .iter()
-            .map(|m| record_to_event_json(m, REGION))
-            .collect();
-        let event = json!({ "Records": records });
-        let handled = match consumer
-            .handle(&event, wall_ms() + CONSUMER_TIMEOUT_MS)
-            .await
-        {
-            Ok(h) => h,
-            Err(e) => panic!("the consumer rejected an SQS event: {e}"),
-        };
-        {
-            let mut outcomes = lock(&progress.outcomes);
-            for r in &handled.records {
-                *outcomes.entry(r.outcome.as_str().to_string()).or_default() += 1;
-            }
-        }
-        let failed: HashSet<&str> = handled.response.failed_ids().into_iter().collect();
-        let settled = messages
-            .iter()
-            .filter(|m| !failed.contains(m.message_id.as_str()))
-            .map(|m| m.receipt_handle.clone())
-            .collect();
-        env.settle(settled).await;
-    }
+    let source = env.source(settings.esm_visibility);
+    let consumer = InProcess {
+        consumer,
+        outcomes: Some(&progress.outcomes),
+    };
+    event_source::poll(&source, &consumer, || progress.stopped()).await;
 }
 
 async fn redriver<E, Q, A, M>(
@@ -571,10 +530,8 @@ async fn redriver<E, Q, A, M>(
             continue;
         }
         let request = DrainRequest {
-            max_messages: 100,
-            dry_run: false,
             deadline: Some(Instant::now() + REDRIVER_TIMEOUT),
-            trigger_alarm: None,
+            ..DrainRequest::new(100)
         };
         progress.invocations.fetch_add(1, Ordering::SeqCst);
         let summary = if rng.next_unit() >= settings.kill_share {

@@ -67,6 +67,7 @@ impl From<Injected> for PortError {
             code: e.code.into(),
             message: "injected by the soak's fault layer".into(),
             retryable: true,
+            source: None,
         }
     }
 }

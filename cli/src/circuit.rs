@@ -70,6 +70,7 @@ fn store_error(e: CircuitError) -> CliError {
             code: "Contended".into(),
             message: other.to_string(),
             retryable: false,
+            source: None,
         }),
     }
 }
@@ -77,7 +78,7 @@ fn store_error(e: CircuitError) -> CliError {
 pub async fn run(ctx: &Ctx, args: CircuitArgs) -> Result<Outcome, CliError> {
     let cfg = config(args.circuit_table.as_deref())?;
     let store = DynamoDbCircuitStore {
-        client: aws_sdk_dynamodb::Client::new(&ctx.sdk),
+        client: ctx.clients.dynamodb.clone(),
         table: cfg.table.clone(),
     };
     let dlq = args.dlq.as_str();

@@ -5,14 +5,14 @@
 use serde_json::{Value, json};
 
 use super::replay::{line, outcome};
-use super::scan::{Reach, Scanner, Status};
+use super::scan::{Reach, Scanner, Status, numbered};
 use super::select::Filter;
 use super::select::Selection;
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
 use clap::Args;
 use redrive_engine::engine::Transfer;
-use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
+use redrive_engine::ports::{PortError, Queue, Received};
 use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
@@ -80,14 +80,7 @@ async fn walk<Q: Queue>(
                 .extend(chosen.iter().map(|m| MessageView::new(m, now, None)));
             continue;
         }
-        let entries: Vec<HandleEntry> = chosen
-            .iter()
-            .enumerate()
-            .map(|(i, m)| HandleEntry {
-                id: i.to_string(),
-                receipt_handle: m.receipt_handle.clone(),
-            })
-            .collect();
+        let entries = numbered(chosen.iter().map(|m| m.receipt_handle.clone()));
         if entries.is_empty() {
             continue;
         }
@@ -158,20 +151,7 @@ fn print_text(ctx: &Ctx, args: &DiscardArgs, report: &Report, not_found: &[Strin
             println!("  {}  {}", line(m), s.bad(why));
         }
     }
-    if !not_found.is_empty() {
-        println!(
-            "{} {} (not visible: in flight, or not on this queue)",
-            s.bad("not found:"),
-            not_found.join(", ")
-        );
-    }
-    if let Some(short) = reach.shortfall() {
-        let label = match reach.status {
-            Status::Limit => s.warn("note:"),
-            _ => s.bad("not reached:"),
-        };
-        println!("{label} {short}");
-    }
+    reach.print_misses(s, not_found);
     if !args.yes {
         eprintln!("refusing to delete without --yes: re-run with --yes to delete these");
     }

@@ -10,7 +10,7 @@ use super::progress::{Bar, Counters, Counting};
 use super::{CliError, Ctx, Outcome};
 use clap::Args;
 use redrive_engine::aws::CloudWatch;
-use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore};
+use redrive_engine::circuit::CircuitStore;
 use redrive_engine::ports::Queue;
 use redrive_engine::{DrainRequest, Engine, StopReason, Summary};
 use redrive_shared::circuit::{CircuitSettings, State};
@@ -88,16 +88,13 @@ pub fn config(args: &DrainArgs) -> Result<RedriverConfig, CliError> {
 
 pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     let config = config(&args)?;
-    // --- adaptive circuit: the canary's tunables are checked before any queue is
-    // touched, and the drain honours the circuit's record when CIRCUIT_TABLE is set.
+    // The canary's tunables are checked before any queue is touched; the drain honours the
+    // adaptive circuit's record when CIRCUIT_TABLE is set.
     let canary = match args.canary {
         Some(n) => Some((n, super::circuit::canary_settings()?)),
         None => None,
     };
-    let circuit_store = config.circuit.as_ref().map(|c| DynamoDbCircuitStore {
-        client: aws_sdk_dynamodb::Client::new(&ctx.sdk),
-        table: c.table.clone(),
-    });
+    let circuit_store = ctx.clients.circuit_store(&config);
     let counters = Arc::new(Counters::default());
     let queue = Counting {
         inner: ctx.queue(),
@@ -105,14 +102,10 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
         poison: config.poison_queue_url.to_string(),
         counters: counters.clone(),
     };
-    let cloudwatch = CloudWatch {
-        client: aws_sdk_cloudwatch::Client::new(&ctx.sdk),
-    };
+    let cloudwatch = ctx.clients.cloudwatch.clone();
     let request = DrainRequest {
-        max_messages: config.max_messages_per_invocation,
         dry_run: config.dry_run,
-        deadline: None,
-        trigger_alarm: None,
+        ..DrainRequest::new(config.max_messages_per_invocation)
     };
     let engine =
         Engine::new(queue, cloudwatch.clone(), cloudwatch, config).with_circuit(circuit_store);
@@ -147,8 +140,7 @@ fn outcome(summary: &Summary) -> Outcome {
     }
 }
 
-// --- adaptive circuit: `drain --canary N`.
-/// Replays `n` messages, waits for the verdict, and drains the rest of the budget only if the
+/// `drain --canary N`: replays `n` messages, waits for the verdict, and drains the rest of the budget only if the
 /// canary's copies did not come back.
 async fn run_canary<Q: Queue, C: CircuitStore>(
     ctx: &Ctx,
@@ -158,13 +150,9 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
     settings: &CircuitSettings,
     window_flag: Option<u64>,
 ) -> Result<Outcome, CliError> {
-    let first = DrainRequest {
-        max_messages: n.min(request.max_messages),
-        ..request.clone()
-    };
     let started = super::now_ms();
     // Its copies go out without their backoff delay: judged by the window, not by the delay.
-    let canary = engine.run_canary(&first).await;
+    let canary = engine.run(&request.canary(n)).await;
     let window = super::circuit::canary_window(window_flag, settings);
     let judged = !canary.dry_run && canary.redriven > 0;
     if !ctx.json {
@@ -291,7 +279,6 @@ fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
         },
     );
     let stop = match s.stopped_because {
-        // --- adaptive circuit
         StopReason::CircuitOpen if s.circuit.as_ref().is_some_and(|c| c.state != State::Closed) => {
             st.bad("circuit-open (the adaptive circuit: see `redrive circuit status`)")
         }
@@ -300,7 +287,6 @@ fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
         r => r.as_str().to_string(),
     };
     row("stopped because", stop);
-    // --- adaptive circuit
     if let Some(c) = &s.circuit {
         row(
             "circuit",

@@ -13,24 +13,20 @@
 //! handle or a message no longer in flight, and those messages are reported as not deleted
 //! (still on the queue) instead of deleted.
 
-use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use clap::Args;
-use redrive_shared::archive::{ArchivedMessage, S3Location, SystemAttributes, object_key, to_line};
+use redrive_shared::archive::{ArchivedMessage, S3Location, object_key, to_line};
 use redrive_shared::config::QueueUrl;
 use serde_json::json;
 
 use super::filter::{FilterArgs, MessageFilter};
-use super::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop};
+use super::progress::Progress;
+use super::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop, numbered};
 use super::{CliError, Ctx, Outcome, now_ms};
-use redrive_engine::aws::SqsQueue;
 use redrive_engine::engine::Transfer;
-use redrive_engine::ports::{
-    BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry,
-};
+use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
 
 /// Messages per S3 object at most; an object is written (and, with `--delete`, its messages
 /// deleted) as soon as it is full, well within the scan's hold of the messages.
@@ -70,130 +66,6 @@ impl Destination {
             Some(Err(e)) => Err(CliError::Config(e)),
             None if text.is_empty() => Err(CliError::Config("the path is empty".into())),
             None => Ok(Self::File(PathBuf::from(text))),
-        }
-    }
-}
-
-/// The SQS queue, remembering the system attributes of each message it received (the port's
-/// [`Received`] carries only some of them).
-struct Recording {
-    inner: SqsQueue,
-    system: Mutex<HashMap<String, SystemAttributes>>,
-}
-
-/// A queue that remembers the system attributes of what it received.
-trait Exporting: Queue {
-    fn system_of(&self, message_id: &str) -> SystemAttributes;
-}
-
-impl Exporting for Recording {
-    fn system_of(&self, message_id: &str) -> SystemAttributes {
-        self.system
-            .lock()
-            .map(|m| m.get(message_id).cloned().unwrap_or_default())
-            .unwrap_or_default()
-    }
-}
-
-impl Queue for Recording {
-    async fn receive(
-        &self,
-        queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
-    ) -> Result<Vec<Received>, PortError> {
-        let got = self
-            .inner
-            .receive_with_system(queue_url, max_messages, wait_seconds, visibility_seconds)
-            .await?;
-        let mut out = Vec::with_capacity(got.len());
-        if let Ok(mut map) = self.system.lock() {
-            for (m, system) in got {
-                map.insert(m.message_id.clone(), system);
-                out.push(m);
-            }
-        }
-        Ok(out)
-    }
-
-    async fn send_batch(
-        &self,
-        url: &str,
-        entries: &[SendEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        self.inner.send_batch(url, entries).await
-    }
-
-    async fn delete_batch(
-        &self,
-        url: &str,
-        entries: &[HandleEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        self.inner.delete_batch(url, entries).await
-    }
-
-    async fn change_visibility_batch(
-        &self,
-        url: &str,
-        entries: &[HandleEntry],
-        visibility_seconds: i32,
-    ) -> Result<BatchOutcome, PortError> {
-        self.inner
-            .change_visibility_batch(url, entries, visibility_seconds)
-            .await
-    }
-
-    async fn depth(&self, url: &str) -> Result<Depth, PortError> {
-        self.inner.depth(url).await
-    }
-}
-
-/// A one-line progress bar on stderr (indicatif: position, rate and, with a total, ETA),
-/// drawn only when stderr is a terminal and the output is not JSON.
-pub struct Progress {
-    bar: Option<indicatif::ProgressBar>,
-    verb: &'static str,
-}
-
-impl Progress {
-    pub fn new(json: bool, verb: &'static str) -> Self {
-        let on = !json && std::io::stderr().is_terminal();
-        Self {
-            bar: on.then(|| {
-                indicatif::ProgressBar::with_draw_target(
-                    None,
-                    indicatif::ProgressDrawTarget::stderr(),
-                )
-            }),
-            verb,
-        }
-    }
-
-    pub fn show(&self, done: usize, total: Option<usize>, detail: &str) {
-        let Some(bar) = &self.bar else {
-            return;
-        };
-        let template = match total {
-            Some(total) if total > 0 => {
-                bar.set_length(total as u64);
-                format!(
-                    "[{{bar:30}}] {{pos}}/{{len}} {} ({{per_sec}}, ETA {{eta}}); {{msg}}",
-                    self.verb
-                )
-            }
-            _ => format!("{{pos}} {} ({{per_sec}}); {{msg}}", self.verb),
-        };
-        if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
-            bar.set_style(style.progress_chars("#>-"));
-        }
-        bar.set_position(done as u64);
-        bar.set_message(detail.to_string());
-    }
-
-    pub fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
         }
     }
 }
@@ -249,26 +121,12 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
             }
         }
     };
-    let queue = Recording {
-        inner: ctx.queue(),
-        system: Mutex::new(HashMap::new()),
-    };
+    let queue = ctx.queue();
     let url = args.queue.as_str();
-    let now = now_ms();
-    let filter = MessageFilter::new(&args.filters, now);
     let progress = Progress::new(ctx.json, "exported");
     let mut scan = Scanner::new(&queue, url);
     let mut report = Report::default();
-    let walked = walk(
-        &queue,
-        &mut scan,
-        &filter,
-        &args,
-        &mut sink,
-        &progress,
-        &mut report,
-    )
-    .await;
+    let walked = walk(&queue, &mut scan, &args, &mut sink, &progress, &mut report).await;
     progress.finish();
     let limit = args
         .max
@@ -338,16 +196,16 @@ fn create_new(path: &Path) -> Result<std::fs::File, CliError> {
     Ok(file)
 }
 
-async fn walk<Q: Exporting>(
+async fn walk<Q: Queue>(
     queue: &Q,
     scan: &mut Scanner<'_, Q>,
-    filter: &MessageFilter,
     args: &ExportArgs,
     sink: &mut Sink,
     progress: &Progress,
     report: &mut Report,
 ) -> Result<(), PortError> {
     let url = args.queue.as_str();
+    let filter = MessageFilter::new(&args.filters, now_ms());
     let max = args.max.map(|m| m as usize);
     let full = |report: &Report| max.is_some_and(|m| report.exported.len() >= m);
     while !full(report) {
@@ -374,7 +232,7 @@ async fn walk<Q: Exporting>(
                     message_id: m.message_id.clone(),
                     body: m.body.clone(),
                     attributes: m.attributes.clone(),
-                    system: queue.system_of(&m.message_id),
+                    system: scan.system(&m.message_id),
                 });
                 (line, m)
             })
@@ -394,6 +252,7 @@ async fn walk<Q: Exporting>(
                         code: "Io".into(),
                         message: format!("writing {}: {e}", args.to),
                         retryable: false,
+                        source: None,
                     })?;
                 let stored: Vec<Received> = lines.into_iter().map(|(_, m)| m).collect();
                 settle(queue, scan, url, args.delete, stored, report).await;
@@ -484,17 +343,11 @@ async fn settle<Q: Queue>(
     }
     // The scan's latest handle: the message may have come back and been received again by
     // the scan itself since its line was made.
-    let entries: Vec<HandleEntry> = stored
-        .iter()
-        .enumerate()
-        .map(|(i, m)| HandleEntry {
-            id: i.to_string(),
-            receipt_handle: scan
-                .handle(&m.message_id)
-                .unwrap_or(&m.receipt_handle)
-                .to_string(),
-        })
-        .collect();
+    let entries = numbered(stored.iter().map(|m| {
+        scan.handle(&m.message_id)
+            .unwrap_or(&m.receipt_handle)
+            .to_string()
+    }));
     let transfer = Transfer::new(queue);
     let held = transfer.hold(url, entries.clone(), HOLD_SECONDS).await;
     let current: Vec<HandleEntry> = entries
@@ -569,6 +422,7 @@ mod tests {
 
     use super::*;
     use redrive_engine::fake::FakeSqs;
+    use redrive_engine::ports::{BatchOutcome, Depth, SendEntry};
 
     const Q: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
 
@@ -590,12 +444,6 @@ mod tests {
             if self.received_again {
                 self.sqs.receive_now(Q, 10, 300).unwrap();
             }
-        }
-    }
-
-    impl Exporting for LateAfterWrite {
-        fn system_of(&self, _message_id: &str) -> SystemAttributes {
-            SystemAttributes::default()
         }
     }
 
@@ -658,21 +506,12 @@ mod tests {
         let mut sink = Sink::File {
             file: create_new(&path).unwrap(),
         };
-        let filter = MessageFilter::new(&args.filters, now_ms());
         let progress = Progress::new(true, "exported");
         let mut scan = Scanner::new(queue, Q);
         let mut report = Report::default();
-        walk(
-            queue,
-            &mut scan,
-            &filter,
-            &args,
-            &mut sink,
-            &progress,
-            &mut report,
-        )
-        .await
-        .unwrap();
+        walk(queue, &mut scan, &args, &mut sink, &progress, &mut report)
+            .await
+            .unwrap();
         scan.release().await;
         let lines = std::fs::read_to_string(&path).unwrap().lines().count();
         assert_eq!(lines, report.exported.len());

@@ -160,6 +160,7 @@ where
             .to_string(),
         message: aws_sdk_sfn::error::DisplayErrorContext(&e).to_string(),
         retryable,
+        source: None,
     }
 }
 

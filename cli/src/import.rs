@@ -19,15 +19,14 @@ use clap::Args;
 use redrive_shared::archive::{ArchivedMessage, S3Location, parse_jsonl};
 use redrive_shared::attributes::message_size;
 use redrive_shared::config::{DEFAULT_IDEMPOTENCY_TTL_SECONDS, QueueUrl};
-use redrive_shared::decision::dedup_id;
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{MetaSource, RedriveMeta};
 use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
 use serde_json::{Value, json};
 
-use super::export::Progress;
 use super::filter::{FilterArgs, MessageFilter};
-use super::replay::line;
+use super::progress::Progress;
+use super::replay::{copy_entry, fifo_group, line};
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
 use redrive_engine::engine::Transfer;
@@ -115,21 +114,10 @@ pub fn import_entry(m: &ArchivedMessage, to_fifo: bool, max_bytes: usize) -> (Se
             keyed = true;
         }
     }
-    let entry = SendEntry {
-        id: String::new(),
-        body: m.body.clone(),
-        attributes,
-        delay_seconds: None,
-        group_id: to_fifo.then(|| {
-            m.system
-                .message_group_id
-                .clone()
-                .unwrap_or_else(|| meta.original_message_id.clone())
-        }),
-        dedup_id: to_fifo.then(|| dedup_id(&m.message_id, DEDUP_KIND)),
-        // The producer's trace, when the archive kept it (`system.AWSTraceHeader`).
-        trace_header: m.system.trace_header(),
-    };
+    let group = to_fifo.then(|| fifo_group(m.system.message_group_id.as_deref(), &meta));
+    // The producer's trace, when the archive kept it (`system.AWSTraceHeader`).
+    let trace = m.system.trace_header();
+    let entry = copy_entry(&m.message_id, &m.body, attributes, group, DEDUP_KIND, trace);
     (entry, keyed)
 }
 

@@ -31,7 +31,7 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 pub use args::Cli;
 use args::Command;
 use output::Style;
-use redrive_engine::aws::SqsQueue;
+use redrive_engine::aws::{Clients, SqsQueue};
 use redrive_engine::ports::PortError;
 pub use replay::replay_entry;
 
@@ -68,18 +68,18 @@ pub enum Outcome {
     Failed,
 }
 
-/// What every command gets: SDK clients, output mode, colours.
+/// What every command gets: the SDK configuration, the engine's clients built from it once
+/// (whole calls are retried by the SDK, as its retry configuration says), output mode, colours.
 pub struct Ctx {
     pub sdk: SdkConfig,
+    pub clients: Clients,
     pub json: bool,
     pub style: Style,
 }
 
 impl Ctx {
     pub fn queue(&self) -> SqsQueue {
-        SqsQueue {
-            client: aws_sdk_sqs::Client::new(&self.sdk),
-        }
+        self.clients.sqs.clone()
     }
 }
 
@@ -137,6 +137,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Err(e) => return fail(&e),
     };
     let ctx = Ctx {
+        clients: Clients::from_sdk(&sdk),
         sdk,
         json: cli.json,
         style: if cli.json {

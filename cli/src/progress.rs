@@ -1,5 +1,6 @@
-//! A progress bar for `redrive drain`: the engine's queue port wrapped to count what it
-//! receives, sends and deletes, drawn on stderr (indicatif) when stderr is a terminal.
+//! Progress bars on stderr (indicatif), drawn only when stderr is a terminal: `redrive drain`'s,
+//! fed by the engine's queue port wrapped to count what it receives, sends and deletes, and the
+//! one of the commands that count what they did themselves (`export`, `import`).
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -147,5 +148,54 @@ fn detail(c: &Counters, dry_run: bool) -> String {
             c.to_poison.load(Ordering::Relaxed),
             c.deleted.load(Ordering::Relaxed)
         )
+    }
+}
+
+/// A one-line progress bar on stderr (indicatif: position, rate and, with a total, ETA),
+/// drawn only when stderr is a terminal and the output is not JSON.
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    verb: &'static str,
+}
+
+impl Progress {
+    pub fn new(json: bool, verb: &'static str) -> Self {
+        let on = !json && std::io::stderr().is_terminal();
+        Self {
+            bar: on.then(|| {
+                indicatif::ProgressBar::with_draw_target(
+                    None,
+                    indicatif::ProgressDrawTarget::stderr(),
+                )
+            }),
+            verb,
+        }
+    }
+
+    pub fn show(&self, done: usize, total: Option<usize>, detail: &str) {
+        let Some(bar) = &self.bar else {
+            return;
+        };
+        let template = match total {
+            Some(total) if total > 0 => {
+                bar.set_length(total as u64);
+                format!(
+                    "[{{bar:30}}] {{pos}}/{{len}} {} ({{per_sec}}, ETA {{eta}}); {{msg}}",
+                    self.verb
+                )
+            }
+            _ => format!("{{pos}} {} ({{per_sec}}); {{msg}}", self.verb),
+        };
+        if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
+            bar.set_style(style.progress_chars("#>-"));
+        }
+        bar.set_position(done as u64);
+        bar.set_message(detail.to_string());
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
     }
 }

@@ -16,6 +16,7 @@ use redrive_shared::decision::dedup_id;
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
 use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
+use redrive_shared::{Attributes, TraceHeader};
 use serde_json::{Value, json};
 
 use super::scan::{Reach, Scanner, Status};
@@ -77,22 +78,38 @@ pub fn replay_entry(
     if !fits {
         attributes = m.attributes.clone();
     }
-    let entry = SendEntry {
+    let group = to_fifo.then(|| fifo_group(m.group_id.as_deref(), &meta));
+    let trace = m.trace_header.clone();
+    let entry = copy_entry(&m.message_id, &m.body, attributes, group, DEDUP_KIND, trace);
+    (entry, fits)
+}
+
+/// The FIFO group of a moved message's copy: the message's own, else its chain's.
+pub fn fifo_group(group: Option<&str>, meta: &RedriveMeta) -> String {
+    group.map_or_else(|| meta.original_message_id.clone(), str::to_string)
+}
+
+/// The copy of a message moved by hand (replayed, imported), entry id left empty. On a FIFO
+/// destination it goes in `fifo_group` and is deduplicated on the id of the message being
+/// moved, as the re-driver does: a retried move of the same message is deduplicated, a later
+/// move of the same chain never is.
+pub fn copy_entry(
+    moved_id: &str,
+    body: &str,
+    attributes: Attributes,
+    fifo_group: Option<String>,
+    dedup_kind: &str,
+    trace_header: Option<TraceHeader>,
+) -> SendEntry {
+    SendEntry {
         id: String::new(),
-        body: m.body.clone(),
+        body: body.to_string(),
         attributes,
         delay_seconds: None,
-        group_id: to_fifo.then(|| {
-            m.group_id
-                .clone()
-                .unwrap_or_else(|| meta.original_message_id.clone())
-        }),
-        // From the message being moved, as the re-driver does: a retried replay of the same
-        // parked message is deduplicated, a later move of the same chain never is.
-        dedup_id: to_fifo.then(|| dedup_id(&m.message_id, DEDUP_KIND)),
-        trace_header: m.trace_header.clone(),
-    };
-    (entry, fits)
+        dedup_id: fifo_group.is_some().then(|| dedup_id(moved_id, dedup_kind)),
+        group_id: fifo_group,
+        trace_header,
+    }
 }
 
 #[derive(Debug, Default)]
@@ -371,20 +388,7 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             println!("  {}", line(m));
         }
     }
-    if !not_found.is_empty() {
-        println!(
-            "{} {} (not visible: in flight, or not on this queue)",
-            s.bad("not found:"),
-            not_found.join(", ")
-        );
-    }
-    if let Some(short) = reach.shortfall() {
-        let label = match reach.status {
-            Status::Limit => s.warn("note:"),
-            _ => s.bad("not reached:"),
-        };
-        println!("{label} {short}");
-    }
+    reach.print_misses(s, not_found);
 }
 
 /// One line per message: id, original id, why it was parked.

@@ -1,38 +1,24 @@
 //! Reading a queue without consuming it: every message received is held (invisible) until the
 //! command ends, then released (visibility 0), unless the command deleted it. A command that
 //! dies leaves them to reappear after the hold.
+//!
+//! Whole calls are retried by the SDK (its retry configuration), not here.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use serde::Serialize;
 
+use redrive_engine::engine::Transfer;
 use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
+use redrive_shared::archive::SystemAttributes;
+
+use super::output::Style;
 
 /// Visibility timeout of held messages: long enough for a scan, short enough that a command
 /// killed mid-way hides nothing for long.
 pub const HOLD_SECONDS: i32 = 120;
 /// Long-poll wait of each receive: an empty answer then means nothing more is visible.
 const WAIT_SECONDS: i32 = 1;
-
-/// Tries a call up to three times while it fails in a retryable way.
-pub async fn retry<T, F, Fut>(mut call: F) -> Result<T, PortError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, PortError>>,
-{
-    let mut attempt = 0u32;
-    loop {
-        match call().await {
-            Ok(v) => return Ok(v),
-            Err(e) if e.retryable && attempt < 2 => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt))).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
 
 /// Walks a queue's visible messages once.
 pub struct Scanner<'a, Q: Queue> {
@@ -42,6 +28,8 @@ pub struct Scanner<'a, Q: Queue> {
     /// Message id -> latest receipt handle, for every message received and not settled.
     held: HashMap<String, String>,
     seen: HashSet<String>,
+    /// Message id -> the system attributes it was received with (the ones an archive keeps).
+    system: HashMap<String, SystemAttributes>,
     exhausted: bool,
     /// The scan met only messages it had returned before (their hold ran out): it cannot
     /// tell whether messages it never saw are left.
@@ -56,6 +44,7 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
             hold_seconds: HOLD_SECONDS,
             held: HashMap::new(),
             seen: HashSet::new(),
+            system: HashMap::new(),
             exhausted: false,
             came_back: false,
         }
@@ -66,22 +55,22 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
     pub async fn next(&mut self, max: usize) -> Result<Vec<Received>, PortError> {
         while !self.exhausted {
             let want = max.clamp(1, 10) as i32;
-            let batch = retry(|| {
-                self.queue
-                    .receive(self.url, want, WAIT_SECONDS, self.hold_seconds)
-            })
-            .await?;
+            let batch = self
+                .queue
+                .receive_with_system(self.url, want, WAIT_SECONDS, self.hold_seconds)
+                .await?;
             if batch.is_empty() {
                 self.exhausted = true;
                 break;
             }
             let mut fresh = Vec::new();
-            for m in batch {
+            for (m, system) in batch {
                 // A message seen before is back (its hold ran out, or SQS delivered it twice):
                 // keep its newest handle, do not show it again.
                 self.held
                     .insert(m.message_id.clone(), m.receipt_handle.clone());
                 if self.seen.insert(m.message_id.clone()) {
+                    self.system.insert(m.message_id.clone(), system);
                     fresh.push(m);
                 }
             }
@@ -117,9 +106,7 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
     /// Where the walk ended, measured before [`release`](Self::release) (while what the scan
     /// holds is still in flight): what is left visible on the queue is what it did not reach.
     pub async fn reach(&self, stop: Stop, taken: usize, walked: &Result<(), PortError>) -> Reach {
-        let left = retry(|| self.queue.depth(self.url))
-            .await
-            .map(|d| d.visible);
+        let left = self.queue.depth(self.url).await.map(|d| d.visible);
         let not_reached = left.as_ref().ok().copied();
         let status = match (walked, stop) {
             (Err(_), _) => Status::Failed,
@@ -146,6 +133,11 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
         self.held.get(message_id).map(String::as_str)
     }
 
+    /// The system attributes a message of this scan was received with.
+    pub fn system(&self, message_id: &str) -> SystemAttributes {
+        self.system.get(message_id).cloned().unwrap_or_default()
+    }
+
     /// The message is gone from the queue (deleted): nothing to release.
     pub fn settled(&mut self, message_id: &str) {
         self.held.remove(message_id);
@@ -154,33 +146,10 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
     /// Makes every held message visible again at once; returns how many could not be released
     /// (they reappear when their hold runs out).
     pub async fn release(self) -> usize {
-        let entries: Vec<HandleEntry> = self
-            .held
-            .into_values()
-            .enumerate()
-            .map(|(i, receipt_handle)| HandleEntry {
-                id: i.to_string(),
-                receipt_handle,
-            })
-            .collect();
-        let mut unreleased = 0;
-        for chunk in entries.chunks(10) {
-            let batch: Vec<HandleEntry> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, e)| HandleEntry {
-                    id: i.to_string(),
-                    receipt_handle: e.receipt_handle.clone(),
-                })
-                .collect();
-            match retry(|| self.queue.change_visibility_batch(self.url, &batch, 0)).await {
-                Ok(outcome) => unreleased += outcome.failed.len(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "releasing held messages failed");
-                    unreleased += batch.len();
-                }
-            }
-        }
+        let entries = numbered(self.held.into_values());
+        let asked = entries.len();
+        let released = Transfer::new(self.queue).hold(self.url, entries, 0).await;
+        let unreleased = asked - released.ok.len();
         if unreleased > 0 {
             eprintln!(
                 "warning: {unreleased} message(s) could not be released; they are visible again within {}s",
@@ -189,6 +158,19 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
         }
         unreleased
     }
+}
+
+/// Receipt handles as batch entries, numbered from 0 in the order given: an entry's id is its
+/// index, so a caller finds what became of its `i`th message under `i.to_string()`.
+pub fn numbered(handles: impl IntoIterator<Item = String>) -> Vec<HandleEntry> {
+    handles
+        .into_iter()
+        .enumerate()
+        .map(|(i, receipt_handle)| HandleEntry {
+            id: i.to_string(),
+            receipt_handle,
+        })
+        .collect()
 }
 
 /// Why a walk over a queue stopped.
@@ -247,6 +229,25 @@ pub struct Reach {
 }
 
 impl Reach {
+    /// Text output of what a selection missed: the `--id`s not found, and how far short of
+    /// the queue's end the walk stopped.
+    pub fn print_misses(&self, s: &Style, not_found: &[String]) {
+        if !not_found.is_empty() {
+            println!(
+                "{} {} (not visible: in flight, or not on this queue)",
+                s.bad("not found:"),
+                not_found.join(", ")
+            );
+        }
+        if let Some(short) = self.shortfall() {
+            let label = match self.status {
+                Status::Limit => s.warn("note:"),
+                _ => s.bad("not reached:"),
+            };
+            println!("{label} {short}");
+        }
+    }
+
     /// One line for text output when the walk did not cover the queue, else `None`.
     pub fn shortfall(&self) -> Option<String> {
         let left = self
@@ -278,6 +279,8 @@ impl Reach {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use redrive_engine::fake::FakeSqs;
     use redrive_shared::Attributes;
@@ -307,19 +310,33 @@ mod tests {
         assert_eq!(sqs.depth_visible(Q), 23);
     }
 
-    #[tokio::test]
-    async fn a_message_that_comes_back_during_a_scan_is_not_returned_twice() {
+    /// Three messages on `Q`.
+    fn three_messages() -> Arc<FakeSqs> {
         let sqs = FakeSqs::new();
         sqs.create_queue(Q);
         for i in 0..3 {
             sqs.push(Q, &format!("m{i}"), Attributes::new(), None);
         }
-        let mut scan = Scanner::new(&sqs, Q);
+        sqs
+    }
+
+    /// A scan that received the three messages of [`three_messages`], whose hold then ran
+    /// out (they are visible again), and that met only those again.
+    async fn scan_whose_messages_came_back(sqs: &Arc<FakeSqs>) -> Scanner<'_, Arc<FakeSqs>> {
+        let mut scan = Scanner::new(sqs, Q);
         assert_eq!(scan.next(10).await.unwrap().len(), 3);
-        // Their hold runs out: they are visible again.
         sqs.expire_visibility(Q);
         assert!(scan.next(10).await.unwrap().is_empty());
-        // The newest handles are the ones released.
+        scan
+    }
+
+    #[tokio::test]
+    async fn a_message_that_comes_back_during_a_scan_is_not_returned_twice() {
+        // GIVEN three messages that came back during a scan
+        let sqs = three_messages();
+        let scan = scan_whose_messages_came_back(&sqs).await;
+
+        // THEN the newest handles are the ones released
         assert_eq!(scan.release().await, 0);
         assert_eq!(sqs.depth_visible(Q), 3);
     }
@@ -327,15 +344,8 @@ mod tests {
     #[tokio::test]
     async fn a_walk_whose_messages_came_back_is_not_complete() {
         // GIVEN a walk that met only messages it had seen (a long walk outlived its hold)
-        let sqs = FakeSqs::new();
-        sqs.create_queue(Q);
-        for i in 0..3 {
-            sqs.push(Q, &format!("m{i}"), Attributes::new(), None);
-        }
-        let mut scan = Scanner::new(&sqs, Q);
-        assert_eq!(scan.next(10).await.unwrap().len(), 3);
-        sqs.expire_visibility(Q);
-        assert!(scan.next(10).await.unwrap().is_empty());
+        let sqs = three_messages();
+        let scan = scan_whose_messages_came_back(&sqs).await;
 
         // THEN it does not call itself complete
         let reach = scan.reach(Stop::Exhausted, 0, &Ok(())).await;

@@ -1,125 +1,34 @@
 //! The built `redrive` binary against moto: what each command did to the queues, what it
 //! printed, and its exit code.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
-use std::process::Command;
 
 use aws_sdk_sqs::types::{Message, QueueAttributeName};
 use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_tests::{
     QueueSet, attr_binary, attr_string, batch_sends_keep_trace_headers, drain_all, moto,
-    producer_trace_header, queue_attributes, queue_depth, send_fifo, send_raw, send_traced,
-    trace_header_of, unique_name,
+    producer_trace_header, queue_depth, send_fifo, send_raw, send_traced, trace_header_of,
+    unique_name,
 };
 use serde_json::{Value, json};
 
-/// Variables of the re-driver, and output switches, that a developer's shell might have set.
-const REDRIVER_VARS: [&str; 11] = [
-    "NO_COLOR",
-    "CLICOLOR_FORCE",
-    "RUST_LOG",
-    "DLQ_URL",
-    "SOURCE_QUEUE_URL",
-    "POISON_QUEUE_URL",
-    "MAX_MESSAGES_PER_INVOCATION",
-    "MAX_MESSAGES_PER_SECOND",
-    "DRY_RUN",
-    "GUARD_ALARM_NAMES",
-    "BACKOFF_BASE_SECONDS",
-];
+use common::{
+    Run, meta_attr, meta_of, out_of_attempts, parked, permanent, run_redrive, send_with_meta,
+    visible,
+};
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
-                self.stdout, self.stderr
-            )
-        })
-    }
-}
-
-/// Runs the binary with moto's environment (and nothing of the caller's AWS_* or re-driver
-/// variables) plus `env` (an empty value removes a variable).
+/// The binary against moto (see [`common::run_redrive`]) with `env` on top.
 fn redrive(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") || REDRIVER_VARS.contains(&k.as_str()) {
-            command.env_remove(k);
-        }
-    }
-    let mut full_env = moto().env();
-    full_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    command
-        .args(args)
-        // The operator's policy from infra/templates/, for this test's queues.
-        .envs(redrive_tests::iam::cli_env(&full_env, args))
-        // No shared config files of the developer's.
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-    // An empty value removes the variable.
-    for (k, v) in env {
-        if v.is_empty() {
-            command.env_remove(k);
-        } else {
-            command.env(k, v);
-        }
-    }
-    let out = command.output().expect("running the redrive binary");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    run_redrive(args, env, None)
 }
 
-fn meta_attr(meta: &RedriveMeta) -> aws_sdk_sqs::types::MessageAttributeValue {
-    attr_string(&meta.to_json())
-}
-
-fn parked(
-    original: &str,
-    attempt: u32,
-    reason: IsolationReason,
-    error: Option<&str>,
-) -> RedriveMeta {
-    RedriveMeta {
-        attempt,
-        first_redriven_at: Some("2026-11-21T10:00:00Z".into()),
-        last_redriven_at: Some("2026-11-21T10:30:00Z".into()),
-        isolated_at: Some("2026-11-21T11:00:00Z".into()),
-        reason: Some(reason),
-        last_error: error.map(|code| {
-            LastError::new(
-                ErrorClass::Permanent,
-                code,
-                "rejected",
-                "2026-11-21T10:59:00Z".into(),
-            )
-        }),
-        ..RedriveMeta::fresh(original)
-    }
-}
-
-fn meta_of(m: &Message) -> RedriveMeta {
-    let text = m.message_attributes().unwrap()[ATTRIBUTE_NAME]
-        .string_value()
-        .unwrap();
-    RedriveMeta::parse(text).unwrap()
-}
-
-async fn visible(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
-    queue_attributes(sqs, url)
-        .await
-        .get(&QueueAttributeName::ApproximateNumberOfMessages)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// `redrive replay` from `q`'s poison queue to its source queue, with `flags`.
+fn replay_to_source(q: &QueueSet, flags: &[&str]) -> Run {
+    let mut args = vec!["replay", "--from", &q.poison_url, "--to", &q.source_url];
+    args.extend_from_slice(flags);
+    redrive(&args, &[])
 }
 
 fn bodies(messages: &[Message]) -> Vec<String> {
@@ -286,13 +195,7 @@ async fn stats_reports_depth_policy_and_histograms_and_releases_its_sample() {
             attempt: 2,
             ..RedriveMeta::fresh(&format!("orig-{i}"))
         };
-        send_raw(
-            &sqs,
-            &q.dlq_url,
-            "again",
-            &[(ATTRIBUTE_NAME, meta_attr(&meta))],
-        )
-        .await;
+        send_with_meta(&sqs, &q.dlq_url, "again", &meta).await;
     }
     let stamped = RedriveMeta {
         last_error: Some(LastError::new(
@@ -303,13 +206,7 @@ async fn stats_reports_depth_policy_and_histograms_and_releases_its_sample() {
         )),
         ..RedriveMeta::fresh("orig-p")
     };
-    send_raw(
-        &sqs,
-        &q.dlq_url,
-        "poison",
-        &[(ATTRIBUTE_NAME, meta_attr(&stamped))],
-    )
-    .await;
+    send_with_meta(&sqs, &q.dlq_url, "poison", &stamped).await;
     sqs.send_message()
         .queue_url(&q.dlq_url)
         .message_body("later")
@@ -360,12 +257,7 @@ async fn peek_shows_history_without_consuming_and_bodies_only_on_request() {
     // GIVEN a poison queue with two parked messages
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 3).await;
-    let perm = parked(
-        "orig-a",
-        2,
-        IsolationReason::PermanentFailure,
-        Some("HTTP_400"),
-    );
+    let perm = permanent("orig-a", 2, "HTTP_400");
     let a = send_raw(
         &sqs,
         &q.poison_url,
@@ -377,14 +269,8 @@ async fn peek_shows_history_without_consuming_and_bodies_only_on_request() {
         ],
     )
     .await;
-    let maxed = parked("orig-b", 5, IsolationReason::MaxAttempts, None);
-    send_raw(
-        &sqs,
-        &q.poison_url,
-        "b-body",
-        &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
-    )
-    .await;
+    let maxed = out_of_attempts("orig-b");
+    send_with_meta(&sqs, &q.poison_url, "b-body", &maxed).await;
 
     // WHEN peek shows them as JSON
     let run = redrive(
@@ -472,24 +358,12 @@ async fn drain_redrives_and_isolates_like_the_lambda_with_flags_over_env() {
         )),
         ..RedriveMeta::fresh("orig-p")
     };
-    send_raw(
-        &sqs,
-        &q.dlq_url,
-        "perm",
-        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
-    )
-    .await;
+    send_with_meta(&sqs, &q.dlq_url, "perm", &perm).await;
     let last = RedriveMeta {
         attempt: 5,
         ..RedriveMeta::fresh("orig-l")
     };
-    send_raw(
-        &sqs,
-        &q.dlq_url,
-        "last",
-        &[(ATTRIBUTE_NAME, meta_attr(&last))],
-    )
-    .await;
+    send_with_meta(&sqs, &q.dlq_url, "last", &last).await;
     // The environment names another queue set's DLQ, holding a message: the flags must win.
     send_raw(&sqs, &other.dlq_url, "not mine", &[]).await;
     let namespace = unique_name("ns");
@@ -596,12 +470,7 @@ async fn replay_sends_back_with_manual_reason_and_deletes_only_what_was_sent() {
     // GIVEN three parked messages: a permanent failure, two that ran out of attempts
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 3).await;
-    let perm = parked(
-        "orig-a",
-        2,
-        IsolationReason::PermanentFailure,
-        Some("HTTP_400"),
-    );
+    let perm = permanent("orig-a", 2, "HTTP_400");
     send_raw(
         &sqs,
         &q.poison_url,
@@ -613,25 +482,10 @@ async fn replay_sends_back_with_manual_reason_and_deletes_only_what_was_sent() {
     )
     .await;
     for name in ["b", "c"] {
-        let maxed = parked(
-            &format!("orig-{name}"),
-            5,
-            IsolationReason::MaxAttempts,
-            None,
-        );
-        send_raw(
-            &sqs,
-            &q.poison_url,
-            &format!("body-{name}"),
-            &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
-        )
-        .await;
+        let maxed = out_of_attempts(&format!("orig-{name}"));
+        send_with_meta(&sqs, &q.poison_url, &format!("body-{name}"), &maxed).await;
     }
-    let replay = |extra: &[&str]| {
-        let mut args = vec!["replay", "--from", &q.poison_url, "--to", &q.source_url];
-        args.extend_from_slice(extra);
-        redrive(&args, &[])
-    };
+    let replay = |extra: &[&str]| replay_to_source(&q, extra);
 
     // WHEN a dry run picks the permanent failure by its originalMessageId
     let dry = replay(&["--id", "orig-a", "--dry-run", "--json"]);
@@ -670,13 +524,7 @@ async fn replay_sends_back_with_manual_reason_and_deletes_only_what_was_sent() {
 
     // WHEN the replayed copy fails again on its way and lands in the DLQ, the re-driver
     // redrives it instead of isolating it (its lastError is gone)
-    send_raw(
-        &sqs,
-        &q.dlq_url,
-        copy.body().unwrap(),
-        &[(ATTRIBUTE_NAME, meta_attr(&meta))],
-    )
-    .await;
+    send_with_meta(&sqs, &q.dlq_url, copy.body().unwrap(), &meta).await;
     let drained = redrive(
         &[
             "drain",
@@ -718,36 +566,12 @@ async fn discard_refuses_without_yes_and_says_what_it_deleted() {
     // GIVEN three parked messages, one of them a permanent failure
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 3).await;
-    let perm = parked(
-        "orig-p",
-        1,
-        IsolationReason::PermanentFailure,
-        Some("HTTP_422"),
-    );
-    let p = send_raw(
-        &sqs,
-        &q.poison_url,
-        "p",
-        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
-    )
-    .await;
+    let perm = permanent("orig-p", 1, "HTTP_422");
+    let p = send_with_meta(&sqs, &q.poison_url, "p", &perm).await;
     let mut others = Vec::new();
     for name in ["x", "y"] {
-        let m = parked(
-            &format!("orig-{name}"),
-            5,
-            IsolationReason::MaxAttempts,
-            None,
-        );
-        others.push(
-            send_raw(
-                &sqs,
-                &q.poison_url,
-                name,
-                &[(ATTRIBUTE_NAME, meta_attr(&m))],
-            )
-            .await,
-        );
+        let m = out_of_attempts(&format!("orig-{name}"));
+        others.push(send_with_meta(&sqs, &q.poison_url, name, &m).await);
     }
 
     // WHEN discard runs without --yes
@@ -869,19 +693,8 @@ async fn aws_errors_exit_1_and_the_profile_supplies_the_region() {
 async fn colour_is_forced_by_clicolor_force_and_no_color_wins() {
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 3).await;
-    let perm = parked(
-        "orig-c",
-        1,
-        IsolationReason::PermanentFailure,
-        Some("HTTP_400"),
-    );
-    send_raw(
-        &sqs,
-        &q.poison_url,
-        "c",
-        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
-    )
-    .await;
+    let perm = permanent("orig-c", 1, "HTTP_400");
+    send_with_meta(&sqs, &q.poison_url, "c", &perm).await;
     let args = ["peek", "--queue", q.poison_url.as_str()];
 
     let forced = redrive(&args, &[("CLICOLOR_FORCE", "1")]);
@@ -923,7 +736,7 @@ async fn replay_to_fifo_derives_the_dedup_id_from_the_moved_message() {
     // GIVEN a FIFO set with a parked message of group customer-7
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, true, 3).await;
-    let maxed = parked("orig-f", 5, IsolationReason::MaxAttempts, None);
+    let maxed = out_of_attempts("orig-f");
     let first_parked = send_fifo(
         &sqs,
         &q.poison_url,
@@ -933,20 +746,7 @@ async fn replay_to_fifo_derives_the_dedup_id_from_the_moved_message() {
         &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
     )
     .await;
-    let replay = || {
-        redrive(
-            &[
-                "replay",
-                "--from",
-                &q.poison_url,
-                "--to",
-                &q.source_url,
-                "--all",
-                "--json",
-            ],
-            &[],
-        )
-    };
+    let replay = || replay_to_source(&q, &["--all", "--json"]);
 
     // WHEN it is replayed
     let run = replay();
@@ -1001,26 +801,9 @@ async fn unstamped_replay_is_refused_without_allow_unstamped() {
     let full_refs: Vec<(&str, aws_sdk_sqs::types::MessageAttributeValue)> =
         full.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     let unstamped = send_raw(&sqs, &q.poison_url, "no-room", &full_refs).await;
-    let maxed = parked("orig-s", 5, IsolationReason::MaxAttempts, None);
-    send_raw(
-        &sqs,
-        &q.poison_url,
-        "stamped",
-        &[(ATTRIBUTE_NAME, meta_attr(&maxed))],
-    )
-    .await;
-    let replay = |extra: &[&str]| {
-        let mut args = vec![
-            "replay",
-            "--from",
-            &q.poison_url,
-            "--to",
-            &q.source_url,
-            "--all",
-        ];
-        args.extend_from_slice(extra);
-        redrive(&args, &[])
-    };
+    let maxed = out_of_attempts("orig-s");
+    send_with_meta(&sqs, &q.poison_url, "stamped", &maxed).await;
+    let replay = |extra: &[&str]| replay_to_source(&q, &[&["--all"][..], extra].concat());
 
     // WHEN everything is replayed without --allow-unstamped
     let run = replay(&["--json"]);
@@ -1068,30 +851,9 @@ async fn a_replayed_copy_does_not_look_isolated_to_stats_and_reason_filters() {
     // room for the receives of the commands below)
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 10).await;
-    let perm = parked(
-        "orig-r",
-        2,
-        IsolationReason::PermanentFailure,
-        Some("HTTP_400"),
-    );
-    send_raw(
-        &sqs,
-        &q.poison_url,
-        "replay-me",
-        &[(ATTRIBUTE_NAME, meta_attr(&perm))],
-    )
-    .await;
-    let run = redrive(
-        &[
-            "replay",
-            "--from",
-            &q.poison_url,
-            "--to",
-            &q.source_url,
-            "--all",
-        ],
-        &[],
-    );
+    let perm = permanent("orig-r", 2, "HTTP_400");
+    send_with_meta(&sqs, &q.poison_url, "replay-me", &perm).await;
+    let run = replay_to_source(&q, &["--all"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     // AND, beside it, a copy an older replay left with its old reason and isolatedAt, sent on
     // after it was isolated
@@ -1102,13 +864,7 @@ async fn a_replayed_copy_does_not_look_isolated_to_stats_and_reason_filters() {
         last_redriven_at: Some("2026-11-22T09:00:00Z".into()),
         ..parked("orig-o", 5, IsolationReason::Manual, None)
     };
-    send_raw(
-        &sqs,
-        &q.source_url,
-        "older-copy",
-        &[(ATTRIBUTE_NAME, meta_attr(&older))],
-    )
-    .await;
+    send_with_meta(&sqs, &q.source_url, "older-copy", &older).await;
 
     // WHEN stats samples the source queue
     let run = redrive(&["stats", "--queue", &q.source_url, "--json"], &[]);
@@ -1149,12 +905,7 @@ async fn a_replayed_copy_keeps_the_producers_aws_trace_header() {
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 3).await;
     let header = producer_trace_header();
-    let perm = parked(
-        "orig-t",
-        2,
-        IsolationReason::PermanentFailure,
-        Some("HTTP_400"),
-    );
+    let perm = permanent("orig-t", 2, "HTTP_400");
     send_traced(
         &sqs,
         &q.poison_url,
@@ -1165,17 +916,7 @@ async fn a_replayed_copy_keeps_the_producers_aws_trace_header() {
     .await;
 
     // WHEN it is replayed to the source queue
-    let run = redrive(
-        &[
-            "replay",
-            "--from",
-            &q.poison_url,
-            "--to",
-            &q.source_url,
-            "--all",
-        ],
-        &[],
-    );
+    let run = replay_to_source(&q, &["--all"]);
 
     // THEN the copy carries the producer's header, so its processing joins that trace
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
@@ -1191,12 +932,7 @@ async fn a_replayed_copy_keeps_the_producers_aws_trace_header() {
 /// the rest of its group beyond the first receive.
 async fn fifo_group_behind_an_unselected_head(sqs: &aws_sdk_sqs::Client, maxed: usize) -> QueueSet {
     let q = QueueSet::create(sqs, true, 3).await;
-    let perm = parked(
-        "orig-h",
-        1,
-        IsolationReason::PermanentFailure,
-        Some("HTTP_400"),
-    );
+    let perm = permanent("orig-h", 1, "HTTP_400");
     send_fifo(
         sqs,
         &q.poison_url,
@@ -1207,7 +943,7 @@ async fn fifo_group_behind_an_unselected_head(sqs: &aws_sdk_sqs::Client, maxed: 
     )
     .await;
     for i in 0..maxed {
-        let m = parked(&format!("orig-{i}"), 5, IsolationReason::MaxAttempts, None);
+        let m = out_of_attempts(&format!("orig-{i}"));
         send_fifo(
             sqs,
             &q.poison_url,
@@ -1227,18 +963,10 @@ async fn replay_all_reports_what_it_did_not_reach() {
     let sqs = moto().sqs().await;
     let q = fifo_group_behind_an_unselected_head(&sqs, 22).await;
     let replay = |extra: &[&str]| {
-        let mut args = vec![
-            "replay",
-            "--from",
-            &q.poison_url,
-            "--to",
-            &q.source_url,
-            "--all",
-            "--reason",
-            "max-attempts",
-        ];
-        args.extend_from_slice(extra);
-        redrive(&args, &[])
+        replay_to_source(
+            &q,
+            &[&["--all", "--reason", "max-attempts"][..], extra].concat(),
+        )
     };
 
     // WHEN the max-attempts messages are replayed
@@ -1296,8 +1024,8 @@ async fn discard_all_reports_what_it_did_not_reach() {
     // A walk that covers the whole queue is complete, and --max is a limit, not a failure.
     let q = QueueSet::create(&sqs, false, 3).await;
     for i in 0..3 {
-        let m = parked(&format!("orig-{i}"), 5, IsolationReason::MaxAttempts, None);
-        send_raw(&sqs, &q.poison_url, "x", &[(ATTRIBUTE_NAME, meta_attr(&m))]).await;
+        let m = out_of_attempts(&format!("orig-{i}"));
+        send_with_meta(&sqs, &q.poison_url, "x", &m).await;
     }
     let run = redrive(
         &[
@@ -1347,18 +1075,7 @@ async fn a_stamp_too_large_for_the_destination_is_refused_too() {
     let big = send_raw(&sqs, &q.poison_url, &body, &[]).await;
 
     // WHEN it is replayed without --allow-unstamped
-    let run = redrive(
-        &[
-            "replay",
-            "--from",
-            &q.poison_url,
-            "--to",
-            &q.source_url,
-            "--all",
-            "--json",
-        ],
-        &[],
-    );
+    let run = replay_to_source(&q, &["--all", "--json"]);
 
     // THEN it is refused, not sent to be keyed on a new MessageId
     assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);

@@ -2,84 +2,41 @@
 //! moto (SQS and S3): what each command did to the queues and the bucket, what it printed,
 //! and its exit code.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
-use std::process::Command;
+use std::path::{Path, PathBuf};
 
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, QueueAttributeName};
 use proptest::prelude::*;
-use redrive_shared::archive::parse_jsonl;
+use redrive_shared::archive::{ArchivedMessage, parse_jsonl};
 use redrive_shared::attributes::{AttributeValue, Attributes, MessageAttribute};
 use redrive_shared::key::{KeySource, derive};
 use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_shared::sdk::{attribute_to_sdk, attributes_from_sdk};
 use redrive_tests::{
-    batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, queue_attributes,
-    send_fifo, send_raw, send_traced, trace_header_of, unique_name,
+    batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, send_fifo, send_raw,
+    send_traced, trace_header_of, unique_name,
 };
 use serde_json::Value;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
-                self.stdout, self.stderr
-            )
-        })
-    }
-}
+use common::{Run, counts, run_redrive};
 
 /// The binary with moto's environment and nothing of the caller's AWS_* variables, under the
 /// operator's managed policy for the queues `args` name (`iam::cli_env`).
 fn redrive(args: &[&str]) -> Run {
-    run(args, &[], None)
+    run_redrive(args, &[], None)
 }
 
 /// [`redrive`] with these environment variables too.
 fn redrive_with(args: &[&str], env: &[(&str, &str)]) -> Run {
-    run(args, env, None)
+    run_redrive(args, env, None)
 }
 
 /// [`redrive`] by an operator whose own identity grants `bucket`, their export bucket (the
 /// stack's policy does not).
 fn redrive_to(bucket: &str, args: &[&str]) -> Run {
-    run(args, &[], Some(bucket))
-}
-
-fn run(args: &[&str], env: &[(&str, &str)], own_bucket: Option<&str>) -> Run {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_")
-            || k == "RUST_LOG"
-            || k == "NO_COLOR"
-            || k == "IDEMPOTENCY_TTL_SECONDS"
-        {
-            command.env_remove(k);
-        }
-    }
-    let mut full_env = moto().env();
-    full_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let extra: Vec<Value> = own_bucket
-        .map(redrive_tests::iam::own_bucket_statement)
-        .into_iter()
-        .collect();
-    command
-        .args(args)
-        .envs(redrive_tests::iam::cli_env_with(&full_env, args, &extra))
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-    let out = command.output().expect("running the redrive binary");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    run_redrive(args, &[], Some(bucket))
 }
 
 async fn s3() -> aws_sdk_s3::Client {
@@ -123,16 +80,6 @@ async fn named_queue(
     request.send().await.unwrap().queue_url.unwrap()
 }
 
-/// (visible, in flight)
-async fn counts(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
-    let a = queue_attributes(sqs, url).await;
-    let get = |k: QueueAttributeName| a.get(&k).and_then(|v| v.parse().ok()).unwrap_or(0);
-    (
-        get(QueueAttributeName::ApproximateNumberOfMessages),
-        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    )
-}
-
 async fn send_model(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
@@ -146,10 +93,40 @@ async fn send_model(
     send_raw(sqs, url, body, &pairs).await
 }
 
-fn temp_path(name: &str) -> std::path::PathBuf {
+fn temp_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(unique_name("redrive-export"));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
+}
+
+/// `redrive export` of `queue` to `file`, with `flags`.
+fn export(file: &Path, queue: &str, flags: &[&str]) -> Run {
+    let mut args = vec!["export", "--queue", queue, "--to", file.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    redrive(&args)
+}
+
+/// Exports `queue` to a new file `name` with `flags` on top; asserts the run succeeded and
+/// returns the file and its lines.
+fn export_to_file(queue: &str, name: &str, flags: &[&str]) -> (PathBuf, Vec<ArchivedMessage>) {
+    let file = temp_path(name);
+    let run = export(&file, queue, flags);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let lines = parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    (file, lines)
+}
+
+/// `redrive import` of `file` to the queue `dest`, with `flags`.
+fn import(file: &Path, dest: &str, flags: &[&str]) -> Run {
+    let mut args = vec!["import", "--from", file.to_str().unwrap(), "--to", dest];
+    args.extend_from_slice(flags);
+    redrive(&args)
+}
+
+/// Imports `file` to the queue `dest`; asserts the run succeeded.
+fn import_file(file: &Path, dest: &str) {
+    let run = import(file, dest, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
 /// The consumer's default idempotency key of a received message.
@@ -182,8 +159,6 @@ fn parked(original: &str, reason: IsolationReason, code: &str) -> MessageAttribu
     }
     .to_attribute()
 }
-
-// ------------------------------------------------------------------ round trip (property)
 
 /// Characters SQS accepts in a body or a string attribute.
 fn sqs_char() -> impl Strategy<Value = char> {
@@ -300,14 +275,7 @@ async fn round_trip(samples: Vec<Sample>) {
 
     // WHEN the queue is exported to a file and to S3, without --delete
     let file = temp_path("rt.jsonl");
-    let to_file = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        file.to_str().unwrap(),
-        "--json",
-    ]);
+    let to_file = export(&file, &source, &["--json"]);
     assert_eq!(to_file.code, 0, "{}", to_file.stderr);
     assert_eq!(to_file.json()["exported"], n);
     let location = format!("s3://{bucket}/round/trip");
@@ -375,8 +343,6 @@ proptest! {
     }
 }
 
-// ------------------------------------------------------------------ import
-
 #[tokio::test]
 async fn an_import_run_twice_reaches_the_consumer_with_the_same_keys() {
     // GIVEN an export of a stamped message and two unstamped ones
@@ -390,22 +356,12 @@ async fn an_import_run_twice_reaches_the_consumer_with_the_same_keys() {
     send_model(&sqs, &source, "stamped", &stamped).await;
     send_raw(&sqs, &source, "plain-1", &[]).await;
     send_raw(&sqs, &source, "plain-2", &[]).await;
-    let file = temp_path("twice.jsonl");
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        file.to_str().unwrap(),
-        "--delete",
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let (file, _) = export_to_file(&source, "twice.jsonl", &["--delete"]);
 
     // WHEN it is imported twice
     let dest = queue(&sqs, "twice-dst", false, None).await;
     for _ in 0..2 {
-        let run = redrive(&["import", "--from", file.to_str().unwrap(), "--to", &dest]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
+        import_file(&file, &dest);
     }
 
     // THEN the six copies carry three consumer keys, each twice: the consumer's side effect
@@ -429,19 +385,9 @@ async fn export_keeps_the_aws_trace_header_and_import_sends_it_on() {
     send_raw(&sqs, &source, "untraced", &[]).await;
 
     // WHEN they are exported
-    let file = temp_path("traced.jsonl");
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        file.to_str().unwrap(),
-        "--delete",
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let (file, lines) = export_to_file(&source, "traced.jsonl", &["--delete"]);
 
     // THEN the traced message's line keeps its header in `system`, the other's names none
-    let lines = parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let line = |body: &str| lines.iter().find(|l| l.body == body).unwrap();
     assert_eq!(
         line("traced").system.aws_trace_header.as_deref(),
@@ -451,8 +397,7 @@ async fn export_keeps_the_aws_trace_header_and_import_sends_it_on() {
 
     // AND WHEN they are imported, the traced copy carries the producer's header
     let dest = queue(&sqs, "traced-dst", false, None).await;
-    let run = redrive(&["import", "--from", file.to_str().unwrap(), "--to", &dest]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    import_file(&file, &dest);
     let copies = drain_all(&sqs, &dest).await;
     assert_eq!(copies.len(), 2);
     if batch_sends_keep_trace_headers() {
@@ -470,10 +415,7 @@ async fn a_fifo_import_keeps_groups_and_deduplicates_a_repeat() {
     for (body, group) in [("a1", "a"), ("b1", "b"), ("a2", "a")] {
         send_fifo(&sqs, &source, body, group, &format!("d-{body}"), &[]).await;
     }
-    let file = temp_path("fifo.jsonl");
-    let run = redrive(&["export", "--queue", &source, "--to", file.to_str().unwrap()]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let lines = parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let (file, lines) = export_to_file(&source, "fifo.jsonl", &[]);
     assert!(
         lines
             .iter()
@@ -483,8 +425,7 @@ async fn a_fifo_import_keeps_groups_and_deduplicates_a_repeat() {
     // WHEN it is imported to another FIFO queue twice (within the deduplication window)
     let dest = queue(&sqs, "fifo-dst", true, None).await;
     for _ in 0..2 {
-        let run = redrive(&["import", "--from", file.to_str().unwrap(), "--to", &dest]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
+        import_file(&file, &dest);
     }
 
     // THEN each message arrived once, in its group, in order
@@ -512,9 +453,7 @@ async fn a_bad_file_sends_nothing_and_the_error_names_the_line() {
         send_raw(&sqs, &source, &format!("{{\"n\":{i}}}"), &[]).await;
     }
     send_raw(&sqs, &source, &"x".repeat(2000), &[]).await;
-    let file = temp_path("good.jsonl");
-    let run = redrive(&["export", "--queue", &source, "--to", file.to_str().unwrap()]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let (file, _) = export_to_file(&source, "good.jsonl", &[]);
     let text = std::fs::read_to_string(&file).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let (small, big): (Vec<&str>, Vec<&str>) = lines.iter().partition(|l| l.len() < 1500);
@@ -554,7 +493,7 @@ async fn a_bad_file_sends_nothing_and_the_error_names_the_line() {
     for (content, expected) in cases {
         let bad = temp_path("bad.jsonl");
         std::fs::write(&bad, &content).unwrap();
-        let run = redrive(&["import", "--from", bad.to_str().unwrap(), "--to", &dest]);
+        let run = import(&bad, &dest, &[]);
         assert_eq!(run.code, 2, "{expected}: {}", run.stderr);
         assert!(run.stderr.contains(expected), "{expected}: {}", run.stderr);
         assert!(run.stderr.contains("nothing was sent"), "{}", run.stderr);
@@ -564,13 +503,13 @@ async fn a_bad_file_sends_nothing_and_the_error_names_the_line() {
             "{expected}: something was sent"
         );
     }
-    let size_error = redrive(&["import", "--from", file.to_str().unwrap(), "--to", &dest]);
+    let size_error = import(&file, &dest, &[]);
     assert!(size_error.stderr.contains("1024"), "{}", size_error.stderr);
 
     // A file that is not UTF-8 names its line too.
     let binary = temp_path("binary.jsonl");
     std::fs::write(&binary, [small[0].as_bytes(), b"\n\xff\xfe\n"].concat()).unwrap();
-    let run = redrive(&["import", "--from", binary.to_str().unwrap(), "--to", &dest]);
+    let run = import(&binary, &dest, &[]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("line 2: not UTF-8"), "{}", run.stderr);
     assert_eq!(counts(&sqs, &dest).await, (0, 0));
@@ -649,8 +588,6 @@ async fn an_archive_older_than_the_idempotency_ttl_is_refused_unless_allowed() {
     assert_eq!(drain_all(&sqs, &dest).await.len(), 2);
 }
 
-// ------------------------------------------------------------------ export
-
 #[tokio::test]
 async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored() {
     let sqs = moto().sqs().await;
@@ -664,14 +601,7 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
     // An existing file is never overwritten, and the queue is not touched.
     let existing = temp_path("existing.jsonl");
     std::fs::write(&existing, "keep me\n").unwrap();
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        existing.to_str().unwrap(),
-        "--delete",
-    ]);
+    let run = export(&existing, &source, &["--delete"]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("never overwrites"), "{}", run.stderr);
     assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me\n");
@@ -679,7 +609,7 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
 
     // Without --delete: all exported, all still there and visible.
     let copy = temp_path("copy.jsonl");
-    let run = redrive(&["export", "--queue", &source, "--to", copy.to_str().unwrap()]);
+    let run = export(&copy, &source, &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("left as it was"), "{}", run.stdout);
     assert_eq!(std::fs::read_to_string(&copy).unwrap().lines().count(), 12);
@@ -687,16 +617,7 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
 
     // --max bounds it.
     let five = temp_path("five.jsonl");
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        five.to_str().unwrap(),
-        "--max",
-        "5",
-        "--json",
-    ]);
+    let run = export(&five, &source, &["--max", "5", "--json"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.json()["status"], "limit");
     assert_eq!(std::fs::read_to_string(&five).unwrap().lines().count(), 5);
@@ -765,8 +686,6 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
     assert!(!run.stderr.contains("AccessDenied"), "{}", run.stderr);
     assert_eq!(counts(&sqs, &source).await, (1, 0));
 }
-
-// ------------------------------------------------------------------ filters
 
 fn ids(v: &Value, field: &str) -> Vec<String> {
     let mut out: Vec<String> = v[field]
@@ -881,40 +800,19 @@ async fn the_filters_select_the_same_messages_on_every_command() {
     assert_eq!(ids(&run.json(), "wouldDelete"), vec![other.clone()]);
 
     // export
-    let file = temp_path("filtered.jsonl");
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &poison,
-        "--to",
-        file.to_str().unwrap(),
-        "--reason",
-        "max-attempts",
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let lines = parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let (_, lines) = export_to_file(&poison, "filtered.jsonl", &["--reason", "max-attempts"]);
     assert_eq!(
         lines.iter().map(|l| &l.message_id).collect::<Vec<_>>(),
         [&silver]
     );
 
     // import (dry run, then for real) from a full export
-    let all = temp_path("all.jsonl");
-    assert_eq!(
-        redrive(&["export", "--queue", &poison, "--to", all.to_str().unwrap()]).code,
-        0
-    );
-    let run = redrive(&[
-        "import",
-        "--from",
-        all.to_str().unwrap(),
-        "--to",
+    let (all, _) = export_to_file(&poison, "all.jsonl", &[]);
+    let run = import(
+        &all,
         &source,
-        "--where",
-        "/customer/tier=gold",
-        "--dry-run",
-        "--json",
-    ]);
+        &["--where", "/customer/tier=gold", "--dry-run", "--json"],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(ids(&run.json(), "wouldSend"), vec![gold.clone()]);
     assert_eq!(
@@ -922,15 +820,7 @@ async fn the_filters_select_the_same_messages_on_every_command() {
         (0, 0),
         "a dry run sends nothing"
     );
-    let run = redrive(&[
-        "import",
-        "--from",
-        all.to_str().unwrap(),
-        "--to",
-        &source,
-        "--attribute",
-        "tenant=other",
-    ]);
+    let run = import(&all, &source, &["--attribute", "tenant=other"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let got = drain_all(&sqs, &source).await;
     assert_eq!(got.len(), 1);

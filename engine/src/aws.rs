@@ -20,14 +20,15 @@ use crate::ports::{
     MetricValue, Metrics, PortError, Queue, Received, SendEntry,
 };
 
-/// Maps an SDK error to a [`PortError`], classifying what is worth retrying.
+/// Maps an error of any SDK client to a [`PortError`] that keeps it as its source, classifying
+/// what is worth retrying.
 pub fn port_error<E, R>(
     operation: &'static str,
     err: aws_sdk_sqs::error::SdkError<E, R>,
 ) -> PortError
 where
-    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
 {
     use aws_sdk_sqs::error::SdkError;
     let (code, retryable) = match &err {
@@ -41,12 +42,8 @@ where
         }
         _ => ("ConstructionFailure".to_string(), false),
     };
-    PortError {
-        operation,
-        code,
-        message: aws_sdk_sqs::error::DisplayErrorContext(&err).to_string(),
-        retryable,
-    }
+    let message = aws_sdk_sqs::error::DisplayErrorContext(&err).to_string();
+    PortError::new(operation, code, message, retryable).with_source(err)
 }
 
 fn is_retryable_code(code: &str) -> bool {
@@ -58,6 +55,38 @@ fn is_retryable_code(code: &str) -> bool {
         || c.contains("internalfailure")
         || c.contains("serviceunavailable")
         || c == "kms.throttlingexception"
+}
+
+/// The entries of an SQS batch call, each built by `build`.
+fn entries<E, T>(
+    operation: &'static str,
+    items: &[E],
+    build: impl Fn(&E) -> Result<T, aws_sdk_sqs::error::BuildError>,
+) -> Result<Vec<T>, PortError> {
+    items
+        .iter()
+        .map(|e| {
+            build(e).map_err(|b| {
+                PortError::new(operation, "Build", b.to_string(), false).with_source(b)
+            })
+        })
+        .collect()
+}
+
+/// One SQS batch call: its entries built by `$build` (an entry the SDK's builder refuses fails
+/// the call before it is sent), the call, and its per-entry results.
+macro_rules! batch_call {
+    ($operation:literal, $request:expr, $entries:expr, $build:expr) => {{
+        let out = $request
+            .set_entries(Some(entries($operation, $entries, $build)?))
+            .send()
+            .await
+            .map_err(|e| port_error($operation, e))?;
+        Ok(batch_outcome(
+            out.successful.into_iter().map(|s| s.id),
+            out.failed,
+        ))
+    }};
 }
 
 /// Per-entry results of any SQS batch call.
@@ -180,9 +209,9 @@ impl Queue for SqsQueue {
         queue_url: &str,
         entries: &[SendEntry],
     ) -> Result<BatchOutcome, PortError> {
-        let mut req = self.client.send_message_batch().queue_url(queue_url);
-        for e in entries {
-            let entry = SendMessageBatchRequestEntry::builder()
+        let request = self.client.send_message_batch().queue_url(queue_url);
+        batch_call!("SendMessageBatch", request, entries, |e: &SendEntry| {
+            SendMessageBatchRequestEntry::builder()
                 .id(&e.id)
                 .message_body(&e.body)
                 .set_message_attributes(
@@ -193,22 +222,7 @@ impl Queue for SqsQueue {
                 .set_message_deduplication_id(e.dedup_id.clone())
                 .set_message_system_attributes(trace_header_to_sdk(e.trace_header.as_ref()))
                 .build()
-                .map_err(|b| PortError {
-                    operation: "SendMessageBatch",
-                    code: "Build".into(),
-                    message: b.to_string(),
-                    retryable: false,
-                })?;
-            req = req.entries(entry);
-        }
-        let out = req
-            .send()
-            .await
-            .map_err(|e| port_error("SendMessageBatch", e))?;
-        Ok(batch_outcome(
-            out.successful.into_iter().map(|s| s.id),
-            out.failed,
-        ))
+        })
     }
 
     async fn delete_batch(
@@ -216,28 +230,13 @@ impl Queue for SqsQueue {
         queue_url: &str,
         entries: &[HandleEntry],
     ) -> Result<BatchOutcome, PortError> {
-        let mut req = self.client.delete_message_batch().queue_url(queue_url);
-        for e in entries {
-            let entry = DeleteMessageBatchRequestEntry::builder()
+        let request = self.client.delete_message_batch().queue_url(queue_url);
+        batch_call!("DeleteMessageBatch", request, entries, |e: &HandleEntry| {
+            DeleteMessageBatchRequestEntry::builder()
                 .id(&e.id)
                 .receipt_handle(&e.receipt_handle)
                 .build()
-                .map_err(|b| PortError {
-                    operation: "DeleteMessageBatch",
-                    code: "Build".into(),
-                    message: b.to_string(),
-                    retryable: false,
-                })?;
-            req = req.entries(entry);
-        }
-        let out = req
-            .send()
-            .await
-            .map_err(|e| port_error("DeleteMessageBatch", e))?;
-        Ok(batch_outcome(
-            out.successful.into_iter().map(|s| s.id),
-            out.failed,
-        ))
+        })
     }
 
     async fn change_visibility_batch(
@@ -246,32 +245,22 @@ impl Queue for SqsQueue {
         entries: &[HandleEntry],
         visibility_seconds: i32,
     ) -> Result<BatchOutcome, PortError> {
-        let mut req = self
+        let request = self
             .client
             .change_message_visibility_batch()
             .queue_url(queue_url);
-        for e in entries {
-            let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
-                .id(&e.id)
-                .receipt_handle(&e.receipt_handle)
-                .visibility_timeout(visibility_seconds)
-                .build()
-                .map_err(|b| PortError {
-                    operation: "ChangeMessageVisibilityBatch",
-                    code: "Build".into(),
-                    message: b.to_string(),
-                    retryable: false,
-                })?;
-            req = req.entries(entry);
-        }
-        let out = req
-            .send()
-            .await
-            .map_err(|e| port_error("ChangeMessageVisibilityBatch", e))?;
-        Ok(batch_outcome(
-            out.successful.into_iter().map(|s| s.id),
-            out.failed,
-        ))
+        batch_call!(
+            "ChangeMessageVisibilityBatch",
+            request,
+            entries,
+            |e: &HandleEntry| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(&e.id)
+                    .receipt_handle(&e.receipt_handle)
+                    .visibility_timeout(visibility_seconds)
+                    .build()
+            }
+        )
     }
 
     async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
@@ -310,40 +299,14 @@ impl Queue for SqsQueue {
         self.attribute(queue_url, QueueAttributeName::MessageRetentionPeriod)
             .await?
             .and_then(|v| v.parse().ok())
-            .ok_or_else(|| PortError {
-                operation: "GetQueueAttributes",
-                code: "MissingAttribute".into(),
-                message: "the answer holds no MessageRetentionPeriod".into(),
-                retryable: false,
+            .ok_or_else(|| {
+                PortError::new(
+                    "GetQueueAttributes",
+                    "MissingAttribute",
+                    "the answer holds no MessageRetentionPeriod",
+                    false,
+                )
             })
-    }
-}
-
-fn cw_error<E, R>(
-    operation: &'static str,
-    err: aws_sdk_cloudwatch::error::SdkError<E, R>,
-) -> PortError
-where
-    E: aws_sdk_cloudwatch::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    use aws_sdk_cloudwatch::error::SdkError;
-    let (code, retryable) = match &err {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            ("Transport".to_string(), true)
-        }
-        SdkError::ServiceError(se) => {
-            let code = se.err().code().unwrap_or("ServiceError").to_string();
-            let retryable = is_retryable_code(&code);
-            (code, retryable)
-        }
-        _ => ("ConstructionFailure".to_string(), false),
-    };
-    PortError {
-        operation,
-        code,
-        message: aws_sdk_cloudwatch::error::DisplayErrorContext(&err).to_string(),
-        retryable,
     }
 }
 
@@ -379,7 +342,7 @@ impl Alarms for CloudWatch {
                     .set_next_token(next_token.take())
                     .send()
                     .await
-                    .map_err(|e| cw_error("DescribeAlarms", e))?;
+                    .map_err(|e| port_error("DescribeAlarms", e))?;
                 for a in out.metric_alarms() {
                     let period = match (a.period(), a.evaluation_periods()) {
                         (Some(p), Some(n)) if p > 0 && n > 0 => Some(p as u64 * n as u64),
@@ -416,7 +379,7 @@ impl Alarms for CloudWatch {
             .state_reason(reason.chars().take(1023).collect::<String>())
             .send()
             .await
-            .map_err(|e| cw_error("SetAlarmState", e))?;
+            .map_err(|e| port_error("SetAlarmState", e))?;
         Ok(())
     }
 }
@@ -453,7 +416,7 @@ impl Metrics for CloudWatch {
             .set_metric_data(Some(data))
             .send()
             .await
-            .map_err(|e| cw_error("PutMetricData", e))?;
+            .map_err(|e| port_error("PutMetricData", e))?;
         Ok(())
     }
 }
@@ -470,10 +433,21 @@ pub struct Clients {
 /// adaptive circuit's DynamoDB record when `CIRCUIT_TABLE` is set.
 pub type SdkEngine = Engine<SqsQueue, CloudWatch, CloudWatch, Option<DynamoDbCircuitStore>>;
 
+/// The one owner of whole-call retries: the SDK's standard mode, 3 attempts (throttling, 5xx,
+/// timeouts and connection errors, with the SDK's backoff and retry quota). The engine
+/// retries only the failed entries of a batch call, which the SDK sees as a success.
+pub fn retry_config() -> aws_config::retry::RetryConfig {
+    aws_config::retry::RetryConfig::standard().with_max_attempts(3)
+}
+
 impl Clients {
-    /// One client per service, all from the same SDK configuration (its timeouts and its
-    /// retries of whole calls).
+    /// One client per service, all from the same SDK configuration (its timeouts), each
+    /// retrying whole calls by [`retry_config`] unless that configuration sets its own.
     pub fn from_sdk(sdk: &aws_config::SdkConfig) -> Self {
+        let sdk = &match sdk.retry_config() {
+            Some(_) => sdk.clone(),
+            None => sdk.to_builder().retry_config(retry_config()).build(),
+        };
         Self {
             sqs: SqsQueue {
                 client: aws_sdk_sqs::Client::new(sdk),

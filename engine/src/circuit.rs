@@ -99,12 +99,12 @@ pub trait CircuitStore: Sync {
 pub struct NoCircuit;
 
 fn disabled() -> PortError {
-    PortError {
-        operation: "Circuit",
-        code: "CircuitOff".into(),
-        message: "the adaptive circuit is off: set CIRCUIT_TABLE".into(),
-        retryable: false,
-    }
+    PortError::new(
+        "Circuit",
+        "CircuitOff",
+        "the adaptive circuit is off: set CIRCUIT_TABLE",
+        false,
+    )
 }
 
 impl CircuitStore for NoCircuit {
@@ -299,12 +299,12 @@ fn s(v: &str) -> AttributeValue {
 }
 
 fn bad_item(queue_url: &str, problem: String) -> PortError {
-    PortError {
-        operation: "GetItem",
-        code: "BadCircuitItem".into(),
-        message: format!("the circuit item of {queue_url}: {problem}"),
-        retryable: false,
-    }
+    PortError::new(
+        "GetItem",
+        "BadCircuitItem",
+        format!("the circuit item of {queue_url}: {problem}"),
+        false,
+    )
 }
 
 /// Reads an item's version and record.
@@ -353,11 +353,8 @@ impl CircuitStore for DynamoDbCircuitStore {
         expected: Option<u64>,
     ) -> Result<SaveOutcome, PortError> {
         let version = expected.map_or(1, |v| v + 1);
-        let json = serde_json::to_string(record).map_err(|e| PortError {
-            operation: "PutItem",
-            code: "Serialization".into(),
-            message: e.to_string(),
-            retryable: false,
+        let json = serde_json::to_string(record).map_err(|e| {
+            PortError::new("PutItem", "Serialization", e.to_string(), false).with_source(e)
         })?;
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

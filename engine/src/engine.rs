@@ -22,6 +22,7 @@ use redrive_shared::meta::RedriveMeta;
 use serde::Serialize;
 use tokio::time::Instant;
 
+mod batch;
 mod circuit;
 mod finish;
 mod request;
@@ -32,6 +33,7 @@ use crate::ports::{
     AlarmState, Alarms, BatchOutcome, EntryFailure, HandleEntry, Metrics, PortError, Queue,
     Received, RunMetrics, SendEntry,
 };
+pub use batch::{SEND_REJECTED_AFTER, SEND_REJECTIONS_FIELD};
 pub use circuit::{CircuitCheck, CircuitSummary, Gate};
 pub use finish::StepTotals;
 pub use request::{DrainRequest, InvocationError, Settings, StopReason, Summary};
@@ -56,8 +58,6 @@ pub struct Engine<Q, A, M, C = NoCircuit> {
     rearmed: Mutex<HashMap<String, Instant>>,
     /// The destinations' `MaximumMessageSize`, once read.
     limits: Mutex<Option<DestinationLimits>>,
-    /// Set while [`Engine::run_canary`] runs: copies go out without their backoff delay.
-    undelayed: std::sync::atomic::AtomicBool,
 }
 
 /// `MaximumMessageSize` of the source and poison queues.
@@ -76,36 +76,11 @@ impl Default for DestinationLimits {
     }
 }
 
-/// A message whose copy the source rejects as the sender's fault (not throttling, not a 5xx)
-/// is isolated `send-rejected` at this rejection, instead of looping until retention.
-///
-/// The count is the re-driver's own: each rejection before that sends the message back to
-/// the DLQ with the count in its `x-redrive` ([`SEND_REJECTIONS_FIELD`]) and deletes the
-/// original once that copy is acknowledged. `ApproximateReceiveCount` is no measure: every
-/// sweep, search or peek of the DLQ raises it. A FIFO DLQ keeps the receive count, since a copy
-/// sent back would go behind the later messages of its group.
-pub const SEND_REJECTED_AFTER: u32 = 3;
-
-/// The `x-redrive` field (a number) counting the source's rejections of the message's copies.
-pub const SEND_REJECTIONS_FIELD: &str = "sendRejections";
-
 fn system_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-/// What happened to one received message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Done,
-    SendFailed,
-    DeleteFailed,
-    /// FIFO: not sent because an earlier message of its group failed in this invocation.
-    HeldForOrder,
-    /// Rejected by the source: sent back to the DLQ with its count of rejections.
-    Requeued,
 }
 
 struct Run<'a> {
@@ -193,7 +168,6 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             clock: system_now_ms,
             rearmed: Mutex::new(HashMap::new()),
             limits: Mutex::new(None),
-            undelayed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -213,17 +187,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             clock: self.clock,
             rearmed: self.rearmed,
             limits: self.limits,
-            undelayed: self.undelayed,
         }
-    }
-
-    /// A canary by hand (`redrive drain --canary N`): [`Engine::run`], its copies sent without
-    /// their backoff delay, so that they can come back within the window that judges them.
-    pub async fn run_canary(&self, request: &DrainRequest) -> Summary {
-        self.undelayed.store(true, Ordering::SeqCst);
-        let summary = self.run(request).await;
-        self.undelayed.store(false, Ordering::SeqCst);
-        summary
     }
 
     /// The wall clock (epoch milliseconds) of the stamps and of the circuit (tests, simulations).
@@ -334,6 +298,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             dry_run: self.config.dry_run,
             deadline,
             trigger_alarm: self.config.trigger_alarm_name.clone(),
+            no_delay: false,
         };
         let request = match trigger {
             Trigger::Alarm(alarm) => {
@@ -500,13 +465,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             let wait = self.settings.receive_wait_seconds;
             let end = run.calls_end;
             let messages = match self
-                .retry(end, || {
-                    self.bounded(
-                        end,
-                        "ReceiveMessage",
-                        self.queue.receive(dlq, want as i32, wait, visibility),
-                    )
-                })
+                .bounded(
+                    end,
+                    "ReceiveMessage",
+                    self.queue.receive(dlq, want as i32, wait, visibility),
+                )
                 .await
             {
                 Ok(m) => m,
@@ -536,8 +499,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             }
             run.received
                 .fetch_add(messages.len() as u64, Ordering::SeqCst);
-            // --- adaptive circuit: bounced copies are counted before anything is
-            // sent; an open circuit (or a watch for the canary) keeps the batch on the DLQ.
+            // The adaptive circuit counts bounced copies before anything is sent; an open
+            // circuit (or a watch for the canary) keeps the batch on the DLQ.
             if let Some(c) = run.circuit
                 && !self.circuit_admits(run, c, &messages)
             {
@@ -554,7 +517,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 continue;
             }
             let mut decided = self.decide_all(messages);
-            if run.circuit.is_some_and(|c| c.canary()) || self.undelayed.load(Ordering::SeqCst) {
+            if run.circuit.is_some_and(|c| c.canary()) || request.no_delay {
                 for (_, d) in &mut decided {
                     if let Decision::Redrive(plan) = d
                         && plan.delay_seconds.is_some()
@@ -591,285 +554,6 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             })
             .collect()
     }
-
-    /// Sends messages already decided (the workflow's tasks decide before a wait) and deletes
-    /// from the DLQ only what was acknowledged: the same path as a drain's batch.
-    pub(super) async fn apply_decided(
-        &self,
-        decided: Vec<(Received, Decision)>,
-        deadline: Option<Instant>,
-    ) -> Summary {
-        let run = Run {
-            remaining: AtomicU32::new(0),
-            stop: Mutex::new(None),
-            received: AtomicU64::new(decided.len() as u64),
-            redriven: AtomicU64::new(0),
-            isolated: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            held: Mutex::new(Vec::new()),
-            held_groups: Mutex::new(HeldGroups::default()),
-            pacer: None,
-            calls_end: deadline,
-            dlq_unreadable: Mutex::new(None),
-            unplaceable: AtomicU64::new(0),
-            circuit: None,
-        };
-        self.process_decided(&run, decided, false).await;
-        Summary {
-            received: run.received.load(Ordering::SeqCst),
-            redriven: run.redriven.load(Ordering::SeqCst),
-            isolated: run.isolated.load(Ordering::SeqCst),
-            failed: run.failed.load(Ordering::SeqCst),
-            unplaceable: run.unplaceable.load(Ordering::SeqCst),
-            ..Summary::new(false, StopReason::Limit)
-        }
-    }
-
-    async fn process_decided(
-        &self,
-        run: &Run<'_>,
-        decided: Vec<(Received, Decision)>,
-        dry_run: bool,
-    ) {
-        if dry_run {
-            let mut held = Vec::with_capacity(decided.len());
-            for (i, (m, d)) in decided.into_iter().enumerate() {
-                log_action(&m, &d, &format!("plan:{}", d.action()));
-                if d.is_redrive() {
-                    run.redriven.fetch_add(1, Ordering::SeqCst);
-                } else {
-                    run.isolated.fetch_add(1, Ordering::SeqCst);
-                }
-                held.push(HandleEntry {
-                    id: i.to_string(),
-                    receipt_handle: m.receipt_handle,
-                });
-            }
-            run.held
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend(held);
-            return;
-        }
-
-        // Entry ids are the positions in this received batch.
-        let mut to_source = Vec::new();
-        let mut to_poison = Vec::new();
-        let mut meta = Vec::with_capacity(decided.len());
-        let mut received = Vec::with_capacity(decided.len());
-        for (i, (m, d)) in decided.into_iter().enumerate() {
-            let entry = SendEntry {
-                id: i.to_string(),
-                body: m.body,
-                attributes: d.attributes().clone(),
-                delay_seconds: d.delay_seconds(),
-                group_id: d.group_id().map(str::to_string),
-                dedup_id: d.dedup_id().map(str::to_string),
-                // The producer's trace follows the message to wherever its copy goes.
-                trace_header: m.trace_header,
-            };
-            if d.is_redrive() {
-                to_source.push(entry)
-            } else {
-                to_poison.push(entry)
-            }
-            meta.push((m.message_id, m.receipt_handle, d));
-            received.push((m.attributes, m.group_id, m.receive_count));
-        }
-
-        let fifo = self.fifo();
-        let source_url = self.config.source_queue_url.as_str();
-        let poison_url = self.config.poison_queue_url.as_str();
-        let (mut source, mut poison) = if fifo {
-            let s = self.send_fifo(run, source_url, to_source).await;
-            let p = self.send_fifo(run, poison_url, to_poison).await;
-            (s, p)
-        } else {
-            futures_util::future::join(
-                self.send_all(run, source_url, to_source),
-                self.send_all(run, poison_url, to_poison),
-            )
-            .await
-        };
-
-        // A copy the source keeps rejecting as the sender's fault (a queue smaller than it
-        // says, an attribute SQS refuses) would loop until retention: at its
-        // SEND_REJECTED_AFTER-th rejection it is isolated `send-rejected` instead, and before
-        // that it goes back to the DLQ carrying the count.
-        let dlq_fifo = self.config.dlq_url.is_fifo();
-        let mut second = Vec::new();
-        let mut requeue = Vec::new();
-        for (entry, failure) in std::mem::take(&mut source.rejected) {
-            let Ok(i) = entry.id.parse::<usize>() else {
-                continue;
-            };
-            let (attributes, group_id, receive_count) = &received[i];
-            let message_id = meta[i].0.clone();
-            let (mut history, _) = RedriveMeta::read(attributes, &message_id);
-            let rejections = history
-                .extra
-                .get(SEND_REJECTIONS_FIELD)
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0)
-                + 1;
-            let count = if dlq_fifo {
-                u64::from(*receive_count)
-            } else {
-                rejections
-            };
-            if count < u64::from(SEND_REJECTED_AFTER) {
-                if dlq_fifo {
-                    tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, action = "send-rejected:left-on-dlq", "the source queue rejected the copy; isolated if it keeps doing so");
-                    continue;
-                }
-                tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, rejections, action = "send-rejected:requeued-on-dlq", "the source queue rejected the copy; back on the DLQ with the count, isolated if it keeps doing so");
-                history
-                    .extra
-                    .insert(SEND_REJECTIONS_FIELD.to_string(), rejections.into());
-                let mut counted = attributes.clone();
-                history.write_into(&mut counted);
-                requeue.push(SendEntry {
-                    id: entry.id,
-                    body: entry.body,
-                    attributes: counted,
-                    // Hidden as long as the original would have stayed in flight, so that
-                    // this drain does not take it up again at once.
-                    delay_seconds: Some(
-                        self.settings
-                            .visibility_seconds
-                            .clamp(0, MAX_DELAY_SECONDS as i32) as u32,
-                    ),
-                    group_id: group_id.clone(),
-                    dedup_id: None,
-                    trace_header: entry.trace_header,
-                });
-                continue;
-            }
-            let view = ReceivedMessage {
-                message_id: &message_id,
-                body: &entry.body,
-                attributes,
-                group_id: group_id.as_deref(),
-            };
-            let decision = self.isolate_send_rejected(&view);
-            tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, rejections, action = "isolate:send-rejected", "the source queue keeps rejecting the copy as the sender's fault");
-            second.push(SendEntry {
-                id: entry.id,
-                body: entry.body,
-                attributes: decision.attributes().clone(),
-                delay_seconds: None,
-                group_id: decision.group_id().map(str::to_string),
-                dedup_id: decision.dedup_id().map(str::to_string),
-                trace_header: entry.trace_header,
-            });
-            meta[i].2 = decision;
-        }
-        // The count's copies; one the DLQ refuses leaves the original where it is.
-        let requeued: HashSet<String> = self
-            .send_all(run, self.config.dlq_url.as_str(), requeue)
-            .await
-            .acked
-            .into_iter()
-            .collect();
-        if !second.is_empty() {
-            // Straight to the poison queue, in FIFO batches where needed: the group was held
-            // back from the source for this invocation, which does not apply to the isolation.
-            let batches = if fifo {
-                split_fifo_batches(second, entry_size, |e| e.group_id.as_deref())
-            } else {
-                split_batches(second, entry_size)
-            };
-            for batch in batches {
-                let calls = self.calls(run.calls_end);
-                poison.merge(calls.send_with_retry(&self.queue, poison_url, batch).await);
-            }
-        }
-        source.merge(poison);
-        for (entry, failure) in &source.rejected {
-            let message_id = entry
-                .id
-                .parse::<usize>()
-                .ok()
-                .and_then(|i| meta.get(i))
-                .map_or("?", |m| m.0.as_str());
-            tracing::error!(message_id = %message_id, code = %failure.code, error = %failure.message, action = "unplaceable:left-on-dlq", "the poison queue rejects this message too: it stays on the DLQ for a human");
-            run.unplaceable.fetch_add(1, Ordering::SeqCst);
-        }
-        let acked: HashSet<String> = source.acked.into_iter().collect();
-        let held: HashSet<String> = source.held.into_iter().collect();
-
-        // Delete only what the destination acknowledged.
-        let deletes: Vec<HandleEntry> = meta
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| {
-                let id = i.to_string();
-                acked.contains(&id) || requeued.contains(&id)
-            })
-            .map(|(i, (_, handle, _))| HandleEntry {
-                id: i.to_string(),
-                receipt_handle: handle.clone(),
-            })
-            .collect();
-        let deleted = self.delete_all(run, deletes).await;
-
-        for (i, (message_id, _, decision)) in meta.iter().enumerate() {
-            let id = i.to_string();
-            let outcome = if deleted.contains(&id) && requeued.contains(&id) {
-                Outcome::Requeued
-            } else if deleted.contains(&id) {
-                Outcome::Done
-            } else if acked.contains(&id) || requeued.contains(&id) {
-                Outcome::DeleteFailed
-            } else if held.contains(&id) {
-                Outcome::HeldForOrder
-            } else {
-                Outcome::SendFailed
-            };
-            let action = match (outcome, decision) {
-                (Outcome::Done, Decision::Redrive(_)) => {
-                    run.redriven.fetch_add(1, Ordering::SeqCst);
-                    "redriven".to_string()
-                }
-                (Outcome::Done, Decision::Isolate(p)) => {
-                    run.isolated.fetch_add(1, Ordering::SeqCst);
-                    format!("isolated:{}", p.reason)
-                }
-                (Outcome::SendFailed, _) => {
-                    run.failed.fetch_add(1, Ordering::SeqCst);
-                    "send-failed:left-on-dlq".to_string()
-                }
-                (Outcome::DeleteFailed, _) => {
-                    run.failed.fetch_add(1, Ordering::SeqCst);
-                    "delete-failed:duplicate-possible".to_string()
-                }
-                (Outcome::HeldForOrder, _) => {
-                    run.failed.fetch_add(1, Ordering::SeqCst);
-                    "held:group-order".to_string()
-                }
-                (Outcome::Requeued, _) => {
-                    run.failed.fetch_add(1, Ordering::SeqCst);
-                    "send-rejected:requeued-on-dlq".to_string()
-                }
-            };
-            log_decided(message_id, decision, &action);
-        }
-    }
-}
-
-fn log_action(m: &Received, d: &Decision, action: &str) {
-    log_decided(&m.message_id, d, action);
-}
-
-fn log_decided(message_id: &str, d: &Decision, action: &str) {
-    let meta = d.meta();
-    tracing::info!(
-        message_id = %message_id,
-        original_message_id = %meta.original_message_id,
-        attempt = meta.attempt,
-        delay_seconds = d.delay_seconds(),
-        action,
-    );
 }
 
 fn log_summary(s: &Summary) {

@@ -231,12 +231,7 @@ pub struct FakeSqs {
 }
 
 pub fn throttled(operation: &'static str) -> PortError {
-    PortError {
-        operation,
-        code: "ThrottlingException".into(),
-        message: "Rate exceeded".into(),
-        retryable: true,
-    }
+    PortError::new(operation, "ThrottlingException", "Rate exceeded", true)
 }
 
 impl Default for FakeSqs {
@@ -529,12 +524,7 @@ impl Queue for Arc<FakeSqs> {
 }
 
 fn invalid(operation: &'static str, message: String) -> PortError {
-    PortError {
-        operation,
-        code: "InvalidParameterValue".into(),
-        message,
-        retryable: false,
-    }
+    PortError::new(operation, "InvalidParameterValue", message, false)
 }
 
 mod cloudwatch;

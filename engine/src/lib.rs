@@ -23,7 +23,8 @@ pub fn init_logging() {
 /// The init every Lambda shares (re-driver, workflow tasks, archiver): JSON logs,
 /// then the configuration (an error is logged and fails init, naming the variable, before any
 /// queue is touched), then the SDK configuration with attempt and operation timeouts on every
-/// client, so that a stalled call cannot outlive the deadline margin.
+/// client, so that a stalled call cannot outlive the deadline margin, and the one retry
+/// configuration of whole calls ([`aws::retry_config`]).
 pub async fn lambda_init<T, E: std::fmt::Display>(
     config: impl FnOnce() -> Result<T, E>,
 ) -> Result<(T, aws_config::SdkConfig), E> {
@@ -34,6 +35,7 @@ pub async fn lambda_init<T, E: std::fmt::Display>(
     })?;
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .timeout_config(redrive_shared::sdk::timeout_config())
+        .retry_config(aws::retry_config())
         .load()
         .await;
     Ok((config, sdk))

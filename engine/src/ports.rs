@@ -3,6 +3,7 @@
 //! fault-injecting in-memory fake.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use redrive_shared::archive::SystemAttributes;
 use redrive_shared::{Attributes, TraceHeader};
@@ -61,7 +62,7 @@ pub struct EntryFailure {
 }
 
 /// A whole call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{operation} failed ({code}): {message}")]
 pub struct PortError {
     pub operation: &'static str,
@@ -69,7 +70,49 @@ pub struct PortError {
     pub message: String,
     /// Throttling, 5xx, timeouts, connection errors: worth another try.
     pub retryable: bool,
+    /// The error underneath (the SDK's, with its own chain of causes), when there is one.
+    #[source]
+    pub source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
+
+impl PortError {
+    /// A failure of `operation` with no error underneath.
+    pub fn new(
+        operation: &'static str,
+        code: impl Into<String>,
+        message: impl Into<String>,
+        retryable: bool,
+    ) -> Self {
+        Self {
+            operation,
+            code: code.into(),
+            message: message.into(),
+            retryable,
+            source: None,
+        }
+    }
+
+    /// Keeps the error underneath as this failure's source.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+}
+
+/// Two failures are equal when they say the same; their sources are not compared.
+impl PartialEq for PortError {
+    fn eq(&self, other: &Self) -> bool {
+        (self.operation, &self.code, &self.message, self.retryable)
+            == (
+                other.operation,
+                &other.code,
+                &other.message,
+                other.retryable,
+            )
+    }
+}
+
+impl Eq for PortError {}
 
 /// Counts of messages on a queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -161,12 +204,12 @@ pub trait Queue: Sync {
         _queue_url: &str,
     ) -> impl Future<Output = Result<u64, PortError>> + Send {
         async {
-            Err(PortError {
-                operation: "GetQueueAttributes",
-                code: "Unsupported".into(),
-                message: "this queue port does not read MessageRetentionPeriod".into(),
-                retryable: false,
-            })
+            Err(PortError::new(
+                "GetQueueAttributes",
+                "Unsupported",
+                "this queue port does not read MessageRetentionPeriod",
+                false,
+            ))
         }
     }
 }

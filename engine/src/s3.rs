@@ -51,13 +51,13 @@ pub async fn put_verified(
         .await
         .map_err(|e| port_error("PutObject", e))?;
     match out.checksum_sha256() {
-        Some(echoed) if echoed != checksum => Err(PortError {
-            operation: "PutObject",
-            code: "ChecksumMismatch".into(),
-            message: format!("S3 acknowledged SHA-256 {echoed}, the object's is {checksum}"),
+        Some(echoed) if echoed != checksum => Err(PortError::new(
+            "PutObject",
+            "ChecksumMismatch",
+            format!("S3 acknowledged SHA-256 {echoed}, the object's is {checksum}"),
             // Nothing is deleted on this path; another put of the same bytes may succeed.
-            retryable: true,
-        }),
+            true,
+        )),
         _ => Ok(()),
     }
 }
@@ -115,11 +115,14 @@ pub async fn get_bytes(
         .send()
         .await
         .map_err(|e| port_error("GetObject", e))?;
-    let bytes = out.body.collect().await.map_err(|e| PortError {
-        operation: "GetObject",
-        code: "Body".into(),
-        message: format!("reading s3://{bucket}/{key}: {e}"),
-        retryable: true,
+    let bytes = out.body.collect().await.map_err(|e| {
+        PortError::new(
+            "GetObject",
+            "Body",
+            format!("reading s3://{bucket}/{key}: {e}"),
+            true,
+        )
+        .with_source(e)
     })?;
     Ok(bytes.into_bytes().to_vec())
 }

@@ -3,6 +3,8 @@
 //! longer cool-down, operator override, a store that fails), and the durable record in
 //! DynamoDB on moto (conditional writes, the engine's record after a run).
 
+mod common;
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
+use common::{DLQ, POISON, SRC, queues, settings};
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::circuit::{
     CircuitStore, DynamoDbCircuitStore, MemoryCircuitStore, SaveOutcome, set_override,
@@ -29,11 +32,8 @@ use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Event, Override, S
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
-use redrive_tests::{QueueSet, moto, queue_depth, unique_name};
+use redrive_tests::{QueueSet, attr_string, moto, queue_depth, send_raw, unique_name};
 
-const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
-const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
-const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
 const T0: i64 = 1_800_000_000_000;
 const SEC: i64 = 1000;
 
@@ -64,22 +64,13 @@ const CIRCUIT: &[(&str, &str)] = &[
     ("CIRCUIT_THRESHOLD", "0.5"),
 ];
 
+/// One pipeline, so that batches come in a known order; no backoff; then `pairs`.
 fn config(pairs: &[(&str, &str)]) -> RedriverConfig {
-    let mut map: HashMap<String, String> = [
-        ("DLQ_URL", DLQ),
-        ("SOURCE_QUEUE_URL", SRC),
-        ("POISON_QUEUE_URL", POISON),
-        // One pipeline, so that batches come in a known order.
+    let base = [
         ("MAX_CONCURRENT_BATCHES", "1"),
         ("BACKOFF_BASE_SECONDS", "0"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    for (k, v) in pairs {
-        map.insert(k.to_string(), v.to_string());
-    }
-    RedriverConfig::from_env(&Env(move |k: &str| map.get(k).cloned())).expect("valid test config")
+    ];
+    common::config(&[&base[..], pairs].concat())
 }
 
 fn setup(
@@ -90,18 +81,12 @@ fn setup(
     Arc<MemoryCircuitStore>,
     FakeEngine,
 ) {
-    let sqs = FakeSqs::new();
-    for q in [DLQ, SRC, POISON] {
-        sqs.create_queue(q);
-    }
+    let config = config(pairs);
+    let sqs = queues(&config);
     let cw = FakeCloudWatch::new();
     let store = MemoryCircuitStore::new();
-    let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), config(pairs))
-        .with_settings(Settings {
-            retry_base: Duration::from_millis(1),
-            receive_wait_seconds: 0,
-            ..Settings::default()
-        })
+    let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), config)
+        .with_settings(settings())
         .with_seed(3)
         .with_clock(clock)
         .with_circuit(store.clone());
@@ -109,12 +94,7 @@ fn setup(
 }
 
 fn request(max: u32) -> DrainRequest {
-    DrainRequest {
-        max_messages: max,
-        dry_run: false,
-        deadline: None,
-        trigger_alarm: None,
-    }
+    DrainRequest::new(max)
 }
 
 /// A copy redriven at `at_ms` (attempt 1) that came back to the DLQ.
@@ -191,7 +171,7 @@ fn circuit_of(s: &Summary) -> (State, &'static str, u64) {
     (c.state, c.plan, c.bounced)
 }
 
-// ---------------------------------------------------------------- the engine on the fakes
+// The engine on the fakes.
 
 #[tokio::test]
 async fn bounced_copies_open_the_circuit_and_every_message_stays_on_the_dlq_unspent() {
@@ -402,11 +382,11 @@ async fn a_canarys_copies_go_out_without_their_backoff_delay_so_the_window_can_j
 
 #[tokio::test]
 async fn a_canary_by_hand_sends_its_copies_undelayed_and_the_next_drain_delays_again() {
-    // `redrive drain --canary N` (Engine::run_canary), with or without the circuit.
+    // `redrive drain --canary N` (DrainRequest::canary), with or without the circuit.
     let pairs = [("BACKOFF_BASE_SECONDS", "600"), ("BACKOFF_JITTER", "none")];
     let (sqs, _cw, _store, engine) = setup(&pairs);
     push_fresh(&sqs, 5);
-    let s = engine.run_canary(&request(2)).await;
+    let s = engine.run(&request(5).canary(2)).await;
     assert_eq!(s.redriven, 2);
     let delays: Vec<Option<u32>> = sqs.messages(SRC).iter().map(|m| m.delay_seconds).collect();
     assert_eq!(delays, [Some(0); 2], "the canary's copies are not delayed");
@@ -467,12 +447,12 @@ async fn a_write_that_committed_but_lost_its_answer_is_applied_once() {
     // the write itself), or its retries ran out (a timeout after the commit).
     let lost_answers = [
         Ok(SaveOutcome::Conflict),
-        Err(PortError {
-            operation: "PutItem",
-            code: "TimeoutError".into(),
-            message: "injected: committed, answer lost".into(),
-            retryable: true,
-        }),
+        Err(PortError::new(
+            "PutItem",
+            "TimeoutError",
+            "injected: committed, answer lost",
+            true,
+        )),
     ];
     for lost in lost_answers {
         let (sqs, _cw, store, engine) = setup(CIRCUIT);
@@ -495,12 +475,12 @@ async fn a_circuit_record_that_cannot_be_read_keeps_the_circuit_open() {
     let (sqs, _cw, store, engine) = setup(CIRCUIT);
     push_fresh(&sqs, 4);
     for _ in 0..3 {
-        store.fail_next(PortError {
-            operation: "GetItem",
-            code: "AccessDeniedException".into(),
-            message: "injected".into(),
-            retryable: false,
-        });
+        store.fail_next(PortError::new(
+            "GetItem",
+            "AccessDeniedException",
+            "injected",
+            false,
+        ));
     }
     let s = engine.run(&request(100)).await;
     assert_eq!(
@@ -549,7 +529,7 @@ async fn a_dry_run_reports_the_circuit_but_writes_nothing() {
     assert_eq!(sqs.depth_visible(DLQ), 6);
 }
 
-// ---------------------------------------------------------------- DynamoDB on moto
+// DynamoDB on moto.
 
 async fn circuit_table(ddb: &aws_sdk_dynamodb::Client) -> String {
     let name = unique_name("circuit");
@@ -636,6 +616,30 @@ async fn moto_the_record_is_written_only_on_the_version_read() {
     );
 }
 
+/// `n` redriven copies back on the DLQ on moto (`b-0`, ... of chains `orig-0`, ...), at
+/// `attempt`, redriven `ago_ms` before now.
+async fn bounced_on_moto(
+    sqs: &aws_sdk_sqs::Client,
+    dlq_url: &str,
+    n: usize,
+    attempt: u32,
+    ago_ms: i64,
+) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for i in 0..n {
+        let meta = RedriveMeta {
+            attempt,
+            last_redriven_at: Some(rfc3339_from_millis(now - ago_ms)),
+            ..RedriveMeta::fresh(&format!("orig-{i}"))
+        };
+        let attributes = [("x-redrive", attr_string(&meta.to_json()))];
+        send_raw(sqs, dlq_url, &format!("b-{i}"), &attributes).await;
+    }
+}
+
 type MotoEngine = Engine<SqsQueue, CloudWatch, CloudWatch, Option<DynamoDbCircuitStore>>;
 
 /// The engine on moto's SQS and CloudWatch with the circuit (`CIRCUIT`) in `store`'s table.
@@ -643,6 +647,8 @@ async fn moto_engine(queues: &QueueSet, store: &DynamoDbCircuitStore) -> MotoEng
     let mut env: HashMap<String, String> = queues.redriver_env().into_iter().collect();
     env.insert("METRIC_NAMESPACE".into(), unique_name("ns"));
     env.insert("BACKOFF_BASE_SECONDS".into(), "0".into());
+    // One pipeline, so that the first batch holds every bounced copy then on the DLQ.
+    env.insert("MAX_CONCURRENT_BATCHES".into(), "1".into());
     for (k, v) in CIRCUIT {
         env.insert(k.to_string(), v.to_string());
     }
@@ -766,7 +772,6 @@ async fn moto_a_committed_write_whose_answer_was_lost_counts_the_run_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
-    use aws_sdk_sqs::types::MessageAttributeValue;
     let sqs = moto().sqs().await;
     let ddb = moto().dynamodb().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
@@ -775,31 +780,7 @@ async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
         table: circuit_table(&ddb).await,
     };
     let engine = moto_engine(&queues, &store).await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    for i in 0..5 {
-        let meta = RedriveMeta {
-            attempt: 2,
-            last_redriven_at: Some(rfc3339_from_millis(now - 20 * SEC)),
-            ..RedriveMeta::fresh(&format!("orig-{i}"))
-        };
-        sqs.send_message()
-            .queue_url(&queues.dlq_url)
-            .message_body(format!("b-{i}"))
-            .message_attributes(
-                "x-redrive",
-                MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(meta.to_json())
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
-    }
+    bounced_on_moto(&sqs, &queues.dlq_url, 5, 2, 20 * SEC).await;
     let s = engine.run(&request(100)).await;
     assert_eq!(s.redriven, 0, "{s:?}");
     assert_eq!(circuit_of(&s).0, State::Open);
@@ -816,7 +797,7 @@ async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
     assert_eq!((s.received, circuit_of(&s).1), (0, "hold"));
 }
 
-// ---------------------------------------------------------------- the CLI on moto
+// The CLI on moto.
 
 struct CliRun {
     code: i32,
@@ -1069,40 +1050,15 @@ async fn cli_drain_canary_that_stays_away_drains_the_rest() {
     assert_eq!(queue_depth(&sqs, &q.source_url).await, 5);
 }
 
-// ---------------------------------------------------------------- the Lambda
+// The Lambda.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lambda_with_circuit_table_opens_its_circuit_on_bounced_copies() {
-    use aws_sdk_sqs::types::MessageAttributeValue;
     let sqs = moto().sqs().await;
     let ddb = moto().dynamodb().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
     let table = circuit_table(&ddb).await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    for i in 0..4 {
-        let meta = RedriveMeta {
-            attempt: 1,
-            last_redriven_at: Some(rfc3339_from_millis(now - 30 * SEC)),
-            ..RedriveMeta::fresh(&format!("orig-{i}"))
-        };
-        sqs.send_message()
-            .queue_url(&queues.dlq_url)
-            .message_body(format!("b-{i}"))
-            .message_attributes(
-                "x-redrive",
-                MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(meta.to_json())
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
-    }
+    bounced_on_moto(&sqs, &queues.dlq_url, 4, 1, 30 * SEC).await;
     let mut env = moto().env();
     env.extend(queues.redriver_env());
     env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));

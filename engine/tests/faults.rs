@@ -2,61 +2,30 @@
 //! throttling, a crash between send and delete, FIFO ordering under failure, deadlines, the
 //! velocity cap. Every test checks conservation: nothing received is ever lost.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+mod common;
+
+use common::{DLQ, POISON, SRC, config, queues, settings};
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs, throttled};
 use redrive_engine::ports::{EntryFailure, SendEntry};
 use redrive_engine::{DrainRequest, Engine, Settings, StopReason};
-use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::{ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_shared::{Attributes, MessageAttribute, TraceHeader};
 use serde_json::json;
 use tokio::time::Instant;
 
-const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
-const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
-const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
 const DLQ_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq.fifo";
 const SRC_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders.fifo";
 const POISON_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison.fifo";
 
 type TestEngine = Engine<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>;
 
-fn config(pairs: &[(&str, &str)]) -> RedriverConfig {
-    let mut map: HashMap<String, String> = [
-        ("DLQ_URL", DLQ),
-        ("SOURCE_QUEUE_URL", SRC),
-        ("POISON_QUEUE_URL", POISON),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    for (k, v) in pairs {
-        map.insert(k.to_string(), v.to_string());
-    }
-    RedriverConfig::from_env(&Env(move |k: &str| map.get(k).cloned())).expect("valid test config")
-}
-
-fn settings() -> Settings {
-    Settings {
-        retry_base: Duration::from_millis(1),
-        receive_wait_seconds: 0,
-        ..Settings::default()
-    }
-}
-
 fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestEngine) {
-    let sqs = FakeSqs::new();
     let cfg = config(pairs);
-    for q in [
-        cfg.dlq_url.as_str(),
-        cfg.source_queue_url.as_str(),
-        cfg.poison_queue_url.as_str(),
-    ] {
-        sqs.create_queue(q);
-    }
+    let sqs = queues(&cfg);
     let cw = FakeCloudWatch::new();
     let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
         .with_settings(settings())
@@ -65,12 +34,7 @@ fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestEngi
 }
 
 fn request(max: u32) -> DrainRequest {
-    DrainRequest {
-        max_messages: max,
-        dry_run: false,
-        deadline: None,
-        trigger_alarm: None,
-    }
+    DrainRequest::new(max)
 }
 
 fn fill(sqs: &FakeSqs, n: usize) -> Vec<String> {
@@ -126,17 +90,19 @@ async fn send_entries_that_fail_stay_on_the_dlq_and_only_the_others_are_deleted(
 }
 
 #[tokio::test]
-async fn throttling_is_retried_until_success() {
+async fn a_whole_call_that_fails_is_the_sdks_to_retry_and_deletes_nothing() {
+    // GIVEN a SendMessageBatch that fails as a whole once (the SDK's own attempts spent)
     let (sqs, _cw, engine) = setup(&[]);
     fill(&sqs, 5);
-    sqs.fail_next("ReceiveMessage", throttled("ReceiveMessage"));
     sqs.fail_next("SendMessageBatch", throttled("SendMessageBatch"));
-    sqs.fail_next("SendMessageBatch", throttled("SendMessageBatch"));
-    sqs.fail_next("DeleteMessageBatch", throttled("DeleteMessageBatch"));
+    // WHEN a drain runs
     let s = engine.run(&request(5)).await;
-    assert_eq!((s.redriven, s.failed), (5, 0), "{s:?}");
-    assert!(sqs.is_empty(DLQ));
-    assert_eq!(sqs.len(SRC), 5);
+    // THEN the engine does not call again: every entry stays on the DLQ, counted failed
+    assert_eq!((s.received, s.redriven, s.failed), (5, 0, 5), "{s:?}");
+    assert_eq!(sqs.calls.send_batch.load(Ordering::SeqCst), 1);
+    assert_eq!(sqs.calls.delete_batch.load(Ordering::SeqCst), 0);
+    assert_eq!(sqs.len(DLQ), 5);
+    assert_eq!(sqs.len(SRC), 0);
 }
 
 #[tokio::test]
@@ -677,12 +643,12 @@ async fn calls_after_the_drain_are_bounded_by_the_deadline_too() {
 }
 
 fn access_denied() -> redrive_engine::ports::PortError {
-    redrive_engine::ports::PortError {
-        operation: "ReceiveMessage",
-        code: "AccessDenied".into(),
-        message: "not authorized to perform sqs:receivemessage".into(),
-        retryable: false,
-    }
+    redrive_engine::ports::PortError::new(
+        "ReceiveMessage",
+        "AccessDenied",
+        "not authorized to perform sqs:receivemessage",
+        false,
+    )
 }
 
 #[tokio::test]

@@ -90,6 +90,19 @@ impl Fixture {
     async fn to_dlq(&self, body: &str, attrs: &[(&str, MessageAttributeValue)]) -> String {
         send_raw(&self.sqs, &self.queues.dlq_url, body, attrs).await
     }
+
+    /// `n` messages never redriven (`m0`, `m1`, ...), then one, `spent`, at `attempt`.
+    async fn to_dlq_fresh_and_spent(&self, n: usize, attempt: u32) {
+        for i in 0..n {
+            self.to_dlq(&format!("m{i}"), &[]).await;
+        }
+        let spent = RedriveMeta {
+            attempt,
+            ..RedriveMeta::fresh("orig-spent")
+        };
+        self.to_dlq("spent", &[(ATTRIBUTE_NAME, meta_attr(&spent))])
+            .await;
+    }
 }
 
 fn meta_of(m: &Message) -> RedriveMeta {
@@ -102,12 +115,7 @@ fn meta_of(m: &Message) -> RedriveMeta {
 }
 
 fn manual(max: u32) -> DrainRequest {
-    DrainRequest {
-        max_messages: max,
-        dry_run: false,
-        deadline: None,
-        trigger_alarm: None,
-    }
+    DrainRequest::new(max)
 }
 
 fn meta_attr(meta: &RedriveMeta) -> MessageAttributeValue {
@@ -521,15 +529,7 @@ async fn fifo_two_groups_keep_their_order_and_get_derived_dedup_ids() {
 #[tokio::test]
 async fn dry_run_reports_the_plan_and_changes_nothing() {
     let mut f = Fixture::new(false).await;
-    for i in 0..4 {
-        f.to_dlq(&format!("m{i}"), &[]).await;
-    }
-    let spent = RedriveMeta {
-        attempt: 9,
-        ..RedriveMeta::fresh("orig-spent")
-    };
-    f.to_dlq("spent", &[(ATTRIBUTE_NAME, meta_attr(&spent))])
-        .await;
+    f.to_dlq_fresh_and_spent(4, 9).await;
     f.seal().await;
     let s = f
         .engine(&[])
@@ -658,15 +658,7 @@ async fn metric_sum(f: &Fixture, name: &str) -> f64 {
 #[tokio::test]
 async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
     let mut f = Fixture::new(false).await;
-    for i in 0..12 {
-        f.to_dlq(&format!("m{i}"), &[]).await;
-    }
-    let spent = RedriveMeta {
-        attempt: 5,
-        ..RedriveMeta::fresh("orig-spent")
-    };
-    f.to_dlq("spent", &[(ATTRIBUTE_NAME, meta_attr(&spent))])
-        .await;
+    f.to_dlq_fresh_and_spent(12, 5).await;
     let alarm = unique_name("dlq-depth");
     put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     f.seal().await;

@@ -129,6 +129,13 @@ pub fn parse_u32(v: &str) -> Result<u32, String> {
         .map_err(|_| format!("must be a whole number between 0 and {}", u32::MAX))
 }
 
+fn positive_u32(v: &str) -> Result<u32, String> {
+    match parse_u32(v)? {
+        0 => Err("must be a whole number >= 1".into()),
+        n => Ok(n),
+    }
+}
+
 fn parse_f64(v: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(f) if f.is_finite() => Ok(f),
@@ -142,6 +149,16 @@ fn non_negative_f64(v: &str) -> Result<f64, String> {
         Ok(f)
     } else {
         Err("must be a number >= 0".into())
+    }
+}
+
+/// A CloudWatch namespace (`METRIC_NAMESPACE`): 1 to 255 characters, no control character,
+/// not AWS's own `AWS/`.
+pub fn parse_metric_namespace(v: &str) -> Result<String, String> {
+    if v.len() > 255 || v.starts_with("AWS/") || v.contains(|c: char| c.is_control()) {
+        Err("must be 1 to 255 characters and must not start with AWS/".into())
+    } else {
+        Ok(v.to_string())
     }
 }
 
@@ -251,14 +268,8 @@ impl RedriverConfig {
             },
             (60.0, 2.0, 900, Jitter::Full),
         )?;
-        let max_messages_per_invocation = env.or("MAX_MESSAGES_PER_INVOCATION", 100, |v| {
-            let n = parse_u32(v)?;
-            if n >= 1 {
-                Ok(n)
-            } else {
-                Err("must be a whole number >= 1".into())
-            }
-        })?;
+        let max_messages_per_invocation =
+            env.or("MAX_MESSAGES_PER_INVOCATION", 100, positive_u32)?;
         let max_messages_per_second = env.or("MAX_MESSAGES_PER_SECOND", 0.0, non_negative_f64)?;
         let guard_alarm_names = env
             .get("GUARD_ALARM_NAMES")
@@ -279,13 +290,11 @@ impl RedriverConfig {
                 Ok(v.to_string())
             }
         })?;
-        let metric_namespace = env.or("METRIC_NAMESPACE", "DLQRedriver".to_string(), |v| {
-            if v.len() > 255 || v.starts_with("AWS/") || v.contains(|c: char| c.is_control()) {
-                Err("must be 1 to 255 characters and must not start with AWS/".into())
-            } else {
-                Ok(v.to_string())
-            }
-        })?;
+        let metric_namespace = env.or(
+            "METRIC_NAMESPACE",
+            "DLQRedriver".to_string(),
+            parse_metric_namespace,
+        )?;
         let dry_run = env.or("DRY_RUN", false, parse_bool)?;
         let max_concurrent_batches = env.or("MAX_CONCURRENT_BATCHES", 4, |v| {
             let n = parse_u32(v)?;
@@ -363,14 +372,7 @@ impl CircuitConfig {
                 Err("must be a fraction of bounced copies greater than 0 and at most 1".into())
             }
         })?;
-        let min_bounces = env.or("CIRCUIT_MIN_BOUNCES", defaults.min_bounces, |v| {
-            let n = parse_u32(v)?;
-            if n >= 1 {
-                Ok(n)
-            } else {
-                Err("must be a whole number >= 1".into())
-            }
-        })?;
+        let min_bounces = env.or("CIRCUIT_MIN_BOUNCES", defaults.min_bounces, positive_u32)?;
         // Windows and cool-downs up to 14 days, the longest SQS retention.
         let window_ms = env.or(
             "CIRCUIT_WINDOW_SECONDS",
@@ -503,16 +505,7 @@ pub struct ConsumerConfig {
 
 impl ConsumerConfig {
     pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
-        let idempotency_table = env.required("IDEMPOTENCY_TABLE", |v| {
-            let ok = (3..=255).contains(&v.len())
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-            if ok {
-                Ok(v.to_string())
-            } else {
-                Err("must be a DynamoDB table name (3 to 255 of a-z A-Z 0-9 _ - .)".into())
-            }
-        })?;
+        let idempotency_table = env.required("IDEMPOTENCY_TABLE", parse_table_name)?;
         let key_source = env.or("IDEMPOTENCY_KEY", KeySource::Message, KeySource::parse)?;
         let key_namespace = match env.optional("IDEMPOTENCY_NAMESPACE", parse_namespace)? {
             Some(namespace) => Some(namespace),

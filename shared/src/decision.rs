@@ -294,6 +294,22 @@ mod tests {
         a
     }
 
+    /// When the message was first and last redriven.
+    fn redriven_at(meta: &RedriveMeta) -> (Option<&str>, Option<&str>) {
+        (
+            meta.first_redriven_at.as_deref(),
+            meta.last_redriven_at.as_deref(),
+        )
+    }
+
+    /// The metadata of a message whose last delivery failed with this class and code.
+    fn failed_before(class: ErrorClass, code: &str) -> RedriveMeta {
+        RedriveMeta {
+            last_error: Some(LastError::new(class, code, "failed", "t".into())),
+            ..RedriveMeta::fresh(ORIG)
+        }
+    }
+
     fn run(m: &Msg, p: &Policy) -> Decision {
         decide(&m.view(), p, NOW, &mut Fixed(0.5))
     }
@@ -308,12 +324,8 @@ mod tests {
         assert_eq!(plan.meta.attempt, 1);
         assert_eq!(plan.meta.original_message_id, "m-now");
         assert_eq!(
-            plan.meta.first_redriven_at.as_deref(),
-            Some("2026-11-21T10:00:00Z")
-        );
-        assert_eq!(
-            plan.meta.last_redriven_at.as_deref(),
-            Some("2026-11-21T10:00:00Z")
+            redriven_at(&plan.meta),
+            (Some("2026-11-21T10:00:00Z"), Some("2026-11-21T10:00:00Z"))
         );
         assert_eq!(plan.delay_seconds, Some(60));
         assert_eq!(plan.read_from, MetaSource::Absent);
@@ -336,12 +348,8 @@ mod tests {
         assert_eq!(plan.meta.attempt, 3);
         assert_eq!(plan.meta.original_message_id, ORIG);
         assert_eq!(
-            plan.meta.first_redriven_at.as_deref(),
-            Some("2026-11-20T00:00:00Z")
-        );
-        assert_eq!(
-            plan.meta.last_redriven_at.as_deref(),
-            Some("2026-11-21T10:00:00Z")
+            redriven_at(&plan.meta),
+            (Some("2026-11-20T00:00:00Z"), Some("2026-11-21T10:00:00Z"))
         );
         assert_eq!(plan.delay_seconds, Some(240), "60 * 2^(3-1)");
     }
@@ -375,15 +383,7 @@ mod tests {
 
     #[test]
     fn permanent_failure_is_isolated_at_once() {
-        let prior = RedriveMeta {
-            last_error: Some(LastError::new(
-                ErrorClass::Permanent,
-                "HTTP_400",
-                "bad",
-                "t".into(),
-            )),
-            ..RedriveMeta::fresh(ORIG)
-        };
+        let prior = failed_before(ErrorClass::Permanent, "HTTP_400");
         let Decision::Isolate(plan) = run(&message(with_meta(&prior)), &policy()) else {
             panic!()
         };
@@ -393,15 +393,7 @@ mod tests {
             "the consumer's stamp is kept"
         );
         // A transient lastError does not isolate.
-        let prior = RedriveMeta {
-            last_error: Some(LastError::new(
-                ErrorClass::Transient,
-                "HTTP_503",
-                "down",
-                "t".into(),
-            )),
-            ..RedriveMeta::fresh(ORIG)
-        };
+        let prior = failed_before(ErrorClass::Transient, "HTTP_503");
         assert!(run(&message(with_meta(&prior)), &policy()).is_redrive());
     }
 

@@ -16,6 +16,31 @@ pub const VERSION: u32 = 1;
 pub const MAX_ERROR_MESSAGE_CHARS: usize = 256;
 const MAX_ORIGINAL_ID_LEN: usize = 100;
 
+/// `Display`, `Serialize` and `Deserialize` of a value written as its text: `as_str` out,
+/// `from_text` in (total: an unknown text is kept, never an error).
+macro_rules! as_text {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                Ok(Self::from_text(&text))
+            }
+        }
+    };
+}
+
 /// Why a message was parked in the poison queue.
 ///
 /// A reason this crate does not know (written by a newer re-driver) is kept as its text in
@@ -67,24 +92,7 @@ impl IsolationReason {
     }
 }
 
-impl std::fmt::Display for IsolationReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for IsolationReason {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for IsolationReason {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Ok(Self::from_text(&text))
-    }
-}
+as_text!(IsolationReason);
 
 /// `lastError.class`. A class this crate does not know is kept as text in
 /// [`ErrorClass::Other`]; only `permanent` isolates a message at once.
@@ -114,24 +122,7 @@ impl ErrorClass {
     }
 }
 
-impl std::fmt::Display for ErrorClass {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for ErrorClass {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for ErrorClass {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Ok(Self::from_text(&text))
-    }
-}
+as_text!(ErrorClass);
 
 /// The consumer's stamp when it gives up on a message. Fields a newer writer added are kept in
 /// `extra` and written back.

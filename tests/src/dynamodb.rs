@@ -6,22 +6,21 @@ use aws_sdk_dynamodb::types::{
 
 use crate::unique_name;
 
-/// Creates an idempotency table as the contract describes it: partition key `id` (S),
-/// on-demand, TTL on `expiration`. Returns its (unique) name.
-pub async fn create_idempotency_table(ddb: &Client) -> String {
-    let name = unique_name("idem");
+/// Creates an on-demand table named `<prefix>-<unique>` whose partition key is `key` (S).
+async fn create_keyed_table(ddb: &Client, prefix: &str, key: &str) -> String {
+    let name = unique_name(prefix);
     ddb.create_table()
         .table_name(&name)
         .attribute_definitions(
             AttributeDefinition::builder()
-                .attribute_name("id")
+                .attribute_name(key)
                 .attribute_type(ScalarAttributeType::S)
                 .build()
                 .expect("name and type are set"),
         )
         .key_schema(
             KeySchemaElement::builder()
-                .attribute_name("id")
+                .attribute_name(key)
                 .key_type(KeyType::Hash)
                 .build()
                 .expect("name and key type are set"),
@@ -30,6 +29,19 @@ pub async fn create_idempotency_table(ddb: &Client) -> String {
         .send()
         .await
         .unwrap_or_else(|e| panic!("CreateTable {name}: {e:?}"));
+    name
+}
+
+/// Creates the adaptive circuit's table: partition key `queue` (S, the DLQ URL), on-demand.
+/// Returns its (unique) name.
+pub async fn create_circuit_table(ddb: &Client) -> String {
+    create_keyed_table(ddb, "circuit", "queue").await
+}
+
+/// Creates an idempotency table as the contract describes it: partition key `id` (S),
+/// on-demand, TTL on `expiration`. Returns its (unique) name.
+pub async fn create_idempotency_table(ddb: &Client) -> String {
+    let name = create_keyed_table(ddb, "idem", "id").await;
     ddb.update_time_to_live()
         .table_name(&name)
         .time_to_live_specification(

@@ -18,6 +18,10 @@
 mod cloudwatch;
 mod downstream;
 mod dynamodb;
+/// The Lambda SQS event source mapping's poll loop, played by the demo and the bench.
+pub mod event_source;
+/// Checks that several crates' tests make the same way.
+pub mod fixture;
 /// IAM enforced: functions and the CLI under their templates' policies (`iam::env_for_binary`,
 /// `iam::cli_env`).
 pub mod iam;
@@ -35,7 +39,7 @@ use std::path::{Path, PathBuf};
 
 pub use cloudwatch::{alarm_state, put_queue_alarm};
 pub use downstream::{Downstream, Mode, ReceivedRequest};
-pub use dynamodb::create_idempotency_table;
+pub use dynamodb::{create_circuit_table, create_idempotency_table};
 pub use lambda_watch::{LambdaWatch, WatchOptions, invocation_ids};
 pub use localstack::{
     LOCALSTACK_SERVICES, LocalStack, SQS_EMULATOR_VARIABLE, localstack, sqs_emulator,
@@ -45,8 +49,8 @@ pub use names::unique_name;
 pub use sqs::{
     QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string,
     batch_sends_keep_trace_headers, drain_all, producer_trace_header, queue_attributes,
-    queue_depth, receive_raw, send_fifo, send_raw, send_traced, sqs_event, trace_header_of,
-    wait_for_depth,
+    queue_counts, queue_depth, receive_raw, send_batch, send_entries, send_fifo, send_raw,
+    send_traced, sqs_event, trace_header_of, wait_for_depth,
 };
 
 /// The workspace root (the directory holding the root `Cargo.toml`).

@@ -21,21 +21,18 @@ use std::process::ChildStdin;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, Region, SdkConfig};
-use aws_sdk_sqs::config::Credentials;
+use aws_config::SdkConfig;
 use aws_types::origin::Origin;
 use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
 
 use crate::process::launch_announcing_port;
-use crate::{REGION, unique_name, workspace_root};
+use crate::{unique_name, workspace_root};
 
 /// The services a LocalStack of the harness serves, by the SDK's service id (the suffix of
 /// `AWS_ENDPOINT_URL_<ID>`, upper case).
 pub const LOCALSTACK_SERVICES: [&str; 4] = ["SQS", "S3", "CloudWatch", "STS"];
 /// The variable that picks the SQS emulator of a test run: `moto` (or unset) or `localstack`.
 pub const SQS_EMULATOR_VARIABLE: &str = "REDRIVE_SQS_EMULATOR";
-const ACCESS_KEY: &str = "testing";
-const SECRET_KEY: &str = "testing";
 /// The launcher waits for every service to run (about 3 s here); a cold machine's first
 /// import of LocalStack's modules takes longer.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
@@ -126,18 +123,7 @@ impl LocalStack {
     /// An SDK config whose every client goes to this LocalStack: region us-east-1, static
     /// dummy credentials. Build clients per test (per tokio runtime), as for moto.
     pub async fn sdk_config(&self) -> SdkConfig {
-        aws_config::defaults(BehaviorVersion::latest())
-            .endpoint_url(self.endpoint())
-            .region(Region::new(REGION))
-            .credentials_provider(Credentials::new(
-                ACCESS_KEY,
-                SECRET_KEY,
-                None,
-                None,
-                "redrive-tests",
-            ))
-            .load()
-            .await
+        crate::moto::emulator_sdk_config(&self.endpoint()).await
     }
 
     /// `AWS_ENDPOINT_URL_SQS`, `_S3`, `_CLOUDWATCH` and `_STS` set to this LocalStack: added to

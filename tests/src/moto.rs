@@ -17,6 +17,24 @@ use crate::process::launch_announcing_port;
 pub const REGION: &str = "us-east-1";
 const ACCESS_KEY: &str = "testing";
 const SECRET_KEY: &str = "testing";
+
+/// An SDK config whose every client goes to the emulator at `endpoint`: region us-east-1,
+/// the harness's static credentials.
+pub(crate) async fn emulator_sdk_config(endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::new(REGION))
+        .credentials_provider(Credentials::new(
+            ACCESS_KEY,
+            SECRET_KEY,
+            None,
+            None,
+            "redrive-tests",
+        ))
+        .load()
+        .await
+}
+
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A moto server listening on 127.0.0.1, private to this test process.
@@ -156,18 +174,7 @@ impl Moto {
     /// Build clients per test (per tokio runtime): an SDK client keeps a connection pool
     /// tied to the runtime that first used it.
     pub async fn sdk_config(&self) -> SdkConfig {
-        let config = aws_config::defaults(BehaviorVersion::latest())
-            .endpoint_url(self.endpoint())
-            .region(Region::new(REGION))
-            .credentials_provider(Credentials::new(
-                ACCESS_KEY,
-                SECRET_KEY,
-                None,
-                None,
-                "redrive-tests",
-            ))
-            .load()
-            .await;
+        let config = emulator_sdk_config(&self.endpoint()).await;
         match self.sqs_on_localstack() {
             Some(localstack) => localstack.route_services(config),
             None => config,

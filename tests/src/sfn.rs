@@ -146,6 +146,62 @@ impl Moto {
     }
 }
 
+/// The shipped state machine (`infra/statemachine/redrive.asl.json`) on this `moto_sfn()`, its
+/// tasks run by the `redrive-workflow` binary under `cargo lambda watch` with the re-driver's
+/// environment for `queues` and `env` on top. Dropping it removes the route, then stops the
+/// functions.
+pub struct WorkflowMachine {
+    pub route: LambdaRoute,
+    pub watch: LambdaWatch,
+    pub client: Client,
+    /// The state machine's ARN.
+    pub arn: String,
+}
+
+impl WorkflowMachine {
+    /// `name` prefixes the route's function and the state machine; `concurrency` is how many
+    /// task invocations run at once. `Err` when the shipped definition cannot be read or
+    /// substituted.
+    pub async fn start(
+        moto: &Moto,
+        queues: &crate::QueueSet,
+        env: &[(&str, &str)],
+        concurrency: usize,
+        name: &str,
+    ) -> Result<Self, String> {
+        let mut vars = moto.env();
+        vars.extend(queues.redriver_env());
+        vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let watch = LambdaWatch::start_with(crate::WatchOptions {
+            bins: vec!["redrive-workflow".into()],
+            env: vars,
+            concurrency,
+            ..crate::WatchOptions::default()
+        })
+        .await;
+        let route = moto
+            .route_lambda(
+                &unique_name(&format!("{name}-tasks")),
+                &watch,
+                "redrive-workflow",
+            )
+            .await;
+        let path = crate::workspace_root().join("infra/statemachine/redrive.asl.json");
+        let definition = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| substitute_definition(&text, &[("TaskFunctionArn", route.arn())]))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let client = moto.sfn().await;
+        let arn = create_state_machine(&client, name, &definition).await;
+        Ok(Self {
+            route,
+            watch,
+            client,
+            arn,
+        })
+    }
+}
+
 /// Writes a route file whole, then renames it into place: the launcher never reads half a
 /// route, and a new version (its mtime) restarts the fault counts.
 fn write_route(path: &Path, endpoint: &str, binary: &str, faults: &[TaskFault]) {

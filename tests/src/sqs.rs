@@ -9,6 +9,7 @@ use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
     MessageSystemAttributeNameForSends, MessageSystemAttributeValue, QueueAttributeName,
+    SendMessageBatchRequestEntry,
 };
 
 use serde_json::{Map, Value, json};
@@ -199,6 +200,32 @@ pub async fn queue_depth(sqs: &Client, url: &str) -> u64 {
     .sum()
 }
 
+/// A queue's (visible, in flight, delayed) counts; `None` when GetQueueAttributes failed.
+pub async fn queue_counts(sqs: &Client, url: &str) -> Option<(u64, u64, u64)> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .ok()?
+        .attributes
+        .unwrap_or_default();
+    let count = |name: QueueAttributeName| -> u64 {
+        attributes
+            .get(&name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Some((
+        count(QueueAttributeName::ApproximateNumberOfMessages),
+        count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    ))
+}
+
 /// Polls `queue_depth` until it equals `expected`; panics with the last depth after `timeout`.
 pub async fn wait_for_depth(sqs: &Client, url: &str, expected: u64, timeout: Duration) {
     let started = Instant::now();
@@ -268,6 +295,47 @@ pub async fn drain_all(sqs: &Client, url: &str) -> Vec<Message> {
         );
         drained.extend(batch);
     }
+}
+
+/// One SendMessageBatch of up to ten bodies; their MessageIds, in the order of the bodies.
+/// Panics on a failed call or entry.
+pub async fn send_batch(sqs: &Client, url: &str, bodies: &[String]) -> Vec<String> {
+    let entries = bodies.iter().enumerate().map(|(i, body)| {
+        SendMessageBatchRequestEntry::builder()
+            .id(i.to_string())
+            .message_body(body)
+            .build()
+            .expect("id and body are set")
+    });
+    send_entries(sqs, url, entries.collect()).await
+}
+
+/// One SendMessageBatch of up to ten entries whose ids are their indexes; their MessageIds,
+/// in order. Panics on a failed call or entry.
+pub async fn send_entries(
+    sqs: &Client,
+    url: &str,
+    entries: Vec<SendMessageBatchRequestEntry>,
+) -> Vec<String> {
+    let out = sqs
+        .send_message_batch()
+        .queue_url(url)
+        .set_entries(Some(entries))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("SendMessageBatch {url}: {e:?}"));
+    assert!(
+        out.failed.is_empty(),
+        "SendMessageBatch {url}: {:?}",
+        out.failed
+    );
+    let mut ids: Vec<(usize, String)> = out
+        .successful
+        .into_iter()
+        .map(|s| (s.id.parse().expect("the ids sent"), s.message_id))
+        .collect();
+    ids.sort();
+    ids.into_iter().map(|(_, id)| id).collect()
 }
 
 /// Sends one message with the given attributes and returns its MessageId. On a `.fifo`

@@ -922,20 +922,29 @@ async fn helper_holds_lambda_watch() {
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
-#[test]
-fn a_missing_python_fails_with_a_pointer_to_make_setup() {
+/// Runs the ignored helper test `helper` in a child process of this test binary with
+/// `python_variable` naming a Python that does not exist; asserts that it failed and returns
+/// what it printed.
+fn failing_helper_output(helper: &str, python_variable: &str) -> String {
     let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "helper_starts_moto", "--ignored", "--nocapture"])
+        .args(["--exact", helper, "--ignored", "--nocapture"])
         .env("REDRIVE_HELPER", "1")
-        .env("REDRIVE_PYTHON", "/nonexistent/python")
+        .env(python_variable, "/nonexistent/python")
         .output()
         .unwrap();
     assert!(!output.status.success());
-    let text = format!(
+    format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
-    );
+    )
+}
+
+#[test]
+fn a_missing_python_fails_with_a_pointer_to_make_setup() {
+    // GIVEN REDRIVE_PYTHON naming no Python; WHEN a test starts moto
+    let text = failing_helper_output("helper_starts_moto", "REDRIVE_PYTHON");
+    // THEN it fails naming the Python and `make setup`
     assert!(text.contains("/nonexistent/python"), "{text}");
     assert!(text.contains("run `make setup`"), "{text}");
 }
@@ -949,23 +958,9 @@ fn helper_starts_moto() {
 
 #[test]
 fn a_missing_localstack_python_fails_with_a_pointer_to_make_setup() {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "helper_starts_localstack",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("REDRIVE_HELPER", "1")
-        .env("REDRIVE_LOCALSTACK_PYTHON", "/nonexistent/python")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    // GIVEN REDRIVE_LOCALSTACK_PYTHON naming no Python; WHEN a test starts LocalStack
+    let text = failing_helper_output("helper_starts_localstack", "REDRIVE_LOCALSTACK_PYTHON");
+    // THEN it fails naming the Python, `make setup` and the version it needs
     assert!(text.contains("/nonexistent/python"), "{text}");
     assert!(text.contains("run `make setup`"), "{text}");
     assert!(text.contains("Python >= 3.13"), "{text}");

@@ -4,9 +4,45 @@
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_sfn::types::{ExecutionStatus, HistoryEventType};
-use redrive_tests::{LambdaWatch, QueueSet, WatchOptions, moto_sfn, sfn, unique_name};
+use aws_sdk_sfn::operation::describe_execution::DescribeExecutionOutput;
+use aws_sdk_sfn::types::{ExecutionStatus, HistoryEvent, HistoryEventType};
+use redrive_tests::sfn::{self, LambdaRoute};
+use redrive_tests::{LambdaWatch, Moto, QueueSet, WatchOptions, moto_sfn, unique_name};
 use serde_json::{Value, json};
+
+/// `echo_lambda` under `cargo lambda watch`, routed from a function named `<prefix>-<unique>`.
+async fn echo_route(moto: &Moto, prefix: &str) -> (LambdaWatch, LambdaRoute) {
+    let watch = LambdaWatch::start_with(WatchOptions {
+        bins: vec!["echo_lambda".into()],
+        env: moto.env(),
+        ..WatchOptions::default()
+    })
+    .await;
+    let route = moto
+        .route_lambda(&unique_name(prefix), &watch, "echo_lambda")
+        .await;
+    (watch, route)
+}
+
+/// Runs one execution of `machine` with `input` to its end and asserts that it succeeded;
+/// its description, its history and the history one line an event.
+async fn run_to_success(
+    client: &aws_sdk_sfn::Client,
+    machine: &str,
+    input: &Value,
+) -> (DescribeExecutionOutput, Vec<HistoryEvent>, Vec<String>) {
+    let execution = sfn::start_execution(client, machine, input).await;
+    let done = sfn::wait_for_execution(client, &execution, Duration::from_secs(60)).await;
+    let history = sfn::execution_history(client, &execution).await;
+    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
+    assert_eq!(
+        done.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        lines.join("\n")
+    );
+    (done, history, lines)
+}
 
 const DEFINITION: &str = r#"{
   "Comment": "harness check: sqs via aws-sdk, a routed Lambda, a Wait with SecondsPath",
@@ -61,15 +97,7 @@ async fn moto_runs_sqs_tasks_a_routed_lambda_and_a_wait_with_seconds_path() {
         redrive_tests::moto().port(),
         "a server of its own"
     );
-    let watch = LambdaWatch::start_with(WatchOptions {
-        bins: vec!["echo_lambda".into()],
-        env: moto.env(),
-        ..WatchOptions::default()
-    })
-    .await;
-    let route = moto
-        .route_lambda(&unique_name("echo"), &watch, "echo_lambda")
-        .await;
+    let (watch, route) = echo_route(moto, "echo").await;
     let sqs = moto.sqs().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
     let definition = sfn::substitute_definition(
@@ -85,24 +113,11 @@ async fn moto_runs_sqs_tasks_a_routed_lambda_and_a_wait_with_seconds_path() {
 
     // WHEN an execution runs whose direct Lambda task succeeds
     let started = Instant::now();
-    let execution = sfn::start_execution(
-        &client,
-        &machine,
-        &json!({"body": "order o-1", "seconds": 2, "fail": null}),
-    )
-    .await;
-    let done = sfn::wait_for_execution(&client, &execution, Duration::from_secs(60)).await;
+    let input = json!({"body": "order o-1", "seconds": 2, "fail": null});
+    let (done, history, lines) = run_to_success(&client, &machine, &input).await;
 
     // THEN it succeeded: the message went through moto's SQS, the Lambda ran as echo_lambda,
     // and the Wait slept the seconds the Lambda returned
-    let history = sfn::execution_history(&client, &execution).await;
-    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        lines.join("\n")
-    );
     assert!(
         started.elapsed() >= Duration::from_secs(2),
         "the Wait did not wait"
@@ -185,15 +200,7 @@ async fn a_lambda_task_without_a_route_fails_naming_the_function() {
 #[tokio::test]
 async fn injected_task_faults_fail_the_first_invokes_of_an_action_then_retry_succeeds() {
     let moto = moto_sfn();
-    let watch = LambdaWatch::start_with(WatchOptions {
-        bins: vec!["echo_lambda".into()],
-        env: moto.env(),
-        ..WatchOptions::default()
-    })
-    .await;
-    let route = moto
-        .route_lambda(&unique_name("faulty"), &watch, "echo_lambda")
-        .await;
+    let (_watch, route) = echo_route(moto, "faulty").await;
     route.set_faults(&[
         sfn::TaskFault {
             action: "first".into(),
@@ -227,16 +234,7 @@ async fn injected_task_faults_fail_the_first_invokes_of_an_action_then_retry_suc
     let definition = sfn::substitute_definition(&definition, &[("Fn", route.arn())]).unwrap();
     let client = moto.sfn().await;
     let machine = sfn::create_state_machine(&client, "faults", &definition).await;
-    let execution = sfn::start_execution(&client, &machine, &json!({})).await;
-    let done = sfn::wait_for_execution(&client, &execution, Duration::from_secs(60)).await;
-    let history = sfn::execution_history(&client, &execution).await;
-    let lines: Vec<String> = history.iter().map(sfn::describe_event).collect();
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        lines.join("\n")
-    );
+    let (done, _, lines) = run_to_success(&client, &machine, &json!({})).await;
     let failures: Vec<&String> = lines
         .iter()
         .filter(|l| l.contains("LambdaFunctionFailed"))

@@ -6,11 +6,12 @@ use crate::quiet_consumer;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redrive_consumer::Consumer;
 use redrive_consumer::message::QueueArn;
+use redrive_consumer::{Consumer, Message};
 use redrive_engine::Engine;
 use redrive_engine::fake::FakeCloudWatch;
 use redrive_shared::Attributes;
+use redrive_tests::event_source::Source;
 use tokio::sync::oneshot;
 
 use super::{Depths, Emulator, LayerStats, Parked, Place, Reconciliation, SoakSettings};
@@ -37,7 +38,7 @@ impl FakeEmulator {
     pub fn new(world: Arc<World>) -> Self {
         let source_arn = QueueArn::parse(&format!(
             "arn:aws:sqs:{}:{ACCOUNT}:soak-source",
-            super::REGION
+            crate::event_source::REGION
         ))
         .expect("a valid ARN");
         Self {
@@ -51,6 +52,8 @@ impl FakeEmulator {
 }
 
 impl Emulator for FakeEmulator {
+    type Source = FakeSource;
+
     async fn produce(&self, bodies: Vec<String>) -> Vec<String> {
         bodies
             .iter()
@@ -58,26 +61,12 @@ impl Emulator for FakeEmulator {
             .collect()
     }
 
-    async fn poll(&self, max: usize, visibility: Duration) -> Vec<redrive_consumer::Message> {
-        self.world
-            .receive_direct(&self.source, max, visibility)
-            .into_iter()
-            .map(|m| redrive_consumer::Message {
-                message_id: m.message_id,
-                receipt_handle: m.receipt_handle,
-                body: m.body,
-                attributes: m.attributes,
-                receive_count: m.receive_count,
-                group_id: None,
-                source: Some(self.source_arn.clone()),
-                trace_header: None,
-            })
-            .collect()
-    }
-
-    async fn settle(&self, receipt_handles: Vec<String>) {
-        for r in receipt_handles {
-            self.world.delete_direct(&self.source, &r);
+    fn source(&self, visibility: Duration) -> FakeSource {
+        FakeSource {
+            world: self.world.clone(),
+            url: self.source.clone(),
+            arn: self.source_arn.clone(),
+            visibility,
         }
     }
 
@@ -128,6 +117,51 @@ impl Emulator for FakeEmulator {
             claim_lost: s.claim_lost,
             kills_between_send_and_delete: s.kills.get("DeleteMessageBatch").copied().unwrap_or(0),
         }
+    }
+}
+
+/// The in-memory source queue, as the event source mapping polls it.
+pub struct FakeSource {
+    world: Arc<World>,
+    url: String,
+    arn: QueueArn,
+    visibility: Duration,
+}
+
+impl Source for FakeSource {
+    type Message = Message;
+
+    async fn receive(&self) -> Result<Vec<Message>, String> {
+        Ok(self
+            .world
+            .receive_direct(&self.url, 10, self.visibility)
+            .into_iter()
+            .map(|m| Message {
+                message_id: m.message_id,
+                receipt_handle: m.receipt_handle,
+                body: m.body,
+                attributes: m.attributes,
+                receive_count: m.receive_count,
+                group_id: None,
+                source: Some(self.arn.clone()),
+                trace_header: None,
+            })
+            .collect())
+    }
+
+    async fn delete(&self, settled: &[&Message]) -> Result<(), String> {
+        for m in settled {
+            self.world.delete_direct(&self.url, &m.receipt_handle);
+        }
+        Ok(())
+    }
+
+    fn message_id(message: &Message) -> &str {
+        &message.message_id
+    }
+
+    fn idle(&self) -> Duration {
+        Duration::from_millis(200)
     }
 }
 

@@ -5,9 +5,6 @@ use crate::quiet_consumer;
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, SendMessageBatchRequestEntry,
-};
 use futures_util::future::join_all;
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
 use redrive_consumer::message::QueueArn;
@@ -16,12 +13,13 @@ use redrive_engine::Engine;
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_shared::config::DownstreamConfig;
 use redrive_shared::sdk::attributes_from_sdk;
-use redrive_tests::{QueueSet, create_idempotency_table, drain_all, queue_depth};
+use redrive_tests::{QueueSet, create_idempotency_table, drain_all, queue_depth, send_batch};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{Depths, Emulator, LayerStats, Parked, Place, Reconciliation, SoakSettings};
 use crate::downstream::{Flaky, FlakyServer};
+use crate::event_source::SqsRecords;
 use crate::faults::FaultPlan;
 use crate::proxy::Proxy;
 
@@ -38,106 +36,25 @@ pub struct MotoEmulator<'a> {
 }
 
 impl Emulator for MotoEmulator<'_> {
+    type Source = SqsRecords;
+
     async fn produce(&self, bodies: Vec<String>) -> Vec<String> {
-        let chunks: Vec<Vec<(usize, String)>> = bodies
-            .into_iter()
-            .enumerate()
-            .collect::<Vec<_>>()
-            .chunks(10)
-            .map(<[_]>::to_vec)
-            .collect();
-        let results = join_all(chunks.into_iter().map(|chunk| async move {
-            let entries = chunk
-                .iter()
-                .map(|(i, b)| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .message_body(b)
-                        .build()
-                        .expect("id and body are set")
-                })
-                .collect();
-            let out = self
-                .direct
-                .send_message_batch()
-                .queue_url(&self.queues.source_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("producing: {e:?}"));
-            assert!(out.failed.is_empty(), "producing: {:?}", out.failed);
-            out.successful
-                .into_iter()
-                .map(|s| (s.id.parse::<usize>().expect("our ids"), s.message_id))
-                .collect::<Vec<_>>()
-        }))
-        .await;
-        let mut ids: Vec<(usize, String)> = results.into_iter().flatten().collect();
-        ids.sort();
-        ids.into_iter().map(|(_, id)| id).collect()
+        let (sqs, url) = (&self.direct, &self.queues.source_url);
+        let sends = bodies.chunks(10).map(|chunk| send_batch(sqs, url, chunk));
+        join_all(sends).await.into_iter().flatten().collect()
     }
 
-    async fn poll(&self, max: usize, visibility: Duration) -> Vec<redrive_consumer::Message> {
-        let out = self
-            .direct
-            .receive_message()
-            .queue_url(&self.queues.source_url)
-            .max_number_of_messages(max as i32)
-            .wait_time_seconds(1)
-            .visibility_timeout(visibility.as_secs() as i32)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await;
-        let Ok(out) = out else {
-            return Vec::new();
-        };
-        out.messages
-            .unwrap_or_default()
-            .into_iter()
-            .map(|m| {
-                let receive_count = m
-                    .attributes
-                    .as_ref()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(1);
-                redrive_consumer::Message {
-                    attributes: attributes_from_sdk(m.message_attributes.as_ref()),
-                    message_id: m.message_id.unwrap_or_default(),
-                    receipt_handle: m.receipt_handle.unwrap_or_default(),
-                    body: m.body.unwrap_or_default(),
-                    receive_count,
-                    group_id: None,
-                    source: Some(self.source_arn.clone()),
-                    trace_header: None,
-                }
-            })
-            .collect()
-    }
-
-    async fn settle(&self, receipt_handles: Vec<String>) {
-        for chunk in receipt_handles.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(r)
-                        .build()
-                        .expect("id and handle are set")
-                })
-                .collect();
-            // A handle already deleted (the consumer's permanent path) is fine.
-            let _ = self
-                .direct
-                .delete_message_batch()
-                .queue_url(&self.queues.source_url)
-                .set_entries(Some(entries))
-                .send()
-                .await;
-        }
+    fn source(&self, visibility: Duration) -> SqsRecords {
+        // The poll itself long-polls for a second.
+        let idle = Duration::from_millis(50);
+        let arn = self.source_arn.clone();
+        SqsRecords::new(
+            self.direct.clone(),
+            &self.queues.source_url,
+            arn,
+            visibility,
+            idle,
+        )
     }
 
     async fn source_depth(&self) -> u64 {
@@ -154,33 +71,8 @@ impl Emulator for MotoEmulator<'_> {
     }
 
     async fn inventory(&self) -> Vec<Parked> {
-        let mut parked = Vec::new();
-        let q = &self.queues;
-        for (place, url) in [
-            (Place::Source, &q.source_url),
-            (Place::Dlq, &q.dlq_url),
-            (Place::Poison, &q.poison_url),
-        ] {
-            // In-flight and delayed messages come back within the soak's timeouts.
-            let started = Instant::now();
-            loop {
-                for m in drain_all(&self.direct, url).await {
-                    let attributes = attributes_from_sdk(m.message_attributes.as_ref());
-                    parked.push(Parked::read(
-                        place,
-                        m.message_id().unwrap_or(""),
-                        &attributes,
-                    ));
-                }
-                if queue_depth(&self.direct, url).await == 0
-                    || started.elapsed() > Duration::from_secs(60)
-                {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-        parked
+        // In-flight and delayed messages come back within the soak's timeouts.
+        inventory(&self.direct, &self.queues, Duration::from_secs(60)).await
     }
 
     fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
@@ -203,11 +95,31 @@ impl Emulator for MotoEmulator<'_> {
             kills_between_send_and_delete: s.kills.get("DeleteMessageBatch").copied().unwrap_or(0),
         }
     }
+}
 
-    fn idle(&self) -> Duration {
-        // The poll itself long-polls for a second.
-        Duration::from_millis(50)
+/// Every message left in the three queues, each read as parked where it was; a queue that
+/// still holds messages in flight or delayed is read again each second for up to `wait`.
+pub async fn inventory(sqs: &Client, queues: &QueueSet, wait: Duration) -> Vec<Parked> {
+    let mut parked = Vec::new();
+    for (place, url) in [
+        (Place::Source, &queues.source_url),
+        (Place::Dlq, &queues.dlq_url),
+        (Place::Poison, &queues.poison_url),
+    ] {
+        let started = Instant::now();
+        loop {
+            for m in drain_all(sqs, url).await {
+                let attributes = attributes_from_sdk(m.message_attributes.as_ref());
+                let message_id = m.message_id().unwrap_or("");
+                parked.push(Parked::read(place, message_id, &attributes));
+            }
+            if started.elapsed() >= wait || queue_depth(sqs, url).await == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
+    parked
 }
 
 /// The soak on the test process's moto server, the one with the fast clock (the same SQS

@@ -112,5 +112,5 @@ fn payload_kinds_carry_the_downstream_markers() {
     assert!(payload(1, Kind::Doomed).contains(DOOMED_MARKER));
     let normal = payload(1, Kind::Normal);
     assert!(!normal.contains(POISON_MARKER) && !normal.contains(DOOMED_MARKER));
-    assert!(serde_json::from_str::<Value>(&normal).is_ok());
+    assert!(serde_json::from_str::<serde_json::Value>(&normal).is_ok());
 }

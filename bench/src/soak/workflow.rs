@@ -16,10 +16,9 @@ use std::time::{Duration, Instant};
 
 use redrive_shared::backoff::{RandomSource, seeded_rng};
 use redrive_shared::meta::{ATTRIBUTE_NAME, RedriveMeta};
-use redrive_tests::sfn::{self, TaskFault};
+use redrive_tests::sfn::{self, TaskFault, WorkflowMachine};
 use redrive_tests::{
-    LambdaWatch, QueueSet, WatchOptions, attr_string, drain_all, moto_sfn, queue_attributes,
-    send_raw, unique_name, workspace_root,
+    QueueSet, attr_string, drain_all, moto_sfn, queue_counts, send_raw, unique_name,
 };
 use serde::Serialize;
 use serde_json::json;
@@ -164,14 +163,9 @@ impl fmt::Display for WorkflowSoakReport {
 
 /// (visible, in flight, delayed).
 async fn counts(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64, u64) {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
-    let a = queue_attributes(sqs, url).await;
-    let n = |k: A| a.get(&k).and_then(|v| v.parse().ok()).unwrap_or(0);
-    (
-        n(A::ApproximateNumberOfMessages),
-        n(A::ApproximateNumberOfMessagesNotVisible),
-        n(A::ApproximateNumberOfMessagesDelayed),
-    )
+    queue_counts(sqs, url)
+        .await
+        .unwrap_or_else(|| panic!("GetQueueAttributes {url} failed"))
 }
 
 fn body_of(i: u64) -> String {
@@ -184,10 +178,9 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
     let sqs = moto.sqs().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
 
-    let mut env = moto.env();
-    env.extend(queues.redriver_env());
-    for (k, v) in [
-        ("METRIC_NAMESPACE", unique_name("soak").as_str()),
+    let namespace = unique_name("soak");
+    let env = [
+        ("METRIC_NAMESPACE", namespace.as_str()),
         ("REARM_ALARM", "false"),
         ("MAX_REDRIVE_ATTEMPTS", "5"),
         // Waits of about a second, all of them held on the DLQ: stops land mid-wait.
@@ -197,20 +190,12 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
         ("WORKFLOW_HOLD_SLACK_SECONDS", "2"),
         ("WORKFLOW_SEARCH_RECEIVES", "3"),
         ("WORKFLOW_BATCH_SIZE", "10"),
-    ] {
-        env.push((k.to_string(), v.to_string()));
-    }
-    let watch = LambdaWatch::start_with(WatchOptions {
-        bins: vec!["redrive-workflow".into()],
-        env,
-        concurrency: 4,
-        ..WatchOptions::default()
-    })
-    .await;
-    let route = moto
-        .route_lambda(&unique_name("soak-tasks"), &watch, "redrive-workflow")
-        .await;
-    route.set_faults(
+    ];
+    let workflow = WorkflowMachine::start(moto, &queues, &env, 4, "soak")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (client, machine) = (&workflow.client, &workflow.arn);
+    workflow.route.set_faults(
         &settings
             .faults
             .iter()
@@ -221,13 +206,6 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
             })
             .collect::<Vec<_>>(),
     );
-    let path = workspace_root().join("infra/statemachine/redrive.asl.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let definition = sfn::substitute_definition(&text, &[("TaskFunctionArn", route.arn())])
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let client = moto.sfn().await;
-    let machine = sfn::create_state_machine(&client, "soak", &definition).await;
 
     for i in 0..settings.messages {
         let body = body_of(i);
@@ -267,8 +245,7 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
             tokio::time::sleep(Duration::from_millis(250)).await;
             continue;
         }
-        let execution =
-            sfn::start_execution(&client, &machine, &json!({"maxMessages": 1000})).await;
+        let execution = sfn::start_execution(client, machine, &json!({"maxMessages": 1000})).await;
         let stopping = stops_left > 0;
         if stopping {
             stops_left -= 1;
@@ -287,7 +264,7 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
             .timeout
             .saturating_sub(wall.elapsed())
             .max(Duration::from_secs(1));
-        let done = sfn::wait_for_execution(&client, &execution, left).await;
+        let done = sfn::wait_for_execution(client, &execution, left).await;
         // moto 5.2.5 ends an execution stopped inside a Map as FAILED (States.Runtime); AWS
         // says ABORTED. Either way it was stopped.
         let status = done.status().as_str();
@@ -297,7 +274,7 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
             status.to_string()
         };
         *executions.entry(key).or_default() += 1;
-        let history = sfn::execution_history(&client, &execution).await;
+        let history = sfn::execution_history(client, &execution).await;
         injected += history
             .iter()
             .map(sfn::describe_event)
@@ -344,8 +321,7 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
             Some(_) => duplicated.push(body),
         }
     }
-    drop(route);
-    drop(watch);
+    drop(workflow);
     WorkflowSoakReport {
         settings: settings.clone(),
         executions,

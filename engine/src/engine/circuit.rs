@@ -150,9 +150,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let dlq = self.config.dlq_url.as_str();
         let end = request.deadline;
         let now = (self.clock)();
-        let loaded = self
-            .retry(end, || self.bounded(end, "GetItem", self.circuit.load(dlq)))
-            .await;
+        let loaded = self.bounded(end, "GetItem", self.circuit.load(dlq)).await;
         let (version, loaded) = match loaded {
             Ok(Some(stored)) => (Some(stored.version), stored.record),
             Ok(None) => (None, CircuitRecord::new(&settings, now)),
@@ -269,12 +267,12 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                         .await
                         .map_err(|e| match e {
                             crate::circuit::CircuitError::Port(p) => p,
-                            other => crate::ports::PortError {
-                                operation: "PutItem",
-                                code: "Contended".into(),
-                                message: other.to_string(),
-                                retryable: false,
-                            },
+                            other => crate::ports::PortError::new(
+                                "PutItem",
+                                "Contended",
+                                other.to_string(),
+                                false,
+                            ),
                         })
                     })
                     .await;

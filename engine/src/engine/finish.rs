@@ -53,9 +53,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             return None;
         }
         match self
-            .retry(end, || {
-                self.bounded(end, "DescribeAlarms", self.alarms.describe(names))
-            })
+            .bounded(end, "DescribeAlarms", self.alarms.describe(names))
             .await
         {
             Ok(found) => {
@@ -85,9 +83,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     pub(super) async fn dlq_remaining(&self, end: Option<Instant>) -> Option<u64> {
         let dlq = self.config.dlq_url.as_str();
         match self
-            .retry(end, || {
-                self.bounded(end, "GetQueueAttributes", self.queue.depth(dlq))
-            })
+            .bounded(end, "GetQueueAttributes", self.queue.depth(dlq))
             .await
         {
             Ok(d) => Some(d.total()),
@@ -147,9 +143,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let end = request.deadline;
         let names = std::slice::from_ref(alarm);
         let period = match self
-            .retry(end, || {
-                self.bounded(end, "DescribeAlarms", self.alarms.describe(names))
-            })
+            .bounded(end, "DescribeAlarms", self.alarms.describe(names))
             .await
         {
             Ok(found) => match found.into_iter().find(|a| &a.name == alarm) {
@@ -194,9 +188,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 .map_or("unknown".to_string(), |n| n.to_string())
         );
         match self
-            .retry(end, || {
-                self.bounded(end, "SetAlarmState", self.alarms.set_ok(alarm, &reason))
-            })
+            .bounded(end, "SetAlarmState", self.alarms.set_ok(alarm, &reason))
             .await
         {
             Ok(()) => {

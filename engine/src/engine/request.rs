@@ -110,6 +110,33 @@ pub struct DrainRequest {
     /// [`Engine::rearm`]): the alarm that notified an alarm-triggered drain, else
     /// `TRIGGER_ALARM_NAME`. `None`: nothing to re-arm.
     pub trigger_alarm: Option<String>,
+    /// The copies go out without their backoff delay (a canary by hand, `redrive drain
+    /// --canary N`), so that they can come back within the window that judges them.
+    pub no_delay: bool,
+}
+
+impl DrainRequest {
+    /// A drain of up to `max_messages`: not a dry run, no deadline, nothing to re-arm, each
+    /// copy with its backoff delay.
+    pub fn new(max_messages: u32) -> Self {
+        Self {
+            max_messages,
+            dry_run: false,
+            deadline: None,
+            trigger_alarm: None,
+            no_delay: false,
+        }
+    }
+
+    /// The canary of this drain: at most `n` of its messages, their copies sent without their
+    /// backoff delay.
+    pub fn canary(&self, n: u32) -> Self {
+        Self {
+            max_messages: n.min(self.max_messages),
+            no_delay: true,
+            ..self.clone()
+        }
+    }
 }
 
 /// Tunables that are not part of the contract's configuration.
@@ -122,7 +149,9 @@ pub struct Settings {
     pub receive_wait_seconds: i32,
     /// Visibility timeout of received messages: if the invocation dies, they reappear after it.
     pub visibility_seconds: i32,
-    /// Tries of a call (or of failed batch entries) that failed in a retryable way.
+    /// Tries of the failed entries of a batch call that failed in a retryable way (throttled,
+    /// not the sender's fault). A whole call is not tried again: the SDK's retry configuration
+    /// owns whole calls ([`crate::aws::retry_config`]).
     pub retry_attempts: u32,
     pub retry_base: Duration,
     /// The longest any one port call may take: the SDK's operation timeout, enforced by the

@@ -23,7 +23,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         self.config.dlq_url.is_fifo() || self.config.source_queue_url.is_fifo()
     }
 
-    /// One ReceiveMessage on the DLQ (its retries bounded by the deadline), the messages hidden
+    /// One ReceiveMessage on the DLQ (bounded by the deadline), the messages hidden
     /// for `visibility_seconds`.
     pub async fn receive_held(
         &self,
@@ -34,13 +34,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let dlq = self.config.dlq_url.as_str();
         let wait = self.settings.receive_wait_seconds;
         let visibility = i32::try_from(visibility_seconds).unwrap_or(i32::MAX);
-        self.retry(deadline, || {
-            self.bounded(
-                deadline,
-                "ReceiveMessage",
-                self.queue.receive(dlq, want as i32, wait, visibility),
-            )
-        })
+        self.bounded(
+            deadline,
+            "ReceiveMessage",
+            self.queue.receive(dlq, want as i32, wait, visibility),
+        )
         .await
     }
 
@@ -65,13 +63,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 })
                 .collect();
             let outcome = self
-                .retry(deadline, || {
-                    self.bounded(
-                        deadline,
-                        "ChangeMessageVisibilityBatch",
-                        self.queue.change_visibility_batch(dlq, &entries, seconds),
-                    )
-                })
+                .bounded(
+                    deadline,
+                    "ChangeMessageVisibilityBatch",
+                    self.queue.change_visibility_batch(dlq, &entries, seconds),
+                )
                 .await?;
             for f in outcome.failed {
                 tracing::warn!(entry = %f.id, code = %f.code, error = %f.message, "ChangeMessageVisibility entry failed");

@@ -48,7 +48,7 @@ impl Calls<'_> {
         let results = join_all(
             batches
                 .into_iter()
-                .map(|b| self.send_with_retry(queue, queue_url, b)),
+                .map(|b| self.send_batch(queue, queue_url, b)),
         )
         .await;
         for r in results {
@@ -81,7 +81,7 @@ impl Calls<'_> {
                 .iter()
                 .map(|e| (e.id.clone(), e.group_id.clone()))
                 .collect();
-            let result = self.send_with_retry(queue, queue_url, send).await;
+            let result = self.send_batch(queue, queue_url, send).await;
             let mut held = held_groups.lock().unwrap_or_else(|e| e.into_inner());
             for (id, group) in groups {
                 if !result.acked.contains(&id) {
@@ -94,8 +94,9 @@ impl Calls<'_> {
         sent
     }
 
-    /// One batch, retrying the whole call or its retryable failed entries.
-    pub(super) async fn send_with_retry<Q: Queue>(
+    /// One batch, retrying its failed entries that are worth another try. A whole call that
+    /// fails is not tried again here: the SDK's retry configuration owns whole calls.
+    pub(super) async fn send_batch<Q: Queue>(
         self,
         queue: &Q,
         queue_url: &str,
@@ -106,40 +107,37 @@ impl Calls<'_> {
             if attempt > 0 && !self.pause_before_retry(attempt).await {
                 break;
             }
-            match self
+            let outcome = match self
                 .bounded("SendMessageBatch", queue.send_batch(queue_url, &batch))
                 .await
             {
-                Ok(outcome) => {
-                    let retry: HashSet<String> = retryable_ids(&outcome.failed);
-                    log_entry_failures("SendMessageBatch", queue_url, &outcome);
-                    for f in outcome.failed.into_iter() {
-                        if f.sender_fault {
-                            if let Some(pos) = batch.iter().position(|e| e.id == f.id) {
-                                sent.failed.remove(&f.id);
-                                sent.rejected.push((batch.swap_remove(pos), f));
-                            }
-                        } else {
-                            sent.failed
-                                .insert(f.id, format!("{}: {}", f.code, f.message));
-                        }
-                    }
-                    for id in &outcome.succeeded {
-                        sent.failed.remove(id);
-                    }
-                    sent.acked.extend(outcome.succeeded);
-                    batch.retain(|e| retry.contains(&e.id));
-                }
+                Ok(outcome) => outcome,
                 Err(e) => {
                     tracing::warn!(error = %e, queue = queue_url, entries = batch.len(), "SendMessageBatch failed");
                     for entry in &batch {
                         sent.failed.insert(entry.id.clone(), e.to_string());
                     }
-                    if !e.retryable {
-                        break;
+                    break;
+                }
+            };
+            let retry: HashSet<String> = retryable_ids(&outcome.failed);
+            log_entry_failures("SendMessageBatch", queue_url, &outcome);
+            for f in outcome.failed.into_iter() {
+                if f.sender_fault {
+                    if let Some(pos) = batch.iter().position(|e| e.id == f.id) {
+                        sent.failed.remove(&f.id);
+                        sent.rejected.push((batch.swap_remove(pos), f));
                     }
+                } else {
+                    sent.failed
+                        .insert(f.id, format!("{}: {}", f.code, f.message));
                 }
             }
+            for id in &outcome.succeeded {
+                sent.failed.remove(id);
+            }
+            sent.acked.extend(outcome.succeeded);
+            batch.retain(|e| retry.contains(&e.id));
             if batch.is_empty() {
                 break;
             }
@@ -147,8 +145,9 @@ impl Calls<'_> {
         sent
     }
 
-    /// One call per 10 handles (a delete, or a change of visibility), retrying the whole call
-    /// or its retryable failed entries; `ok` holds the ids acknowledged.
+    /// One call per 10 handles (a delete, or a change of visibility), retrying its failed
+    /// entries that are worth another try (a whole call is the SDK's to retry); `ok` holds
+    /// the ids acknowledged.
     pub(super) async fn by_handle<F, Fut>(
         self,
         operation: &'static str,
@@ -170,30 +169,27 @@ impl Calls<'_> {
                 if attempt > 0 && !self.pause_before_retry(attempt).await {
                     break;
                 }
-                match self.bounded(operation, call(pending.clone())).await {
-                    Ok(outcome) => {
-                        log_entry_failures(operation, queue_url, &outcome);
-                        let retry = retryable_ids(&outcome.failed);
-                        for f in outcome.failed {
-                            acks.failed
-                                .insert(f.id, format!("{}: {}", f.code, f.message));
-                        }
-                        for id in outcome.succeeded {
-                            acks.failed.remove(&id);
-                            acks.ok.insert(id);
-                        }
-                        pending.retain(|e| retry.contains(&e.id));
-                    }
+                let outcome = match self.bounded(operation, call(pending.clone())).await {
+                    Ok(outcome) => outcome,
                     Err(e) => {
                         tracing::warn!(error = %e, operation, queue = queue_url, entries = pending.len(), "batch call failed");
                         for entry in &pending {
                             acks.failed.insert(entry.id.clone(), e.to_string());
                         }
-                        if !e.retryable {
-                            break;
-                        }
+                        break;
                     }
+                };
+                log_entry_failures(operation, queue_url, &outcome);
+                let retry = retryable_ids(&outcome.failed);
+                for f in outcome.failed {
+                    acks.failed
+                        .insert(f.id, format!("{}: {}", f.code, f.message));
                 }
+                for id in outcome.succeeded {
+                    acks.failed.remove(&id);
+                    acks.ok.insert(id);
+                }
+                pending.retain(|e| retry.contains(&e.id));
             }
         }
         acks
@@ -228,12 +224,12 @@ impl Calls<'_> {
         });
         match tokio::time::timeout(budget, call).await {
             Ok(result) => result,
-            Err(_) => Err(PortError {
+            Err(_) => Err(PortError::new(
                 operation,
-                code: "Timeout".into(),
-                message: format!("no answer within {} ms", budget.as_millis()),
-                retryable: true,
-            }),
+                "Timeout",
+                format!("no answer within {} ms", budget.as_millis()),
+                true,
+            )),
         }
     }
 }
@@ -475,50 +471,17 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 })
                 .collect();
             match self
-                .retry(end, || {
-                    self.bounded(
-                        end,
-                        "ChangeMessageVisibilityBatch",
-                        self.queue.change_visibility_batch(dlq, &entries, 0),
-                    )
-                })
+                .bounded(
+                    end,
+                    "ChangeMessageVisibilityBatch",
+                    self.queue.change_visibility_batch(dlq, &entries, 0),
+                )
                 .await
             {
                 Ok(o) => log_entry_failures("ChangeMessageVisibilityBatch", dlq, &o),
                 Err(e) => {
                     tracing::warn!(error = %e, "releasing dry-run messages failed; they reappear after their visibility timeout")
                 }
-            }
-        }
-    }
-
-    /// Sleeps before retry `attempt`; false when that would end past `end`.
-    pub(super) async fn pause_before_retry(&self, end: Option<Instant>, attempt: u32) -> bool {
-        self.calls(end).pause_before_retry(attempt).await
-    }
-
-    /// Retries a whole call while it fails in a retryable way and there is time left.
-    pub(super) async fn retry<T, F, Fut>(
-        &self,
-        end: Option<Instant>,
-        mut call: F,
-    ) -> Result<T, PortError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, PortError>>,
-    {
-        let mut attempt = 0;
-        loop {
-            match call().await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.retryable && attempt + 1 < self.settings.retry_attempts => {
-                    attempt += 1;
-                    tracing::warn!(error = %e, attempt, "retrying");
-                    if !self.pause_before_retry(end, attempt).await {
-                        return Err(e);
-                    }
-                }
-                Err(e) => return Err(e),
             }
         }
     }

@@ -36,12 +36,7 @@ impl FakeCloudWatch {
 }
 
 fn unavailable(operation: &'static str) -> PortError {
-    PortError {
-        operation,
-        code: "ServiceUnavailable".into(),
-        message: "injected".into(),
-        retryable: false,
-    }
+    PortError::new(operation, "ServiceUnavailable", "injected", false)
 }
 
 impl Alarms for Arc<FakeCloudWatch> {

@@ -219,12 +219,12 @@ impl FakeSqs {
         };
         let (outcome, ids) = self.send_stored(queue_url, std::slice::from_ref(&entry))?;
         if let Some(f) = outcome.failed.into_iter().next() {
-            return Err(PortError {
-                operation: "SendMessage",
-                code: f.code,
-                message: f.message,
-                retryable: !f.sender_fault,
-            });
+            return Err(PortError::new(
+                "SendMessage",
+                f.code,
+                f.message,
+                !f.sender_fault,
+            ));
         }
         // A FIFO duplicate within the deduplication window stores nothing (and has no new id).
         Ok(ids.into_iter().next().unwrap_or_default())

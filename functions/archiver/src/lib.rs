@@ -44,8 +44,6 @@ pub const MAX_RETENTION_SECONDS: f64 = 1_209_600.0;
 /// one SDK operation (with its retries) plus a put and a delete still fit.
 pub const SWEEP_MARGIN: Duration = Duration::from_secs(10);
 
-// ---------------------------------------------------------------- configuration
-
 /// Configuration of the archiver, read once at init. Every error names the variable.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArchiverConfig {
@@ -234,8 +232,6 @@ pub fn check_threshold(
     }
 }
 
-// ---------------------------------------------------------------- ports
-
 /// A message as the archiver receives it: everything needed to restore it exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedMessage {
@@ -319,8 +315,6 @@ impl ArchiveCounts {
     }
 }
 
-// ---------------------------------------------------------------- the archive format
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -349,8 +343,6 @@ pub fn archive_object(
     }
     out.into_bytes()
 }
-
-// ---------------------------------------------------------------- the archiver
 
 /// Why a queue's sweep ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -642,8 +634,6 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
         }
     }
 }
-
-// ---------------------------------------------------------------- SDK adapters
 
 /// S3 through the SDK.
 #[derive(Clone)]

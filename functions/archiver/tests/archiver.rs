@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{Datapoint, Dimension, StandardUnit, Statistic};
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
-use redrive_archiver::{Archiver, ArchiverConfig, S3Store, SweepStop, sha256_base64};
-use redrive_engine::aws::{CloudWatch, SqsQueue};
+use redrive_archiver::{
+    Archiver, ArchiverConfig, ArchiverInitError, S3Store, SweepStop, sha256_base64,
+};
+use redrive_engine::aws::{Clients, CloudWatch, SqsQueue};
 use redrive_engine::ports::{
     BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry,
 };
@@ -69,16 +71,28 @@ fn queue_config(queues: &QueueSet, bucket: &str, after_seconds: &str) -> Archive
     ])
 }
 
-async fn sqs_port() -> SqsQueue {
-    SqsQueue {
-        client: moto().sqs().await,
-    }
+/// The engine's SDK clients on moto.
+async fn clients() -> Clients {
+    Clients::from_sdk(&moto().sdk_config().await)
 }
 
-async fn metrics_port() -> CloudWatch {
-    CloudWatch {
-        client: moto().cloudwatch().await,
-    }
+async fn sqs_port() -> SqsQueue {
+    clients().await.sqs
+}
+
+/// The archiver on moto's SQS, S3 and CloudWatch with `cfg`, initialised or refused.
+async fn init(
+    s3: &aws_sdk_s3::Client,
+    cfg: ArchiverConfig,
+) -> Result<Archiver<SqsQueue, S3Store, CloudWatch>, ArchiverInitError> {
+    let clients = clients().await;
+    Archiver::init(
+        clients.sqs,
+        S3Store { client: s3.clone() },
+        clients.cloudwatch,
+        cfg,
+    )
+    .await
 }
 
 /// The archiver on moto's SQS, S3 and CloudWatch, initialised.
@@ -86,14 +100,7 @@ async fn on_moto(
     s3: &aws_sdk_s3::Client,
     cfg: ArchiverConfig,
 ) -> Archiver<SqsQueue, S3Store, CloudWatch> {
-    Archiver::init(
-        sqs_port().await,
-        S3Store { client: s3.clone() },
-        metrics_port().await,
-        cfg,
-    )
-    .await
-    .expect("init")
+    init(s3, cfg).await.expect("init")
 }
 
 /// Every version of every object in the bucket, in key order, each parsed.
@@ -379,14 +386,7 @@ async fn fifo_group_and_deduplication_ids_and_sequence_numbers_are_archived() {
     let bucket = bucket(&s3).await;
     let a = send_fifo(&sqs, &queues.poison_url, "first", "g1", "d1", &[]).await;
     let b = send_fifo(&sqs, &queues.poison_url, "second", "g1", "d2", &[]).await;
-    let archiver = Archiver::init(
-        sqs_port().await,
-        S3Store { client: s3.clone() },
-        metrics_port().await,
-        queue_config(&queues, &bucket, "0"),
-    )
-    .await
-    .expect("init");
+    let archiver = on_moto(&s3, queue_config(&queues, &bucket, "0")).await;
     let summary = archiver.run(None).await;
     assert_eq!(summary.archived, 2, "{summary:?}");
     let lines: Vec<ArchivedMessage> = archived(&s3, &bucket)
@@ -558,6 +558,7 @@ impl Queue for CrashBeforeDelete {
             code: "Crash".into(),
             message: "the process died between the put and the delete".into(),
             retryable: false,
+            source: None,
         })
     }
     async fn change_visibility_batch(
@@ -592,7 +593,7 @@ async fn a_crash_between_the_put_and_the_delete_gives_a_duplicate_object_never_a
     let first = Archiver::init(
         crashing,
         S3Store { client: s3.clone() },
-        metrics_port().await,
+        clients().await.cloudwatch,
         cfg.clone(),
     )
     .await
@@ -655,6 +656,17 @@ async fn queue_with_retention(sqs: &aws_sdk_sqs::Client, seconds: &str) -> Strin
     out.queue_url.expect("QueueUrl")
 }
 
+/// Archiving `queues`' poison queue and the DLQ `hour` (its retention one hour) after
+/// `seconds`.
+fn below_hour_config(queues: &QueueSet, hour: &str, seconds: &str) -> ArchiverConfig {
+    config(&[
+        ("ARCHIVE_BUCKET", "some-bucket"),
+        ("POISON_QUEUE_URL", &queues.poison_url),
+        ("DLQ_URL", hour),
+        ("ARCHIVE_AFTER_SECONDS", seconds),
+    ])
+}
+
 #[tokio::test]
 async fn a_threshold_not_below_a_queues_retention_fails_init_naming_it_and_receives_nothing() {
     let sqs = moto().sqs().await;
@@ -664,10 +676,8 @@ async fn a_threshold_not_below_a_queues_retention_fails_init_naming_it_and_recei
     let hour = queue_with_retention(&sqs, "3600").await;
 
     // The default, 10 days, against a 4-day queue.
-    let err = Archiver::init(
-        sqs_port().await,
-        S3Store { client: s3.clone() },
-        metrics_port().await,
+    let err = init(
+        &s3,
         config(&[
             ("ARCHIVE_BUCKET", "some-bucket"),
             ("POISON_QUEUE_URL", &four_days),
@@ -687,53 +697,23 @@ async fn a_threshold_not_below_a_queues_retention_fails_init_naming_it_and_recei
 
     // Seconds equal to the retention: not below it. The DLQ is checked too.
     let queues = QueueSet::create(&sqs, false, 3).await;
-    let err = Archiver::init(
-        sqs_port().await,
-        S3Store { client: s3.clone() },
-        metrics_port().await,
-        config(&[
-            ("ARCHIVE_BUCKET", "some-bucket"),
-            ("POISON_QUEUE_URL", &queues.poison_url),
-            ("DLQ_URL", &hour),
-            ("ARCHIVE_AFTER_SECONDS", "3600"),
-        ]),
-    )
-    .await
-    .err()
-    .expect("init fails")
-    .to_string();
+    let err = init(&s3, below_hour_config(&queues, &hour, "3600"))
+        .await
+        .err()
+        .expect("init fails")
+        .to_string();
     assert!(
         err.contains("ARCHIVE_AFTER_SECONDS") && err.contains(&hour) && err.contains("3600 s"),
         "{err}"
     );
 
     // Just below is accepted.
-    Archiver::init(
-        sqs_port().await,
-        S3Store { client: s3.clone() },
-        metrics_port().await,
-        config(&[
-            ("ARCHIVE_BUCKET", "some-bucket"),
-            ("POISON_QUEUE_URL", &queues.poison_url),
-            ("DLQ_URL", &hour),
-            ("ARCHIVE_AFTER_SECONDS", "3599.5"),
-        ]),
-    )
-    .await
-    .expect("a threshold below every retention");
+    init(&s3, below_hour_config(&queues, &hour, "3599.5"))
+        .await
+        .expect("a threshold below every retention");
 
     // Nothing was received by the refused init.
-    let visible = redrive_tests::receive_raw(&sqs, &four_days, 0).await;
-    assert_eq!(visible.len(), 1);
-    assert_eq!(
-        visible[0]
-            .attributes()
-            .and_then(
-                |a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
-            )
-            .map(String::as_str),
-        Some("1")
-    );
+    redrive_tests::fixture::assert_never_received(&sqs, &four_days).await;
 }
 
 #[tokio::test]

@@ -10,14 +10,19 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use redrive_shared::Attributes;
+use redrive_shared::backoff::{Backoff, Jitter};
+use redrive_shared::config::{
+    ConsumerConfig, DEFAULT_CONSUMER_METRIC_NAMESPACE, FifoOnFailure, QueueUrl,
+};
 use redrive_shared::key::IdempotencyKey;
+use redrive_shared::key::KeySource;
 use redrive_shared::limits::Outgoing;
 use serde_json::Value;
 
-use crate::engine::Handled;
+use crate::engine::{Consumer, Handled};
 use crate::message::{Message, QueueArn, record_to_event_json};
 use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError, QueueOps};
-use crate::process::{ProcessError, Processor, RawBody};
+use crate::process::{FromBody, ProcessError, Processor, RawBody};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -48,6 +53,20 @@ pub struct Record {
     pub payload_hash: Option<String>,
     /// (COMPLETED) the processor's output, JSON text.
     pub result: Option<String>,
+}
+
+impl Record {
+    /// A COMPLETED record kept until `expiration_s`, without a result or a payload hash.
+    pub fn completed(expiration_s: i64) -> Self {
+        Self {
+            status: Status::Completed,
+            expiration_s,
+            in_progress_expiration_ms: 0,
+            token: None,
+            payload_hash: None,
+            result: None,
+        }
+    }
 }
 
 /// Calls per operation.
@@ -523,6 +542,28 @@ impl Processor<RawBody> for &ScriptedProcessor {
 /// The standard queue the fixture messages come from.
 pub const FIXTURE_SOURCE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
 
+/// The DLQ of the fixture configuration.
+pub const FIXTURE_DLQ_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
+
+/// A fixture: the configuration of table `idempotency`, keyed by `key_source`, records kept an
+/// hour, the fixture DLQ when `dlq`, retries after 2 s times 3 per receive (no jitter, at most
+/// 900 s), no cache, a FIFO group held after a failure.
+pub fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
+    ConsumerConfig {
+        idempotency_table: "idempotency".into(),
+        key_source,
+        key_namespace: None,
+        payload: None,
+        ttl_seconds: 3600,
+        dlq_url: dlq.then(|| QueueUrl::parse(FIXTURE_DLQ_URL).expect("the fixture DLQ URL parses")),
+        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).expect("the fixture backoff is valid"),
+        cache_size: 0,
+        fail_when_all_failed: false,
+        fifo_on_failure: FifoOnFailure::SkipGroup,
+        metric_namespace: DEFAULT_CONSUMER_METRIC_NAMESPACE.into(),
+    }
+}
+
 /// A fixture: a message of the standard queue `orders`, received once, handle `handle-<id>`.
 pub fn message(id: &str, body: &str) -> Message {
     Message {
@@ -549,6 +590,20 @@ pub fn event(messages: &[Message]) -> Value {
 /// A fixture: the deadline of an invocation a minute from now, in epoch milliseconds.
 pub fn in_a_minute() -> u64 {
     (crate::engine::now_ms() + 60_000) as u64
+}
+
+/// A fixture: `consumer` handles these messages as one event, a minute before its deadline.
+pub async fn handle<S, Q, P, T>(consumer: &Consumer<S, Q, P, T>, messages: &[Message]) -> Handled
+where
+    S: IdempotencyStore,
+    Q: QueueOps,
+    P: Processor<T>,
+    T: FromBody,
+{
+    consumer
+        .handle(&event(messages), in_a_minute())
+        .await
+        .expect("a fixture event has a Records array")
 }
 
 /// Each record's message id and outcome, in the batch's order.

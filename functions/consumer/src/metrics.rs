@@ -33,18 +33,7 @@ pub const BATCH_ITEM_FAILURES: &str = "BatchItemFailures";
 impl Outcome {
     /// The name of the metric that counts this outcome (one of [`OUTCOME_METRICS`]).
     pub fn metric_name(&self) -> &'static str {
-        match self {
-            Self::Processed => "Processed",
-            Self::Duplicate => "Duplicate",
-            Self::InProgress => "InProgress",
-            Self::Retry { .. } => "Retried",
-            Self::DeadLettered { .. } => "DeadLettered",
-            Self::Failed { .. } => "Failed",
-            Self::PayloadMismatch { .. } => "PayloadMismatch",
-            Self::Skipped => "Skipped",
-            Self::Malformed => "Malformed",
-            Self::Unstarted => "Unstarted",
-        }
+        self.names().1
     }
 }
 

@@ -5,11 +5,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use redrive_consumer::fake::{FakeQueue, event as fixture_event, in_a_minute, message};
+use redrive_consumer::fake::{self, FakeQueue, event as fixture_event, in_a_minute, message};
 use redrive_consumer::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError};
 use redrive_consumer::{Consumer, Message, Outcome, ProcessError, Record};
-use redrive_shared::backoff::{Backoff, Jitter};
-use redrive_shared::config::{ConsumerConfig, FifoOnFailure};
+use redrive_shared::config::ConsumerConfig;
 use redrive_shared::key::KeySource;
 use serde_json::Value;
 
@@ -85,16 +84,7 @@ impl IdempotencyStore for MapStore {
 fn config() -> ConsumerConfig {
     ConsumerConfig {
         idempotency_table: "unused-by-a-custom-store".into(),
-        key_source: KeySource::parse("/orderId").unwrap(),
-        key_namespace: None,
-        payload: None,
-        ttl_seconds: 3600,
-        dlq_url: None,
-        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
-        cache_size: 0,
-        fail_when_all_failed: false,
-        fifo_on_failure: FifoOnFailure::SkipGroup,
-        metric_namespace: "RedriveConsumer".into(),
+        ..fake::config(false, KeySource::parse("/orderId").unwrap())
     }
 }
 

@@ -13,7 +13,6 @@ use aws_sdk_dynamodb::types::{
 use common::*;
 use redrive_consumer::fake::{ScriptedProcessor, Step};
 use redrive_consumer::{Consumer, Outcome};
-use redrive_shared::meta::RedriveMeta;
 use redrive_tests::{attr_binary, attr_string, unique_name};
 use serde_json::{Value, json};
 
@@ -83,17 +82,11 @@ async fn compound_attribute_and_body_keys_deliver_once_per_key() {
 
         // WHEN they are received and handled as one batch, then the fourth alone
         let received = w.receive(3).await;
-        let first = consumer
-            .handle(&w.event(&received), deadline_in(60))
-            .await
-            .unwrap();
+        let first = w.handle(&consumer, &received).await;
         let (body, attributes) = send(&messages[3]);
         w.send(&[(body.as_str(), attributes.as_slice())]).await;
         let later = w.receive(1).await;
-        let second = consumer
-            .handle(&w.event(&later), deadline_in(60))
-            .await
-            .unwrap();
+        let second = w.handle(&consumer, &later).await;
 
         // THEN the shared key reached the downstream once, with the key in its header
         let mut first_outcomes = outcomes(&first);
@@ -128,20 +121,15 @@ async fn a_missing_or_binary_key_attribute_is_dead_lettered_with_its_code() {
     let consumer = w.consumer(w.config(true, &[("IDEMPOTENCY_KEY", "attribute:OrderId")]));
 
     // WHEN they are handled
-    let handled = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&consumer, &received).await;
 
     // THEN each is on the DLQ with its own code, deleted from the source, never delivered
     assert!(handled.response.batch_item_failures.is_empty());
-    let mut codes: Vec<(String, String)> = drain(&w.sqs, &w.queues.dlq_url)
+    let mut codes: Vec<(String, String)> = w
+        .dead_letters()
         .await
-        .iter()
-        .map(|m| {
-            let (meta, _) = RedriveMeta::read(&attrs(m), "x");
-            (meta.original_message_id, meta.last_error.unwrap().code)
-        })
+        .into_iter()
+        .map(|(_, meta)| (meta.original_message_id, meta.last_error.unwrap().code))
         .collect();
     codes.sort();
     let mut want = vec![
@@ -252,10 +240,7 @@ async fn a_different_payload_under_a_processed_key_is_dead_lettered_never_delive
     let consumer = w.consumer(w.config(true, &vars));
     w.send(&[(&order("c-1", "o-1", 5, "a"), &[])]).await;
     let first = w.receive(1).await;
-    let done = consumer
-        .handle(&w.event(&first), deadline_in(60))
-        .await
-        .unwrap();
+    let done = w.handle(&consumer, &first).await;
     w.settle(&first, &done.response).await;
 
     // WHEN the same order comes for 7, and again for 5 from another sender
@@ -266,10 +251,7 @@ async fn a_different_payload_under_a_processed_key_is_dead_lettered_never_delive
         ])
         .await;
     let received = w.receive(2).await;
-    let handled = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&consumer, &received).await;
 
     // THEN the 7 is a payload mismatch: a stamped copy on the DLQ, the original deleted, the
     // downstream not called; the 5 is a duplicate
@@ -284,13 +266,13 @@ async fn a_different_payload_under_a_processed_key_is_dead_lettered_never_delive
     assert_eq!(handled.outcome_of(&ids[1]), Some(&Outcome::Duplicate));
     assert_eq!(w.downstream.deliveries("o-1"), 1);
     assert_eq!(w.downstream.total_attempts(), 1);
-    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
+    let dlq = w.dead_letters().await;
     assert_eq!(dlq.len(), 1);
-    assert_eq!(dlq[0].body(), Some(order("c-1", "o-1", 7, "b").as_str()));
-    let (meta, _) = RedriveMeta::read(&attrs(&dlq[0]), "x");
+    let (copy, meta) = &dlq[0];
+    assert_eq!(copy.body(), Some(order("c-1", "o-1", 7, "b").as_str()));
     assert_eq!(meta.original_message_id, ids[0]);
     assert_eq!(
-        meta.last_error.unwrap().code,
+        meta.last_error.as_ref().unwrap().code,
         "IDEMPOTENCY_PAYLOAD_MISMATCH"
     );
     // (the duplicate is still in flight for the event source mapping; the mismatch is gone)
@@ -408,20 +390,14 @@ async fn the_table_from_the_shipped_snippet_is_the_one_the_store_uses() {
     ));
     w.send(&[(&order("c-1", "o-1", 5, "a"), &[])]).await;
     let first = w.receive(1).await;
-    let done = consumer
-        .handle(&w.event(&first), deadline_in(60))
-        .await
-        .unwrap();
+    let done = w.handle(&consumer, &first).await;
     w.send(&[
         (&order("c-1", "o-1", 5, "b"), &[]),
         (&order("c-1", "o-1", 6, "c"), &[]),
     ])
     .await;
     let later = w.receive(2).await;
-    let again = consumer
-        .handle(&w.event(&later), deadline_in(60))
-        .await
-        .unwrap();
+    let again = w.handle(&consumer, &later).await;
 
     // THEN it works as on the harness's own table, and the records carry the TTL attribute
     // the snippet declares, under the partition key it declares

@@ -43,8 +43,7 @@ async fn the_binary_settles_a_real_batch_under_cargo_lambda_watch() {
     // GIVEN the consumer running under cargo lambda watch against moto and a downstream that
     // rejects poison (400) and is unavailable for flaky messages (503)
     let w = World::new(false).await;
-    w.downstream.reject_bodies_containing("poison", 400);
-    w.downstream.reject_bodies_containing("flaky", 503);
+    w.reject_poison_and_flaky();
     let watch = LambdaWatch::start(&["consumer"], &env(&w, &[])).await;
 
     // AND three messages really received from the source queue
@@ -242,14 +241,11 @@ async fn a_permanent_failure_copy_on_the_dlq_keeps_the_producers_aws_trace_heade
     assert_eq!(failures(&response), Vec::<String>::new());
 
     // THEN the copy on the DLQ carries the producer's header, not the consumer's own trace
-    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
+    let dlq = w.dead_letters().await;
     assert_eq!(dlq.len(), 1);
-    let (meta, _) = RedriveMeta::read(&attrs(&dlq[0]), "x");
+    let (copy, meta) = &dlq[0];
     assert_eq!(meta.original_message_id, id);
-    assert_eq!(
-        redrive_tests::trace_header_of(&dlq[0]),
-        Some(header.as_str())
-    );
+    assert_eq!(redrive_tests::trace_header_of(copy), Some(header.as_str()));
 }
 
 #[tokio::test]
@@ -280,8 +276,7 @@ async fn each_invocation_prints_one_emf_line_with_the_batch_counts() {
     // GIVEN the consumer under cargo lambda watch with its own metric namespace, and a batch
     // that is processed, duplicated (the same message twice), dead-lettered and retried
     let w = World::new(false).await;
-    w.downstream.reject_bodies_containing("poison", 400);
-    w.downstream.reject_bodies_containing("flaky", 503);
+    w.reject_poison_and_flaky();
     let namespace = redrive_tests::unique_name("Consumer");
     let watch = LambdaWatch::start(
         &["consumer"],
@@ -456,12 +451,12 @@ async fn the_binary_keys_on_several_fields_and_checks_the_payload() {
     // THEN it is not delivered: it is on the DLQ, stamped as a payload mismatch
     assert_eq!(failures(&response), Vec::<String>::new(), "{response}");
     assert_eq!(w.downstream.total_attempts(), 2);
-    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
+    let dlq = w.dead_letters().await;
     assert_eq!(dlq.len(), 1);
-    let (meta, _) = RedriveMeta::read(&attrs(&dlq[0]), "x");
+    let (_, meta) = &dlq[0];
     assert_eq!(meta.original_message_id, changed[0]);
     assert_eq!(
-        meta.last_error.unwrap().code,
+        meta.last_error.as_ref().unwrap().code,
         "IDEMPOTENCY_PAYLOAD_MISMATCH"
     );
     assert_eq!(w.depth(&w.queues.source_url).await, 0);

@@ -5,11 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redrive_consumer::fake::{
-    FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step, event, message,
+    self, FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step, event, message,
 };
 use redrive_consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
-use redrive_shared::backoff::{Backoff, Jitter};
-use redrive_shared::config::{ConsumerConfig, FifoOnFailure, QueueUrl};
 use redrive_shared::key::{IdempotencyKey, KeySource};
 use serde_json::json;
 
@@ -93,21 +91,8 @@ async fn pointer_keys_are_logged_as_a_digest_never_raw() {
             result: None,
         },
     );
-    let config = ConsumerConfig {
-        idempotency_table: "idempotency".into(),
-        key_source: KeySource::pointer("/id").unwrap(),
-        key_namespace: None,
-        payload: None,
-        ttl_seconds: 3600,
-        dlq_url: Some(
-            QueueUrl::parse("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq").unwrap(),
-        ),
-        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
-        cache_size: 0,
-        fail_when_all_failed: false,
-        fifo_on_failure: FifoOnFailure::SkipGroup,
-        metric_namespace: "RedriveConsumer".into(),
-    };
+    let config = fake::config(true, KeySource::pointer("/id").unwrap());
+
     let c = Consumer::new(&store, &queue, &processor, config);
     let deadline = (now_ms() + 60_000) as u64;
     let batch = [

@@ -108,7 +108,7 @@ async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
     // AND when SQS delivers it again (the loser set its visibility to the 1 s backoff), it is
     // a duplicate
     let again = comes_back(&w.sqs, &w.queues.source_url, 1, Duration::from_secs(10)).await;
-    let third = a.handle(&w.event(&again), deadline_in(60)).await.unwrap();
+    let third = w.handle(&a, &again).await;
     assert_eq!(third.records[0].outcome, Outcome::Duplicate);
     assert_eq!(w.downstream.total_attempts(), 1);
 }
@@ -120,10 +120,7 @@ async fn a_redriven_copy_of_a_message_that_succeeded_is_not_delivered_again() {
     let first_id = w.send(&[("{\"payment\":\"p-1\"}", &[])]).await.remove(0);
     let consumer = w.consumer(w.config(true, &[]));
     let received = w.receive(1).await;
-    let done = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let done = w.handle(&consumer, &received).await;
     assert_eq!(done.records[0].outcome, Outcome::Processed);
     w.settle(&received, &done.response).await;
 
@@ -146,10 +143,7 @@ async fn a_redriven_copy_of_a_message_that_succeeded_is_not_delivered_again() {
         .remove(0);
     assert_ne!(copy_id, first_id);
     let received = w.receive(1).await;
-    let handled = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&consumer, &received).await;
 
     // THEN it is a duplicate of the original: no second delivery
     assert_eq!(handled.records[0].outcome, Outcome::Duplicate);
@@ -165,8 +159,7 @@ async fn a_redriven_copy_of_a_message_that_succeeded_is_not_delivered_again() {
 async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry() {
     // GIVEN an invocation that claimed the key and died (its future dropped mid-processing)
     let w = World::new(false).await;
-    let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
-    let received = w.receive(1).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
     let hanging = ScriptedProcessor::new(Step::Hang);
     // A 3 s deadline, so the test waits little for the claim to expire: no start margin.
     let settings = redrive_consumer::Settings::default().with_deadline_margin(Duration::ZERO);
@@ -197,10 +190,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry()
 
     // WHEN the message is delivered again before that deadline
     let consumer = w.consumer(w.config(true, &[]));
-    let early = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let early = w.handle(&consumer, &received).await;
 
     // THEN it is reported failed, nothing is delivered, and the claim is left alone
     assert_eq!(early.response.failed_ids(), [id.as_str()]);
@@ -213,10 +203,7 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let again = comes_back(&w.sqs, &w.queues.source_url, 1, Duration::from_secs(10)).await;
-    let late = consumer
-        .handle(&w.event(&again), deadline_in(60))
-        .await
-        .unwrap();
+    let late = w.handle(&consumer, &again).await;
 
     // THEN the claim is taken over and the message delivered once
     assert_eq!(late.records[0].outcome, Outcome::Processed);
@@ -229,16 +216,12 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_in_progress_expiry()
 async fn a_transient_failure_is_released_deferred_by_the_backoff_and_recovers() {
     // GIVEN a downstream answering 503
     let w = World::new(false).await;
-    let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
-    let received = w.receive(1).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
     w.downstream.set_mode(Mode::Status(503));
     let consumer = w.consumer(w.config(true, &[]));
 
     // WHEN the message is handled
-    let first = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let first = w.handle(&consumer, &received).await;
 
     // THEN it is reported failed, its claim released, nothing delivered
     assert_eq!(first.response.failed_ids(), [id.as_str()]);
@@ -258,10 +241,7 @@ async fn a_transient_failure_is_released_deferred_by_the_backoff_and_recovers() 
 
     // WHEN the downstream recovers and the redelivery is handled
     w.downstream.set_mode(Mode::Healthy);
-    let second = consumer
-        .handle(&w.event(&again), deadline_in(60))
-        .await
-        .unwrap();
+    let second = w.handle(&consumer, &again).await;
 
     // THEN it is delivered once and recorded
     assert!(second.response.batch_item_failures.is_empty());
@@ -276,17 +256,13 @@ async fn a_transient_failure_is_released_deferred_by_the_backoff_and_recovers() 
 async fn retry_after_from_the_downstream_wins_over_the_backoff() {
     // GIVEN a 600 s backoff and a downstream answering 429 with Retry-After: 1
     let w = World::new(false).await;
-    let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
-    let received = w.receive(1).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
     w.downstream.set_mode(Mode::TooManyRequests {
         retry_after_secs: 1,
     });
     let consumer = w.consumer(w.config(true, &[("RETRY_BASE_SECONDS", "600")]));
 
-    let handled = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&consumer, &received).await;
 
     // THEN the message is back after about a second, not ten minutes
     assert_eq!(
@@ -302,10 +278,7 @@ async fn retry_after_from_the_downstream_wins_over_the_backoff() {
     // AND with a 503 (no Retry-After) the backoff for receive count 2 applies (600 * 3,
     // capped at 900): it stays away
     w.downstream.set_mode(Mode::Status(503));
-    let handled = consumer
-        .handle(&w.event(&again), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&consumer, &again).await;
     assert!(matches!(
         handled.records[0].outcome,
         Outcome::Retry {
@@ -357,10 +330,7 @@ async fn a_permanent_failure_is_fast_tracked_to_the_dlq_with_the_stamp_and_the_o
     let consumer = w.consumer(w.config(true, &[]));
 
     // WHEN the batch is handled
-    let handled = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&consumer, &received).await;
 
     // THEN nothing is reported failed: the poison messages are settled
     assert!(
@@ -456,13 +426,9 @@ async fn a_permanent_failure_is_fast_tracked_to_the_dlq_with_the_stamp_and_the_o
 async fn a_permanent_failure_without_a_dlq_url_is_reported_failed() {
     let w = World::new(false).await;
     w.downstream.set_mode(Mode::Status(422));
-    let id = w.send(&[("{\"x\":1}", &[])]).await.remove(0);
-    let received = w.receive(1).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
     let consumer = w.consumer(w.config(false, &[]));
-    let handled = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&consumer, &received).await;
     assert_eq!(handled.response.failed_ids(), [id.as_str()]);
     assert_eq!(
         handled.records[0].outcome,
@@ -489,10 +455,7 @@ async fn a_json_pointer_key_that_is_missing_or_a_body_that_is_not_json_fails_tha
     // Without a DLQ: the two bad records are reported failed, the good one delivered.
     let received = w.receive(3).await;
     let no_dlq = w.consumer(w.config(false, &[("IDEMPOTENCY_KEY", "/paymentId")]));
-    let handled = no_dlq
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&no_dlq, &received).await;
     let mut failed = handled.response.failed_ids();
     failed.sort();
     let mut want = vec![ids[1].as_str(), ids[2].as_str()];
@@ -513,10 +476,7 @@ async fn a_json_pointer_key_that_is_missing_or_a_body_that_is_not_json_fails_tha
     .await;
     let again = w.receive(3).await;
     let with_dlq = w.consumer(w.config(true, &[("IDEMPOTENCY_KEY", "/paymentId")]));
-    let handled = with_dlq
-        .handle(&w.event(&again), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&with_dlq, &again).await;
     assert!(
         handled.response.batch_item_failures.is_empty(),
         "{handled:?}"
@@ -531,13 +491,11 @@ async fn a_json_pointer_key_that_is_missing_or_a_body_that_is_not_json_fails_tha
         1
     );
     assert_eq!(w.depth(&w.queues.source_url).await, 1);
-    let dlq = drain(&w.sqs, &w.queues.dlq_url).await;
-    let mut codes: Vec<(String, String)> = dlq
-        .iter()
-        .map(|m| {
-            let (meta, _) = RedriveMeta::read(&attrs(m), m.message_id().unwrap());
-            (m.body().unwrap().to_string(), meta.last_error.unwrap().code)
-        })
+    let mut codes: Vec<(String, String)> = w
+        .dead_letters()
+        .await
+        .into_iter()
+        .map(|(m, meta)| (m.body().unwrap().to_string(), meta.last_error.unwrap().code))
         .collect();
     codes.sort();
     assert_eq!(
@@ -579,10 +537,7 @@ async fn dynamodb_unavailable_reports_every_record_failed_and_loses_or_repeats_n
     );
 
     // WHEN the batch is handled
-    let handled = down
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&down, &received).await;
 
     // THEN every record is reported failed, none reached the downstream, none was lost
     let mut failed = handled.response.failed_ids();
@@ -601,8 +556,8 @@ async fn dynamodb_unavailable_reports_every_record_failed_and_loses_or_repeats_n
     // WHEN DynamoDB is back and SQS redelivers them (twice over, for good measure)
     let again = comes_back(&w.sqs, &w.queues.source_url, 3, Duration::from_secs(5)).await;
     let up = w.consumer(w.config(true, &[]));
-    let first = up.handle(&w.event(&again), deadline_in(60)).await.unwrap();
-    let second = up.handle(&w.event(&again), deadline_in(60)).await.unwrap();
+    let first = w.handle(&up, &again).await;
+    let second = w.handle(&up, &again).await;
 
     // THEN each is delivered exactly once
     assert!(first.response.batch_item_failures.is_empty());
@@ -636,10 +591,7 @@ async fn fifo_stops_a_group_after_its_first_failure() {
     let received = w.receive(4).await;
     let consumer = w.consumer(w.config(true, &[]));
 
-    let handled = consumer
-        .handle(&w.event(&received), deadline_in(60))
-        .await
-        .unwrap();
+    let handled = w.handle(&consumer, &received).await;
 
     // THEN the flaky message and the one after it in its group are reported, in order; the
     // third was never sent downstream; the other group went on

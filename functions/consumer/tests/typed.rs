@@ -7,35 +7,21 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use redrive_consumer::fake::{
-    FakeQueue, FakeStore, ScriptedProcessor, Status, Step, event, in_a_minute, message, outcomes,
+    self, FakeQueue, FakeStore, ScriptedProcessor, Status, Step, event, handle, in_a_minute,
+    message, outcomes,
 };
 use redrive_consumer::{
     BODY_NOT_PARSED, Consumer, FailedIds, MAX_STORED_RESULT_BYTES, Outcome, ProcessError,
     Processor, Record,
 };
-use redrive_shared::backoff::{Backoff, Jitter};
-use redrive_shared::config::{ConsumerConfig, FifoOnFailure, QueueUrl};
+use redrive_shared::config::ConsumerConfig;
 use redrive_shared::key::KeySource;
 use redrive_shared::meta::RedriveMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
-
 fn config(key_source: KeySource) -> ConsumerConfig {
-    ConsumerConfig {
-        idempotency_table: "idempotency".into(),
-        key_source,
-        key_namespace: None,
-        payload: None,
-        ttl_seconds: 3600,
-        dlq_url: Some(QueueUrl::parse(DLQ).unwrap()),
-        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
-        cache_size: 0,
-        fail_when_all_failed: false,
-        fifo_on_failure: FifoOnFailure::SkipGroup,
-        metric_namespace: "RedriveConsumer".into(),
-    }
+    fake::config(true, key_source)
 }
 
 fn pointer(path: &str) -> KeySource {
@@ -80,7 +66,7 @@ async fn a_closure_gets_the_parsed_body_and_a_body_that_does_not_parse_is_a_perm
     );
 
     // WHEN the batch is handled
-    let handled = c.handle(&event(&[good, bad]), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &[good, bad]).await;
 
     // THEN the good order was charged once with its parsed fields and its key
     let charged = charged.lock().unwrap().clone();
@@ -197,13 +183,11 @@ async fn a_duplicate_gets_the_stored_result() {
         processor.clone(),
         config(pointer("/order_id")),
     );
-    let first = c
-        .handle(
-            &event(&[message("m-1", r#"{"order_id":"o-1","amount_cents":7}"#)]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let first = handle(
+        &c,
+        &[message("m-1", r#"{"order_id":"o-1","amount_cents":7}"#)],
+    )
+    .await;
     let receipt = Receipt {
         receipt_id: "r-o-1-7".into(),
     };
@@ -221,13 +205,11 @@ async fn a_duplicate_gets_the_stored_result() {
     );
 
     // WHEN the same order comes again in another message
-    let again = c
-        .handle(
-            &event(&[message("m-9", r#"{"order_id":"o-1","amount_cents":7}"#)]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let again = handle(
+        &c,
+        &[message("m-9", r#"{"order_id":"o-1","amount_cents":7}"#)],
+    )
+    .await;
 
     // THEN it is not processed again, and its duplicate hook and report get the receipt
     assert_eq!(again.outcome_of("m-9"), Some(&Outcome::Duplicate));
@@ -255,7 +237,7 @@ async fn a_twin_in_the_same_batch_gets_the_first_records_result() {
     ];
 
     // WHEN the batch is handled
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     // THEN the key was processed once and the twin got its result
     assert_eq!(
@@ -287,8 +269,8 @@ async fn no_result_and_a_result_too_large_store_nothing_and_the_key_still_comple
     ];
 
     // WHEN they are processed, and delivered again
-    let first = c.handle(&event(&batch), in_a_minute()).await.unwrap();
-    let again = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let first = handle(&c, &batch).await;
+    let again = handle(&c, &batch).await;
 
     // THEN both are COMPLETED without a stored result, and the duplicates get none
     assert_eq!(
@@ -328,13 +310,7 @@ async fn a_raw_body_processor_gets_the_string_as_delivered() {
         },
         config(KeySource::Message),
     );
-    let handled = c
-        .handle(
-            &event(&[message("m-1", "not json \u{1F4E6}")]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "not json \u{1F4E6}")]).await;
     assert_eq!(outcomes(&handled), [("m-1", "processed")]);
     assert_eq!(*seen.lock().unwrap(), ["not json \u{1F4E6}"]);
 }

@@ -3,11 +3,29 @@
 
 use aws_sdk_cloudwatch::types::StateValue;
 use redrive_shared::meta::{ATTRIBUTE_NAME, RedriveMeta};
+use redrive_tests::fixture::assert_never_received;
 use redrive_tests::{
     LambdaWatch, QueueSet, alarm_state, drain_all, fixture, moto, put_queue_alarm, queue_depth,
     send_raw, unique_name,
 };
 use serde_json::json;
+
+/// The re-driver under `cargo lambda watch` for `queues`: no backoff, its own metric namespace,
+/// no re-arming of a trigger alarm, and `extra` on top (an empty value removes a setting).
+async fn redriver(queues: &QueueSet, extra: &[(&str, &str)]) -> LambdaWatch {
+    let mut env = moto().env();
+    env.extend(queues.redriver_env());
+    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
+    env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
+    env.push(("REARM_ALARM".into(), "false".into()));
+    for (k, v) in extra {
+        env.retain(|(name, _)| name != k);
+        if !v.is_empty() {
+            env.push((k.to_string(), v.to_string()));
+        }
+    }
+    LambdaWatch::start(&["redriver"], &env).await
+}
 
 #[tokio::test]
 async fn the_lambda_drains_a_dlq_when_its_alarm_fires() {
@@ -17,12 +35,7 @@ async fn the_lambda_drains_a_dlq_when_its_alarm_fires() {
     for i in 0..5 {
         ids.push(send_raw(&sqs, &queues.dlq_url, &format!("order-{i}"), &[]).await);
     }
-    let mut env = moto().env();
-    env.extend(queues.redriver_env());
-    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
-    env.push(("METRIC_NAMESPACE".into(), redrive_tests::unique_name("ns")));
-    env.push(("REARM_ALARM".into(), "false".into()));
-    let watch = LambdaWatch::start(&["redriver"], &env).await;
+    let watch = redriver(&queues, &[]).await;
 
     // An alarm on another queue is ignored and touches nothing.
     let other = watch
@@ -87,38 +100,22 @@ async fn a_config_error_fails_init_naming_the_variable_and_touches_no_queue() {
     let sqs = moto().sqs().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
     send_raw(&sqs, &queues.dlq_url, "stays", &[]).await;
-    let mut env = moto().env();
-    env.extend(queues.redriver_env());
-    env.push(("MAX_REDRIVE_ATTEMPTS".into(), "lots".into()));
-    let watch = LambdaWatch::start(&["redriver"], &env).await;
+    let watch = redriver(&queues, &[("MAX_REDRIVE_ATTEMPTS", "lots")]).await;
     let err = watch.invoke("redriver", &json!({})).await.unwrap_err();
     assert!(
         err.contains("MAX_REDRIVE_ATTEMPTS") && err.contains("lots"),
         "{err}"
     );
     assert_eq!(queue_depth(&sqs, &queues.dlq_url).await, 1);
-    let visible = redrive_tests::receive_raw(&sqs, &queues.dlq_url, 0).await;
-    assert_eq!(visible.len(), 1, "never received by the failed init");
-    assert_eq!(
-        visible[0]
-            .attributes()
-            .and_then(
-                |a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
-            )
-            .map(String::as_str),
-        Some("1")
-    );
+    // AND the failed init never received it
+    assert_never_received(&sqs, &queues.dlq_url).await;
 }
 
 #[tokio::test]
 async fn a_dlq_that_cannot_be_read_fails_the_lambda_invocation() {
     let sqs = moto().sqs().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
-    let namespace = redrive_tests::unique_name("ns");
-    let mut env = moto().env();
-    env.extend(queues.redriver_env());
-    env.push(("METRIC_NAMESPACE".into(), namespace));
-    let watch = LambdaWatch::start(&["redriver"], &env).await;
+    let watch = redriver(&queues, &[]).await;
     sqs.delete_queue()
         .queue_url(&queues.dlq_url)
         .send()
@@ -146,12 +143,11 @@ async fn scheduled_and_manual_drains_rearm_the_configured_trigger_alarm() {
     // GIVEN the DLQ's trigger alarm stuck in ALARM (its notification came and went)
     let alarm = unique_name("dlq-not-empty");
     put_queue_alarm(&cw, &alarm, &queues.dlq_name, StateValue::Alarm).await;
-    let mut env = moto().env();
-    env.extend(queues.redriver_env());
-    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
-    env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
-    env.push(("TRIGGER_ALARM_NAME".into(), alarm.clone()));
-    let watch = LambdaWatch::start(&["redriver"], &env).await;
+    let watch = redriver(
+        &queues,
+        &[("REARM_ALARM", ""), ("TRIGGER_ALARM_NAME", &alarm)],
+    )
+    .await;
 
     // WHEN the safety-net schedule drains
     let response = watch
@@ -183,12 +179,7 @@ async fn every_log_line_of_an_invocation_carries_its_request_and_trace_ids() {
     // GIVEN the re-driver under cargo lambda watch
     let sqs = moto().sqs().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
-    let mut env = moto().env();
-    env.extend(queues.redriver_env());
-    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
-    env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
-    env.push(("REARM_ALARM".into(), "false".into()));
-    let watch = LambdaWatch::start(&["redriver"], &env).await;
+    let watch = redriver(&queues, &[]).await;
 
     // WHEN it drains twice, each time a DLQ with messages on it
     let mut seen = Vec::new();
@@ -225,12 +216,7 @@ async fn the_lambdas_copy_keeps_the_producers_aws_trace_header_not_its_own() {
     let queues = QueueSet::create(&sqs, false, 3).await;
     let header = redrive_tests::producer_trace_header();
     redrive_tests::send_traced(&sqs, &queues.dlq_url, "traced", &[], &header).await;
-    let mut env = moto().env();
-    env.extend(queues.redriver_env());
-    env.push(("BACKOFF_BASE_SECONDS".into(), "0".into()));
-    env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
-    env.push(("REARM_ALARM".into(), "false".into()));
-    let watch = LambdaWatch::start(&["redriver"], &env).await;
+    let watch = redriver(&queues, &[]).await;
 
     // WHEN it drains
     let (response, lines) = watch.invoke_logged("redriver", &json!({})).await;

@@ -38,14 +38,11 @@ impl Executions for SfnExecutions {
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| {
                 let retryable = !matches!(e, aws_sdk_sfn::error::SdkError::ServiceError(_));
-                PortError {
-                    operation: "ListExecutions",
-                    code: aws_sdk_sfn::error::ProvideErrorMetadata::code(&e)
-                        .unwrap_or("Unknown")
-                        .to_string(),
-                    message: aws_sdk_sfn::error::DisplayErrorContext(&e).to_string(),
-                    retryable,
-                }
+                let code = aws_sdk_sfn::error::ProvideErrorMetadata::code(&e)
+                    .unwrap_or("Unknown")
+                    .to_string();
+                let message = aws_sdk_sfn::error::DisplayErrorContext(&e).to_string();
+                PortError::new("ListExecutions", code, message, retryable).with_source(e)
             })?;
             out.extend(page.executions.into_iter().map(|x| RunningExecution {
                 arn: x.execution_arn,

@@ -2,8 +2,7 @@
 //! one task per invocation, chosen by the input's `"action"` (see `redrive_workflow`).
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
-use redrive_engine::aws::{CloudWatch, SqsQueue};
-use redrive_engine::circuit::DynamoDbCircuitStore;
+use redrive_engine::aws::Clients;
 use redrive_shared::config::Env;
 use redrive_workflow::{SfnExecutions, Workflow, WorkflowConfig};
 use serde_json::Value;
@@ -11,29 +10,20 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // Logs, then the configuration (errors fail init before any queue is touched), then the
-    // SDK with timeouts on every client.
+    // SDK with timeouts and retries on every client.
     let (config, sdk) =
         redrive_engine::lambda_init(|| WorkflowConfig::from_env(&Env::process())).await?;
-    let cloudwatch = CloudWatch {
-        client: aws_sdk_cloudwatch::Client::new(&sdk),
-    };
-    let circuit_table = config.redriver.circuit.as_ref().map(|c| c.table.clone());
-    let workflow = Workflow::new(
-        SqsQueue {
-            client: aws_sdk_sqs::Client::new(&sdk),
-        },
-        cloudwatch.clone(),
-        cloudwatch,
-        SfnExecutions {
-            client: aws_sdk_sfn::Client::new(&sdk),
-        },
-        config,
-    )
+    let clients = Clients::from_sdk(&sdk);
     // The operator's flag (`redrive circuit open`): read when CIRCUIT_TABLE is set.
-    .with_circuit(circuit_table.map(|table| DynamoDbCircuitStore {
-        client: aws_sdk_dynamodb::Client::new(&sdk),
-        table,
-    }));
+    let circuit = clients.circuit_store(&config.redriver);
+    let executions = SfnExecutions {
+        client: aws_sdk_sfn::Client::new(&sdk),
+    };
+    let Clients {
+        sqs, cloudwatch, ..
+    } = clients;
+    let workflow = Workflow::new(sqs, cloudwatch.clone(), cloudwatch, executions, config)
+        .with_circuit(circuit);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), workflow.warm_up()).await;
     let workflow = &workflow;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

@@ -585,6 +585,39 @@ mod adaptive_circuit {
         sqs.push(DLQ, &format!("copy of {original}"), a, None)
     }
 
+    /// `n` redriven copies back on the DLQ just now, of the chains `orig-0`, `orig-1`, ...
+    fn bounced_on_dlq(sqs: &FakeSqs, n: usize) {
+        for i in 0..n {
+            bounced(sqs, &format!("orig-{i}"));
+        }
+    }
+
+    /// `n` messages on the DLQ that were never redriven.
+    fn fresh_on_dlq(sqs: &FakeSqs, n: usize) {
+        for i in 0..n {
+            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
+        }
+    }
+
+    /// The first drain of a scale-out execution of `max_messages`.
+    async fn scale_out_drain(wf: &CircuitWorkflow, max_messages: u32) -> Value {
+        let plan = drain_plan(&run(Mode::ScaleOut), max_messages);
+        wf.drain(&plan[0], None).await.unwrap()
+    }
+
+    /// The next batch of up to `max` is held by the circuit: nothing is decided, and the DLQ
+    /// shows `visible` messages again at once.
+    async fn next_batch_only_watches(
+        wf: &CircuitWorkflow,
+        sqs: &FakeSqs,
+        max: u32,
+        visible: usize,
+    ) {
+        let next = wf.receive_batch(max, false, None).await.unwrap();
+        assert!(next.circuit_opened && next.items.is_empty(), "{next:?}");
+        assert_eq!(sqs.depth_visible(DLQ), visible);
+    }
+
     fn run(mode: Mode) -> Run {
         Run {
             max_messages: 100,
@@ -610,9 +643,7 @@ mod adaptive_circuit {
     #[tokio::test]
     async fn bounced_copies_seen_by_receive_batch_open_it_and_the_batch_goes_back_untouched() {
         let (sqs, store, wf) = with_store();
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
+        bounced_on_dlq(&sqs, 3);
         sqs.push(DLQ, "fresh a", Attributes::new(), None);
         sqs.push(DLQ, "fresh b", Attributes::new(), None);
 
@@ -639,22 +670,15 @@ mod adaptive_circuit {
         assert_eq!(t.stopped_because, StopReason::CircuitOpen);
         assert_eq!(t.received, 0);
         // The next batch is held by the open record (nothing received is decided).
-        let again = wf.receive_batch(10, false, None).await.unwrap();
-        assert!(again.circuit_opened && again.items.is_empty());
-        assert_eq!(sqs.depth_visible(DLQ), 5);
+        next_batch_only_watches(&wf, &sqs, 10, 5).await;
     }
 
     #[tokio::test]
     async fn a_scale_out_drain_with_bounced_copies_opens_it_and_stops() {
         let (sqs, store, wf) = with_store();
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
-        for i in 0..4 {
-            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
-        }
-        let plan = drain_plan(&run(Mode::ScaleOut), 7);
-        let out = wf.drain(&plan[0], None).await.unwrap();
+        bounced_on_dlq(&sqs, 3);
+        fresh_on_dlq(&sqs, 4);
+        let out = scale_out_drain(&wf, 7).await;
 
         assert_eq!(out["stoppedBecause"], "circuit-open", "{out}");
         assert_eq!(out["redriven"], 0, "{out}");
@@ -681,9 +705,7 @@ mod adaptive_circuit {
         let mut record = CircuitRecord::new(&CircuitSettings::default(), now_ms());
         record.state = State::HalfOpen;
         store.put(DLQ, record);
-        for i in 0..15 {
-            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
-        }
+        fresh_on_dlq(&sqs, 15);
         let batch = wf.receive_batch(40, false, None).await.unwrap();
         assert!(!batch.circuit_opened);
         assert_eq!(
@@ -709,20 +731,15 @@ mod adaptive_circuit {
             .expect("the canary is out");
         assert_eq!(canary.sent, 10);
         // With the canary out, the next batch only watches: released, the execution stops.
-        let next = wf.receive_batch(40, false, None).await.unwrap();
-        assert!(next.circuit_opened && next.items.is_empty());
-        assert_eq!(sqs.depth_visible(DLQ), 5);
+        next_batch_only_watches(&wf, &sqs, 40, 5).await;
     }
 
     #[tokio::test]
     async fn redriven_copies_reach_the_record_in_both_modes() {
         // Scale-out: the drain counts its own.
         let (sqs, store, wf) = with_store();
-        for i in 0..4 {
-            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
-        }
-        let plan = drain_plan(&run(Mode::ScaleOut), 4);
-        let out = wf.drain(&plan[0], None).await.unwrap();
+        fresh_on_dlq(&sqs, 4);
+        let out = scale_out_drain(&wf, 4).await;
         assert_eq!(out["redriven"], 4, "{out}");
         assert_eq!(store.get(DLQ).unwrap().record.counts(), (4, 0));
 
@@ -795,9 +812,7 @@ mod adaptive_circuit {
         let before = record.history.len();
         assert!(before > 0, "{record:?}");
         store.put(DLQ, record);
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
+        bounced_on_dlq(&sqs, 3);
         sqs.push(DLQ, "fresh a", Attributes::new(), None);
         sqs.push(DLQ, "fresh b", Attributes::new(), None);
 
@@ -844,12 +859,8 @@ mod adaptive_circuit {
         let (sqs, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
         let store = MemoryCircuitStore::new();
         let wf = wf.with_circuit(store.clone());
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
-        for i in 0..4 {
-            sqs.push(DLQ, &format!("fresh {i}"), Attributes::new(), None);
-        }
+        bounced_on_dlq(&sqs, 3);
+        fresh_on_dlq(&sqs, 4);
         let (run, totals) = started(
             &wf,
             json!({"maxMessages": 7, "mode": "scaleOut", "drains": 1}),
@@ -926,9 +937,7 @@ mod adaptive_circuit {
     #[tokio::test]
     async fn totals_from_before_the_start_time_parse_and_claim_no_transitions() {
         let (sqs, _, wf) = with_store();
-        for i in 0..3 {
-            bounced(&sqs, &format!("orig-{i}"));
-        }
+        bounced_on_dlq(&sqs, 3);
         let batch = wf.receive_batch(10, false, None).await.unwrap();
         assert!(batch.circuit_opened);
         let old: Totals = serde_json::from_value(json!({

@@ -280,10 +280,9 @@ where
         // circuit-open when it opens (no metrics here: `summary` publishes once).
         let summary = engine
             .drain_step(&DrainRequest {
-                max_messages: d.max_messages,
                 dry_run: d.dry_run,
                 deadline,
-                trigger_alarm: None,
+                ..DrainRequest::new(d.max_messages)
             })
             .await;
         if let Some(reason) = &summary.dlq_unreadable {
@@ -309,10 +308,10 @@ where
     /// Lambda's: one PutMetricData and the re-arm of the trigger alarm.
     pub async fn summary(&self, run: &Run, totals: &Totals, deadline: Option<Instant>) -> Summary {
         let request = DrainRequest {
-            max_messages: run.max_messages,
             dry_run: run.dry_run,
             deadline,
             trigger_alarm: run.trigger_alarm.clone(),
+            ..DrainRequest::new(run.max_messages)
         };
         let summary = self
             .engine

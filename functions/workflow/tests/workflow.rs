@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
+use aws_sdk_cloudwatch::types::StateValue;
 use aws_sdk_sfn::operation::describe_execution::DescribeExecutionOutput;
 use aws_sdk_sfn::types::{ExecutionStatus, HistoryEvent, HistoryEventType};
 use aws_sdk_sqs::types::{Message, QueueAttributeName};
@@ -21,8 +21,8 @@ use redrive_shared::circuit::{CircuitSettings, Override};
 use redrive_shared::meta::{ATTRIBUTE_NAME, RedriveMeta};
 use redrive_tests::sfn::{self, LambdaRoute, TaskFault};
 use redrive_tests::{
-    LambdaWatch, QueueSet, WatchOptions, attr_string, drain_all, moto_sfn, queue_attributes,
-    send_fifo, send_raw, unique_name, workspace_root,
+    LambdaWatch, QueueSet, WatchOptions, alarm_state, attr_string, create_circuit_table, drain_all,
+    moto_sfn, put_queue_alarm, queue_attributes, send_fifo, send_raw, unique_name, workspace_root,
 };
 use serde_json::{Value, json};
 
@@ -300,8 +300,6 @@ fn assert_each_once(expected: &[&str], places: &[&[Message]]) {
     assert_eq!(short(&seen), short(&want), "lost or duplicated messages");
 }
 
-// ---------------------------------------------------------------------------------------
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrives_with_backoff_and_records_each_decision_in_the_history() {
     // GIVEN backoff 1 s, doubling, all of it waited on the DLQ (no copy delay), and three
@@ -542,43 +540,12 @@ async fn poison_pills_are_isolated_with_their_reason() {
     );
 }
 
-/// A metric alarm of this test in `state`.
+/// A metric alarm of this test in `state` (a guard or trigger alarm: what it watches does not
+/// matter, its state does).
 async fn alarm(cw: &aws_sdk_cloudwatch::Client, prefix: &str, state: StateValue) -> String {
     let name = unique_name(prefix);
-    cw.put_metric_alarm()
-        .alarm_name(&name)
-        .namespace("Downstream")
-        .metric_name("Errors")
-        .dimensions(Dimension::builder().name("Service").value("orders").build())
-        .statistic(Statistic::Sum)
-        .period(60)
-        .evaluation_periods(1)
-        .threshold(0.0)
-        .comparison_operator(ComparisonOperator::GreaterThanThreshold)
-        .send()
-        .await
-        .expect("PutMetricAlarm");
-    cw.set_alarm_state()
-        .alarm_name(&name)
-        .state_value(state)
-        .state_reason("test")
-        .send()
-        .await
-        .expect("SetAlarmState");
+    put_queue_alarm(cw, &name, "orders", state).await;
     name
-}
-
-async fn alarm_state(cw: &aws_sdk_cloudwatch::Client, name: &str) -> StateValue {
-    let found = cw
-        .describe_alarms()
-        .alarm_names(name)
-        .send()
-        .await
-        .expect("DescribeAlarms");
-    found.metric_alarms()[0]
-        .state_value()
-        .cloned()
-        .expect("a state")
 }
 
 /// The execution succeeded through its summary (no failed execution for the failures alarm)
@@ -645,7 +612,7 @@ async fn a_guard_alarm_ends_a_scheduled_execution_in_its_summary_which_re_arms_t
 async fn the_operator_flag_opens_the_circuit_and_nothing_is_touched() {
     let moto = moto_sfn();
     let ddb = moto.dynamodb().await;
-    let table = circuit_table(&ddb).await;
+    let table = create_circuit_table(&ddb).await;
     let wf = Workflow::new(false, &[("CIRCUIT_TABLE", table.as_str())]).await;
     wf.to_dlq("order o-501").await;
     // the operator opens the circuit of this DLQ (what `redrive circuit open` writes)
@@ -704,7 +671,7 @@ async fn the_operator_flag_opens_the_circuit_and_nothing_is_touched() {
 async fn the_task_role_may_write_the_circuit_record() {
     use redrive_engine::circuit::CircuitStore;
     let ddb = moto_sfn().dynamodb().await;
-    let table = circuit_table(&ddb).await;
+    let table = create_circuit_table(&ddb).await;
     let wf = Workflow::new(false, &[("CIRCUIT_TABLE", table.as_str())]).await;
     wf.to_dlq("order o-601").await;
 
@@ -726,34 +693,6 @@ async fn the_task_role_may_write_the_circuit_record() {
     assert_eq!(redriven, 1, "{:?}", stored.record);
     let log = wf._watch.log();
     assert!(!log.contains("AccessDenied"), "a call was refused:\n{log}");
-}
-
-async fn circuit_table(ddb: &aws_sdk_dynamodb::Client) -> String {
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    };
-    let name = unique_name("circuit");
-    ddb.create_table()
-        .table_name(&name)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("queue")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("queue")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("CreateTable {name}: {e:?}"));
-    name
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
-use redrive_consumer::{BatchResponse, Consumer, FailedIds, HttpProcessor};
+use redrive_consumer::{BatchResponse, Consumer, FailedIds, Handled, HttpProcessor};
 use redrive_shared::config::{ConsumerConfig, DownstreamConfig, Env};
 use redrive_shared::key::{IdempotencyKey, KeySource, derive};
 use redrive_shared::meta::RedriveMeta;
@@ -66,6 +66,25 @@ impl World {
         ConsumerConfig::from_env(&Env(move |k: &str| vars.get(k).cloned())).unwrap()
     }
 
+    /// The downstream rejects bodies containing `poison` (400: permanent) and is unavailable
+    /// for those containing `flaky` (503: transient).
+    pub fn reject_poison_and_flaky(&self) {
+        self.downstream.reject_bodies_containing("poison", 400);
+        self.downstream.reject_bodies_containing("flaky", 503);
+    }
+
+    /// Every message on the DLQ (drained), each with its `x-redrive` metadata.
+    pub async fn dead_letters(&self) -> Vec<(SqsMessage, RedriveMeta)> {
+        drain(&self.sqs, &self.queues.dlq_url)
+            .await
+            .into_iter()
+            .map(|m| {
+                let (meta, _) = RedriveMeta::read(&attrs(&m), m.message_id().unwrap_or_default());
+                (m, meta)
+            })
+            .collect()
+    }
+
     pub fn http(&self) -> HttpProcessor {
         HttpProcessor::new(&DownstreamConfig {
             url: self.downstream.url(),
@@ -117,8 +136,23 @@ impl World {
         receive_n(&self.sqs, &self.queues.source_url, n).await
     }
 
+    /// One message with this body sent to the source queue and received: its MessageId, and
+    /// the received batch of that one message.
+    pub async fn send_and_receive_one(&self, body: &str) -> (String, Vec<SqsMessage>) {
+        let id = self.send(&[(body, &[])]).await.remove(0);
+        (id, self.receive(1).await)
+    }
+
     pub fn event(&self, messages: &[SqsMessage]) -> Value {
         sqs_event(messages, &self.queues.source_arn)
+    }
+
+    /// `consumer` handles the event of these received messages, a minute before its deadline.
+    pub async fn handle(&self, consumer: &HttpConsumer, messages: &[SqsMessage]) -> Handled {
+        consumer
+            .handle(&self.event(messages), deadline_in(60))
+            .await
+            .expect("an event of received messages has a Records array")
     }
 
     /// The event source mapping's part after a successful invocation: delete every message of

@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redrive_shared::backoff::{Backoff, Jitter};
 use redrive_shared::config::{FifoOnFailure, QueueUrl};
 use redrive_shared::key::{IdempotencyKey, KeySource};
 use redrive_shared::meta::ATTRIBUTE_NAME;
@@ -14,30 +13,17 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::fake::{
-    FAKE_QUEUE_HOST, FakeQueue, FakeStore, QueueCall, ScriptedProcessor, Status, Step, event,
-    in_a_minute, message, outcomes,
+    FAKE_QUEUE_HOST, FIXTURE_DLQ_URL as DLQ, FakeQueue, FakeStore, QueueCall, ScriptedProcessor,
+    Status, Step, config, event, handle, in_a_minute, message, outcomes,
 };
+use crate::message::Message;
 use crate::message::QueueArn;
+use crate::ports::{Claim, ClaimOutcome, CompletedRecord};
+use crate::process::ProcessError;
+use redrive_shared::meta::RedriveMeta;
 
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
-const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
 const SOURCE_URL: &str = "https://sqs.fake/123456789012/orders";
-
-fn config(dlq: bool, key_source: KeySource) -> ConsumerConfig {
-    ConsumerConfig {
-        idempotency_table: "idempotency".into(),
-        key_source,
-        key_namespace: None,
-        payload: None,
-        ttl_seconds: 3600,
-        dlq_url: dlq.then(|| QueueUrl::parse(DLQ).unwrap()),
-        retry: Backoff::new(2.0, 3.0, 900, Jitter::None).unwrap(),
-        cache_size: 0,
-        fail_when_all_failed: false,
-        fifo_on_failure: FifoOnFailure::SkipGroup,
-        metric_namespace: "RedriveConsumer".into(),
-    }
-}
 
 /// The default (`message`) idempotency key of a message with this chain id and body.
 fn key_of(original_message_id: &str, body: &str) -> String {
@@ -72,12 +58,34 @@ fn fifo_message(id: &str, group: &str) -> Message {
     }
 }
 
+/// Three FIFO groups interleaved: g1 has three records, g2 and g3 two each.
+fn fifo_batch() -> [Message; 7] {
+    [
+        fifo_message("g1-1", "g1"),
+        fifo_message("g2-1", "g2"),
+        fifo_message("g1-2", "g1"),
+        fifo_message("g3-1", "g3"),
+        fifo_message("g1-3", "g1"),
+        fifo_message("g2-2", "g2"),
+        fifo_message("g3-2", "g3"),
+    ]
+}
+
 /// A store, a queue and a processor, all empty.
 fn fakes() -> (FakeStore, FakeQueue, ScriptedProcessor) {
     (
         FakeStore::new(),
         FakeQueue::new(),
         ScriptedProcessor::default(),
+    )
+}
+
+/// An empty store and queue, and a processor that takes this step for every key.
+fn fakes_that(step: Step) -> (FakeStore, FakeQueue, ScriptedProcessor) {
+    (
+        FakeStore::new(),
+        FakeQueue::new(),
+        ScriptedProcessor::new(step),
     )
 }
 
@@ -115,6 +123,15 @@ fn transient_503() -> Step {
     Step::Fail(ProcessError::transient(
         "HTTP_503",
         "downstream answered 503",
+    ))
+}
+
+/// A 429 whose Retry-After asks for `after`.
+fn throttled(after: Duration) -> Step {
+    Step::Fail(ProcessError::retry_after(
+        "HTTP_429",
+        "downstream answered 429",
+        after,
     ))
 }
 
@@ -250,9 +267,7 @@ async fn two_concurrent_invocations_with_the_same_message_deliver_once() {
 async fn a_redriven_copy_of_a_processed_message_is_a_duplicate() {
     let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    c.handle(&event(&[message("first-id", "order")]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[message("first-id", "order")]).await;
 
     // A redriven copy: new MessageId, x-redrive names the original.
     let mut copy = message("second-id", "order");
@@ -261,7 +276,7 @@ async fn a_redriven_copy_of_a_processed_message_is_a_duplicate() {
         ..RedriveMeta::fresh("first-id")
     };
     meta.write_into(&mut copy.attributes);
-    let handled = c.handle(&event(&[copy]), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &[copy]).await;
 
     assert_eq!(outcomes(&handled), [("second-id", "duplicate")]);
     assert_eq!(
@@ -313,18 +328,23 @@ async fn a_crashed_invocations_claim_is_reclaimed_after_its_deadline() {
     );
 }
 
+/// A claim of key `k` made at `now` with this token, held until `until_ms`.
+fn claim_of_k(token: &str, now: i64, until_ms: i64) -> Claim {
+    Claim {
+        key: "k".into(),
+        token: token.into(),
+        now_ms: now,
+        expiration_s: now / 1000 + 100,
+        in_progress_expiration_ms: until_ms,
+        payload_hash: None,
+    }
+}
+
 #[tokio::test]
 async fn a_release_never_removes_a_claim_someone_else_took_over() {
     let store = FakeStore::new();
     let now = now_ms();
-    let first = Claim {
-        key: "k".into(),
-        token: "first".into(),
-        now_ms: now,
-        expiration_s: now / 1000 + 100,
-        in_progress_expiration_ms: now - 1, // already expired
-        payload_hash: None,
-    };
+    let first = claim_of_k("first", now, now - 1); // already expired
     assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Claimed);
     let second = Claim {
         token: "second".into(),
@@ -342,14 +362,7 @@ async fn a_release_never_removes_a_claim_someone_else_took_over() {
 async fn a_claim_repeated_after_its_reply_was_lost_is_still_its_own() {
     let store = FakeStore::new();
     let now = now_ms();
-    let claim = Claim {
-        key: "k".into(),
-        token: "mine".into(),
-        now_ms: now,
-        expiration_s: now / 1000 + 100,
-        in_progress_expiration_ms: now + 60_000,
-        payload_hash: None,
-    };
+    let claim = claim_of_k("mine", now, now + 60_000);
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
     // the retry of the same write (same token) finds its own IN_PROGRESS record
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
@@ -373,10 +386,7 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut m = message("m-1", "a");
 
-    let first = c
-        .handle(&event(&[m.clone(), message("m-2", "b")]), in_a_minute())
-        .await
-        .unwrap();
+    let first = handle(&c, &[m.clone(), message("m-2", "b")]).await;
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(
         first.outcome_of("m-1"),
@@ -406,7 +416,7 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
 
     // The redelivery (receive count 2) succeeds.
     m.receive_count = 2;
-    let second = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+    let second = handle(&c, &[m]).await;
     assert_eq!(outcomes(&second), [("m-1", "processed")]);
     assert_eq!(calls_and_effects(&processor, &key_of("m-1", "a")), (2, 1));
 }
@@ -415,30 +425,9 @@ async fn a_transient_failure_releases_defers_and_reports_then_recovers() {
 async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capped() {
     let (store, queue, processor) = fakes();
     processor.script(&key_of("m-3", "x"), [transient_503()]);
-    processor.script(
-        &key_of("m-4", "x"),
-        [Step::Fail(ProcessError::retry_after(
-            "HTTP_429",
-            "slow down",
-            Duration::from_secs(17),
-        ))],
-    );
-    processor.script(
-        &key_of("m-5", "x"),
-        [Step::Fail(ProcessError::retry_after(
-            "HTTP_429",
-            "slow down",
-            Duration::from_secs(3600),
-        ))],
-    );
-    processor.script(
-        &key_of("m-6", "x"),
-        [Step::Fail(ProcessError::retry_after(
-            "HTTP_429",
-            "now",
-            Duration::from_millis(1),
-        ))],
-    );
+    processor.script(&key_of("m-4", "x"), [throttled(Duration::from_secs(17))]);
+    processor.script(&key_of("m-5", "x"), [throttled(Duration::from_secs(3600))]);
+    processor.script(&key_of("m-6", "x"), [throttled(Duration::from_millis(1))]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let third_receive = Message {
         receive_count: 3,
@@ -450,7 +439,7 @@ async fn retry_visibility_follows_the_receive_count_and_honours_retry_after_capp
         message("m-5", "x"),
         message("m-6", "x"),
     ];
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
     assert_eq!(handled.response.failed_ids(), ["m-3", "m-4", "m-5", "m-6"]);
     let mut got = queue.visibility_changes();
     got.sort();
@@ -490,7 +479,7 @@ async fn a_permanent_failure_goes_to_the_dlq_stamped_and_the_original_is_deleted
     };
     meta.write_into(&mut m.attributes);
 
-    let handled = c.handle(&event(&[m.clone()]), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &[m.clone()]).await;
 
     // THEN it is settled (not reported), the copy is on the DLQ and the original deleted
     assert!(handled.response.batch_item_failures.is_empty());
@@ -560,7 +549,7 @@ async fn a_permanent_failure_copy_carries_the_producers_trace_header() {
     };
 
     // WHEN the batch is handled
-    c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+    handle(&c, &[m]).await;
 
     // THEN the DLQ copy carries that header, so the trace follows it through the DLQ
     let sends = queue.sends();
@@ -573,21 +562,14 @@ async fn a_permanent_failure_copy_carries_the_producers_trace_header() {
 
 #[tokio::test]
 async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     let c = consumer(
         &store,
         &queue,
         &processor,
         config(false, KeySource::Message),
     );
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert_eq!(
         handled.outcome_of("m-1"),
@@ -601,11 +583,7 @@ async fn a_permanent_failure_without_a_dlq_is_reported_failed() {
 
 #[tokio::test]
 async fn a_message_at_the_attribute_limit_goes_to_the_dlq_unstamped() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     let mut full = message("m-1", "a");
     for i in 0..10 {
@@ -623,10 +601,7 @@ async fn a_message_at_the_attribute_limit_goes_to_the_dlq_unstamped() {
         .attributes
         .insert("x-redrive-attempt".into(), MessageAttribute::number("3"));
 
-    let handled = c
-        .handle(&event(&[full.clone(), legacy]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[full.clone(), legacy]).await;
 
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(
@@ -663,17 +638,10 @@ async fn a_message_at_the_attribute_limit_goes_to_the_dlq_unstamped() {
 
 #[tokio::test]
 async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     queue.fail_next("SendMessage");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert!(queue.deletes().is_empty());
     assert!(store.record(&id_of("m-1", "a")).is_none());
@@ -681,17 +649,10 @@ async fn an_unacknowledged_dlq_copy_never_deletes_the_original() {
 
 #[tokio::test]
 async fn a_failed_delete_after_the_dlq_copy_still_settles_the_record() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     queue.fail_next("DeleteMessage");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     // Reporting it would put a second copy on the DLQ; the event source mapping deletes it.
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(queue.sends().len(), 1);
@@ -709,7 +670,7 @@ async fn pointer_key_errors_fail_only_their_record() {
     // With a DLQ: the two are fast-tracked there with the key error's code.
     let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(true, pointer.clone()));
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(handled.outcome_of("good"), Some(&Outcome::Processed));
     assert_eq!(handled.records[0].key.as_deref(), Some("p-1"));
@@ -740,7 +701,7 @@ async fn pointer_key_errors_fail_only_their_record() {
     // Without a DLQ: the two are reported failed, the good one is not.
     let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, config(false, pointer));
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
     assert_eq!(handled.response.failed_ids(), ["missing", "not-json"]);
     assert_eq!(processor.effects("p-1"), 1);
 }
@@ -784,10 +745,7 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
         store.fail_next("complete");
     }
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 4);
     // Reporting it would repeat the side effect as soon as the claim expires.
     assert!(handled.response.batch_item_failures.is_empty());
@@ -797,10 +755,7 @@ async fn a_failed_complete_after_the_side_effect_is_still_success() {
         store.record(&id_of("m-1", "a")).unwrap().status,
         Status::InProgress
     );
-    let again = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let again = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(outcomes(&again), [("m-1", "in-progress")]);
     assert_eq!(processor.total_calls(), 1);
 }
@@ -810,18 +765,12 @@ async fn a_claim_written_but_answered_with_an_error_is_released_for_the_retry() 
     let (store, queue, processor) = fakes();
     store.lose_next_claim_reply();
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let first = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let first = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(first.response.failed_ids(), ["m-1"]);
     assert_eq!(processor.total_calls(), 0);
     // the claim that did land was released with its token: nothing holds the key
     assert!(store.record(&id_of("m-1", "a")).is_none());
-    let retry = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let retry = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(outcomes(&retry), [("m-1", "processed")]);
     assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
 }
@@ -832,10 +781,7 @@ async fn a_failed_complete_is_retried_until_it_lands() {
     store.fail_next("complete");
     store.fail_next("complete");
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a")]).await;
     assert!(handled.response.batch_item_failures.is_empty());
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 3);
     assert_eq!(
@@ -843,10 +789,7 @@ async fn a_failed_complete_is_retried_until_it_lands() {
         Status::Completed
     );
     // a duplicate copy is now recognised at once, whenever it comes
-    let again = c
-        .handle(&event(&[message("m-1", "a")]), in_a_minute())
-        .await
-        .unwrap();
+    let again = handle(&c, &[message("m-1", "a")]).await;
     assert_eq!(outcomes(&again), [("m-1", "duplicate")]);
     assert_eq!(processor.effects(&key_of("m-1", "a")), 1);
 }
@@ -897,13 +840,7 @@ async fn a_panicking_step_fails_its_record_only() {
     let (store, queue, processor) = fakes();
     processor.script(&key_of("m-1", "a"), [Step::Panic]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let handled = c
-        .handle(
-            &event(&[message("m-1", "a"), message("m-2", "b")]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let handled = handle(&c, &[message("m-1", "a"), message("m-2", "b")]).await;
     assert_eq!(handled.response.failed_ids(), ["m-1"]);
     assert!(
         matches!(handled.outcome_of("m-1"), Some(Outcome::Retry { code, .. }) if code == PROCESSOR_PANIC)
@@ -957,7 +894,7 @@ async fn a_garbled_x_redrive_keys_on_the_message_id() {
     let mut m = message("m-1", "a");
     m.attributes
         .insert(ATTRIBUTE_NAME.into(), MessageAttribute::string("{not json"));
-    let handled = c.handle(&event(&[m]), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &[m]).await;
     assert_eq!(
         handled.records[0].key.as_deref(),
         Some(key_of("m-1", "a").as_str())
@@ -971,17 +908,9 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
     processor.script(&key_of("g1-2", "{}"), [transient_503()]);
     processor.script(&key_of("g3-1", "{}"), [permanent_400()]);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
-    let batch = [
-        fifo_message("g1-1", "g1"),
-        fifo_message("g2-1", "g2"),
-        fifo_message("g1-2", "g1"),
-        fifo_message("g3-1", "g3"),
-        fifo_message("g1-3", "g1"),
-        fifo_message("g2-2", "g2"),
-        fifo_message("g3-2", "g3"),
-    ];
+    let batch = fifo_batch();
 
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     assert_eq!(
         outcomes(&handled),
@@ -1003,20 +932,14 @@ async fn fifo_stops_a_group_at_its_first_reported_failure() {
 
 #[tokio::test]
 async fn a_fifo_dlq_copy_keeps_the_group_and_dedups_on_the_message_id() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(permanent_400()),
-    );
+    let (store, queue, processor) = fakes_that(permanent_400());
     let mut cfg = config(true, KeySource::Message);
     cfg.dlq_url = Some(
         QueueUrl::parse("https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq.fifo")
             .unwrap(),
     );
     let c = consumer(&store, &queue, &processor, cfg);
-    c.handle(&event(&[fifo_message("m-1", "g-9")]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[fifo_message("m-1", "g-9")]).await;
     let (url, copy) = &queue.sends()[0];
     assert!(url.ends_with("orders-dlq.fifo"));
     assert_eq!(
@@ -1030,11 +953,7 @@ async fn a_fifo_dlq_copy_keeps_the_group_and_dedups_on_the_message_id() {
 
 #[tokio::test]
 async fn claims_last_until_the_deadline_or_the_fallback_when_there_is_none() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(Step::Hang),
-    );
+    let (store, queue, processor) = fakes_that(Step::Hang);
     let c = consumer(&store, &queue, &processor, config(true, KeySource::Message));
     // cargo lambda watch reports the constant deadline 600000 (1970).
     let _ = tokio::time::timeout(
@@ -1110,10 +1029,7 @@ async fn the_margin_alone_guards_a_step_without_a_time_limit_and_fifo_too() {
     assert!(queue.calls().is_empty(), "{:?}", queue.calls());
 
     // AND with enough time left the same batch is handled
-    let handled = c
-        .handle(&event(&[keyed("m-9", "k-9")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[keyed("m-9", "k-9")]).await;
     assert_eq!(outcomes(&handled), [("m-9", "processed")]);
 }
 
@@ -1130,7 +1046,7 @@ async fn twins_in_one_batch_are_processed_once_and_share_success() {
     ];
 
     // WHEN the batch is handled
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     // THEN the key reached the side effect once and no twin is reported failed
     assert_eq!(handled.response, BatchResponse::default());
@@ -1151,18 +1067,11 @@ async fn twins_in_one_batch_are_processed_once_and_share_success() {
 async fn twins_share_a_transient_failure_and_its_delay() {
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(50));
-    processor.script(
-        "k-1",
-        [Step::Fail(ProcessError::retry_after(
-            "HTTP_429",
-            "downstream answered 429",
-            Duration::from_secs(42),
-        ))],
-    );
+    processor.script("k-1", [throttled(Duration::from_secs(42))]);
     let c = consumer(&store, &queue, &processor, pointer_config(true));
     let batch = [keyed("m-1", "k-1"), keyed("m-2", "k-1")];
 
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     assert_eq!(handled.response.failed_ids(), ["m-1", "m-2"]);
     assert_eq!(processor.calls("k-1"), 1);
@@ -1187,7 +1096,7 @@ async fn twins_share_a_permanent_failure() {
     let c = consumer(&store, &queue, &processor, pointer_config(true));
     let batch = [keyed("m-1", "k-1"), keyed("m-2", "k-1")];
 
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     assert_eq!(
         outcomes(&handled),
@@ -1210,7 +1119,7 @@ async fn twins_share_a_permanent_failure() {
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::new(permanent_400()).with_delay(Duration::from_millis(50));
     let c = consumer(&store, &queue, &processor, pointer_config(false));
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
     assert_eq!(handled.response.failed_ids(), ["m-1", "m-2"]);
     assert_eq!(processor.calls("k-1"), 1);
 }
@@ -1233,7 +1142,7 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
         fifo("f-4", "g3", "k-3"),
     ];
 
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     // THEN k-1 was tried once in this batch; its twin is reported failed with it
     assert_eq!(
@@ -1249,8 +1158,5 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
     assert_eq!(handled.response.failed_ids(), ["f-1", "f-3"]);
 }
 
-#[path = "engine_key_tests.rs"]
-mod keys;
-
-#[path = "engine_batch_tests.rs"]
 mod batch;
+mod keys;

@@ -29,13 +29,7 @@ async fn a_warm_duplicate_is_settled_from_memory_without_a_store_call() {
     let calls_before = store_calls(&store);
 
     // WHEN the same keys come again (SQS redelivered them, or the producer resent)
-    let again = c
-        .handle(
-            &event(&[keyed("m-3", "k-1"), keyed("m-4", "k-2")]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let again = handle(&c, &[keyed("m-3", "k-1"), keyed("m-4", "k-2")]).await;
 
     // THEN both are duplicates, settled with no call to the store and none to SQS
     assert_eq!(
@@ -54,16 +48,11 @@ async fn a_warm_duplicate_gets_the_stored_result_from_memory() {
     let (store, queue, processor) = fakes();
     processor.script("k-1", [Step::Return(json!({"receipt": "r-1"}))]);
     let c = consumer(&store, &queue, &processor, with_cache(100));
-    c.handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[keyed("m-1", "k-1")]).await;
     let calls_before = store_calls(&store);
 
     // WHEN a copy comes
-    let again = c
-        .handle(&event(&[keyed("m-2", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    let again = handle(&c, &[keyed("m-2", "k-1")]).await;
 
     // THEN it is a duplicate answered from memory with the stored result, as the table
     // would have answered it
@@ -96,28 +85,12 @@ async fn a_key_a_claim_found_completed_is_remembered_with_its_expiration() {
     // GIVEN a key another instance completed
     let (store, queue, processor) = fakes();
     let expiration_s = now_ms() / 1000 + 600;
-    store.insert(
-        &id_of_key("k-1"),
-        Record {
-            status: Status::Completed,
-            expiration_s,
-            in_progress_expiration_ms: 0,
-            token: None,
-            result: None,
-            payload_hash: None,
-        },
-    );
+    store.insert(&id_of_key("k-1"), Record::completed(expiration_s));
     let c = consumer(&store, &queue, &processor, with_cache(100));
 
     // WHEN it comes twice
-    let first = c
-        .handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
-    let second = c
-        .handle(&event(&[keyed("m-2", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    let first = handle(&c, &[keyed("m-1", "k-1")]).await;
+    let second = handle(&c, &[keyed("m-2", "k-1")]).await;
 
     // THEN the first asks the store (one claim), the second does not
     assert_eq!(outcomes(&first), [("m-1", "duplicate")]);
@@ -142,18 +115,13 @@ async fn an_expired_entry_is_not_served_and_the_key_is_claimed_again() {
         ..with_cache(100)
     };
     let c = consumer(&store, &queue, &processor, config);
-    c.handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[keyed("m-1", "k-1")]).await;
     assert!(c.completed.as_ref().unwrap().get("k-1", now_ms()).is_some());
 
     // WHEN the same key comes after its record expired
     tokio::time::sleep(Duration::from_millis((1000 - now_ms() % 1000 + 20) as u64)).await;
     let claims = store.calls.claim.load(Ordering::SeqCst);
-    let again = c
-        .handle(&event(&[keyed("m-2", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    let again = handle(&c, &[keyed("m-2", "k-1")]).await;
 
     // THEN the cache does not answer for it: the store is asked, and (its record expired
     // too) the key is processed again, as it would be without the cache
@@ -169,14 +137,8 @@ async fn only_completed_keys_are_remembered() {
     processor.script("k-1", [transient_503()]);
     let c = consumer(&store, &queue, &processor, with_cache(100));
 
-    let failed = c
-        .handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
-    let retried = c
-        .handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    let failed = handle(&c, &[keyed("m-1", "k-1")]).await;
+    let retried = handle(&c, &[keyed("m-1", "k-1")]).await;
 
     // THEN the retry is processed (nothing was remembered of the failure) and remembered
     assert_eq!(outcomes(&failed), [("m-1", "retry")]);
@@ -194,15 +156,10 @@ async fn a_processed_key_is_remembered_even_when_its_completed_write_failed() {
     }
     let settings = Settings::default().with_complete_retries(3, Duration::from_millis(1));
     let c = Consumer::with_settings(&store, &queue, &processor, with_cache(100), settings);
-    c.handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[keyed("m-1", "k-1")]).await;
 
     // WHEN a copy comes to this process while the claim still stands
-    let again = c
-        .handle(&event(&[keyed("m-2", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    let again = handle(&c, &[keyed("m-2", "k-1")]).await;
 
     // THEN this process does not repeat the side effect
     assert_eq!(outcomes(&again), [("m-2", "duplicate")]);
@@ -212,11 +169,7 @@ async fn a_processed_key_is_remembered_even_when_its_completed_write_failed() {
 #[tokio::test]
 async fn every_record_failed_fails_the_invocation_when_asked() {
     // GIVEN FAIL_WHEN_ALL_FAILED and a downstream that is down
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(transient_503()),
-    );
+    let (store, queue, processor) = fakes_that(transient_503());
     let config = ConsumerConfig {
         fail_when_all_failed: true,
         ..pointer_config(true)
@@ -224,13 +177,7 @@ async fn every_record_failed_fails_the_invocation_when_asked() {
     let c = consumer(&store, &queue, &processor, config);
 
     // WHEN a batch of two is handled
-    let handled = c
-        .handle(
-            &event(&[keyed("m-1", "k-1"), keyed("m-2", "k-2")]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let handled = handle(&c, &[keyed("m-1", "k-1"), keyed("m-2", "k-2")]).await;
 
     // THEN both records were settled as usual: visibility set, claims released
     assert_eq!(handled.response.failed_ids(), ["m-1", "m-2"]);
@@ -257,13 +204,7 @@ async fn one_record_settled_keeps_the_partial_batch_response() {
     };
     let c = consumer(&store, &queue, &processor, config);
 
-    let handled = c
-        .handle(
-            &event(&[keyed("m-1", "k-1"), keyed("m-2", "k-2")]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let handled = handle(&c, &[keyed("m-1", "k-1"), keyed("m-2", "k-2")]).await;
     assert_eq!(handled.into_response().unwrap().failed_ids(), ["m-1"]);
 
     // An empty batch has no record that failed
@@ -276,32 +217,21 @@ async fn one_record_settled_keeps_the_partial_batch_response() {
 
 #[tokio::test]
 async fn without_the_option_every_record_failed_is_a_partial_batch_response() {
-    let (store, queue, processor) = (
-        FakeStore::new(),
-        FakeQueue::new(),
-        ScriptedProcessor::new(transient_503()),
-    );
+    let (store, queue, processor) = fakes_that(transient_503());
     let c = consumer(&store, &queue, &processor, pointer_config(true));
 
-    let handled = c
-        .handle(&event(&[keyed("m-1", "k-1")]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[keyed("m-1", "k-1")]).await;
 
     assert!(handled.every_record_failed());
     assert_eq!(handled.into_response().unwrap().failed_ids(), ["m-1"]);
 }
 
-fn fifo_batch() -> [Message; 7] {
-    [
-        fifo_message("g1-1", "g1"),
-        fifo_message("g2-1", "g2"),
-        fifo_message("g1-2", "g1"),
-        fifo_message("g3-1", "g3"),
-        fifo_message("g1-3", "g1"),
-        fifo_message("g2-2", "g2"),
-        fifo_message("g3-2", "g3"),
-    ]
+/// `FIFO_ON_FAILURE=stop-batch`.
+fn stop_batch() -> ConsumerConfig {
+    ConsumerConfig {
+        fifo_on_failure: FifoOnFailure::StopBatch,
+        ..config(true, KeySource::Message)
+    }
 }
 
 #[tokio::test]
@@ -309,17 +239,10 @@ async fn fifo_stop_batch_reports_the_failed_record_and_every_later_one_untouched
     // GIVEN FIFO_ON_FAILURE=stop-batch and the third record failing transiently
     let (store, queue, processor) = fakes();
     processor.script(&key_of("g1-2", "{}"), [transient_503()]);
-    let config = ConsumerConfig {
-        fifo_on_failure: FifoOnFailure::StopBatch,
-        ..config(true, KeySource::Message)
-    };
-    let c = consumer(&store, &queue, &processor, config);
+    let c = consumer(&store, &queue, &processor, stop_batch());
 
     // WHEN the batch is handled
-    let handled = c
-        .handle(&event(&fifo_batch()), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &fifo_batch()).await;
 
     // THEN the records before it are processed, and it and every later one, whatever its
     // group, are reported
@@ -357,16 +280,9 @@ async fn fifo_stop_batch_goes_on_past_a_settled_permanent_failure() {
     // A record dead-lettered is settled (deleted, not reported): nothing to keep in order.
     let (store, queue, processor) = fakes();
     processor.script(&key_of("g3-1", "{}"), [permanent_400()]);
-    let config = ConsumerConfig {
-        fifo_on_failure: FifoOnFailure::StopBatch,
-        ..config(true, KeySource::Message)
-    };
-    let c = consumer(&store, &queue, &processor, config);
+    let c = consumer(&store, &queue, &processor, stop_batch());
 
-    let handled = c
-        .handle(&event(&fifo_batch()), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &fifo_batch()).await;
 
     assert_eq!(
         handled.outcome_of("g3-1").unwrap().as_str(),
@@ -441,44 +357,29 @@ async fn the_metrics_line_counts_each_outcome_of_the_batch() {
             .all(|m| m["Unit"] == "Count")
     );
     assert_eq!(line["QueueName"], "orders");
-    let counts: Vec<(&str, u64)> = [
-        "Records",
-        "BatchItemFailures",
-        "Processed",
-        "Duplicate",
-        "InProgress",
-        "Retried",
-        "DeadLettered",
-        "Failed",
-        "PayloadMismatch",
-        "Skipped",
-        "Malformed",
-        "Unstarted",
-    ]
-    .iter()
-    .map(|n| {
-        (
-            *n,
-            line[*n].as_u64().unwrap_or_else(|| panic!("{n}: {line}")),
-        )
-    })
-    .collect();
-    assert_eq!(
-        counts,
-        [
-            ("Records", 5),
-            ("BatchItemFailures", 2),
-            ("Processed", 1),
-            ("Duplicate", 1),
-            ("InProgress", 0),
-            ("Retried", 1),
-            ("DeadLettered", 1),
-            ("Failed", 0),
-            ("PayloadMismatch", 0),
-            ("Skipped", 0),
-            ("Malformed", 1),
-            ("Unstarted", 0),
-        ]
-    );
+    let expected = [
+        ("Records", 5),
+        ("BatchItemFailures", 2),
+        ("Processed", 1),
+        ("Duplicate", 1),
+        ("InProgress", 0),
+        ("Retried", 1),
+        ("DeadLettered", 1),
+        ("Failed", 0),
+        ("PayloadMismatch", 0),
+        ("Skipped", 0),
+        ("Malformed", 1),
+        ("Unstarted", 0),
+    ];
+    let counts: Vec<(&str, u64)> = expected
+        .iter()
+        .map(|(n, _)| {
+            (
+                *n,
+                line[*n].as_u64().unwrap_or_else(|| panic!("{n}: {line}")),
+            )
+        })
+        .collect();
+    assert_eq!(counts, expected);
     assert_eq!(directive["Metrics"].as_array().unwrap().len(), counts.len());
 }

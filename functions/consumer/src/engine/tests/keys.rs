@@ -11,6 +11,11 @@ fn keyed_by(dlq: bool, key: &str, payload: Option<&str>) -> ConsumerConfig {
     }
 }
 
+/// Keyed on `/orderId`, with the payload check on `/amount`, and a DLQ.
+fn amount_checked() -> ConsumerConfig {
+    keyed_by(true, "/orderId", Some("/amount"))
+}
+
 fn with_attribute(mut m: Message, name: &str, value: MessageAttribute) -> Message {
     m.attributes.insert(name.into(), value);
     m
@@ -22,6 +27,11 @@ fn order(id: &str, customer: &str, order: &str, amount: u32) -> Message {
         &json!({"customerId": customer, "orderId": order, "amount": amount, "sentBy": id})
             .to_string(),
     )
+}
+
+/// Order o-1 again: for an amount of 7 (m-2), then for 5 from another customer (m-3).
+fn order_o1_again_for_7_then_5() -> [Message; 2] {
+    [order("m-2", "c-1", "o-1", 7), order("m-3", "c-9", "o-1", 5)]
 }
 
 fn is_hash(s: &str) -> bool {
@@ -69,7 +79,7 @@ async fn twins_are_processed_once_with_every_key_source() {
         let c = consumer(&store, &queue, &processor, keyed_by(true, source, None));
 
         // WHEN the batch is handled
-        let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+        let handled = handle(&c, &batch).await;
 
         // THEN each key reached the side effect once, and the twin is a duplicate
         assert_eq!(
@@ -121,7 +131,7 @@ async fn a_missing_or_binary_key_attribute_is_a_permanent_failure_of_its_own() {
     ];
 
     // WHEN the batch is handled
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let handled = handle(&c, &batch).await;
 
     // THEN the good one is processed and the others go to the DLQ with their own codes
     assert_eq!(handled.outcome_of("m-1"), Some(&Outcome::Processed));
@@ -165,7 +175,7 @@ async fn the_store_holds_hashes_of_keys_never_the_keys() {
 
         // WHEN a message is processed
         let batch = [order("m-1", "alice@example.com", "o-1", 5)];
-        c.handle(&event(&batch), in_a_minute()).await.unwrap();
+        handle(&c, &batch).await;
 
         // THEN the record's id is the documented hash, after the namespace
         let key = r#"["alice@example.com","o-1"]"#;
@@ -187,16 +197,8 @@ async fn the_store_holds_hashes_of_keys_never_the_keys() {
 async fn a_different_payload_under_a_completed_key_is_a_payload_mismatch_not_a_duplicate() {
     // GIVEN a key processed for an amount of 5, with the payload check on /amount
     let (store, queue, processor) = fakes();
-    let c = consumer(
-        &store,
-        &queue,
-        &processor,
-        keyed_by(true, "/orderId", Some("/amount")),
-    );
-    let first = c
-        .handle(&event(&[order("m-1", "c-1", "o-1", 5)]), in_a_minute())
-        .await
-        .unwrap();
+    let c = consumer(&store, &queue, &processor, amount_checked());
+    let first = handle(&c, &[order("m-1", "c-1", "o-1", 5)]).await;
     assert_eq!(first.outcome_of("m-1"), Some(&Outcome::Processed));
     assert!(
         store
@@ -207,13 +209,7 @@ async fn a_different_payload_under_a_completed_key_is_a_payload_mismatch_not_a_d
     );
 
     // WHEN the same key comes again for 7, and again for 5 (another sender, same payload)
-    let handled = c
-        .handle(
-            &event(&[order("m-2", "c-1", "o-1", 7), order("m-3", "c-9", "o-1", 5)]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let handled = handle(&c, &order_o1_again_for_7_then_5()).await;
 
     // THEN the different payload is its own permanent failure, dead-lettered with its stamp,
     // and the side effect is not repeated; the same payload is a duplicate
@@ -253,10 +249,7 @@ async fn a_different_payload_under_a_completed_key_is_a_payload_mismatch_not_a_d
         &processor,
         keyed_by(false, "/orderId", Some("/amount")),
     );
-    let handled = c
-        .handle(&event(&[order("m-4", "c-1", "o-1", 8)]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[order("m-4", "c-1", "o-1", 8)]).await;
     assert_eq!(
         handled.outcome_of("m-4"),
         Some(&Outcome::PayloadMismatch {
@@ -273,15 +266,10 @@ async fn without_the_payload_check_a_different_payload_is_a_duplicate() {
     // GIVEN the default: no payload check
     let (store, queue, processor) = fakes();
     let c = consumer(&store, &queue, &processor, keyed_by(true, "/orderId", None));
-    c.handle(&event(&[order("m-1", "c-1", "o-1", 5)]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[order("m-1", "c-1", "o-1", 5)]).await;
 
     // WHEN the key comes again with another amount
-    let handled = c
-        .handle(&event(&[order("m-2", "c-1", "o-1", 7)]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[order("m-2", "c-1", "o-1", 7)]).await;
 
     // THEN it is a duplicate, as before, and no payload hash was stored
     assert_eq!(handled.outcome_of("m-2"), Some(&Outcome::Duplicate));
@@ -293,12 +281,8 @@ async fn records_that_cannot_be_compared_are_duplicates() {
     // GIVEN COMPLETED records written before the check was on, and under another definition
     let (store, queue, processor) = fakes();
     let completed = |payload_hash: Option<String>| Record {
-        status: Status::Completed,
-        expiration_s: now_ms() / 1000 + 3600,
-        in_progress_expiration_ms: now_ms(),
-        token: None,
         payload_hash,
-        result: None,
+        ..Record::completed(now_ms() / 1000 + 3600)
     };
     store.insert(&id_of_key("o-1"), completed(None));
     let other_definition = redrive_shared::key::PayloadSource::parse("/amount,/currency")
@@ -309,21 +293,14 @@ async fn records_that_cannot_be_compared_are_duplicates() {
         &id_of_key("o-2"),
         completed(Some(other_definition.to_string())),
     );
-    let c = consumer(
-        &store,
-        &queue,
-        &processor,
-        keyed_by(true, "/orderId", Some("/amount")),
-    );
+    let c = consumer(&store, &queue, &processor, amount_checked());
 
     // WHEN the keys come with any payload
-    let handled = c
-        .handle(
-            &event(&[order("m-1", "c-1", "o-1", 7), order("m-2", "c-1", "o-2", 7)]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let handled = handle(
+        &c,
+        &[order("m-1", "c-1", "o-1", 7), order("m-2", "c-1", "o-2", 7)],
+    )
+    .await;
 
     // THEN they are duplicates: nothing proves the payload differs
     assert_eq!(
@@ -337,7 +314,7 @@ async fn records_that_cannot_be_compared_are_duplicates() {
 async fn a_different_payload_under_an_in_progress_key_is_retried_not_failed() {
     // GIVEN another invocation holding the key for an amount of 5
     let (store, queue, processor) = fakes();
-    let config = keyed_by(true, "/orderId", Some("/amount"));
+    let config = amount_checked();
     let theirs = config
         .payload
         .as_ref()
@@ -358,10 +335,7 @@ async fn a_different_payload_under_an_in_progress_key_is_retried_not_failed() {
     let c = consumer(&store, &queue, &processor, config);
 
     // WHEN a message for 7 arrives
-    let handled = c
-        .handle(&event(&[order("m-1", "c-1", "o-1", 7)]), in_a_minute())
-        .await
-        .unwrap();
+    let handled = handle(&c, &[order("m-1", "c-1", "o-1", 7)]).await;
 
     // THEN it waits like any message whose key is held: the other side effect may still fail
     // and be released, and then this payload is the one to process
@@ -378,31 +352,29 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
         order("m-2", "c-1", "o-1", 7),
         order("m-3", "c-2", "o-1", 5),
     ];
-    let config = || keyed_by(true, "/orderId", Some("/amount"));
+    // (after a success, the other payload is a mismatch and the same one a duplicate)
+    let after_a_success = [
+        ("m-1", "processed"),
+        ("m-2", "payload-mismatch"),
+        ("m-3", "duplicate"),
+    ];
 
     // WHEN the first one succeeds
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default().with_delay(Duration::from_millis(20));
-    let c = consumer(&store, &queue, &processor, config());
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let c = consumer(&store, &queue, &processor, amount_checked());
+    let handled = handle(&c, &batch).await;
 
     // THEN the other payload is a mismatch, the same one a duplicate; one side effect
-    assert_eq!(
-        outcomes(&handled),
-        [
-            ("m-1", "processed"),
-            ("m-2", "payload-mismatch"),
-            ("m-3", "duplicate")
-        ]
-    );
+    assert_eq!(outcomes(&handled), after_a_success);
     assert_eq!(processor.total_calls(), 1);
 
     // WHEN instead the first one fails transiently (and its claim is released)
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default();
     processor.script("o-1", [transient_503()]);
-    let c = consumer(&store, &queue, &processor, config());
-    let handled = c.handle(&event(&batch), in_a_minute()).await.unwrap();
+    let c = consumer(&store, &queue, &processor, amount_checked());
+    let handled = handle(&c, &batch).await;
 
     // THEN the other payload is processed in its place, and the first payload's twin takes
     // the first's retry
@@ -415,7 +387,7 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
     // AND in a FIFO batch the same holds, in order
     let (store, queue) = (FakeStore::new(), FakeQueue::new());
     let processor = ScriptedProcessor::default();
-    let c = consumer(&store, &queue, &processor, config());
+    let c = consumer(&store, &queue, &processor, amount_checked());
     let fifo: Vec<Message> = batch
         .iter()
         .enumerate()
@@ -425,15 +397,8 @@ async fn a_twin_with_another_payload_claims_on_its_own_after_the_first() {
             ..m.clone()
         })
         .collect();
-    let handled = c.handle(&event(&fifo), in_a_minute()).await.unwrap();
-    assert_eq!(
-        outcomes(&handled),
-        [
-            ("m-1", "processed"),
-            ("m-2", "payload-mismatch"),
-            ("m-3", "duplicate")
-        ]
-    );
+    let handled = handle(&c, &fifo).await;
+    assert_eq!(outcomes(&handled), after_a_success);
     assert_eq!(processor.total_calls(), 1);
 }
 
@@ -444,22 +409,14 @@ async fn a_warm_instance_checks_the_payload_of_a_key_it_remembers() {
     let (store, queue, processor) = fakes();
     let config = ConsumerConfig {
         cache_size: 100,
-        ..keyed_by(true, "/orderId", Some("/amount"))
+        ..amount_checked()
     };
     let c = consumer(&store, &queue, &processor, config);
-    c.handle(&event(&[order("m-1", "c-1", "o-1", 5)]), in_a_minute())
-        .await
-        .unwrap();
+    handle(&c, &[order("m-1", "c-1", "o-1", 5)]).await;
     let claims = store.calls.claim.load(Ordering::SeqCst);
 
     // WHEN the order comes again for 7, then for 5
-    let handled = c
-        .handle(
-            &event(&[order("m-2", "c-1", "o-1", 7), order("m-3", "c-9", "o-1", 5)]),
-            in_a_minute(),
-        )
-        .await
-        .unwrap();
+    let handled = handle(&c, &order_o1_again_for_7_then_5()).await;
 
     // THEN memory answers both without a call, and the other payload is still a mismatch
     assert_eq!(
