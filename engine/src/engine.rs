@@ -258,30 +258,16 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         Ok(limits)
     }
 
-    /// GetQueueAttributes on the DLQ (its depth) and on the destinations (their
-    /// `MaximumMessageSize`), all at once, made at init so that resolving credentials and the
-    /// endpoint and opening the connections are not paid by the first invocation, and init
-    /// waits for one round trip, not two. It touches no message; a failure is logged and left
-    /// to the invocations, which report their own errors.
-    pub async fn warm_up(&self) -> Result<u64, PortError> {
-        let (limits, depth) = futures_util::future::join(
-            self.load_limits(),
-            self.queue.depth(self.config.dlq_url.as_str()),
-        )
-        .await;
-        if let Err(e) = limits {
+    /// GetQueueAttributes on the destinations (their `MaximumMessageSize`, which every drain
+    /// needs), both at once, made at init so that resolving credentials and the endpoint,
+    /// opening the connections and reading the limits are not paid by the first invocation.
+    /// Nothing else: a depth read here would be stale by the first event and cost init a
+    /// call. It touches no message; a failure is logged and left to the invocations, which
+    /// read the limits again and report their own errors.
+    pub async fn warm_up(&self) -> Result<DestinationLimits, PortError> {
+        self.load_limits().await.inspect_err(|e| {
             tracing::warn!(error = %e, "warm-up: cannot read the destinations' MaximumMessageSize yet");
-        }
-        match depth {
-            Ok(d) => {
-                tracing::debug!(dlq_depth = d.total(), "warm-up: the DLQ answered");
-                Ok(d.total())
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "warm-up: cannot read the DLQ depth yet");
-                Err(e)
-            }
-        }
+        })
     }
 
     /// Handles one invocation payload. An unrecognized event is an error and touches nothing.

@@ -566,18 +566,30 @@ async fn a_manual_drain_overrides_the_batch_and_dry_run() {
 }
 
 #[tokio::test]
-async fn the_init_warm_up_reads_the_dlq_depth_and_moves_nothing() {
+async fn the_init_warm_up_reads_the_destinations_limits_only_and_moves_nothing() {
     let (sqs, _cw, engine) = setup(&[]);
     fill(&sqs, 3);
-    assert_eq!(engine.warm_up().await.expect("the DLQ answers"), 3);
-    assert_eq!(sqs.calls.depth.load(std::sync::atomic::Ordering::SeqCst), 1);
+    sqs.set_max_message_size(SRC, 2048);
+    let limits = engine.warm_up().await.expect("the destinations answer");
+    assert_eq!(limits.source_max_bytes, 2048);
+    // two calls at once, the source's and the poison queue's; no depth read, no message moved
+    assert_eq!(sqs.calls.max_size.load(Ordering::SeqCst), 2);
+    assert_eq!(sqs.calls.depth.load(Ordering::SeqCst), 0);
     assert_eq!(sqs.calls.drain_calls(), 0);
     assert_eq!(sqs.len(DLQ), 3);
-    // a failing warm-up is reported to init (which logs it), not retried, and moves nothing
+}
+
+#[tokio::test]
+async fn a_failed_warm_up_is_reported_to_init_and_the_first_drain_reads_the_limits_again() {
+    let (sqs, _cw, engine) = setup(&[]);
+    fill(&sqs, 3);
     sqs.fail_next("GetQueueAttributes", throttled("GetQueueAttributes"));
     assert!(engine.warm_up().await.is_err());
-    assert_eq!(sqs.calls.depth.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(sqs.len(DLQ), 3);
+    let before = sqs.calls.max_size.load(Ordering::SeqCst);
+    let s = engine.run(&request(10)).await;
+    assert_eq!(s.redriven, 3, "{s:?}");
+    assert_eq!(sqs.calls.max_size.load(Ordering::SeqCst), before + 2);
 }
 
 #[tokio::test(start_paused = true)]

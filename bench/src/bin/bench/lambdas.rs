@@ -36,12 +36,19 @@ pub(crate) async fn cold_section(o: &Options, report: &mut Report) {
         .expect("starting the proxy");
     // A new connection costs a TCP and a TLS handshake before its first call.
     proxy.set_connect_latency(o.latency * 2);
-    let aws = |extra: &[(&str, String)]| -> Vec<(String, String)> {
-        let mut env = vec![("AWS_ENDPOINT_URL".to_string(), proxy.endpoint())];
+    let runs = o.cold_runs;
+    let queues = QueueSet::create(&direct, false, 3).await;
+    // moto authorizes every call as AWS would: each function runs with the access key of its
+    // shipped role for the bench's queues and table, and reaches moto through the proxy.
+    let aws = |binary: &str, extra: &[(&str, String)]| -> Vec<(String, String)> {
+        let mut env = moto.env();
+        env.push(("SOURCE_QUEUE_URL".into(), queues.source_url.clone()));
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        let mut env = redrive_tests::iam::env_for_binary(&env, binary);
+        env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+        env.push(("AWS_ENDPOINT_URL".into(), proxy.endpoint()));
         env
     };
-    let runs = o.cold_runs;
 
     eprintln!("bench: cold start, hello_lambda...");
     let hello_cs = coldstart::measure("hello", &hello, &[], None, runs, |_| async {
@@ -50,8 +57,7 @@ pub(crate) async fn cold_section(o: &Options, report: &mut Report) {
     .await;
 
     eprintln!("bench: cold start, redriver...");
-    let queues = QueueSet::create(&direct, false, 3).await;
-    let redriver_env = aws(&[
+    let redriver_env = aws("redriver", &[
         ("DLQ_URL", queues.dlq_url.clone()),
         ("SOURCE_QUEUE_URL", queues.source_url.clone()),
         ("POISON_QUEUE_URL", queues.poison_url.clone()),
@@ -80,7 +86,7 @@ pub(crate) async fn cold_section(o: &Options, report: &mut Report) {
     let downstream = FlakyServer::start(Flaky::new(0.0, 1))
         .await
         .expect("starting the downstream");
-    let consumer_env = aws(&[
+    let consumer_env = aws("consumer", &[
         ("IDEMPOTENCY_TABLE", table.clone()),
         ("DOWNSTREAM_URL", downstream.url()),
         ("DLQ_URL", queues.dlq_url.clone()),
