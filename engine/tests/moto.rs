@@ -87,6 +87,27 @@ impl Fixture {
         );
     }
 
+    /// Standard queues with one message, `body`, on the DLQ; sealed.
+    async fn holding_one(body: &str) -> Self {
+        let mut f = Self::new(false).await;
+        f.to_dlq(body, &[]).await;
+        f.seal().await;
+        f
+    }
+
+    /// Conserved, and the one message of [`Self::holding_one`] still visible on the DLQ.
+    async fn assert_not_even_received(&self) {
+        self.assert_conserved().await;
+        let visible = queue_attributes(&self.sqs, &self.queues.dlq_url).await;
+        assert_eq!(
+            visible
+                .get(&QueueAttributeName::ApproximateNumberOfMessages)
+                .map(String::as_str),
+            Some("1"),
+            "not even received"
+        );
+    }
+
     async fn to_dlq(&self, body: &str, attrs: &[(&str, MessageAttributeValue)]) -> String {
         send_raw(&self.sqs, &self.queues.dlq_url, body, attrs).await
     }
@@ -591,9 +612,7 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
 
 #[tokio::test]
 async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() {
-    let mut f = Fixture::new(false).await;
-    f.to_dlq("stay", &[]).await;
-    f.seal().await;
+    let f = Fixture::holding_one("stay").await;
     let engine = f.engine(&[]);
     let dlq = f.queues.dlq_name.clone();
     let s = engine
@@ -615,15 +634,7 @@ async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() 
         .await
         .unwrap_err();
     assert!(err.to_string().contains("\"maxMessage\""), "{err}");
-    let visible = queue_attributes(&f.sqs, &f.queues.dlq_url).await;
-    assert_eq!(
-        visible
-            .get(&QueueAttributeName::ApproximateNumberOfMessages)
-            .map(String::as_str),
-        Some("1"),
-        "not even received"
-    );
-    f.assert_conserved().await;
+    f.assert_not_even_received().await;
 }
 
 async fn metric_sum(f: &Fixture, name: &str) -> f64 {
@@ -833,9 +844,7 @@ async fn describe_alarms_asks_for_composite_and_metric_alarms() {
 
 #[tokio::test]
 async fn another_queues_metric_math_alarm_touches_nothing() {
-    let mut f = Fixture::new(false).await;
-    f.to_dlq("stay", &[]).await;
-    f.seal().await;
+    let f = Fixture::holding_one("stay").await;
     let engine = f.engine(&[]);
     for fixture in [
         "sns-metric-math-alarm.json",
@@ -856,15 +865,7 @@ async fn another_queues_metric_math_alarm_touches_nothing() {
             "{fixture}"
         );
     }
-    f.assert_conserved().await;
-    let visible = queue_attributes(&f.sqs, &f.queues.dlq_url).await;
-    assert_eq!(
-        visible
-            .get(&QueueAttributeName::ApproximateNumberOfMessages)
-            .map(String::as_str),
-        Some("1"),
-        "not even received"
-    );
+    f.assert_not_even_received().await;
 }
 
 #[tokio::test]
