@@ -39,18 +39,16 @@ use redrive_engine::Engine;
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore, NoCircuit};
 use redrive_shared::config::{DownstreamConfig, Env, RedriverConfig};
-use redrive_shared::sdk::attributes_from_sdk;
 use redrive_tests::event_source;
 use redrive_tests::{
-    Downstream, Mode, QueueSet, create_circuit_table, create_idempotency_table, drain_all,
-    queue_counts, send_batch,
+    Downstream, Mode, QueueSet, create_circuit_table, create_idempotency_table, queue_counts,
+    send_batch,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::event_source::{InProcess, SqsRecords};
-use crate::soak::{Parked, Place};
 
 mod report;
 use report::reconcile;
@@ -494,27 +492,6 @@ impl<C: CircuitStore> Rig<C> {
         event
     }
 
-    /// Every message left in the three queues.
-    async fn inventory(&self) -> Vec<Parked> {
-        let q = &self.queues;
-        let mut parked = Vec::new();
-        for (place, url) in [
-            (Place::Source, &q.source_url),
-            (Place::Dlq, &q.dlq_url),
-            (Place::Poison, &q.poison_url),
-        ] {
-            for m in drain_all(&self.sqs, url).await {
-                let attributes = attributes_from_sdk(m.message_attributes.as_ref());
-                parked.push(Parked::read(
-                    place,
-                    m.message_id().unwrap_or(""),
-                    &attributes,
-                ));
-            }
-        }
-        parked
-    }
-
     async fn cleanup(&self, moto: &redrive_tests::Moto) {
         let q = &self.queues;
         for url in [&q.source_url, &q.dlq_url, &q.poison_url] {
@@ -595,7 +572,7 @@ async fn run_side<C: CircuitStore>(
         rig.alarm_evaluator(settings.alarm_period),
         rig.schedule(settings.schedule_period),
     );
-    let inventory = rig.inventory().await;
+    let inventory = crate::soak::moto::inventory(&rig.sqs, &rig.queues, Duration::ZERO).await;
     let mut report = std::mem::take(&mut *lock(&rig.tally));
     report.parked_during_outage = parked_during_outage;
     report.dlq_at_recovery = dlq_at_recovery;

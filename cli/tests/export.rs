@@ -99,21 +99,33 @@ fn temp_path(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// `redrive export` of `queue` to `file`, with `flags`.
+fn export(file: &Path, queue: &str, flags: &[&str]) -> Run {
+    let mut args = vec!["export", "--queue", queue, "--to", file.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    redrive(&args)
+}
+
 /// Exports `queue` to a new file `name` with `flags` on top; asserts the run succeeded and
 /// returns the file and its lines.
 fn export_to_file(queue: &str, name: &str, flags: &[&str]) -> (PathBuf, Vec<ArchivedMessage>) {
     let file = temp_path(name);
-    let mut args = vec!["export", "--queue", queue, "--to", file.to_str().unwrap()];
-    args.extend_from_slice(flags);
-    let run = redrive(&args);
+    let run = export(&file, queue, flags);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let lines = parse_jsonl(&std::fs::read_to_string(&file).unwrap()).unwrap();
     (file, lines)
 }
 
+/// `redrive import` of `file` to the queue `dest`, with `flags`.
+fn import(file: &Path, dest: &str, flags: &[&str]) -> Run {
+    let mut args = vec!["import", "--from", file.to_str().unwrap(), "--to", dest];
+    args.extend_from_slice(flags);
+    redrive(&args)
+}
+
 /// Imports `file` to the queue `dest`; asserts the run succeeded.
 fn import_file(file: &Path, dest: &str) {
-    let run = redrive(&["import", "--from", file.to_str().unwrap(), "--to", dest]);
+    let run = import(file, dest, &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
@@ -263,14 +275,7 @@ async fn round_trip(samples: Vec<Sample>) {
 
     // WHEN the queue is exported to a file and to S3, without --delete
     let file = temp_path("rt.jsonl");
-    let to_file = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        file.to_str().unwrap(),
-        "--json",
-    ]);
+    let to_file = export(&file, &source, &["--json"]);
     assert_eq!(to_file.code, 0, "{}", to_file.stderr);
     assert_eq!(to_file.json()["exported"], n);
     let location = format!("s3://{bucket}/round/trip");
@@ -488,7 +493,7 @@ async fn a_bad_file_sends_nothing_and_the_error_names_the_line() {
     for (content, expected) in cases {
         let bad = temp_path("bad.jsonl");
         std::fs::write(&bad, &content).unwrap();
-        let run = redrive(&["import", "--from", bad.to_str().unwrap(), "--to", &dest]);
+        let run = import(&bad, &dest, &[]);
         assert_eq!(run.code, 2, "{expected}: {}", run.stderr);
         assert!(run.stderr.contains(expected), "{expected}: {}", run.stderr);
         assert!(run.stderr.contains("nothing was sent"), "{}", run.stderr);
@@ -498,13 +503,13 @@ async fn a_bad_file_sends_nothing_and_the_error_names_the_line() {
             "{expected}: something was sent"
         );
     }
-    let size_error = redrive(&["import", "--from", file.to_str().unwrap(), "--to", &dest]);
+    let size_error = import(&file, &dest, &[]);
     assert!(size_error.stderr.contains("1024"), "{}", size_error.stderr);
 
     // A file that is not UTF-8 names its line too.
     let binary = temp_path("binary.jsonl");
     std::fs::write(&binary, [small[0].as_bytes(), b"\n\xff\xfe\n"].concat()).unwrap();
-    let run = redrive(&["import", "--from", binary.to_str().unwrap(), "--to", &dest]);
+    let run = import(&binary, &dest, &[]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("line 2: not UTF-8"), "{}", run.stderr);
     assert_eq!(counts(&sqs, &dest).await, (0, 0));
@@ -596,14 +601,7 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
     // An existing file is never overwritten, and the queue is not touched.
     let existing = temp_path("existing.jsonl");
     std::fs::write(&existing, "keep me\n").unwrap();
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        existing.to_str().unwrap(),
-        "--delete",
-    ]);
+    let run = export(&existing, &source, &["--delete"]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("never overwrites"), "{}", run.stderr);
     assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me\n");
@@ -611,7 +609,7 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
 
     // Without --delete: all exported, all still there and visible.
     let copy = temp_path("copy.jsonl");
-    let run = redrive(&["export", "--queue", &source, "--to", copy.to_str().unwrap()]);
+    let run = export(&copy, &source, &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("left as it was"), "{}", run.stdout);
     assert_eq!(std::fs::read_to_string(&copy).unwrap().lines().count(), 12);
@@ -619,16 +617,7 @@ async fn export_leaves_the_queue_unless_delete_and_then_deletes_what_it_stored()
 
     // --max bounds it.
     let five = temp_path("five.jsonl");
-    let run = redrive(&[
-        "export",
-        "--queue",
-        &source,
-        "--to",
-        five.to_str().unwrap(),
-        "--max",
-        "5",
-        "--json",
-    ]);
+    let run = export(&five, &source, &["--max", "5", "--json"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.json()["status"], "limit");
     assert_eq!(std::fs::read_to_string(&five).unwrap().lines().count(), 5);
@@ -819,17 +808,11 @@ async fn the_filters_select_the_same_messages_on_every_command() {
 
     // import (dry run, then for real) from a full export
     let (all, _) = export_to_file(&poison, "all.jsonl", &[]);
-    let run = redrive(&[
-        "import",
-        "--from",
-        all.to_str().unwrap(),
-        "--to",
+    let run = import(
+        &all,
         &source,
-        "--where",
-        "/customer/tier=gold",
-        "--dry-run",
-        "--json",
-    ]);
+        &["--where", "/customer/tier=gold", "--dry-run", "--json"],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(ids(&run.json(), "wouldSend"), vec![gold.clone()]);
     assert_eq!(
@@ -837,15 +820,7 @@ async fn the_filters_select_the_same_messages_on_every_command() {
         (0, 0),
         "a dry run sends nothing"
     );
-    let run = redrive(&[
-        "import",
-        "--from",
-        all.to_str().unwrap(),
-        "--to",
-        &source,
-        "--attribute",
-        "tenant=other",
-    ]);
+    let run = import(&all, &source, &["--attribute", "tenant=other"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let got = drain_all(&sqs, &source).await;
     assert_eq!(got.len(), 1);

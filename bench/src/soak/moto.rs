@@ -71,33 +71,8 @@ impl Emulator for MotoEmulator<'_> {
     }
 
     async fn inventory(&self) -> Vec<Parked> {
-        let mut parked = Vec::new();
-        let q = &self.queues;
-        for (place, url) in [
-            (Place::Source, &q.source_url),
-            (Place::Dlq, &q.dlq_url),
-            (Place::Poison, &q.poison_url),
-        ] {
-            // In-flight and delayed messages come back within the soak's timeouts.
-            let started = Instant::now();
-            loop {
-                for m in drain_all(&self.direct, url).await {
-                    let attributes = attributes_from_sdk(m.message_attributes.as_ref());
-                    parked.push(Parked::read(
-                        place,
-                        m.message_id().unwrap_or(""),
-                        &attributes,
-                    ));
-                }
-                if queue_depth(&self.direct, url).await == 0
-                    || started.elapsed() > Duration::from_secs(60)
-                {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-        parked
+        // In-flight and delayed messages come back within the soak's timeouts.
+        inventory(&self.direct, &self.queues, Duration::from_secs(60)).await
     }
 
     fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
@@ -120,6 +95,31 @@ impl Emulator for MotoEmulator<'_> {
             kills_between_send_and_delete: s.kills.get("DeleteMessageBatch").copied().unwrap_or(0),
         }
     }
+}
+
+/// Every message left in the three queues, each read as parked where it was; a queue that
+/// still holds messages in flight or delayed is read again each second for up to `wait`.
+pub async fn inventory(sqs: &Client, queues: &QueueSet, wait: Duration) -> Vec<Parked> {
+    let mut parked = Vec::new();
+    for (place, url) in [
+        (Place::Source, &queues.source_url),
+        (Place::Dlq, &queues.dlq_url),
+        (Place::Poison, &queues.poison_url),
+    ] {
+        let started = Instant::now();
+        loop {
+            for m in drain_all(sqs, url).await {
+                let attributes = attributes_from_sdk(m.message_attributes.as_ref());
+                let message_id = m.message_id().unwrap_or("");
+                parked.push(Parked::read(place, message_id, &attributes));
+            }
+            if started.elapsed() >= wait || queue_depth(sqs, url).await == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    parked
 }
 
 /// The soak on the test process's moto server, the one with the fast clock (the same SQS

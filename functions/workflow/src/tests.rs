@@ -605,6 +605,19 @@ mod adaptive_circuit {
         wf.drain(&plan[0], None).await.unwrap()
     }
 
+    /// The next batch of up to `max` is held by the circuit: nothing is decided, and the DLQ
+    /// shows `visible` messages again at once.
+    async fn next_batch_only_watches(
+        wf: &CircuitWorkflow,
+        sqs: &FakeSqs,
+        max: u32,
+        visible: usize,
+    ) {
+        let next = wf.receive_batch(max, false, None).await.unwrap();
+        assert!(next.circuit_opened && next.items.is_empty(), "{next:?}");
+        assert_eq!(sqs.depth_visible(DLQ), visible);
+    }
+
     fn run(mode: Mode) -> Run {
         Run {
             max_messages: 100,
@@ -657,9 +670,7 @@ mod adaptive_circuit {
         assert_eq!(t.stopped_because, StopReason::CircuitOpen);
         assert_eq!(t.received, 0);
         // The next batch is held by the open record (nothing received is decided).
-        let again = wf.receive_batch(10, false, None).await.unwrap();
-        assert!(again.circuit_opened && again.items.is_empty());
-        assert_eq!(sqs.depth_visible(DLQ), 5);
+        next_batch_only_watches(&wf, &sqs, 10, 5).await;
     }
 
     #[tokio::test]
@@ -720,9 +731,7 @@ mod adaptive_circuit {
             .expect("the canary is out");
         assert_eq!(canary.sent, 10);
         // With the canary out, the next batch only watches: released, the execution stops.
-        let next = wf.receive_batch(40, false, None).await.unwrap();
-        assert!(next.circuit_opened && next.items.is_empty());
-        assert_eq!(sqs.depth_visible(DLQ), 5);
+        next_batch_only_watches(&wf, &sqs, 40, 5).await;
     }
 
     #[tokio::test]
