@@ -1,6 +1,8 @@
 //! The re-driver against a real SQS/CloudWatch emulator (moto): every behaviour of the
 //! contract, with a conservation check (DLQ + source + poison before == after) in each test.
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use aws_sdk_sqs::types::{
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::{DrainRequest, Engine, Settings, StopReason, Summary};
 use redrive_shared::config::{Env, RedriverConfig};
-use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
+use redrive_shared::meta::{ATTRIBUTE_NAME, IsolationReason, RedriveMeta};
 use redrive_tests::{
     QueueSet, alarm_state, attr_binary, attr_custom, attr_number, attr_string,
     batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, put_queue_alarm,
@@ -212,15 +214,7 @@ async fn redriven_and_isolated_copies_keep_the_producers_aws_trace_header() {
     let mut f = Fixture::new(false).await;
     let (redriven, isolated) = (producer_trace_header(), producer_trace_header());
     send_traced(&f.sqs, &f.queues.dlq_url, "order-1", &[], &redriven).await;
-    let permanent = RedriveMeta {
-        last_error: Some(LastError::new(
-            ErrorClass::Permanent,
-            "HTTP_400",
-            "rejected",
-            "2026-11-21T10:00:00Z".into(),
-        )),
-        ..RedriveMeta::fresh("orig-2")
-    };
+    let permanent = common::permanently_failed("orig-2");
     let attributes = [(ATTRIBUTE_NAME, meta_attr(&permanent))];
     send_traced(&f.sqs, &f.queues.dlq_url, "order-2", &attributes, &isolated).await;
     f.seal().await;

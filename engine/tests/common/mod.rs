@@ -52,10 +52,8 @@ pub fn settings() -> Settings {
     }
 }
 
-/// The attributes of a message its consumer gave up on as a permanent failure (chain
-/// `orig-perm`).
-pub fn permanent_failure() -> Attributes {
-    let mut attributes = Attributes::new();
+/// The `x-redrive` of a message its consumer gave up on as a permanent failure.
+pub fn permanently_failed(original: &str) -> RedriveMeta {
     RedriveMeta {
         last_error: Some(LastError::new(
             ErrorClass::Permanent,
@@ -63,8 +61,13 @@ pub fn permanent_failure() -> Attributes {
             "rejected",
             "2026-11-21T10:00:00Z".into(),
         )),
-        ..RedriveMeta::fresh("orig-perm")
+        ..RedriveMeta::fresh(original)
     }
-    .write_into(&mut attributes);
+}
+
+/// The attributes of [`permanently_failed`] for the chain `orig-perm`.
+pub fn permanent_failure() -> Attributes {
+    let mut attributes = Attributes::new();
+    permanently_failed("orig-perm").write_into(&mut attributes);
     attributes
 }
