@@ -110,6 +110,16 @@ impl Fixture {
         );
     }
 
+    /// A message on the DLQ whose chain `original` was redriven `attempt` times.
+    async fn to_dlq_at_attempt(&self, body: &str, original: &str, attempt: u32) -> String {
+        let meta = RedriveMeta {
+            attempt,
+            ..RedriveMeta::fresh(original)
+        };
+        self.to_dlq(body, &[(ATTRIBUTE_NAME, meta_attr(&meta))])
+            .await
+    }
+
     async fn to_dlq(&self, body: &str, attrs: &[(&str, MessageAttributeValue)]) -> String {
         send_raw(&self.sqs, &self.queues.dlq_url, body, attrs).await
     }
@@ -119,12 +129,7 @@ impl Fixture {
         for i in 0..n {
             self.to_dlq(&format!("m{i}"), &[]).await;
         }
-        let spent = RedriveMeta {
-            attempt,
-            ..RedriveMeta::fresh("orig-spent")
-        };
-        self.to_dlq("spent", &[(ATTRIBUTE_NAME, meta_attr(&spent))])
-            .await;
+        self.to_dlq_at_attempt("spent", "orig-spent", attempt).await;
     }
 }
 
@@ -344,18 +349,8 @@ async fn a_message_near_the_size_limit_is_isolated_when_the_stamp_would_not_fit(
 #[tokio::test]
 async fn attempts_at_max_permanent_failures_legacy_and_garbled_metadata() {
     let mut f = Fixture::new(false).await;
-    let at_max = RedriveMeta {
-        attempt: 3,
-        ..RedriveMeta::fresh("orig-max")
-    };
-    f.to_dlq("at-max", &[(ATTRIBUTE_NAME, meta_attr(&at_max))])
-        .await;
-    let below = RedriveMeta {
-        attempt: 2,
-        ..RedriveMeta::fresh("orig-below")
-    };
-    f.to_dlq("below-max", &[(ATTRIBUTE_NAME, meta_attr(&below))])
-        .await;
+    f.to_dlq_at_attempt("at-max", "orig-max", 3).await;
+    f.to_dlq_at_attempt("below-max", "orig-below", 2).await;
     let permanent = json!({"v":1,"attempt":0,"originalMessageId":"orig-perm",
         "lastError":{"class":"permanent","code":"HTTP_400","message":"bad order","at":"2026-11-21T10:00:00Z"}});
     f.to_dlq(
@@ -421,12 +416,7 @@ async fn attempts_at_max_permanent_failures_legacy_and_garbled_metadata() {
 #[tokio::test]
 async fn standard_redrives_are_delayed_by_the_backoff() {
     let mut f = Fixture::new(false).await;
-    let prior = RedriveMeta {
-        attempt: 1,
-        ..RedriveMeta::fresh("orig-d")
-    };
-    f.to_dlq("delayed", &[(ATTRIBUTE_NAME, meta_attr(&prior))])
-        .await;
+    f.to_dlq_at_attempt("delayed", "orig-d", 1).await;
     f.seal().await;
     let engine = f.engine(&[("BACKOFF_BASE_SECONDS", "30"), ("BACKOFF_JITTER", "none")]);
     let s = engine.run(&manual(10)).await;
