@@ -650,7 +650,7 @@ async fn a_dlq_that_cannot_be_read_fails_the_invocation_and_says_so_in_a_metric(
     let redrive_engine::InvocationError::DlqUnreadable { reason, summary } = &err else {
         panic!("{err}")
     };
-    assert!(reason.contains("AccessDenied"), "{reason}");
+    assert_eq!(reason.code, "AccessDenied", "{reason}");
     assert_eq!(summary.received, 0);
     assert!(err.to_string().contains("DLQ cannot be read"), "{err}");
     let published = cw.published.lock().unwrap().clone();

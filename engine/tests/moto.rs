@@ -774,7 +774,7 @@ async fn a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures()
     let redrive_engine::InvocationError::DlqUnreadable { reason, summary } = &err else {
         panic!("{err}")
     };
-    assert!(reason.contains("ReceiveMessage"), "{reason}");
+    assert_eq!(reason.operation, "ReceiveMessage", "{reason}");
     assert_eq!((summary.received, summary.dlq_remaining), (0, None));
     assert_eq!(metric_sum(&f, "DlqReceiveFailures").await, 1.0);
     assert_eq!(metric_sum(&f, "RedriveFailures").await, 0.0);
