@@ -160,9 +160,8 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
     }
     if !judged || matches!(canary.stopped_because, StopReason::Other) {
         if ctx.json {
-            let mut out = serde_json::to_value(&canary).unwrap_or_default();
-            out["canary"] = serde_json::json!({"sent": canary.redriven, "judged": false});
-            super::output::print_json(&out);
+            let verdict = serde_json::json!({"sent": canary.redriven, "judged": false});
+            print_json_with_canary(&canary, verdict);
         } else {
             println!("canary: nothing redriven, so there is nothing to judge; stopping");
         }
@@ -187,34 +186,26 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
     )
     .await?;
     let verdict_json = super::circuit::verdict_json(&verdict, canary.redriven);
+    let came_back = |within: Duration| {
+        let (back, sent) = (verdict.bounced.len(), canary.redriven);
+        format!(
+            "{back} of {sent} copies came back within {} s",
+            within.as_secs()
+        )
+    };
     if verdict.failed {
         if ctx.json {
-            let mut out = serde_json::to_value(&canary).unwrap_or_default();
-            out["canary"] = verdict_json;
-            super::output::print_json(&out);
+            print_json_with_canary(&canary, verdict_json);
         } else {
-            println!(
-                "{}",
-                ctx.style.bad(&format!(
-                    "canary bounced: {} of {} copies came back within {} s; the rest stays on the DLQ",
-                    verdict.bounced.len(),
-                    canary.redriven,
-                    verdict.waited.as_secs()
-                ))
-            );
+            let text = came_back(verdict.waited);
+            let line = format!("canary bounced: {text}; the rest stays on the DLQ");
+            println!("{}", ctx.style.bad(&line));
         }
         return Ok(Outcome::Incomplete);
     }
     if !ctx.json {
-        println!(
-            "{}",
-            ctx.style.good(&format!(
-                "canary held: {} of {} copies came back within {} s; draining the rest",
-                verdict.bounced.len(),
-                canary.redriven,
-                window.as_secs()
-            ))
-        );
+        let line = format!("canary held: {}; draining the rest", came_back(window));
+        println!("{}", ctx.style.good(&line));
     }
     let rest = request.max_messages.saturating_sub(canary.received as u32);
     let summary = if rest == 0 {
@@ -235,13 +226,18 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
         }
     };
     if ctx.json {
-        let mut out = serde_json::to_value(&summary).unwrap_or_default();
-        out["canary"] = verdict_json;
-        super::output::print_json(&out);
+        print_json_with_canary(&summary, verdict_json);
     } else {
         print_text(ctx, &engine.config, &summary);
     }
     Ok(outcome(&summary))
+}
+
+/// The Lambda's response shape with the canary's verdict beside it.
+fn print_json_with_canary(summary: &Summary, verdict: serde_json::Value) {
+    let mut out = serde_json::to_value(summary).unwrap_or_default();
+    out["canary"] = verdict;
+    super::output::print_json(&out);
 }
 
 fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {

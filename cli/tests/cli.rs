@@ -6,7 +6,7 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_sqs::types::{Message, QueueAttributeName};
-use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
+use redrive_shared::meta::{ATTRIBUTE_NAME, IsolationReason, RedriveMeta};
 use redrive_tests::{
     QueueSet, attr_binary, attr_string, batch_sends_keep_trace_headers, drain_all, moto,
     producer_trace_header, queue_depth, send_fifo, send_raw, send_traced, trace_header_of,
@@ -15,8 +15,8 @@ use redrive_tests::{
 use serde_json::{Value, json};
 
 use common::{
-    Run, meta_attr, meta_of, out_of_attempts, parked, permanent, run_redrive, send_with_meta,
-    visible,
+    Run, meta_attr, meta_of, out_of_attempts, parked, permanent, rejected_on_the_way, run_redrive,
+    send_with_meta, visible,
 };
 
 /// The binary against moto (see [`common::run_redrive`]) with `env` on top.
@@ -197,15 +197,7 @@ async fn stats_reports_depth_policy_and_histograms_and_releases_its_sample() {
         };
         send_with_meta(&sqs, &q.dlq_url, "again", &meta).await;
     }
-    let stamped = RedriveMeta {
-        last_error: Some(LastError::new(
-            ErrorClass::Permanent,
-            "HTTP_400",
-            "bad",
-            "t".into(),
-        )),
-        ..RedriveMeta::fresh("orig-p")
-    };
+    let stamped = rejected_on_the_way("orig-p");
     send_with_meta(&sqs, &q.dlq_url, "poison", &stamped).await;
     sqs.send_message()
         .queue_url(&q.dlq_url)
@@ -349,15 +341,7 @@ async fn drain_redrives_and_isolates_like_the_lambda_with_flags_over_env() {
     )
     .await;
     send_raw(&sqs, &q.dlq_url, "plain-b", &[]).await;
-    let perm = RedriveMeta {
-        last_error: Some(LastError::new(
-            ErrorClass::Permanent,
-            "HTTP_400",
-            "bad",
-            "t".into(),
-        )),
-        ..RedriveMeta::fresh("orig-p")
-    };
+    let perm = rejected_on_the_way("orig-p");
     send_with_meta(&sqs, &q.dlq_url, "perm", &perm).await;
     let last = RedriveMeta {
         attempt: 5,

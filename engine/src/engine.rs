@@ -95,7 +95,7 @@ struct Run<'a> {
     pacer: Option<Pacer>,
     /// No drain call runs past this (the deadline minus the post-drain reserve).
     calls_end: Option<Instant>,
-    dlq_unreadable: Mutex<Option<String>>,
+    dlq_unreadable: Mutex<Option<PortError>>,
     unplaceable: AtomicU64,
     /// The adaptive circuit's part of this run; `None` when it is off.
     circuit: Option<&'a circuit::CircuitRun>,
@@ -311,7 +311,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         match &summary.dlq_unreadable {
             Some(reason) => Err(InvocationError::DlqUnreadable {
                 reason: reason.clone(),
-                summary,
+                summary: Box::new(summary),
             }),
             None => Ok(summary),
         }
@@ -472,7 +472,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                     run.dlq_unreadable
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert_with(|| e.to_string());
+                        .get_or_insert(e);
                     run.stop(StopReason::Other);
                     return;
                 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 mod common;
 
-use common::{DLQ, POISON, SRC, config, queues, settings};
+use common::{DLQ, POISON, SRC, config, permanent_failure, queues, settings};
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs, throttled};
 use redrive_engine::ports::{EntryFailure, SendEntry};
 use redrive_engine::{DrainRequest, Engine, Settings, StopReason};
-use redrive_shared::meta::{ErrorClass, IsolationReason, LastError, RedriveMeta};
+use redrive_shared::meta::{IsolationReason, RedriveMeta};
 use redrive_shared::{Attributes, MessageAttribute, TraceHeader};
 use serde_json::json;
 use tokio::time::Instant;
@@ -497,17 +497,7 @@ async fn poison_pills_are_isolated_with_their_reasons() {
     }
     .write_into(&mut spent);
     sqs.push(DLQ, "spent", spent, None);
-    let mut permanent = Attributes::new();
-    RedriveMeta {
-        last_error: Some(LastError::new(
-            ErrorClass::Permanent,
-            "HTTP_400",
-            "rejected",
-            "2026-11-21T10:00:00Z".into(),
-        )),
-        ..RedriveMeta::fresh("orig-perm")
-    }
-    .write_into(&mut permanent);
+    let permanent = permanent_failure();
     sqs.push(DLQ, "permanent", permanent, None);
     let mut full = Attributes::new();
     for i in 0..10 {
@@ -672,7 +662,7 @@ async fn a_dlq_that_cannot_be_read_fails_the_invocation_and_says_so_in_a_metric(
     let redrive_engine::InvocationError::DlqUnreadable { reason, summary } = &err else {
         panic!("{err}")
     };
-    assert!(reason.contains("AccessDenied"), "{reason}");
+    assert_eq!(reason.code, "AccessDenied", "{reason}");
     assert_eq!(summary.received, 0);
     assert!(err.to_string().contains("DLQ cannot be read"), "{err}");
     let published = cw.published.lock().unwrap().clone();
@@ -807,17 +797,7 @@ async fn every_copy_keeps_the_producers_aws_trace_header_whichever_way_it_goes()
         .unwrap()
     };
     sqs.push_traced(DLQ, "redrive", Attributes::new(), header(1));
-    let mut permanent = Attributes::new();
-    RedriveMeta {
-        last_error: Some(LastError::new(
-            ErrorClass::Permanent,
-            "HTTP_400",
-            "rejected",
-            "2026-11-21T10:00:00Z".into(),
-        )),
-        ..RedriveMeta::fresh("orig-perm")
-    }
-    .write_into(&mut permanent);
+    let permanent = permanent_failure();
     sqs.push_traced(DLQ, "permanent", permanent, header(2));
     sqs.push_traced(DLQ, "rejected", Attributes::new(), header(3));
     sqs.push(DLQ, "untraced", Attributes::new(), None);

@@ -1,6 +1,8 @@
 //! The re-driver against a real SQS/CloudWatch emulator (moto): every behaviour of the
 //! contract, with a conservation check (DLQ + source + poison before == after) in each test.
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use aws_sdk_sqs::types::{
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::{DrainRequest, Engine, Settings, StopReason, Summary};
 use redrive_shared::config::{Env, RedriverConfig};
-use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
+use redrive_shared::meta::{ATTRIBUTE_NAME, IsolationReason, RedriveMeta};
 use redrive_tests::{
     QueueSet, alarm_state, attr_binary, attr_custom, attr_number, attr_string,
     batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, put_queue_alarm,
@@ -87,6 +89,37 @@ impl Fixture {
         );
     }
 
+    /// Standard queues with one message, `body`, on the DLQ; sealed.
+    async fn holding_one(body: &str) -> Self {
+        let mut f = Self::new(false).await;
+        f.to_dlq(body, &[]).await;
+        f.seal().await;
+        f
+    }
+
+    /// Conserved, and the one message of [`Self::holding_one`] still visible on the DLQ.
+    async fn assert_not_even_received(&self) {
+        self.assert_conserved().await;
+        let visible = queue_attributes(&self.sqs, &self.queues.dlq_url).await;
+        assert_eq!(
+            visible
+                .get(&QueueAttributeName::ApproximateNumberOfMessages)
+                .map(String::as_str),
+            Some("1"),
+            "not even received"
+        );
+    }
+
+    /// A message on the DLQ whose chain `original` was redriven `attempt` times.
+    async fn to_dlq_at_attempt(&self, body: &str, original: &str, attempt: u32) -> String {
+        let meta = RedriveMeta {
+            attempt,
+            ..RedriveMeta::fresh(original)
+        };
+        self.to_dlq(body, &[(ATTRIBUTE_NAME, meta_attr(&meta))])
+            .await
+    }
+
     async fn to_dlq(&self, body: &str, attrs: &[(&str, MessageAttributeValue)]) -> String {
         send_raw(&self.sqs, &self.queues.dlq_url, body, attrs).await
     }
@@ -96,12 +129,7 @@ impl Fixture {
         for i in 0..n {
             self.to_dlq(&format!("m{i}"), &[]).await;
         }
-        let spent = RedriveMeta {
-            attempt,
-            ..RedriveMeta::fresh("orig-spent")
-        };
-        self.to_dlq("spent", &[(ATTRIBUTE_NAME, meta_attr(&spent))])
-            .await;
+        self.to_dlq_at_attempt("spent", "orig-spent", attempt).await;
     }
 }
 
@@ -191,15 +219,7 @@ async fn redriven_and_isolated_copies_keep_the_producers_aws_trace_header() {
     let mut f = Fixture::new(false).await;
     let (redriven, isolated) = (producer_trace_header(), producer_trace_header());
     send_traced(&f.sqs, &f.queues.dlq_url, "order-1", &[], &redriven).await;
-    let permanent = RedriveMeta {
-        last_error: Some(LastError::new(
-            ErrorClass::Permanent,
-            "HTTP_400",
-            "rejected",
-            "2026-11-21T10:00:00Z".into(),
-        )),
-        ..RedriveMeta::fresh("orig-2")
-    };
+    let permanent = common::permanently_failed("orig-2");
     let attributes = [(ATTRIBUTE_NAME, meta_attr(&permanent))];
     send_traced(&f.sqs, &f.queues.dlq_url, "order-2", &attributes, &isolated).await;
     f.seal().await;
@@ -329,18 +349,8 @@ async fn a_message_near_the_size_limit_is_isolated_when_the_stamp_would_not_fit(
 #[tokio::test]
 async fn attempts_at_max_permanent_failures_legacy_and_garbled_metadata() {
     let mut f = Fixture::new(false).await;
-    let at_max = RedriveMeta {
-        attempt: 3,
-        ..RedriveMeta::fresh("orig-max")
-    };
-    f.to_dlq("at-max", &[(ATTRIBUTE_NAME, meta_attr(&at_max))])
-        .await;
-    let below = RedriveMeta {
-        attempt: 2,
-        ..RedriveMeta::fresh("orig-below")
-    };
-    f.to_dlq("below-max", &[(ATTRIBUTE_NAME, meta_attr(&below))])
-        .await;
+    f.to_dlq_at_attempt("at-max", "orig-max", 3).await;
+    f.to_dlq_at_attempt("below-max", "orig-below", 2).await;
     let permanent = json!({"v":1,"attempt":0,"originalMessageId":"orig-perm",
         "lastError":{"class":"permanent","code":"HTTP_400","message":"bad order","at":"2026-11-21T10:00:00Z"}});
     f.to_dlq(
@@ -406,12 +416,7 @@ async fn attempts_at_max_permanent_failures_legacy_and_garbled_metadata() {
 #[tokio::test]
 async fn standard_redrives_are_delayed_by_the_backoff() {
     let mut f = Fixture::new(false).await;
-    let prior = RedriveMeta {
-        attempt: 1,
-        ..RedriveMeta::fresh("orig-d")
-    };
-    f.to_dlq("delayed", &[(ATTRIBUTE_NAME, meta_attr(&prior))])
-        .await;
+    f.to_dlq_at_attempt("delayed", "orig-d", 1).await;
     f.seal().await;
     let engine = f.engine(&[("BACKOFF_BASE_SECONDS", "30"), ("BACKOFF_JITTER", "none")]);
     let s = engine.run(&manual(10)).await;
@@ -591,9 +596,7 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
 
 #[tokio::test]
 async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() {
-    let mut f = Fixture::new(false).await;
-    f.to_dlq("stay", &[]).await;
-    f.seal().await;
+    let f = Fixture::holding_one("stay").await;
     let engine = f.engine(&[]);
     let dlq = f.queues.dlq_name.clone();
     let s = engine
@@ -615,15 +618,7 @@ async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() 
         .await
         .unwrap_err();
     assert!(err.to_string().contains("\"maxMessage\""), "{err}");
-    let visible = queue_attributes(&f.sqs, &f.queues.dlq_url).await;
-    assert_eq!(
-        visible
-            .get(&QueueAttributeName::ApproximateNumberOfMessages)
-            .map(String::as_str),
-        Some("1"),
-        "not even received"
-    );
-    f.assert_conserved().await;
+    f.assert_not_even_received().await;
 }
 
 async fn metric_sum(f: &Fixture, name: &str) -> f64 {
@@ -779,7 +774,7 @@ async fn a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures()
     let redrive_engine::InvocationError::DlqUnreadable { reason, summary } = &err else {
         panic!("{err}")
     };
-    assert!(reason.contains("ReceiveMessage"), "{reason}");
+    assert_eq!(reason.operation, "ReceiveMessage", "{reason}");
     assert_eq!((summary.received, summary.dlq_remaining), (0, None));
     assert_eq!(metric_sum(&f, "DlqReceiveFailures").await, 1.0);
     assert_eq!(metric_sum(&f, "RedriveFailures").await, 0.0);
@@ -833,9 +828,7 @@ async fn describe_alarms_asks_for_composite_and_metric_alarms() {
 
 #[tokio::test]
 async fn another_queues_metric_math_alarm_touches_nothing() {
-    let mut f = Fixture::new(false).await;
-    f.to_dlq("stay", &[]).await;
-    f.seal().await;
+    let f = Fixture::holding_one("stay").await;
     let engine = f.engine(&[]);
     for fixture in [
         "sns-metric-math-alarm.json",
@@ -856,15 +849,7 @@ async fn another_queues_metric_math_alarm_touches_nothing() {
             "{fixture}"
         );
     }
-    f.assert_conserved().await;
-    let visible = queue_attributes(&f.sqs, &f.queues.dlq_url).await;
-    assert_eq!(
-        visible
-            .get(&QueueAttributeName::ApproximateNumberOfMessages)
-            .map(String::as_str),
-        Some("1"),
-        "not even received"
-    );
+    f.assert_not_even_received().await;
 }
 
 #[tokio::test]

@@ -109,6 +109,20 @@ pub fn parked(
     }
 }
 
+/// On the DLQ after a redrive whose copy the downstream rejected for good (`HTTP_400`): the
+/// re-driver isolates it.
+pub fn rejected_on_the_way(original: &str) -> RedriveMeta {
+    RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "HTTP_400",
+            "bad",
+            "t".into(),
+        )),
+        ..RedriveMeta::fresh(original)
+    }
+}
+
 /// Parked on its `attempt` as a permanent failure with `lastError` `code`.
 pub fn permanent(original: &str, attempt: u32, code: &str) -> RedriveMeta {
     parked(

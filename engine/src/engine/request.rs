@@ -60,7 +60,7 @@ pub struct Summary {
     /// Why the DLQ could not be read (ReceiveMessage failed for good); such a drain fails the
     /// invocation. Not part of the response.
     #[serde(skip)]
-    pub dlq_unreadable: Option<String>,
+    pub dlq_unreadable: Option<PortError>,
     /// Messages neither the source nor the poison queue accepts; they stay on the DLQ.
     #[serde(skip)]
     pub unplaceable: u64,
@@ -96,7 +96,11 @@ pub enum InvocationError {
     /// The DLQ could not be read: published as `DlqReceiveFailures` and failed, so that the
     /// Lambda `Errors` alarm sees it.
     #[error("the DLQ cannot be read: {reason}")]
-    DlqUnreadable { reason: String, summary: Summary },
+    DlqUnreadable {
+        #[source]
+        reason: PortError,
+        summary: Box<Summary>,
+    },
 }
 
 /// One drain, resolved from the trigger and the configuration.

@@ -1,5 +1,6 @@
 //! What the engine's tests on the port fakes share: the queues, a configuration over them and
-//! the fast settings.
+//! the fast settings. Each test file uses its own share of them.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,7 +8,9 @@ use std::time::Duration;
 
 use redrive_engine::Settings;
 use redrive_engine::fake::FakeSqs;
+use redrive_shared::Attributes;
 use redrive_shared::config::{Env, RedriverConfig};
+use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
 
 pub const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
 pub const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
@@ -47,4 +50,24 @@ pub fn settings() -> Settings {
         receive_wait_seconds: 0,
         ..Settings::default()
     }
+}
+
+/// The `x-redrive` of a message its consumer gave up on as a permanent failure.
+pub fn permanently_failed(original: &str) -> RedriveMeta {
+    RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "HTTP_400",
+            "rejected",
+            "2026-11-21T10:00:00Z".into(),
+        )),
+        ..RedriveMeta::fresh(original)
+    }
+}
+
+/// The attributes of [`permanently_failed`] for the chain `orig-perm`.
+pub fn permanent_failure() -> Attributes {
+    let mut attributes = Attributes::new();
+    permanently_failed("orig-perm").write_into(&mut attributes);
+    attributes
 }

@@ -52,6 +52,17 @@ async fn bucket(s3: &aws_sdk_s3::Client) -> String {
     name
 }
 
+/// Moto's SQS and S3 clients, a queue set (FIFO or not) and a fresh versioned bucket.
+async fn queues_and_bucket(
+    fifo: bool,
+) -> (aws_sdk_sqs::Client, aws_sdk_s3::Client, QueueSet, String) {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let queues = QueueSet::create(&sqs, fifo, 3).await;
+    let bucket = bucket(&s3).await;
+    (sqs, s3, queues, bucket)
+}
+
 fn config(vars: &[(&str, &str)]) -> ArchiverConfig {
     let vars: BTreeMap<String, String> = vars
         .iter()
@@ -261,10 +272,7 @@ fn assert_archived_exactly(sent: &[Sent], lines: &[ArchivedMessage], queue_url: 
 
 #[tokio::test]
 async fn old_messages_are_archived_byte_exactly_and_young_ones_stay() {
-    let sqs = moto().sqs().await;
-    let s3 = s3().await;
-    let queues = QueueSet::create(&sqs, false, 3).await;
-    let bucket = bucket(&s3).await;
+    let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
     let cfg = queue_config(&queues, &bucket, "2");
     let namespace = cfg.metric_namespace.clone();
 
@@ -380,10 +388,7 @@ async fn old_messages_are_archived_byte_exactly_and_young_ones_stay() {
 
 #[tokio::test]
 async fn fifo_group_and_deduplication_ids_and_sequence_numbers_are_archived() {
-    let sqs = moto().sqs().await;
-    let s3 = s3().await;
-    let queues = QueueSet::create(&sqs, true, 3).await;
-    let bucket = bucket(&s3).await;
+    let (sqs, s3, queues, bucket) = queues_and_bucket(true).await;
     let a = send_fifo(&sqs, &queues.poison_url, "first", "g1", "d1", &[]).await;
     let b = send_fifo(&sqs, &queues.poison_url, "second", "g1", "d2", &[]).await;
     let archiver = on_moto(&s3, queue_config(&queues, &bucket, "0")).await;
@@ -406,10 +411,7 @@ async fn fifo_group_and_deduplication_ids_and_sequence_numbers_are_archived() {
 
 #[tokio::test]
 async fn the_oldest_age_read_from_sent_timestamps_is_published_per_queue_zero_when_empty() {
-    let sqs = moto().sqs().await;
-    let s3 = s3().await;
-    let queues = QueueSet::create(&sqs, false, 3).await;
-    let bucket = bucket(&s3).await;
+    let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
     // GIVEN a poison message received three times (SQS's ApproximateAgeOfOldestMessage leaves
     // such a message out), two seconds old, a younger one, and an empty DLQ
     send_all(&sqs, &queues.poison_url, &["oldest"], true).await;
@@ -578,10 +580,7 @@ impl Queue for CrashBeforeDelete {
 
 #[tokio::test]
 async fn a_crash_between_the_put_and_the_delete_gives_a_duplicate_object_never_a_loss() {
-    let sqs = moto().sqs().await;
-    let s3 = s3().await;
-    let queues = QueueSet::create(&sqs, false, 3).await;
-    let bucket = bucket(&s3).await;
+    let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
     let sent = send_all(&sqs, &queues.poison_url, &["crash-1", "crash-2 ✓"], true).await;
     let cfg = queue_config(&queues, &bucket, "0");
 
@@ -718,10 +717,7 @@ async fn a_threshold_not_below_a_queues_retention_fails_init_naming_it_and_recei
 
 #[tokio::test]
 async fn the_archiver_runs_as_a_lambda_on_its_schedule_and_never_logs_bodies() {
-    let sqs = moto().sqs().await;
-    let s3 = s3().await;
-    let queues = QueueSet::create(&sqs, false, 3).await;
-    let bucket = bucket(&s3).await;
+    let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
     let sent = send_all(
         &sqs,
         &queues.poison_url,
@@ -766,10 +762,7 @@ async fn the_archiver_runs_as_a_lambda_on_its_schedule_and_never_logs_bodies() {
 #[tokio::test]
 async fn the_archivers_log_lines_carry_the_invocation_ids_and_its_archive_the_trace_header() {
     // GIVEN the archiver under cargo lambda watch, and a traced producer's message parked
-    let sqs = moto().sqs().await;
-    let s3 = s3().await;
-    let queues = QueueSet::create(&sqs, false, 3).await;
-    let bucket = bucket(&s3).await;
+    let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
     let mut env = moto().env();
     env.extend([
         ("ARCHIVE_BUCKET".to_string(), bucket.clone()),

@@ -12,7 +12,7 @@ pub enum TaskError {
     )]
     MessageNotFound { message_id: String, receives: u32 },
     #[error("the DLQ cannot be read: {0}")]
-    DlqUnreadable(String),
+    DlqUnreadable(#[source] PortError),
     #[error(transparent)]
     Port(#[from] PortError),
 }

@@ -52,7 +52,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, X, C: CircuitStore> Workflow<Q, A, M, X, C
                     return Err(if e.retryable {
                         TaskError::Port(e)
                     } else {
-                        TaskError::DlqUnreadable(e.to_string())
+                        TaskError::DlqUnreadable(e)
                     });
                 }
                 Err(e) => {
