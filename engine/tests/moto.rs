@@ -110,6 +110,17 @@ impl Fixture {
         );
     }
 
+    /// The DLQ's `alarm` notifies `engine` that it is in ALARM; the drain's answer.
+    async fn alarm_drains(&self, engine: &MotoEngine, alarm: &str) -> Summary {
+        let event = self
+            .queues
+            .alarm_notification(alarm, "ALARM", &self.queues.dlq_name);
+        engine
+            .handle(&event, None)
+            .await
+            .expect("the drain answers")
+    }
+
     /// A message on the DLQ whose chain `original` was redriven `attempt` times.
     async fn to_dlq_at_attempt(&self, body: &str, original: &str, attempt: u32) -> String {
         let meta = RedriveMeta {
@@ -659,14 +670,7 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
     f.seal().await;
 
     let engine = f.engine(&[("MAX_MESSAGES_PER_INVOCATION", "10")]);
-    let s: Summary = engine
-        .handle(
-            &f.queues
-                .alarm_notification(&alarm, "ALARM", &f.queues.dlq_name),
-            None,
-        )
-        .await
-        .unwrap();
+    let s = f.alarm_drains(&engine, &alarm).await;
     assert_eq!(s.received, 10);
     assert_eq!(s.stopped_because, StopReason::Limit);
     assert_eq!(s.dlq_remaining, Some(3));
@@ -679,14 +683,7 @@ async fn an_alarm_drain_publishes_metrics_and_rearms_when_a_backlog_remains() {
 
     // The rest: the queue empties; the alarm, in ALARM again, is re-armed all the same.
     put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
-    let s2 = engine
-        .handle(
-            &f.queues
-                .alarm_notification(&alarm, "ALARM", &f.queues.dlq_name),
-            None,
-        )
-        .await
-        .unwrap();
+    let s2 = f.alarm_drains(&engine, &alarm).await;
     assert_eq!(s2.stopped_because, StopReason::QueueEmpty);
     assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Ok);
     f.assert_conserved().await;
@@ -710,14 +707,7 @@ async fn the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_alarm_in_a
     f.seal().await;
     let engine = f.engine(&[]);
     // The alarm fires; the drain empties the DLQ.
-    let s = engine
-        .handle(
-            &f.queues
-                .alarm_notification(&alarm, "ALARM", &f.queues.dlq_name),
-            None,
-        )
-        .await
-        .unwrap();
+    let s = f.alarm_drains(&engine, &alarm).await;
     assert_eq!(
         (s.redriven, s.stopped_because, s.dlq_remaining),
         (4, StopReason::QueueEmpty, Some(0))
@@ -737,14 +727,7 @@ async fn the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_alarm_in_a
     // progress is never rate-limited).
     put_queue_alarm(&f.cw, &alarm, &f.queues.dlq_name, StateValue::Alarm).await;
     f.seal().await;
-    let s = engine
-        .handle(
-            &f.queues
-                .alarm_notification(&alarm, "ALARM", &f.queues.dlq_name),
-            None,
-        )
-        .await
-        .unwrap();
+    let s = f.alarm_drains(&engine, &alarm).await;
     assert_eq!(s.redriven, 3);
     assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Ok);
     f.assert_conserved().await;
