@@ -57,13 +57,16 @@ pub(crate) async fn cold_section(o: &Options, report: &mut Report) {
     .await;
 
     eprintln!("bench: cold start, redriver...");
-    let redriver_env = aws("redriver", &[
-        ("DLQ_URL", queues.dlq_url.clone()),
-        ("SOURCE_QUEUE_URL", queues.source_url.clone()),
-        ("POISON_QUEUE_URL", queues.poison_url.clone()),
-        ("METRIC_NAMESPACE", "RedriveBench".into()),
-        ("RUST_LOG", "info".into()),
-    ]);
+    let redriver_env = aws(
+        "redriver",
+        &[
+            ("DLQ_URL", queues.dlq_url.clone()),
+            ("SOURCE_QUEUE_URL", queues.source_url.clone()),
+            ("POISON_QUEUE_URL", queues.poison_url.clone()),
+            ("METRIC_NAMESPACE", "RedriveBench".into()),
+            ("RUST_LOG", "info".into()),
+        ],
+    );
     let redriver_cs = coldstart::measure(
         "redriver",
         &redriver,
@@ -86,12 +89,15 @@ pub(crate) async fn cold_section(o: &Options, report: &mut Report) {
     let downstream = FlakyServer::start(Flaky::new(0.0, 1))
         .await
         .expect("starting the downstream");
-    let consumer_env = aws("consumer", &[
-        ("IDEMPOTENCY_TABLE", table.clone()),
-        ("DOWNSTREAM_URL", downstream.url()),
-        ("DLQ_URL", queues.dlq_url.clone()),
-        ("RUST_LOG", "info".into()),
-    ]);
+    let consumer_env = aws(
+        "consumer",
+        &[
+            ("IDEMPOTENCY_TABLE", table.clone()),
+            ("DOWNSTREAM_URL", downstream.url()),
+            ("DLQ_URL", queues.dlq_url.clone()),
+            ("RUST_LOG", "info".into()),
+        ],
+    );
     let source_arn = queues.source_arn.clone();
     let consumer_cs = coldstart::measure("consumer", &consumer, &consumer_env, Some(&proxy), runs, |run| {
         let arn = source_arn.clone();
