@@ -4,9 +4,11 @@
 //! state machine is `infra/statemachine/redrive.asl.json`.
 
 mod config;
+mod drains;
 mod error;
 mod executions;
 mod messages;
+mod start;
 mod state;
 mod tally;
 mod workflow;
