@@ -228,9 +228,12 @@ pub fn decide(
         due.write_into(&mut attributes);
         return Decision::Redrive(RedrivePlan {
             delay_seconds: (!policy.source_fifo).then_some(0),
-            group_id: policy
-                .source_fifo
-                .then(|| message.group_id.unwrap_or(&meta.original_message_id).to_string()),
+            group_id: policy.source_fifo.then(|| {
+                message
+                    .group_id
+                    .unwrap_or(&meta.original_message_id)
+                    .to_string()
+            }),
             dedup_id: policy
                 .source_fifo
                 .then(|| dedup_id(message.message_id, "r")),
@@ -465,7 +468,10 @@ mod tests {
         let Decision::Wait(plan) = run(&message(with_meta(&prior)), &long_policy(900)) else {
             panic!("a 4 h backoff must wait on the DLQ")
         };
-        assert_eq!(plan.meta.attempt, 2, "the attempt is decided when the wait begins");
+        assert_eq!(
+            plan.meta.attempt, 2,
+            "the attempt is decided when the wait begins"
+        );
         assert_eq!(plan.wait_seconds, 14_400);
         assert_eq!(plan.delay_seconds, 900, "one hop is at most a copy's delay");
         assert_eq!(plan.not_before_ms, NOW + 14_400_000);
@@ -499,7 +505,11 @@ mod tests {
             panic!("not yet due: it must wait again")
         };
         assert_eq!(hop.meta, waiting, "a hop changes nothing in the history");
-        assert_eq!(hop.not_before_ms, NOW + 1_001_000, "rounded up, never early");
+        assert_eq!(
+            hop.not_before_ms,
+            NOW + 1_001_000,
+            "rounded up, never early"
+        );
         assert_eq!(hop.delay_seconds, 900);
         assert_eq!(hop.wait_seconds, 1001);
         let Decision::Wait(last) = run(&m, &long_policy(2000)) else {
@@ -507,16 +517,30 @@ mod tests {
         };
         assert_eq!(last.delay_seconds, 1001, "the last hop is the time left");
 
-        let due = decide(&m.view(), &long_policy(900), NOW + 1_001_000, &mut Fixed(0.5));
+        let due = decide(
+            &m.view(),
+            &long_policy(900),
+            NOW + 1_001_000,
+            &mut Fixed(0.5),
+        );
         let Decision::Redrive(plan) = due else {
             panic!("due: it must be redriven")
         };
-        assert_eq!(plan.meta.attempt, 2, "the attempt was counted when the wait began");
+        assert_eq!(
+            plan.meta.attempt, 2,
+            "the attempt was counted when the wait began"
+        );
         assert_eq!(plan.delay_seconds, Some(0));
         assert_eq!(plan.meta.not_before_ms(), None);
         assert!(!plan.meta.extra.contains_key(crate::meta::NOT_BEFORE_FIELD));
-        assert_eq!(plan.meta.first_redriven_at.as_deref(), Some("2026-11-21T08:00:00Z"));
-        assert_ne!(plan.meta.last_redriven_at.as_deref(), Some("2026-11-21T09:00:00Z"));
+        assert_eq!(
+            plan.meta.first_redriven_at.as_deref(),
+            Some("2026-11-21T08:00:00Z")
+        );
+        assert_ne!(
+            plan.meta.last_redriven_at.as_deref(),
+            Some("2026-11-21T09:00:00Z")
+        );
         assert_eq!(plan.meta.original_message_id, ORIG);
     }
 

@@ -194,7 +194,10 @@ async fn a_round_sends_a_long_wait_back_to_the_dlq_and_records_each_message_with
     assert_eq!(waiting[0].body, body);
     assert_eq!(waiting[0].delay_seconds, Some(900));
     let meta = meta_of(&waiting[0]);
-    assert_eq!((meta.attempt, meta.original_message_id.as_str()), (1, id.as_str()));
+    assert_eq!(
+        (meta.attempt, meta.original_message_id.as_str()),
+        (1, id.as_str())
+    );
     assert_eq!(
         meta.extra["notBefore"], not_before,
         "the same time in the record and the message"
@@ -226,7 +229,10 @@ async fn a_waiting_message_hops_until_it_is_due_then_goes_to_its_source_as_the_s
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(began.elapsed() >= Duration::from_secs(3), "not before its wait");
+    assert!(
+        began.elapsed() >= Duration::from_secs(3),
+        "not before its wait"
+    );
     assert!(hops >= 3, "{hops} hops");
     let copy = &sqs.messages(SRC)[0];
     let meta = meta_of(copy);
@@ -322,12 +328,9 @@ async fn two_thousand_visible_forty_long_waits_random_order_none_lost_none_twice
         })
         .collect();
     // 40 whose next attempt is 4 (an 8 s wait, eight hops), 1,960 at their first (1 s).
-    let mut expected: std::collections::HashSet<String> = push_at_attempt(&sqs, 40, 4, "long")
-        .into_iter()
-        .collect();
-    expected.extend(
-        (0..40).map(|i| format!("long-{i}")),
-    );
+    let mut expected: std::collections::HashSet<String> =
+        push_at_attempt(&sqs, 40, 4, "long").into_iter().collect();
+    expected.extend((0..40).map(|i| format!("long-{i}")));
     let long_ids: Vec<String> = (0..40).map(|i| format!("long-{i}")).collect();
     let mut fresh = push_at_attempt(&sqs, 1960, 1, "fresh");
     let mut all: Vec<String> = long_ids.clone();
@@ -335,9 +338,15 @@ async fn two_thousand_visible_forty_long_waits_random_order_none_lost_none_twice
     let began = std::time::Instant::now();
     let (mut waiting, mut failed) = (0u64, 0u64);
     while sqs.len(SRC) < 2000 {
-        assert!(began.elapsed() < Duration::from_secs(30), "stuck at {}", sqs.len(SRC));
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "stuck at {}",
+            sqs.len(SRC)
+        );
         let rounds = futures_util::future::join_all(
-            executions.iter().map(|wf| wf.redrive_batch(40, false, None)),
+            executions
+                .iter()
+                .map(|wf| wf.redrive_batch(40, false, None)),
         )
         .await;
         for r in rounds {
@@ -360,7 +369,11 @@ async fn two_thousand_visible_forty_long_waits_random_order_none_lost_none_twice
     assert!(waiting >= 40 * 8, "each long wait hopped: {waiting}");
     for m in sqs.messages(SRC) {
         let meta = meta_of(&m);
-        let want = if meta.original_message_id.starts_with("long") { 4 } else { 1 };
+        let want = if meta.original_message_id.starts_with("long") {
+            4
+        } else {
+            1
+        };
         assert_eq!(meta.attempt, want, "{}", meta.original_message_id);
     }
     let _ = expected;
@@ -435,7 +448,10 @@ fn a_round_of_waits_only_is_progress_and_counts_apart() {
     let round = json!({"received": 40, "redriven": 0, "isolated": 0, "failed": 0, "waiting": 40, "stoppedBecause": "limit"});
     let t = tally(&run, totals, Some(&round), &[]);
     assert_eq!((t.received, t.waiting, t.failed), (40, 40, 0));
-    assert!(t.more, "the waits left the DLQ's visible set: the next round takes others");
+    assert!(
+        t.more,
+        "the waits left the DLQ's visible set: the next round takes others"
+    );
     assert_eq!(t.remaining, 60);
 }
 
@@ -527,7 +543,8 @@ async fn an_execution_ends_after_its_rounds_with_limit_and_the_next_trigger_cont
     assert_eq!(started["proceed"], true);
     let run: Run = serde_json::from_value(started["run"].clone()).unwrap();
     let mut totals: Totals = serde_json::from_value(started["totals"].clone()).unwrap();
-    let batch = json!({"received": MAX_PARALLEL, "redriven": MAX_PARALLEL, "stoppedBecause": "limit"});
+    let batch =
+        json!({"received": MAX_PARALLEL, "redriven": MAX_PARALLEL, "stoppedBecause": "limit"});
     for round in 1..=MAX_ROUNDS_PER_EXECUTION {
         totals = tally(&run, totals, Some(&batch), &[]);
         assert_eq!(totals.rounds, round);
