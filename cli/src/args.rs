@@ -104,10 +104,11 @@ pub enum Command {
     /// What the Step Functions orchestrator did with one message, across executions
     ///
     /// Lists the state machine's newest executions and reads their histories
-    /// (GetExecutionHistory): each decision (attempt, backoff held on the DLQ and as
-    /// DelaySeconds, destination, reason), hold and outcome recorded about the message, found
-    /// by its originalMessageId (the same across redrives) or an SQS MessageId. Changes
-    /// nothing. Exit code 3 when there is no record of it.
+    /// (GetExecutionHistory): each round's record of the message (redriven, waiting on the
+    /// DLQ until its notBefore, isolated, planned, or left on the DLQ; attempt, destination,
+    /// DelaySeconds), found by its originalMessageId (the same across redrives and waits) or
+    /// the SQS MessageId of any of its copies. Changes nothing. Exit code 3 when there is no
+    /// record of it.
     History(super::history::HistoryArgs),
     /// Print a shell completion script on stdout
     ///
