@@ -2,9 +2,11 @@
 //! by moto (`redrive_tests::moto_sfn`), its tasks the real `redrive-workflow` binary under
 //! `cargo lambda watch`, with task failures injected by the Lambda router (before the function
 //! ran, and after it ran with its answer lost; see `redrive_tests::sfn::TaskFault`) and
-//! executions stopped by `StopExecution` at random points. Executions follow one another until
-//! the DLQ is empty; then every message must sit exactly once on the source queue (redriven)
-//! or the poison queue (its last attempt spent): lost 0, duplicated 0.
+//! executions stopped by `StopExecution` at random points. Backoffs longer than a copy's
+//! `DelaySeconds` (scaled down to 1 s) send messages back to the DLQ to wait, so an execution
+//! may end with messages waiting there: executions follow one another until the DLQ is empty
+//! (nothing visible, in flight or delayed); then every message must sit exactly once on the
+//! source queue (redriven) or the poison queue (its last attempt spent): lost 0, duplicated 0.
 //!
 //! ```text
 //! soak workflow [--messages 40] [--seed N] [--stops 3]
@@ -45,11 +47,11 @@ impl WorkflowSoakSettings {
             poison_every: 10,
             stops: 3,
             faults: vec![
-                ("receiveBatch".into(), 1, true),
-                ("extendVisibility".into(), 2, false),
-                ("redrive".into(), 3, false),
-                ("redrive".into(), 2, true),
-                ("isolate".into(), 1, true),
+                ("checkCircuit".into(), 1, true),
+                ("redriveBatch".into(), 2, false),
+                // The round ran (its messages moved, its waits sent back) and its answer was
+                // lost: the retry drains again.
+                ("redriveBatch".into(), 1, true),
                 ("tally".into(), 1, false),
             ],
             seed,
@@ -67,9 +69,14 @@ pub struct WorkflowSoakReport {
     pub executions: BTreeMap<String, u64>,
     /// Task failures the router injected (the history's `Lambda.ServiceException`s).
     pub injected_failures: u64,
+    /// `waiting` records in the histories: hops of a message sent back to the DLQ to wait.
+    pub waits: u64,
+    /// Executions that ended with messages still waiting on the DLQ (the next one took them).
+    pub ended_with_waiting: u64,
     pub redriven: u64,
     pub isolated: u64,
-    pub left_on_dlq: u64,
+    /// Messages on the DLQ once the executions stopped (the soak's timeout).
+    pub on_dlq: u64,
     pub lost: Vec<String>,
     pub duplicated: Vec<String>,
     /// A poison pill on the source queue, or an ordinary message on the poison queue.
@@ -84,7 +91,7 @@ impl WorkflowSoakReport {
             && self.lost.is_empty()
             && self.duplicated.is_empty()
             && self.misplaced.is_empty()
-            && self.left_on_dlq == 0
+            && self.on_dlq == 0
             && self.redriven + self.isolated == self.settings.messages
     }
 }
@@ -121,7 +128,12 @@ impl fmt::Display for WorkflowSoakReport {
             "  isolated        {} on the poison queue (1 in {} at its last attempt)",
             self.isolated, s.poison_every
         )?;
-        writeln!(f, "  left on DLQ     {}", self.left_on_dlq)?;
+        writeln!(
+            f,
+            "  waits           {} hops back to the DLQ; {} executions ended with messages waiting there",
+            self.waits, self.ended_with_waiting
+        )?;
+        writeln!(f, "  on the DLQ      {}", self.on_dlq)?;
         writeln!(
             f,
             "  lost            {}{}",
@@ -183,12 +195,11 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
         ("METRIC_NAMESPACE", namespace.as_str()),
         ("REARM_ALARM", "false"),
         ("MAX_REDRIVE_ATTEMPTS", "5"),
-        // Waits of about a second, all of them held on the DLQ: stops land mid-wait.
+        // Backoffs of 0 to 2 s where a copy's delay stops at 1 s: about half of the messages
+        // go back to the DLQ to wait (notBefore in x-redrive), and stops land mid-wait.
         ("BACKOFF_BASE_SECONDS", "2"),
         ("BACKOFF_JITTER", "full"),
-        ("WORKFLOW_MAX_DELAY_SECONDS", "0"),
-        ("WORKFLOW_HOLD_SLACK_SECONDS", "2"),
-        ("WORKFLOW_SEARCH_RECEIVES", "3"),
+        ("WORKFLOW_MAX_DELAY_SECONDS", "1"),
         ("WORKFLOW_BATCH_SIZE", "10"),
     ];
     let workflow = WorkflowMachine::start(moto, &queues, &env, 4, "soak")
@@ -229,6 +240,8 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
     let mut rng = seeded_rng(settings.seed);
     let mut executions: BTreeMap<String, u64> = BTreeMap::new();
     let mut injected = 0u64;
+    let mut waits = 0u64;
+    let mut ended_with_waiting = 0u64;
     let mut stops_left = settings.stops;
     let mut timed_out = false;
     loop {
@@ -241,7 +254,8 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
             break;
         }
         if visible == 0 {
-            // Held or released messages reappear when their visibility lapses.
+            // Waiting copies appear when their delay ends; messages of a stopped round when
+            // their visibility lapses.
             tokio::time::sleep(Duration::from_millis(250)).await;
             continue;
         }
@@ -249,7 +263,7 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
         let stopping = stops_left > 0;
         if stopping {
             stops_left -= 1;
-            // A random point: while receiving, holding, waiting or redriving.
+            // A random point: inside a round (receiving, sending, deleting) or between two.
             let after = Duration::from_millis(1000 + (rng.next_unit() * 3000.0) as u64);
             tokio::time::sleep(after).await;
             let _ = client
@@ -265,8 +279,13 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
             .saturating_sub(wall.elapsed())
             .max(Duration::from_secs(1));
         let done = sfn::wait_for_execution(client, &execution, left).await;
-        // moto 5.2.5 ends an execution stopped inside a Map as FAILED (States.Runtime); AWS
-        // says ABORTED. Either way it was stopped.
+        if done.status().as_str() == "SUCCEEDED" {
+            // Its rounds found the DLQ empty of visible messages: what is left waits there.
+            let (visible, _, delayed) = counts(&sqs, &queues.dlq_url).await;
+            ended_with_waiting += u64::from(visible + delayed > 0);
+        }
+        // AWS says ABORTED; moto may end a stopped execution otherwise (FAILED,
+        // States.Runtime). Either way it was stopped.
         let status = done.status().as_str();
         let key = if stopping {
             format!("stopped ({status})")
@@ -279,6 +298,12 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
             .iter()
             .map(sfn::describe_event)
             .filter(|l| l.contains("error=Lambda.ServiceException"))
+            .count() as u64;
+        waits += sfn::task_outputs(&history)
+            .iter()
+            .filter_map(|o| o.get("records").and_then(serde_json::Value::as_array))
+            .flatten()
+            .filter(|r| r["outcome"] == "waiting")
             .count() as u64;
     }
 
@@ -326,9 +351,11 @@ pub async fn run(settings: &WorkflowSoakSettings) -> WorkflowSoakReport {
         settings: settings.clone(),
         executions,
         injected_failures: injected,
+        waits,
+        ended_with_waiting,
         redriven: source.len() as u64,
         isolated: poison.len() as u64,
-        left_on_dlq: dlq.len() as u64,
+        on_dlq: dlq.len() as u64,
         lost,
         duplicated,
         misplaced,
