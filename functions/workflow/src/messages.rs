@@ -15,7 +15,7 @@ use crate::state::{Batch, Item, ItemAction, MessageOutcome, Mode, Outcome, Run, 
 use crate::tally::tally;
 use crate::workflow::Workflow;
 
-impl<Q: Queue, A: Alarms, M: Metrics, X, C: CircuitStore> Workflow<Q, A, M, X, C> {
+impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Workflow<Q, A, M, C> {
     /// Receives up to `maxMessages` (at most `WORKFLOW_BATCH_SIZE`) and decides each; sends
     /// nothing. A dry run releases what it received at once.
     pub async fn receive_batch(

@@ -160,10 +160,12 @@ pub(crate) enum Task {
         input: Value,
         #[serde(rename = "executionArn")]
         execution_arn: String,
-        #[serde(rename = "stateMachineArn")]
-        state_machine_arn: String,
     },
-    CheckCircuit {},
+    CheckCircuit {
+        /// Renews the execution's lease on the DLQ (`$$.Execution.Id`).
+        #[serde(rename = "executionArn", default)]
+        execution_arn: Option<String>,
+    },
     ReceiveBatch {
         #[serde(rename = "maxMessages")]
         max_messages: u32,
@@ -191,6 +193,9 @@ pub(crate) enum Task {
     Summary {
         run: Run,
         totals: Totals,
+        /// Releases the execution's lease on the DLQ (`$$.Execution.Id`).
+        #[serde(rename = "executionArn", default)]
+        execution_arn: Option<String>,
     },
 }
 
