@@ -79,6 +79,15 @@ class Definition(unittest.TestCase):
         definition = json.loads(ASL.read_text(encoding="utf-8"))
         self.assertIn(definition["StartAt"], definition["States"])
 
+    def test_the_tasks_that_hold_the_dlqs_lease_get_the_execution_arn(self):
+        # The lease (functions/workflow/src/lease.rs): taken by the start action, renewed by
+        # checkCircuit, released by summary, each naming the execution.
+        states = json.loads(ASL.read_text(encoding="utf-8"))["States"]
+        actions = {s["Parameters"]["action"]: s["Parameters"] for s in states.values()
+                   if s.get("Type") == "Task" and "action" in s.get("Parameters", {})}
+        for action in ("start", "checkCircuit", "summary"):
+            self.assertEqual(actions[action].get("executionArn.$"), "$$.Execution.Id", action)
+
     def test_the_rendered_template_holds_the_asl_file_exactly(self):
         self.assertEqual(self.machine["DefinitionString"], ASL.read_text(encoding="utf-8"))
         raw = support.WIRING_TEMPLATE.read_text(encoding="utf-8")
