@@ -13,6 +13,10 @@
 //! | `record`    | S    | the whole [`CircuitRecord`] as JSON (the truth)             |
 //! | `updatedAt` | S    | RFC 3339 time of the write                                  |
 //!
+//! The record also holds the DLQ's lease ([`redrive_shared::circuit::Lease`]): the one
+//! workflow execution that may drain it, taken and renewed by [`acquire_lease`], dropped by
+//! [`release_lease`], both writes on the version read like every other.
+//!
 //! Callers (the engine, the CLI, the workflow's CheckCircuitBreaker task) go through
 //! [`update`]: load, apply [`Event`]s, save on the version read, and on a conflict load again and
 //! apply the same events to what another writer left. Reading only: [`load_or_new`].
