@@ -15,14 +15,16 @@ use tokio::time::Instant;
 use crate::config::WorkflowConfig;
 use crate::error::{TaskError, invalid};
 use crate::lease::LeaseState;
-use crate::state::{ItemAction, Run, Task, Totals};
+use crate::state::{Run, Task, Totals};
+use crate::tally::tally;
 
 pub(crate) type Drainer<Q, A, M, C> = Arc<Engine<Q, A, M, C>>;
 
 /// The tasks, over one engine for decisions with long waits and one engine per drain count
 /// (velocity cap split K ways) for scale-out.
 pub struct Workflow<Q, A, M, C = NoCircuit> {
-    /// Decides with the long backoff; holds the circuit store (`CIRCUIT_TABLE`).
+    /// `messages` mode's engine: the long backoff, waits beyond `WORKFLOW_MAX_DELAY_SECONDS`
+    /// hopping on the DLQ; holds the circuit store (`CIRCUIT_TABLE`).
     pub engine: Engine<Q, A, M, C>,
     pub config: WorkflowConfig,
     pub(crate) drainers: Mutex<HashMap<u32, Drainer<Q, A, M, C>>>,
@@ -49,7 +51,8 @@ where
             ..config.redriver.clone()
         };
         Self {
-            engine: Engine::new(queue, alarms, metrics, deciding),
+            engine: Engine::new(queue, alarms, metrics, deciding)
+                .with_max_delay(config.max_delay_seconds),
             config,
             drainers: Mutex::new(HashMap::new()),
             settings: redrive_engine::engine::Settings::default(),
@@ -111,27 +114,17 @@ where
                 self.check_circuit(execution_arn.as_deref(), deadline)
                     .await?
             }
-            Task::ReceiveBatch {
+            Task::RedriveBatch {
                 max_messages,
                 dry_run,
-            } => to_value(self.receive_batch(max_messages, dry_run, deadline).await?),
-            Task::ExtendVisibility { item } => self.extend_visibility(&item, deadline).await?,
-            Task::Redrive { item } => {
-                to_value(self.redeliver(item, ItemAction::Redrive, deadline).await?)
-            }
-            Task::Isolate { item } => {
-                to_value(self.redeliver(item, ItemAction::Isolate, deadline).await?)
-            }
+            } => to_value(self.redrive_batch(max_messages, dry_run, deadline).await?),
             Task::Drain(d) => self.drain(&d, deadline).await?,
             Task::Tally {
                 run,
                 totals,
                 batch,
                 results,
-            } => to_value(
-                self.tally_round(&run, totals, batch.as_ref(), &results)
-                    .await,
-            ),
+            } => to_value(tally(&run, totals, batch.as_ref(), &results)),
             Task::Summary {
                 run,
                 totals,
@@ -186,8 +179,7 @@ where
             trigger_alarm: run.trigger_alarm.clone(),
             ..DrainRequest::new(run.max_messages)
         };
-        let summary = self
-            .engine
+        self.engine
             .finish(
                 &request,
                 StepTotals {
@@ -200,14 +192,7 @@ where
                     bounced: totals.bounced,
                 },
             )
-            .await;
-        if totals.not_found > 0 {
-            tracing::warn!(
-                not_found = totals.not_found,
-                "messages that never came back from the DLQ (counted in failed)"
-            );
-        }
-        summary
+            .await
     }
 }
 
