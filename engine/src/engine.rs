@@ -34,7 +34,7 @@ use crate::ports::{
     Received, RunMetrics, SendEntry,
 };
 pub use batch::{SEND_REJECTED_AFTER, SEND_REJECTIONS_FIELD};
-pub use circuit::{CircuitCheck, CircuitSummary, Gate};
+pub use circuit::{Admission, CircuitCheck, CircuitSummary, DrainCounts, Gate};
 pub use finish::StepTotals;
 pub use request::{DrainRequest, InvocationError, Settings, StopReason, Summary};
 pub use steps::Delivery;
@@ -285,6 +285,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             deadline,
             trigger_alarm: self.config.trigger_alarm_name.clone(),
             no_delay: false,
+            admission: None,
         };
         let request = match trigger {
             Trigger::Alarm(alarm) => {

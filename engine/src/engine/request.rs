@@ -117,6 +117,11 @@ pub struct DrainRequest {
     /// The copies go out without their backoff delay (a canary by hand, `redrive drain
     /// --canary N`), so that they can come back within the window that judges them.
     pub no_delay: bool,
+    /// This drain's share of a circuit plan that several drains share (a workflow's
+    /// scale-out round): the drain follows it and writes nothing to the circuit record, its
+    /// counts landed once for all by [`Engine::land_round`]. `None`: the drain reads the
+    /// record, follows its plan and writes what it did (the Lambda's drain).
+    pub admission: Option<Admission>,
 }
 
 impl DrainRequest {
@@ -129,7 +134,13 @@ impl DrainRequest {
             deadline: None,
             trigger_alarm: None,
             no_delay: false,
+            admission: None,
         }
+    }
+
+    /// This drain with `admission`, its share of a plan shared by several drains.
+    pub fn with_admission(self, admission: Option<Admission>) -> Self {
+        Self { admission, ..self }
     }
 
     /// The canary of this drain: at most `n` of its messages, their copies sent without their
