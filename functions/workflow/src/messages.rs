@@ -141,8 +141,9 @@ impl<Q: Queue, A: Alarms, M: Metrics, X, C: CircuitStore> Workflow<Q, A, M, X, C
     }
 
     /// [`tally`], and the copies the round redrove (messages mode) counted into the circuit
-    /// record, so that the bounce-back rate has its denominator (the scale-out drains count
-    /// their own). They count from the batch's receive, no later than any `lastRedrivenAt`
+    /// record, so that the bounce-back rate has its denominator (a scale-out round's counts
+    /// land once, `land_drains`, and the next round's drains get their shares of the plan,
+    /// `admit`). They count from the batch's receive, no later than any `lastRedrivenAt`
     /// they carry, so that a canary recognises all its copies.
     pub async fn tally_round(
         &self,
@@ -152,7 +153,9 @@ impl<Q: Queue, A: Alarms, M: Metrics, X, C: CircuitStore> Workflow<Q, A, M, X, C
         results: &[Value],
     ) -> Totals {
         let before = totals.redriven;
-        let after = tally(run, totals, batch, results);
+        self.land_drains(run, &totals, results).await;
+        let mut after = tally(run, totals, batch, results);
+        self.admit(&mut after.drain_plan).await;
         let n = after.redriven.saturating_sub(before);
         if run.mode != Mode::Messages || run.dry_run || n == 0 {
             return after;
