@@ -36,7 +36,7 @@ use crate::ports::{
 pub use batch::{SEND_REJECTED_AFTER, SEND_REJECTIONS_FIELD};
 pub use circuit::{Admission, CircuitCheck, CircuitSummary, DrainCounts, Gate};
 pub use finish::StepTotals;
-pub use request::{DrainRequest, InvocationError, Settings, StopReason, Summary};
+pub use request::{DrainRequest, InvocationError, MessageRecord, Settings, StopReason, Summary};
 pub use steps::Delivery;
 use transfer::entry_size;
 pub use transfer::{Acks, Moved, Transfer};
@@ -58,6 +58,24 @@ pub struct Engine<Q, A, M, C = NoCircuit> {
     rearmed: Mutex<HashMap<String, Instant>>,
     /// The destinations' `MaximumMessageSize`, once read.
     limits: Mutex<Option<DestinationLimits>>,
+    /// The longest `DelaySeconds` of a copy: a longer backoff waits on the DLQ in hops of at
+    /// most this (see [`Engine::with_max_delay`]).
+    max_delay_seconds: u32,
+}
+
+/// What a wait keeps between the end of a hop and the end of the DLQ's retention period: a
+/// hop ends at least this long before its copy could expire (half the period when it is
+/// shorter than twice this).
+pub const RETENTION_MARGIN_SECONDS: u64 = 300;
+
+/// The longest hop a DLQ whose retention period is `retention_seconds` allows.
+pub fn hop_cap(retention_seconds: u64) -> u32 {
+    let cap = if retention_seconds > 2 * RETENTION_MARGIN_SECONDS {
+        retention_seconds - RETENTION_MARGIN_SECONDS
+    } else {
+        retention_seconds / 2
+    };
+    u32::try_from(cap.max(1)).unwrap_or(u32::MAX)
 }
 
 /// `MaximumMessageSize` of the source and poison queues.
@@ -65,6 +83,9 @@ pub struct Engine<Q, A, M, C = NoCircuit> {
 pub struct DestinationLimits {
     pub source_max_bytes: usize,
     pub poison_max_bytes: usize,
+    /// The DLQ's `MessageRetentionPeriod`, read only by an engine whose backoff can outgrow a
+    /// copy's delay (its waits hop on the DLQ and must end before a copy could expire).
+    pub dlq_retention_seconds: Option<u64>,
 }
 
 impl Default for DestinationLimits {
@@ -72,6 +93,7 @@ impl Default for DestinationLimits {
         Self {
             source_max_bytes: MAX_MESSAGE_BYTES,
             poison_max_bytes: MAX_MESSAGE_BYTES,
+            dlq_retention_seconds: None,
         }
     }
 }
@@ -90,6 +112,9 @@ struct Run<'a> {
     redriven: AtomicU64,
     isolated: AtomicU64,
     failed: AtomicU64,
+    waiting: AtomicU64,
+    /// Each message's record, when the request asked for them.
+    records: Option<Mutex<Vec<MessageRecord>>>,
     held: Mutex<Vec<HandleEntry>>,
     held_groups: Mutex<HeldGroups>,
     pacer: Option<Pacer>,
@@ -168,6 +193,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             clock: system_now_ms,
             rearmed: Mutex::new(HashMap::new()),
             limits: Mutex::new(None),
+            max_delay_seconds: MAX_DELAY_SECONDS,
         }
     }
 }
@@ -187,7 +213,22 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             clock: self.clock,
             rearmed: self.rearmed,
             limits: self.limits,
+            max_delay_seconds: self.max_delay_seconds,
         }
+    }
+
+    /// The longest `DelaySeconds` a copy gets (1..=900; SQS's 900 by default). A backoff
+    /// longer than this waits on the DLQ: the message goes back there with this delay and
+    /// `notBefore` in its `x-redrive`, hop after hop, until it is due (the Step Functions
+    /// orchestrator's long waits; tests scale it down).
+    pub fn with_max_delay(mut self, seconds: u32) -> Self {
+        self.max_delay_seconds = seconds.clamp(1, MAX_DELAY_SECONDS);
+        self
+    }
+
+    /// True when this engine's backoff can outgrow a copy's delay.
+    fn can_wait(&self) -> bool {
+        !self.fifo() && self.config.backoff.max() > self.max_delay_seconds
     }
 
     /// The wall clock (epoch milliseconds) of the stamps and of the circuit (tests, simulations).
@@ -220,6 +261,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             poison_fifo: self.config.poison_queue_url.is_fifo(),
             source_max_bytes: limits.source_max_bytes,
             poison_max_bytes: limits.poison_max_bytes,
+            max_delay_seconds: limits
+                .dlq_retention_seconds
+                .map_or(self.max_delay_seconds, |r| {
+                    self.max_delay_seconds.min(hop_cap(r))
+                }),
         }
     }
 
@@ -245,9 +291,26 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             ),
         )
         .await;
+        // Only an engine that can decide waits reads the DLQ's retention (the Lambda's warm-up
+        // stays at two calls).
+        let dlq_retention_seconds = if self.can_wait() {
+            self.bounded(
+                None,
+                "GetQueueAttributes",
+                self.queue.retention_seconds(self.config.dlq_url.as_str()),
+            )
+            .await
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "cannot read the DLQ's MessageRetentionPeriod; waits hop by the configured delay");
+            })
+            .ok()
+        } else {
+            None
+        };
         let limits = DestinationLimits {
             source_max_bytes: s?.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES),
             poison_max_bytes: p?.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES),
+            dlq_retention_seconds,
         };
         tracing::info!(
             source_max_bytes = limits.source_max_bytes,
@@ -284,8 +347,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             dry_run: self.config.dry_run,
             deadline,
             trigger_alarm: self.config.trigger_alarm_name.clone(),
-            no_delay: false,
-            admission: None,
+            ..DrainRequest::new(self.config.max_messages_per_invocation)
         };
         let request = match trigger {
             Trigger::Alarm(alarm) => {
@@ -361,6 +423,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             redriven: AtomicU64::new(0),
             isolated: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            records: request.records.then(|| Mutex::new(Vec::new())),
             held: Mutex::new(Vec::new()),
             held_groups: Mutex::new(HeldGroups::default()),
             pacer: Pacer::new(self.config.max_messages_per_second),
@@ -409,6 +473,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 .unwrap_or_else(|e| e.into_inner())
                 .take(),
             unplaceable: run.unplaceable.load(Ordering::SeqCst),
+            waiting: run.waiting.load(Ordering::SeqCst),
+            records: run
+                .records
+                .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))
+                .unwrap_or_default(),
             ..Summary::new(request.dry_run, stopped_because)
         }
     }
@@ -505,13 +574,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             }
             let mut decided = self.decide_all(messages);
             if run.circuit.is_some_and(|c| c.canary()) || request.no_delay {
-                for (_, d) in &mut decided {
-                    if let Decision::Redrive(plan) = d
-                        && plan.delay_seconds.is_some()
-                    {
-                        plan.delay_seconds = Some(0);
-                    }
-                }
+                // A canary goes out at once, a waiting message too: a copy delayed beyond the
+                // window would let the canary pass untried.
+                let now = (self.clock)();
+                decided = decided
+                    .into_iter()
+                    .map(|(m, d)| (m, d.at_once(now)))
+                    .collect();
             }
             self.process_decided(run, decided, request.dry_run).await;
             if let Some(c) = run.circuit {

@@ -244,7 +244,8 @@ pub struct CircuitRecord {
 /// `lastRedrivenAt` no longer than the window before `now_ms` (and not in the future beyond
 /// the one-second precision of the stamp).
 pub fn bounce_of(meta: &RedriveMeta, now_ms: i64, settings: &CircuitSettings) -> Option<Bounce> {
-    if meta.attempt == 0 {
+    // A message waiting on the DLQ was put there by a drain's hop, not by a failed delivery.
+    if meta.attempt == 0 || meta.not_before_ms().is_some() {
         return None;
     }
     let at = millis_from_rfc3339(meta.last_redriven_at.as_deref()?)?;

@@ -24,6 +24,9 @@ pub struct Policy {
     /// The poison queue's `MaximumMessageSize`: an isolation copy that does not fit with its
     /// stamp goes unstamped.
     pub poison_max_bytes: usize,
+    /// The longest `DelaySeconds` a copy gets (at most SQS's 900, less where the DLQ's
+    /// retention is short). A longer backoff waits on the DLQ: [`Decision::Wait`].
+    pub max_delay_seconds: u32,
 }
 
 /// A view of a message as received from the DLQ. The body is only measured, never parsed.
@@ -40,6 +43,28 @@ pub struct ReceivedMessage<'a> {
 pub enum Decision {
     Redrive(RedrivePlan),
     Isolate(IsolationPlan),
+    /// Back to the DLQ with a delay: the backoff is longer than [`Policy::max_delay_seconds`],
+    /// or the message is already waiting and its `notBefore` has not come.
+    Wait(WaitPlan),
+}
+
+/// Send back to the DLQ with `delay_seconds`, `notBefore` in the metadata: one hop of a wait
+/// longer than SQS's `DelaySeconds`. The message is in a queue at every instant (the copy is
+/// acknowledged before the original is deleted), any drain can take it up, and each hop starts
+/// a new retention period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitPlan {
+    /// The metadata written into `attributes`: the attempt the redrive will carry, and
+    /// `notBefore`.
+    pub meta: RedriveMeta,
+    /// When the wait ends, epoch ms.
+    pub not_before_ms: i64,
+    /// This hop: the time left, at most [`Policy::max_delay_seconds`].
+    pub delay_seconds: u32,
+    /// The whole backoff drawn (on the first hop) or the time left (on a later one), seconds.
+    pub wait_seconds: u32,
+    pub attributes: Attributes,
+    pub read_from: MetaSource,
 }
 
 /// Send to the source queue.
@@ -77,6 +102,7 @@ impl Decision {
         match self {
             Self::Redrive(p) => &p.attributes,
             Self::Isolate(p) => &p.attributes,
+            Self::Wait(p) => &p.attributes,
         }
     }
 
@@ -84,6 +110,7 @@ impl Decision {
         match self {
             Self::Redrive(p) => &p.meta,
             Self::Isolate(p) => &p.meta,
+            Self::Wait(p) => &p.meta,
         }
     }
 
@@ -91,6 +118,7 @@ impl Decision {
         match self {
             Self::Redrive(p) => p.group_id.as_deref(),
             Self::Isolate(p) => p.group_id.as_deref(),
+            Self::Wait(_) => None,
         }
     }
 
@@ -98,6 +126,7 @@ impl Decision {
         match self {
             Self::Redrive(p) => p.dedup_id.as_deref(),
             Self::Isolate(p) => p.dedup_id.as_deref(),
+            Self::Wait(_) => None,
         }
     }
 
@@ -105,6 +134,7 @@ impl Decision {
         match self {
             Self::Redrive(p) => p.delay_seconds,
             Self::Isolate(_) => None,
+            Self::Wait(p) => Some(p.delay_seconds),
         }
     }
 
@@ -112,6 +142,7 @@ impl Decision {
         match self {
             Self::Redrive(p) => &p.read_from,
             Self::Isolate(p) => &p.read_from,
+            Self::Wait(p) => &p.read_from,
         }
     }
 
@@ -119,11 +150,47 @@ impl Decision {
         matches!(self, Self::Redrive(_))
     }
 
-    /// `redrive` or `isolate:<reason>`, for logs.
+    pub fn is_wait(&self) -> bool {
+        matches!(self, Self::Wait(_))
+    }
+
+    /// `redrive`, `isolate:<reason>` or `wait`, for logs.
     pub fn action(&self) -> String {
         match self {
             Self::Redrive(_) => "redrive".to_string(),
             Self::Isolate(p) => format!("isolate:{}", p.reason),
+            Self::Wait(_) => "wait".to_string(),
+        }
+    }
+
+    /// The same move without its delay (a canary goes out at once): a wait becomes the
+    /// redrive it was waiting for, stamped at `now_ms`, unless the copy no longer fits.
+    pub fn at_once(self, now_ms: i64) -> Self {
+        match self {
+            Self::Redrive(mut p) => {
+                if p.delay_seconds.is_some() {
+                    p.delay_seconds = Some(0);
+                }
+                Self::Redrive(p)
+            }
+            Self::Wait(p) => {
+                let now = rfc3339_from_millis(now_ms);
+                let mut meta = p.meta;
+                meta.set_not_before(None);
+                meta.first_redriven_at = meta.first_redriven_at.or_else(|| Some(now.clone()));
+                meta.last_redriven_at = Some(now);
+                let mut attributes = p.attributes;
+                meta.write_into(&mut attributes);
+                Self::Redrive(RedrivePlan {
+                    meta,
+                    delay_seconds: Some(0),
+                    attributes,
+                    group_id: None,
+                    dedup_id: None,
+                    read_from: p.read_from,
+                })
+            }
+            other => other,
         }
     }
 }
@@ -137,6 +204,44 @@ pub fn decide(
 ) -> Decision {
     let (meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
     let now = rfc3339_from_millis(now_ms);
+
+    // A message waiting on the DLQ: its attempt was decided and counted when its wait began.
+    // A FIFO source takes no delays, so a wait there (written by hand) is over at once.
+    if let Some(not_before) = meta.not_before_ms() {
+        let left_ms = not_before - now_ms;
+        if left_ms > 0 && !policy.source_fifo {
+            let left = u32::try_from((left_ms + 999) / 1000).unwrap_or(u32::MAX);
+            return Decision::Wait(WaitPlan {
+                not_before_ms: not_before,
+                delay_seconds: left.min(policy.max_delay_seconds.max(1)),
+                wait_seconds: left,
+                meta,
+                attributes: message.attributes.clone(),
+                read_from,
+            });
+        }
+        let mut due = meta.clone();
+        due.set_not_before(None);
+        due.first_redriven_at = due.first_redriven_at.or_else(|| Some(now.clone()));
+        due.last_redriven_at = Some(now.clone());
+        let mut attributes = message.attributes.clone();
+        due.write_into(&mut attributes);
+        return Decision::Redrive(RedrivePlan {
+            delay_seconds: (!policy.source_fifo).then_some(0),
+            group_id: policy.source_fifo.then(|| {
+                message
+                    .group_id
+                    .unwrap_or(&meta.original_message_id)
+                    .to_string()
+            }),
+            dedup_id: policy
+                .source_fifo
+                .then(|| dedup_id(message.message_id, "r")),
+            meta: due,
+            attributes,
+            read_from,
+        });
+    }
 
     let intended = if meta.is_permanent_failure() {
         Err(IsolationReason::PermanentFailure)
@@ -205,9 +310,38 @@ pub fn decide(
     if message_size(message.body, &attributes) > policy.source_max_bytes {
         return isolate(IsolationReason::SizeLimit);
     }
+    let delay = (!policy.source_fifo).then(|| policy.backoff.delay_seconds(attempt, None, rng));
+    if let Some(backoff) = delay
+        && backoff > policy.max_delay_seconds
+    {
+        // Longer than a copy's delay may be: the message waits on the DLQ, its attempt and
+        // its not-before time in `x-redrive`, its redrive times still those of its last
+        // redrive (a hop is not a redrive).
+        let not_before = now_ms + i64::from(backoff) * 1000;
+        let mut waiting = RedriveMeta {
+            attempt,
+            ..meta.clone()
+        };
+        waiting.clear_isolation();
+        waiting.set_not_before(Some(not_before));
+        // As written: rounded up to the second.
+        let not_before = waiting.not_before_ms().unwrap_or(not_before);
+        let mut attributes = message.attributes.clone();
+        waiting.write_into(&mut attributes);
+        if message_size(message.body, &attributes) > policy.source_max_bytes {
+            return isolate(IsolationReason::SizeLimit);
+        }
+        return Decision::Wait(WaitPlan {
+            meta: waiting,
+            not_before_ms: not_before,
+            delay_seconds: policy.max_delay_seconds.max(1),
+            wait_seconds: backoff,
+            attributes,
+            read_from,
+        });
+    }
     Decision::Redrive(RedrivePlan {
-        delay_seconds: (!policy.source_fifo)
-            .then(|| policy.backoff.delay_seconds(attempt, None, rng)),
+        delay_seconds: delay,
         group_id: group_for(policy.source_fifo),
         dedup_id: policy
             .source_fifo
@@ -259,6 +393,7 @@ mod tests {
             poison_fifo: false,
             source_max_bytes: MAX_MESSAGE_BYTES,
             poison_max_bytes: MAX_MESSAGE_BYTES,
+            max_delay_seconds: 900,
         }
     }
 
@@ -312,6 +447,129 @@ mod tests {
 
     fn run(m: &Msg, p: &Policy) -> Decision {
         decide(&m.view(), p, NOW, &mut Fixed(0.5))
+    }
+
+    /// A policy whose backoff (12 h at most) can outgrow a copy's delay of `max_delay` s.
+    fn long_policy(max_delay: u32) -> Policy {
+        Policy {
+            backoff: Backoff::new_long(7200.0, 2.0, 43_200, Jitter::None).unwrap(),
+            max_delay_seconds: max_delay,
+            ..policy()
+        }
+    }
+
+    #[test]
+    fn a_backoff_longer_than_a_delay_waits_on_the_dlq_with_its_attempt_and_not_before() {
+        let prior = RedriveMeta {
+            attempt: 1,
+            last_redriven_at: Some("2026-11-21T09:00:00Z".into()),
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let Decision::Wait(plan) = run(&message(with_meta(&prior)), &long_policy(900)) else {
+            panic!("a 4 h backoff must wait on the DLQ")
+        };
+        assert_eq!(
+            plan.meta.attempt, 2,
+            "the attempt is decided when the wait begins"
+        );
+        assert_eq!(plan.wait_seconds, 14_400);
+        assert_eq!(plan.delay_seconds, 900, "one hop is at most a copy's delay");
+        assert_eq!(plan.not_before_ms, NOW + 14_400_000);
+        assert_eq!(plan.meta.not_before_ms(), Some(NOW + 14_400_000));
+        assert_eq!(
+            redriven_at(&plan.meta),
+            (None, Some("2026-11-21T09:00:00Z")),
+            "a hop is not a redrive"
+        );
+        assert_eq!(plan.attributes[ATTRIBUTE_NAME], plan.meta.to_attribute());
+        // The same backoff within the delay cap is an ordinary delayed redrive.
+        assert!(run(&message(with_meta(&prior)), &long_policy(900).clone()).is_wait());
+        let short = Policy {
+            max_delay_seconds: 900,
+            ..policy()
+        };
+        assert!(run(&message(with_meta(&prior)), &short).is_redrive());
+    }
+
+    #[test]
+    fn a_waiting_message_hops_again_until_its_not_before_then_goes_at_once() {
+        let mut waiting = RedriveMeta {
+            attempt: 2,
+            first_redriven_at: Some("2026-11-21T08:00:00Z".into()),
+            last_redriven_at: Some("2026-11-21T09:00:00Z".into()),
+            ..RedriveMeta::fresh(ORIG)
+        };
+        waiting.set_not_before(Some(NOW + 1_000_500));
+        let m = message(with_meta(&waiting));
+        let Decision::Wait(hop) = run(&m, &long_policy(900)) else {
+            panic!("not yet due: it must wait again")
+        };
+        assert_eq!(hop.meta, waiting, "a hop changes nothing in the history");
+        assert_eq!(
+            hop.not_before_ms,
+            NOW + 1_001_000,
+            "rounded up, never early"
+        );
+        assert_eq!(hop.delay_seconds, 900);
+        assert_eq!(hop.wait_seconds, 1001);
+        let Decision::Wait(last) = run(&m, &long_policy(2000)) else {
+            panic!("not yet due")
+        };
+        assert_eq!(last.delay_seconds, 1001, "the last hop is the time left");
+
+        let due = decide(
+            &m.view(),
+            &long_policy(900),
+            NOW + 1_001_000,
+            &mut Fixed(0.5),
+        );
+        let Decision::Redrive(plan) = due else {
+            panic!("due: it must be redriven")
+        };
+        assert_eq!(
+            plan.meta.attempt, 2,
+            "the attempt was counted when the wait began"
+        );
+        assert_eq!(plan.delay_seconds, Some(0));
+        assert_eq!(plan.meta.not_before_ms(), None);
+        assert!(!plan.meta.extra.contains_key(crate::meta::NOT_BEFORE_FIELD));
+        assert_eq!(
+            plan.meta.first_redriven_at.as_deref(),
+            Some("2026-11-21T08:00:00Z")
+        );
+        assert_ne!(
+            plan.meta.last_redriven_at.as_deref(),
+            Some("2026-11-21T09:00:00Z")
+        );
+        assert_eq!(plan.meta.original_message_id, ORIG);
+    }
+
+    #[test]
+    fn a_canary_takes_a_waiting_message_at_once_as_a_redrive() {
+        let m = message(Attributes::new());
+        let wait = run(&m, &long_policy(900));
+        assert!(wait.is_wait());
+        let Decision::Redrive(plan) = wait.at_once(NOW) else {
+            panic!("at once")
+        };
+        assert_eq!(plan.delay_seconds, Some(0));
+        assert_eq!(plan.meta.attempt, 1);
+        assert_eq!(plan.meta.not_before_ms(), None);
+        assert_eq!(plan.attributes[ATTRIBUTE_NAME], plan.meta.to_attribute());
+    }
+
+    #[test]
+    fn a_waiting_message_is_not_a_bounce() {
+        use crate::circuit::{CircuitSettings, bounce_of};
+        let mut meta = RedriveMeta {
+            attempt: 2,
+            last_redriven_at: Some("2026-11-21T10:00:00Z".into()),
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let settings = CircuitSettings::default();
+        assert!(bounce_of(&meta, NOW + 1000, &settings).is_some());
+        meta.set_not_before(Some(NOW + 60_000));
+        assert!(bounce_of(&meta, NOW + 1000, &settings).is_none());
     }
 
     #[test]

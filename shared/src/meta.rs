@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::attributes::{AttributeValue, Attributes, MessageAttribute};
+use crate::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
 
 /// Name of the one attribute redrive state costs.
 pub const ATTRIBUTE_NAME: &str = "x-redrive";
@@ -183,6 +184,12 @@ const FIELD_LAST: &str = "lastRedrivenAt";
 const FIELD_ISOLATED: &str = "isolatedAt";
 const FIELD_REASON: &str = "reason";
 const FIELD_LAST_ERROR: &str = "lastError";
+
+/// The `x-redrive` field of a message waiting on the DLQ for a backoff longer than SQS's
+/// `DelaySeconds` allows: the RFC 3339 time before which it must not go back to its source.
+/// Its attempt is already counted; a drain that receives it earlier sends it back to the DLQ
+/// with a delay again, one that receives it later redrives it at once.
+pub const NOT_BEFORE_FIELD: &str = "notBefore";
 
 impl Serialize for RedriveMeta {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -373,6 +380,29 @@ impl RedriveMeta {
         self.reason = None;
         self.extra.remove(FIELD_ISOLATED);
         self.extra.remove(FIELD_REASON);
+    }
+
+    /// When a message waiting on the DLQ may go back to its source (epoch ms); `None` for a
+    /// message not waiting, or whose `notBefore` is not an RFC 3339 time (then it is not held
+    /// back: a garbled wait never strands a message).
+    pub fn not_before_ms(&self) -> Option<i64> {
+        millis_from_rfc3339(self.extra.get(NOT_BEFORE_FIELD)?.as_str()?)
+    }
+
+    /// Sets or clears [`NOT_BEFORE_FIELD`], rounded up to the whole second (never early).
+    pub fn set_not_before(&mut self, epoch_ms: Option<i64>) {
+        match epoch_ms {
+            Some(at) => {
+                let whole = at.div_euclid(1000) * 1000 + if at % 1000 == 0 { 0 } else { 1000 };
+                self.extra.insert(
+                    NOT_BEFORE_FIELD.to_string(),
+                    Value::String(rfc3339_from_millis(whole)),
+                );
+            }
+            None => {
+                self.extra.remove(NOT_BEFORE_FIELD);
+            }
+        }
     }
 
     /// True when the consumer gave up on this message for good.

@@ -28,6 +28,8 @@ enum Outcome {
     HeldForOrder,
     /// Rejected by the source: sent back to the DLQ with its count of rejections.
     Requeued,
+    /// Sent back to the DLQ to go on waiting.
+    Waiting,
 }
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
@@ -45,6 +47,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             redriven: AtomicU64::new(0),
             isolated: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            records: None,
             held: Mutex::new(Vec::new()),
             held_groups: Mutex::new(HeldGroups::default()),
             pacer: None,
@@ -73,12 +77,14 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         if dry_run {
             let mut held = Vec::with_capacity(decided.len());
             for (i, (m, d)) in decided.into_iter().enumerate() {
-                log_action(&m, &d, &format!("plan:{}", d.action()));
-                if d.is_redrive() {
-                    run.redriven.fetch_add(1, Ordering::SeqCst);
-                } else {
-                    run.isolated.fetch_add(1, Ordering::SeqCst);
-                }
+                let action = format!("plan:{}", d.action());
+                log_action(&m, &d, &action);
+                self.record(run, &m.message_id, &d, &action);
+                match d {
+                    Decision::Redrive(_) => run.redriven.fetch_add(1, Ordering::SeqCst),
+                    Decision::Isolate(_) => run.isolated.fetch_add(1, Ordering::SeqCst),
+                    Decision::Wait(_) => run.waiting.fetch_add(1, Ordering::SeqCst),
+                };
                 held.push(HandleEntry {
                     id: i.to_string(),
                     receipt_handle: m.receipt_handle,
@@ -94,6 +100,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         // Entry ids are the positions in this received batch.
         let mut to_source = Vec::new();
         let mut to_poison = Vec::new();
+        let mut to_dlq = Vec::new();
         let mut meta = Vec::with_capacity(decided.len());
         let mut received = Vec::with_capacity(decided.len());
         for (i, (m, d)) in decided.into_iter().enumerate() {
@@ -107,10 +114,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 // The producer's trace follows the message to wherever its copy goes.
                 trace_header: m.trace_header,
             };
-            if d.is_redrive() {
-                to_source.push(entry)
-            } else {
-                to_poison.push(entry)
+            match d {
+                Decision::Redrive(_) => to_source.push(entry),
+                Decision::Isolate(_) => to_poison.push(entry),
+                Decision::Wait(_) => to_dlq.push(entry),
             }
             meta.push((m.message_id, m.receipt_handle, d));
             received.push((m.attributes, m.group_id, m.receive_count));
@@ -119,17 +126,21 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let fifo = self.fifo();
         let source_url = self.config.source_queue_url.as_str();
         let poison_url = self.config.poison_queue_url.as_str();
-        let (mut source, mut poison) = if fifo {
+        let (mut source, mut poison, waits) = if fifo {
             let s = self.send_fifo(run, source_url, to_source).await;
             let p = self.send_fifo(run, poison_url, to_poison).await;
-            (s, p)
+            (s, p, transfer::Sent::default())
         } else {
-            futures_util::future::join(
+            futures_util::future::join3(
                 self.send_all(run, source_url, to_source),
                 self.send_all(run, poison_url, to_poison),
+                // A waiting message goes back to the DLQ; one the DLQ does not take stays
+                // where it is, received again when its visibility lapses.
+                self.send_all(run, self.config.dlq_url.as_str(), to_dlq),
             )
             .await
         };
+        let waited: HashSet<String> = waits.acked.into_iter().collect();
 
         // A copy the source keeps rejecting as the sender's fault (a queue smaller than it
         // says, an attribute SQS refuses) would loop until retention: at its
@@ -243,7 +254,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             .enumerate()
             .filter(|(i, _)| {
                 let id = i.to_string();
-                acked.contains(&id) || requeued.contains(&id)
+                acked.contains(&id) || requeued.contains(&id) || waited.contains(&id)
             })
             .map(|(i, (_, handle, _))| HandleEntry {
                 id: i.to_string(),
@@ -256,9 +267,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             let id = i.to_string();
             let outcome = if deleted.contains(&id) && requeued.contains(&id) {
                 Outcome::Requeued
+            } else if deleted.contains(&id) && waited.contains(&id) {
+                Outcome::Waiting
             } else if deleted.contains(&id) {
                 Outcome::Done
-            } else if acked.contains(&id) || requeued.contains(&id) {
+            } else if acked.contains(&id) || requeued.contains(&id) || waited.contains(&id) {
                 Outcome::DeleteFailed
             } else if held.contains(&id) {
                 Outcome::HeldForOrder
@@ -290,9 +303,47 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                     run.failed.fetch_add(1, Ordering::SeqCst);
                     "send-rejected:requeued-on-dlq".to_string()
                 }
+                (Outcome::Waiting, _) | (Outcome::Done, Decision::Wait(_)) => {
+                    run.waiting.fetch_add(1, Ordering::SeqCst);
+                    "waiting".to_string()
+                }
             };
             log_decided(message_id, decision, &action);
+            self.record(run, message_id, decision, &action);
         }
+    }
+}
+
+impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
+    /// Keeps the message's record when the run keeps records.
+    fn record(&self, run: &Run<'_>, message_id: &str, d: &Decision, action: &str) {
+        let Some(records) = &run.records else {
+            return;
+        };
+        let meta = d.meta();
+        let destination = match d {
+            Decision::Redrive(_) => self.config.source_queue_url.name(),
+            Decision::Isolate(_) => self.config.poison_queue_url.name(),
+            Decision::Wait(_) => self.config.dlq_url.name(),
+        };
+        let not_before = match d {
+            Decision::Wait(w) => Some(redrive_shared::timefmt::rfc3339_from_millis(
+                w.not_before_ms,
+            )),
+            _ => None,
+        };
+        records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(MessageRecord {
+                message_id: message_id.to_string(),
+                original_message_id: meta.original_message_id.clone(),
+                attempt: meta.attempt,
+                outcome: action.to_string(),
+                destination: destination.to_string(),
+                delay_seconds: d.delay_seconds(),
+                not_before,
+            });
     }
 }
 

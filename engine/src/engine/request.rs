@@ -67,6 +67,41 @@ pub struct Summary {
     /// The adaptive circuit after the run; absent when the circuit is off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub circuit: Option<CircuitSummary>,
+    /// Messages sent back to the DLQ to go on waiting: their backoff is longer than a copy's
+    /// delay may be (`notBefore` in `x-redrive`). Absent when 0: a drain whose backoff fits in
+    /// `DelaySeconds` never has any.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting: u64,
+    /// What happened to each message, when the request asked for it
+    /// ([`DrainRequest::records`]): the Step Functions audit trail.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub records: Vec<MessageRecord>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What a drain did with one message. No body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageRecord {
+    pub message_id: String,
+    pub original_message_id: String,
+    /// The attempt its copy carries (a redrive, a wait) or its attempt (an isolation).
+    pub attempt: u32,
+    /// As in the log's `action`: `redriven`, `isolated:<reason>`, `waiting`, `plan:<decision>`
+    /// (a dry run), `send-failed:left-on-dlq`, `delete-failed:duplicate-possible`,
+    /// `held:group-order`, `send-rejected:requeued-on-dlq`.
+    pub outcome: String,
+    /// The queue the copy went to (or would have).
+    pub destination: String,
+    /// The copy's `DelaySeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_seconds: Option<u32>,
+    /// A waiting message's `notBefore` (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
 }
 
 impl Summary {
@@ -83,6 +118,8 @@ impl Summary {
             dlq_unreadable: None,
             unplaceable: 0,
             circuit: None,
+            waiting: 0,
+            records: Vec::new(),
         }
     }
 }
@@ -117,6 +154,9 @@ pub struct DrainRequest {
     /// The copies go out without their backoff delay (a canary by hand, `redrive drain
     /// --canary N`), so that they can come back within the window that judges them.
     pub no_delay: bool,
+    /// Keep a [`MessageRecord`] of each message in the summary (bounded drains only: the
+    /// workflow's rounds of at most 40).
+    pub records: bool,
     /// This drain's share of a circuit plan that several drains share (a workflow's
     /// scale-out round): the drain follows it and writes nothing to the circuit record, its
     /// counts landed once for all by [`Engine::land_round`]. `None`: the drain reads the
@@ -134,7 +174,16 @@ impl DrainRequest {
             deadline: None,
             trigger_alarm: None,
             no_delay: false,
+            records: false,
             admission: None,
+        }
+    }
+
+    /// The same drain, keeping a record of each message in its summary.
+    pub fn with_records(self) -> Self {
+        Self {
+            records: true,
+            ..self
         }
     }
 

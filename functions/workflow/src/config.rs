@@ -13,18 +13,12 @@ pub struct WorkflowConfig {
     pub redriver: RedriverConfig,
     /// `BACKOFF_*` with `BACKOFF_MAX_SECONDS` up to 43,200 (12 h).
     pub wait_backoff: Backoff,
-    /// `WORKFLOW_MAX_DELAY_SECONDS` (0..=900, default 900): the part of a backoff left to the
-    /// copy's `DelaySeconds`; the rest is waited by the state machine, the message held on the
-    /// DLQ.
+    /// `WORKFLOW_MAX_DELAY_SECONDS` (1..=900, default 900): the longest `DelaySeconds` of a
+    /// copy. A longer backoff waits on the DLQ in hops of at most this (less where the DLQ's
+    /// retention is short), `notBefore` in the message's `x-redrive`.
     pub max_delay_seconds: u32,
-    /// `WORKFLOW_HOLD_SLACK_SECONDS` (1..=3600, default 300): a held message stays hidden this
-    /// long beyond its wait, for the redrive task to reach it.
-    pub hold_slack_seconds: u32,
-    /// `WORKFLOW_BATCH_SIZE` (1..=40, default 40): messages per `receiveBatch`.
+    /// `WORKFLOW_BATCH_SIZE` (1..=40, default 40): messages per `redriveBatch`.
     pub batch_size: u32,
-    /// `WORKFLOW_SEARCH_RECEIVES` (1..=100, default 10): receives a redrive task makes to find
-    /// its message back on the DLQ.
-    pub search_receives: u32,
 }
 
 impl WorkflowConfig {
@@ -35,7 +29,7 @@ impl WorkflowConfig {
                 Ok(n)
             } else {
                 Err(format!(
-                    "must be between 0 and {MAX_WAIT_SECONDS} seconds (12 h, the longest a message can be held on the DLQ) in the Step Functions orchestrator"
+                    "must be between 0 and {MAX_WAIT_SECONDS} seconds (12 h, the longest wait the Step Functions orchestrator offers)"
                 ))
             }
         })?;
@@ -74,31 +68,23 @@ impl WorkflowConfig {
         let max_delay_seconds = env.or(
             "WORKFLOW_MAX_DELAY_SECONDS",
             MAX_DELAY_SECONDS,
-            ranged(0, MAX_DELAY_SECONDS),
+            ranged(1, MAX_DELAY_SECONDS),
         )?;
-        let hold_slack_seconds = env.or("WORKFLOW_HOLD_SLACK_SECONDS", 300, ranged(1, 3600))?;
         let batch_size = env.or("WORKFLOW_BATCH_SIZE", MAX_PARALLEL, ranged(1, MAX_PARALLEL))?;
-        let search_receives = env.or("WORKFLOW_SEARCH_RECEIVES", 10, ranged(1, 100))?;
-        // The longest hold must fit in SQS's 12 h from the receive.
-        let longest_hold = u64::from(wait_backoff.max().saturating_sub(max_delay_seconds))
-            + u64::from(hold_slack_seconds);
-        if longest_hold > u64::from(MAX_WAIT_SECONDS) {
-            return Err(ConfigError {
-                variable: "BACKOFF_MAX_SECONDS",
-                value: env.get("BACKOFF_MAX_SECONDS"),
-                problem: format!(
-                    "a wait of BACKOFF_MAX_SECONDS - WORKFLOW_MAX_DELAY_SECONDS ({}) plus WORKFLOW_HOLD_SLACK_SECONDS ({hold_slack_seconds}) must fit in {MAX_WAIT_SECONDS} seconds (12 h from the receive)",
-                    wait_backoff.max().saturating_sub(max_delay_seconds)
-                ),
-            });
+        for gone in ["WORKFLOW_SEARCH_RECEIVES", "WORKFLOW_HOLD_SLACK_SECONDS"] {
+            if let Some(value) = env.get(gone) {
+                return Err(ConfigError {
+                    variable: gone,
+                    value: Some(value),
+                    problem: "is no longer read: a waiting message hops on the DLQ with notBefore in its x-redrive instead of being held there and searched for; remove it".to_string(),
+                });
+            }
         }
         Ok(Self {
             redriver,
             wait_backoff,
             max_delay_seconds,
-            hold_slack_seconds,
             batch_size,
-            search_receives,
         })
     }
 }

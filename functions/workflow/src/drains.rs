@@ -22,6 +22,7 @@ use crate::MAX_PARALLEL;
 use crate::error::{TaskError, invalid};
 use crate::executions::Executions;
 use crate::state::{DrainItem, Mode, Run, Totals};
+use crate::tally::tally;
 use crate::workflow::{Drainer, Workflow, to_value};
 
 impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
@@ -114,6 +115,22 @@ where
     M: Metrics,
     C: CircuitStore,
 {
+    /// The `tally` task: [`tally`], with the circuit's side of a scale-out round: the counts
+    /// of the round just run landed once ([`Self::land_drains`]), and the next round's drains
+    /// given their shares of the plan ([`Self::admit`]).
+    pub async fn tally_round(
+        &self,
+        run: &Run,
+        totals: Totals,
+        batch: Option<&Value>,
+        results: &[Value],
+    ) -> Totals {
+        self.land_drains(run, &totals, results).await;
+        let mut after = tally(run, totals, batch, results);
+        self.admit(&mut after.drain_plan).await;
+        after
+    }
+
     /// Gives the drains of a round their shares of the circuit's plan, read once now (nothing
     /// when the circuit is off: the drains then run without it).
     pub(crate) async fn admit(&self, drains: &mut [DrainItem]) {

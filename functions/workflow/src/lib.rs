@@ -16,19 +16,19 @@ mod workflow;
 pub use config::WorkflowConfig;
 pub use error::TaskError;
 pub use executions::{Executions, FixedExecutions, RunningExecution, SfnExecutions};
-pub use state::{Batch, DrainItem, Item, ItemAction, MessageOutcome, Mode, Outcome, Run, Totals};
+pub use state::{DrainItem, Mode, Run, Totals};
 pub use tally::tally;
 pub use workflow::Workflow;
 
-/// Map items of one `receiveBatch`, and drains of one scale-out round, at most: the ASL's Map
-/// `MaxConcurrency`, so that every item starts (and holds its message) at once.
+/// Messages of one `redriveBatch` (`WORKFLOW_BATCH_SIZE`, so that a round's records stay small
+/// in the execution state), and drains of one scale-out round (the ASL's Map
+/// `MaxConcurrency`), at most.
 pub const MAX_PARALLEL: u32 = 40;
 
-/// Rounds (a receive and its Map, or a round of drains, then `tally`) one execution runs at
-/// most; `tally` ends it there with `limit` and the next trigger continues. With at most
-/// [`MAX_PARALLEL`] items per round, every retrier exhausted and every Catch taken, a Standard
-/// execution's history stays within 16,846 of its 25,000 events (computed from the definition
-/// by `infra/tests/test_asl_quotas.py`, which reads this constant).
+/// Rounds (a `redriveBatch` or a round of drains, then `tally`) one execution runs at most;
+/// `tally` ends it there with `limit` and the next trigger continues. Every retrier exhausted,
+/// a Standard execution's history stays well within its 25,000 events (computed from the
+/// definition by `infra/tests/test_asl_quotas.py`, which reads this constant).
 pub const MAX_ROUNDS_PER_EXECUTION: u32 = 8;
 
 #[cfg(test)]

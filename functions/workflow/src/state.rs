@@ -1,10 +1,11 @@
-//! What the execution carries between tasks: ids, receipt handles and decisions, never bodies.
+//! What the execution carries between tasks: settings, totals and records, never bodies.
 
 use redrive_engine::engine::{Admission, StopReason};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// How an execution runs: one message at a time through waits, or K parallel engine drains.
+/// How an execution runs: rounds of one drain with a record per message and long waits, or
+/// rounds of K parallel engine drains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Mode {
@@ -23,69 +24,6 @@ pub struct Run {
     pub fifo: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger_alarm: Option<String>,
-}
-
-/// Redrive or isolate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ItemAction {
-    Redrive,
-    Isolate,
-}
-
-/// One received message's decision: what the Map iterates over. No body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Item {
-    pub message_id: String,
-    pub receipt_handle: String,
-    /// When `receiveBatch` received it, epoch milliseconds (the 12 h hold counts from here).
-    pub received_at: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group_id: Option<String>,
-    pub original_message_id: String,
-    /// The attempt the copy carries (redrive) or the message's attempt (isolate).
-    pub attempt: u32,
-    pub action: ItemAction,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The backoff the decision drew: `waitSeconds` + `delaySeconds`.
-    pub backoff_seconds: u32,
-    /// Waited by the state machine, the message held on the DLQ.
-    pub wait_seconds: u32,
-    /// The copy's `DelaySeconds`.
-    pub delay_seconds: u32,
-    /// The destination queue's name.
-    pub destination: String,
-}
-
-/// What happened to one message: the audit record in the execution history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Outcome {
-    pub message_id: String,
-    pub original_message_id: String,
-    pub attempt: u32,
-    pub action: ItemAction,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub delay_seconds: u32,
-    pub waited_seconds: u32,
-    pub destination: String,
-    /// `redriven`, `isolated` or `failed` (the copy was not acknowledged: left on the DLQ).
-    pub outcome: MessageOutcome,
-}
-
-/// What happened to one message: the redrive task's answer, or the state machine's `Catch`
-/// (`left-on-dlq`: the task failed for good; `not-found`: the message never came back).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MessageOutcome {
-    Redriven,
-    Isolated,
-    Failed,
-    LeftOnDlq,
-    NotFound,
 }
 
 /// One drain of a scale-out round.
@@ -114,14 +52,10 @@ pub struct Totals {
     pub redriven: u64,
     pub isolated: u64,
     pub failed: u64,
-    /// Items whose task failed for good (caught): the message stays on the DLQ. In `failed`.
-    pub left_on_dlq: u64,
-    /// Items whose message never came back from the DLQ (`MessageNotFound` after its retries):
-    /// most often an earlier attempt redrove it and its answer was lost; else another reader
-    /// holds it on the DLQ. Nothing was deleted without an acknowledged copy, but the redrive is
-    /// not confirmed, so these count in `failed` too.
+    /// Messages sent back to the DLQ to go on waiting (`notBefore` in their `x-redrive`): a
+    /// later execution redrives them when they are due.
     #[serde(default)]
-    pub not_found: u64,
+    pub waiting: u64,
     /// Messages the execution may still receive.
     pub remaining: u32,
     pub queue_empty: bool,
@@ -134,31 +68,13 @@ pub struct Totals {
     /// the circuit's transitions since then are the execution's.
     #[serde(default)]
     pub started_at: i64,
-    /// Redriven copies the execution saw back on the DLQ within the circuit's window
-    /// (`receiveBatch`'s `bounced`, the drains' `circuit.bounced`).
+    /// Redriven copies the execution saw back on the DLQ within the circuit's window (each
+    /// round's `circuit.bounced`).
     #[serde(default)]
     pub bounced: u64,
     /// Rounds tallied so far: at [`MAX_ROUNDS_PER_EXECUTION`] the execution ends.
     #[serde(default)]
     pub rounds: u32,
-}
-
-/// `receiveBatch`'s answer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Batch {
-    pub items: Vec<Item>,
-    pub received: u32,
-    pub queue_empty: bool,
-    pub dry_run: bool,
-    /// The adaptive circuit holds (it opened on this batch's bounced copies, or it is open or
-    /// watching for its canary): the whole batch went back on the DLQ at once, `items` is
-    /// empty, and the execution stops (`tally`: `more` false, `circuit-open`).
-    #[serde(default)]
-    pub circuit_opened: bool,
-    /// Bounced copies this batch counted into the circuit record.
-    #[serde(default)]
-    pub bounced: u64,
 }
 
 #[derive(Deserialize)]
@@ -172,27 +88,20 @@ pub(crate) enum Task {
         state_machine_arn: String,
     },
     CheckCircuit {},
-    ReceiveBatch {
+    RedriveBatch {
         #[serde(rename = "maxMessages")]
         max_messages: u32,
         #[serde(rename = "dryRun", default)]
         dry_run: bool,
     },
-    ExtendVisibility {
-        item: Item,
-    },
-    Redrive {
-        item: Item,
-    },
-    Isolate {
-        item: Item,
-    },
     Drain(DrainItem),
     Tally {
         run: Run,
         totals: Totals,
+        /// `messages` mode: the round's `redriveBatch` answer.
         #[serde(default)]
-        batch: Option<Batch>,
+        batch: Option<Value>,
+        /// `scaleOut` mode: the round's drains' answers.
         #[serde(default)]
         results: Vec<Value>,
     },

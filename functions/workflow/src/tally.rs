@@ -4,7 +4,7 @@ use redrive_engine::engine::StopReason;
 use serde_json::Value;
 
 use crate::MAX_ROUNDS_PER_EXECUTION;
-use crate::state::{Batch, DrainItem, ItemAction, MessageOutcome, Mode, Run, Totals};
+use crate::state::{DrainItem, Mode, Run, Totals};
 
 /// The drains of the next scale-out round: the remaining budget split K ways. Their shares of
 /// the circuit's plan are given by the task that plans the round (`Workflow::admit`).
@@ -29,68 +29,30 @@ pub(crate) fn drain_plan(run: &Run, remaining: u32) -> Vec<DrainItem> {
         .collect()
 }
 
-/// Adds a round's results to the totals and decides whether another round follows.
-pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Batch>, results: &[Value]) -> Totals {
+/// Adds a round's results to the totals and decides whether another round follows: the
+/// `redriveBatch` answer (`messages` mode) or the drains' answers (`scaleOut`), each shaped as
+/// the Lambda's response.
+pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Value>, results: &[Value]) -> Totals {
     let count = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
     let mut received = 0u64;
     let mut queue_empty = false;
     let mut progress = 0u64;
     let mut circuit_open = false;
-    match (run.mode, batch) {
-        (Mode::Messages, Some(b)) => {
-            circuit_open = b.circuit_opened;
-            totals.bounced += b.bounced;
-            received = u64::from(b.received);
-            queue_empty = b.queue_empty;
-            if b.dry_run {
-                // A plan: counted as the Lambda's dry run counts it; nothing was sent.
-                for i in &b.items {
-                    match i.action {
-                        ItemAction::Redrive => totals.redriven += 1,
-                        ItemAction::Isolate => totals.isolated += 1,
-                    }
-                }
-            } else {
-                for r in results {
-                    let outcome = r.get("outcome").cloned().map(serde_json::from_value);
-                    match outcome {
-                        Some(Ok(MessageOutcome::Redriven)) => {
-                            totals.redriven += 1;
-                            progress += 1;
-                        }
-                        Some(Ok(MessageOutcome::Isolated)) => {
-                            totals.isolated += 1;
-                            progress += 1;
-                        }
-                        Some(Ok(MessageOutcome::LeftOnDlq)) => {
-                            totals.failed += 1;
-                            totals.left_on_dlq += 1;
-                        }
-                        Some(Ok(MessageOutcome::NotFound)) => {
-                            totals.failed += 1;
-                            totals.not_found += 1;
-                        }
-                        _ => totals.failed += 1,
-                    }
-                }
-            }
-        }
-        _ => {
-            for r in results {
-                received += count(r, "received");
-                totals.redriven += count(r, "redriven");
-                totals.isolated += count(r, "isolated");
-                totals.failed += count(r, "failed");
-                progress += count(r, "redriven") + count(r, "isolated");
-                let stopped = r
-                    .get("stoppedBecause")
-                    .cloned()
-                    .and_then(|v| serde_json::from_value::<StopReason>(v).ok());
-                queue_empty |= stopped == Some(StopReason::QueueEmpty);
-                circuit_open |= stopped == Some(StopReason::CircuitOpen);
-                totals.bounced += r.get("circuit").map_or(0, |c| count(c, "bounced"));
-            }
-        }
+    for r in batch.into_iter().chain(results) {
+        received += count(r, "received");
+        totals.redriven += count(r, "redriven");
+        totals.isolated += count(r, "isolated");
+        totals.failed += count(r, "failed");
+        totals.waiting += count(r, "waiting");
+        // A message sent back to wait has left the DLQ's visible set: the round moved it.
+        progress += count(r, "redriven") + count(r, "isolated") + count(r, "waiting");
+        let stopped = r
+            .get("stoppedBecause")
+            .cloned()
+            .and_then(|v| serde_json::from_value::<StopReason>(v).ok());
+        queue_empty |= stopped == Some(StopReason::QueueEmpty);
+        circuit_open |= stopped == Some(StopReason::CircuitOpen);
+        totals.bounced += r.get("circuit").map_or(0, |c| count(c, "bounced"));
     }
     totals.received += received;
     totals.rounds += 1;

@@ -126,15 +126,17 @@ fn backoff_cap_is_twelve_hours_here_and_900_s_for_drains() {
     let e = config(&[("BACKOFF_MAX_SECONDS", "43201")]).unwrap_err();
     assert_eq!(e.variable, "BACKOFF_MAX_SECONDS");
     assert!(e.to_string().contains("43200"), "{e}");
-    // The hold (wait + slack) must fit in 12 h from the receive.
-    let e = config(&[
-        ("BACKOFF_MAX_SECONDS", "43200"),
-        ("WORKFLOW_MAX_DELAY_SECONDS", "0"),
-    ])
-    .unwrap_err();
-    assert!(e.to_string().contains("12 h"), "{e}");
+    // A hop of 0 s would hand a waiting message straight back.
+    let e = config(&[("WORKFLOW_MAX_DELAY_SECONDS", "0")]).unwrap_err();
+    assert_eq!(e.variable, "WORKFLOW_MAX_DELAY_SECONDS");
     let e = config(&[("WORKFLOW_BATCH_SIZE", "41")]).unwrap_err();
     assert_eq!(e.variable, "WORKFLOW_BATCH_SIZE");
+    // The settings of the hold-and-search design fail init rather than be silently ignored.
+    for gone in ["WORKFLOW_SEARCH_RECEIVES", "WORKFLOW_HOLD_SLACK_SECONDS"] {
+        let e = config(&[(gone, "10")]).unwrap_err();
+        assert_eq!(e.variable, gone);
+        assert!(e.to_string().contains("no longer"), "{e}");
+    }
     let e = config(&[("DLQ_URL", "nope")]).unwrap_err();
     assert_eq!(
         e.variable, "DLQ_URL",
@@ -142,97 +144,251 @@ fn backoff_cap_is_twelve_hours_here_and_900_s_for_drains() {
     );
 }
 
+/// The `x-redrive` of a message on a queue.
+fn meta_of(m: &redrive_engine::fake::FakeMessage) -> RedriveMeta {
+    RedriveMeta::read(&m.attributes, &m.message_id).0
+}
+
+/// `n` messages on the DLQ whose next attempt is `attempt`.
+fn push_at_attempt(sqs: &FakeSqs, n: usize, attempt: u32, label: &str) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let mut a = Attributes::new();
+            if attempt > 1 {
+                RedriveMeta {
+                    attempt: attempt - 1,
+                    ..RedriveMeta::fresh(&format!("{label}-{i}"))
+                }
+                .write_into(&mut a);
+            }
+            sqs.push(DLQ, &format!("{label} {i}"), a, None)
+        })
+        .collect()
+}
+
 #[tokio::test]
-async fn receive_batch_decides_holds_and_carries_no_body() {
+async fn a_round_sends_a_long_wait_back_to_the_dlq_and_records_each_message_without_its_body() {
     let (sqs, _, wf) = setup(LONG);
     let body = "x".repeat(200_000);
     let id = sqs.push(DLQ, &body, Attributes::new(), None);
     let poison_id = sqs.push(DLQ, "poison", permanent(), None);
-    let batch = wf.receive_batch(10, false, None).await.unwrap();
-    assert_eq!(batch.received, 2);
-    let json = serde_json::to_string(&batch).unwrap();
+    let round = wf.redrive_batch(10, false, None).await.unwrap();
+    assert_eq!(
+        (round.received, round.waiting, round.isolated, round.failed),
+        (2, 1, 1, 0)
+    );
+    let json = serde_json::to_string(&round).unwrap();
     assert!(!json.contains("xxxxxxxx"), "bodies never enter the state");
     assert!(json.len() < 4_000, "small state: {} bytes", json.len());
-    let r = batch.items.iter().find(|i| i.message_id == id).unwrap();
-    assert_eq!(r.action, ItemAction::Redrive);
-    assert_eq!(
-        (r.backoff_seconds, r.delay_seconds, r.wait_seconds),
-        (2000, 900, 1100)
-    );
+    let r = round.records.iter().find(|r| r.message_id == id).unwrap();
+    assert_eq!(r.outcome, "waiting");
     assert_eq!(r.attempt, 1);
-    assert_eq!(r.destination, "orders");
-    let p = batch
-        .items
+    assert_eq!(r.destination, "orders-dlq");
+    assert_eq!(r.delay_seconds, Some(900));
+    let not_before = r.not_before.as_deref().expect("notBefore in the record");
+    let p = round
+        .records
         .iter()
-        .find(|i| i.message_id == poison_id)
+        .find(|r| r.message_id == poison_id)
         .unwrap();
-    assert_eq!(p.action, ItemAction::Isolate);
-    assert_eq!(p.reason.as_deref(), Some("permanent-failure"));
+    assert_eq!(p.outcome, "isolated:permanent-failure");
     assert_eq!(p.destination, "orders-poison");
-    // Nothing sent, nothing deleted: both still on the DLQ, in flight.
-    assert_eq!(sqs.len(DLQ), 2);
-    assert_eq!(sqs.depth_visible(DLQ), 0);
-    assert!(sqs.is_empty(SRC) && sqs.is_empty(POISON));
-}
-
-#[tokio::test]
-async fn a_long_wait_holds_the_message_then_redrives_it_with_the_rest_as_delay() {
-    let (sqs, _, wf) = setup(LONG);
-    let id = sqs.push(DLQ, "order o-101", Attributes::new(), None);
-    let item = wf.receive_batch(10, false, None).await.unwrap().items[0].clone();
-    let held = wf.extend_visibility(&item, None).await.unwrap();
-    assert_eq!(held["held"], true);
-    assert_eq!(held["heldSeconds"], 1100 + 300);
+    // The waiting message is a new message on the DLQ, acknowledged before the original went:
+    // its attempt decided, its wait in x-redrive, delayed by one hop.
+    let waiting = sqs.messages(DLQ);
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].body, body);
+    assert_eq!(waiting[0].delay_seconds, Some(900));
+    let meta = meta_of(&waiting[0]);
     assert_eq!(
-        sqs.depth_visible(DLQ),
-        0,
-        "hidden on the DLQ while it waits"
+        (meta.attempt, meta.original_message_id.as_str()),
+        (1, id.as_str())
+    );
+    assert_eq!(
+        meta.extra["notBefore"], not_before,
+        "the same time in the record and the message"
     );
     assert!(sqs.is_empty(SRC));
-
-    let out = wf.redeliver(item, ItemAction::Redrive, None).await.unwrap();
-    assert_eq!(out.outcome, MessageOutcome::Redriven);
-    assert_eq!((out.delay_seconds, out.waited_seconds), (900, 1100));
-    assert_eq!(out.original_message_id, id);
-    assert!(sqs.is_empty(DLQ), "deleted once the copy was acknowledged");
-    let copy = &sqs.messages(SRC)[0];
-    assert_eq!(copy.body, "order o-101");
-    assert_eq!(copy.delay_seconds, Some(900));
-    assert_eq!(attempt_of(&copy.attributes, &copy.message_id), 1);
-}
-
-#[tokio::test]
-async fn isolate_finds_its_message_among_others_and_releases_them() {
-    let (sqs, _, wf) = setup(&[("WORKFLOW_BATCH_SIZE", "1")]);
-    let poison_id = sqs.push(DLQ, "poison", permanent(), None);
-    let item = wf.receive_batch(10, false, None).await.unwrap().items[0].clone();
-    assert_eq!(item.message_id, poison_id);
-    for i in 0..15 {
-        sqs.push(DLQ, &format!("other {i}"), Attributes::new(), None);
-    }
-    // The redrive task is not the isolation task.
-    assert!(matches!(
-        wf.redeliver(item.clone(), ItemAction::Redrive, None).await,
-        Err(TaskError::InvalidInput(_))
-    ));
-    let out = wf.redeliver(item, ItemAction::Isolate, None).await.unwrap();
-    assert_eq!(out.outcome, MessageOutcome::Isolated);
-    assert_eq!(out.reason.as_deref(), Some("permanent-failure"));
     assert_eq!(sqs.messages(POISON)[0].body, "poison");
-    assert_eq!(sqs.len(DLQ), 15);
-    assert_eq!(
-        sqs.depth_visible(DLQ),
-        15,
-        "every other message seen went back"
+}
+
+#[tokio::test]
+async fn a_waiting_message_hops_until_it_is_due_then_goes_to_its_source_as_the_same_attempt() {
+    // A 3 s backoff against a 1 s delay cap: three hops, then the redrive.
+    let (sqs, _, wf) = setup(&[
+        ("BACKOFF_BASE_SECONDS", "3"),
+        ("BACKOFF_JITTER", "none"),
+        ("WORKFLOW_MAX_DELAY_SECONDS", "1"),
+    ]);
+    let id = sqs.push(DLQ, "order o-101", Attributes::new(), None);
+    let began = std::time::Instant::now();
+    let mut hops = 0;
+    while sqs.is_empty(SRC) {
+        assert!(began.elapsed() < Duration::from_secs(10), "never redriven");
+        let round = wf.redrive_batch(10, false, None).await.unwrap();
+        hops += round.waiting;
+        assert_eq!(round.failed, 0);
+        assert_eq!(
+            sqs.len(DLQ) + sqs.len(SRC),
+            1,
+            "always exactly one copy, in a queue"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        began.elapsed() >= Duration::from_secs(3),
+        "not before its wait"
     );
-    assert!(sqs.is_empty(SRC));
+    assert!(hops >= 3, "{hops} hops");
+    let copy = &sqs.messages(SRC)[0];
+    let meta = meta_of(copy);
+    assert_eq!(meta.attempt, 1, "hops are not attempts");
+    assert_eq!(meta.original_message_id, id);
+    assert!(!meta.extra.contains_key("notBefore"));
+    assert_eq!(copy.delay_seconds, Some(0), "its wait is over");
+    assert!(sqs.is_empty(DLQ));
+}
+
+#[tokio::test]
+async fn a_long_wait_blocks_nothing_a_message_arriving_later_is_redriven_first() {
+    let (sqs, _, wf) = setup(&[
+        ("BACKOFF_BASE_SECONDS", "1"),
+        ("BACKOFF_MULTIPLIER", "20"),
+        ("BACKOFF_MAX_SECONDS", "43200"),
+        ("BACKOFF_JITTER", "none"),
+        ("WORKFLOW_MAX_DELAY_SECONDS", "1"),
+    ]);
+    // Its next attempt is 2: a 20 s wait.
+    push_at_attempt(&sqs, 1, 2, "slow");
+    let round = wf.redrive_batch(10, false, None).await.unwrap();
+    assert_eq!(round.waiting, 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A new message, first attempt: 1 s.
+    let fresh = sqs.push(DLQ, "new", Attributes::new(), None);
+    let round = wf.redrive_batch(10, false, None).await.unwrap();
+    assert_eq!(round.redriven, 1, "{round:?}");
+    let on_source = sqs.messages(SRC);
+    assert_eq!(on_source.len(), 1);
+    assert_eq!(meta_of(&on_source[0]).original_message_id, fresh);
+    assert_eq!(sqs.len(DLQ), 1, "the long wait goes on, on the DLQ");
+}
+
+#[tokio::test]
+async fn a_message_whose_retention_ends_during_its_wait_is_in_a_queue_throughout() {
+    // The DLQ keeps messages 4 s; the wait is 7 s. Each hop is a new message, and no hop is
+    // longer than the retention allows (half of 4 s here).
+    let (sqs, _, wf) = setup(&[
+        ("BACKOFF_BASE_SECONDS", "7"),
+        ("BACKOFF_MAX_SECONDS", "43200"),
+        ("BACKOFF_JITTER", "none"),
+    ]);
+    sqs.set_retention(DLQ, Duration::from_secs(4));
+    sqs.push(DLQ, "order o-202", Attributes::new(), None);
+    let began = std::time::Instant::now();
+    while sqs.is_empty(SRC) {
+        assert!(began.elapsed() < Duration::from_secs(15), "never redriven");
+        let round = wf.redrive_batch(10, false, None).await.unwrap();
+        if let Some(r) = round.records.iter().find(|r| r.outcome == "waiting") {
+            assert!(r.delay_seconds.unwrap() <= 2, "{r:?}");
+        }
+        assert_eq!(sqs.len(DLQ) + sqs.len(SRC), 1, "expired or duplicated");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(began.elapsed() >= Duration::from_secs(7));
+    assert_eq!(sqs.messages(SRC)[0].body, "order o-202");
+}
+
+#[tokio::test]
+async fn two_thousand_visible_forty_long_waits_random_order_none_lost_none_twice() {
+    // SQS's best-effort order: every receive is a random sample of the visible messages.
+    let sqs = FakeSqs::seeded(20_261_127);
+    let cfg = config(&[
+        ("BACKOFF_BASE_SECONDS", "1"),
+        ("BACKOFF_MULTIPLIER", "2"),
+        ("BACKOFF_MAX_SECONDS", "43200"),
+        ("BACKOFF_JITTER", "none"),
+        ("WORKFLOW_MAX_DELAY_SECONDS", "1"),
+    ])
+    .unwrap();
+    for q in [DLQ, SRC, POISON] {
+        sqs.create_queue(q);
+    }
+    let cw = FakeCloudWatch::new();
+    let settings = redrive_engine::engine::Settings {
+        retry_base: Duration::from_millis(1),
+        receive_wait_seconds: 0,
+        ..redrive_engine::engine::Settings::default()
+    };
+    // Two executions at once on the one DLQ.
+    let executions: Vec<TestWorkflow> = (0..2)
+        .map(|seed| {
+            Workflow::new(
+                sqs.clone(),
+                cw.clone(),
+                cw.clone(),
+                FixedExecutions::default(),
+                cfg.clone(),
+            )
+            .with_settings(settings.clone())
+            .with_seed(seed)
+        })
+        .collect();
+    // 40 whose next attempt is 4 (an 8 s wait, eight hops), 1,960 at their first (1 s).
+    let mut expected: std::collections::HashSet<String> =
+        push_at_attempt(&sqs, 40, 4, "long").into_iter().collect();
+    expected.extend((0..40).map(|i| format!("long-{i}")));
+    let long_ids: Vec<String> = (0..40).map(|i| format!("long-{i}")).collect();
+    let mut fresh = push_at_attempt(&sqs, 1960, 1, "fresh");
+    let mut all: Vec<String> = long_ids.clone();
+    all.append(&mut fresh);
+    let began = std::time::Instant::now();
+    let (mut waiting, mut failed) = (0u64, 0u64);
+    while sqs.len(SRC) < 2000 {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "stuck at {}",
+            sqs.len(SRC)
+        );
+        let rounds = futures_util::future::join_all(
+            executions
+                .iter()
+                .map(|wf| wf.redrive_batch(40, false, None)),
+        )
+        .await;
+        for r in rounds {
+            let r = r.unwrap();
+            waiting += r.waiting;
+            failed += r.failed;
+        }
+        if sqs.depth_visible(DLQ) == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let mut seen = std::collections::HashMap::new();
+    for m in sqs.messages(SRC) {
+        *seen.entry(meta_of(&m).original_message_id).or_insert(0u32) += 1;
+    }
+    let duplicated = seen.values().filter(|n| **n > 1).count();
+    let lost = all.iter().filter(|id| !seen.contains_key(*id)).count();
+    assert_eq!((lost, duplicated, failed), (0, 0, 0));
+    assert!(sqs.is_empty(DLQ) && sqs.is_empty(POISON));
+    assert!(waiting >= 40 * 8, "each long wait hopped: {waiting}");
+    for m in sqs.messages(SRC) {
+        let meta = meta_of(&m);
+        let want = if meta.original_message_id.starts_with("long") {
+            4
+        } else {
+            1
+        };
+        assert_eq!(meta.attempt, want, "{}", meta.original_message_id);
+    }
+    let _ = expected;
 }
 
 #[tokio::test]
 async fn a_copy_not_acknowledged_leaves_the_message_on_the_dlq() {
     let (sqs, _, wf) = setup(&[]);
     sqs.push(DLQ, "order", Attributes::new(), None);
-    let item = wf.receive_batch(10, false, None).await.unwrap().items[0].clone();
     sqs.fail_send_entries(|_, e: &SendEntry| {
         Some(EntryFailure {
             id: e.id.clone(),
@@ -241,8 +397,9 @@ async fn a_copy_not_acknowledged_leaves_the_message_on_the_dlq() {
             sender_fault: false,
         })
     });
-    let out = wf.redeliver(item, ItemAction::Redrive, None).await.unwrap();
-    assert_eq!(out.outcome, MessageOutcome::Failed);
+    let round = wf.redrive_batch(10, false, None).await.unwrap();
+    assert_eq!(round.failed, 1);
+    assert_eq!(round.records[0].outcome, "send-failed:left-on-dlq");
     assert_eq!(
         sqs.len(DLQ),
         1,
@@ -252,30 +409,17 @@ async fn a_copy_not_acknowledged_leaves_the_message_on_the_dlq() {
 }
 
 #[tokio::test]
-async fn a_message_that_does_not_come_back_is_not_found_and_nothing_is_deleted() {
-    let (sqs, _, wf) = setup(&[("WORKFLOW_SEARCH_RECEIVES", "2")]);
-    sqs.push(DLQ, "order", Attributes::new(), None);
-    let mut item = wf.receive_batch(10, false, None).await.unwrap().items[0].clone();
-    sqs.push(DLQ, "other", Attributes::new(), None);
-    item.message_id = "gone".into();
-    let err = wf
-        .redeliver(item, ItemAction::Redrive, None)
-        .await
-        .unwrap_err();
-    assert_eq!(err.error_type(), "MessageNotFound");
-    assert_eq!(sqs.len(DLQ), 2);
-    assert_eq!(sqs.depth_visible(DLQ), 2, "released, not deleted");
-    assert!(sqs.is_empty(SRC));
-}
-
-#[tokio::test]
 async fn dry_run_plans_and_releases() {
-    let (sqs, _, wf) = setup(&[]);
+    let (sqs, _, wf) = setup(LONG);
     sqs.push(DLQ, "a", Attributes::new(), None);
     sqs.push(DLQ, "p", permanent(), None);
-    let batch = wf.receive_batch(10, true, None).await.unwrap();
-    assert_eq!(batch.received, 2);
+    let round = wf.redrive_batch(10, true, None).await.unwrap();
+    assert_eq!((round.received, round.waiting, round.isolated), (2, 1, 1));
+    let mut outcomes: Vec<&str> = round.records.iter().map(|r| r.outcome.as_str()).collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["plan:isolate:permanent-failure", "plan:wait"]);
     assert_eq!(sqs.depth_visible(DLQ), 2, "released at once");
+    assert!(sqs.is_empty(SRC) && sqs.is_empty(POISON));
     let run = Run {
         max_messages: 10,
         dry_run: true,
@@ -288,43 +432,33 @@ async fn dry_run_plans_and_releases() {
         remaining: 10,
         ..Totals::default()
     };
-    let t = tally(&run, totals, Some(&batch), &[]);
-    assert_eq!((t.received, t.redriven, t.isolated), (2, 1, 1));
+    let t = tally(&run, totals, Some(&to_value(&round)), &[]);
+    assert_eq!((t.received, t.waiting, t.isolated), (2, 1, 1));
     assert!(!t.more, "a dry run plans one round");
 }
 
 #[test]
-fn a_message_that_never_came_back_is_counted_not_found_apart_from_left_on_dlq() {
+fn a_round_of_waits_only_is_progress_and_counts_apart() {
     let run = Run {
-        max_messages: 10,
+        max_messages: 100,
         dry_run: false,
         mode: Mode::Messages,
         drains: 1,
         fifo: false,
         trigger_alarm: None,
     };
-    let batch = Batch {
-        items: Vec::new(),
-        received: 4,
-        queue_empty: true,
-        dry_run: false,
-        circuit_opened: false,
-        bounced: 0,
-    };
-    let results = [
-        json!({"outcome": "redriven"}),
-        json!({"outcome": "isolated"}),
-        json!({"outcome": "not-found", "error": "MessageNotFound"}),
-        json!({"outcome": "left-on-dlq", "error": "Sqs.Failed"}),
-    ];
     let totals = Totals {
-        remaining: 10,
+        remaining: 100,
         ..Totals::default()
     };
-    let t = tally(&run, totals, Some(&batch), &results);
-    assert_eq!((t.redriven, t.isolated, t.failed), (1, 1, 2));
-    assert_eq!((t.not_found, t.left_on_dlq), (1, 1));
-    assert_eq!(t.received, t.redriven + t.isolated + t.failed);
+    let round = json!({"received": 40, "redriven": 0, "isolated": 0, "failed": 0, "waiting": 40, "stoppedBecause": "limit"});
+    let t = tally(&run, totals, Some(&round), &[]);
+    assert_eq!((t.received, t.waiting, t.failed), (40, 40, 0));
+    assert!(
+        t.more,
+        "the waits left the DLQ's visible set: the next round takes others"
+    );
+    assert_eq!(t.remaining, 60);
 }
 
 #[tokio::test]
@@ -415,13 +549,10 @@ async fn an_execution_ends_after_its_rounds_with_limit_and_the_next_trigger_cont
     assert_eq!(started["proceed"], true);
     let run: Run = serde_json::from_value(started["run"].clone()).unwrap();
     let mut totals: Totals = serde_json::from_value(started["totals"].clone()).unwrap();
-    let batch = Batch {
-        received: MAX_PARALLEL,
-        ..Batch::default()
-    };
-    let results = vec![json!({"outcome": "redriven"}); MAX_PARALLEL as usize];
+    let batch =
+        json!({"received": MAX_PARALLEL, "redriven": MAX_PARALLEL, "stoppedBecause": "limit"});
     for round in 1..=MAX_ROUNDS_PER_EXECUTION {
-        totals = tally(&run, totals, Some(&batch), &results);
+        totals = tally(&run, totals, Some(&batch), &[]);
         assert_eq!(totals.rounds, round);
         assert_eq!(
             totals.more,
@@ -466,7 +597,7 @@ async fn fifo_runs_as_one_drain_and_refuses_the_per_message_path() {
         .unwrap();
     assert_eq!(out["run"]["mode"], "scaleOut");
     assert_eq!(out["run"]["drains"], 1);
-    assert!(wf.receive_batch(10, false, None).await.is_err());
+    assert!(wf.redrive_batch(10, false, None).await.is_err());
 }
 
 #[tokio::test]
@@ -638,8 +769,9 @@ mod adaptive_circuit {
         max: u32,
         visible: usize,
     ) {
-        let next = wf.receive_batch(max, false, None).await.unwrap();
-        assert!(next.circuit_opened && next.items.is_empty(), "{next:?}");
+        let next = wf.redrive_batch(max, false, None).await.unwrap();
+        assert_eq!(next.stopped_because, StopReason::CircuitOpen, "{next:?}");
+        assert!(next.records.is_empty() && next.redriven == 0, "{next:?}");
         assert_eq!(sqs.depth_visible(DLQ), visible);
     }
 
@@ -666,16 +798,16 @@ mod adaptive_circuit {
     }
 
     #[tokio::test]
-    async fn bounced_copies_seen_by_receive_batch_open_it_and_the_batch_goes_back_untouched() {
+    async fn bounced_copies_seen_by_a_round_open_it_and_the_batch_goes_back_untouched() {
         let (sqs, store, wf) = with_store();
         bounced_on_dlq(&sqs, 3);
         sqs.push(DLQ, "fresh a", Attributes::new(), None);
         sqs.push(DLQ, "fresh b", Attributes::new(), None);
 
-        let batch = wf.receive_batch(10, false, None).await.unwrap();
+        let batch = wf.redrive_batch(10, false, None).await.unwrap();
 
-        assert!(batch.circuit_opened, "{batch:?}");
-        assert!(batch.items.is_empty() && batch.received == 0 && !batch.queue_empty);
+        assert_eq!(batch.stopped_because, StopReason::CircuitOpen, "{batch:?}");
+        assert!(batch.records.is_empty() && batch.redriven == 0, "{batch:?}");
         assert_eq!(state(&store), State::Open, "the record opened by itself");
         assert_eq!(
             store.get(DLQ).unwrap().record.counts().1,
@@ -690,10 +822,10 @@ mod adaptive_circuit {
             assert_eq!(attempt_of(&m.attributes, &m.message_id), want);
         }
         // The round ends the execution, stopped by the circuit.
-        let t = tally(&run(Mode::Messages), totals(), Some(&batch), &[]);
+        let t = tally(&run(Mode::Messages), totals(), Some(&to_value(&batch)), &[]);
         assert!(!t.more);
         assert_eq!(t.stopped_because, StopReason::CircuitOpen);
-        assert_eq!(t.received, 0);
+        assert_eq!(t.redriven, 0);
         // The next batch is held by the open record (nothing received is decided).
         next_batch_only_watches(&wf, &sqs, 10, 5).await;
     }
@@ -720,7 +852,7 @@ mod adaptive_circuit {
     }
 
     #[tokio::test]
-    async fn half_open_keeps_only_the_canary_without_its_backoff_and_the_tally_sends_it_out() {
+    async fn half_open_sends_only_the_canary_at_once_even_a_long_wait() {
         use redrive_shared::circuit::{CircuitRecord, CircuitSettings};
         let (sqs, _, wf) = setup(&[
             ("CIRCUIT_TABLE", "redrive-circuit"),
@@ -734,23 +866,16 @@ mod adaptive_circuit {
         record.state = State::HalfOpen;
         store.put(DLQ, record);
         fresh_on_dlq(&sqs, 15);
-        let batch = wf.receive_batch(40, false, None).await.unwrap();
-        assert!(!batch.circuit_opened);
+        let batch = wf.redrive_batch(40, false, None).await.unwrap();
         assert_eq!(
-            batch.items.len(),
-            10,
-            "CIRCUIT_CANARY_SIZE messages, no more"
+            (batch.redriven, batch.waiting),
+            (10, 0),
+            "CIRCUIT_CANARY_SIZE messages, no more, none left to wait: {batch:?}"
         );
-        assert!(
-            batch
-                .items
-                .iter()
-                .all(|i| i.wait_seconds == 0 && i.delay_seconds == 0)
-        );
+        let copies = sqs.messages(SRC);
+        assert_eq!(copies.len(), 10);
+        assert!(copies.iter().all(|m| m.delay_seconds == Some(0)));
         assert_eq!(sqs.depth_visible(DLQ), 5, "the rest went back at once");
-        let results: Vec<Value> = (0..10).map(|_| json!({"outcome": "redriven"})).collect();
-        wf.tally_round(&run(Mode::Messages), totals(), Some(&batch), &results)
-            .await;
         let canary = store
             .get(DLQ)
             .unwrap()
@@ -774,33 +899,20 @@ mod adaptive_circuit {
             .await;
         assert_eq!(store.get(DLQ).unwrap().record.counts(), (4, 0));
 
-        // Messages: the round's tally counts what its redrive tasks redrove.
+        // Messages: the round counts what it redrove.
         let (sqs, store, wf) = with_store();
         sqs.push(DLQ, "a", Attributes::new(), None);
         sqs.push(DLQ, "b", Attributes::new(), None);
         sqs.push(DLQ, "p", permanent(), None);
-        let batch = wf.receive_batch(10, false, None).await.unwrap();
-        assert_eq!(batch.received, 3);
-        assert!(store.get(DLQ).is_none(), "no bounce, no write");
-        let mut results = Vec::new();
-        for item in batch.items.clone() {
-            let action = item.action;
-            results.push(to_value(wf.redeliver(item, action, None).await.unwrap()));
-        }
-        let t = wf
-            .tally_round(&run(Mode::Messages), totals(), Some(&batch), &results)
-            .await;
-        assert_eq!((t.redriven, t.isolated), (2, 1));
-        let record = store.get(DLQ).expect("the tally wrote the record").record;
+        let batch = wf.redrive_batch(10, false, None).await.unwrap();
+        assert_eq!((batch.received, batch.redriven, batch.isolated), (3, 2, 1));
+        let record = store.get(DLQ).expect("the round wrote the record").record;
         assert_eq!(record.counts(), (2, 0), "isolated copies are not redriven");
         assert_eq!(record.state, State::Closed);
         // A dry run writes nothing.
-        let (_, store, wf) = with_store();
-        let dry = Run {
-            dry_run: true,
-            ..run(Mode::Messages)
-        };
-        wf.tally_round(&dry, totals(), Some(&batch), &results).await;
+        let (sqs, store, wf) = with_store();
+        sqs.push(DLQ, "a", Attributes::new(), None);
+        wf.redrive_batch(10, true, None).await.unwrap();
         assert!(store.get(DLQ).is_none());
     }
 
@@ -849,10 +961,10 @@ mod adaptive_circuit {
 
         let (run, totals) = started(&wf, json!({"maxMessages": 10})).await;
         assert!(totals.started_at > 0);
-        let batch = wf.receive_batch(10, false, None).await.unwrap();
-        assert!(batch.circuit_opened, "{batch:?}");
-        assert_eq!(batch.bounced, 3);
-        let totals = wf.tally_round(&run, totals, Some(&batch), &[]).await;
+        let batch = wf.redrive_batch(10, false, None).await.unwrap();
+        assert_eq!(batch.stopped_because, StopReason::CircuitOpen, "{batch:?}");
+        assert_eq!(batch.circuit.as_ref().map(|c| c.bounced), Some(3));
+        let totals = tally(&run, totals, Some(&to_value(&batch)), &[]);
         assert_eq!(totals.bounced, 3);
         assert_eq!(state(&store), State::Open);
 
@@ -951,9 +1063,9 @@ mod adaptive_circuit {
             let (sqs, cw, wf) = setup(pairs);
             bounced(&sqs, "orig-0");
             let (run, totals) = started(&wf, json!({"maxMessages": 5})).await;
-            let batch = wf.receive_batch(5, false, None).await.unwrap();
-            assert!(!batch.circuit_opened && batch.bounced == 0, "{batch:?}");
-            let totals = wf.tally_round(&run, totals, Some(&batch), &[]).await;
+            let batch = wf.redrive_batch(5, false, None).await.unwrap();
+            assert!(batch.circuit.is_none(), "{batch:?}");
+            let totals = tally(&run, totals, Some(&to_value(&batch)), &[]);
             let out = wf
                 .handle(
                     json!({"action": "summary", "run": run, "totals": totals}),
@@ -1105,8 +1217,8 @@ mod adaptive_circuit {
     async fn totals_from_before_the_start_time_parse_and_claim_no_transitions() {
         let (sqs, _, wf) = with_store();
         bounced_on_dlq(&sqs, 3);
-        let batch = wf.receive_batch(10, false, None).await.unwrap();
-        assert!(batch.circuit_opened);
+        let batch = wf.redrive_batch(10, false, None).await.unwrap();
+        assert_eq!(batch.stopped_because, StopReason::CircuitOpen);
         let old: Totals = serde_json::from_value(json!({
             "received": 0, "redriven": 0, "isolated": 0, "failed": 0, "leftOnDlq": 0,
             "remaining": 10, "queueEmpty": false, "more": false,

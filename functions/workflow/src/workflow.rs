@@ -15,14 +15,15 @@ use tokio::time::Instant;
 use crate::config::WorkflowConfig;
 use crate::error::{TaskError, invalid};
 use crate::executions::Executions;
-use crate::state::{ItemAction, Run, Task, Totals};
+use crate::state::{Run, Task, Totals};
 
 pub(crate) type Drainer<Q, A, M, C> = Arc<Engine<Q, A, M, C>>;
 
 /// The tasks, over one engine for decisions with long waits and one engine per drain count
 /// (velocity cap split K ways) for scale-out.
 pub struct Workflow<Q, A, M, X, C = NoCircuit> {
-    /// Decides with the long backoff; holds the circuit store (`CIRCUIT_TABLE`).
+    /// `messages` mode's engine: the long backoff, waits beyond `WORKFLOW_MAX_DELAY_SECONDS`
+    /// hopping on the DLQ; holds the circuit store (`CIRCUIT_TABLE`).
     pub engine: Engine<Q, A, M, C>,
     pub config: WorkflowConfig,
     pub executions: X,
@@ -51,7 +52,8 @@ where
             ..config.redriver.clone()
         };
         Self {
-            engine: Engine::new(queue, alarms, metrics, deciding),
+            engine: Engine::new(queue, alarms, metrics, deciding)
+                .with_max_delay(config.max_delay_seconds),
             config,
             executions,
             drainers: Mutex::new(HashMap::new()),
@@ -117,17 +119,10 @@ where
                     .await?
             }
             Task::CheckCircuit {} => self.check_circuit(deadline).await,
-            Task::ReceiveBatch {
+            Task::RedriveBatch {
                 max_messages,
                 dry_run,
-            } => to_value(self.receive_batch(max_messages, dry_run, deadline).await?),
-            Task::ExtendVisibility { item } => self.extend_visibility(&item, deadline).await?,
-            Task::Redrive { item } => {
-                to_value(self.redeliver(item, ItemAction::Redrive, deadline).await?)
-            }
-            Task::Isolate { item } => {
-                to_value(self.redeliver(item, ItemAction::Isolate, deadline).await?)
-            }
+            } => to_value(self.redrive_batch(max_messages, dry_run, deadline).await?),
             Task::Drain(d) => self.drain(&d, deadline).await?,
             Task::Tally {
                 run,
@@ -178,12 +173,6 @@ where
                 },
             )
             .await;
-        if totals.not_found > 0 {
-            tracing::warn!(
-                not_found = totals.not_found,
-                "messages that never came back from the DLQ (counted in failed)"
-            );
-        }
         summary
     }
 }
