@@ -158,8 +158,7 @@ where
             trigger_alarm: run.trigger_alarm.clone(),
             ..DrainRequest::new(run.max_messages)
         };
-        let summary = self
-            .engine
+        self.engine
             .finish(
                 &request,
                 StepTotals {
@@ -172,8 +171,7 @@ where
                     bounced: totals.bounced,
                 },
             )
-            .await;
-        summary
+            .await
     }
 }
 
