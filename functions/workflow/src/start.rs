@@ -92,6 +92,7 @@ where
             totals.stopped_because = StopReason::AlreadyRunning;
             totals.drain_plan = Vec::new();
         }
+        self.admit(&mut totals.drain_plan).await;
         Ok(json!({
             "proceed": blocked_by.is_none(),
             "blockedBy": blocked_by,
