@@ -697,15 +697,13 @@ async fn the_task_role_may_write_the_circuit_record() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execution_that_finds_another_running_touches_nothing_and_its_summary_re_arms() {
-    // GIVEN an execution holding the DLQ's lease (in the circuit table) and a message on the
-    // DLQ for its 12 s wait, and the trigger alarm in ALARM
+    // GIVEN an execution holding a message on the DLQ for its 12 s wait, and the trigger alarm
+    // in ALARM
     let cw = moto_sfn().cloudwatch().await;
     let trigger = alarm(&cw, "dlq-not-empty", StateValue::Alarm).await;
-    let table = create_circuit_table(&moto_sfn().dynamodb().await).await;
     let wf = Workflow::new(
         false,
         &[
-            ("CIRCUIT_TABLE", table.as_str()),
             ("REARM_ALARM", "true"),
             ("BACKOFF_BASE_SECONDS", "12"),
             ("WORKFLOW_MAX_DELAY_SECONDS", "0"),
