@@ -143,7 +143,8 @@ pub struct Transition {
 }
 
 /// A bounced copy: what the rule needs from its `x-redrive`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Bounce {
     pub original_message_id: String,
     pub last_redriven_at: i64,
@@ -192,6 +193,13 @@ pub enum Event {
     Tick { now: i64 },
     /// [`CircuitRecord::observe_bounces`].
     Bounces { now: i64, bounces: Vec<Bounce> },
+    /// [`CircuitRecord::observe_bounced`]: bounced copies counted by several runs that share
+    /// one plan, landed together.
+    Bounced {
+        now: i64,
+        samples: Vec<Sample>,
+        canary_copies: Vec<Bounce>,
+    },
     /// [`CircuitRecord::record_redriven`].
     Redriven { now: i64, n: u32 },
     /// [`CircuitRecord::end_run`].
@@ -230,6 +238,29 @@ pub struct CircuitRecord {
     /// its condition, or by the writer), it finds its token here and applies nothing twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied: Vec<String>,
+    /// The Step Functions execution that drains this DLQ now, if any (see [`Lease`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// The right to drain a DLQ, held by one workflow execution at a time: taken by its `start`,
+/// renewed before each round, released by its summary. A holder that never releases it (an
+/// execution stopped or failed) loses it at `expires_at`. Written like the rest of the record,
+/// on the version read, so two executions that take a free lease together cannot both win.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// The execution's ARN.
+    pub holder: String,
+    /// Epoch milliseconds.
+    pub expires_at: i64,
+}
+
+impl Lease {
+    /// Held by someone until `expires_at` (exclusive).
+    pub fn live(&self, now_ms: i64) -> bool {
+        now_ms < self.expires_at
+    }
 }
 
 /// The bounced copy `meta` describes, if it is one: redriven (`attempt >= 1`) with a readable
@@ -280,6 +311,32 @@ impl CircuitRecord {
             bounced: Vec::new(),
             history: Vec::new(),
             applied: Vec::new(),
+            lease: None,
+        }
+    }
+
+    /// The lease as `holder` may take or renew it: free, expired, or its own. Otherwise the
+    /// live lease of the other holder, and the record unchanged.
+    pub fn take_lease(&mut self, holder: &str, now_ms: i64, ttl_ms: i64) -> Result<(), Lease> {
+        match &self.lease {
+            Some(l) if l.holder != holder && l.live(now_ms) => Err(l.clone()),
+            _ => {
+                self.lease = Some(Lease {
+                    holder: holder.to_string(),
+                    expires_at: now_ms.saturating_add(ttl_ms),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Drops the lease if `holder` holds it (live or expired); whether it did.
+    pub fn release_lease(&mut self, holder: &str) -> bool {
+        if self.lease.as_ref().is_some_and(|l| l.holder == holder) {
+            self.lease = None;
+            true
+        } else {
+            false
         }
     }
 
@@ -431,11 +488,34 @@ impl CircuitRecord {
         now_ms: i64,
         bounces: &[Bounce],
     ) -> Vec<Transition> {
+        let samples: Vec<Sample> = bounces
+            .iter()
+            .map(|b| Sample {
+                at: b.last_redriven_at,
+                n: 1,
+            })
+            .collect();
+        self.observe_bounced(settings, now_ms, &samples, bounces)
+    }
+
+    /// [`Self::observe_bounces`] of copies counted by their `lastRedrivenAt` (`samples`), of
+    /// which `canary_copies` (counted in `samples` too) are named by their chain: those that
+    /// may be copies of the canary out. Several runs that share one plan sum their counts
+    /// into one call, so that the bounce-back rate judges them together, once.
+    pub fn observe_bounced(
+        &mut self,
+        settings: &CircuitSettings,
+        now_ms: i64,
+        samples: &[Sample],
+        canary_copies: &[Bounce],
+    ) -> Vec<Transition> {
         let bucket = Self::bucket_ms(settings);
-        for b in bounces {
-            if now_ms - b.last_redriven_at <= settings.window_ms {
-                add(&mut self.bounced, b.last_redriven_at, 1, bucket);
+        for s in samples {
+            if now_ms - s.at <= settings.window_ms {
+                add(&mut self.bounced, s.at, s.n, bucket);
             }
+        }
+        for b in canary_copies {
             if let Some(c) = &mut self.canary {
                 // `lastRedrivenAt` has one-second precision.
                 let canary_copy = b.last_redriven_at >= c.sent_at - c.sent_at.rem_euclid(1000);
@@ -516,6 +596,11 @@ impl CircuitRecord {
         match event {
             Event::Tick { now } => self.tick(settings, *now),
             Event::Bounces { now, bounces } => self.observe_bounces(settings, *now, bounces),
+            Event::Bounced {
+                now,
+                samples,
+                canary_copies,
+            } => self.observe_bounced(settings, *now, samples, canary_copies),
             Event::Redriven { now, n } => {
                 self.record_redriven(settings, *now, *n);
                 Vec::new()
