@@ -389,7 +389,7 @@ mod tests {
                 json!({"received": 2, "redriven": 1, "waiting": 1, "more": false}),
             ),
         ];
-        let second = vec![(
+        let second = [(
             900_000,
             round(json!([
                 {"messageId": "m1b", "originalMessageId": "o-101", "attempt": 2, "outcome": "waiting",
@@ -397,11 +397,11 @@ mod tests {
             ])),
         )];
         // A scale-out round: drains keep no records.
-        let scale_out = vec![(
+        let scale_out = [(
             1_500_000,
             json!([{"received": 10, "redriven": 10, "stoppedBecause": "limit"}]),
         )];
-        let third = vec![(
+        let third = [(
             3_600_000,
             round(json!([
                 {"messageId": "m1c", "originalMessageId": "o-101", "attempt": 2, "outcome": "redriven",

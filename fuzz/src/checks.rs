@@ -85,6 +85,8 @@ pub fn x_redrive(data: &[u8]) {
         poison_fifo: mode & 8 != 0,
         source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
+        // SQS's cap: the re-driver's backoff (at most 900 s) never waits on the DLQ.
+        max_delay_seconds: 900,
     };
     let view = ReceivedMessage {
         message_id: "current-message-id",
@@ -105,6 +107,11 @@ pub fn x_redrive(data: &[u8]) {
             assert!(plan.delay_seconds.is_none_or(|d| d <= MAX_DELAY_SECONDS));
         }
         Decision::Isolate(plan) => assert!(plan.meta.reason.is_some()),
+        // A stamp whose notBefore is still ahead: one more hop on the DLQ, within SQS's cap.
+        Decision::Wait(plan) => {
+            assert!((1..=MAX_DELAY_SECONDS).contains(&plan.delay_seconds));
+            assert!(plan.attributes.len() <= MAX_ATTRIBUTES.max(attributes.len()));
+        }
     }
 }
 
