@@ -154,16 +154,12 @@ validate_deploy_config() {
 # environment) that still sets one deploys as before, with a warning, and the value goes
 # nowhere (the task function would refuse it at init). Empty lines, as an older copy of
 # redrive.env has them, pass silently.
-REMOVED_SETTINGS=(
-    "WORKFLOW_SEARCH_RECEIVES:a waiting message hops on the DLQ (notBefore in its x-redrive) instead of being searched for"
-    "WORKFLOW_HOLD_SLACK_SECONDS:a waiting message hops on the DLQ (notBefore in its x-redrive) instead of being held there"
-)
 ignore_removed_settings() {
-    local entry name
-    for entry in "${REMOVED_SETTINGS[@]}"; do
-        name=${entry%%:*}
+    local name
+    for name in WORKFLOW_SEARCH_RECEIVES WORKFLOW_HOLD_SLACK_SECONDS; do
         if [ -n "${!name-}" ]; then
-            printf '\nWARNING: %s=%s is no longer read and is ignored: %s.\n' "$name" "${!name}" "${entry#*:}" >&2
+            printf '\nWARNING: %s=%s is no longer read and is ignored: a waiting message now hops on\n' "$name" "${!name}" >&2
+            printf '         the DLQ (notBefore in its x-redrive) instead of being held there and searched for.\n' >&2
             printf '         Remove it from %s or the environment.\n' "${REDRIVE_CONFIG:-infra/redrive.env}" >&2
         fi
         unset "$name"
