@@ -34,7 +34,7 @@ use crate::ports::{
     Received, RunMetrics, SendEntry,
 };
 pub use batch::{SEND_REJECTED_AFTER, SEND_REJECTIONS_FIELD};
-pub use circuit::{CircuitCheck, CircuitSummary, Gate};
+pub use circuit::{Admission, CircuitCheck, CircuitSummary, DrainCounts, Gate};
 pub use finish::StepTotals;
 pub use request::{DrainRequest, InvocationError, MessageRecord, Settings, StopReason, Summary};
 pub use steps::Delivery;

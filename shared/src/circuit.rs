@@ -143,7 +143,8 @@ pub struct Transition {
 }
 
 /// A bounced copy: what the rule needs from its `x-redrive`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Bounce {
     pub original_message_id: String,
     pub last_redriven_at: i64,
@@ -192,6 +193,13 @@ pub enum Event {
     Tick { now: i64 },
     /// [`CircuitRecord::observe_bounces`].
     Bounces { now: i64, bounces: Vec<Bounce> },
+    /// [`CircuitRecord::observe_bounced`]: bounced copies counted by several runs that share
+    /// one plan, landed together.
+    Bounced {
+        now: i64,
+        samples: Vec<Sample>,
+        canary_copies: Vec<Bounce>,
+    },
     /// [`CircuitRecord::record_redriven`].
     Redriven { now: i64, n: u32 },
     /// [`CircuitRecord::end_run`].
@@ -431,11 +439,34 @@ impl CircuitRecord {
         now_ms: i64,
         bounces: &[Bounce],
     ) -> Vec<Transition> {
+        let samples: Vec<Sample> = bounces
+            .iter()
+            .map(|b| Sample {
+                at: b.last_redriven_at,
+                n: 1,
+            })
+            .collect();
+        self.observe_bounced(settings, now_ms, &samples, bounces)
+    }
+
+    /// [`Self::observe_bounces`] of copies counted by their `lastRedrivenAt` (`samples`), of
+    /// which `canary_copies` (counted in `samples` too) are named by their chain: those that
+    /// may be copies of the canary out. Several runs that share one plan sum their counts
+    /// into one call, so that the bounce-back rate judges them together, once.
+    pub fn observe_bounced(
+        &mut self,
+        settings: &CircuitSettings,
+        now_ms: i64,
+        samples: &[Sample],
+        canary_copies: &[Bounce],
+    ) -> Vec<Transition> {
         let bucket = Self::bucket_ms(settings);
-        for b in bounces {
-            if now_ms - b.last_redriven_at <= settings.window_ms {
-                add(&mut self.bounced, b.last_redriven_at, 1, bucket);
+        for s in samples {
+            if now_ms - s.at <= settings.window_ms {
+                add(&mut self.bounced, s.at, s.n, bucket);
             }
+        }
+        for b in canary_copies {
             if let Some(c) = &mut self.canary {
                 // `lastRedrivenAt` has one-second precision.
                 let canary_copy = b.last_redriven_at >= c.sent_at - c.sent_at.rem_euclid(1000);
@@ -516,6 +547,11 @@ impl CircuitRecord {
         match event {
             Event::Tick { now } => self.tick(settings, *now),
             Event::Bounces { now, bounces } => self.observe_bounces(settings, *now, bounces),
+            Event::Bounced {
+                now,
+                samples,
+                canary_copies,
+            } => self.observe_bounced(settings, *now, samples, canary_copies),
             Event::Redriven { now, n } => {
                 self.record_redriven(settings, *now, *n);
                 Vec::new()

@@ -157,6 +157,11 @@ pub struct DrainRequest {
     /// Keep a [`MessageRecord`] of each message in the summary (bounded drains only: the
     /// workflow's rounds of at most 40).
     pub records: bool,
+    /// This drain's share of a circuit plan that several drains share (a workflow's
+    /// scale-out round): the drain follows it and writes nothing to the circuit record, its
+    /// counts landed once for all by [`Engine::land_round`]. `None`: the drain reads the
+    /// record, follows its plan and writes what it did (the Lambda's drain).
+    pub admission: Option<Admission>,
 }
 
 impl DrainRequest {
@@ -170,6 +175,7 @@ impl DrainRequest {
             trigger_alarm: None,
             no_delay: false,
             records: false,
+            admission: None,
         }
     }
 
@@ -179,6 +185,11 @@ impl DrainRequest {
             records: true,
             ..self
         }
+    }
+
+    /// This drain with `admission`, its share of a plan shared by several drains.
+    pub fn with_admission(self, admission: Option<Admission>) -> Self {
+        Self { admission, ..self }
     }
 
     /// The canary of this drain: at most `n` of its messages, their copies sent without their

@@ -91,6 +91,7 @@ where
             totals.stopped_because = StopReason::AlreadyRunning;
             totals.drain_plan = Vec::new();
         }
+        self.admit(&mut totals.drain_plan).await;
         Ok(json!({
             "proceed": older.is_none(),
             "blockedBy": older.map(|o| o.arn.clone()),

@@ -1,6 +1,6 @@
 //! What the execution carries between tasks: settings, totals and records, never bodies.
 
-use redrive_engine::engine::StopReason;
+use redrive_engine::engine::{Admission, StopReason};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -34,6 +34,14 @@ pub struct DrainItem {
     pub drains: u32,
     pub max_messages: u32,
     pub dry_run: bool,
+    /// This drain's share of the round's circuit plan, e.g. `{"plan":"canary","size":3}`
+    /// (see `Admission`): the round's plan is read once, by the task that plans the round
+    /// (`start`, `tally`), and its canary or ramp budget split among the drains, whose counts
+    /// the round's `tally` lands once. `null` (always written, so that the state machine can
+    /// pass it on): the circuit is off, or an item planned before there were shares, whose
+    /// drain reads and writes the record itself, as the Lambda's drain does.
+    #[serde(default)]
+    pub circuit: Option<Admission>,
 }
 
 /// Running totals of an execution.

@@ -6,7 +6,8 @@ use serde_json::Value;
 use crate::MAX_ROUNDS_PER_EXECUTION;
 use crate::state::{DrainItem, Mode, Run, Totals};
 
-/// The drains of the next scale-out round: the remaining budget split K ways.
+/// The drains of the next scale-out round: the remaining budget split K ways. Their shares of
+/// the circuit's plan are given by the task that plans the round (`Workflow::admit`).
 pub(crate) fn drain_plan(run: &Run, remaining: u32) -> Vec<DrainItem> {
     if run.mode != Mode::ScaleOut || remaining == 0 {
         return Vec::new();
@@ -22,6 +23,7 @@ pub(crate) fn drain_plan(run: &Run, remaining: u32) -> Vec<DrainItem> {
                 drains: run.drains,
                 max_messages: n,
                 dry_run: run.dry_run,
+                circuit: None,
             })
         })
         .collect()

@@ -42,7 +42,13 @@ fn config(pairs: &[(&str, &str)]) -> Result<WorkflowConfig, ConfigError> {
 }
 
 fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestWorkflow) {
-    let sqs = FakeSqs::new();
+    setup_on(FakeSqs::new(), pairs)
+}
+
+fn setup_on(
+    sqs: Arc<FakeSqs>,
+    pairs: &[(&str, &str)],
+) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestWorkflow) {
     let cfg = config(pairs).expect("valid test config");
     for q in [
         cfg.redriver.dlq_url.as_str(),
@@ -478,8 +484,8 @@ async fn start_rejects_unknown_keys_and_lets_only_the_oldest_execution_proceed()
     assert_eq!(
         older["totals"]["drainPlan"],
         json!([
-            {"index":0,"drains":2,"maxMessages":3,"dryRun":false},
-            {"index":1,"drains":2,"maxMessages":2,"dryRun":false}
+            {"index":0,"drains":2,"maxMessages":3,"dryRun":false,"circuit":null},
+            {"index":1,"drains":2,"maxMessages":2,"dryRun":false,"circuit":null}
         ])
     );
 }
@@ -703,6 +709,18 @@ mod adaptive_circuit {
         (sqs, store.clone(), wf.with_circuit(store))
     }
 
+    /// [`with_store`] over an SQS whose every call takes a little while, so that drains run
+    /// side by side interleave as Lambdas do (each reads the record before any writes it).
+    fn concurrent(
+        pairs: &[(&str, &str)],
+    ) -> (Arc<FakeSqs>, Arc<MemoryCircuitStore>, CircuitWorkflow) {
+        let mut pairs = pairs.to_vec();
+        pairs.push(("CIRCUIT_TABLE", "redrive-circuit"));
+        let (sqs, _, wf) = setup_on(FakeSqs::with_latency(Duration::from_millis(2)), &pairs);
+        let store = MemoryCircuitStore::new();
+        (sqs, store.clone(), wf.with_circuit(store))
+    }
+
     /// A redriven copy back on the DLQ just now (attempt 1, `lastRedrivenAt` now).
     fn bounced(sqs: &FakeSqs, original: &str) -> String {
         let mut a = Attributes::new();
@@ -730,10 +748,17 @@ mod adaptive_circuit {
         }
     }
 
-    /// The first drain of a scale-out execution of `max_messages`.
-    async fn scale_out_drain(wf: &CircuitWorkflow, max_messages: u32) -> Value {
-        let plan = drain_plan(&run(Mode::ScaleOut), max_messages);
-        wf.drain(&plan[0], None).await.unwrap()
+    /// The first drain of a scale-out execution of `max_messages`, with its share of the
+    /// circuit's plan.
+    async fn scale_out_drain(wf: &CircuitWorkflow, max_messages: u32) -> (Totals, Value) {
+        let mut plan = drain_plan(&run(Mode::ScaleOut), max_messages);
+        wf.admit(&mut plan).await;
+        let out = wf.drain(&plan[0], None).await.unwrap();
+        let totals = Totals {
+            drain_plan: plan,
+            ..totals()
+        };
+        (totals, out)
     }
 
     /// The next batch of up to `max` is held by the circuit: nothing is decided, and the DLQ
@@ -810,17 +835,20 @@ mod adaptive_circuit {
         let (sqs, store, wf) = with_store();
         bounced_on_dlq(&sqs, 3);
         fresh_on_dlq(&sqs, 4);
-        let out = scale_out_drain(&wf, 7).await;
+        let (round, out) = scale_out_drain(&wf, 7).await;
 
         assert_eq!(out["stoppedBecause"], "circuit-open", "{out}");
         assert_eq!(out["redriven"], 0, "{out}");
         assert_eq!(out["circuit"]["state"], "open", "{out}");
-        assert_eq!(state(&store), State::Open);
+        assert!(store.get(DLQ).is_none(), "the drain writes nothing");
         assert_eq!((sqs.len(DLQ), sqs.depth_visible(DLQ)), (7, 7));
         assert!(sqs.is_empty(SRC));
-        let t = tally(&run(Mode::ScaleOut), totals(), None, &[out]);
+        let t = wf
+            .tally_round(&run(Mode::ScaleOut), round, None, &[out])
+            .await;
         assert!(!t.more && t.drain_plan.is_empty());
         assert_eq!(t.stopped_because, StopReason::CircuitOpen);
+        assert_eq!(state(&store), State::Open, "the round's tally landed it");
     }
 
     #[tokio::test]
@@ -861,11 +889,14 @@ mod adaptive_circuit {
 
     #[tokio::test]
     async fn redriven_copies_reach_the_record_in_both_modes() {
-        // Scale-out: the drain counts its own.
+        // Scale-out: the round's tally lands what its drains redrove.
         let (sqs, store, wf) = with_store();
         fresh_on_dlq(&sqs, 4);
-        let out = scale_out_drain(&wf, 4).await;
+        let (round, out) = scale_out_drain(&wf, 4).await;
         assert_eq!(out["redriven"], 4, "{out}");
+        assert!(store.get(DLQ).is_none(), "the drain writes nothing");
+        wf.tally_round(&run(Mode::ScaleOut), round, None, &[out])
+            .await;
         assert_eq!(store.get(DLQ).unwrap().record.counts(), (4, 0));
 
         // Messages: the round counts what it redrove.
@@ -980,7 +1011,7 @@ mod adaptive_circuit {
         .await;
         let out = wf.drain(&totals.drain_plan[0], None).await.unwrap();
         assert_eq!(out["circuit"]["bounced"], 3, "{out}");
-        let totals = tally(&run, totals, None, &[out]);
+        let totals = wf.tally_round(&run, totals, None, &[out]).await;
         assert_eq!(totals.bounced, 3);
 
         let s = wf.summary(&run, &totals, None).await;
@@ -1046,6 +1077,142 @@ mod adaptive_circuit {
             assert_eq!(published_circuit(&cw), vec![None]);
         }
     }
+    /// One scale-out round of `drains` drains over `max_messages`, as the state machine runs
+    /// it: `start` plans it, the K `drain` tasks run at once, then the round's `tally`.
+    async fn scale_out_round(wf: &CircuitWorkflow, max_messages: u32, drains: u32) -> Totals {
+        let (run, totals) = started(
+            wf,
+            json!({"maxMessages": max_messages, "mode": "scaleOut", "drains": drains}),
+        )
+        .await;
+        assert_eq!(totals.drain_plan.len(), drains as usize);
+        // Through the handler, as each Map item is given to the task.
+        let results = futures_util::future::join_all(totals.drain_plan.iter().map(|d| {
+            let mut task = serde_json::to_value(d).unwrap();
+            task["action"] = json!("drain");
+            wf.handle(task, None)
+        }))
+        .await;
+        let results: Vec<Value> = results.into_iter().map(Result::unwrap).collect();
+        let tally = json!({"action": "tally", "run": run, "totals": totals, "results": results});
+        serde_json::from_value(wf.handle(tally, None).await.unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_drains_of_a_half_open_round_send_one_canary_between_them() {
+        let (sqs, store, wf) = concurrent(&[]);
+        // Opened long ago: its cool-down is over, so the round's plan is the canary.
+        let settings = CircuitSettings::default();
+        let mut record = CircuitRecord::new(&settings, 0);
+        record.state = State::Open;
+        store.put(DLQ, record);
+        fresh_on_dlq(&sqs, 40);
+        let saves = store.saves();
+
+        let totals = scale_out_round(&wf, 40, 4).await;
+
+        let canary = settings.canary_size as usize;
+        assert_eq!(
+            sqs.len(SRC),
+            canary,
+            "the canary in all across the 4 drains, not 4 canaries"
+        );
+        assert_eq!(sqs.len(DLQ), 40 - canary);
+        assert_eq!(totals.redriven, canary as u64);
+        let stored = store.get(DLQ).unwrap();
+        assert_eq!(store.saves() - saves, 1, "one write for the round");
+        let out = stored.record.canary.expect("the canary is out");
+        assert_eq!(out.sent as usize, canary, "one canary of all its copies");
+        assert_eq!(stored.record.state, State::HalfOpen);
+        assert_eq!(
+            stored.record.history.len(),
+            1,
+            "one transition (open to half-open): {:?}",
+            stored.record.history
+        );
+    }
+
+    #[tokio::test]
+    async fn a_small_canary_goes_to_some_drains_and_the_others_receive_nothing() {
+        let (sqs, store, wf) = concurrent(&[("CIRCUIT_CANARY_SIZE", "2")]);
+        let mut record = CircuitRecord::new(&CircuitSettings::default(), now_ms());
+        record.state = State::HalfOpen;
+        store.put(DLQ, record);
+        fresh_on_dlq(&sqs, 40);
+
+        let totals = scale_out_round(&wf, 40, 4).await;
+
+        assert_eq!(sqs.len(SRC), 2, "a canary of 2 is 2 messages in all");
+        assert_eq!(
+            totals.received, 2,
+            "the drains with no share received nothing"
+        );
+        assert_eq!(sqs.depth_visible(DLQ), 38, "nothing else held");
+        let canary = store.get(DLQ).unwrap().record.canary.expect("out");
+        assert_eq!(canary.sent, 2);
+    }
+
+    #[tokio::test]
+    async fn the_drains_of_a_ramping_round_redrive_the_budget_between_them() {
+        let (sqs, store, wf) = concurrent(&[]);
+        let mut record = CircuitRecord::new(&CircuitSettings::default(), now_ms());
+        record.ramp = Some(6);
+        store.put(DLQ, record);
+        fresh_on_dlq(&sqs, 40);
+        let saves = store.saves();
+
+        let totals = scale_out_round(&wf, 40, 4).await;
+
+        assert_eq!(sqs.len(SRC), 6, "the budget in all across the 4 drains");
+        assert_eq!(totals.redriven, 6);
+        let stored = store.get(DLQ).unwrap();
+        assert_eq!(store.saves() - saves, 1, "one write for the round");
+        assert_eq!(
+            stored.record.counts(),
+            (6, 0),
+            "the round's redriven copies, counted once"
+        );
+        assert_eq!(stored.record.ramp, Some(12), "one step of the ramp");
+        assert!(stored.record.history.is_empty());
+        // The next round's drains share the doubled budget.
+        let next: u32 = totals
+            .drain_plan
+            .iter()
+            .map(|d| match d.circuit {
+                Some(redrive_engine::engine::Admission::Drain { budget: Some(b) }) => b,
+                other => panic!("{other:?}"),
+            })
+            .sum();
+        assert_eq!(next, 12);
+    }
+
+    #[tokio::test]
+    async fn bounced_copies_seen_by_several_drains_open_the_circuit_once() {
+        let (sqs, store, wf) = concurrent(&[]);
+        bounced_on_dlq(&sqs, 4);
+        fresh_on_dlq(&sqs, 4);
+        let saves = store.saves();
+
+        let totals = scale_out_round(&wf, 8, 2).await;
+
+        assert_eq!(totals.bounced, 4);
+        let stored = store.get(DLQ).unwrap();
+        assert_eq!(store.saves() - saves, 1, "one write for the round");
+        assert_eq!(stored.record.state, State::Open, "judged on all 4 at once");
+        assert_eq!(
+            stored.record.history.len(),
+            1,
+            "{:?}",
+            stored.record.history
+        );
+        // The next round's check stops the execution.
+        let check = wf
+            .handle(json!({"action": "checkCircuit"}), None)
+            .await
+            .unwrap();
+        assert_eq!(check["open"], true);
+    }
+
     #[tokio::test]
     async fn totals_from_before_the_start_time_parse_and_claim_no_transitions() {
         let (sqs, _, wf) = with_store();

@@ -16,7 +16,6 @@ use crate::config::WorkflowConfig;
 use crate::error::{TaskError, invalid};
 use crate::executions::Executions;
 use crate::state::{Run, Task, Totals};
-use crate::tally::tally;
 
 pub(crate) type Drainer<Q, A, M, C> = Arc<Engine<Q, A, M, C>>;
 
@@ -130,7 +129,10 @@ where
                 totals,
                 batch,
                 results,
-            } => to_value(tally(&run, totals, batch.as_ref(), &results)),
+            } => to_value(
+                self.tally_round(&run, totals, batch.as_ref(), &results)
+                    .await,
+            ),
             Task::Summary { run, totals } => to_value(self.summary(&run, &totals, deadline).await),
         };
         Ok(out)

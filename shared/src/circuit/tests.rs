@@ -360,3 +360,34 @@ fn override_parses_its_names() {
     assert_eq!(Override::parse("auto"), Ok(Override::Auto));
     assert!(Override::parse("half").is_err());
 }
+
+#[test]
+fn bounces_landed_as_counts_judge_as_the_same_bounces_seen_one_by_one() {
+    let s = settings();
+    // A canary of 4 out since T0 + 6 min; 2 of its copies back, and 3 older copies.
+    let mut seen = half_open();
+    let sent = T0 + 6 * MIN;
+    seen.record_redriven(&s, sent, 4);
+    let mut landed = seen.clone();
+    let copies = vec![bounce("c0", sent + 1000), bounce("c1", sent + 1000)];
+    let mut all = bounces(3, T0 + 5 * MIN);
+    all.extend(copies.clone());
+    let now = sent + 2 * MIN;
+
+    let one_by_one = seen.observe_bounces(&s, now, &all);
+    let samples = [
+        Sample {
+            at: T0 + 5 * MIN,
+            n: 3,
+        },
+        Sample {
+            at: sent + 1000,
+            n: 2,
+        },
+    ];
+    let at_once = landed.observe_bounced(&s, now, &samples, &copies);
+
+    assert_eq!(one_by_one, at_once);
+    assert_eq!(seen, landed);
+    assert_eq!(landed.state, State::Open, "2 of 4 canary copies back");
+}
