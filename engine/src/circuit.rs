@@ -13,6 +13,10 @@
 //! | `record`    | S    | the whole [`CircuitRecord`] as JSON (the truth)             |
 //! | `updatedAt` | S    | RFC 3339 time of the write                                  |
 //!
+//! The record also holds the DLQ's lease ([`redrive_shared::circuit::Lease`]): the one
+//! workflow execution that may drain it, taken and renewed by [`acquire_lease`], dropped by
+//! [`release_lease`], both writes on the version read like every other.
+//!
 //! Callers (the engine, the CLI, the workflow's CheckCircuitBreaker task) go through
 //! [`update`]: load, apply [`Event`]s, save on the version read, and on a conflict load again and
 //! apply the same events to what another writer left. Reading only: [`load_or_new`].
@@ -40,7 +44,7 @@ use std::sync::Mutex;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
-use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Event, Override, Transition};
+use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Event, Lease, Override, Transition};
 
 use crate::aws::port_error;
 use crate::ports::PortError;
@@ -285,6 +289,91 @@ pub async fn set_override<S: CircuitStore>(
         Event::Override { now: now_ms, mode },
     ];
     update(store, queue_url, settings, now_ms, &events).await
+}
+
+/// Takes or renews the DLQ's [`Lease`] for `holder` until `now_ms + ttl_ms`: it succeeds when
+/// there is no lease, when it expired, or when `holder` holds it (a retried `start`, a renewal).
+/// `Ok(Err(lease))`: another holder's live lease, nothing written. The write is conditional on
+/// the version read, so of two holders that take a free lease together exactly one wins; the
+/// other loads again and finds the winner's lease. A write that committed and lost its answer
+/// is found on the next load as this holder's own lease, and renewed.
+pub async fn acquire_lease<S: CircuitStore>(
+    store: &S,
+    queue_url: &str,
+    settings: &CircuitSettings,
+    holder: &str,
+    now_ms: i64,
+    ttl_ms: i64,
+) -> Result<Result<Lease, Lease>, CircuitError> {
+    for _ in 0..UPDATE_TRIES {
+        let (version, mut record) = load_or_new(store, queue_url, settings, now_ms).await?;
+        if let Err(other) = record.take_lease(holder, now_ms, ttl_ms) {
+            return Ok(Err(other));
+        }
+        match store.save(queue_url, &record, version).await {
+            Ok(SaveOutcome::Saved { .. }) => {
+                return Ok(Ok(record.lease.unwrap_or_else(|| Lease {
+                    holder: holder.to_string(),
+                    expires_at: now_ms.saturating_add(ttl_ms),
+                })));
+            }
+            Ok(SaveOutcome::Conflict) => tracing::info!(
+                queue = queue_url,
+                holder,
+                "circuit record changed while taking the lease; loading again"
+            ),
+            Err(e) if e.retryable => tracing::warn!(
+                queue = queue_url,
+                error = %e,
+                "saving the lease failed; it may have landed: loading again"
+            ),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(CircuitError::Contended {
+        queue: queue_url.to_string(),
+        tries: UPDATE_TRIES,
+    })
+}
+
+/// Drops the DLQ's lease if `holder` holds it (conditional on the version read, like every
+/// write of the record). Whether this call dropped it: false when there was none or another
+/// holder has it (the caller's expired and was taken), which is left alone.
+pub async fn release_lease<S: CircuitStore>(
+    store: &S,
+    queue_url: &str,
+    holder: &str,
+) -> Result<bool, CircuitError> {
+    for _ in 0..UPDATE_TRIES {
+        let Some(Stored {
+            version,
+            mut record,
+        }) = store.load(queue_url).await?
+        else {
+            return Ok(false);
+        };
+        if !record.release_lease(holder) {
+            return Ok(false);
+        }
+        match store.save(queue_url, &record, Some(version)).await {
+            Ok(SaveOutcome::Saved { .. }) => return Ok(true),
+            Ok(SaveOutcome::Conflict) => tracing::info!(
+                queue = queue_url,
+                holder,
+                "circuit record changed while releasing the lease; loading again"
+            ),
+            Err(e) if e.retryable => tracing::warn!(
+                queue = queue_url,
+                error = %e,
+                "saving the released lease failed; it may have landed: loading again"
+            ),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(CircuitError::Contended {
+        queue: queue_url.to_string(),
+        tries: UPDATE_TRIES,
+    })
 }
 
 /// The circuit table in DynamoDB (AWS, or moto via `AWS_ENDPOINT_URL`).
@@ -577,6 +666,41 @@ mod tests {
             .unwrap();
         assert_eq!((r.state, t.len()), (State::Open, 1));
         assert_eq!(store.get(Q).unwrap().record.history.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_live_lease_of_another_holder_is_not_overwritten_and_only_its_holder_drops_it() {
+        let store = MemoryCircuitStore::new();
+        let s = CircuitSettings::default();
+        let mut theirs = CircuitRecord::new(&s, 0);
+        theirs.take_lease("e1", 1000, 60_000).unwrap();
+        store.put(Q, theirs);
+        let got = acquire_lease(&*store, Q, &s, "e2", 1000, 60_000)
+            .await
+            .unwrap();
+        assert_eq!(got.unwrap_err().holder, "e1");
+        assert_eq!(store.get(Q).unwrap().version, 1, "nothing written");
+        // Another writer (a drain's counts) between load and save: loaded again, renewed.
+        store.interfere_once(Event::Redriven { now: 1500, n: 2 });
+        let got = acquire_lease(&*store, Q, &s, "e1", 2000, 60_000)
+            .await
+            .unwrap();
+        assert_eq!(got.unwrap().expires_at, 62_000);
+        let stored = store.get(Q).unwrap();
+        assert_eq!((stored.version, stored.record.counts().0), (3, 2));
+        // Its answer lost, a renewal is found as its own on the next load, and renewed again.
+        store.lose_next_answer(Ok(SaveOutcome::Conflict));
+        let got = acquire_lease(&*store, Q, &s, "e1", 3000, 60_000)
+            .await
+            .unwrap();
+        assert_eq!(got.unwrap().expires_at, 63_000);
+        assert!(!release_lease(&*store, Q, "e2").await.unwrap());
+        assert!(release_lease(&*store, Q, "e1").await.unwrap());
+        assert_eq!(store.get(Q).unwrap().record.lease, None);
+        assert!(
+            !release_lease(&*store, Q, "e1").await.unwrap(),
+            "released once"
+        );
     }
 
     #[tokio::test]

@@ -22,7 +22,8 @@ use aws_sdk_dynamodb::types::{
 use common::{DLQ, POISON, SRC, queues, settings};
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::circuit::{
-    CircuitStore, DynamoDbCircuitStore, MemoryCircuitStore, SaveOutcome, set_override,
+    CircuitStore, DynamoDbCircuitStore, MemoryCircuitStore, SaveOutcome, Stored, acquire_lease,
+    set_override,
 };
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
 use redrive_engine::ports::PortError;
@@ -614,6 +615,79 @@ async fn moto_the_record_is_written_only_on_the_version_read() {
             .map(String::as_str),
         Some("3")
     );
+}
+
+/// The DynamoDB store, whose first load meets the other taker's before either saves: both
+/// read the same version and write on it, so only DynamoDB's condition can pick one.
+struct LoadTogether {
+    inner: DynamoDbCircuitStore,
+    barrier: Arc<tokio::sync::Barrier>,
+    waited: AtomicBool,
+}
+
+impl CircuitStore for LoadTogether {
+    async fn load(&self, queue_url: &str) -> Result<Option<Stored>, PortError> {
+        let stored = self.inner.load(queue_url).await;
+        if !self.waited.swap(true, Ordering::SeqCst) {
+            self.barrier.wait().await;
+        }
+        stored
+    }
+
+    async fn save(
+        &self,
+        queue_url: &str,
+        record: &CircuitRecord,
+        expected: Option<u64>,
+    ) -> Result<SaveOutcome, PortError> {
+        self.inner.save(queue_url, record, expected).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moto_of_two_executions_taking_a_free_lease_together_exactly_one_wins() {
+    let ddb = moto().dynamodb().await;
+    let inner = DynamoDbCircuitStore {
+        client: ddb.clone(),
+        table: circuit_table(&ddb).await,
+    };
+    let settings = CircuitSettings::default();
+    let q = "https://sqs.us-east-1.amazonaws.com/000000000000/leased-dlq";
+    let ttl = 1920 * SEC;
+    // No item yet (the first PutItem's attribute_not_exists), then an expired lease on an
+    // existing item (the version condition).
+    for (round, now) in [(1, T0), (2, T0 + ttl)] {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let taker = |holder: &'static str| {
+            let store = LoadTogether {
+                inner: inner.clone(),
+                barrier: barrier.clone(),
+                waited: AtomicBool::new(false),
+            };
+            let holder = format!("{holder}-{round}");
+            async move {
+                let got = acquire_lease(&store, q, &settings, &holder, now, ttl)
+                    .await
+                    .unwrap();
+                (holder, got)
+            }
+        };
+        let (a, b) = tokio::join!(taker("exec-a"), taker("exec-b"));
+        let (winner, loser) = match (&a.1, &b.1) {
+            (Ok(_), Err(_)) => (a, b),
+            (Err(_), Ok(_)) => (b, a),
+            _ => panic!("round {round}: exactly one may win: {a:?} {b:?}"),
+        };
+        assert_eq!(
+            loser.1.as_ref().unwrap_err().holder,
+            winner.0,
+            "the loser names the winner"
+        );
+        let stored = inner.load(q).await.unwrap().unwrap();
+        let lease = stored.record.lease.expect("the winner's lease");
+        assert_eq!((lease.holder, lease.expires_at), (winner.0, now + ttl));
+        assert_eq!(stored.version, round, "one write per round");
+    }
 }
 
 /// `n` redriven copies back on the DLQ on moto (`b-0`, ... of chains `orig-0`, ...), at

@@ -124,6 +124,15 @@ class Definition(unittest.TestCase):
         definition = json.loads(ASL.read_text(encoding="utf-8"))
         self.assertIn(definition["StartAt"], definition["States"])
 
+    def test_the_tasks_that_hold_the_dlqs_lease_get_the_execution_arn(self):
+        # The lease (functions/workflow/src/lease.rs): taken by the start action, renewed by
+        # checkCircuit, released by summary, each naming the execution.
+        states = json.loads(ASL.read_text(encoding="utf-8"))["States"]
+        actions = {s["Parameters"]["action"]: s["Parameters"] for s in states.values()
+                   if s.get("Type") == "Task" and "action" in s.get("Parameters", {})}
+        for action in ("start", "checkCircuit", "summary"):
+            self.assertEqual(actions[action].get("executionArn.$"), "$$.Execution.Id", action)
+
     def test_the_rendered_template_holds_the_asl_file_exactly(self):
         self.assertEqual(self.machine["DefinitionString"], ASL.read_text(encoding="utf-8"))
         raw = support.WIRING_TEMPLATE.read_text(encoding="utf-8")
@@ -199,7 +208,7 @@ class Roles(unittest.TestCase):
         self.assertEqual(sorted(granted), sorted([
             "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
             "sqs:SendMessage", "cloudwatch:PutMetricData", "cloudwatch:DescribeAlarms", "cloudwatch:SetAlarmState",
-            "dynamodb:GetItem", "dynamodb:PutItem", "states:ListExecutions", "logs:CreateLogStream",
+            "dynamodb:GetItem", "dynamodb:PutItem", "logs:CreateLogStream",
             "logs:PutLogEvents",
         ]))
         # That the code's calls are granted: the task function runs under this role in the
@@ -215,8 +224,8 @@ class Roles(unittest.TestCase):
         self.assertEqual(role["WriteOwnLogs"]["Resource"], {"Fn::GetAtt": ["WorkflowLogGroup", "Arn"]})
         self.assertEqual(role["PublishOwnMetrics"]["Condition"],
                          {"StringEquals": {"cloudwatch:namespace": {"Ref": "MetricNamespace"}}})
-        machine_name = support.load_template(support.RESOURCES_TEMPLATE)["Outputs"]["StateMachineName"]["Value"]["Fn::Sub"]
-        self.assertTrue(role["ListOwnExecutions"]["Resource"]["Fn::Sub"].endswith(f":stateMachine:{machine_name}"))
+        # One execution per DLQ is a lease in the circuit table, not a list of executions.
+        self.assertNotIn("ListOwnExecutions", role)
         alarm = self.resources["DlqNotEmptyAlarm"]["Properties"]["AlarmName"]["Fn::Sub"]
         self.assertTrue(role["RearmTriggerAlarm"]["Resource"]["Fn::Sub"].endswith(f":alarm:{alarm}"))
         outputs = support.load_template(support.RESOURCES_TEMPLATE)["Outputs"]
@@ -385,9 +394,9 @@ class DeployStepFunctions(unittest.TestCase):
         self.assertEqual(support.as_list(machine_role["InvokeTaskFunction"]["Resource"]),
                          [arn("lambda", f"function:{stack}-workflow-tasks:live")])
 
-        # The task role as IAM holds it: ListExecutions on this state machine only.
+        # The task role as IAM holds it: the circuit table (the lease too), no Step Functions API.
         task_role = {s["Sid"]: s for s in self.role_policy(out["WorkflowRoleArn"].rsplit("/", 1)[1])}
-        self.assertEqual(support.as_list(task_role["ListOwnExecutions"]["Resource"]), [machine_arn])
+        self.assertFalse([a for s in task_role.values() for a in support.as_list(s["Action"]) if a.startswith("states:")])
         self.assertEqual(support.as_list(task_role["CircuitRecord"]["Action"]), ["dynamodb:GetItem", "dynamodb:PutItem"])
 
         # The rule on the DLQ alarm's state change, starting the state machine with the alarm's name.

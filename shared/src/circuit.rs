@@ -238,6 +238,29 @@ pub struct CircuitRecord {
     /// its condition, or by the writer), it finds its token here and applies nothing twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied: Vec<String>,
+    /// The Step Functions execution that drains this DLQ now, if any (see [`Lease`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// The right to drain a DLQ, held by one workflow execution at a time: taken by its `start`,
+/// renewed before each round, released by its summary. A holder that never releases it (an
+/// execution stopped or failed) loses it at `expires_at`. Written like the rest of the record,
+/// on the version read, so two executions that take a free lease together cannot both win.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// The execution's ARN.
+    pub holder: String,
+    /// Epoch milliseconds.
+    pub expires_at: i64,
+}
+
+impl Lease {
+    /// Held by someone until `expires_at` (exclusive).
+    pub fn live(&self, now_ms: i64) -> bool {
+        now_ms < self.expires_at
+    }
 }
 
 /// The bounced copy `meta` describes, if it is one: redriven (`attempt >= 1`) with a readable
@@ -288,6 +311,32 @@ impl CircuitRecord {
             bounced: Vec::new(),
             history: Vec::new(),
             applied: Vec::new(),
+            lease: None,
+        }
+    }
+
+    /// The lease as `holder` may take or renew it: free, expired, or its own. Otherwise the
+    /// live lease of the other holder, and the record unchanged.
+    pub fn take_lease(&mut self, holder: &str, now_ms: i64, ttl_ms: i64) -> Result<(), Lease> {
+        match &self.lease {
+            Some(l) if l.holder != holder && l.live(now_ms) => Err(l.clone()),
+            _ => {
+                self.lease = Some(Lease {
+                    holder: holder.to_string(),
+                    expires_at: now_ms.saturating_add(ttl_ms),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Drops the lease if `holder` holds it (live or expired); whether it did.
+    pub fn release_lease(&mut self, holder: &str) -> bool {
+        if self.lease.as_ref().is_some_and(|l| l.holder == holder) {
+            self.lease = None;
+            true
+        } else {
+            false
         }
     }
 

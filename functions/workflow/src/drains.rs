@@ -20,17 +20,15 @@ use tokio::time::Instant;
 
 use crate::MAX_PARALLEL;
 use crate::error::{TaskError, invalid};
-use crate::executions::Executions;
 use crate::state::{DrainItem, Mode, Run, Totals};
 use crate::tally::tally;
 use crate::workflow::{Drainer, Workflow, to_value};
 
-impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
+impl<Q, A, M, C> Workflow<Q, A, M, C>
 where
     Q: Queue + Clone,
     A: Alarms + Clone,
     M: Metrics + Clone,
-    X: Executions,
     C: CircuitStore + Clone + Send,
 {
     pub(crate) fn drainer(&self, drains: u32) -> Drainer<Q, A, M, C> {
@@ -108,7 +106,7 @@ where
     }
 }
 
-impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
+impl<Q, A, M, C> Workflow<Q, A, M, C>
 where
     Q: Queue,
     A: Alarms,

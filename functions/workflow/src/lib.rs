@@ -6,7 +6,7 @@
 mod config;
 mod drains;
 mod error;
-mod executions;
+mod lease;
 mod messages;
 mod start;
 mod state;
@@ -15,7 +15,7 @@ mod workflow;
 
 pub use config::WorkflowConfig;
 pub use error::TaskError;
-pub use executions::{Executions, FixedExecutions, RunningExecution, SfnExecutions};
+pub use lease::LEASE_TTL_SECONDS;
 pub use state::{DrainItem, Mode, Run, Totals};
 pub use tally::tally;
 pub use workflow::Workflow;

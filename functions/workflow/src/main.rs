@@ -4,7 +4,7 @@
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use redrive_engine::aws::Clients;
 use redrive_shared::config::Env;
-use redrive_workflow::{SfnExecutions, Workflow, WorkflowConfig};
+use redrive_workflow::{Workflow, WorkflowConfig};
 use serde_json::Value;
 
 #[tokio::main]
@@ -14,16 +14,13 @@ async fn main() -> Result<(), Error> {
     let (config, sdk) =
         redrive_engine::lambda_init(|| WorkflowConfig::from_env(&Env::process())).await?;
     let clients = Clients::from_sdk(&sdk);
-    // The operator's flag (`redrive circuit open`): read when CIRCUIT_TABLE is set.
+    // The operator's flag (`redrive circuit open`) and the one execution's lease on the DLQ:
+    // read and written when CIRCUIT_TABLE is set.
     let circuit = clients.circuit_store(&config.redriver);
-    let executions = SfnExecutions {
-        client: aws_sdk_sfn::Client::new(&sdk),
-    };
     let Clients {
         sqs, cloudwatch, ..
     } = clients;
-    let workflow = Workflow::new(sqs, cloudwatch.clone(), cloudwatch, executions, config)
-        .with_circuit(circuit);
+    let workflow = Workflow::new(sqs, cloudwatch.clone(), cloudwatch, config).with_circuit(circuit);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), workflow.warm_up()).await;
     let workflow = &workflow;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

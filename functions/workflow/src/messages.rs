@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::error::{TaskError, invalid};
 use crate::workflow::Workflow;
 
-impl<Q: Queue, A: Alarms, M: Metrics, X, C: CircuitStore> Workflow<Q, A, M, X, C> {
+impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Workflow<Q, A, M, C> {
     /// One round of `messages` mode: the engine's drain of up to `maxMessages` (at most
     /// `WORKFLOW_BATCH_SIZE`) under the adaptive circuit, with the long backoff, each
     /// message's record in the answer. A dry run plans and releases.

@@ -8,26 +8,24 @@ use serde_json::{Value, json};
 
 use crate::MAX_PARALLEL;
 use crate::error::{TaskError, invalid};
-use crate::executions::Executions;
+use crate::lease::LeaseState;
 use crate::state::{ExecutionInput, Mode, Run, Totals};
 use crate::tally::drain_plan;
 use crate::workflow::Workflow;
 
-impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
+impl<Q, A, M, C> Workflow<Q, A, M, C>
 where
     Q: Queue + Clone,
     A: Alarms + Clone,
     M: Metrics + Clone,
-    X: Executions,
     C: CircuitStore + Clone + Send,
 {
-    /// Validates the execution input, resolves the defaults, and lets only the oldest RUNNING
-    /// execution of the state machine proceed (one execution per DLQ at a time).
+    /// Validates the execution input, resolves the defaults, and takes the DLQ's lease: only
+    /// its holder proceeds (one execution per DLQ at a time); another goes to its summary.
     pub(crate) async fn start(
         &self,
         input: Value,
         execution_arn: &str,
-        state_machine_arn: &str,
     ) -> Result<Value, TaskError> {
         let input: ExecutionInput = match input {
             Value::Null => ExecutionInput::default(),
@@ -68,15 +66,18 @@ where
                 .filter(|a| !a.is_empty())
                 .or_else(|| self.config.redriver.trigger_alarm_name.clone()),
         };
-        let running = self.executions.running(state_machine_arn).await?;
-        let me = running
-            .iter()
-            .find(|x| x.arn == execution_arn)
-            .map_or_else(|| (self.clock)(), |x| x.started_ms);
-        let older = running
-            .iter()
-            .filter(|x| x.arn != execution_arn)
-            .find(|x| (x.started_ms, x.arn.as_str()) < (me, execution_arn));
+        let blocked_by = match self.hold_lease(execution_arn).await? {
+            LeaseState::Held => None,
+            LeaseState::Off => {
+                tracing::info!(
+                    execution = execution_arn,
+                    "no circuit table (CIRCUIT_TABLE): no lease, so executions started together may drain this DLQ side by side, each message moved inside one task"
+                );
+                None
+            }
+            LeaseState::HeldBy(other) => Some(other.holder),
+        };
+        let me = (self.clock)();
         let mut totals = Totals {
             remaining: max_messages,
             more: true,
@@ -85,16 +86,16 @@ where
             started_at: me,
             ..Totals::default()
         };
-        if let Some(o) = older {
-            tracing::warn!(execution = execution_arn, running = %o.arn, action = "already-running", "another execution is draining this DLQ: this one receives nothing and goes to its summary");
+        if let Some(holder) = &blocked_by {
+            tracing::warn!(execution = execution_arn, running = %holder, action = "already-running", "another execution holds this DLQ's lease: this one receives nothing and goes to its summary");
             totals.more = false;
             totals.stopped_because = StopReason::AlreadyRunning;
             totals.drain_plan = Vec::new();
         }
         self.admit(&mut totals.drain_plan).await;
         Ok(json!({
-            "proceed": older.is_none(),
-            "blockedBy": older.map(|o| o.arn.clone()),
+            "proceed": blocked_by.is_none(),
+            "blockedBy": blocked_by,
             "run": run,
             "totals": totals,
         }))

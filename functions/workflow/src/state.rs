@@ -84,10 +84,12 @@ pub(crate) enum Task {
         input: Value,
         #[serde(rename = "executionArn")]
         execution_arn: String,
-        #[serde(rename = "stateMachineArn")]
-        state_machine_arn: String,
     },
-    CheckCircuit {},
+    CheckCircuit {
+        /// Renews the execution's lease on the DLQ (`$$.Execution.Id`).
+        #[serde(rename = "executionArn", default)]
+        execution_arn: Option<String>,
+    },
     RedriveBatch {
         #[serde(rename = "maxMessages")]
         max_messages: u32,
@@ -108,6 +110,9 @@ pub(crate) enum Task {
     Summary {
         run: Run,
         totals: Totals,
+        /// Releases the execution's lease on the DLQ (`$$.Execution.Id`).
+        #[serde(rename = "executionArn", default)]
+        execution_arn: Option<String>,
     },
 }
 

@@ -23,8 +23,7 @@ const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
 const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
 const SRC_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders.fifo";
 
-type TestWorkflow =
-    Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, FixedExecutions>;
+type TestWorkflow = Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>;
 
 fn config(pairs: &[(&str, &str)]) -> Result<WorkflowConfig, ConfigError> {
     let mut map: HashMap<String, String> = [
@@ -58,34 +57,14 @@ fn setup_on(
         sqs.create_queue(q);
     }
     let cw = FakeCloudWatch::new();
-    let wf = Workflow::new(
-        sqs.clone(),
-        cw.clone(),
-        cw.clone(),
-        FixedExecutions::default(),
-        cfg,
-    )
-    .with_settings(redrive_engine::engine::Settings {
-        retry_base: Duration::from_millis(1),
-        receive_wait_seconds: 0,
-        ..redrive_engine::engine::Settings::default()
-    })
-    .with_seed(7);
+    let wf = Workflow::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
+        .with_settings(redrive_engine::engine::Settings {
+            retry_base: Duration::from_millis(1),
+            receive_wait_seconds: 0,
+            ..redrive_engine::engine::Settings::default()
+        })
+        .with_seed(7);
     (sqs, cw, wf)
-}
-
-/// Executions `e1` (the older) and `e2` are running.
-fn two_running() -> FixedExecutions {
-    FixedExecutions(
-        ["e1", "e2"]
-            .iter()
-            .zip(1..)
-            .map(|(arn, started_ms)| RunningExecution {
-                arn: arn.to_string(),
-                started_ms,
-            })
-            .collect(),
-    )
 }
 
 /// A fixed 2,000 s backoff: 900 s of DelaySeconds and 1,100 s held on the DLQ.
@@ -322,15 +301,9 @@ async fn two_thousand_visible_forty_long_waits_random_order_none_lost_none_twice
     // Two executions at once on the one DLQ.
     let executions: Vec<TestWorkflow> = (0..2)
         .map(|seed| {
-            Workflow::new(
-                sqs.clone(),
-                cw.clone(),
-                cw.clone(),
-                FixedExecutions::default(),
-                cfg.clone(),
-            )
-            .with_settings(settings.clone())
-            .with_seed(seed)
+            Workflow::new(sqs.clone(), cw.clone(), cw.clone(), cfg.clone())
+                .with_settings(settings.clone())
+                .with_seed(seed)
         })
         .collect();
     // 40 whose next attempt is 4 (an 8 s wait, eight hops), 1,960 at their first (1 s).
@@ -462,8 +435,8 @@ fn a_round_of_waits_only_is_progress_and_counts_apart() {
 }
 
 #[tokio::test]
-async fn start_rejects_unknown_keys_and_lets_only_the_oldest_execution_proceed() {
-    let (_, _, mut wf) = setup(&[]);
+async fn start_rejects_unknown_keys_and_plans_the_drains() {
+    let (_, _, wf) = setup(&[]);
     let err = wf
         .handle(
             json!({"action":"start","input":{"maxMesages":5},"executionArn":"e2","stateMachineArn":"sm"}),
@@ -473,16 +446,12 @@ async fn start_rejects_unknown_keys_and_lets_only_the_oldest_execution_proceed()
         .unwrap_err();
     assert_eq!(err.error_type(), "InvalidInput");
     assert!(err.to_string().contains("maxMesages"), "{err}");
-    wf.executions = two_running();
-    let start = |arn: &'static str| json!({"action":"start","input":{"maxMessages":5,"mode":"scaleOut","drains":2},"executionArn":arn,"stateMachineArn":"sm"});
-    let later = wf.handle(start("e2"), None).await.unwrap();
-    assert_eq!(later["proceed"], false);
-    assert_eq!(later["blockedBy"], "e1");
-    let older = wf.handle(start("e1"), None).await.unwrap();
-    assert_eq!(older["proceed"], true);
-    assert_eq!(older["run"]["drains"], 2);
+    let start = json!({"action":"start","input":{"maxMessages":5,"mode":"scaleOut","drains":2},"executionArn":"e1","stateMachineArn":"sm"});
+    let started = wf.handle(start, None).await.unwrap();
+    assert_eq!(started["proceed"], true);
+    assert_eq!(started["run"]["drains"], 2);
     assert_eq!(
-        older["totals"]["drainPlan"],
+        started["totals"]["drainPlan"],
         json!([
             {"index":0,"drains":2,"maxMessages":3,"dryRun":false,"circuit":null},
             {"index":1,"drains":2,"maxMessages":2,"dryRun":false,"circuit":null}
@@ -490,34 +459,196 @@ async fn start_rejects_unknown_keys_and_lets_only_the_oldest_execution_proceed()
     );
 }
 
-#[tokio::test]
-async fn an_execution_that_finds_another_running_goes_to_its_summary_which_re_arms() {
-    let (_, cw, mut wf) = setup(&[]);
-    wf.executions = two_running();
-    let started = wf
-        .handle(
-            json!({"action":"start","input":{"triggerAlarm":"orders-dlq-depth"},"executionArn":"e2","stateMachineArn":"sm"}),
+/// One execution per DLQ: the lease in the circuit record (`lease.rs`).
+mod lease {
+    use std::cell::Cell;
+
+    use super::*;
+    use redrive_engine::circuit::MemoryCircuitStore;
+
+    const T0: i64 = 1_800_000_000_000;
+    const TTL_MS: i64 = LEASE_TTL_SECONDS * 1000;
+
+    thread_local! {
+        // `#[tokio::test]` runs each test on its own thread: one clock per test.
+        static NOW: Cell<i64> = const { Cell::new(T0) };
+    }
+
+    fn clock() -> i64 {
+        NOW.with(Cell::get)
+    }
+
+    fn advance(ms: i64) {
+        NOW.with(|c| c.set(c.get() + ms));
+    }
+
+    type LeaseWorkflow =
+        Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, Arc<MemoryCircuitStore>>;
+
+    fn with_store() -> (Arc<FakeCloudWatch>, Arc<MemoryCircuitStore>, LeaseWorkflow) {
+        let (_, cw, mut wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+        wf.clock = clock;
+        let store = MemoryCircuitStore::new();
+        (cw, store.clone(), wf.with_circuit(store))
+    }
+
+    async fn start<C: CircuitStore + Clone + Send>(
+        wf: &Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, C>,
+        arn: &str,
+        input: Value,
+    ) -> Value {
+        wf.handle(
+            json!({"action": "start", "input": input, "executionArn": arn, "stateMachineArn": "sm"}),
             None,
         )
         .await
-        .unwrap();
-    assert_eq!(started["proceed"], false);
-    assert_eq!(started["totals"]["stoppedBecause"], "already-running");
-    assert_eq!(started["totals"]["more"], false);
-    cw.set_state("orders-dlq-depth", "ALARM");
-    let summary = wf
-        .handle(
-            json!({"action":"summary","run":started["run"],"totals":started["totals"]}),
+        .unwrap()
+    }
+
+    async fn check(wf: &LeaseWorkflow, arn: &str) -> Value {
+        wf.handle(json!({"action": "checkCircuit", "executionArn": arn}), None)
+            .await
+            .unwrap()
+    }
+
+    async fn summary(wf: &LeaseWorkflow, arn: &str, started: &Value) -> Value {
+        wf.handle(
+            json!({"action": "summary", "run": started["run"], "totals": started["totals"], "executionArn": arn}),
             None,
         )
         .await
-        .unwrap();
-    assert_eq!(summary["stoppedBecause"], "already-running");
-    assert_eq!(summary["received"], 0);
-    assert_eq!(
-        cw.set_ok_calls.lock().unwrap().as_slice(),
-        ["orders-dlq-depth"]
-    );
+        .unwrap()
+    }
+
+    fn holder(store: &MemoryCircuitStore) -> Option<(String, i64)> {
+        store
+            .get(DLQ)
+            .and_then(|s| s.record.lease)
+            .map(|l| (l.holder, l.expires_at))
+    }
+
+    fn assert_already_running(out: &Value, by: &str) {
+        assert_eq!(out["proceed"], false, "{out}");
+        assert_eq!(out["blockedBy"], by, "{out}");
+        assert_eq!(out["totals"]["stoppedBecause"], "already-running", "{out}");
+        assert_eq!(out["totals"]["more"], false, "{out}");
+        assert_eq!(out["totals"]["drainPlan"], json!([]), "{out}");
+    }
+
+    #[tokio::test]
+    async fn the_first_of_two_starts_holds_the_dlq_and_the_second_is_already_running() {
+        let (_, store, wf) = with_store();
+        let first = start(&wf, "e1", json!({})).await;
+        assert_eq!(first["proceed"], true, "{first}");
+        assert_eq!(first["blockedBy"], Value::Null, "{first}");
+        assert_eq!(holder(&store), Some(("e1".into(), T0 + TTL_MS)));
+
+        advance(1000);
+        let second = start(&wf, "e2", json!({})).await;
+        assert_already_running(&second, "e1");
+        assert_eq!(
+            holder(&store),
+            Some(("e1".into(), T0 + TTL_MS)),
+            "the holder's lease is untouched"
+        );
+
+        // A retried start of the holder (its answer lost) proceeds again, and renews.
+        advance(1000);
+        let retried = start(&wf, "e1", json!({})).await;
+        assert_eq!(retried["proceed"], true, "{retried}");
+        assert_eq!(holder(&store), Some(("e1".into(), T0 + 2000 + TTL_MS)));
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_goes_to_the_next_execution() {
+        let (_, store, wf) = with_store();
+        assert_eq!(start(&wf, "e1", json!({})).await["proceed"], true);
+        // e1 stopped without its summary: its lease lives for the TTL, then anyone takes it.
+        advance(TTL_MS - 1);
+        assert_already_running(&start(&wf, "e2", json!({})).await, "e1");
+        advance(1);
+        let e3 = start(&wf, "e3", json!({})).await;
+        assert_eq!(e3["proceed"], true, "{e3}");
+        assert_eq!(holder(&store), Some(("e3".into(), T0 + 2 * TTL_MS)));
+    }
+
+    #[tokio::test]
+    async fn the_summary_releases_the_lease_so_the_next_start_proceeds_at_once() {
+        let (cw, store, wf) = with_store();
+        let first = start(&wf, "e1", json!({"triggerAlarm": "orders-dlq-depth"})).await;
+        // The blocked execution's summary re-arms the alarm and leaves the holder's lease.
+        let blocked = start(&wf, "e2", json!({"triggerAlarm": "orders-dlq-depth"})).await;
+        assert_already_running(&blocked, "e1");
+        cw.set_state("orders-dlq-depth", "ALARM");
+        let s = summary(&wf, "e2", &blocked).await;
+        assert_eq!(s["stoppedBecause"], "already-running", "{s}");
+        assert_eq!(s["received"], 0, "{s}");
+        assert_eq!(
+            cw.set_ok_calls.lock().unwrap().as_slice(),
+            ["orders-dlq-depth"]
+        );
+        assert_eq!(holder(&store).map(|h| h.0), Some("e1".into()));
+
+        summary(&wf, "e1", &first).await;
+        assert_eq!(holder(&store), None);
+        let next = start(&wf, "e3", json!({})).await;
+        assert_eq!(next["proceed"], true, "{next}");
+    }
+
+    #[tokio::test]
+    async fn check_circuit_renews_the_lease_and_a_lost_lease_stops_the_round() {
+        let (_, store, wf) = with_store();
+        start(&wf, "e1", json!({})).await;
+        advance(600_000);
+        let ok = check(&wf, "e1").await;
+        assert_eq!(
+            (ok["open"].clone(), ok["leaseLost"].clone()),
+            (json!(false), json!(false)),
+            "{ok}"
+        );
+        assert_eq!(
+            holder(&store),
+            Some(("e1".into(), T0 + 600_000 + TTL_MS)),
+            "renewed"
+        );
+
+        // e1 stalls past its lease; e2 takes over.
+        advance(TTL_MS);
+        assert_eq!(start(&wf, "e2", json!({})).await["proceed"], true);
+        let lost = check(&wf, "e1").await;
+        assert_eq!(lost["open"], true, "{lost}");
+        assert_eq!(lost["leaseLost"], true, "{lost}");
+        assert_eq!(lost["blockedBy"], "e2", "{lost}");
+        assert_eq!(
+            holder(&store).map(|h| h.0),
+            Some("e2".into()),
+            "not taken back"
+        );
+        // e1's summary does not release e2's lease.
+        let totals = Totals {
+            stopped_because: StopReason::AlreadyRunning,
+            ..Totals::default()
+        };
+        let run = json!({"maxMessages": 1, "dryRun": false, "mode": "messages", "drains": 1, "fifo": false});
+        summary(&wf, "e1", &json!({"run": run, "totals": totals})).await;
+        assert_eq!(holder(&store).map(|h| h.0), Some("e2".into()));
+        assert_eq!(check(&wf, "e2").await["open"], false);
+    }
+
+    #[tokio::test]
+    async fn without_a_circuit_table_there_is_no_lease_and_executions_run_side_by_side() {
+        let (_, _, wf) = setup(&[]);
+        assert_eq!(start(&wf, "e1", json!({})).await["proceed"], true);
+        assert_eq!(start(&wf, "e2", json!({})).await["proceed"], true);
+        let out = wf
+            .handle(
+                json!({"action": "checkCircuit", "executionArn": "e1"}),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(out["open"], false, "{out}");
+    }
 }
 
 #[tokio::test]
@@ -695,13 +826,8 @@ mod adaptive_circuit {
     use redrive_engine::circuit::MemoryCircuitStore;
     use redrive_shared::circuit::{Override, State};
 
-    type CircuitWorkflow = Workflow<
-        Arc<FakeSqs>,
-        Arc<FakeCloudWatch>,
-        Arc<FakeCloudWatch>,
-        FixedExecutions,
-        Arc<MemoryCircuitStore>,
-    >;
+    type CircuitWorkflow =
+        Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, Arc<MemoryCircuitStore>>;
 
     fn with_store() -> (Arc<FakeSqs>, Arc<MemoryCircuitStore>, CircuitWorkflow) {
         let (sqs, _, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
@@ -918,7 +1044,7 @@ mod adaptive_circuit {
 
     /// `start` through the handler: the execution's run and totals (with its start time).
     async fn started<C: CircuitStore + Clone + Send>(
-        wf: &Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, FixedExecutions, C>,
+        wf: &Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, C>,
         input: Value,
     ) -> (Run, Totals) {
         let out = wf
@@ -1120,7 +1246,11 @@ mod adaptive_circuit {
         assert_eq!(sqs.len(DLQ), 40 - canary);
         assert_eq!(totals.redriven, canary as u64);
         let stored = store.get(DLQ).unwrap();
-        assert_eq!(store.saves() - saves, 1, "one write for the round");
+        assert_eq!(
+            store.saves() - saves,
+            2,
+            "the start's lease, then one write for the round"
+        );
         let out = stored.record.canary.expect("the canary is out");
         assert_eq!(out.sent as usize, canary, "one canary of all its copies");
         assert_eq!(stored.record.state, State::HalfOpen);
@@ -1166,7 +1296,11 @@ mod adaptive_circuit {
         assert_eq!(sqs.len(SRC), 6, "the budget in all across the 4 drains");
         assert_eq!(totals.redriven, 6);
         let stored = store.get(DLQ).unwrap();
-        assert_eq!(store.saves() - saves, 1, "one write for the round");
+        assert_eq!(
+            store.saves() - saves,
+            2,
+            "the start's lease, then one write for the round"
+        );
         assert_eq!(
             stored.record.counts(),
             (6, 0),
@@ -1197,7 +1331,11 @@ mod adaptive_circuit {
 
         assert_eq!(totals.bounced, 4);
         let stored = store.get(DLQ).unwrap();
-        assert_eq!(store.saves() - saves, 1, "one write for the round");
+        assert_eq!(
+            store.saves() - saves,
+            2,
+            "the start's lease, then one write for the round"
+        );
         assert_eq!(stored.record.state, State::Open, "judged on all 4 at once");
         assert_eq!(
             stored.record.history.len(),

@@ -14,19 +14,18 @@ use tokio::time::Instant;
 
 use crate::config::WorkflowConfig;
 use crate::error::{TaskError, invalid};
-use crate::executions::Executions;
+use crate::lease::LeaseState;
 use crate::state::{Run, Task, Totals};
 
 pub(crate) type Drainer<Q, A, M, C> = Arc<Engine<Q, A, M, C>>;
 
 /// The tasks, over one engine for decisions with long waits and one engine per drain count
 /// (velocity cap split K ways) for scale-out.
-pub struct Workflow<Q, A, M, X, C = NoCircuit> {
+pub struct Workflow<Q, A, M, C = NoCircuit> {
     /// `messages` mode's engine: the long backoff, waits beyond `WORKFLOW_MAX_DELAY_SECONDS`
     /// hopping on the DLQ; holds the circuit store (`CIRCUIT_TABLE`).
     pub engine: Engine<Q, A, M, C>,
     pub config: WorkflowConfig,
-    pub executions: X,
     pub(crate) drainers: Mutex<HashMap<u32, Drainer<Q, A, M, C>>>,
     pub(crate) settings: redrive_engine::engine::Settings,
     pub(crate) clock: fn() -> i64,
@@ -39,14 +38,13 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-impl<Q, A, M, X> Workflow<Q, A, M, X>
+impl<Q, A, M> Workflow<Q, A, M>
 where
     Q: Queue + Clone,
     A: Alarms + Clone,
     M: Metrics + Clone,
-    X: Executions,
 {
-    pub fn new(queue: Q, alarms: A, metrics: M, executions: X, config: WorkflowConfig) -> Self {
+    pub fn new(queue: Q, alarms: A, metrics: M, config: WorkflowConfig) -> Self {
         let deciding = RedriverConfig {
             backoff: config.wait_backoff,
             ..config.redriver.clone()
@@ -55,7 +53,6 @@ where
             engine: Engine::new(queue, alarms, metrics, deciding)
                 .with_max_delay(config.max_delay_seconds),
             config,
-            executions,
             drainers: Mutex::new(HashMap::new()),
             settings: redrive_engine::engine::Settings::default(),
             clock: now_ms,
@@ -64,11 +61,10 @@ where
 
     /// The circuit table (`CIRCUIT_TABLE`): its operator flag holds the breaker open, and the
     /// tasks measure bounces into it as the Lambda does (`receiveBatch`, `tally`, `drain`).
-    pub fn with_circuit<S: CircuitStore + Clone>(self, store: S) -> Workflow<Q, A, M, X, S> {
+    pub fn with_circuit<S: CircuitStore + Clone>(self, store: S) -> Workflow<Q, A, M, S> {
         Workflow {
             engine: self.engine.with_circuit(store),
             config: self.config,
-            executions: self.executions,
             drainers: Mutex::new(HashMap::new()),
             settings: self.settings,
             clock: self.clock,
@@ -76,12 +72,11 @@ where
     }
 }
 
-impl<Q, A, M, X, C> Workflow<Q, A, M, X, C>
+impl<Q, A, M, C> Workflow<Q, A, M, C>
 where
     Q: Queue + Clone,
     A: Alarms + Clone,
     M: Metrics + Clone,
-    X: Executions,
     C: CircuitStore + Clone + Send,
 {
     /// Engine tunables (tests shorten the receive wait and retry pauses).
@@ -113,12 +108,11 @@ where
             Task::Start {
                 input,
                 execution_arn,
-                state_machine_arn,
-            } => {
-                self.start(input, &execution_arn, &state_machine_arn)
+            } => self.start(input, &execution_arn).await?,
+            Task::CheckCircuit { execution_arn } => {
+                self.check_circuit(execution_arn.as_deref(), deadline)
                     .await?
             }
-            Task::CheckCircuit {} => self.check_circuit(deadline).await,
             Task::RedriveBatch {
                 max_messages,
                 dry_run,
@@ -133,20 +127,49 @@ where
                 self.tally_round(&run, totals, batch.as_ref(), &results)
                     .await,
             ),
-            Task::Summary { run, totals } => to_value(self.summary(&run, &totals, deadline).await),
+            Task::Summary {
+                run,
+                totals,
+                execution_arn,
+            } => {
+                let summary = to_value(self.summary(&run, &totals, deadline).await);
+                if let Some(arn) = execution_arn {
+                    self.release_lease(&arn).await;
+                }
+                summary
+            }
         };
         Ok(out)
     }
 
-    /// The guard alarms and the circuit record (any guard in ALARM or missing, or a record
-    /// that holds, opens the circuit, as in the Lambda).
-    async fn check_circuit(&self, deadline: Option<Instant>) -> Value {
+    /// Renews the DLQ's lease when given the execution (a lease lost to another execution
+    /// stops it: `open` and `leaseLost`, the round does not run), then the guard alarms and
+    /// the circuit record (any guard in ALARM or missing, or a record that holds, opens the
+    /// circuit, as in the Lambda).
+    async fn check_circuit(
+        &self,
+        execution_arn: Option<&str>,
+        deadline: Option<Instant>,
+    ) -> Result<Value, TaskError> {
+        if let Some(arn) = execution_arn
+            && let LeaseState::HeldBy(other) = self.hold_lease(arn).await?
+        {
+            tracing::warn!(execution = arn, running = %other.holder, action = "lease-lost", "another execution took this DLQ's lease: this one receives no more and goes to its summary");
+            return Ok(json!({
+                "open": true,
+                "leaseLost": true,
+                "blockedBy": other.holder,
+                "guards": [],
+                "operator": null,
+            }));
+        }
         let check = self.engine.check_circuit(deadline).await;
-        json!({
+        Ok(json!({
             "open": check.open(),
+            "leaseLost": false,
             "guards": check.guards,
             "operator": check.operator,
-        })
+        }))
     }
 
     /// The Lambda's response for the whole execution, then the engine's end of a run, as the

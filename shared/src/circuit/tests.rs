@@ -362,6 +362,36 @@ fn override_parses_its_names() {
 }
 
 #[test]
+fn a_lease_goes_to_one_holder_until_it_expires_or_is_released() {
+    let mut r = CircuitRecord::new(&settings(), T0);
+    assert_eq!(r.take_lease("e1", T0, MIN), Ok(()));
+    // Another holder is refused while it lives; the holder renews it.
+    let held = r.take_lease("e2", T0 + 1, MIN).unwrap_err();
+    assert_eq!((held.holder.as_str(), held.expires_at), ("e1", T0 + MIN));
+    assert_eq!(r.take_lease("e1", T0 + 10, MIN), Ok(()));
+    assert_eq!(r.lease.as_ref().map(|l| l.expires_at), Some(T0 + 10 + MIN));
+    // Expired: anyone takes it.
+    assert_eq!(r.take_lease("e2", T0 + 10 + MIN, MIN), Ok(()));
+    // Only the holder releases it.
+    assert!(!r.release_lease("e1"));
+    assert!(r.release_lease("e2"));
+    assert_eq!(r.lease, None);
+    assert_eq!(r.take_lease("e3", T0 + 11 + MIN, MIN), Ok(()));
+}
+
+#[test]
+fn a_record_without_a_lease_reads_and_writes_as_before() {
+    let r = CircuitRecord::new(&settings(), T0);
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(!text.contains("lease"), "{text}");
+    let mut leased = r.clone();
+    leased.take_lease("e1", T0, MIN).unwrap();
+    let back: CircuitRecord =
+        serde_json::from_str(&serde_json::to_string(&leased).unwrap()).unwrap();
+    assert_eq!(back, leased);
+}
+
+#[test]
 fn bounces_landed_as_counts_judge_as_the_same_bounces_seen_one_by_one() {
     let s = settings();
     // A canary of 4 out since T0 + 6 min; 2 of its copies back, and 3 older copies.
