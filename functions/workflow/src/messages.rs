@@ -38,6 +38,9 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Workflow<Q, A, M, C> {
         if let Err(e) = self.engine.load_limits().await {
             tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
         }
+        if self.engine.can_wait() {
+            self.engine.read_dlq_retention().await;
+        }
         let request = DrainRequest {
             dry_run,
             deadline,
