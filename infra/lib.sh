@@ -134,10 +134,11 @@ validate_deploy_config() {
         # Empty: BACKOFF_MAX_SECONDS. Up to 12 h here; the task function checks the rest at init.
         need_match WORKFLOW_BACKOFF_MAX_SECONDS '^$|^[0-9]+$' "a number of seconds up to 43200, or empty for BACKOFF_MAX_SECONDS"
         local wf
-        for wf in WORKFLOW_MAX_DELAY_SECONDS WORKFLOW_HOLD_SLACK_SECONDS WORKFLOW_BATCH_SIZE WORKFLOW_SEARCH_RECEIVES; do
+        for wf in WORKFLOW_MAX_DELAY_SECONDS WORKFLOW_BATCH_SIZE; do
             need_match "$wf" '^$|^[0-9]+$' "a whole number, or empty for the task function's default"
         done
     fi
+    ignore_removed_settings
     local name
     for name in MAX_REDRIVE_ATTEMPTS BACKOFF_BASE_SECONDS BACKOFF_MULTIPLIER BACKOFF_MAX_SECONDS BACKOFF_JITTER \
         MAX_MESSAGES_PER_INVOCATION MAX_MESSAGES_PER_SECOND DOWNSTREAM_URL DOWNSTREAM_TIMEOUT_SECONDS \
@@ -147,6 +148,22 @@ validate_deploy_config() {
     done
     # The functions validate the rest of their settings at init (naming the variable); the
     # values are not second-guessed here.
+}
+
+# Settings that an earlier release read and this one does not: a settings file (or an
+# environment) that still sets one deploys as before, with a warning, and the value goes
+# nowhere (the task function would refuse it at init). Empty lines, as an older copy of
+# redrive.env has them, pass silently.
+ignore_removed_settings() {
+    local name
+    for name in WORKFLOW_SEARCH_RECEIVES WORKFLOW_HOLD_SLACK_SECONDS; do
+        if [ -n "${!name-}" ]; then
+            printf '\nWARNING: %s=%s is no longer read and is ignored: a waiting message now hops on\n' "$name" "${!name}" >&2
+            printf '         the DLQ (notBefore in its x-redrive) instead of being held there and searched for.\n' >&2
+            printf '         Remove it from %s or the environment.\n' "${REDRIVE_CONFIG:-infra/redrive.env}" >&2
+        fi
+        unset "$name"
+    done
 }
 
 # ---------------------------------------------------------------- tools

@@ -61,6 +61,8 @@ pub struct Engine<Q, A, M, C = NoCircuit> {
     /// The longest `DelaySeconds` of a copy: a longer backoff waits on the DLQ in hops of at
     /// most this (see [`Engine::with_max_delay`]).
     max_delay_seconds: u32,
+    /// The DLQ's `MessageRetentionPeriod`, as last read by [`Engine::read_dlq_retention`].
+    dlq_retention: Mutex<Option<u64>>,
 }
 
 /// What a wait keeps between the end of a hop and the end of the DLQ's retention period: a
@@ -83,9 +85,6 @@ pub fn hop_cap(retention_seconds: u64) -> u32 {
 pub struct DestinationLimits {
     pub source_max_bytes: usize,
     pub poison_max_bytes: usize,
-    /// The DLQ's `MessageRetentionPeriod`, read only by an engine whose backoff can outgrow a
-    /// copy's delay (its waits hop on the DLQ and must end before a copy could expire).
-    pub dlq_retention_seconds: Option<u64>,
 }
 
 impl Default for DestinationLimits {
@@ -93,7 +92,6 @@ impl Default for DestinationLimits {
         Self {
             source_max_bytes: MAX_MESSAGE_BYTES,
             poison_max_bytes: MAX_MESSAGE_BYTES,
-            dlq_retention_seconds: None,
         }
     }
 }
@@ -194,6 +192,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             rearmed: Mutex::new(HashMap::new()),
             limits: Mutex::new(None),
             max_delay_seconds: MAX_DELAY_SECONDS,
+            dlq_retention: Mutex::new(None),
         }
     }
 }
@@ -214,6 +213,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             rearmed: self.rearmed,
             limits: self.limits,
             max_delay_seconds: self.max_delay_seconds,
+            dlq_retention: self.dlq_retention,
         }
     }
 
@@ -227,8 +227,30 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 
     /// True when this engine's backoff can outgrow a copy's delay.
-    fn can_wait(&self) -> bool {
+    pub fn can_wait(&self) -> bool {
         !self.fifo() && self.config.backoff.max() > self.max_delay_seconds
+    }
+
+    /// Reads the DLQ's `MessageRetentionPeriod` (GetQueueAttributes), which bounds every hop
+    /// of a wait: called before each round of an engine that can decide waits, so that a
+    /// retention changed on the queue applies at once. A failure is logged and the last value
+    /// read (or none: hops of the delay cap) stays.
+    pub async fn read_dlq_retention(&self) {
+        let read = self
+            .bounded(
+                None,
+                "GetQueueAttributes",
+                self.queue.retention_seconds(self.config.dlq_url.as_str()),
+            )
+            .await;
+        match read {
+            Ok(seconds) => {
+                *self.dlq_retention.lock().unwrap_or_else(|e| e.into_inner()) = Some(seconds);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the DLQ's MessageRetentionPeriod; waits hop by the last one read, or by the delay cap");
+            }
+        }
     }
 
     /// The wall clock (epoch milliseconds) of the stamps and of the circuit (tests, simulations).
@@ -261,11 +283,12 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             poison_fifo: self.config.poison_queue_url.is_fifo(),
             source_max_bytes: limits.source_max_bytes,
             poison_max_bytes: limits.poison_max_bytes,
-            max_delay_seconds: limits
-                .dlq_retention_seconds
-                .map_or(self.max_delay_seconds, |r| {
-                    self.max_delay_seconds.min(hop_cap(r))
-                }),
+            max_delay_seconds: self.max_delay_seconds,
+            max_hop_seconds: self
+                .dlq_retention
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .map_or(self.max_delay_seconds, hop_cap),
         }
     }
 
@@ -291,26 +314,9 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             ),
         )
         .await;
-        // Only an engine that can decide waits reads the DLQ's retention (the Lambda's warm-up
-        // stays at two calls).
-        let dlq_retention_seconds = if self.can_wait() {
-            self.bounded(
-                None,
-                "GetQueueAttributes",
-                self.queue.retention_seconds(self.config.dlq_url.as_str()),
-            )
-            .await
-            .inspect_err(|e| {
-                tracing::warn!(error = %e, "cannot read the DLQ's MessageRetentionPeriod; waits hop by the configured delay");
-            })
-            .ok()
-        } else {
-            None
-        };
         let limits = DestinationLimits {
             source_max_bytes: s?.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES),
             poison_max_bytes: p?.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES),
-            dlq_retention_seconds,
         };
         tracing::info!(
             source_max_bytes = limits.source_max_bytes,

@@ -894,3 +894,68 @@ async fn a_message_the_poison_queue_rejects_too_stays_on_the_dlq_with_a_metric()
         "not before its receive count"
     );
 }
+
+/// A message waiting on the DLQ (`notBefore` ahead) as the Step Functions orchestrator leaves
+/// it, with its attempt already decided.
+fn waiting_on_dlq(sqs: &FakeSqs, original: &str, attempt: u32, not_before_ms: i64) -> String {
+    let mut meta = RedriveMeta {
+        attempt,
+        ..RedriveMeta::fresh(original)
+    };
+    meta.set_not_before(Some(not_before_ms));
+    let mut a = Attributes::new();
+    meta.write_into(&mut a);
+    sqs.push(DLQ, &format!("waiting {original}"), a, None)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn the_lambdas_drain_honours_a_wait_it_did_not_decide_and_redrives_it_when_due() {
+    // GIVEN the re-driver Lambda's engine (backoffs within 900 s) and two messages the
+    // orchestrator left waiting: one due in an hour, one due already
+    let (sqs, _, engine) = setup(&[]);
+    waiting_on_dlq(&sqs, "o-later", 2, now_ms() + 3_600_000);
+    waiting_on_dlq(&sqs, "o-due", 3, now_ms() - 1_000);
+
+    // WHEN it drains
+    let s = engine.drain(&request(10)).await;
+
+    // THEN the one not yet due goes back to the DLQ for one more hop, its history unchanged,
+    // and the due one goes to its source at once as the attempt decided
+    assert_eq!((s.received, s.redriven, s.waiting, s.failed), (2, 1, 1, 0));
+    let back = sqs.messages(DLQ);
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].delay_seconds, Some(900));
+    let meta = RedriveMeta::read(&back[0].attributes, &back[0].message_id).0;
+    assert_eq!(
+        (meta.original_message_id.as_str(), meta.attempt),
+        ("o-later", 2)
+    );
+    assert!(meta.not_before_ms().is_some());
+    let sent = sqs.messages(SRC);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].delay_seconds, Some(0));
+    let meta = RedriveMeta::read(&sent[0].attributes, &sent[0].message_id).0;
+    assert_eq!(
+        (meta.original_message_id.as_str(), meta.attempt),
+        ("o-due", 3)
+    );
+    assert_eq!(meta.not_before_ms(), None);
+    assert!(sqs.is_empty(POISON));
+    // AND its response says so (`waiting` appears only when not 0)
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["waiting"], json!(1));
+    let quiet = engine.drain(&request(10)).await;
+    assert!(
+        serde_json::to_value(&quiet)
+            .unwrap()
+            .get("waiting")
+            .is_none()
+    );
+}

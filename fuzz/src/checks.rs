@@ -85,8 +85,8 @@ pub fn x_redrive(data: &[u8]) {
         poison_fifo: mode & 8 != 0,
         source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
-        // SQS's cap: the re-driver's backoff (at most 900 s) never waits on the DLQ.
         max_delay_seconds: 900,
+        max_hop_seconds: 900,
     };
     let view = ReceivedMessage {
         message_id: "current-message-id",
@@ -102,15 +102,16 @@ pub fn x_redrive(data: &[u8]) {
     );
     match &decision {
         Decision::Redrive(plan) => {
-            assert_eq!(plan.meta.attempt, meta.attempt + 1);
+            // A message whose wait is over goes as the attempt decided when the wait began.
+            let decided = u32::from(meta.not_before_ms().is_none());
+            assert_eq!(plan.meta.attempt, meta.attempt + decided);
             assert!(plan.attributes.len() <= MAX_ATTRIBUTES);
             assert!(plan.delay_seconds.is_none_or(|d| d <= MAX_DELAY_SECONDS));
         }
         Decision::Isolate(plan) => assert!(plan.meta.reason.is_some()),
-        // A stamp whose notBefore is still ahead: one more hop on the DLQ, within SQS's cap.
         Decision::Wait(plan) => {
             assert!((1..=MAX_DELAY_SECONDS).contains(&plan.delay_seconds));
-            assert!(plan.attributes.len() <= MAX_ATTRIBUTES.max(attributes.len()));
+            assert!(plan.meta.not_before_ms().is_some());
         }
     }
 }

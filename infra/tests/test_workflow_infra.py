@@ -13,6 +13,7 @@ and StateMachineType and does not create CloudWatch alarms; those are checked st
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import re
@@ -60,6 +61,50 @@ def actions(statement: dict) -> list[str]:
 
 def statements(resources: dict, role: str) -> dict[str, dict]:
     return {s["Sid"]: s for s in resources[role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]}
+
+
+# The SQS adapter the task function drains through (the engine's `impl Queue for SqsQueue`).
+ENGINE_SQS = support.REPO / "engine" / "src" / "aws.rs"
+# What the task function calls on each queue of the stack, by IAM action (a batch API is
+# authorized as its single-message action).
+QUEUE_CALLS = {
+    "DeadLetterQueue": {
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",  # only what a destination acknowledged
+        "sqs:ChangeMessageVisibility",  # hold until the delete; release what a drain will not move
+        "sqs:GetQueueAttributes",  # depth for the summary; MessageRetentionPeriod, no hop outlives it
+        "sqs:SendMessage",  # the hop: a wait beyond DelaySeconds goes back to the DLQ; a rejected copy
+    },
+    "SourceQueue": {"sqs:SendMessage", "sqs:GetQueueAttributes"},  # the copy; MaximumMessageSize
+    "PoisonQueue": {"sqs:SendMessage", "sqs:GetQueueAttributes"},  # isolation; MaximumMessageSize
+}
+
+
+def engine_sqs_actions() -> set[str]:
+    """The IAM actions of the SQS operations the engine's SQS adapter calls."""
+    text = ENGINE_SQS.read_text(encoding="utf-8")
+    start = text.index("pub struct SqsQueue")
+    end = text.index("pub struct", start + 1)
+    operations = set(re.findall(r"\.client\s*\.(\w+)\(\)", text[start:end]))
+    if not operations:
+        raise AssertionError(f"no SQS call found in {ENGINE_SQS}")
+    camel = {"".join(w.title() for w in op.split("_")) for op in operations}
+    return {f"sqs:{op.removesuffix('Batch')}" for op in camel}
+
+
+def sqs_grants(resources: dict, role: str) -> dict[str, set[str]]:
+    """Queue (logical id, or the resource as written when it names no queue of the stack) ->
+    the SQS actions `role` grants on it."""
+    out: dict[str, set[str]] = {}
+    for statement in statements(resources, role).values():
+        sqs = {a for a in actions(statement) if a.startswith("sqs:")}
+        if not sqs:
+            continue
+        for resource in support.as_list(statement["Resource"]):
+            att = resource.get("Fn::GetAtt") if isinstance(resource, dict) else None
+            queue = att[0] if att and att[1] == "Arn" else json.dumps(resource)
+            out.setdefault(queue, set()).update(sqs)
+    return out
 
 
 class Definition(unittest.TestCase):
@@ -186,6 +231,21 @@ class Roles(unittest.TestCase):
         outputs = support.load_template(support.RESOURCES_TEMPLATE)["Outputs"]
         self.assertEqual(outputs["WorkflowTriggerAlarmName"]["Value"]["Fn::Sub"], alarm)
 
+    def test_task_role_grants_each_queue_exactly_the_sqs_calls_the_engine_makes_on_it(self):
+        # Every SQS call of the adapter is placed on a queue, and none is imagined.
+        self.assertEqual(set().union(*QUEUE_CALLS.values()), engine_sqs_actions())
+        self.assertEqual(sqs_grants(self.resources, "WorkflowRole"), QUEUE_CALLS)
+
+    def test_a_dlq_grant_without_the_hop_fails_the_check(self):
+        resources = copy.deepcopy(self.resources)
+        drain = statements(resources, "WorkflowRole")["DrainDlq"]
+        drain["Action"] = [a for a in drain["Action"] if a != "sqs:SendMessage"]
+        self.assertNotEqual(sqs_grants(resources, "WorkflowRole"), QUEUE_CALLS)
+        # Nor does a grant on any queue pass for one on the DLQ.
+        resources = copy.deepcopy(self.resources)
+        statements(resources, "WorkflowRole")["DrainDlq"]["Resource"] = "*"
+        self.assertNotEqual(sqs_grants(resources, "WorkflowRole"), QUEUE_CALLS)
+
     def test_state_machine_role_invokes_the_alias_and_delivers_logs_only(self):
         role = statements(self.wiring, "StateMachineRole")
         self.assertEqual(sorted(role), ["DeliverExecutionLogs", "InvokeTaskFunction"])
@@ -286,10 +346,16 @@ class DeployStepFunctions(unittest.TestCase):
         stack = support.unique("rdw")
         account = self.moto.account_id()
         arn = lambda service, rest: f"arn:aws:{service}:{support.REGION}:{account}:{rest}"  # noqa: E731
+        # A settings file of an earlier release still sets the hold-and-search settings: the
+        # deploy goes on, says they are ignored, and they never reach the task function (whose
+        # init refuses them).
         env = self.env(stack, ORCHESTRATOR="stepfunctions", WORKFLOW_BACKOFF_MAX_SECONDS="7200",
-                       WORKFLOW_BATCH_SIZE="20")
+                       WORKFLOW_BATCH_SIZE="20", WORKFLOW_MAX_DELAY_SECONDS="600",
+                       WORKFLOW_SEARCH_RECEIVES="3", WORKFLOW_HOLD_SLACK_SECONDS="2")
         first = support.run([DEPLOY], env=env)
         self.assertEqual(first.returncode, 0, first.stderr)
+        for removed in ("WORKFLOW_SEARCH_RECEIVES=3", "WORKFLOW_HOLD_SLACK_SECONDS=2"):
+            self.assertIn(f"WARNING: {removed} is no longer read and is ignored", first.stderr)
         out = self.outputs(stack)
         lam = self.moto.client("lambda")
 
@@ -302,8 +368,11 @@ class DeployStepFunctions(unittest.TestCase):
         self.assertEqual(variables["BACKOFF_MAX_SECONDS"], "7200")
         self.assertEqual(redriver["BACKOFF_MAX_SECONDS"], "900")
         self.assertEqual(variables["WORKFLOW_BATCH_SIZE"], "20")
+        self.assertEqual(variables["WORKFLOW_MAX_DELAY_SECONDS"], "600")
         self.assertNotIn("WORKFLOW_SEARCH_RECEIVES", variables)
-        self.assertEqual({k: v for k, v in variables.items() if k not in ("BACKOFF_MAX_SECONDS", "WORKFLOW_BATCH_SIZE")},
+        self.assertNotIn("WORKFLOW_HOLD_SLACK_SECONDS", variables)
+        own = ("BACKOFF_MAX_SECONDS", "WORKFLOW_BATCH_SIZE", "WORKFLOW_MAX_DELAY_SECONDS")
+        self.assertEqual({k: v for k, v in variables.items() if k not in own},
                          {k: v for k, v in redriver.items() if k != "BACKOFF_MAX_SECONDS"})
         self.assertEqual(variables["CIRCUIT_TABLE"], f"{stack}-circuit")
         # Every execution's summary re-arms the alarm whose rule starts executions.

@@ -52,6 +52,7 @@ fn bench_decide(c: &mut Criterion) {
         source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         max_delay_seconds: 900,
+        max_hop_seconds: 900,
     };
     let mut rng = seeded_rng(1);
     let mut group = c.benchmark_group("decide");

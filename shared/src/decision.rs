@@ -24,9 +24,19 @@ pub struct Policy {
     /// The poison queue's `MaximumMessageSize`: an isolation copy that does not fit with its
     /// stamp goes unstamped.
     pub poison_max_bytes: usize,
-    /// The longest `DelaySeconds` a copy gets (at most SQS's 900, less where the DLQ's
-    /// retention is short). A longer backoff waits on the DLQ: [`Decision::Wait`].
+    /// The longest `DelaySeconds` a copy gets (at most SQS's 900). A longer backoff waits on
+    /// the DLQ: [`Decision::Wait`].
     pub max_delay_seconds: u32,
+    /// The longest hop of a wait on the DLQ: `max_delay_seconds`, or less where the DLQ's
+    /// retention period is short (a hop must end before its copy could expire).
+    pub max_hop_seconds: u32,
+}
+
+impl Policy {
+    /// One hop of a wait: at least 1 s, at most the delay cap and the retention's cap.
+    pub fn hop_seconds(&self) -> u32 {
+        self.max_delay_seconds.min(self.max_hop_seconds).max(1)
+    }
 }
 
 /// A view of a message as received from the DLQ. The body is only measured, never parsed.
@@ -213,7 +223,7 @@ pub fn decide(
             let left = u32::try_from((left_ms + 999) / 1000).unwrap_or(u32::MAX);
             return Decision::Wait(WaitPlan {
                 not_before_ms: not_before,
-                delay_seconds: left.min(policy.max_delay_seconds.max(1)),
+                delay_seconds: left.min(policy.hop_seconds()),
                 wait_seconds: left,
                 meta,
                 attributes: message.attributes.clone(),
@@ -334,7 +344,7 @@ pub fn decide(
         return Decision::Wait(WaitPlan {
             meta: waiting,
             not_before_ms: not_before,
-            delay_seconds: policy.max_delay_seconds.max(1),
+            delay_seconds: backoff.min(policy.hop_seconds()),
             wait_seconds: backoff,
             attributes,
             read_from,
@@ -394,6 +404,7 @@ mod tests {
             source_max_bytes: MAX_MESSAGE_BYTES,
             poison_max_bytes: MAX_MESSAGE_BYTES,
             max_delay_seconds: 900,
+            max_hop_seconds: 900,
         }
     }
 
@@ -454,6 +465,7 @@ mod tests {
         Policy {
             backoff: Backoff::new_long(7200.0, 2.0, 43_200, Jitter::None).unwrap(),
             max_delay_seconds: max_delay,
+            max_hop_seconds: max_delay,
             ..policy()
         }
     }
@@ -482,10 +494,20 @@ mod tests {
             "a hop is not a redrive"
         );
         assert_eq!(plan.attributes[ATTRIBUTE_NAME], plan.meta.to_attribute());
+        // A DLQ whose retention is short shortens the hops, not the delays of copies that fit.
+        let short_retention = Policy {
+            max_hop_seconds: 30,
+            ..long_policy(900)
+        };
+        let Decision::Wait(hop) = run(&message(with_meta(&prior)), &short_retention) else {
+            panic!("still a wait")
+        };
+        assert_eq!(hop.delay_seconds, 30);
         // The same backoff within the delay cap is an ordinary delayed redrive.
         assert!(run(&message(with_meta(&prior)), &long_policy(900).clone()).is_wait());
         let short = Policy {
             max_delay_seconds: 900,
+            max_hop_seconds: 900,
             ..policy()
         };
         assert!(run(&message(with_meta(&prior)), &short).is_redrive());

@@ -402,6 +402,8 @@ async fn a_permanent_failure_is_fast_tracked_to_the_dlq_with_the_stamp_and_the_o
         poison_fifo: false,
         source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
+        max_delay_seconds: 900,
+        max_hop_seconds: 900,
     };
     for (m, want) in [
         (copy, IsolationReason::PermanentFailure),

@@ -86,20 +86,7 @@ where
                 .with_admission(d.circuit),
             )
             .await;
-        if let Some(reason) = &summary.dlq_unreadable {
-            tracing::error!(error = %reason, action = "dlq-unreadable", "the drain could not read the DLQ");
-            return Err(TaskError::DlqUnreadable(reason.clone()));
-        }
-        tracing::info!(
-            index = d.index,
-            drains = d.drains,
-            received = summary.received,
-            redriven = summary.redriven,
-            isolated = summary.isolated,
-            failed = summary.failed,
-            stopped_because = summary.stopped_because.as_str(),
-            "drain"
-        );
+        let summary = crate::messages::finished("drain", Some(d.index), summary)?;
         let mut out = to_value(&summary);
         out["index"] = json!(d.index);
         Ok(out)

@@ -38,30 +38,43 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Workflow<Q, A, M, C> {
         if let Err(e) = self.engine.load_limits().await {
             tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
         }
+        if self.engine.can_wait() {
+            self.engine.read_dlq_retention().await;
+        }
         let request = DrainRequest {
             dry_run,
             deadline,
             ..DrainRequest::new(max_messages.min(self.config.batch_size))
         }
         .with_records();
-        let summary = self.engine.drain_step(&request).await;
-        if let Some(reason) = &summary.dlq_unreadable {
-            tracing::error!(error = %reason, action = "dlq-unreadable", "the round could not read the DLQ");
-            return Err(if reason.retryable {
-                TaskError::Port(reason.clone())
-            } else {
-                TaskError::DlqUnreadable(reason.clone())
-            });
-        }
-        tracing::info!(
-            received = summary.received,
-            redriven = summary.redriven,
-            isolated = summary.isolated,
-            waiting = summary.waiting,
-            failed = summary.failed,
-            stopped_because = summary.stopped_because.as_str(),
-            "round"
-        );
-        Ok(summary)
+        finished("round", None, self.engine.drain_step(&request).await)
     }
+}
+
+/// A round's or a drain's end: a DLQ that could not be read fails the task (`Sqs.Retryable`,
+/// which the state machine retries, or `DlqUnreadable`), anything else is logged and answered.
+pub(crate) fn finished(
+    what: &'static str,
+    index: Option<u32>,
+    summary: Summary,
+) -> Result<Summary, TaskError> {
+    if let Some(reason) = &summary.dlq_unreadable {
+        tracing::error!(error = %reason, action = "dlq-unreadable", "the {what} could not read the DLQ");
+        return Err(if reason.retryable {
+            TaskError::Port(reason.clone())
+        } else {
+            TaskError::DlqUnreadable(reason.clone())
+        });
+    }
+    tracing::info!(
+        index,
+        received = summary.received,
+        redriven = summary.redriven,
+        isolated = summary.isolated,
+        waiting = summary.waiting,
+        failed = summary.failed,
+        stopped_because = summary.stopped_because.as_str(),
+        "{what}"
+    );
+    Ok(summary)
 }

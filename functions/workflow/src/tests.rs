@@ -254,21 +254,22 @@ async fn a_long_wait_blocks_nothing_a_message_arriving_later_is_redriven_first()
 
 #[tokio::test]
 async fn a_message_whose_retention_ends_during_its_wait_is_in_a_queue_throughout() {
-    // The DLQ keeps messages 4 s; the wait is 7 s. Each hop is a new message, and no hop is
-    // longer than the retention allows (half of 4 s here).
+    // The DLQ keeps messages 3 s; the wait is 7 s, against a copy's delay of 5 s. Each hop is
+    // a new message, and no hop is longer than the retention allows (half of 3 s, 1 s).
     let (sqs, _, wf) = setup(&[
         ("BACKOFF_BASE_SECONDS", "7"),
         ("BACKOFF_MAX_SECONDS", "43200"),
         ("BACKOFF_JITTER", "none"),
+        ("WORKFLOW_MAX_DELAY_SECONDS", "5"),
     ]);
-    sqs.set_retention(DLQ, Duration::from_secs(4));
+    sqs.set_retention(DLQ, Duration::from_secs(3));
     sqs.push(DLQ, "order o-202", Attributes::new(), None);
     let began = std::time::Instant::now();
     while sqs.is_empty(SRC) {
         assert!(began.elapsed() < Duration::from_secs(15), "never redriven");
         let round = wf.redrive_batch(10, false, None).await.unwrap();
         if let Some(r) = round.records.iter().find(|r| r.outcome == "waiting") {
-            assert!(r.delay_seconds.unwrap() <= 2, "{r:?}");
+            assert!(r.delay_seconds.unwrap() <= 1, "{r:?}");
         }
         assert_eq!(sqs.len(DLQ) + sqs.len(SRC), 1, "expired or duplicated");
         tokio::time::sleep(Duration::from_millis(250)).await;

@@ -396,7 +396,6 @@ async fn redrives_with_backoff_and_records_each_message_in_the_history_through_a
         .as_array()
         .unwrap()
         .iter()
-        .rev()
         .flat_map(|x| x["records"].as_array().unwrap().clone())
         .map(|r| r["kind"].as_str().unwrap().to_string())
         .collect();
@@ -482,6 +481,51 @@ async fn a_long_wait_blocks_nothing_a_message_arriving_two_seconds_later_is_redr
     let (dlq, source, poison) = wf.settle_and_take_all(Duration::from_secs(30)).await;
     assert!(dlq.is_empty() && poison.is_empty());
     assert_each_once(&["order o-201", "order o-202"], &[&source]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hop_never_outlasts_the_dlqs_retention() {
+    // GIVEN a DLQ that keeps messages 60 s (SQS's least) and a 1,200 s backoff, longer than a
+    // copy's delay of up to 900 s
+    let wf = Workflow::new(
+        false,
+        &[
+            ("BACKOFF_BASE_SECONDS", "1200"),
+            ("BACKOFF_MAX_SECONDS", "43200"),
+            ("WORKFLOW_MAX_DELAY_SECONDS", "900"),
+        ],
+    )
+    .await;
+    wf.sqs
+        .set_queue_attributes()
+        .queue_url(&wf.queues.dlq_url)
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "60")
+        .send()
+        .await
+        .expect("SetQueueAttributes");
+    wf.to_dlq_at_attempt("order o-251", "orig-251", 0).await;
+
+    // WHEN an execution runs
+    let done = wf.run(json!({})).await;
+
+    // THEN the message waits on the DLQ in a hop of 30 s (half the retention period), a new
+    // message whose retention starts again, so it is received before it could expire
+    assert_eq!(
+        done.status(),
+        &ExecutionStatus::Succeeded,
+        "{}",
+        done.lines()
+    );
+    let r = Workflow::records_of(&done, "orig-251");
+    assert_eq!(r.len(), 1, "{r:#?}");
+    assert_eq!(r[0]["outcome"], json!("waiting"), "{r:#?}");
+    assert_eq!(r[0]["delaySeconds"], json!(30), "{r:#?}");
+    assert_eq!(
+        wf.counts(&wf.queues.dlq_url).await,
+        (0, 0, 1),
+        "delayed on the DLQ"
+    );
+    assert_eq!(wf.counts(&wf.queues.source_url).await, (0, 0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -811,6 +855,10 @@ async fn stop_execution_mid_run_leaves_every_message_on_the_dlq_or_acknowledged_
             ("BACKOFF_BASE_SECONDS", "3"),
             ("BACKOFF_MAX_SECONDS", "43200"),
             ("WORKFLOW_MAX_DELAY_SECONDS", "1"),
+            // One pipeline: moto's ReceiveMessage takes no lock, so two at once can both be
+            // handed one message (SQS's at-least-once, which the consumer's key absorbs); this
+            // test counts exact copies.
+            ("MAX_CONCURRENT_BATCHES", "1"),
         ],
     )
     .await;
@@ -1001,26 +1049,21 @@ async fn every_log_line_of_a_task_invocation_carries_its_request_and_trace_ids()
     let header = redrive_tests::producer_trace_header();
     redrive_tests::send_traced(&sqs, &queues.dlq_url, "order o-2", &[], &header).await;
 
-    // WHEN the tasks run one after the other, as the state machine runs them: a receive,
-    // then a redrive of each message it decided
+    // WHEN the tasks run one after the other, as the state machine runs them: a check of the
+    // circuit, a round (one message at a time), the summary
     let mut invocations = Vec::new();
-    let (batch, lines) = watch
-        .invoke_logged(
-            TASK_BINARY,
-            &json!({"action": "receiveBatch", "maxMessages": 10}),
-        )
-        .await;
-    let batch = batch.unwrap();
-    invocations.push(lines);
-    let items = batch["items"].as_array().cloned().unwrap_or_default();
-    assert_eq!(items.len(), 2, "{batch}");
-    for item in items {
-        let (outcome, lines) = watch
-            .invoke_logged(TASK_BINARY, &json!({"action": "redrive", "item": item}))
-            .await;
-        assert_eq!(outcome.unwrap()["outcome"], json!("redriven"));
+    let mut redriven = 0;
+    for task in [
+        json!({"action": "checkCircuit"}),
+        json!({"action": "redriveBatch", "maxMessages": 1}),
+        json!({"action": "redriveBatch", "maxMessages": 1}),
+    ] {
+        let (out, lines) = watch.invoke_logged(TASK_BINARY, &task).await;
+        let out = out.unwrap();
+        redriven += out["redriven"].as_u64().unwrap_or(0);
         invocations.push(lines);
     }
+    assert_eq!(redriven, 2);
 
     // THEN every line each task logged carries its invocation's requestId and xrayTraceId,
     // and no two invocations share them
