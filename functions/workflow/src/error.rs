@@ -7,10 +7,6 @@ use redrive_engine::ports::PortError;
 pub enum TaskError {
     #[error("invalid task input: {0}")]
     InvalidInput(String),
-    #[error(
-        "message {message_id} did not come back from the DLQ within {receives} receives; this attempt deleted nothing. Either an earlier attempt of this task already redrove it (its answer lost) or another reader holds it on the DLQ"
-    )]
-    MessageNotFound { message_id: String, receives: u32 },
     #[error("the DLQ cannot be read: {0}")]
     DlqUnreadable(#[source] PortError),
     #[error(transparent)]
@@ -21,7 +17,6 @@ impl TaskError {
     pub fn error_type(&self) -> &'static str {
         match self {
             Self::InvalidInput(_) => "InvalidInput",
-            Self::MessageNotFound { .. } => "MessageNotFound",
             Self::DlqUnreadable(_) => "DlqUnreadable",
             Self::Port(e) if e.retryable => "Sqs.Retryable",
             Self::Port(_) => "Sqs.Failed",

@@ -60,7 +60,7 @@ where
     }
 
     /// The circuit table (`CIRCUIT_TABLE`): its operator flag holds the breaker open, and the
-    /// tasks measure bounces into it as the Lambda does (`receiveBatch`, `tally`, `drain`).
+    /// tasks measure bounces into it as the Lambda does (`redriveBatch`, `drain`, `tally`).
     pub fn with_circuit<S: CircuitStore + Clone>(self, store: S) -> Workflow<Q, A, M, S> {
         Workflow {
             engine: self.engine.with_circuit(store),
