@@ -273,6 +273,19 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         self.config.circuit.as_ref()
     }
 
+    /// A run that only looks for the canary's copies coming back: nothing is redriven, so it
+    /// stops with `circuit-open` unless a deadline or another reason stopped it first.
+    async fn watch(&self, request: &DrainRequest, run: &CircuitRun) -> Summary {
+        let s = self.drain_with(request, Some(run)).await;
+        Summary {
+            stopped_because: match s.stopped_because {
+                StopReason::Other | StopReason::Deadline => s.stopped_because,
+                _ => StopReason::CircuitOpen,
+            },
+            ..s
+        }
+    }
+
     /// The drain, under the adaptive circuit when it is on (else exactly [`Self::drain`]).
     pub(super) async fn drain_with_circuit(&self, request: &DrainRequest) -> Summary {
         let Some(cfg) = self.circuit_config() else {
@@ -324,17 +337,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 );
                 Summary::new(request.dry_run, StopReason::CircuitOpen)
             }
-            Plan::Watch => {
-                let s = self.drain_with(request, Some(&run)).await;
-                // Nothing was redriven: the run only looked for the canary.
-                Summary {
-                    stopped_because: match s.stopped_because {
-                        StopReason::Other | StopReason::Deadline => s.stopped_because,
-                        _ => StopReason::CircuitOpen,
-                    },
-                    ..s
-                }
-            }
+            Plan::Watch => self.watch(request, &run).await,
             Plan::Canary { .. } | Plan::Drain { .. } => {
                 let max_messages = plan
                     .budget()
@@ -503,14 +506,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             // Held since the round was planned (an operator's `open`): nothing received.
             Summary::new(request.dry_run, StopReason::CircuitOpen)
         } else if plan == Plan::Watch {
-            let s = self.drain_with(request, Some(&run)).await;
-            Summary {
-                stopped_because: match s.stopped_because {
-                    StopReason::Other | StopReason::Deadline => s.stopped_because,
-                    _ => StopReason::CircuitOpen,
-                },
-                ..s
-            }
+            self.watch(request, &run).await
         } else {
             let max_messages = plan
                 .budget()
