@@ -527,6 +527,7 @@ fn invalid(operation: &'static str, message: String) -> PortError {
     PortError::new(operation, "InvalidParameterValue", message, false)
 }
 
+pub mod clock;
 mod cloudwatch;
 mod ops;
 pub use cloudwatch::FakeCloudWatch;

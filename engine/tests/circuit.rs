@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,21 +34,9 @@ use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_tests::{QueueSet, attr_string, moto, queue_depth, send_raw, unique_name};
 
-const T0: i64 = 1_800_000_000_000;
+use redrive_engine::fake::clock::{START as T0, advance, now as clock};
+
 const SEC: i64 = 1000;
-
-thread_local! {
-    // `#[tokio::test]` runs each test on its own thread: one clock per test.
-    static NOW: Cell<i64> = const { Cell::new(T0) };
-}
-
-fn clock() -> i64 {
-    NOW.with(Cell::get)
-}
-
-fn advance(ms: i64) {
-    NOW.with(|c| c.set(c.get() + ms));
-}
 
 type FakeEngine =
     Engine<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, Arc<MemoryCircuitStore>>;

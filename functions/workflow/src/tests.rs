@@ -462,26 +462,13 @@ async fn start_rejects_unknown_keys_and_plans_the_drains() {
 
 /// One execution per DLQ: the lease in the circuit record (`lease.rs`).
 mod lease {
-    use std::cell::Cell;
 
     use super::*;
     use redrive_engine::circuit::MemoryCircuitStore;
 
-    const T0: i64 = 1_800_000_000_000;
+    use redrive_engine::fake::clock::{START as T0, advance, now as clock};
+
     const TTL_MS: i64 = LEASE_TTL_SECONDS * 1000;
-
-    thread_local! {
-        // `#[tokio::test]` runs each test on its own thread: one clock per test.
-        static NOW: Cell<i64> = const { Cell::new(T0) };
-    }
-
-    fn clock() -> i64 {
-        NOW.with(Cell::get)
-    }
-
-    fn advance(ms: i64) {
-        NOW.with(|c| c.set(c.get() + ms));
-    }
 
     type LeaseWorkflow =
         Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, Arc<MemoryCircuitStore>>;
