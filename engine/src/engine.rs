@@ -34,10 +34,9 @@ use crate::ports::{
     Received, RunMetrics, SendEntry,
 };
 pub use batch::{SEND_REJECTED_AFTER, SEND_REJECTIONS_FIELD};
-pub use circuit::{Admission, CircuitCheck, CircuitSummary, DrainCounts, Gate};
+pub use circuit::{Admission, CircuitCheck, CircuitSummary, DrainCounts};
 pub use finish::StepTotals;
 pub use request::{DrainRequest, InvocationError, MessageRecord, Settings, StopReason, Summary};
-pub use steps::Delivery;
 use transfer::entry_size;
 pub use transfer::{Acks, Moved, Transfer};
 

@@ -1,7 +1,7 @@
-//! One received batch, decided: the copies sent, a copy the source keeps rejecting isolated
-//! `send-rejected`, the originals deleted from the DLQ exactly when their copy was
-//! acknowledged, and each message's outcome counted and logged. The drain and the workflow's
-//! steps ([`Engine::deliver`]) both go through it.
+//! One received batch, decided: the copies sent (to the source, the poison queue, or back to
+//! the DLQ to go on waiting), a copy the source keeps rejecting isolated `send-rejected`, the
+//! originals deleted from the DLQ exactly when their copy was acknowledged, and each message's
+//! outcome counted, logged and, when the request asks, recorded.
 
 use super::*;
 
@@ -33,41 +33,6 @@ enum Outcome {
 }
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
-    /// Sends messages already decided (the workflow's tasks decide before a wait) and deletes
-    /// from the DLQ only what was acknowledged: the same path as a drain's batch.
-    pub(super) async fn apply_decided(
-        &self,
-        decided: Vec<(Received, Decision)>,
-        deadline: Option<Instant>,
-    ) -> Summary {
-        let run = Run {
-            remaining: AtomicU32::new(0),
-            stop: Mutex::new(None),
-            received: AtomicU64::new(decided.len() as u64),
-            redriven: AtomicU64::new(0),
-            isolated: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            waiting: AtomicU64::new(0),
-            records: None,
-            held: Mutex::new(Vec::new()),
-            held_groups: Mutex::new(HeldGroups::default()),
-            pacer: None,
-            calls_end: deadline,
-            dlq_unreadable: Mutex::new(None),
-            unplaceable: AtomicU64::new(0),
-            circuit: None,
-        };
-        self.process_decided(&run, decided, false).await;
-        Summary {
-            received: run.received.load(Ordering::SeqCst),
-            redriven: run.redriven.load(Ordering::SeqCst),
-            isolated: run.isolated.load(Ordering::SeqCst),
-            failed: run.failed.load(Ordering::SeqCst),
-            unplaceable: run.unplaceable.load(Ordering::SeqCst),
-            ..Summary::new(false, StopReason::Limit)
-        }
-    }
-
     pub(super) async fn process_decided(
         &self,
         run: &Run<'_>,

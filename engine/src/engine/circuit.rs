@@ -21,9 +21,7 @@ use redrive_shared::meta::RedriveMeta;
 use serde::{Deserialize, Serialize};
 
 use super::{DrainRequest, Engine, Run, StopReason, Summary};
-use crate::circuit::{
-    CircuitError, CircuitStore, SaveOutcome, load_or_new, update, update_once, write_token,
-};
+use crate::circuit::{CircuitStore, SaveOutcome, update_once, write_token};
 use crate::ports::{Alarms, CircuitMetrics, Metrics, Queue, Received};
 
 /// The circuit in the response (`"circuit"`), present only when the circuit is on.
@@ -701,18 +699,6 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 }
 
-/// What the circuit lets a batch received by another front end do (see [`Engine::gate_batch`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
-    /// Closed (or off): the batch is decided as usual.
-    Pass,
-    /// Half-open: this many messages are the canary, sent without their backoff; the rest go
-    /// back on the DLQ.
-    Canary(u32),
-    /// Open, or watching for the canary: the whole batch goes back on the DLQ.
-    Hold,
-}
-
 /// The circuit and the guard alarms before a run made of steps (see [`Engine::check_circuit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CircuitCheck {
@@ -780,87 +766,6 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             guards,
             operator: Some(operator),
             held,
-        }
-    }
-
-    /// Counts a received batch's bounced copies into the record (a write on the version read;
-    /// none when there are none), then the record's plan decides what the batch may do. A
-    /// record that cannot be read or written holds (fail closed). With the gate: the bounced
-    /// copies counted.
-    pub async fn gate_batch(&self, messages: &[Received]) -> (Gate, u64) {
-        let Some(settings) = self.circuit_settings() else {
-            return (Gate::Pass, 0);
-        };
-        let dlq = self.config.dlq_url.as_str();
-        let now = (self.clock)();
-        let bounces: Vec<_> = messages
-            .iter()
-            .filter_map(|m| {
-                let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-                bounce_of(&meta, now, &settings)
-            })
-            .collect();
-        let bounced = bounces.len() as u64;
-        let looked = if bounces.is_empty() {
-            load_or_new(&self.circuit, dlq, &settings, now)
-                .await
-                .map(|(_, mut record)| {
-                    record.tick(&settings, now);
-                    (record, Vec::new())
-                })
-                .map_err(CircuitError::from)
-        } else {
-            let events = [Event::Tick { now }, Event::Bounces { now, bounces }];
-            update(&self.circuit, dlq, &settings, now, &events).await
-        };
-        let (record, transitions) = match looked {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, action = "circuit-open", "cannot read or write the circuit record; treating the circuit as open");
-                return (Gate::Hold, 0);
-            }
-        };
-        for t in &transitions {
-            log_transition(dlq, t);
-        }
-        let plan = record.plan(&settings);
-        tracing::info!(queue = dlq, bounced, state = %record.state, plan = plan.as_str(), "circuit");
-        let gate = match plan {
-            Plan::Hold | Plan::Watch => Gate::Hold,
-            Plan::Canary { size } => Gate::Canary(size),
-            Plan::Drain { .. } => Gate::Pass,
-        };
-        (gate, bounced)
-    }
-
-    /// Counts `n` copies redriven by steps into the record, as sent at `sent_at` (no later
-    /// than any `lastRedrivenAt` they carry, so that a canary recognises all its copies): the
-    /// bounce-back rate's denominator. A failed write is logged: those counts are lost.
-    pub async fn count_redriven(&self, sent_at: i64, n: u64) {
-        let Some(settings) = self.circuit_settings() else {
-            return;
-        };
-        if n == 0 {
-            return;
-        }
-        let dlq = self.config.dlq_url.as_str();
-        let now = (self.clock)();
-        let events = [
-            Event::Tick { now },
-            Event::Redriven {
-                now: sent_at,
-                n: u32::try_from(n).unwrap_or(u32::MAX),
-            },
-        ];
-        match update(&self.circuit, dlq, &settings, now, &events).await {
-            Ok((_, transitions)) => {
-                for t in &transitions {
-                    log_transition(dlq, t);
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, redriven = n, "saving the circuit record failed; these redriven copies are not counted")
-            }
         }
     }
 
