@@ -21,6 +21,13 @@
 # infra/statemachine/redrive.asl.json) with the EventBridge rule on the DLQ alarm instead of the
 # SNS subscription; ORCHESTRATOR=lambda (the default) removes them again.
 #
+# Attach mode (PROTECT_DLQS or PROTECT_TAG set): step 1 also resolves the DLQs to protect (names,
+# ARNs or a tag; each DLQ's sources from ListDeadLetterSourceQueues) and stops naming a queue
+# that does not exist; step 3 deploys infra/attach_template.py's rendering of resources.yaml
+# (none of the user's queues; roles naming exactly those DLQs and sources; alarms per DLQ);
+# step 4 deploys the re-driver (DLQ_URLS, no SOURCE_QUEUE_URL) and the archiver, not the
+# consumer (CONSUMER=none); step 5 wires no event source mapping.
+#
 # Settings: infra/redrive.env, overridable from the environment. See infra/README.md.
 set -euo pipefail
 # shellcheck source=infra/lib.sh
@@ -38,6 +45,22 @@ WIRING=$(WIRING_STACK)
 check_stack_usable "$RESOURCES" deploy
 check_stack_usable "$WIRING" deploy
 
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# ---- attach mode: the protected DLQs, resolved before anything is changed.
+if attach_mode; then
+    # An install that created its own queues keeps them: its stack's queues are retained, and
+    # switching would orphan them with their messages.
+    if [ "$(stack_status "$RESOURCES")" != NONE ] &&
+        aws_ cloudformation describe-stacks --stack-name "$RESOURCES" \
+            --query "Stacks[0].Outputs[?OutputKey=='SourceQueueUrl'].OutputValue" --output text | grep -q .; then
+        die "stack $RESOURCES created its own source queue and DLQ; it cannot switch to PROTECT_DLQS/PROTECT_TAG in place." \
+            "Deploy attach mode under another STACK_NAME, or make destroy this one first. Nothing was changed."
+    fi
+    resolve_protected_dlqs "$WORK/dlqs.tsv"
+fi
+
 case $LAMBDA_DIR in /*) ;; *) LAMBDA_DIR=$REPO_DIR/$LAMBDA_DIR ;; esac
 say "deploying stack $RESOURCES to $AWS_REGION (account $ACCOUNT_ID)"
 
@@ -50,15 +73,13 @@ else
         --package redriver --package consumer) ||
         die "cargo lambda build failed (see above). Nothing in AWS was changed."
 fi
-lambda_bins=(redriver consumer archiver)
+lambda_bins=(redriver archiver)
+if [ "$CONSUMER" = http ]; then lambda_bins+=(consumer); fi
 if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
 for bin in ${lambda_bins[@]+"${lambda_bins[@]}"}; do
     [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing." \
         "Build it with: cargo lambda build --release --arm64 (or set SKIP_BUILD=false). Nothing in AWS was changed."
 done
-
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
 
 # ---------------------------------------------------------------- 3. resources stack
 write_params "$WORK/resources.json" \
@@ -83,12 +104,23 @@ write_params "$WORK/resources.json" \
     "ArchiveKmsKeyArn=$ARCHIVE_KMS_KEY_ARN" \
     "Tracing=$TRACING" \
     "Orchestrator=$ORCHESTRATOR"
-deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json"
+if attach_mode; then
+    # resources.yaml without the user's queues, with the protected ones in the roles and alarms.
+    "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
+        "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" ||
+        die "could not render the attach-mode template (see above). Nothing was changed."
+    deploy_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json"
+    required_outputs=(PoisonQueueUrl TriggerTopicArn MetricNamespace RedriverFunctionName RedriverRoleArn
+        DashboardUrl CircuitTableName ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn)
+else
+    deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json"
+    required_outputs=(SourceQueueUrl SourceQueueArn DeadLetterQueueUrl PoisonQueueUrl IdempotencyTableName
+        TriggerTopicArn MetricNamespace ConsumerTimeoutSeconds RedriverFunctionName ConsumerFunctionName
+        RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl CircuitTableName
+        ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn)
+fi
 read_outputs "$RESOURCES"
-for key in SourceQueueUrl SourceQueueArn DeadLetterQueueUrl PoisonQueueUrl IdempotencyTableName \
-    TriggerTopicArn MetricNamespace ConsumerTimeoutSeconds RedriverFunctionName ConsumerFunctionName \
-    RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl CircuitTableName \
-    ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn; do
+for key in "${required_outputs[@]}"; do
     var=OUT_$key
     [ -n "${!var-}" ] || die "stack $RESOURCES has no output $key; was it created from another template?"
 done
@@ -102,10 +134,10 @@ fi
 
 # ---------------------------------------------------------------- 4. functions
 # The guard: the template's default (the consumer's errors alarm) unless redrive.env names
-# others, or none.
+# others, or none. Attach mode has no consumer of ours: no default guard.
 case $GUARD_ALARM_NAMES in
     none) redriver_guard_names= ;;
-    '') redriver_guard_names=$OUT_DefaultGuardAlarmNames ;;
+    '') redriver_guard_names=${OUT_DefaultGuardAlarmNames-} ;;
     *) redriver_guard_names=$GUARD_ALARM_NAMES ;;
 esac
 
@@ -119,9 +151,16 @@ write_env_file() {
     for kv in ${@+"$@"}; do printf "%s='%s'\n" "${kv%%=*}" "${kv#*=}"; done >"$file"
 }
 
+# Attach mode: DLQ_URLS (every protected DLQ; each message goes back to its own source) and no
+# SOURCE_QUEUE_URL; each DLQ's trigger alarm is STACK-dlq-not-empty-<queue name>.
+if attach_mode; then
+    queue_env=("DLQ_URLS=$PROTECTED_DLQ_URLS")
+else
+    queue_env=("DLQ_URL=$OUT_DeadLetterQueueUrl" "SOURCE_QUEUE_URL=$OUT_SourceQueueUrl"
+        "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty")
+fi
 write_env_file "$WORK/redriver.env" \
-    "DLQ_URL=$OUT_DeadLetterQueueUrl" \
-    "SOURCE_QUEUE_URL=$OUT_SourceQueueUrl" \
+    "${queue_env[@]}" \
     "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
     "MAX_REDRIVE_ATTEMPTS=$MAX_REDRIVE_ATTEMPTS" \
     "BACKOFF_BASE_SECONDS=$BACKOFF_BASE_SECONDS" \
@@ -132,7 +171,6 @@ write_env_file "$WORK/redriver.env" \
     "MAX_MESSAGES_PER_SECOND=$MAX_MESSAGES_PER_SECOND" \
     "GUARD_ALARM_NAMES=$redriver_guard_names" \
     "REARM_ALARM=$REARM_ALARM" \
-    "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty" \
     "METRIC_NAMESPACE=$OUT_MetricNamespace" \
     "DRY_RUN=$DRY_RUN" \
     "RUST_LOG=$RUST_LOG"
@@ -145,7 +183,7 @@ for name in CIRCUIT_THRESHOLD CIRCUIT_MIN_BOUNCES CIRCUIT_WINDOW_SECONDS CIRCUIT
 done
 
 consumer_env=(
-    "IDEMPOTENCY_TABLE=$OUT_IdempotencyTableName"
+    "IDEMPOTENCY_TABLE=${OUT_IdempotencyTableName-}"
     "IDEMPOTENCY_KEY=$IDEMPOTENCY_KEY"
     "DOWNSTREAM_URL=$DOWNSTREAM_URL"
     "DOWNSTREAM_TIMEOUT_SECONDS=$DOWNSTREAM_TIMEOUT_SECONDS"
@@ -156,7 +194,7 @@ consumer_env=(
     "RUST_LOG=$RUST_LOG"
 )
 if [ -n "$IDEMPOTENCY_TTL_SECONDS" ]; then consumer_env+=("IDEMPOTENCY_TTL_SECONDS=$IDEMPOTENCY_TTL_SECONDS"); fi
-if [ "$FAST_TRACK_PERMANENT_FAILURES" = true ]; then consumer_env+=("DLQ_URL=$OUT_DeadLetterQueueUrl"); fi
+if [ "$FAST_TRACK_PERMANENT_FAILURES" = true ]; then consumer_env+=("DLQ_URL=${OUT_DeadLetterQueueUrl-}"); fi
 write_env_file "$WORK/consumer.env" ${consumer_env[@]+"${consumer_env[@]}"}
 
 # The archiver: its own role, the only one that may write the archive bucket.
@@ -164,7 +202,7 @@ write_env_file "$WORK/archiver.env" \
     "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
     "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
     "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
-    "DLQ_URL=$OUT_DeadLetterQueueUrl" \
+    "$(if attach_mode; then echo "DLQ_URLS=$PROTECTED_DLQ_URLS"; else echo "DLQ_URL=$OUT_DeadLetterQueueUrl"; fi)" \
     "ARCHIVE_DLQ=$ARCHIVE_DLQ" \
     "ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS" \
     "METRIC_NAMESPACE=$OUT_MetricNamespace" \
@@ -246,9 +284,13 @@ elif ! out=$(aws_ lambda put-function-concurrency --function-name "$OUT_Redriver
         "REDRIVER_RESERVED_CONCURRENCY=none to deploy without it (runs may then overlap)." \
         "The functions are deployed but not wired; run make deploy again after the fix."
 fi
-deploy_function consumer "$OUT_ConsumerFunctionName" "$OUT_ConsumerRoleArn" \
-    "$CONSUMER_MEMORY_MB" "$OUT_ConsumerTimeoutSeconds" "$WORK/consumer.env"
-publish_live "$OUT_ConsumerFunctionName"
+if [ "$CONSUMER" = http ]; then
+    deploy_function consumer "$OUT_ConsumerFunctionName" "$OUT_ConsumerRoleArn" \
+        "$CONSUMER_MEMORY_MB" "$OUT_ConsumerTimeoutSeconds" "$WORK/consumer.env"
+    publish_live "$OUT_ConsumerFunctionName"
+else
+    say "CONSUMER=none: your own consumers keep reading your queues; no consumer deployed"
+fi
 deploy_function archiver "$OUT_ArchiverFunctionName" "$OUT_ArchiverRoleArn" \
     "$ARCHIVER_MEMORY_MB" "$ARCHIVER_TIMEOUT_SECONDS" "$WORK/archiver.env"
 publish_live "$OUT_ArchiverFunctionName"
@@ -272,9 +314,9 @@ fi
 # ---------------------------------------------------------------- 5. wiring stack
 write_params "$WORK/wiring.json" \
     "RedriverFunctionName=$OUT_RedriverFunctionName" \
-    "ConsumerFunctionName=$OUT_ConsumerFunctionName" \
+    "ConsumerFunctionName=${OUT_ConsumerFunctionName-}" \
     "TriggerTopicArn=$OUT_TriggerTopicArn" \
-    "SourceQueueArn=$OUT_SourceQueueArn" \
+    "SourceQueueArn=${OUT_SourceQueueArn-}" \
     "BatchSize=$BATCH_SIZE" \
     "MaximumBatchingWindowSeconds=$MAX_BATCHING_WINDOW_SECONDS" \
     "MaximumConcurrency=$MAX_CONCURRENCY" \
@@ -303,6 +345,21 @@ if [ "$ORCHESTRATOR" = lambda ] &&
     say "ORCHESTRATOR=lambda: deleted the task function $WORKFLOW_FUNCTION_NAME of the state machine"
 fi
 
+if attach_mode; then
+    cat <<EOF
+
+redrive protects ${OUT_ProtectedDlqCount:-?} DLQs (stacks $RESOURCES and $WIRING, region $AWS_REGION); none of your queues was created or changed.
+  DLQs           ${PROTECTED_DLQ_URLS//,/ }
+  poison queue   $OUT_PoisonQueueUrl   <- every protected DLQ's isolated messages (x-redrive names the DLQ and source)
+  alerts topic   ${OUT_AlertsTopicArn:-?}   <- subscribe people here (or set ALERT_EMAIL)
+  functions      $OUT_RedriverFunctionName, $OUT_ArchiverFunctionName (alias live; undo with make rollback)
+  archive        s3://$OUT_ArchiveBucketName/$OUT_ArchivePrefix/<queue name>/
+  dashboard      $OUT_DashboardUrl
+A queue tagged or listed later is protected by the next make deploy.
+Remove:  make destroy (removes what this install created; none of your queues)
+EOF
+    exit 0
+fi
 cat <<EOF
 
 redrive is deployed (stacks $RESOURCES and $WIRING, region $AWS_REGION).

@@ -6,6 +6,9 @@
 # changing anything, while the source queue (unconsumed messages), the DLQ or the poison queue
 # (parked messages) holds messages, or the circuit table an operator's override, unless
 # FORCE=1. Keeps the archive bucket. Turns the stacks' termination protection off first.
+# Attach mode (PROTECT_DLQS / PROTECT_TAG): the queues are those the resources stack created
+# (the poison queue); the protected DLQs and their sources are the user's and are never read,
+# checked or deleted here.
 # Re-runnable: what is already gone is skipped.
 set -euo pipefail
 # shellcheck source=infra/lib.sh
@@ -31,9 +34,29 @@ queue_depth() { # URL: visible + in flight + delayed
         --query 'Attributes.[ApproximateNumberOfMessages,ApproximateNumberOfMessagesNotVisible,ApproximateNumberOfMessagesDelayed]' \
         --output text | awk '{ print $1 + $2 + $3 }'
 }
-SOURCE_URL=$(queue_url "$STACK_NAME-source")
-DLQ_URL=$(queue_url "$STACK_NAME-dlq")
-POISON_URL=$(queue_url "$STACK_NAME-poison")
+# The queues this install created: those the resources stack lists (it retains them), found
+# again by name in case one is gone already. Without the stack (a destroy run again after it was
+# deleted), the names the template gives them: the poison queue only in attach mode.
+stack_queue() { # LOGICAL_ID
+    local physical
+    physical=$(aws_ cloudformation list-stack-resources --stack-name "$RESOURCES" \
+        --query "StackResourceSummaries[?LogicalResourceId=='$1'].PhysicalResourceId | [0]" --output text 2>/dev/null) || return 0
+    case $physical in '' | None) return 0 ;; esac
+    queue_url "${physical##*/}"
+}
+if [ "$(stack_status "$RESOURCES")" != NONE ]; then
+    SOURCE_URL=$(stack_queue SourceQueue)
+    DLQ_URL=$(stack_queue DeadLetterQueue)
+    POISON_URL=$(stack_queue PoisonQueue)
+elif attach_mode; then
+    SOURCE_URL=
+    DLQ_URL=
+    POISON_URL=$(queue_url "$STACK_NAME-poison")
+else
+    SOURCE_URL=$(queue_url "$STACK_NAME-source")
+    DLQ_URL=$(queue_url "$STACK_NAME-dlq")
+    POISON_URL=$(queue_url "$STACK_NAME-poison")
+fi
 CIRCUIT_TABLE=$STACK_NAME-circuit
 circuit_overrides() { # the circuit records whose operator override is not auto (0 when no table)
     if aws_ dynamodb describe-table --table-name "$CIRCUIT_TABLE" >/dev/null 2>&1; then

@@ -51,15 +51,127 @@ validate_common_config() {
         "1-40 letters, digits and hyphens, starting with a letter (function names are STACK_NAME-redriver)"
 }
 
+# ---------------------------------------------------------------- attach mode
+# PROTECT_DLQS or PROTECT_TAG set: the stacks protect existing DLQs and create none of the
+# user's queues (infra/README.md, "Attach mode").
+attach_mode() { [ -n "${PROTECT_DLQS-}${PROTECT_TAG-}" ]; }
+
+SQS_NAME_RE='[A-Za-z0-9_-]{1,75}(\.fifo)?|[A-Za-z0-9_-]{1,80}'
+
+validate_attach_config() {
+    local item
+    need_match PROTECT_DLQS '^$|^[^,[:space:]]+(,[^,[:space:]]+)*$' \
+        "queue names or ARNs separated by commas, without spaces (e.g. orders-dlq,arn:aws:sqs:eu-west-1:123456789012:payments-dlq.fifo)"
+    for item in ${PROTECT_DLQS//,/ }; do
+        [[ $item =~ ^($SQS_NAME_RE)$ || $item =~ ^arn:aws[a-z-]*:sqs:[a-z0-9-]+:[0-9]{12}:($SQS_NAME_RE)$ ]] ||
+            die "PROTECT_DLQS='$PROTECT_DLQS' is invalid: '$item' is neither a queue name nor a queue ARN." \
+                "A name is 1-80 letters, digits, - and _ (a FIFO queue's ends in .fifo); an ARN is arn:aws:sqs:REGION:ACCOUNT:NAME." \
+                "Set it in infra/redrive.env or the environment. Nothing was changed."
+    done
+    need_match PROTECT_TAG '^$|^[A-Za-z0-9 _.:/=+@-]{1,128}=[A-Za-z0-9 _.:/=+@-]{0,256}$' \
+        "key=value, one queue tag (e.g. redrive:protect=true): every queue of the region with that tag is protected"
+    if attach_mode; then
+        CONSUMER=${CONSUMER:-none}
+        need_match CONSUMER '^(none|http)$' "none (your own consumer keeps reading your queues) or http"
+        if [ "$CONSUMER" = http ]; then
+            die "CONSUMER=http is not supported with PROTECT_DLQS or PROTECT_TAG yet: the shipped consumer reads" \
+                "a source queue this install creates, and attach mode creates none. Keep your own consumer" \
+                "(CONSUMER=none, the default in attach mode), or deploy without PROTECT_DLQS/PROTECT_TAG. Nothing was changed."
+        fi
+        if [ "${ORCHESTRATOR:-lambda}" = stepfunctions ]; then
+            die "ORCHESTRATOR=stepfunctions is not supported with PROTECT_DLQS or PROTECT_TAG yet: the state machine" \
+                "drains one DLQ. Use ORCHESTRATOR=lambda (one re-driver drains every protected DLQ). Nothing was changed."
+        fi
+    else
+        CONSUMER=${CONSUMER:-http}
+        need_match CONSUMER '^http$' \
+            "http without PROTECT_DLQS or PROTECT_TAG (this install creates the source queue and its consumer); CONSUMER=none is for protecting DLQs you already have"
+    fi
+    export CONSUMER
+}
+
+# Resolves the protected DLQs before anything is changed: writes NAME<TAB>ARN<TAB>SOURCE_ARNS
+# lines to FILE and sets PROTECTED_DLQ_URLS (comma separated). Stops naming a queue that does
+# not exist, an ARN of another region or account, a tag that selects nothing, our own poison queue.
+resolve_protected_dlqs() { # FILE
+    local file=$1 item name names=() key value url urls tag arn src src_arn sources count=0 region account tagged=0
+    for item in ${PROTECT_DLQS//,/ }; do
+        if [[ $item == arn:* ]]; then
+            IFS=: read -r _ _ _ region account name <<<"$item"
+            if [ "$region" != "$AWS_REGION" ] || [ "$account" != "$ACCOUNT_ID" ]; then
+                die "PROTECT_DLQS names $item, a queue of $account in $region; this deploy is $ACCOUNT_ID in $AWS_REGION." \
+                    "One install protects the queues of its own account and region. Nothing was changed."
+            fi
+        else
+            name=$item
+        fi
+        names+=("$name")
+    done
+    if [ -n "${PROTECT_TAG-}" ]; then
+        key=${PROTECT_TAG%%=*}
+        value=${PROTECT_TAG#*=}
+        urls=$(aws_ sqs list-queues --query 'QueueUrls[]' --output text) ||
+            die "could not list the queues of $AWS_REGION (sqs:ListQueues) for PROTECT_TAG. Nothing was changed."
+        for url in $urls; do
+            [ "$url" != None ] || continue
+            tag=$(aws_ sqs list-queue-tags --queue-url "$url" --query "Tags.\"$key\"" --output text) ||
+                die "could not read the tags of $url (sqs:ListQueueTags) for PROTECT_TAG. Nothing was changed."
+            if [ "$tag" = "$value" ]; then
+                names+=("${url##*/}")
+                tagged=$((tagged + 1))
+            fi
+        done
+        if [ "$tagged" = 0 ]; then
+            die "PROTECT_TAG=$PROTECT_TAG selects no queue in $AWS_REGION." \
+                "Tag your DLQs first, e.g. aws sqs tag-queue --queue-url URL --tags '{\"$key\":\"$value\"}'. Nothing was changed."
+        fi
+    fi
+    : >"$file"
+    PROTECTED_DLQ_URLS=
+    local seen=' '
+    for name in ${names[@]+"${names[@]}"}; do
+        case $seen in *" $name "*) continue ;; esac
+        seen+="$name "
+        if [ "$name" = "$STACK_NAME-poison" ]; then
+            die "PROTECT_DLQS/PROTECT_TAG selects $name, this install's own poison queue; it cannot protect itself." \
+                "Nothing was changed."
+        fi
+        url=$(aws_ sqs get-queue-url --queue-name "$name" --query QueueUrl --output text 2>/dev/null) ||
+            die "queue $name does not exist in $AWS_REGION (account $ACCOUNT_ID): PROTECT_DLQS/PROTECT_TAG names it." \
+                "Check the name (aws sqs list-queues --queue-name-prefix ${name:0:20}). Nothing was changed."
+        arn=$(aws_ sqs get-queue-attributes --queue-url "$url" --attribute-names QueueArn \
+            --query Attributes.QueueArn --output text) || die "could not read the ARN of $url. Nothing was changed."
+        sources=
+        for src in $(aws_ sqs list-dead-letter-source-queues --queue-url "$url" --query 'queueUrls[]' --output text); do
+            [ "$src" != None ] || continue
+            src_arn=$(aws_ sqs get-queue-attributes --queue-url "$src" --attribute-names QueueArn \
+                --query Attributes.QueueArn --output text) || die "could not read the ARN of $src. Nothing was changed."
+            sources+=${sources:+,}$src_arn
+        done
+        if [ -z "$sources" ]; then
+            printf '\nWARNING: %s is no queue'"'"'s DLQ (ListDeadLetterSourceQueues is empty): protected, but a message\n' "$name" >&2
+            printf '         with no known source is isolated in the poison queue (reason unknown-source), never guessed.\n' >&2
+        fi
+        printf '%s\t%s\t%s\n' "$name" "$arn" "$sources" >>"$file"
+        PROTECTED_DLQ_URLS+=${PROTECTED_DLQ_URLS:+,}$url
+        count=$((count + 1))
+        say "protecting $name ($arn)${sources:+, sources ${sources//,/, }}"
+    done
+    say "$count DLQs protected"
+}
+
 validate_deploy_config() {
     validate_common_config
-    if [ -z "${DOWNSTREAM_URL-}" ]; then
+    validate_attach_config
+    if [ "$CONSUMER" = http ] && [ -z "${DOWNSTREAM_URL-}" ]; then
         die "DOWNSTREAM_URL is not set: the consumer needs the HTTP endpoint it delivers each message to." \
             "Set it in infra/redrive.env or on the command line, e.g." \
             "  DOWNSTREAM_URL=https://orders.example.com/ingest make deploy" \
             "Nothing was changed."
     fi
-    need_match DOWNSTREAM_URL '^https?://[^/[:space:]]+' "must be an http:// or https:// URL"
+    if [ "$CONSUMER" = http ]; then
+        need_match DOWNSTREAM_URL '^https?://[^/[:space:]]+' "must be an http:// or https:// URL"
+    fi
     need_int MAX_RECEIVE_COUNT 1 1000
     need_match CONSUMER_TIMEOUT_SECONDS '^(10|15|20|30|45|60|90|120|180|300|600|900)$' \
         "must be one of 10 15 20 30 45 60 90 120 180 300 600 900 (the source queue's visibility timeout is six times it)"

@@ -1,0 +1,379 @@
+"""The resources template of attach mode (PROTECT_DLQS / PROTECT_TAG), made from
+infra/templates/resources.yaml and the DLQs deploy.sh resolved.
+
+`python infra/attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON`
+
+DLQS_TSV holds one protected DLQ a line: `NAME<TAB>ARN<TAB>SOURCE_ARNS` (SOURCE_ARNS comma
+separated, empty for a DLQ that no queue names in its RedrivePolicy). The result is the managed
+template without the user's queues and what hangs on them:
+
+- removed: the source queue and the DLQ we would create, the shipped consumer (role, log group,
+  idempotency table, alarms), and every alarm and dashboard that names our DLQ or source;
+- the roles name exactly the protected DLQs' ARNs where the managed template names our DLQ, and
+  exactly their sources' ARNs where it names our source queue; SetAlarmState names the per-DLQ
+  trigger alarms;
+- added per protected DLQ: its trigger alarm (depth > 0, to the trigger topic; the re-driver
+  drains the DLQ the alarm's QueueName dimension names) and its two age alarms (first stage and
+  last call, to the alerts topic), all named STACK-<kind>-<queue name>;
+- the fleet's failure signals in our namespace (redrive failures, DLQ unreadable, unplaceable
+  messages, circuit open, archive failures) as one Metrics Insights alarm each over every
+  QueueName, and one dashboard for the fleet.
+
+ARNs are written into the template, not passed as parameters: a parameter value holds at most
+4,096 bytes, some 40 ARNs. The template goes through S3 above 51,200 bytes (deploy_stack).
+Every reference the template keeps is checked: a resource of resources.yaml that names a
+removed one fails here, before anything is deployed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cfn_yaml  # noqa: E402
+
+# The managed template's resources that attach mode does not create.
+MANAGED_ONLY = {
+    "SourceQueue", "DeadLetterQueue", "IdempotencyTable", "ConsumerLogGroup", "ConsumerRole",
+    "DlqNotEmptyAlarm", "DlqOldestMessageAgeAlarm", "DlqFinalAgeAlarm", "SourceOldestMessageAgeAlarm",
+    "DlqNotEmptyDailyAlarm", "DlqArchiverAgeAlarm", "RedriveFailuresAlarm", "DlqReceiveFailuresAlarm",
+    "UnplaceableMessagesAlarm", "ConsumerErrorsAlarm", "ConsumerThrottlesAlarm", "CircuitOpenAlarm",
+    "CircuitHeldOpenAlarm", "ArchiveFailuresAlarm", "Dashboard",
+}
+MANAGED_ONLY_OUTPUTS = {
+    "SourceQueueUrl", "SourceQueueArn", "DeadLetterQueueUrl", "DeadLetterQueueName",
+    "IdempotencyTableName", "ConsumerRoleArn", "ConsumerFunctionName", "TriggerAlarmName",
+    "DefaultGuardAlarmNames", "WorkflowTriggerAlarmName",
+}
+# At most this many resources per template (CloudFormation quota).
+TEMPLATE_RESOURCE_LIMIT = 500
+PER_DLQ_RESOURCES = 3
+
+
+def read_dlqs(path: Path) -> list[dict]:
+    dlqs = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        name, arn, sources = (line.split("\t") + ["", ""])[:3]
+        dlqs.append({"name": name, "arn": arn, "sources": [s for s in sources.split(",") if s]})
+    if not dlqs:
+        raise SystemExit("attach_template.py: no DLQ to protect")
+    return dlqs
+
+
+def logical_id(name: str, kind: str) -> str:
+    """A stable logical id per queue name (the name's letters and digits, plus a hash, so that
+    `orders-dlq` and `orders_dlq` differ): adding or removing a DLQ leaves the others' alarms
+    in place."""
+    letters = re.sub(r"[^A-Za-z0-9]", "", name)[:60]
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
+    return f"Dlq{letters}{digest}{kind}"
+
+
+def alarm_name(kind: str, queue: str) -> dict:
+    return {"Fn::Sub": ["${AWS::StackName}-" + kind + "-${Queue}", {"Queue": queue}]}
+
+
+def alarm_arn(kind: str, queue: str) -> dict:
+    return {"Fn::Sub": [
+        "arn:${AWS::Partition}:cloudwatch:${AWS::Region}:${AWS::AccountId}:alarm:${AWS::StackName}-" + kind + "-${Queue}",
+        {"Queue": queue},
+    ]}
+
+
+# ---------------------------------------------------------------- roles
+def _is_getatt(node, logical: str) -> bool:
+    return isinstance(node, dict) and node.get("Fn::GetAtt") == [logical, "Arn"]
+
+
+def rewrite_resources(value, dlq_arns: list[str], source_arns: list[str]):
+    """A statement's Resource with our DLQ replaced by the protected DLQs and our source queue
+    by their sources (nothing, when no DLQ has a source)."""
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if _is_getatt(item, "DeadLetterQueue"):
+            out.extend(dlq_arns)
+        elif _is_getatt(item, "SourceQueue"):
+            out.extend(source_arns)
+        else:
+            out.append(item)
+    return out
+
+
+def rewrite_policies(resources: dict, dlqs: list[dict]) -> None:
+    dlq_arns = [d["arn"] for d in dlqs]
+    source_arns = sorted({s for d in dlqs for s in d["sources"]})
+    trigger_arns = [alarm_arn("dlq-not-empty", d["name"]) for d in dlqs]
+    for resource in resources.values():
+        props = resource.get("Properties", {})
+        documents = [p["PolicyDocument"] for p in props.get("Policies", [])]
+        if "PolicyDocument" in props and resource["Type"].startswith("AWS::IAM::"):
+            documents.append(props["PolicyDocument"])
+        for document in documents:
+            kept = []
+            for statement in document["Statement"]:
+                if statement.get("Sid") in ("RearmTriggerAlarm",):
+                    statement["Resource"] = trigger_arns
+                elif "Resource" in statement:
+                    statement["Resource"] = rewrite_resources(statement["Resource"], dlq_arns, source_arns)
+                if statement.get("Resource") == []:
+                    continue  # only our source queue was named, and no DLQ has a source
+                kept.append(statement)
+            document["Statement"] = kept
+    # X-Ray writes: the roles that exist.
+    xray = resources.get("XRayWrites")
+    if xray:
+        roles = xray["Properties"]["Roles"]
+
+        def drop_consumer(lst):
+            return [r for r in lst if r != {"Ref": "ConsumerRole"}]
+
+        if isinstance(roles, dict) and "Fn::If" in roles:
+            cond, a, b = roles["Fn::If"]
+            xray["Properties"]["Roles"] = {"Fn::If": [cond, drop_consumer(a), drop_consumer(b)]}
+        else:
+            xray["Properties"]["Roles"] = drop_consumer(roles)
+
+
+# ---------------------------------------------------------------- alarms
+def per_dlq_alarms(dlq: dict) -> dict:
+    name = dlq["name"]
+    dims = [{"Name": "QueueName", "Value": name}]
+    common = {"Namespace": "AWS/SQS", "Dimensions": dims, "EvaluationPeriods": 1,
+              "TreatMissingData": "notBreaching"}
+    return {
+        logical_id(name, "NotEmpty"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+            "AlarmName": alarm_name("dlq-not-empty", name),
+            "AlarmDescription": {"Fn::Sub": [
+                "redrive trigger: the protected DLQ ${Queue} holds messages. Notifies the re-driver "
+                "(trigger topic), which drains the DLQ this alarm's QueueName names and sets the "
+                "alarm back to OK.", {"Queue": name}]},
+            **common, "MetricName": "ApproximateNumberOfMessagesVisible", "Statistic": "Maximum",
+            "Period": 60, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold",
+            "AlarmActions": [{"Ref": "TriggerTopic"}]}},
+        logical_id(name, "Age"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+            "AlarmName": alarm_name("dlq-oldest-message-age", name),
+            "AlarmDescription": {"Fn::Sub": [
+                "First stage: a message has waited in the protected DLQ ${Queue} for "
+                "${DlqAgeAlarmSeconds} s and nothing has drained it. Check the re-driver, its "
+                "guards and the circuit (redrive status).", {"Queue": name}]},
+            **common, "MetricName": "ApproximateAgeOfOldestMessage", "Statistic": "Maximum",
+            "Period": 300, "Threshold": {"Ref": "DlqAgeAlarmSeconds"},
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}},
+        logical_id(name, "FinalAge"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+            "AlarmName": alarm_name("dlq-oldest-message-age-final", name),
+            "AlarmDescription": {"Fn::Sub": [
+                "Last call: a message has waited in the protected DLQ ${Queue} for "
+                "${DlqFinalAgeAlarmSeconds} s; SQS deletes it when the DLQ's retention runs out. "
+                "Drain it (redrive drain) or move it to the poison queue now.", {"Queue": name}]},
+            **common, "MetricName": "ApproximateAgeOfOldestMessage", "Statistic": "Maximum",
+            "Period": 300, "Threshold": {"Ref": "DlqFinalAgeAlarmSeconds"},
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}},
+    }
+
+
+def fleet_alarm(kind: str, metric: str, stat: str, description: str) -> dict:
+    """One Metrics Insights alarm over every QueueName of our namespace: the re-driver and the
+    archiver publish these metrics for the protected DLQs and the poison queue only."""
+    return {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+        "AlarmName": {"Fn::Sub": "${AWS::StackName}-" + kind},
+        "AlarmDescription": description,
+        "Metrics": [{
+            "Id": "fleet", "ReturnData": True, "Period": 300,
+            "Expression": {"Fn::Sub": f'SELECT {stat}({metric}) FROM SCHEMA("${{MetricNamespace}}", QueueName)'},
+        }],
+        "EvaluationPeriods": 1, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold",
+        "TreatMissingData": "notBreaching",
+        "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}}
+
+
+FLEET_ALARMS = {
+    "RedriveFailuresAlarm": ("redrive-failures", "RedriveFailures", "SUM",
+                             "SQS refused copies the re-driver sent, on some protected DLQ. The messages stayed on "
+                             "their DLQ; the re-driver's log names the DLQ and the SQS error codes."),
+    "DlqReceiveFailuresAlarm": ("dlq-receive-failures", "DlqReceiveFailures", "SUM",
+                                "A drain could not read a protected DLQ at all (AccessDenied, KMS, deleted queue). "
+                                "Was the queue re-created or its key changed? Run make deploy; see the re-driver's log."),
+    "UnplaceableMessagesAlarm": ("unplaceable-messages", "UnplaceableMessages", "SUM",
+                                 "Neither a message's source nor the poison queue accepts it: it stays on its DLQ, "
+                                 "where retention will delete it. See the re-driver's ERROR log."),
+    "CircuitOpenAlarm": ("circuit-open", "CircuitOpen", "MAX",
+                         "The adaptive circuit of a protected DLQ is open: its copies kept bouncing back, so its "
+                         "replays stopped. redrive status names the DLQ; redrive circuit close|auto overrides it."),
+    "ArchiveFailuresAlarm": ("archive-failures", "ArchiveFailures", "SUM",
+                             "The archiver could not move old messages to S3 (poison queue or a protected DLQ). "
+                             "They are still on their queue; see the archiver's log."),
+}
+
+
+def archiver_errors_alarm() -> dict:
+    return {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+        "AlarmName": {"Fn::Sub": "${AWS::StackName}-archiver-errors"},
+        "AlarmDescription": "The archiver failed (init error, crash, timeout); see its log group.",
+        "Namespace": "AWS/Lambda", "MetricName": "Errors",
+        "Dimensions": [{"Name": "FunctionName", "Value": {"Fn::Sub": "${AWS::StackName}-archiver"}}],
+        "Statistic": "Sum", "Period": 300, "EvaluationPeriods": 1, "Threshold": 0,
+        "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+        "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}}
+
+
+# ---------------------------------------------------------------- dashboard
+def fleet_dashboard(dlqs: list[dict]) -> dict:
+    """One view of the fleet: depth and oldest age of every protected DLQ (one line each) and
+    the poison queue, and the re-driver's counts per QueueName (Metrics Insights)."""
+    def lines(metric: str, extra: dict | None = None) -> list:
+        rows = [["AWS/SQS", metric, "QueueName", d["name"]] for d in dlqs]
+        rows.append(["AWS/SQS", metric, "QueueName", "${Poison}", {"label": "poison"}])
+        return rows
+
+    def insights(metric: str, stat: str) -> list:
+        return [[{"expression": f'SELECT {stat}({metric}) FROM SCHEMA("${{MetricNamespace}}", QueueName) '
+                                f"GROUP BY QueueName ORDER BY {stat}() DESC LIMIT 100",
+                  "id": metric.lower(), "label": metric}]]
+
+    def widget(x: int, y: int, title: str, metrics: list, stat: str, period: int) -> dict:
+        return {"type": "metric", "x": x, "y": y, "width": 12, "height": 6, "properties": {
+            "title": title, "region": "${AWS::Region}", "view": "timeSeries", "stat": stat,
+            "period": period, "metrics": metrics}}
+
+    body = {"widgets": [
+        widget(0, 0, "Depth of every protected DLQ, and the poison queue",
+               lines("ApproximateNumberOfMessagesVisible"), "Maximum", 60),
+        widget(12, 0, "Age of oldest message (s)", lines("ApproximateAgeOfOldestMessage"), "Maximum", 300),
+        widget(0, 6, "Redriven per DLQ", insights("SuccessfulRedrives", "SUM"), "Sum", 300),
+        widget(12, 6, "Isolated per DLQ (poison queue)", insights("PoisonPillsIsolated", "SUM"), "Sum", 300),
+        widget(0, 12, "Circuit open per DLQ", insights("CircuitOpen", "MAX"), "Maximum", 300),
+        widget(12, 12, "Redrive failures per DLQ", insights("RedriveFailures", "SUM"), "Sum", 300),
+    ]}
+    text = json.dumps(body, separators=(",", ":"))
+    # Queue names hold letters, digits, - and _ only: nothing Fn::Sub would read as a variable.
+    return {"Type": "AWS::CloudWatch::Dashboard", "Properties": {
+        "DashboardName": {"Fn::Sub": "${AWS::StackName}"},
+        "DashboardBody": {"Fn::Sub": [text, {"Poison": {"Fn::GetAtt": ["PoisonQueue", "QueueName"]}}]}}}
+
+
+# ---------------------------------------------------------------- checks
+_SUB_VAR = re.compile(r"\$\{([A-Za-z0-9]+)(?:\.[A-Za-z]+)?\}")
+
+
+def references(node):
+    """Every logical id a node names (Ref, GetAtt, the variables of Sub strings)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "Ref" and isinstance(value, str):
+                yield value
+            elif key == "Fn::GetAtt":
+                yield value[0] if isinstance(value, list) else value.split(".")[0]
+            elif key == "Fn::Sub":
+                text = value if isinstance(value, str) else value[0]
+                local = set() if isinstance(value, str) else set(value[1])
+                for match in _SUB_VAR.finditer(text):
+                    if match.group(1) not in local:
+                        yield match.group(1)
+                if not isinstance(value, str):
+                    yield from references(value[1])
+            else:
+                yield from references(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from references(item)
+
+
+def drop_unused(template: dict) -> None:
+    """Parameters, mappings and conditions that only the removed resources used."""
+    while True:
+        used = set(references({k: v for k, v in template.items() if k not in ("Parameters", "Mappings")}))
+        text = json.dumps({k: v for k, v in template.items() if k != "Conditions"})
+        unused_conditions = [c for c in template.get("Conditions", {})
+                             if f'"Condition": "{c}"' not in text and f'"Fn::If": ["{c}"' not in text
+                             and f'{{"Condition": "{c}"}}' not in json.dumps(template.get("Conditions", {}))]
+        unused_params = [p for p in template.get("Parameters", {}) if p not in used]
+        unused_maps = [m for m in template.get("Mappings", {}) if f'"Fn::FindInMap": ["{m}"' not in json.dumps(template)]
+        if not (unused_conditions or unused_params or unused_maps):
+            return
+        for c in unused_conditions:
+            del template["Conditions"][c]
+        for p in unused_params:
+            del template["Parameters"][p]
+        for m in unused_maps:
+            del template["Mappings"][m]
+
+
+def filter_params(params_path: Path, template: dict) -> None:
+    """deploy.sh's parameters file without those the attach template no longer declares."""
+    params = json.loads(params_path.read_text(encoding="utf-8"))
+    kept = [p for p in params if p["ParameterKey"] in template.get("Parameters", {})]
+    params_path.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
+
+
+def check_references(template: dict) -> None:
+    known = set(template.get("Resources", {})) | set(template.get("Parameters", {}))
+    for section in ("Resources", "Outputs"):
+        for key, node in template.get(section, {}).items():
+            missing = {r for r in references(node) if not r.startswith("AWS::") and r not in known}
+            if missing:
+                raise SystemExit(f"attach_template.py: {section}.{key} names {sorted(missing)}, "
+                                 "which attach mode does not create")
+
+
+def build(template: dict, dlqs: list[dict]) -> dict:
+    resources = template["Resources"]
+    for logical in MANAGED_ONLY:
+        resources.pop(logical, None)
+    for key in MANAGED_ONLY_OUTPUTS:
+        template["Outputs"].pop(key, None)
+    rewrite_policies(resources, dlqs)
+    for logical, (kind, metric, stat, description) in FLEET_ALARMS.items():
+        resources[logical] = fleet_alarm(kind, metric, stat, description)
+    resources["ArchiverErrorsAlarm"] = archiver_errors_alarm()
+    resources["Dashboard"] = fleet_dashboard(dlqs)
+    for dlq in dlqs:
+        resources.update(per_dlq_alarms(dlq))
+    template["Description"] = ("redrive, part 1 of 2, attach mode: poison queue, circuit table, topics, "
+                               "alarms per protected DLQ, log groups and roles; none of the protected queues.")
+    template["Outputs"]["ProtectedDlqCount"] = {"Value": str(len(dlqs))}
+    drop_unused(template)
+    check_references(template)
+    count = len(resources)
+    if count > TEMPLATE_RESOURCE_LIMIT:
+        fixed = count - PER_DLQ_RESOURCES * len(dlqs)
+        raise SystemExit(
+            f"attach_template.py: {len(dlqs)} DLQs make {count} resources, above CloudFormation's "
+            f"{TEMPLATE_RESOURCE_LIMIT} per stack; one install protects at most "
+            f"{(TEMPLATE_RESOURCE_LIMIT - fixed) // PER_DLQ_RESOURCES} DLQs. Split them over two installs "
+            "(two STACK_NAMEs, each with its own PROTECT_DLQS or PROTECT_TAG).")
+    return template
+
+
+def max_dlqs(template: dict) -> int:
+    """How many DLQs one install protects before the template's resource limit."""
+    built = build(json.loads(json.dumps(template)), [{"name": "q", "arn": "arn:aws:sqs:r:1:q", "sources": []}])
+    fixed = len(built["Resources"]) - PER_DLQ_RESOURCES
+    return (TEMPLATE_RESOURCE_LIMIT - fixed) // PER_DLQ_RESOURCES
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "max-dlqs":
+        print(max_dlqs(cfn_yaml.load(Path(argv[1]))))
+        return 0
+    if len(argv) not in (3, 4):
+        print("usage: attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON]\n"
+              "       attach_template.py max-dlqs RESOURCES_YAML", file=sys.stderr)
+        return 2
+    template = build(cfn_yaml.load(Path(argv[0])), read_dlqs(Path(argv[1])))
+    Path(argv[2]).write_bytes(cfn_yaml.compact(template).encode("utf-8"))
+    if len(argv) == 4:
+        filter_params(Path(argv[3]), template)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
