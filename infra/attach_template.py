@@ -93,8 +93,10 @@ def _is_getatt(node, logical: str) -> bool:
 
 def rewrite_resources(value, dlq_arns: list[str], source_arns: list[str]):
     """A statement's Resource with our DLQ replaced by the protected DLQs and our source queue
-    by their sources (nothing, when no DLQ has a source)."""
+    by their sources (nothing, when no DLQ has a source); as it was when it names neither."""
     items = value if isinstance(value, list) else [value]
+    if not any(_is_getatt(i, "DeadLetterQueue") or _is_getatt(i, "SourceQueue") for i in items):
+        return value
     out = []
     for item in items:
         if _is_getatt(item, "DeadLetterQueue"):
@@ -134,11 +136,7 @@ def rewrite_policies(resources: dict, dlqs: list[dict]) -> None:
         def drop_consumer(lst):
             return [r for r in lst if r != {"Ref": "ConsumerRole"}]
 
-        if isinstance(roles, dict) and "Fn::If" in roles:
-            cond, a, b = roles["Fn::If"]
-            xray["Properties"]["Roles"] = {"Fn::If": [cond, drop_consumer(a), drop_consumer(b)]}
-        else:
-            xray["Properties"]["Roles"] = drop_consumer(roles)
+        xray["Properties"]["Roles"] = drop_consumer(roles)
 
 
 # ---------------------------------------------------------------- alarms
@@ -330,9 +328,16 @@ def build(template: dict, dlqs: list[dict]) -> dict:
         resources.pop(logical, None)
     for key in MANAGED_ONLY_OUTPUTS:
         template["Outputs"].pop(key, None)
+    # The Step Functions orchestrator drains one DLQ: not in attach mode (deploy.sh refuses it).
+    for section in ("Resources", "Outputs"):
+        for key in [k for k, v in template[section].items() if v.get("Condition") == "UseStepFunctions"]:
+            del template[section][key]
+    xray = resources.get("XRayWrites")
+    if xray and isinstance(xray["Properties"]["Roles"], dict):
+        xray["Properties"]["Roles"] = xray["Properties"]["Roles"]["Fn::If"][2]
     rewrite_policies(resources, dlqs)
     for logical, (kind, metric, stat, description) in FLEET_ALARMS.items():
-        resources[logical] = fleet_alarm(kind, metric, stat, description)
+        resources["Fleet" + logical] = fleet_alarm(kind, metric, stat, description)
     resources["ArchiverErrorsAlarm"] = archiver_errors_alarm()
     resources["Dashboard"] = fleet_dashboard(dlqs)
     for dlq in dlqs:
