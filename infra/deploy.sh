@@ -120,7 +120,7 @@ else
         ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn)
 fi
 read_outputs "$RESOURCES"
-for key in "${required_outputs[@]}"; do
+for key in ${required_outputs[@]+"${required_outputs[@]}"}; do
     var=OUT_$key
     [ -n "${!var-}" ] || die "stack $RESOURCES has no output $key; was it created from another template?"
 done
@@ -160,7 +160,7 @@ else
         "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty")
 fi
 write_env_file "$WORK/redriver.env" \
-    "${queue_env[@]}" \
+    ${queue_env[@]+"${queue_env[@]}"} \
     "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
     "MAX_REDRIVE_ATTEMPTS=$MAX_REDRIVE_ATTEMPTS" \
     "BACKOFF_BASE_SECONDS=$BACKOFF_BASE_SECONDS" \
