@@ -217,7 +217,8 @@ class StackInMoto(unittest.TestCase):
                 "DrainDlq": {
                     "actions": sorted(["sqs:ReceiveMessage", "sqs:DeleteMessage",
                                        "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
-                                       "sqs:SendMessage"]),
+                                       "sqs:SendMessage", "sqs:ListDeadLetterSourceQueues",
+                                       "sqs:ListQueueTags"]),
                     "resources": [self.arn("sqs", f"{self.stack}-dlq")],
                     "condition": None,
                 },
