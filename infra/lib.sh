@@ -94,7 +94,7 @@ validate_attach_config() {
 # lines to FILE and sets PROTECTED_DLQ_URLS (comma separated). Stops naming a queue that does
 # not exist, an ARN of another region or account, a tag that selects nothing, our own poison queue.
 resolve_protected_dlqs() { # FILE
-    local file=$1 item name names=() key value url urls tag arn src src_arn sources count=0 region account tagged=0
+    local file=$1 item name names=() key value url urls tag arn src src_urls src_arn sources count=0 region account tagged=0
     for item in ${PROTECT_DLQS//,/ }; do
         if [[ $item == arn:* ]]; then
             IFS=: read -r _ _ _ region account name <<<"$item"
@@ -142,7 +142,9 @@ resolve_protected_dlqs() { # FILE
         arn=$(aws_ sqs get-queue-attributes --queue-url "$url" --attribute-names QueueArn \
             --query Attributes.QueueArn --output text) || die "could not read the ARN of $url. Nothing was changed."
         sources=
-        for src in $(aws_ sqs list-dead-letter-source-queues --queue-url "$url" --query 'queueUrls[]' --output text); do
+        src_urls=$(aws_ sqs list-dead-letter-source-queues --queue-url "$url" --query 'queueUrls[]' --output text) ||
+            die "could not list the source queues of $name (sqs:ListDeadLetterSourceQueues). Nothing was changed."
+        for src in $src_urls; do
             [ "$src" != None ] || continue
             src_arn=$(aws_ sqs get-queue-attributes --queue-url "$src" --attribute-names QueueArn \
                 --query Attributes.QueueArn --output text) || die "could not read the ARN of $src. Nothing was changed."
