@@ -19,6 +19,7 @@ use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_shared::{Attributes, TraceHeader};
 use serde_json::{Value, json};
 
+use super::queues::QueueRef;
 use super::scan::{Reach, Scanner, Status};
 use super::select::Filter;
 use super::select::Selection;
@@ -31,12 +32,12 @@ use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The poison queue to take messages from.
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub from: QueueUrl,
-    /// The queue to send them to (normally the source queue).
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub to: QueueUrl,
+    /// The poison queue to take messages from: name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub from: QueueRef,
+    /// The queue to send them to (normally the source queue): name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub to: QueueRef,
     #[command(flatten)]
     pub selection: Selection,
     /// Show what would be replayed; send and delete nothing.
@@ -139,12 +140,16 @@ impl Report {
 /// What one run works with.
 struct Plan<'a> {
     args: &'a ReplayArgs,
+    from: QueueUrl,
+    to: QueueUrl,
     /// The destination's `MaximumMessageSize`.
     max_bytes: usize,
 }
 
 pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
-    if args.from == args.to {
+    let from = ctx.resolve(&args.from).await?;
+    let to = ctx.resolve(&args.to).await?;
+    if from == to {
         return Err(CliError::Config(
             "--from and --to name the same queue".into(),
         ));
@@ -152,16 +157,18 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
     let queue = ctx.queue();
     // The destination's own limit (as the re-driver reads it), never above SQS's.
     let max_bytes = queue
-        .max_message_size(args.to.as_str())
+        .max_message_size(to.as_str())
         .await?
         .unwrap_or(MAX_MESSAGE_BYTES)
         .min(MAX_MESSAGE_BYTES);
     let plan = Plan {
         args: &args,
+        from,
+        to,
         max_bytes,
     };
     let mut filter = Filter::new(&args.selection, now_ms());
-    let mut scan = Scanner::new(&queue, args.from.as_str());
+    let mut scan = Scanner::new(&queue, plan.from.as_str());
     let mut report = Report::default();
     let walked = walk(&queue, &mut scan, &mut filter, &plan, &mut report).await;
     let reach = scan.reach(filter.stop(), filter.taken(), &walked).await;
@@ -175,8 +182,8 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
                 .collect()
         };
         super::output::print_json(&json!({
-            "from": args.from.as_str(),
-            "to": args.to.as_str(),
+            "from": plan.from.as_str(),
+            "to": plan.to.as_str(),
             "dryRun": args.dry_run,
             "status": reach.status,
             "replayed": report.replayed,
@@ -192,7 +199,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
             "error": reach.error,
         }));
     } else {
-        print_text(ctx, &args, &report, &not_found, &reach);
+        print_text(ctx, &plan, &report, &not_found, &reach);
     }
     if let Some(e) = &reach.error {
         eprintln!("error: {e}");
@@ -219,8 +226,8 @@ async fn walk<Q: Queue>(
     report: &mut Report,
 ) -> Result<(), PortError> {
     let args = plan.args;
-    let to = args.to.as_str();
-    let to_fifo = args.to.is_fifo();
+    let to = plan.to.as_str();
+    let to_fifo = plan.to.is_fifo();
     // FIFO: groups held behind a message that was not sent, for the whole run.
     let transfer = Transfer::new(queue);
     while !filter.full() {
@@ -289,7 +296,7 @@ async fn walk<Q: Queue>(
             })
             .collect();
         let Moved { sent, deleted } = transfer
-            .send_then_delete(args.from.as_str(), to, to_fifo, entries)
+            .send_then_delete(plan.from.as_str(), to, to_fifo, entries)
             .await;
         for (i, m) in chosen.iter().enumerate() {
             if refused.contains(&i) {
@@ -314,8 +321,9 @@ async fn walk<Q: Queue>(
     Ok(())
 }
 
-fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String], reach: &Reach) {
+fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], reach: &Reach) {
     let s = &ctx.style;
+    let args = plan.args;
     let verb = if args.dry_run {
         "would replay"
     } else {
@@ -329,8 +337,8 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             s.good(verb)
         },
         report.replayed.len(),
-        args.from.name(),
-        args.to.name(),
+        plan.from.name(),
+        plan.to.name(),
         s.dim("(the copies carry attempt 0, no lastError, no isolation reason)")
     );
     for m in &report.replayed {
@@ -349,7 +357,7 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             "{} {} not replayed (still on {}): no room for x-redrive, so the consumer could not recognise a second delivery; pass --allow-unstamped to send them as received:",
             s.bad("refused:"),
             report.refused_unstamped.len(),
-            args.from.name()
+            plan.from.name()
         );
         for m in &report.refused_unstamped {
             println!("  {}", line(m));
@@ -360,7 +368,7 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             "{} {} copied but not deleted from {} (they will be seen again; the consumer's idempotency delivers them once):",
             s.warn("warning:"),
             report.duplicate_possible.len(),
-            args.from.name()
+            plan.from.name()
         );
         for (m, why) in &report.duplicate_possible {
             println!("  {}  {}", line(m), s.dim(why));
@@ -371,7 +379,7 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             "{} {} not sent (still on {}):",
             s.bad("failed:"),
             report.failed.len(),
-            args.from.name()
+            plan.from.name()
         );
         for (m, why) in &report.failed {
             println!("  {}  {}", line(m), s.bad(why));
@@ -382,7 +390,7 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             "{} {} not sent (still on {}): an earlier message of their group was not sent, and FIFO order is kept:",
             s.bad("held:"),
             report.held.len(),
-            args.from.name()
+            plan.from.name()
         );
         for m in &report.held {
             println!("  {}", line(m));
@@ -542,8 +550,8 @@ mod tests {
 
     async fn replay_all(sqs: &std::sync::Arc<FakeSqs>, from: &str, to: &str) -> Report {
         let args = ReplayArgs {
-            from: redrive_shared::config::QueueUrl::parse(from).unwrap(),
-            to: redrive_shared::config::QueueUrl::parse(to).unwrap(),
+            from: QueueRef::parse(from).unwrap(),
+            to: QueueRef::parse(to).unwrap(),
             selection: super::super::select::Selection {
                 id: vec![],
                 all: true,
@@ -555,6 +563,8 @@ mod tests {
         };
         let plan = Plan {
             args: &args,
+            from: QueueUrl::parse(from).unwrap(),
+            to: QueueUrl::parse(to).unwrap(),
             max_bytes: MAX_MESSAGE_BYTES,
         };
         let mut filter = Filter::new(&args.selection, now_ms());
