@@ -277,7 +277,8 @@ async fn latest(
     statistic: Statistic,
     queue: &str,
 ) -> Result<Option<(String, f64)>, CliError> {
-    let end = SystemTime::now();
+    // A minute ahead: the end is exclusive and a datapoint of this very second counts.
+    let end = SystemTime::now() + Duration::from_secs(60);
     let start = end - Duration::from_secs(24 * 3600);
     let out = ctx
         .clients

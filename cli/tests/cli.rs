@@ -630,7 +630,7 @@ async fn aws_errors_exit_1_and_the_profile_supplies_the_region() {
     assert_eq!(run.code, 1, "{}", run.stdout);
     // The AWS CLI's wording: the error code and the operation.
     assert!(
-        run.stderr.contains("error: An error occurred (")
+        run.stderr.contains("redrive: An error occurred (")
             && run
                 .stderr
                 .contains(") when calling the GetQueueAttributes operation: "),
