@@ -246,7 +246,10 @@ fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
     let title = format!(
         "drain {} -> {} (redrive) / {} (isolate)",
         config.dlq_url.name(),
-        config.source_queue_url.name(),
+        config
+            .source_queue_url
+            .as_ref()
+            .map_or("each message's own source", |s| s.name()),
         config.poison_queue_url.name()
     );
     println!("{}", st.bold(&title));

@@ -212,6 +212,7 @@ mod tests {
             receive_count: 1,
             sent_timestamp_ms: sent_ago_s.map(|s| NOW - s * 1000),
             trace_header: None,
+            dead_letter_source_arn: None,
         }
     }
 

@@ -97,6 +97,7 @@ impl Line {
                 .unwrap_or(0),
             sent_timestamp_ms: m.system.sent_timestamp_ms(),
             trace_header: m.system.trace_header(),
+            dead_letter_source_arn: None,
         }
     }
 }

@@ -454,6 +454,7 @@ mod tests {
             receive_count: 1,
             sent_timestamp_ms: None,
             trace_header: None,
+            dead_letter_source_arn: None,
         }
     }
 

@@ -196,6 +196,7 @@ mod tests {
             receive_count: 3,
             sent_timestamp_ms: Some(1_000_000),
             trace_header: None,
+            dead_letter_source_arn: None,
         }
     }
 

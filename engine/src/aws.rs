@@ -173,6 +173,9 @@ impl Queue for SqsQueue {
                         .unwrap_or(0),
                     sent_timestamp_ms: get(MessageSystemAttributeName::SentTimestamp)
                         .and_then(|v| v.parse().ok()),
+                    dead_letter_source_arn: get(
+                        MessageSystemAttributeName::DeadLetterQueueSourceArn,
+                    ),
                     trace_header: trace_header_from_sdk(
                         sys,
                         m.message_id.as_deref().unwrap_or_default(),
@@ -293,6 +296,41 @@ impl Queue for SqsQueue {
             .attribute(queue_url, QueueAttributeName::MaximumMessageSize)
             .await?
             .and_then(|v| v.parse::<usize>().ok()))
+    }
+
+    async fn tags(
+        &self,
+        queue_url: &str,
+    ) -> Result<std::collections::HashMap<String, String>, PortError> {
+        let out = self
+            .client
+            .list_queue_tags()
+            .queue_url(queue_url)
+            .send()
+            .await
+            .map_err(|e| port_error("ListQueueTags", e))?;
+        Ok(out.tags.unwrap_or_default())
+    }
+
+    async fn dead_letter_sources(&self, dlq_url: &str) -> Result<Vec<String>, PortError> {
+        let mut urls = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .list_dead_letter_source_queues()
+                .queue_url(dlq_url)
+                .max_results(1000)
+                .set_next_token(next)
+                .send()
+                .await
+                .map_err(|e| port_error("ListDeadLetterSourceQueues", e))?;
+            urls.extend(out.queue_urls);
+            match out.next_token {
+                Some(t) if !t.is_empty() => next = Some(t),
+                _ => return Ok(urls),
+            }
+        }
     }
 
     async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {

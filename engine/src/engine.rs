@@ -9,8 +9,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::{JitterRng, os_seeded_rng, seeded_rng};
+use redrive_shared::config::QueueUrl;
 use redrive_shared::config::RedriverConfig;
-use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide};
+use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide, decide_unknown_source};
 use redrive_shared::event::{EventError, Skip, Trigger, recognize};
 use redrive_shared::limits::{
     HeldGroups, MAX_ATTRIBUTES, MAX_DELAY_SECONDS, MAX_MESSAGE_BYTES, MAX_RECEIVE, split_batches,
@@ -62,6 +63,22 @@ pub struct Engine<Q, A, M, C = NoCircuit> {
     max_delay_seconds: u32,
     /// The DLQ's `MessageRetentionPeriod`, as last read by [`Engine::read_dlq_retention`].
     dlq_retention: Mutex<Option<u64>>,
+    /// A protected DLQ (no configured source): its sources as last listed
+    /// (`ListDeadLetterSourceQueues`, at the start of each drain), each with its
+    /// `MaximumMessageSize` once read.
+    sources: Mutex<Option<Vec<String>>>,
+    source_limits: Mutex<HashMap<String, usize>>,
+}
+
+/// A received batch's messages bound for one route, decided (`None`: source unknown).
+pub(crate) type Routed = (Option<Route>, Vec<(Received, Decision)>);
+
+/// Where one received batch's redriven copies go: the configured source, or, for a protected
+/// DLQ, the source its messages named (its ARN then recorded in each copy's `x-redrive`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Route {
+    pub url: String,
+    pub arn: Option<String>,
 }
 
 /// What a wait keeps between the end of a hop and the end of the DLQ's retention period: a
@@ -192,6 +209,8 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             limits: Mutex::new(None),
             max_delay_seconds: MAX_DELAY_SECONDS,
             dlq_retention: Mutex::new(None),
+            sources: Mutex::new(None),
+            source_limits: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -213,6 +232,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             limits: self.limits,
             max_delay_seconds: self.max_delay_seconds,
             dlq_retention: self.dlq_retention,
+            sources: self.sources,
+            source_limits: self.source_limits,
         }
     }
 
@@ -269,18 +290,30 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         self
     }
 
-    fn policy(&self) -> Policy {
+    /// The policy of messages going to `route` (`None`: messages whose source is unknown,
+    /// which are only isolated).
+    fn policy_for(&self, route: Option<&Route>) -> Policy {
         let limits = self
             .limits
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .unwrap_or_default();
+        let source_max_bytes = match route {
+            Some(r) if self.config.source_queue_url.is_none() => self
+                .source_limits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&r.url)
+                .copied()
+                .unwrap_or(MAX_MESSAGE_BYTES),
+            _ => limits.source_max_bytes,
+        };
         Policy {
             max_attempts: self.config.max_redrive_attempts,
             backoff: self.config.backoff,
-            source_fifo: self.config.source_queue_url.is_fifo(),
+            source_fifo: self.fifo(),
             poison_fifo: self.config.poison_queue_url.is_fifo(),
-            source_max_bytes: limits.source_max_bytes,
+            source_max_bytes,
             poison_max_bytes: limits.poison_max_bytes,
             max_delay_seconds: self.max_delay_seconds,
             max_hop_seconds: self
@@ -288,7 +321,77 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .map_or(self.max_delay_seconds, hop_cap),
+            source_arn: route.and_then(|r| r.arn.clone()),
         }
+    }
+
+    /// A protected DLQ's sources (ListDeadLetterSourceQueues), listed at the start of each
+    /// drain so that a source added or removed applies at once, and the `MaximumMessageSize` of
+    /// each new one. A DLQ with a configured source lists nothing. Until a first list
+    /// succeeds, the drain receives nothing: a message is never isolated `unknown-source`
+    /// because the list could not be read.
+    pub async fn read_sources(&self) -> Result<(), PortError> {
+        if self.config.source_queue_url.is_some() {
+            return Ok(());
+        }
+        let dlq = self.config.dlq_url.as_str();
+        let listed = self
+            .bounded(
+                None,
+                "ListDeadLetterSourceQueues",
+                self.queue.dead_letter_sources(dlq),
+            )
+            .await;
+        let urls = match listed {
+            Ok(urls) => urls,
+            Err(e) => {
+                let known = self
+                    .sources
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_some();
+                tracing::warn!(error = %e, known, "cannot list the DLQ's sources; the last list read serves, if any");
+                return if known { Ok(()) } else { Err(e) };
+            }
+        };
+        let new: Vec<String> = {
+            let known = self.source_limits.lock().unwrap_or_else(|e| e.into_inner());
+            urls.iter()
+                .filter(|u| !known.contains_key(*u))
+                .cloned()
+                .collect()
+        };
+        for url in new {
+            let size = self
+                .bounded(
+                    None,
+                    "GetQueueAttributes",
+                    self.queue.max_message_size(&url),
+                )
+                .await;
+            match size {
+                Ok(size) => {
+                    let size = size.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES);
+                    tracing::info!(source = %url, max_bytes = size, "source of the DLQ");
+                    self.source_limits
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(url, size);
+                }
+                Err(e) => {
+                    // Assumed 1 MiB until read: an oversize copy meets the send-rejected rule.
+                    tracing::warn!(source = %url, error = %e, "cannot read the source's MaximumMessageSize yet");
+                }
+            }
+        }
+        if urls.is_empty() {
+            tracing::warn!(
+                action = "no-source",
+                "no queue names this DLQ in its RedrivePolicy: every message is isolated unknown-source"
+            );
+        }
+        *self.sources.lock().unwrap_or_else(|e| e.into_inner()) = Some(urls);
+        Ok(())
     }
 
     /// Reads the destinations' `MaximumMessageSize` once (at init through [`Self::warm_up`],
@@ -298,14 +401,23 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         if let Some(known) = *self.limits.lock().unwrap_or_else(|e| e.into_inner()) {
             return Ok(known);
         }
-        let source = self.config.source_queue_url.as_str();
+        let source = self.config.source_queue_url.as_ref().map(QueueUrl::as_str);
         let poison = self.config.poison_queue_url.as_str();
         let (s, p) = futures_util::future::join(
-            self.bounded(
-                None,
-                "GetQueueAttributes",
-                self.queue.max_message_size(source),
-            ),
+            async {
+                match source {
+                    Some(source) => {
+                        self.bounded(
+                            None,
+                            "GetQueueAttributes",
+                            self.queue.max_message_size(source),
+                        )
+                        .await
+                    }
+                    // A protected DLQ's sources are read with their list.
+                    None => Ok(None),
+                }
+            },
             self.bounded(
                 None,
                 "GetQueueAttributes",
@@ -333,6 +445,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     /// call. It touches no message; a failure is logged and left to the invocations, which
     /// read the limits again and report their own errors.
     pub async fn warm_up(&self) -> Result<DestinationLimits, PortError> {
+        let _ = self.read_sources().await;
         self.load_limits().await.inspect_err(|e| {
             tracing::warn!(error = %e, "warm-up: cannot read the destinations' MaximumMessageSize yet");
         })
@@ -413,6 +526,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         request: &DrainRequest,
         circuit: Option<&circuit::CircuitRun>,
     ) -> Summary {
+        if let Err(e) = self.read_sources().await {
+            tracing::error!(error = %e, action = "sources-unknown", "cannot list the DLQ's sources: nothing is received");
+            return Summary {
+                dlq_unreadable: Some(e),
+                ..Summary::new(request.dry_run, StopReason::Other)
+            };
+        }
         // The margin is at most a quarter of the time left, so that a short Lambda timeout
         // still drains; the reserve for the calls after the drain at most half the margin.
         let margin = request.deadline.map_or(self.settings.deadline_margin, |d| {
@@ -577,43 +697,112 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 );
                 continue;
             }
-            let mut decided = self.decide_all(messages);
-            if run.circuit.is_some_and(|c| c.canary()) || request.no_delay {
-                // A canary goes out at once, a waiting message too: a copy delayed beyond the
-                // window would let the canary pass untried.
-                let now = (self.clock)();
-                decided = decided
-                    .into_iter()
-                    .map(|(m, d)| (m, d.at_once(now)))
-                    .collect();
+            for (route, mut decided) in self.decide_routed(messages) {
+                if run.circuit.is_some_and(|c| c.canary()) || request.no_delay {
+                    // A canary goes out at once, a waiting message too: a copy delayed beyond
+                    // the window would let the canary pass untried.
+                    let now = (self.clock)();
+                    decided = decided
+                        .into_iter()
+                        .map(|(m, d)| (m, d.at_once(now)))
+                        .collect();
+                }
+                self.process_decided(run, route.as_ref(), decided, request.dry_run)
+                    .await;
             }
-            self.process_decided(run, decided, request.dry_run).await;
             if let Some(c) = run.circuit {
                 c.note_redriven(run.redriven.load(Ordering::SeqCst), request.dry_run);
             }
         }
     }
 
-    pub(super) fn decide_all(&self, messages: Vec<Received>) -> Vec<(Received, Decision)> {
-        let policy = self.policy();
+    /// Decides a received batch, by destination: one group for a DLQ with a configured
+    /// source; for a protected DLQ, a group per source its messages named and a group
+    /// (`None`) of those whose source is unknown, each isolated `unknown-source`.
+    pub(super) fn decide_routed(&self, messages: Vec<Received>) -> Vec<Routed> {
+        if let Some(source) = &self.config.source_queue_url {
+            let route = Route {
+                url: source.as_str().to_string(),
+                arn: None,
+            };
+            let decided = self.decide_with(messages, &self.policy_for(Some(&route)));
+            return vec![(Some(route), decided)];
+        }
+        let sources = self
+            .sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default();
+        let mut groups: Vec<(Route, Vec<Received>)> = Vec::new();
+        let mut unknown = Vec::new();
+        for m in messages {
+            let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+            match redrive_shared::source::resolve(
+                m.dead_letter_source_arn.as_deref(),
+                meta.source(),
+                &sources,
+            ) {
+                Ok(found) => match groups.iter_mut().find(|(r, _)| r.url == found.url) {
+                    Some((_, members)) => members.push(m),
+                    None => groups.push((
+                        Route {
+                            url: found.url.to_string(),
+                            arn: Some(found.arn),
+                        },
+                        vec![m],
+                    )),
+                },
+                Err(why) => {
+                    tracing::warn!(message_id = %m.message_id, problem = %why, action = "isolate:unknown-source", "the message's source queue is not known: isolated, never guessed");
+                    unknown.push(m);
+                }
+            }
+        }
+        let mut out: Vec<Routed> = groups
+            .into_iter()
+            .map(|(route, members)| {
+                let decided = self.decide_with(members, &self.policy_for(Some(&route)));
+                (Some(route), decided)
+            })
+            .collect();
+        if !unknown.is_empty() {
+            let policy = self.policy_for(None);
+            let now = (self.clock)();
+            let decided = unknown
+                .into_iter()
+                .map(|m| {
+                    let d = decide_unknown_source(&view_of(&m), &policy, now);
+                    (m, d)
+                })
+                .collect();
+            out.push((None, decided));
+        }
+        out
+    }
+
+    fn decide_with(&self, messages: Vec<Received>, policy: &Policy) -> Vec<(Received, Decision)> {
         let now = (self.clock)();
         let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
         messages
             .into_iter()
             .map(|m| {
-                let view = ReceivedMessage {
-                    message_id: &m.message_id,
-                    body: &m.body,
-                    attributes: &m.attributes,
-                    group_id: m.group_id.as_deref(),
-                };
-                let decision = decide(&view, &policy, now, &mut *rng);
+                let decision = decide(&view_of(&m), policy, now, &mut *rng);
                 if let MetaSource::Garbled(why) = decision.read_from() {
                     tracing::warn!(message_id = %m.message_id, problem = %why, "garbled redrive metadata: restarting its history");
                 }
                 (m, decision)
             })
             .collect()
+    }
+}
+
+fn view_of(m: &Received) -> ReceivedMessage<'_> {
+    ReceivedMessage {
+        message_id: &m.message_id,
+        body: &m.body,
+        attributes: &m.attributes,
+        group_id: m.group_id.as_deref(),
     }
 }
 

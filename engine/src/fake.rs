@@ -36,6 +36,13 @@ use crate::ports::{
     BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, Received, SendEntry,
 };
 
+/// The ARN SQS gives the queue at `url` (`000000000000` when the URL names no account).
+pub fn queue_arn(url: &str) -> String {
+    let (account, name) = redrive_shared::source::url_account_and_name(url)
+        .unwrap_or(("000000000000", url.rsplit('/').next().unwrap_or(url)));
+    format!("arn:aws:sqs:us-east-1:{account}:{name}")
+}
+
 /// A stored message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeMessage {
@@ -47,6 +54,8 @@ pub struct FakeMessage {
     pub receive_count: u32,
     /// The `AWSTraceHeader` system attribute.
     pub trace_header: Option<TraceHeader>,
+    /// `DeadLetterQueueSourceArn`: set when the queue's RedrivePolicy moved it to its DLQ.
+    pub dead_letter_source_arn: Option<String>,
     visible_at: Instant,
     /// The latest receive's handle, until the message is received again.
     receipt: Option<String>,
@@ -70,6 +79,8 @@ struct State {
     dedup: HashSet<(String, String)>,
     /// RedrivePolicy per queue: (DLQ URL, maxReceiveCount).
     redrive: HashMap<String, (String, u32)>,
+    /// Tags per queue.
+    tags: HashMap<String, HashMap<String, String>>,
     /// `MessageRetentionPeriod` per queue; [`DEFAULT_RETENTION`] when not set.
     retention: HashMap<String, Duration>,
     next_id: u64,
@@ -129,6 +140,7 @@ impl State {
             queues: HashMap::new(),
             dedup: HashSet::new(),
             redrive: HashMap::new(),
+            tags: HashMap::new(),
             retention: HashMap::new(),
             next_id: 0,
             rng: seeded_rng(seed),
@@ -177,6 +189,7 @@ impl State {
                 delay_seconds,
                 receive_count: 0,
                 trace_header,
+                dead_letter_source_arn: None,
                 visible_at: Instant::now() + delay,
                 receipt: None,
                 sent_at: Instant::now(),
@@ -289,6 +302,15 @@ impl FakeSqs {
 
     /// Sets `url`'s `MessageRetentionPeriod`: its messages are gone once it passed since they
     /// were sent, in flight or not.
+    /// TagQueue: sets `key` to `value` on the queue.
+    pub fn tag_queue(&self, url: &str, key: &str, value: &str) {
+        self.lock()
+            .tags
+            .entry(url.to_string())
+            .or_default()
+            .insert(key.to_string(), value.to_string());
+    }
+
     pub fn set_retention(&self, url: &str, retention: Duration) {
         self.lock().retention.insert(url.to_string(), retention);
     }
@@ -312,6 +334,32 @@ impl FakeSqs {
     }
 
     /// [`Self::push`] by a traced producer: the message carries `AWSTraceHeader`.
+    /// A message on the DLQ `dlq_url` as SQS leaves it after moving it from `source_url`:
+    /// `DeadLetterQueueSourceArn` names the source (which need not list the DLQ: a test of a
+    /// source whose RedrivePolicy changed since).
+    pub fn push_moved(
+        &self,
+        dlq_url: &str,
+        source_url: &str,
+        body: &str,
+        attributes: Attributes,
+        group_id: Option<&str>,
+    ) -> String {
+        let mut s = self.lock();
+        let id = s.store(
+            dlq_url,
+            body,
+            attributes,
+            group_id.map(str::to_string),
+            None,
+            None,
+        );
+        if let Some(m) = s.queues.get_mut(dlq_url).and_then(|q| q.back_mut()) {
+            m.dead_letter_source_arn = Some(queue_arn(source_url));
+        }
+        id
+    }
+
     pub fn push_traced(
         &self,
         url: &str,
@@ -503,6 +551,34 @@ impl Queue for Arc<FakeSqs> {
             ));
         }
         Ok(Some(self.max_size_of(queue_url)))
+    }
+
+    async fn tags(&self, queue_url: &str) -> Result<HashMap<String, String>, PortError> {
+        self.call("ListQueueTags").await?;
+        let state = self.lock();
+        if !state.queues.contains_key(queue_url) {
+            return Err(invalid("ListQueueTags", format!("no queue {queue_url}")));
+        }
+        Ok(state.tags.get(queue_url).cloned().unwrap_or_default())
+    }
+
+    async fn dead_letter_sources(&self, dlq_url: &str) -> Result<Vec<String>, PortError> {
+        self.call("ListDeadLetterSourceQueues").await?;
+        let state = self.lock();
+        if !state.queues.contains_key(dlq_url) {
+            return Err(invalid(
+                "ListDeadLetterSourceQueues",
+                format!("no queue {dlq_url}"),
+            ));
+        }
+        let mut sources: Vec<String> = state
+            .redrive
+            .iter()
+            .filter(|(_, (dlq, _))| dlq == dlq_url)
+            .map(|(source, _)| source.clone())
+            .collect();
+        sources.sort();
+        Ok(sources)
     }
 
     async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {

@@ -23,6 +23,8 @@ pub struct Received {
     pub sent_timestamp_ms: Option<i64>,
     /// `AWSTraceHeader`: carried onto every copy of the message.
     pub trace_header: Option<TraceHeader>,
+    /// `DeadLetterQueueSourceArn`: the queue SQS moved the message from, when it did.
+    pub dead_letter_source_arn: Option<String>,
 }
 
 /// One entry of a SendMessageBatch.
@@ -194,6 +196,38 @@ pub trait Queue: Sync {
                     (m, system)
                 })
                 .collect())
+        }
+    }
+
+    /// ListQueueTags: the queue's tags. By default the port cannot tell, and says so.
+    fn tags(
+        &self,
+        _queue_url: &str,
+    ) -> impl Future<Output = Result<std::collections::HashMap<String, String>, PortError>> + Send
+    {
+        async {
+            Err(PortError::new(
+                "ListQueueTags",
+                "Unsupported",
+                "this queue port does not read tags",
+                false,
+            ))
+        }
+    }
+
+    /// ListDeadLetterSourceQueues: the URLs of the queues whose RedrivePolicy names this DLQ
+    /// (every page). By default the port cannot tell, and says so.
+    fn dead_letter_sources(
+        &self,
+        _dlq_url: &str,
+    ) -> impl Future<Output = Result<Vec<String>, PortError>> + Send {
+        async {
+            Err(PortError::new(
+                "ListDeadLetterSourceQueues",
+                "Unsupported",
+                "this queue port does not list a DLQ's sources",
+                false,
+            ))
         }
     }
 

@@ -87,6 +87,7 @@ pub fn x_redrive(data: &[u8]) {
         poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         max_delay_seconds: 900,
         max_hop_seconds: 900,
+        source_arn: None,
     };
     let view = ReceivedMessage {
         message_id: "current-message-id",
@@ -198,7 +199,7 @@ pub fn config_parse(data: &[u8]) {
             assert!((1..=50).contains(&c.max_concurrent_batches));
             assert!(c.max_messages_per_invocation >= 1);
             assert!(c.max_messages_per_second >= 0.0);
-            assert_ne!(c.dlq_url, c.source_queue_url);
+            assert_ne!(Some(&c.dlq_url), c.source_queue_url.as_ref());
             assert_ne!(c.poison_queue_url, c.dlq_url);
         }
         Err(e) => assert!(e.to_string().contains(e.variable), "{e}"),

@@ -53,6 +53,7 @@ fn bench_decide(c: &mut Criterion) {
         poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         max_delay_seconds: 900,
         max_hop_seconds: 900,
+        source_arn: None,
     };
     let mut rng = seeded_rng(1);
     let mut group = c.benchmark_group("decide");

@@ -223,7 +223,9 @@ impl std::fmt::Display for QueueUrl {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedriverConfig {
     pub dlq_url: QueueUrl,
-    pub source_queue_url: QueueUrl,
+    /// `SOURCE_QUEUE_URL`: where every redriven message goes (a DLQ redrive created). `None`
+    /// for a protected DLQ: each message goes back to its own source ([`crate::source`]).
+    pub source_queue_url: Option<QueueUrl>,
     pub poison_queue_url: QueueUrl,
     pub max_redrive_attempts: u32,
     pub backoff: Backoff,
@@ -245,18 +247,61 @@ pub struct RedriverConfig {
 }
 
 impl RedriverConfig {
+    /// One DLQ: `DLQ_URL`, and `SOURCE_QUEUE_URL` when every message goes to one source.
     pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         let dlq_url = env.required("DLQ_URL", QueueUrl::parse)?;
-        let source_queue_url = env.required("SOURCE_QUEUE_URL", QueueUrl::parse)?;
+        let source_queue_url = env.optional("SOURCE_QUEUE_URL", QueueUrl::parse)?;
+        if source_queue_url.as_ref() == Some(&dlq_url) {
+            return Err(env.err("SOURCE_QUEUE_URL", "must name a queue other than DLQ_URL"));
+        }
+        Self::for_dlq(env, dlq_url, source_queue_url)
+    }
+
+    /// Every DLQ this install serves: the protected DLQs of `DLQ_URLS` (a comma list; each
+    /// message goes back to its own source), else the one of [`Self::from_env`].
+    pub fn fleet_from_env<F: Fn(&str) -> Option<String>>(
+        env: &Env<F>,
+    ) -> Result<Vec<Self>, ConfigError> {
+        let Some(list) = env.get("DLQ_URLS") else {
+            return Ok(vec![Self::from_env(env)?]);
+        };
+        for other in ["DLQ_URL", "SOURCE_QUEUE_URL"] {
+            if env.get(other).is_some() {
+                return Err(env.err(
+                    "DLQ_URLS",
+                    format!("cannot be set with {other}: a protected DLQ's messages go back each to its own source"),
+                ));
+            }
+        }
+        let mut urls: Vec<QueueUrl> = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let url =
+                QueueUrl::parse(item).map_err(|p| env.err("DLQ_URLS", format!("{item:?}: {p}")))?;
+            if urls.contains(&url) {
+                return Err(env.err("DLQ_URLS", format!("{item:?} is listed twice")));
+            }
+            urls.push(url);
+        }
+        if urls.is_empty() {
+            return Err(env.err("DLQ_URLS", "must list at least one queue URL"));
+        }
+        urls.into_iter()
+            .map(|dlq| Self::for_dlq(env, dlq, None))
+            .collect()
+    }
+
+    /// The settings of one DLQ (read from `env`, which [`tags`] layers a queue's tags over).
+    pub fn for_dlq<F: Fn(&str) -> Option<String>>(
+        env: &Env<F>,
+        dlq_url: QueueUrl,
+        source_queue_url: Option<QueueUrl>,
+    ) -> Result<Self, ConfigError> {
         let poison_queue_url = env.required("POISON_QUEUE_URL", QueueUrl::parse)?;
-        if poison_queue_url == dlq_url || poison_queue_url == source_queue_url {
+        if poison_queue_url == dlq_url || Some(&poison_queue_url) == source_queue_url.as_ref() {
             return Err(env.err(
                 "POISON_QUEUE_URL",
-                "must name a queue other than DLQ_URL and SOURCE_QUEUE_URL",
+                "must name a queue other than the DLQs and SOURCE_QUEUE_URL",
             ));
-        }
-        if source_queue_url == dlq_url {
-            return Err(env.err("SOURCE_QUEUE_URL", "must name a queue other than DLQ_URL"));
         }
         let max_redrive_attempts = env.or("MAX_REDRIVE_ATTEMPTS", 5, parse_u32)?;
         let backoff = env.backoff(
@@ -283,7 +328,9 @@ impl RedriverConfig {
             .unwrap_or_default();
         let rearm_alarm = env.or("REARM_ALARM", true, parse_bool)?;
         let trigger_alarm_name = env.optional("TRIGGER_ALARM_NAME", |v| {
-            let v = v.trim();
+            // One setting for a fleet: `{queue}` stands for each DLQ's name.
+            let v = v.trim().replace("{queue}", dlq_url.name());
+            let v = v.as_str();
             if v.len() > 255 || v.contains(|c: char| c.is_control()) {
                 Err("must be a CloudWatch alarm name (1 to 255 characters)".into())
             } else {
@@ -609,6 +656,8 @@ impl DownstreamConfig {
         })
     }
 }
+
+pub mod tags;
 
 #[cfg(test)]
 mod tests;

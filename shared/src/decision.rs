@@ -30,6 +30,11 @@ pub struct Policy {
     /// The longest hop of a wait on the DLQ: `max_delay_seconds`, or less where the DLQ's
     /// retention period is short (a hop must end before its copy could expire).
     pub max_hop_seconds: u32,
+    /// The ARN of the message's source queue, for a protected DLQ whose messages go back each
+    /// to its own source ([`crate::source`]): every decision records it in `x-redrive`
+    /// ([`RedriveMeta::set_source`]), so a copy redrive moves keeps where it came from. `None`
+    /// for a DLQ with one configured source.
+    pub source_arn: Option<String>,
 }
 
 impl Policy {
@@ -212,7 +217,10 @@ pub fn decide(
     now_ms: i64,
     rng: &mut impl RandomSource,
 ) -> Decision {
-    let (meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
+    let (mut meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
+    if let Some(arn) = &policy.source_arn {
+        meta.set_source(arn);
+    }
     let now = rfc3339_from_millis(now_ms);
 
     // A message waiting on the DLQ: its attempt was decided and counted when its wait began.
@@ -225,8 +233,14 @@ pub fn decide(
                 not_before_ms: not_before,
                 delay_seconds: left.min(policy.hop_seconds()),
                 wait_seconds: left,
+                attributes: if policy.source_arn.is_some() {
+                    let mut attributes = message.attributes.clone();
+                    meta.write_into(&mut attributes);
+                    attributes
+                } else {
+                    message.attributes.clone()
+                },
                 meta,
-                attributes: message.attributes.clone(),
                 read_from,
             });
         }
@@ -271,32 +285,7 @@ pub fn decide(
     };
 
     let isolate = |reason: IsolationReason| {
-        let isolated = RedriveMeta {
-            isolated_at: Some(now.clone()),
-            reason: Some(reason.clone()),
-            ..meta.clone()
-        };
-        let mut attributes = message.attributes.clone();
-        isolated.write_into(&mut attributes);
-        let stamped = attributes.len() <= MAX_ATTRIBUTES
-            && message_size(message.body, &attributes) <= policy.poison_max_bytes;
-        if !stamped {
-            // The stamp does not fit: park the message exactly as received rather than lose
-            // it; the reason is then only in logs and metrics. Even unstamped it may be too
-            // large for the poison queue: the engine finds that out when the queue rejects it.
-            attributes = message.attributes.clone();
-        }
-        Decision::Isolate(IsolationPlan {
-            reason,
-            dedup_id: policy
-                .poison_fifo
-                .then(|| dedup_id(message.message_id, "p")),
-            group_id: group_for(policy.poison_fifo),
-            meta: isolated,
-            stamped,
-            attributes,
-            read_from: read_from.clone(),
-        })
+        isolation(message, policy, &meta, read_from.clone(), reason, &now)
     };
 
     let attempt = match intended {
@@ -362,6 +351,67 @@ pub fn decide(
     })
 }
 
+/// A protected DLQ's message whose source is not known ([`crate::source`]): isolated
+/// `unknown-source`, its history kept, never sent to a guessed queue.
+pub fn decide_unknown_source(
+    message: &ReceivedMessage<'_>,
+    policy: &Policy,
+    now_ms: i64,
+) -> Decision {
+    let (meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
+    isolation(
+        message,
+        policy,
+        &meta,
+        read_from,
+        IsolationReason::UnknownSource,
+        &rfc3339_from_millis(now_ms),
+    )
+}
+
+/// The move of `message` to the poison queue for `reason`, stamped with its isolation when
+/// the stamp fits.
+fn isolation(
+    message: &ReceivedMessage<'_>,
+    policy: &Policy,
+    meta: &RedriveMeta,
+    read_from: MetaSource,
+    reason: IsolationReason,
+    now: &str,
+) -> Decision {
+    let isolated = RedriveMeta {
+        isolated_at: Some(now.to_string()),
+        reason: Some(reason.clone()),
+        ..meta.clone()
+    };
+    let mut attributes = message.attributes.clone();
+    isolated.write_into(&mut attributes);
+    let stamped = attributes.len() <= MAX_ATTRIBUTES
+        && message_size(message.body, &attributes) <= policy.poison_max_bytes;
+    if !stamped {
+        // The stamp does not fit: park the message exactly as received rather than lose
+        // it; the reason is then only in logs and metrics. Even unstamped it may be too
+        // large for the poison queue: the engine finds that out when the queue rejects it.
+        attributes = message.attributes.clone();
+    }
+    Decision::Isolate(IsolationPlan {
+        reason,
+        dedup_id: policy
+            .poison_fifo
+            .then(|| dedup_id(message.message_id, "p")),
+        group_id: policy.poison_fifo.then(|| {
+            message
+                .group_id
+                .unwrap_or(&meta.original_message_id)
+                .to_string()
+        }),
+        meta: isolated,
+        stamped,
+        attributes,
+        read_from,
+    })
+}
+
 /// FIFO `MessageDeduplicationId` of a move of one received message: `kind` (`r` to the source,
 /// `p` to the poison queue) and the MessageId of the copy being moved. A retry of the same
 /// received message (a crash between send and delete) is deduplicated by SQS; every later move
@@ -405,6 +455,7 @@ mod tests {
             poison_max_bytes: MAX_MESSAGE_BYTES,
             max_delay_seconds: 900,
             max_hop_seconds: 900,
+            source_arn: None,
         }
     }
 
@@ -468,6 +519,74 @@ mod tests {
             max_hop_seconds: max_delay,
             ..policy()
         }
+    }
+
+    const ORDERS_ARN: &str = "arn:aws:sqs:eu-west-1:111122223333:orders";
+
+    /// What a decision's copy carries in its `x-redrive`.
+    fn carried(d: &Decision) -> RedriveMeta {
+        RedriveMeta::read(d.attributes(), "m-now").0
+    }
+
+    #[test]
+    fn every_move_of_a_protected_dlqs_message_records_its_source() {
+        let p = Policy {
+            source_arn: Some(ORDERS_ARN.into()),
+            ..policy()
+        };
+        let fresh = message(Attributes::new());
+        let redrive = run(&fresh, &p);
+        assert!(redrive.is_redrive());
+        assert_eq!(carried(&redrive).source(), Some(ORDERS_ARN));
+        let spent = RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let isolate = run(&message(with_meta(&spent)), &p);
+        assert!(
+            matches!(&isolate, Decision::Isolate(i) if i.reason == IsolationReason::MaxAttempts)
+        );
+        assert_eq!(carried(&isolate).source(), Some(ORDERS_ARN));
+        let long = Policy {
+            source_arn: Some(ORDERS_ARN.into()),
+            ..long_policy(900)
+        };
+        let prior = RedriveMeta {
+            attempt: 1,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let wait = run(&message(with_meta(&prior)), &long);
+        assert!(wait.is_wait());
+        assert_eq!(carried(&wait).source(), Some(ORDERS_ARN));
+        // A hop received again before its time keeps going back with its source.
+        let waiting = Msg {
+            attributes: wait.attributes().clone(),
+            ..message(Attributes::new())
+        };
+        let again = run(&waiting, &long);
+        assert!(again.is_wait());
+        assert_eq!(carried(&again).source(), Some(ORDERS_ARN));
+        // A DLQ with one configured source records none.
+        assert_eq!(carried(&run(&fresh, &policy())).source(), None);
+    }
+
+    #[test]
+    fn a_message_with_no_known_source_is_isolated_with_its_history() {
+        let prior = RedriveMeta {
+            attempt: 2,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        let m = message(with_meta(&prior));
+        let d = decide_unknown_source(&m.view(), &policy(), NOW);
+        let Decision::Isolate(plan) = &d else {
+            panic!("isolated, never sent to a guessed queue")
+        };
+        assert_eq!(plan.reason, IsolationReason::UnknownSource);
+        assert!(plan.stamped);
+        let meta = carried(&d);
+        assert_eq!(meta.attempt, 2, "the history is kept");
+        assert_eq!(meta.reason, Some(IsolationReason::UnknownSource));
+        assert_eq!(meta.original_message_id, ORIG);
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod logging;
 pub mod meta;
 #[cfg(feature = "aws")]
 pub mod sdk;
+pub mod source;
 pub mod timefmt;
 pub mod trace_header;
 

@@ -56,19 +56,24 @@ pub enum IsolationReason {
     Manual,
     /// SQS kept rejecting the copy as the sender's fault (not throttling, not a 5xx).
     SendRejected,
+    /// A protected DLQ's message whose source queue cannot be known: no
+    /// `DeadLetterQueueSourceArn` and no `source` in its `x-redrive` (sent to the DLQ by hand,
+    /// by SNS, by Lambda), or a source that no longer names the DLQ in its RedrivePolicy.
+    UnknownSource,
     /// A reason written by a newer writer, kept as text.
     Other(String),
 }
 
 impl IsolationReason {
     /// The reasons this crate writes.
-    pub const ALL: [IsolationReason; 6] = [
+    pub const ALL: [IsolationReason; 7] = [
         Self::MaxAttempts,
         Self::PermanentFailure,
         Self::AttributeLimit,
         Self::SizeLimit,
         Self::Manual,
         Self::SendRejected,
+        Self::UnknownSource,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -79,6 +84,7 @@ impl IsolationReason {
             Self::SizeLimit => "size-limit",
             Self::Manual => "manual",
             Self::SendRejected => "send-rejected",
+            Self::UnknownSource => "unknown-source",
             Self::Other(text) => text,
         }
     }
@@ -190,6 +196,12 @@ const FIELD_LAST_ERROR: &str = "lastError";
 /// Its attempt is already counted; a drain that receives it earlier sends it back to the DLQ
 /// with a delay again, one that receives it later redrives it at once.
 pub const NOT_BEFORE_FIELD: &str = "notBefore";
+
+/// The `x-redrive` field naming the ARN of the queue a protected DLQ's message came from,
+/// written by every move of such a message: a copy that goes back to the DLQ (a wait, a
+/// rejection) or to the poison queue carries no `DeadLetterQueueSourceArn`, and this is then
+/// where its source is read.
+pub const SOURCE_FIELD: &str = "source";
 
 impl Serialize for RedriveMeta {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -405,6 +417,17 @@ impl RedriveMeta {
         }
     }
 
+    /// [`SOURCE_FIELD`]: the ARN of the message's source queue, when a move recorded it.
+    pub fn source(&self) -> Option<&str> {
+        self.extra.get(SOURCE_FIELD)?.as_str()
+    }
+
+    /// Records the ARN of the message's source queue ([`SOURCE_FIELD`]).
+    pub fn set_source(&mut self, arn: &str) {
+        self.extra
+            .insert(SOURCE_FIELD.to_string(), Value::String(arn.to_string()));
+    }
+
     /// True when the consumer gave up on this message for good.
     pub fn is_permanent_failure(&self) -> bool {
         matches!(&self.last_error, Some(e) if e.class == ErrorClass::Permanent)
@@ -618,7 +641,8 @@ mod tests {
                 "\"attribute-limit\"",
                 "\"size-limit\"",
                 "\"manual\"",
-                "\"send-rejected\""
+                "\"send-rejected\"",
+                "\"unknown-source\""
             ]
         );
         for r in IsolationReason::ALL {

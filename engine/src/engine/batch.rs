@@ -36,6 +36,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     pub(super) async fn process_decided(
         &self,
         run: &Run<'_>,
+        route: Option<&Route>,
         decided: Vec<(Received, Decision)>,
         dry_run: bool,
     ) {
@@ -44,7 +45,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             for (i, (m, d)) in decided.into_iter().enumerate() {
                 let action = format!("plan:{}", d.action());
                 log_action(&m, &d, &action);
-                self.record(run, &m.message_id, &d, &action);
+                self.record(run, route, &m.message_id, &d, &action);
                 match d {
                     Decision::Redrive(_) => run.redriven.fetch_add(1, Ordering::SeqCst),
                     Decision::Isolate(_) => run.isolated.fetch_add(1, Ordering::SeqCst),
@@ -89,7 +90,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         }
 
         let fifo = self.fifo();
-        let source_url = self.config.source_queue_url.as_str();
+        // No route: messages whose source is unknown, all of them isolated.
+        let source_url = route.map_or("", |r| r.url.as_str());
         let poison_url = self.config.poison_queue_url.as_str();
         let (mut source, mut poison, waits) = if fifo {
             let s = self.send_fifo(run, source_url, to_source).await;
@@ -141,6 +143,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 history
                     .extra
                     .insert(SEND_REJECTIONS_FIELD.to_string(), rejections.into());
+                if let Some(arn) = route.and_then(|r| r.arn.as_deref()) {
+                    // Back on the DLQ without DeadLetterQueueSourceArn: the source goes along.
+                    history.set_source(arn);
+                }
                 let mut counted = attributes.clone();
                 history.write_into(&mut counted);
                 requeue.push(SendEntry {
@@ -166,7 +172,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 attributes,
                 group_id: group_id.as_deref(),
             };
-            let decision = self.isolate_send_rejected(&view);
+            let decision = self.isolate_send_rejected(&view, route);
             tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, rejections, action = "isolate:send-rejected", "the source queue keeps rejecting the copy as the sender's fault");
             second.push(SendEntry {
                 id: entry.id,
@@ -274,20 +280,29 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 }
             };
             log_decided(message_id, decision, &action);
-            self.record(run, message_id, decision, &action);
+            self.record(run, route, message_id, decision, &action);
         }
     }
 }
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     /// Keeps the message's record when the run keeps records.
-    fn record(&self, run: &Run<'_>, message_id: &str, d: &Decision, action: &str) {
+    fn record(
+        &self,
+        run: &Run<'_>,
+        route: Option<&Route>,
+        message_id: &str,
+        d: &Decision,
+        action: &str,
+    ) {
         let Some(records) = &run.records else {
             return;
         };
         let meta = d.meta();
         let destination = match d {
-            Decision::Redrive(_) => self.config.source_queue_url.name(),
+            Decision::Redrive(_) => route.map_or("", |r| {
+                redrive_shared::source::url_account_and_name(&r.url).map_or(&r.url, |(_, n)| n)
+            }),
             Decision::Isolate(_) => self.config.poison_queue_url.name(),
             Decision::Wait(_) => self.config.dlq_url.name(),
         };

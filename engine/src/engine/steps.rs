@@ -5,10 +5,16 @@
 use super::*;
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
-    /// FIFO when the DLQ or the source is: one pipeline, one message per group per batch, a
-    /// group with a failed entry held; no per-message delay.
+    /// FIFO when the DLQ or the source is (a protected DLQ's sources are FIFO exactly when it
+    /// is): one pipeline, one message per group per batch, a group with a failed entry held;
+    /// no per-message delay.
     pub fn fifo(&self) -> bool {
-        self.config.dlq_url.is_fifo() || self.config.source_queue_url.is_fifo()
+        self.config.dlq_url.is_fifo()
+            || self
+                .config
+                .source_queue_url
+                .as_ref()
+                .is_some_and(QueueUrl::is_fifo)
     }
 
     /// One drain of a run made of steps (a workflow's scale-out drain): under the adaptive

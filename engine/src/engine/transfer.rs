@@ -411,10 +411,14 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
 
     /// The isolation of a message whose copy the source keeps rejecting: `decide`'s own
     /// isolation (stamp, FIFO ids, the poison queue's size limit), with reason `send-rejected`.
-    pub(super) fn isolate_send_rejected(&self, message: &ReceivedMessage<'_>) -> Decision {
+    pub(super) fn isolate_send_rejected(
+        &self,
+        message: &ReceivedMessage<'_>,
+        route: Option<&Route>,
+    ) -> Decision {
         let policy = Policy {
             max_attempts: 0,
-            ..self.policy()
+            ..self.policy_for(route)
         };
         let now = (self.clock)();
         let decision = {

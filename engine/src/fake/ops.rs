@@ -101,6 +101,7 @@ impl FakeSqs {
                 receive_count: m.receive_count,
                 sent_timestamp_ms: None,
                 trace_header: m.trace_header.clone(),
+                dead_letter_source_arn: m.dead_letter_source_arn.clone(),
             });
         }
         if let Some((dlq, _)) = redrive {
@@ -111,6 +112,7 @@ impl FakeSqs {
                 m.receipt = None;
                 m.received_at = None;
                 m.visible_at = now;
+                m.dead_letter_source_arn = Some(super::queue_arn(queue_url));
                 gone.push(m);
             }
             gone.reverse();

@@ -34,11 +34,14 @@ pub fn config(pairs: &[(&str, &str)]) -> RedriverConfig {
 pub fn queues(config: &RedriverConfig) -> Arc<FakeSqs> {
     let sqs = FakeSqs::new();
     for q in [
-        config.dlq_url.as_str(),
-        config.source_queue_url.as_str(),
-        config.poison_queue_url.as_str(),
-    ] {
-        sqs.create_queue(q);
+        Some(&config.dlq_url),
+        config.source_queue_url.as_ref(),
+        Some(&config.poison_queue_url),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        sqs.create_queue(q.as_str());
     }
     sqs
 }

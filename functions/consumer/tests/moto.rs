@@ -404,6 +404,7 @@ async fn a_permanent_failure_is_fast_tracked_to_the_dlq_with_the_stamp_and_the_o
         poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
         max_delay_seconds: 900,
         max_hop_seconds: 900,
+        source_arn: None,
     };
     for (m, want) in [
         (copy, IsolationReason::PermanentFailure),

@@ -51,7 +51,11 @@ fn setup_on(
     let cfg = config(pairs).expect("valid test config");
     for q in [
         cfg.redriver.dlq_url.as_str(),
-        cfg.redriver.source_queue_url.as_str(),
+        cfg.redriver
+            .source_queue_url
+            .as_ref()
+            .expect("a source")
+            .as_str(),
         cfg.redriver.poison_queue_url.as_str(),
     ] {
         sqs.create_queue(q);

@@ -178,7 +178,85 @@ fn missing_required_urls_are_named() {
     );
     let err =
         RedriverConfig::from_env(&env(&[("DLQ_URL", DLQ), ("SOURCE_QUEUE_URL", " ")])).unwrap_err();
-    assert_eq!(err.variable, "SOURCE_QUEUE_URL");
+    assert_eq!(err.variable, "POISON_QUEUE_URL");
+}
+
+#[test]
+fn a_dlq_without_a_source_sends_each_message_back_to_its_own() {
+    let c =
+        RedriverConfig::from_env(&env(&[("DLQ_URL", DLQ), ("POISON_QUEUE_URL", POISON)])).unwrap();
+    assert_eq!(c.source_queue_url, None);
+    assert_eq!(
+        redriver(&[]).unwrap().source_queue_url.unwrap().as_str(),
+        SRC
+    );
+}
+
+const OTHER_DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/billing-dlq.fifo";
+
+#[test]
+fn a_fleet_is_every_dlq_of_dlq_urls_each_with_its_own_trigger_alarm() {
+    let list = format!(" {DLQ} , {OTHER_DLQ},");
+    let fleet = RedriverConfig::fleet_from_env(&env(&[
+        ("DLQ_URLS", &list),
+        ("POISON_QUEUE_URL", POISON),
+        ("TRIGGER_ALARM_NAME", "redrive-{queue}-age"),
+    ]))
+    .unwrap();
+    let dlqs: Vec<&str> = fleet.iter().map(|c| c.dlq_url.as_str()).collect();
+    assert_eq!(dlqs, [DLQ, OTHER_DLQ]);
+    assert!(fleet.iter().all(|c| c.source_queue_url.is_none()));
+    assert_eq!(
+        fleet[1].trigger_alarm_name.as_deref(),
+        Some("redrive-billing-dlq.fifo-age")
+    );
+    // Without DLQ_URLS: the one DLQ of DLQ_URL.
+    let one = RedriverConfig::fleet_from_env(&env(&[
+        ("DLQ_URL", DLQ),
+        ("SOURCE_QUEUE_URL", SRC),
+        ("POISON_QUEUE_URL", POISON),
+    ]))
+    .unwrap();
+    assert_eq!(one, vec![redriver(&[]).unwrap()]);
+}
+
+#[test]
+fn a_fleet_refuses_a_single_dlqs_settings_duplicates_and_the_poison_queue() {
+    for (extra, problem) in [
+        (("DLQ_URL", DLQ), "cannot be set with DLQ_URL"),
+        (
+            ("SOURCE_QUEUE_URL", SRC),
+            "cannot be set with SOURCE_QUEUE_URL",
+        ),
+    ] {
+        let err = RedriverConfig::fleet_from_env(&env(&[
+            ("DLQ_URLS", OTHER_DLQ),
+            ("POISON_QUEUE_URL", POISON),
+            extra,
+        ]))
+        .unwrap_err();
+        assert_eq!(err.variable, "DLQ_URLS");
+        assert!(err.problem.contains(problem), "{err}");
+    }
+    let twice = format!("{DLQ},{DLQ}");
+    let err =
+        RedriverConfig::fleet_from_env(&env(&[("DLQ_URLS", &twice), ("POISON_QUEUE_URL", POISON)]))
+            .unwrap_err();
+    assert!(err.problem.contains("listed twice"), "{err}");
+    let err = RedriverConfig::fleet_from_env(&env(&[
+        ("DLQ_URLS", "orders-dlq"),
+        ("POISON_QUEUE_URL", POISON),
+    ]))
+    .unwrap_err();
+    assert_eq!(err.variable, "DLQ_URLS");
+    assert!(err.to_string().contains("orders-dlq"), "{err}");
+    let with_poison = format!("{DLQ},{POISON}");
+    let err = RedriverConfig::fleet_from_env(&env(&[
+        ("DLQ_URLS", &with_poison),
+        ("POISON_QUEUE_URL", POISON),
+    ]))
+    .unwrap_err();
+    assert_eq!(err.variable, "POISON_QUEUE_URL");
 }
 
 #[test]
