@@ -9,14 +9,12 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use clap::Args;
 use redrive_engine::aws::port_error;
 use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore};
-use redrive_shared::config::{CircuitConfig, Env, QueueUrl};
+use redrive_shared::config::tags::{self, PREFIX as TAG_PREFIX};
+use redrive_shared::config::{CircuitConfig, Env, QueueUrl, RedriverConfig};
 use serde::Serialize;
 
 use super::queues::QueueRef;
 use super::{CliError, Ctx, Outcome, now_ms};
-
-/// The prefix of the per-DLQ settings' tag names.
-const TAG_PREFIX: &str = "redrive:";
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -68,8 +66,14 @@ pub struct Row {
     pub last_drain: Option<String>,
     /// The queues whose RedrivePolicy names this DLQ (ListDeadLetterSourceQueues), by name.
     pub sources: Vec<String>,
-    /// The queue's `redrive:*` tags, which override the defaults for this DLQ.
+    /// The queue's `redrive:*` tags, which override the defaults (the re-driver's variables)
+    /// for this DLQ.
     pub settings: BTreeMap<String, String>,
+    /// Why the tags cannot be used, naming the tag: the re-driver leaves this DLQ alone.
+    pub invalid: Option<String>,
+    /// The tag that is invalid.
+    #[serde(skip)]
+    pub invalid_tag: Option<String>,
 }
 
 /// A tag `key=value`.
@@ -230,11 +234,15 @@ async fn row(
         }
     }
     sources.sort();
-    let settings = tags(ctx, url)
+    let settings: BTreeMap<String, String> = tags(ctx, url)
         .await?
         .into_iter()
         .filter(|(k, _)| k.starts_with(TAG_PREFIX))
         .collect();
+    let (invalid, invalid_tag) = match check_tags(url, &settings) {
+        Ok(()) => (None, None),
+        Err(e) => (Some(e.to_string()), Some(e.tag)),
+    };
     let oldest = latest(
         ctx,
         "AWS/SQS",
@@ -265,7 +273,35 @@ async fn row(
         last_drain: drained.map(|(t, _)| t),
         sources,
         settings,
+        invalid,
+        invalid_tag,
     })
+}
+
+/// The tags read and validated as the re-driver reads them, over its variables in this
+/// environment.
+fn check_tags(url: &QueueUrl, settings: &BTreeMap<String, String>) -> Result<(), tags::TagError> {
+    // The settings do not depend on the poison queue, which the re-driver's configuration
+    // requires: any valid URL stands in for it when the variable is not set.
+    let env = Env(|k: &str| {
+        std::env::var(k).ok().or_else(|| {
+            (k == "POISON_QUEUE_URL")
+                .then(|| "https://sqs.us-east-1.amazonaws.com/000000000000/unused-poison".into())
+        })
+    });
+    let Ok(base) = RedriverConfig::for_dlq(&env, url.clone(), None) else {
+        // The variables themselves are wrong: `redrive drain` says how; the tags alone are
+        // judged over the defaults.
+        let defaults = Env(|k: &str| {
+            (k == "POISON_QUEUE_URL")
+                .then(|| "https://sqs.us-east-1.amazonaws.com/000000000000/unused-poison".into())
+        });
+        let Ok(base) = RedriverConfig::for_dlq(&defaults, url.clone(), None) else {
+            return Ok(());
+        };
+        return tags::apply(&defaults, &base, &settings.clone().into_iter().collect()).map(|_| ());
+    };
+    tags::apply(&env, &base, &settings.clone().into_iter().collect()).map(|_| ())
 }
 
 /// The latest datapoint (its time, RFC 3339, and value) of `metric` for the queue over the
@@ -356,10 +392,10 @@ fn print_table(ctx: &Ctx, rows: &[Row]) {
                 } else {
                     r.sources.join(",")
                 },
-                if settings.is_empty() {
-                    "defaults".to_string()
-                } else {
-                    settings.join(" ")
+                match (&r.invalid_tag, settings.is_empty()) {
+                    (Some(tag), _) => format!("invalid: {tag}"),
+                    (None, true) => "defaults".to_string(),
+                    (None, false) => settings.join(" "),
                 },
             ]
         })

@@ -300,7 +300,7 @@ async fn create_source(sqs: &aws_sdk_sqs::Client, name: &str, dlq_arn: &str) {
 #[tokio::test]
 async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     // GIVEN three DLQs of the user's: one fed by two sources, one with settings in its tags,
-    // one alone
+    // one with a bad setting
     let sqs = moto().sqs().await;
     let cw = moto().cloudwatch().await;
     let base = unique_name("org");
@@ -308,7 +308,7 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     create_source(&sqs, &format!("{base}-orders"), &shared_arn).await;
     create_source(&sqs, &format!("{base}-payments"), &shared_arn).await;
     let (tuned_url, tuned_arn) = create_dlq(&sqs, &format!("{base}-tuned-dlq")).await;
-    let protect = format!("redrive:protect-{base}");
+    let protect = format!("protect-{base}");
     sqs.tag_queue()
         .queue_url(&tuned_url)
         .tags("redrive:max-attempts", "3")
@@ -322,6 +322,7 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     sqs.tag_queue()
         .queue_url(&lone_url)
         .tags(&protect, "true")
+        .tags("redrive:max-attempts", "lots")
         .send()
         .await
         .unwrap();
@@ -415,11 +416,16 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     assert_eq!(tuned["sources"], json!([]));
     assert_eq!(
         tuned["settings"],
-        json!({"redrive:max-attempts": "3", "redrive:backoff-base-seconds": "10", protect.clone(): "true"})
+        json!({"redrive:max-attempts": "3", "redrive:backoff-base-seconds": "10"})
     );
     assert!(tuned["lastDrain"].is_string(), "{tuned}");
     assert_eq!(tuned["oldestAgeSeconds"], Value::Null);
-    assert_eq!(row("lone-dlq")["depth"], 0);
+    assert_eq!(tuned["invalid"], Value::Null);
+    let lone = row("lone-dlq");
+    assert_eq!(lone["depth"], 0);
+    assert_eq!(lone["settings"], json!({"redrive:max-attempts": "lots"}));
+    let invalid = lone["invalid"].as_str().unwrap_or_else(|| panic!("{lone}"));
+    assert!(invalid.contains("redrive:max-attempts"), "{invalid}");
 
     // AND the table holds the same, one line per DLQ under a header
     let run = redrive(&args, &[]);
@@ -448,7 +454,9 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     let tuned = line("tuned-dlq");
     assert_eq!(tuned[1], "1");
     assert!(tuned.contains(&"redrive:max-attempts=3"), "{tuned:?}");
-    assert_eq!(line("lone-dlq")[1], "0");
+    let lone = line("lone-dlq");
+    assert_eq!(lone[1], "0");
+    assert_eq!(lone[lone.len() - 2..], ["invalid:", "redrive:max-attempts"]);
 
     // WHEN the DLQs are chosen by a tag, from the flag or from PROTECT_TAG
     let tag = format!("{protect}=true");
