@@ -494,3 +494,81 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("PROTECT_DLQS"), "{}", run.stderr);
 }
+
+#[tokio::test]
+async fn replay_without_to_sends_each_message_to_its_recorded_source() {
+    // GIVEN a poison queue holding a message whose x-redrive records its source, and one
+    // that records none
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let mut known = common::out_of_attempts("orig-known");
+    known.set_source(&q.source_arn);
+    common::send_with_meta(&sqs, &q.poison_url, "known", &known).await;
+    common::send_with_meta(
+        &sqs,
+        &q.poison_url,
+        "stray",
+        &common::out_of_attempts("orig-stray"),
+    )
+    .await;
+
+    // WHEN everything is replayed with no --to
+    let run = redrive(&["replay", "--from", &q.poison_url, "--all", "--json"], &[]);
+
+    // THEN the one with a source went back to it, the other stayed, listed; exit 3
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["replayed"].as_array().unwrap().len(), 1, "{report}");
+    let stray = report["noSource"].as_array().unwrap();
+    assert_eq!(stray.len(), 1, "{report}");
+    assert_eq!(stray[0]["message"]["originalMessageId"], "orig-stray");
+    let moved = redrive_tests::drain_all(&sqs, &q.source_url).await;
+    assert_eq!(moved.len(), 1);
+    assert_eq!(moved[0].body(), Some("known"));
+    let left = redrive_tests::drain_all(&sqs, &q.poison_url).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].body(), Some("stray"));
+}
+
+#[tokio::test]
+async fn drain_without_source_sends_each_message_back_to_its_own() {
+    // GIVEN a DLQ with a message whose x-redrive records its source (a queue whose
+    // RedrivePolicy names the DLQ) and one with no known source
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let mut known = redrive_shared::meta::RedriveMeta::fresh("orig-known");
+    known.set_source(&q.source_arn);
+    common::send_with_meta(&sqs, &q.dlq_url, "known", &known).await;
+    send_raw(&sqs, &q.dlq_url, "stray", &[]).await;
+
+    // WHEN the DLQ (by URL) is drained into the poison queue (by name), with no --source
+    let run = redrive(
+        &[
+            "drain",
+            "--dlq",
+            &q.dlq_url,
+            "--poison",
+            &q.poison_name,
+            "--json",
+        ],
+        &[("BACKOFF_BASE_SECONDS", "0")],
+    );
+
+    // THEN the known one is back on its source, the stray one isolated as unknown-source
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    assert_eq!(summary["redriven"], 1, "{summary}");
+    assert_eq!(summary["isolated"], 1, "{summary}");
+    let moved = redrive_tests::drain_all(&sqs, &q.source_url).await;
+    assert_eq!(moved.len(), 1);
+    assert_eq!(moved[0].body(), Some("known"));
+    let parked = redrive_tests::drain_all(&sqs, &q.poison_url).await;
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].body(), Some("stray"));
+    assert_eq!(
+        common::meta_of(&parked[0])
+            .reason
+            .map(|r| r.as_str().to_string()),
+        Some("unknown-source".to_string())
+    );
+}
