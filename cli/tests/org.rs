@@ -127,7 +127,11 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
     let q = QueueSet::create(&sqs, false, 3).await;
     let dir = temp_dir("aws-config");
     let config = dir.join("config");
-    std::fs::write(&config, "[profile ops]\nregion = us-east-1\n").unwrap();
+    std::fs::write(
+        &config,
+        "[profile ops]\nregion = us-east-1\n[profile bare]\noutput = json\n",
+    )
+    .unwrap();
     let config = config.to_str().unwrap();
 
     // WHEN the profile has no credentials and the environment none either
@@ -167,6 +171,23 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
             "redrive: the config profile (nope) could not be found"
         );
     }
+
+    // WHEN neither the profile nor the environment names a region
+    let run = redrive(
+        &["--profile", "bare", "stats", "--queue", &q.dlq_url],
+        &[
+            ("AWS_CONFIG_FILE", config),
+            ("AWS_REGION", ""),
+            ("AWS_DEFAULT_REGION", ""),
+        ],
+    );
+    // THEN a configuration error too
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with("redrive: no AWS region"),
+        "{}",
+        run.stderr
+    );
 
     // WHEN nothing listens at the endpoint
     let port = std::net::TcpListener::bind("127.0.0.1:0")
