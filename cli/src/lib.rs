@@ -103,9 +103,14 @@ impl Ctx {
 }
 
 /// Logs of the engine go to stderr as JSON lines, `warn` and above unless `RUST_LOG` says
-/// otherwise: stdout is the command's output.
+/// otherwise: stdout is the command's output. The SDK's own warnings (a credentials provider
+/// that failed, a retried call) are left out by default: the command's one error line says
+/// what went wrong.
 pub fn init_logging() {
-    redrive_shared::logging::init_json_logging("warn", true);
+    redrive_shared::logging::init_json_logging(
+        "warn,aws_config=error,aws_smithy_runtime=error",
+        true,
+    );
 }
 
 /// The profile in use: `--profile`, else `AWS_PROFILE`, else none named (`default`).

@@ -189,6 +189,31 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
         run.stderr
     );
 
+    // WHEN the profile's credential_process fails
+    let failing = dir.join("failing-config");
+    std::fs::write(
+        &failing,
+        "[profile broken]\nregion = us-east-1\ncredential_process = /bin/false\n",
+    )
+    .unwrap();
+    let run = redrive(
+        &["--profile", "broken", "stats", "--queue", &q.dlq_url],
+        &[
+            ("AWS_CONFIG_FILE", failing.to_str().unwrap()),
+            ("AWS_ACCESS_KEY_ID", ""),
+            ("AWS_SECRET_ACCESS_KEY", ""),
+        ],
+    );
+    // THEN one line names the profile, and no SDK log line comes with it
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .starts_with("redrive: could not load credentials (profile 'broken'): "),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+
     // WHEN nothing listens at the endpoint
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
