@@ -52,7 +52,7 @@ pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<Outcome, CliError> {
         print_text(ctx, &args, &target, &report, &not_found, &reach);
     }
     if let Some(e) = &reach.error {
-        eprintln!("error: {e}");
+        eprintln!("redrive: {e}");
     }
     Ok(if !args.yes && reach.status != Status::Failed {
         Outcome::Refused

@@ -2,6 +2,7 @@
 //! stderr, and the exit code that goes with it (see [`super::exit`]).
 
 use std::error::Error as StdError;
+use std::sync::OnceLock;
 
 use aws_credential_types::provider::error::CredentialsError;
 use aws_smithy_runtime_api::client::result::ConnectorError;
@@ -19,6 +20,21 @@ pub struct Setting {
     pub region: Option<String>,
     /// `AWS_ENDPOINT_URL` (or the profile's `endpoint_url`), when set.
     pub endpoint: Option<String>,
+}
+
+/// The setting of this run, for errors reported where it is not at hand.
+static SETTING: OnceLock<Setting> = OnceLock::new();
+
+/// Keeps the run's setting for [`describe`].
+pub fn remember(setting: &Setting) {
+    let _ = SETTING.set(setting.clone());
+}
+
+/// A failed call as one line, the AWS CLI's way (without the `redrive: ` prefix): for a walk
+/// that failed part-way, whose report says what was done.
+pub fn describe(e: &PortError) -> String {
+    let setting = SETTING.get().cloned().unwrap_or_default();
+    aws(e, &setting).0
 }
 
 /// The line printed on stderr (without the `redrive: ` prefix) and the exit code.

@@ -171,7 +171,7 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
         print_text(ctx, &args, &target, &report, &reach);
     }
     if let Some(e) = &reach.error {
-        eprintln!("error: {e}");
+        eprintln!("redrive: {e}");
     }
     Ok(match reach.status {
         Status::Failed => Outcome::Failed,

@@ -199,6 +199,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     setting.region = sdk.region().map(|r| r.to_string());
     setting.endpoint = sdk.endpoint_url().map(str::to_string);
+    errors::remember(&setting);
     let clients = Clients::from_sdk(&sdk);
     let ctx = Ctx {
         queues: Resolver::new(

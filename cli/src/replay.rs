@@ -228,7 +228,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
         print_text(ctx, &plan, &report, &not_found, &reach);
     }
     if let Some(e) = &reach.error {
-        eprintln!("error: {e}");
+        eprintln!("redrive: {e}");
     }
     Ok(outcome(&reach, report.shortfall() || !not_found.is_empty()))
 }

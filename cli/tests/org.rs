@@ -253,6 +253,22 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
     ] {
         assert!(!line.contains(dump), "{line}");
     }
+
+    // WHEN a walk fails (discard cannot receive from the queue)
+    let run = redrive(
+        &["discard", "--queue", &missing, "--all", "--yes", "--json"],
+        &[],
+    );
+    // THEN its report says so, and stderr has the same one line, without the SDK's dump
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.json()["status"], "failed");
+    let line = run.stderr.trim_end();
+    assert!(
+        line.starts_with("redrive: An error occurred (")
+            && line.contains(") when calling the ReceiveMessage operation: "),
+        "{line}"
+    );
+    assert!(!line.contains("Error {"), "{line}");
 }
 
 #[tokio::test]
