@@ -121,7 +121,7 @@ pub enum Command {
     ///
     /// Per DLQ: depth, in flight, the oldest message's age (CloudWatch
     /// ApproximateAgeOfOldestMessage), the circuit (with CIRCUIT_TABLE or --circuit-table),
-    /// the last drain (the re-driver's Received metric), its source queues
+    /// the last drain (the re-driver's Received or SuccessfulRedrives metric), its source queues
     /// (ListDeadLetterSourceQueues) and the settings its `redrive:*` tags put in force over the
     /// defaults. Which DLQs: --dlq (repeatable) and --tag, else PROTECT_DLQS and PROTECT_TAG
     /// as in infra/redrive.env. Changes nothing.

@@ -62,7 +62,8 @@ pub struct Row {
     pub oldest_age_seconds: Option<u64>,
     /// closed, open or half-open; None without a circuit table.
     pub circuit: Option<String>,
-    /// The time of the latest datapoint of the re-driver's `Received` metric.
+    /// The time (RFC 3339) of the latest datapoint of the re-driver's `Received` or
+    /// `SuccessfulRedrives` metric.
     pub last_drain: Option<String>,
     /// The queues whose RedrivePolicy names this DLQ (ListDeadLetterSourceQueues), by name.
     pub sources: Vec<String>,
@@ -75,6 +76,9 @@ pub struct Row {
     #[serde(skip)]
     pub invalid_tag: Option<String>,
 }
+
+/// The re-driver's metrics that every drain publishes (dimension `QueueName`).
+const DRAIN_METRICS: [&str; 2] = ["Received", "SuccessfulRedrives"];
 
 /// A tag `key=value`.
 type Tag = (String, String);
@@ -251,14 +255,20 @@ async fn row(
         url.name(),
     )
     .await?;
-    let drained = latest(
-        ctx,
-        &args.metric_namespace,
-        "Received",
-        Statistic::Sum,
-        url.name(),
-    )
-    .await?;
+    // Each drain publishes its counts once, zeros included: `Received`, and the contract's
+    // `SuccessfulRedrives`; the later of the two is the last drain.
+    let mut drained = None;
+    for metric in DRAIN_METRICS {
+        let got = latest(
+            ctx,
+            &args.metric_namespace,
+            metric,
+            Statistic::Sum,
+            url.name(),
+        )
+        .await?;
+        drained = drained.max(got.map(|(t, _)| t));
+    }
     let circuit = match circuit {
         Some(cfg) => Some(circuit_state(ctx, cfg, url).await?),
         None => None,
@@ -270,7 +280,7 @@ async fn row(
         in_flight: count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
         oldest_age_seconds: oldest.map(|(_, v)| v.max(0.0) as u64),
         circuit,
-        last_drain: drained.map(|(t, _)| t),
+        last_drain: drained,
         sources,
         settings,
         invalid,

@@ -414,6 +414,41 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
         .await
         .unwrap();
 
+    // AND the lone one was drained too (the contract's SuccessfulRedrives, zeros included)
+    cw.put_metric_data()
+        .namespace(&namespace)
+        .metric_data(
+            MetricDatum::builder()
+                .metric_name("SuccessfulRedrives")
+                .dimensions(
+                    Dimension::builder()
+                        .name("QueueName")
+                        .value(format!("{base}-lone-dlq"))
+                        .build(),
+                )
+                .unit(StandardUnit::Count)
+                .value(0.0)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // AND the operator holds the tuned one's circuit open
+    let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
+    let tuned_name = format!("{base}-tuned-dlq");
+    let run = redrive(
+        &[
+            "circuit",
+            "open",
+            "--dlq",
+            &tuned_name,
+            "--circuit-table",
+            &table,
+        ],
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
     // AND SQS's own metric says how old the shared DLQ's oldest message is
     cw.put_metric_data()
         .namespace("AWS/SQS")
@@ -446,6 +481,8 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
         &lone_url,
         "--metric-namespace",
         &namespace,
+        "--circuit-table",
+        &table,
     ];
     let mut json_args = args.to_vec();
     json_args.push("--json");
@@ -472,7 +509,7 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     assert_eq!(shared["settings"], json!({}));
     assert_eq!(shared["lastDrain"], Value::Null);
     assert_eq!(shared["oldestAgeSeconds"], 120);
-    assert_eq!(shared["circuit"], Value::Null);
+    assert_eq!(shared["circuit"], "closed");
     let tuned = row("tuned-dlq");
     assert_eq!(tuned["depth"], 1);
     assert_eq!(tuned["sources"], json!([]));
@@ -483,8 +520,10 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     assert!(tuned["lastDrain"].is_string(), "{tuned}");
     assert_eq!(tuned["oldestAgeSeconds"], Value::Null);
     assert_eq!(tuned["invalid"], Value::Null);
+    assert_eq!(tuned["circuit"], "open");
     let lone = row("lone-dlq");
     assert_eq!(lone["depth"], 0);
+    assert!(lone["lastDrain"].is_string(), "{lone}");
     assert_eq!(lone["settings"], json!({"redrive:max-attempts": "lots"}));
     let invalid = lone["invalid"].as_str().unwrap_or_else(|| panic!("{lone}"));
     assert!(invalid.contains("redrive:max-attempts"), "{invalid}");
@@ -516,6 +555,7 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     let tuned = line("tuned-dlq");
     assert_eq!(tuned[1], "1");
     assert!(tuned.contains(&"redrive:max-attempts=3"), "{tuned:?}");
+    assert_eq!(tuned[4], "open", "{tuned:?}");
     let lone = line("lone-dlq");
     assert_eq!(lone[1], "0");
     assert_eq!(lone[lone.len() - 2..], ["invalid:", "redrive:max-attempts"]);
