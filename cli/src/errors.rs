@@ -74,13 +74,19 @@ fn aws(p: &PortError, setting: &Setting) -> (String, u8) {
                 ),
                 exit::USAGE,
             ),
-            other => (
-                format!(
-                    "could not load credentials (profile '{profile}'): {}",
-                    causes(other)
-                ),
-                exit::USAGE,
-            ),
+            other => {
+                let why = causes(other);
+                // An IAM Identity Center profile whose session expired or never started.
+                let hint = if why.contains("SSO") {
+                    format!(" (run `aws sso login --profile {profile}`)")
+                } else {
+                    String::new()
+                };
+                (
+                    format!("could not load credentials (profile '{profile}'): {why}{hint}"),
+                    exit::USAGE,
+                )
+            }
         };
     }
     if chain(p)

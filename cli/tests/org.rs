@@ -214,6 +214,34 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
     );
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
 
+    // WHEN an IAM Identity Center (SSO) profile has no cached token (never logged in)
+    let home = temp_dir("home");
+    let sso = dir.join("sso-config");
+    std::fs::write(
+        &sso,
+        "[profile sso]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = Ops\nregion = us-east-1\n\n[sso-session corp]\nsso_start_url = https://example.awsapps.com/start\nsso_region = us-east-1\n",
+    )
+    .unwrap();
+    let run = redrive(
+        &["--profile", "sso", "stats", "--queue", &q.dlq_url],
+        &[
+            ("AWS_CONFIG_FILE", sso.to_str().unwrap()),
+            ("HOME", home.to_str().unwrap()),
+            ("AWS_ACCESS_KEY_ID", ""),
+            ("AWS_SECRET_ACCESS_KEY", ""),
+        ],
+    );
+    // THEN the SSO provider (built in) says so, with the way out; a configuration error
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let line = run.stderr.trim_end();
+    assert!(
+        line.starts_with("redrive: could not load credentials (profile 'sso'): ")
+            && line.contains("SSO token")
+            && line.ends_with("(run `aws sso login --profile sso`)"),
+        "{line}"
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+
     // WHEN nothing listens at the endpoint
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
