@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_cloudwatch::types::{Dimension, Statistic};
 use aws_sdk_sqs::types::QueueAttributeName;
 use clap::Args;
+use futures_util::{StreamExt, TryStreamExt, stream};
 use redrive_engine::aws::port_error;
 use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore};
 use redrive_shared::config::tags::{self, PREFIX as TAG_PREFIX};
@@ -77,6 +78,9 @@ pub struct Row {
     pub invalid_tag: Option<String>,
 }
 
+/// Calls in flight at once.
+const CONCURRENCY: usize = 8;
+
 /// The re-driver's metrics that every drain publishes (dimension `QueueName`).
 const DRAIN_METRICS: [&str; 2] = ["Received", "SuccessfulRedrives"];
 
@@ -123,10 +127,12 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<Outcome, CliError> {
     let mut seen = BTreeSet::new();
     urls.retain(|u| seen.insert(u.to_string()));
 
-    let mut rows = Vec::with_capacity(urls.len());
-    for url in &urls {
-        rows.push(row(ctx, &args, circuit.as_ref(), url).await?);
-    }
+    // A few DLQs at a time: a fleet of a hundred is a few hundred calls.
+    let rows: Vec<Row> = stream::iter(&urls)
+        .map(|url| row(ctx, &args, circuit.as_ref(), url))
+        .buffered(CONCURRENCY)
+        .try_collect()
+        .await?;
     if ctx.json {
         super::output::print_json(&serde_json::to_value(&rows).unwrap_or_default());
     } else {
@@ -163,14 +169,20 @@ async fn tagged(ctx: &Ctx, key: &str, value: &str) -> Result<Vec<QueueUrl>, CliE
             .send()
             .await
             .map_err(|e| port_error("ListQueues", e))?;
-        for url in out.queue_urls() {
-            let Ok(url) = QueueUrl::parse(url) else {
-                continue;
-            };
-            if tags(ctx, &url).await?.get(key).map(String::as_str) == Some(value) {
-                found.push(url);
-            }
-        }
+        let page: Vec<QueueUrl> = out
+            .queue_urls()
+            .iter()
+            .filter_map(|u| QueueUrl::parse(u).ok())
+            .collect();
+        let tagged: Vec<Option<QueueUrl>> = stream::iter(page)
+            .map(|url| async move {
+                let matches = tags(ctx, &url).await?.get(key).map(String::as_str) == Some(value);
+                Ok::<_, CliError>(matches.then_some(url))
+            })
+            .buffered(CONCURRENCY)
+            .try_collect()
+            .await?;
+        found.extend(tagged.into_iter().flatten());
         match out.next_token() {
             Some(t) if !t.is_empty() => next = Some(t.to_string()),
             _ => break,
