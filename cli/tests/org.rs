@@ -251,7 +251,11 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
     let endpoint = format!("http://127.0.0.1:{port}");
     let run = redrive(
         &["stats", "--queue", &q.dlq_url],
-        &[("AWS_ENDPOINT_URL", &endpoint)],
+        &[
+            ("AWS_ENDPOINT_URL", &endpoint),
+            // Under REDRIVE_SQS_EMULATOR=localstack, SQS has an endpoint of its own.
+            ("AWS_ENDPOINT_URL_SQS", ""),
+        ],
     );
     // THEN the AWS CLI's line, exit 1
     assert_eq!(run.code, 1, "{}", run.stderr);
