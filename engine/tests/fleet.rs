@@ -95,6 +95,11 @@ fn scheduled() -> Value {
     redrive_tests::fixture("eventbridge-scheduled.json")
 }
 
+/// A message on `dlq` as SQS leaves it after moving it from `source`.
+fn moved(sqs: &FakeSqs, dlq: &str, source: &str, body: &str) -> String {
+    sqs.push_moved(dlq, source, body, Attributes::new(), None)
+}
+
 fn bodies(sqs: &FakeSqs, url: &str) -> Vec<String> {
     let mut b: Vec<String> = sqs.messages(url).into_iter().map(|m| m.body).collect();
     b.sort();
@@ -123,20 +128,8 @@ async fn three_protected_dlqs_incidents_on_two_at_once_each_message_home_setting
         ["orders-dlq", "ledger-dlq.fifo", "mail-dlq"]
     );
     for i in 0..3 {
-        sqs.push_moved(
-            ORDERS_DLQ,
-            ORDERS,
-            &format!("order-{i}"),
-            Attributes::new(),
-            None,
-        );
-        sqs.push_moved(
-            ORDERS_DLQ,
-            RETURNS,
-            &format!("return-{i}"),
-            Attributes::new(),
-            None,
-        );
+        moved(&sqs, ORDERS_DLQ, ORDERS, &format!("order-{i}"));
+        moved(&sqs, ORDERS_DLQ, RETURNS, &format!("return-{i}"));
         sqs.push_moved(MAIL_DLQ, MAIL, &format!("mail-{i}"), at_attempt(1), None);
     }
     sqs.push_moved(
@@ -196,7 +189,7 @@ async fn a_bad_tag_leaves_its_dlq_alone_and_the_other_two_working_until_it_is_fi
     let sqs = accounts_queues();
     sqs.tag_queue(LEDGER_DLQ, "redrive:max-attempts", "lots");
     let fleet = fleet(&sqs, &[]).await;
-    sqs.push_moved(ORDERS_DLQ, ORDERS, "order-0", Attributes::new(), None);
+    moved(&sqs, ORDERS_DLQ, ORDERS, "order-0");
     sqs.push_moved(
         LEDGER_DLQ,
         LEDGER,
@@ -204,7 +197,7 @@ async fn a_bad_tag_leaves_its_dlq_alone_and_the_other_two_working_until_it_is_fi
         Attributes::new(),
         Some("acct"),
     );
-    sqs.push_moved(MAIL_DLQ, MAIL, "mail-0", Attributes::new(), None);
+    moved(&sqs, MAIL_DLQ, MAIL, "mail-0");
     let s = fleet.handle(&scheduled(), None).await.unwrap();
     assert_eq!(s["redriven"].as_u64(), Some(2));
     let ledger = s["queues"]
@@ -251,22 +244,10 @@ async fn a_schedule_drains_every_dlq_bounded_each_and_starts_one_further_each_ti
     let fleet = fleet(&sqs, &[("MAX_MESSAGES_PER_INVOCATION", "4")]).await;
     // A big backlog on orders-dlq must not starve mail-dlq.
     for i in 0..40 {
-        sqs.push_moved(
-            ORDERS_DLQ,
-            ORDERS,
-            &format!("order-{i}"),
-            Attributes::new(),
-            None,
-        );
+        moved(&sqs, ORDERS_DLQ, ORDERS, &format!("order-{i}"));
     }
     for i in 0..2 {
-        sqs.push_moved(
-            MAIL_DLQ,
-            MAIL,
-            &format!("mail-{i}"),
-            Attributes::new(),
-            None,
-        );
+        moved(&sqs, MAIL_DLQ, MAIL, &format!("mail-{i}"));
     }
     let first = fleet.handle(&scheduled(), None).await.unwrap();
     let order = |s: &Value| -> Vec<String> {
@@ -297,7 +278,7 @@ async fn a_schedule_drains_every_dlq_bounded_each_and_starts_one_further_each_ti
 async fn an_alarm_for_a_queue_outside_the_fleet_touches_nothing() {
     let sqs = accounts_queues();
     let fleet = fleet(&sqs, &[]).await;
-    sqs.push_moved(ORDERS_DLQ, ORDERS, "order-0", Attributes::new(), None);
+    moved(&sqs, ORDERS_DLQ, ORDERS, "order-0");
     let s = fleet
         .handle(&alarm_for("payments-dlq"), None)
         .await
