@@ -4,9 +4,14 @@ use clap::{ArgGroup, Parser, Subcommand};
 use redrive_shared::config::QueueUrl;
 
 pub const AFTER_HELP: &str = "\
+Queues:
+  Wherever a queue is taken, it may be a name (orders-dlq), an ARN
+  (arn:aws:sqs:REGION:ACCOUNT:orders-dlq; REGION must be the client's) or a URL.
+
 Configuration:
   AWS region, credentials and profile come from the standard chain (AWS_REGION, AWS_PROFILE,
-  ~/.aws/config, ...); AWS_ENDPOINT_URL points every call at an emulator. `drain` reads the
+  ~/.aws/config with SSO and credential_process profiles, ...); AWS_ENDPOINT_URL points every
+  call at an emulator. `drain` reads the
   re-driver Lambda's variables (DLQ_URL, SOURCE_QUEUE_URL, POISON_QUEUE_URL,
   MAX_REDRIVE_ATTEMPTS, BACKOFF_*, GUARD_ALARM_NAMES, METRIC_NAMESPACE, ...); its flags win.
   NO_COLOR turns colour off (CLICOLOR_FORCE turns it on when stdout is not a terminal);
@@ -14,9 +19,11 @@ Configuration:
 
 Exit codes:
   0  done
-  1  an AWS call failed; the command did not complete (nothing is lost: a message is deleted
+  1  an AWS call failed (including a queue that does not exist, or an endpoint that cannot
+     be reached); the command did not complete (nothing is lost: a message is deleted
      only after its copy was acknowledged, and held messages reappear after their timeout)
-  2  usage or configuration error, or `discard` without --yes; nothing was changed
+  2  usage or configuration error (bad flags or values, missing settings, an unknown
+     profile, no credentials), or `discard` without --yes; nothing was changed
   3  incomplete: some messages failed, were refused or not found, a guard alarm or the
      adaptive circuit (CIRCUIT_TABLE) kept the circuit open, a `drain --canary` bounced, or `replay`/`discard` did not reach the end of the queue (the report says
      how many were not reached; --max reached is not an error)
@@ -110,6 +117,15 @@ pub enum Command {
     /// the SQS MessageId of any of its copies. Changes nothing. Exit code 3 when there is no
     /// record of it.
     History(super::history::HistoryArgs),
+    /// One table of every protected DLQ
+    ///
+    /// Per DLQ: depth, in flight, the oldest message's age (CloudWatch
+    /// ApproximateAgeOfOldestMessage), the circuit (with CIRCUIT_TABLE or --circuit-table),
+    /// the last drain (the re-driver's Received or SuccessfulRedrives metric), its source queues
+    /// (ListDeadLetterSourceQueues) and the settings its `redrive:*` tags put in force over the
+    /// defaults. Which DLQs: --dlq (repeatable) and --tag, else PROTECT_DLQS and PROTECT_TAG
+    /// as in infra/redrive.env. Changes nothing.
+    Status(super::status::StatusArgs),
     /// Print a shell completion script on stdout
     ///
     /// bash: `redrive completions bash > ~/.local/share/bash-completion/completions/redrive`;
@@ -180,7 +196,7 @@ mod tests {
     #[test]
     fn bad_values_are_usage_errors() {
         for args in [
-            &["redrive", "stats", "--queue", "not-a-url"][..],
+            &["redrive", "stats", "--queue", "not a queue"][..],
             &["redrive", "drain", "--rate", "-1"],
             &["redrive", "drain", "--max", "0"],
             &[

@@ -13,6 +13,7 @@ use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::json;
 
+use super::queues::QueueRef;
 use super::scan::Scanner;
 use super::{CliError, Ctx, Outcome, now_ms};
 use redrive_engine::circuit::{
@@ -36,9 +37,9 @@ pub enum CircuitAction {
 pub struct CircuitArgs {
     #[arg(value_enum)]
     pub action: CircuitAction,
-    /// The DLQ whose circuit this is (the record's key).
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub dlq: QueueUrl,
+    /// The DLQ whose circuit this is (the record's key): name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub dlq: QueueRef,
     /// The circuit table (the stack's output CircuitTableName).
     #[arg(long, value_name = "NAME", env = "CIRCUIT_TABLE")]
     pub circuit_table: Option<String>,
@@ -81,7 +82,8 @@ pub async fn run(ctx: &Ctx, args: CircuitArgs) -> Result<Outcome, CliError> {
         client: ctx.clients.dynamodb.clone(),
         table: cfg.table.clone(),
     };
-    let dlq = args.dlq.as_str();
+    let dlq_url = ctx.resolve(&args.dlq).await?;
+    let dlq = dlq_url.as_str();
     let now = now_ms();
     let mode = match args.action {
         CircuitAction::Status => None,
@@ -122,7 +124,7 @@ pub async fn run(ctx: &Ctx, args: CircuitArgs) -> Result<Outcome, CliError> {
     } else {
         print_status(
             ctx,
-            &args.dlq,
+            &dlq_url,
             &cfg,
             version,
             &record,

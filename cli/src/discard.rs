@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use super::queues::QueueRef;
 use super::replay::{line, outcome};
 use super::scan::{Reach, Scanner, Status, numbered};
 use super::select::Filter;
@@ -17,9 +18,9 @@ use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct DiscardArgs {
-    /// The queue to delete from.
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub queue: QueueUrl,
+    /// The queue to delete from: name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub queue: QueueRef,
     #[command(flatten)]
     pub selection: Selection,
     /// Really delete. Without it, `discard` lists what it would delete and exits with code 2.
@@ -34,8 +35,9 @@ struct Report {
 }
 
 pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<Outcome, CliError> {
+    let target = ctx.resolve(&args.queue).await?;
     let queue = ctx.queue();
-    let url = args.queue.as_str();
+    let url = target.as_str();
     let mut filter = Filter::new(&args.selection, now_ms());
     let mut scan = Scanner::new(&queue, url);
     let mut report = Report::default();
@@ -45,12 +47,12 @@ pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<Outcome, CliError> {
 
     let not_found = filter.not_found();
     if ctx.json {
-        print_json(&args, &report, &not_found, &reach);
+        print_json(&args, &target, &report, &not_found, &reach);
     } else {
-        print_text(ctx, &args, &report, &not_found, &reach);
+        print_text(ctx, &args, &target, &report, &not_found, &reach);
     }
     if let Some(e) = &reach.error {
-        eprintln!("error: {e}");
+        eprintln!("redrive: {e}");
     }
     Ok(if !args.yes && reach.status != Status::Failed {
         Outcome::Refused
@@ -100,7 +102,13 @@ async fn walk<Q: Queue>(
     Ok(())
 }
 
-fn print_json(args: &DiscardArgs, report: &Report, not_found: &[String], reach: &Reach) {
+fn print_json(
+    args: &DiscardArgs,
+    target: &QueueUrl,
+    report: &Report,
+    not_found: &[String],
+    reach: &Reach,
+) {
     let failed: Vec<Value> = report
         .failed
         .iter()
@@ -112,7 +120,7 @@ fn print_json(args: &DiscardArgs, report: &Report, not_found: &[String], reach: 
         (json!([]), json!(report.deleted))
     };
     super::output::print_json(&json!({
-        "queue": args.queue.as_str(),
+        "queue": target.as_str(),
         "confirmed": args.yes,
         "deleted": deleted,
         "wouldDelete": would,
@@ -126,9 +134,16 @@ fn print_json(args: &DiscardArgs, report: &Report, not_found: &[String], reach: 
     }));
 }
 
-fn print_text(ctx: &Ctx, args: &DiscardArgs, report: &Report, not_found: &[String], reach: &Reach) {
+fn print_text(
+    ctx: &Ctx,
+    args: &DiscardArgs,
+    target: &QueueUrl,
+    report: &Report,
+    not_found: &[String],
+    reach: &Reach,
+) {
     let s = &ctx.style;
-    let name = args.queue.name();
+    let name = target.name();
     if args.yes {
         println!(
             "{} {} message(s) from {name}",

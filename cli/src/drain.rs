@@ -7,6 +7,7 @@ use std::sync::Arc;
 use redrive_shared::config::{Env, RedriverConfig};
 
 use super::progress::{Bar, Counters, Counting};
+use super::queues::QueueRef;
 use super::{CliError, Ctx, Outcome};
 use clap::Args;
 use redrive_engine::aws::CloudWatch;
@@ -14,7 +15,6 @@ use redrive_engine::circuit::CircuitStore;
 use redrive_engine::ports::Queue;
 use redrive_engine::{DrainRequest, Engine, StopReason, Summary};
 use redrive_shared::circuit::{CircuitSettings, State};
-use redrive_shared::config::QueueUrl;
 use std::time::Duration;
 
 #[derive(Debug, Args)]
@@ -28,15 +28,15 @@ pub struct DrainArgs {
     /// Receive and plan only: nothing is sent or deleted, the messages are released at once.
     #[arg(long)]
     pub dry_run: bool,
-    /// DLQ to drain.
-    #[arg(long, value_name = "URL", env = "DLQ_URL", value_parser = super::args::queue_url_from("DLQ_URL"))]
-    pub dlq: Option<QueueUrl>,
+    /// DLQ to drain: name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", env = "DLQ_URL", value_parser = super::queues::queue_from("DLQ_URL"))]
+    pub dlq: Option<QueueRef>,
     /// Where redriven messages go.
-    #[arg(long, value_name = "URL", env = "SOURCE_QUEUE_URL", value_parser = super::args::queue_url_from("SOURCE_QUEUE_URL"))]
-    pub source: Option<QueueUrl>,
+    #[arg(long, value_name = "QUEUE", env = "SOURCE_QUEUE_URL", value_parser = super::queues::queue_from("SOURCE_QUEUE_URL"))]
+    pub source: Option<QueueRef>,
     /// Where poison pills go.
-    #[arg(long, value_name = "URL", env = "POISON_QUEUE_URL", value_parser = super::args::queue_url_from("POISON_QUEUE_URL"))]
-    pub poison: Option<QueueUrl>,
+    #[arg(long, value_name = "QUEUE", env = "POISON_QUEUE_URL", value_parser = super::queues::queue_from("POISON_QUEUE_URL"))]
+    pub poison: Option<QueueRef>,
     /// Replay N messages first, wait for the verdict (do their copies come back to the DLQ
     /// within the window?), and drain the rest only if they do not; exit code 3 if they do.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -55,17 +55,18 @@ const FLAGS: [(&str, &str); 5] = [
     ("MAX_MESSAGES_PER_INVOCATION", "--max"),
 ];
 
-/// The re-driver's configuration: the process environment, with the flags winning.
-pub fn config(args: &DrainArgs) -> Result<RedriverConfig, CliError> {
+/// The re-driver's configuration: the process environment, with the flags winning; each
+/// queue (flag or variable) given by name, ARN or URL.
+pub async fn config(ctx: &Ctx, args: &DrainArgs) -> Result<RedriverConfig, CliError> {
     let mut overrides: HashMap<&'static str, String> = HashMap::new();
-    if let Some(u) = &args.dlq {
-        overrides.insert("DLQ_URL", u.to_string());
-    }
-    if let Some(u) = &args.source {
-        overrides.insert("SOURCE_QUEUE_URL", u.to_string());
-    }
-    if let Some(u) = &args.poison {
-        overrides.insert("POISON_QUEUE_URL", u.to_string());
+    for (var, queue) in [
+        ("DLQ_URL", &args.dlq),
+        ("SOURCE_QUEUE_URL", &args.source),
+        ("POISON_QUEUE_URL", &args.poison),
+    ] {
+        if let Some(q) = queue {
+            overrides.insert(var, ctx.resolve(q).await?.to_string());
+        }
     }
     if let Some(r) = args.rate {
         overrides.insert("MAX_MESSAGES_PER_SECOND", r.to_string());
@@ -87,7 +88,7 @@ pub fn config(args: &DrainArgs) -> Result<RedriverConfig, CliError> {
 }
 
 pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
-    let config = config(&args)?;
+    let config = config(ctx, &args).await?;
     // The canary's tunables are checked before any queue is touched; the drain honours the
     // adaptive circuit's record when CIRCUIT_TABLE is set.
     let canary = match args.canary {

@@ -16,6 +16,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use super::queues::QueueRef;
 use clap::Args;
 use redrive_shared::archive::{ArchivedMessage, S3Location, object_key, to_line};
 use redrive_shared::config::QueueUrl;
@@ -36,9 +37,9 @@ const OBJECT_BYTES: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Queue URL to export from.
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub queue: QueueUrl,
+    /// The queue to export from: name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub queue: QueueRef,
     /// A new file (an existing one is never overwritten) or s3://bucket/prefix (objects
     /// <prefix>/<queue>/<yyyy>/<mm>/<dd>/<hhmmss>Z-<first id>-<n>.jsonl).
     #[arg(long, value_name = "FILE.jsonl | s3://BUCKET/PREFIX")]
@@ -93,6 +94,7 @@ struct Report {
 }
 
 pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
+    let target = ctx.resolve(&args.queue).await?;
     let destination = Destination::parse(&args.to)?;
     // Before any queue is touched: the destination must be writable.
     let mut sink = match &destination {
@@ -122,11 +124,20 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
         }
     };
     let queue = ctx.queue();
-    let url = args.queue.as_str();
+    let url = target.as_str();
     let progress = Progress::new(ctx.json, "exported");
     let mut scan = Scanner::new(&queue, url);
     let mut report = Report::default();
-    let walked = walk(&queue, &mut scan, &args, &mut sink, &progress, &mut report).await;
+    let walked = walk(
+        &queue,
+        &mut scan,
+        &args,
+        &target,
+        &mut sink,
+        &progress,
+        &mut report,
+    )
+    .await;
     progress.finish();
     let limit = args
         .max
@@ -157,10 +168,10 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
             "error": reach.error,
         }));
     } else {
-        print_text(ctx, &args, &report, &reach);
+        print_text(ctx, &args, &target, &report, &reach);
     }
     if let Some(e) = &reach.error {
-        eprintln!("error: {e}");
+        eprintln!("redrive: {e}");
     }
     Ok(match reach.status {
         Status::Failed => Outcome::Failed,
@@ -200,11 +211,12 @@ async fn walk<Q: Queue>(
     queue: &Q,
     scan: &mut Scanner<'_, Q>,
     args: &ExportArgs,
+    target: &QueueUrl,
     sink: &mut Sink,
     progress: &Progress,
     report: &mut Report,
 ) -> Result<(), PortError> {
-    let url = args.queue.as_str();
+    let url = target.as_str();
     let filter = MessageFilter::new(&args.filters, now_ms());
     let max = args.max.map(|m| m as usize);
     let full = |report: &Report| max.is_some_and(|m| report.exported.len() >= m);
@@ -268,7 +280,7 @@ async fn walk<Q: Queue>(
                     pending.push((line, m));
                 }
                 if pending.len() >= OBJECT_MESSAGES || *pending_bytes >= OBJECT_BYTES {
-                    let stored = put_object(client, location, &args.queue, pending, report).await?;
+                    let stored = put_object(client, location, target, pending, report).await?;
                     *pending_bytes = 0;
                     settle(queue, scan, url, args.delete, stored, report).await;
                 }
@@ -288,7 +300,7 @@ async fn walk<Q: Queue>(
     } = sink
         && !pending.is_empty()
     {
-        let stored = put_object(client, location, &args.queue, pending, report).await?;
+        let stored = put_object(client, location, target, pending, report).await?;
         *pending_bytes = 0;
         settle(queue, scan, url, args.delete, stored, report).await;
     }
@@ -374,7 +386,7 @@ async fn settle<Q: Queue>(
     }
 }
 
-fn print_text(ctx: &Ctx, args: &ExportArgs, report: &Report, reach: &Reach) {
+fn print_text(ctx: &Ctx, args: &ExportArgs, target: &QueueUrl, report: &Report, reach: &Reach) {
     let s = &ctx.style;
     let kept = if args.delete {
         format!("{} deleted from the queue", report.deleted)
@@ -385,7 +397,7 @@ fn print_text(ctx: &Ctx, args: &ExportArgs, report: &Report, reach: &Reach) {
         "{} {} message(s) from {} to {}; {kept}",
         s.good("exported"),
         report.exported.len(),
-        args.queue.name(),
+        target.name(),
         args.to
     );
     for key in &report.objects {
@@ -396,7 +408,7 @@ fn print_text(ctx: &Ctx, args: &ExportArgs, report: &Report, reach: &Reach) {
             "{} {} exported but not deleted (still on {}; exporting them again makes a duplicate line):",
             s.warn("warning:"),
             report.delete_failed.len(),
-            args.queue.name()
+            target.name()
         );
         for (id, why) in &report.delete_failed {
             println!("  {id}  {}", s.dim(why));
@@ -497,7 +509,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("{name}-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let args = ExportArgs {
-            queue: QueueUrl::parse(Q).unwrap(),
+            queue: QueueRef::Url(QueueUrl::parse(Q).unwrap()),
             to: path.display().to_string(),
             delete: true,
             max: None,
@@ -509,9 +521,17 @@ mod tests {
         let progress = Progress::new(true, "exported");
         let mut scan = Scanner::new(queue, Q);
         let mut report = Report::default();
-        walk(queue, &mut scan, &args, &mut sink, &progress, &mut report)
-            .await
-            .unwrap();
+        walk(
+            queue,
+            &mut scan,
+            &args,
+            &QueueUrl::parse(Q).unwrap(),
+            &mut sink,
+            &progress,
+            &mut report,
+        )
+        .await
+        .unwrap();
         scan.release().await;
         let lines = std::fs::read_to_string(&path).unwrap().lines().count();
         assert_eq!(lines, report.exported.len());

@@ -15,10 +15,11 @@
 //! processed a copy. A line whose chain is older than that TTL is refused (the whole import
 //! sends nothing) unless `--allow-past-ttl`: see [`past_ttl`].
 
+use super::queues::QueueRef;
 use clap::Args;
 use redrive_shared::archive::{ArchivedMessage, S3Location, parse_jsonl};
 use redrive_shared::attributes::message_size;
-use redrive_shared::config::{DEFAULT_IDEMPOTENCY_TTL_SECONDS, QueueUrl};
+use redrive_shared::config::DEFAULT_IDEMPOTENCY_TTL_SECONDS;
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{MetaSource, RedriveMeta};
 use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
@@ -43,9 +44,9 @@ pub struct ImportArgs {
     /// An export file, or s3://bucket/prefix (every .jsonl object under it, in key order).
     #[arg(long, value_name = "FILE | s3://BUCKET/PREFIX")]
     pub from: String,
-    /// The queue to send the messages to.
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub to: QueueUrl,
+    /// The queue to send the messages to: name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub to: QueueRef,
     /// Read, validate and list what would be sent; send nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -144,9 +145,10 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<Outcome, CliError> {
             expired.len()
         );
     }
+    let target = ctx.resolve(&args.to).await?;
     let queue = ctx.queue();
-    let to = args.to.as_str();
-    let to_fifo = args.to.is_fifo();
+    let to = target.as_str();
+    let to_fifo = target.is_fifo();
     let max_bytes = queue
         .max_message_size(to)
         .await?
@@ -179,7 +181,7 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<Outcome, CliError> {
                 "{}: message {} cannot be sent to {}: {problem}; nothing was sent",
                 l.place(),
                 l.message.message_id,
-                args.to.name()
+                target.name()
             )));
         }
         if !keyed {
@@ -259,7 +261,7 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<Outcome, CliError> {
             "{verb} {} message(s) from {} to {}",
             sent.len(),
             args.from,
-            args.to.name()
+            target.name()
         );
         for &i in &sent {
             println!("  {}", line(&view(i)));

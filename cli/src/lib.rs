@@ -9,6 +9,7 @@ pub mod args;
 pub mod circuit;
 mod discard;
 mod drain;
+pub mod errors;
 mod export;
 pub mod filter;
 mod generate;
@@ -18,15 +19,19 @@ mod inspect;
 pub mod output;
 mod peek;
 mod progress;
+pub mod queues;
 mod replay;
 pub mod scan;
 mod select;
 mod stats;
+mod status;
 pub mod view;
 
 use std::process::ExitCode;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
+use queues::{QueueRef, Resolver};
+use redrive_shared::config::QueueUrl;
 
 pub use args::Cli;
 use args::Command;
@@ -52,6 +57,9 @@ pub enum CliError {
     /// Invalid or missing configuration: nothing was touched.
     #[error("{0}")]
     Config(String),
+    /// A queue named by its name or ARN that SQS does not know.
+    #[error("queue '{queue}' does not exist ({code})")]
+    NoSuchQueue { queue: String, code: String },
     #[error(transparent)]
     Aws(#[from] PortError),
 }
@@ -75,26 +83,75 @@ pub struct Ctx {
     pub clients: Clients,
     pub json: bool,
     pub style: Style,
+    /// Queue names and ARNs to URLs, once per run.
+    pub queues: Resolver,
 }
 
 impl Ctx {
     pub fn queue(&self) -> SqsQueue {
         self.clients.sqs.clone()
     }
+
+    /// The URL of a queue given by name, ARN or URL.
+    pub async fn resolve(&self, queue: &QueueRef) -> Result<QueueUrl, CliError> {
+        self.queues.resolve(queue).await
+    }
+
+    pub fn region(&self) -> &str {
+        self.sdk.region().map_or("", |r| r.as_ref())
+    }
 }
 
 /// Logs of the engine go to stderr as JSON lines, `warn` and above unless `RUST_LOG` says
-/// otherwise: stdout is the command's output.
+/// otherwise: stdout is the command's output. The SDK's own warnings (a credentials provider
+/// that failed, a retried call) are left out by default: the command's one error line says
+/// what went wrong.
 pub fn init_logging() {
-    redrive_shared::logging::init_json_logging("warn", true);
+    redrive_shared::logging::init_json_logging(
+        "warn,aws_config=error,aws_smithy_runtime=error",
+        true,
+    );
+}
+
+/// The profile in use: `--profile`, else `AWS_PROFILE`, else none named (`default`).
+fn named_profile(flag: Option<&str>) -> Option<String> {
+    flag.map(str::to_string)
+        .or_else(|| std::env::var("AWS_PROFILE").ok())
+        .filter(|p| !p.is_empty())
+}
+
+/// A profile named by `--profile` or `AWS_PROFILE` must exist in the shared config or
+/// credentials file: the SDK would otherwise go on without it and fail later, less clearly.
+async fn check_profile(name: &str) -> Result<(), CliError> {
+    use aws_runtime::env_config::file::EnvConfigFiles;
+    use aws_types::os_shim_internal::{Env, Fs};
+    let files = EnvConfigFiles::default();
+    let set = aws_config::profile::load(
+        &Fs::real(),
+        &Env::real(),
+        &files,
+        Some(name.to_string().into()),
+    )
+    .await
+    .map_err(|e| CliError::Config(format!("reading the AWS config files: {e}")))?;
+    if set.get_profile(name).is_none() {
+        return Err(CliError::Config(format!(
+            "the config profile ({name}) could not be found"
+        )));
+    }
+    Ok(())
 }
 
 /// The SDK configuration from the standard chain (`AWS_REGION`, `AWS_PROFILE`,
-/// `AWS_ENDPOINT_URL`, shared config files, ...), with `--region` and `--profile` on top.
+/// `AWS_ENDPOINT_URL`, shared config files, SSO and `credential_process` profiles, ...), with
+/// `--region` and `--profile` on top.
 pub async fn sdk_config(
     region: Option<&str>,
     profile: Option<&str>,
 ) -> Result<SdkConfig, CliError> {
+    if let Some(name) = named_profile(profile) {
+        check_profile(&name).await?;
+    }
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if let Some(profile) = profile {
         loader = loader.profile_name(profile);
@@ -132,12 +189,24 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         _ => {}
     }
+    let mut setting = errors::Setting {
+        profile: named_profile(cli.profile.as_deref()).unwrap_or_else(|| "default".into()),
+        ..errors::Setting::default()
+    };
     let sdk = match sdk_config(cli.region.as_deref(), cli.profile.as_deref()).await {
         Ok(sdk) => sdk,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(&e, &setting),
     };
+    setting.region = sdk.region().map(|r| r.to_string());
+    setting.endpoint = sdk.endpoint_url().map(str::to_string);
+    errors::remember(&setting);
+    let clients = Clients::from_sdk(&sdk);
     let ctx = Ctx {
-        clients: Clients::from_sdk(&sdk),
+        queues: Resolver::new(
+            clients.sqs.client.clone(),
+            setting.region.clone().unwrap_or_default(),
+        ),
+        clients,
         sdk,
         json: cli.json,
         style: if cli.json {
@@ -156,6 +225,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Import(a) => import::run(&ctx, a).await,
         Command::Circuit(a) => circuit::run(&ctx, a).await,
         Command::History(a) => history::run(&ctx, a).await,
+        Command::Status(a) => status::run(&ctx, a).await,
         Command::Completions(_) | Command::Man => Ok(Outcome::Done),
     };
     match result {
@@ -163,25 +233,16 @@ pub async fn run(cli: Cli) -> ExitCode {
         Ok(Outcome::Incomplete) => ExitCode::from(exit::INCOMPLETE),
         Ok(Outcome::Refused) => ExitCode::from(exit::USAGE),
         Ok(Outcome::Failed) => ExitCode::from(exit::ERROR),
-        Err(e) => fail(&e),
+        Err(e) => fail(&e, &setting),
     }
 }
 
-fn fail(e: &CliError) -> ExitCode {
-    match e {
-        CliError::Config(message) => {
-            eprintln!("error: {message}");
-            ExitCode::from(exit::USAGE)
-        }
-        CliError::Aws(e) => {
-            // The AWS CLI's wording, so that runbooks and searches match.
-            eprintln!(
-                "error: An error occurred ({}) when calling the {} operation: {}",
-                e.code, e.operation, e.message
-            );
-            ExitCode::from(exit::ERROR)
-        }
-    }
+/// Prints the error the AWS CLI's way (so that runbooks and searches match) and gives its
+/// exit code.
+fn fail(e: &CliError, setting: &errors::Setting) -> ExitCode {
+    let (line, code) = errors::report(e, setting);
+    eprintln!("redrive: {line}");
+    ExitCode::from(code)
 }
 
 fn now_ms() -> i64 {

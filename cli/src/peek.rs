@@ -6,17 +6,17 @@ use serde_json::json;
 
 use super::filter::MessageFilter;
 use super::inspect::{facts, warn_if_receives_count};
+use super::queues::QueueRef;
 use super::scan::Scanner;
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
 use clap::Args;
-use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct PeekArgs {
-    /// Queue URL.
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub queue: QueueUrl,
+    /// The queue: name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub queue: QueueRef,
     /// How many messages to show.
     #[arg(short = 'n', long = "max", value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max: u32,
@@ -32,10 +32,11 @@ pub struct PeekArgs {
 }
 
 pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
+    let target = ctx.resolve(&args.queue).await?;
     let queue = ctx.queue();
-    let url = args.queue.as_str();
+    let url = target.as_str();
     let before = facts(&queue, url).await?;
-    warn_if_receives_count(&before, args.queue.name());
+    warn_if_receives_count(&before, target.name());
 
     let now = now_ms();
     let filter = MessageFilter::new(&args.filters, now);
@@ -61,7 +62,7 @@ pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
     let s = &ctx.style;
     println!(
         "{}: {} shown; {} visible, {} in flight, {} delayed before the peek",
-        s.bold(args.queue.name()),
+        s.bold(target.name()),
         views.len(),
         before.visible,
         before.in_flight,

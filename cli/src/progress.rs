@@ -96,6 +96,21 @@ impl<Q: Queue> Queue for Counting<Q> {
     async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
         self.inner.max_message_size(queue_url).await
     }
+
+    async fn tags(
+        &self,
+        queue_url: &str,
+    ) -> Result<std::collections::HashMap<String, String>, PortError> {
+        self.inner.tags(queue_url).await
+    }
+
+    async fn dead_letter_sources(&self, dlq_url: &str) -> Result<Vec<String>, PortError> {
+        self.inner.dead_letter_sources(dlq_url).await
+    }
+
+    async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
+        self.inner.retention_seconds(queue_url).await
+    }
 }
 
 /// The bar (indicatif: position, rate and ETA) and the task that feeds it the counters;

@@ -19,6 +19,7 @@ use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_shared::{Attributes, TraceHeader};
 use serde_json::{Value, json};
 
+use super::queues::{QueueRef, Resolver};
 use super::scan::{Reach, Scanner, Status};
 use super::select::Filter;
 use super::select::Selection;
@@ -28,15 +29,18 @@ use clap::Args;
 use redrive_engine::engine::{Moved, Transfer};
 use redrive_engine::ports::{PortError, Queue, Received, SendEntry};
 use redrive_shared::config::QueueUrl;
+use std::collections::HashMap;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The poison queue to take messages from.
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub from: QueueUrl,
-    /// The queue to send them to (normally the source queue).
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub to: QueueUrl,
+    /// The poison queue to take messages from: name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub from: QueueRef,
+    /// The queue to send them to: name, ARN or URL. Default: each message's own source
+    /// queue, recorded in its x-redrive (`source`) when it was parked; a message with no
+    /// recorded source is left where it is and listed.
+    #[arg(long, visible_alias = "source", value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub to: Option<QueueRef>,
     #[command(flatten)]
     pub selection: Selection,
     /// Show what would be replayed; send and delete nothing.
@@ -125,6 +129,9 @@ struct Report {
     failed: Vec<(MessageView, String)>,
     /// FIFO: not sent because an earlier message of its group was not (order kept).
     held: Vec<MessageView>,
+    /// No `--to` and no source known for the message (none recorded, or the recorded one
+    /// cannot be used): left where it was, never guessed.
+    no_source: Vec<(MessageView, String)>,
 }
 
 impl Report {
@@ -133,35 +140,60 @@ impl Report {
             || !self.duplicate_possible.is_empty()
             || !self.refused_unstamped.is_empty()
             || !self.held.is_empty()
+            || !self.no_source.is_empty()
     }
+}
+
+/// Where copies go: a queue and its `MaximumMessageSize`.
+#[derive(Debug, Clone)]
+struct Destination {
+    url: QueueUrl,
+    max_bytes: usize,
 }
 
 /// What one run works with.
 struct Plan<'a> {
     args: &'a ReplayArgs,
-    /// The destination's `MaximumMessageSize`.
-    max_bytes: usize,
+    from: QueueUrl,
+    /// `--to`; None: each message to the source its `x-redrive` records, found by `sources`.
+    to: Option<Destination>,
+    sources: Option<&'a Resolver>,
+}
+
+/// The destination's own limit (as the re-driver reads it), never above SQS's.
+async fn destination<Q: Queue>(queue: &Q, url: QueueUrl) -> Result<Destination, PortError> {
+    let max_bytes = queue
+        .max_message_size(url.as_str())
+        .await?
+        .unwrap_or(MAX_MESSAGE_BYTES)
+        .min(MAX_MESSAGE_BYTES);
+    Ok(Destination { url, max_bytes })
 }
 
 pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
-    if args.from == args.to {
+    let from = ctx.resolve(&args.from).await?;
+    let to = match &args.to {
+        Some(to) => Some(ctx.resolve(to).await?),
+        None => None,
+    };
+    if to.as_ref() == Some(&from) {
         return Err(CliError::Config(
             "--from and --to name the same queue".into(),
         ));
     }
     let queue = ctx.queue();
-    // The destination's own limit (as the re-driver reads it), never above SQS's.
-    let max_bytes = queue
-        .max_message_size(args.to.as_str())
-        .await?
-        .unwrap_or(MAX_MESSAGE_BYTES)
-        .min(MAX_MESSAGE_BYTES);
+    let to = match to {
+        Some(url) => Some(destination(&queue, url).await?),
+        None => None,
+    };
     let plan = Plan {
         args: &args,
-        max_bytes,
+        from,
+        to,
+        sources: Some(&ctx.queues),
     };
     let mut filter = Filter::new(&args.selection, now_ms());
-    let mut scan = Scanner::new(&queue, args.from.as_str());
+    let mut scan = Scanner::new(&queue, plan.from.as_str());
     let mut report = Report::default();
     let walked = walk(&queue, &mut scan, &mut filter, &plan, &mut report).await;
     let reach = scan.reach(filter.stop(), filter.taken(), &walked).await;
@@ -175,8 +207,8 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
                 .collect()
         };
         super::output::print_json(&json!({
-            "from": args.from.as_str(),
-            "to": args.to.as_str(),
+            "from": plan.from.as_str(),
+            "to": plan.to.as_ref().map(|d| d.url.as_str()),
             "dryRun": args.dry_run,
             "status": reach.status,
             "replayed": report.replayed,
@@ -185,6 +217,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
             "duplicatePossible": pairs(&report.duplicate_possible),
             "failed": pairs(&report.failed),
             "heldForOrder": report.held,
+            "noSource": pairs(&report.no_source),
             "notFound": not_found,
             "seen": reach.seen,
             "notSelected": reach.not_selected,
@@ -192,10 +225,10 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
             "error": reach.error,
         }));
     } else {
-        print_text(ctx, &args, &report, &not_found, &reach);
+        print_text(ctx, &plan, &report, &not_found, &reach);
     }
     if let Some(e) = &reach.error {
-        eprintln!("error: {e}");
+        eprintln!("redrive: {e}");
     }
     Ok(outcome(&reach, report.shortfall() || !not_found.is_empty()))
 }
@@ -218,11 +251,10 @@ async fn walk<Q: Queue>(
     plan: &Plan<'_>,
     report: &mut Report,
 ) -> Result<(), PortError> {
-    let args = plan.args;
-    let to = args.to.as_str();
-    let to_fifo = args.to.is_fifo();
     // FIFO: groups held behind a message that was not sent, for the whole run.
     let transfer = Transfer::new(queue);
+    // Recorded source ARN -> where its messages go, or why they cannot.
+    let mut routes: HashMap<String, Result<Destination, String>> = HashMap::new();
     while !filter.full() {
         let batch = scan.next(10).await?;
         if batch.is_empty() {
@@ -233,89 +265,163 @@ async fn walk<Q: Queue>(
             continue;
         }
         let now = now_ms();
-        // Entry ids are positions in `chosen`.
-        let mut entries = Vec::with_capacity(chosen.len());
-        let mut unstamped = Vec::new();
-        let mut refused = std::collections::HashSet::new();
+        // Positions in `chosen` by destination, in the order first seen.
+        let mut groups: Vec<(Destination, Vec<usize>)> = Vec::new();
         for (i, m) in chosen.iter().enumerate() {
-            let (mut entry, stamped) = replay_entry(m, to_fifo, plan.max_bytes, now);
-            if !stamped {
-                if !args.allow_unstamped {
-                    // Left in place; on a FIFO destination nothing later of its group may pass.
-                    transfer.hold_group(entry.group_id.as_deref());
-                    refused.insert(i);
-                    report
-                        .refused_unstamped
-                        .push(MessageView::new(m, now, None));
-                    continue;
-                }
-                unstamped.push(m.message_id.clone());
+            let dest = match &plan.to {
+                Some(to) => to.clone(),
+                None => match route(queue, plan, &mut routes, m).await? {
+                    Ok(dest) => dest,
+                    Err(why) => {
+                        report.no_source.push((MessageView::new(m, now, None), why));
+                        continue;
+                    }
+                },
+            };
+            match groups.iter_mut().find(|(d, _)| d.url == dest.url) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((dest, vec![i])),
             }
-            entry.id = i.to_string();
-            entries.push(entry);
         }
-        if args.dry_run {
-            report.replayed.extend(
-                chosen
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| !refused.contains(i))
-                    .map(|(_, m)| MessageView::new(m, now, None)),
-            );
-            report.unstamped.extend(unstamped);
-            continue;
-        }
-        if !unstamped.is_empty() {
-            eprintln!(
-                "warning: sending {} message(s) without x-redrive (--allow-unstamped): the consumer keys each copy on its new MessageId, so a copy replayed again or delivered twice is processed again: {}",
-                unstamped.len(),
-                unstamped.join(", ")
-            );
-            report.unstamped.extend(unstamped);
-        }
-        if entries.is_empty() {
-            continue;
-        }
-        let entries = entries
-            .into_iter()
-            .map(|e| {
-                let handle =
-                    e.id.parse::<usize>()
-                        .ok()
-                        .and_then(|i| chosen.get(i))
-                        .map(|m| m.receipt_handle.clone())
-                        .unwrap_or_default();
-                (e, handle)
-            })
-            .collect();
-        let Moved { sent, deleted } = transfer
-            .send_then_delete(args.from.as_str(), to, to_fifo, entries)
-            .await;
-        for (i, m) in chosen.iter().enumerate() {
-            if refused.contains(&i) {
-                continue;
-            }
-            let id = i.to_string();
-            let view = MessageView::new(m, now, None);
-            if deleted.ok.contains(&id) {
-                scan.settled(&m.message_id);
-                report.replayed.push(view);
-            } else if sent.ok.contains(&id) {
-                let why = deleted.failed.get(&id).cloned().unwrap_or_default();
-                report.duplicate_possible.push((view, why));
-            } else if sent.held.contains(&id) {
-                report.held.push(view);
-            } else {
-                let why = sent.failed.get(&id).cloned().unwrap_or_default();
-                report.failed.push((view, why));
-            }
+        for (dest, members) in &groups {
+            move_group(&transfer, scan, plan, dest, &chosen, members, now, report).await;
         }
     }
     Ok(())
 }
 
-fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String], reach: &Reach) {
+/// Where a message goes without `--to`: the source queue its `x-redrive` records.
+async fn route<Q: Queue>(
+    queue: &Q,
+    plan: &Plan<'_>,
+    routes: &mut HashMap<String, Result<Destination, String>>,
+    m: &Received,
+) -> Result<Result<Destination, String>, PortError> {
+    let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+    let Some(source) = meta.source().filter(|s| !s.is_empty()) else {
+        return Ok(Err(
+            "no source recorded in its x-redrive: pass --to QUEUE".to_string()
+        ));
+    };
+    if let Some(known) = routes.get(source) {
+        return Ok(known.clone());
+    }
+    let found = match (QueueRef::parse(source), plan.sources) {
+        (Ok(q @ QueueRef::Arn { .. }), Some(sources)) => match sources.resolve(&q).await {
+            Ok(url) if url == plan.from => Err(format!(
+                "its recorded source {source} is the queue it is on: pass --to QUEUE"
+            )),
+            Ok(url) => Ok(destination(queue, url).await?),
+            Err(CliError::Aws(e)) => return Err(e),
+            Err(e) => Err(format!("its recorded source cannot be used: {e}")),
+        },
+        _ => Err(format!(
+            "its recorded source {source:?} is not a queue ARN: pass --to QUEUE"
+        )),
+    };
+    routes.insert(source.to_string(), found.clone());
+    Ok(found)
+}
+
+/// Sends the copies of `chosen[members]` to `dest` and deletes each original whose copy was
+/// acknowledged; the report says what became of each.
+#[allow(clippy::too_many_arguments)]
+async fn move_group<Q: Queue>(
+    transfer: &Transfer<'_, Q>,
+    scan: &mut Scanner<'_, Q>,
+    plan: &Plan<'_>,
+    dest: &Destination,
+    chosen: &[Received],
+    members: &[usize],
+    now: i64,
+    report: &mut Report,
+) {
+    let args = plan.args;
+    let to = dest.url.as_str();
+    let to_fifo = dest.url.is_fifo();
+    // Entry ids are positions in `chosen`.
+    let mut entries = Vec::with_capacity(members.len());
+    let mut unstamped = Vec::new();
+    let mut refused = std::collections::HashSet::new();
+    for &i in members {
+        let m = &chosen[i];
+        let (mut entry, stamped) = replay_entry(m, to_fifo, dest.max_bytes, now);
+        if !stamped {
+            if !args.allow_unstamped {
+                // Left in place; on a FIFO destination nothing later of its group may pass.
+                transfer.hold_group(entry.group_id.as_deref());
+                refused.insert(i);
+                report
+                    .refused_unstamped
+                    .push(MessageView::new(m, now, None));
+                continue;
+            }
+            unstamped.push(m.message_id.clone());
+        }
+        entry.id = i.to_string();
+        entries.push(entry);
+    }
+    if args.dry_run {
+        report.replayed.extend(
+            members
+                .iter()
+                .filter(|i| !refused.contains(*i))
+                .map(|&i| MessageView::new(&chosen[i], now, None)),
+        );
+        report.unstamped.extend(unstamped);
+        return;
+    }
+    if !unstamped.is_empty() {
+        eprintln!(
+            "warning: sending {} message(s) without x-redrive (--allow-unstamped): the consumer keys each copy on its new MessageId, so a copy replayed again or delivered twice is processed again: {}",
+            unstamped.len(),
+            unstamped.join(", ")
+        );
+        report.unstamped.extend(unstamped);
+    }
+    if entries.is_empty() {
+        return;
+    }
+    let entries = entries
+        .into_iter()
+        .map(|e| {
+            let handle =
+                e.id.parse::<usize>()
+                    .ok()
+                    .and_then(|i| chosen.get(i))
+                    .map(|m| m.receipt_handle.clone())
+                    .unwrap_or_default();
+            (e, handle)
+        })
+        .collect();
+    let Moved { sent, deleted } = transfer
+        .send_then_delete(plan.from.as_str(), to, to_fifo, entries)
+        .await;
+    for &i in members {
+        if refused.contains(&i) {
+            continue;
+        }
+        let m = &chosen[i];
+        let id = i.to_string();
+        let view = MessageView::new(m, now, None);
+        if deleted.ok.contains(&id) {
+            scan.settled(&m.message_id);
+            report.replayed.push(view);
+        } else if sent.ok.contains(&id) {
+            let why = deleted.failed.get(&id).cloned().unwrap_or_default();
+            report.duplicate_possible.push((view, why));
+        } else if sent.held.contains(&id) {
+            report.held.push(view);
+        } else {
+            let why = sent.failed.get(&id).cloned().unwrap_or_default();
+            report.failed.push((view, why));
+        }
+    }
+}
+
+fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], reach: &Reach) {
     let s = &ctx.style;
+    let args = plan.args;
     let verb = if args.dry_run {
         "would replay"
     } else {
@@ -329,8 +435,10 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             s.good(verb)
         },
         report.replayed.len(),
-        args.from.name(),
-        args.to.name(),
+        plan.from.name(),
+        plan.to
+            .as_ref()
+            .map_or("each message's own source", |d| d.url.name()),
         s.dim("(the copies carry attempt 0, no lastError, no isolation reason)")
     );
     for m in &report.replayed {
@@ -349,7 +457,7 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             "{} {} not replayed (still on {}): no room for x-redrive, so the consumer could not recognise a second delivery; pass --allow-unstamped to send them as received:",
             s.bad("refused:"),
             report.refused_unstamped.len(),
-            args.from.name()
+            plan.from.name()
         );
         for m in &report.refused_unstamped {
             println!("  {}", line(m));
@@ -360,7 +468,7 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             "{} {} copied but not deleted from {} (they will be seen again; the consumer's idempotency delivers them once):",
             s.warn("warning:"),
             report.duplicate_possible.len(),
-            args.from.name()
+            plan.from.name()
         );
         for (m, why) in &report.duplicate_possible {
             println!("  {}  {}", line(m), s.dim(why));
@@ -371,7 +479,7 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             "{} {} not sent (still on {}):",
             s.bad("failed:"),
             report.failed.len(),
-            args.from.name()
+            plan.from.name()
         );
         for (m, why) in &report.failed {
             println!("  {}  {}", line(m), s.bad(why));
@@ -382,10 +490,21 @@ fn print_text(ctx: &Ctx, args: &ReplayArgs, report: &Report, not_found: &[String
             "{} {} not sent (still on {}): an earlier message of their group was not sent, and FIFO order is kept:",
             s.bad("held:"),
             report.held.len(),
-            args.from.name()
+            plan.from.name()
         );
         for m in &report.held {
             println!("  {}", line(m));
+        }
+    }
+    if !report.no_source.is_empty() {
+        println!(
+            "{} {} not replayed (still on {}): no known source queue; pass --to QUEUE to send them:",
+            s.bad("no source:"),
+            report.no_source.len(),
+            plan.from.name()
+        );
+        for (m, why) in &report.no_source {
+            println!("  {}  {}", line(m), s.dim(why));
         }
     }
     reach.print_misses(s, not_found);
@@ -543,8 +662,8 @@ mod tests {
 
     async fn replay_all(sqs: &std::sync::Arc<FakeSqs>, from: &str, to: &str) -> Report {
         let args = ReplayArgs {
-            from: redrive_shared::config::QueueUrl::parse(from).unwrap(),
-            to: redrive_shared::config::QueueUrl::parse(to).unwrap(),
+            from: QueueRef::parse(from).unwrap(),
+            to: Some(QueueRef::parse(to).unwrap()),
             selection: super::super::select::Selection {
                 id: vec![],
                 all: true,
@@ -556,7 +675,12 @@ mod tests {
         };
         let plan = Plan {
             args: &args,
-            max_bytes: MAX_MESSAGE_BYTES,
+            from: QueueUrl::parse(from).unwrap(),
+            to: Some(Destination {
+                url: QueueUrl::parse(to).unwrap(),
+                max_bytes: MAX_MESSAGE_BYTES,
+            }),
+            sources: None,
         };
         let mut filter = Filter::new(&args.selection, now_ms());
         let mut scan = Scanner::new(sqs, from);

@@ -123,7 +123,7 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
             not_selected: self.seen.len().saturating_sub(taken),
             not_reached,
             came_back: self.came_back,
-            error: walked.as_ref().err().map(ToString::to_string),
+            error: walked.as_ref().err().map(super::errors::describe),
         }
     }
 

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::inspect::{QueueFacts, facts, warn_if_receives_count};
 use super::output::{Style, age, bytes};
+use super::queues::QueueRef;
 use super::scan::Scanner;
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
@@ -15,9 +16,9 @@ use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// Queue URL (DLQ, poison or source queue).
-    #[arg(long, value_name = "URL", value_parser = super::args::parse_queue_url)]
-    pub queue: QueueUrl,
+    /// The queue (DLQ, poison or source queue): name, ARN or URL.
+    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub queue: QueueRef,
     /// Messages sampled for the histograms (received and released at once); 0 skips the sample.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub sample: u32,
@@ -64,11 +65,12 @@ impl Sample {
 }
 
 pub async fn run(ctx: &Ctx, args: StatsArgs) -> Result<Outcome, CliError> {
+    let target = ctx.resolve(&args.queue).await?;
     let queue = ctx.queue();
-    let url = args.queue.as_str();
+    let url = target.as_str();
     let facts = facts(&queue, url).await?;
     let sample = if args.sample > 0 && facts.visible > 0 {
-        warn_if_receives_count(&facts, args.queue.name());
+        warn_if_receives_count(&facts, target.name());
         let mut scan = Scanner::new(&queue, url);
         let collected = scan.collect(args.sample as usize).await;
         scan.release().await;
@@ -85,8 +87,8 @@ pub async fn run(ctx: &Ctx, args: StatsArgs) -> Result<Outcome, CliError> {
     if ctx.json {
         super::output::print_json(&json!({
             "queue": url,
-            "name": args.queue.name(),
-            "fifo": args.queue.is_fifo(),
+            "name": target.name(),
+            "fifo": target.is_fifo(),
             "visible": facts.visible,
             "inFlight": facts.in_flight,
             "delayed": facts.delayed,
@@ -96,19 +98,15 @@ pub async fn run(ctx: &Ctx, args: StatsArgs) -> Result<Outcome, CliError> {
             "sample": sample,
         }));
     } else {
-        print_text(&ctx.style, &args, &facts, &sample);
+        print_text(&ctx.style, &args, &target, &facts, &sample);
     }
     Ok(Outcome::Done)
 }
 
-fn print_text(s: &Style, args: &StatsArgs, facts: &QueueFacts, sample: &Sample) {
+fn print_text(s: &Style, args: &StatsArgs, queue: &QueueUrl, facts: &QueueFacts, sample: &Sample) {
     let row = |key: &str, value: String| println!("{}{value}", s.dim(&format!("{key:<16}")));
-    let kind = if args.queue.is_fifo() {
-        "FIFO"
-    } else {
-        "standard"
-    };
-    row("queue", format!("{} ({kind})", s.bold(args.queue.name())));
+    let kind = if queue.is_fifo() { "FIFO" } else { "standard" };
+    row("queue", format!("{} ({kind})", s.bold(queue.name())));
     row(
         "messages",
         format!(

@@ -161,8 +161,8 @@ fn flags_default_from_the_environment_and_a_bad_value_names_the_variable() {
         "{}",
         help.stdout
     );
-    // WHEN DLQ_URL holds something that is not a queue URL
-    let run = redrive(&["drain"], &[("DLQ_URL", "not-a-url")]);
+    // WHEN DLQ_URL holds something that is no queue (name, ARN or URL)
+    let run = redrive(&["drain"], &[("DLQ_URL", "not a queue")]);
     // THEN it is a configuration error that names the variable
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(run.stderr.contains("DLQ_URL"), "{}", run.stderr);
@@ -436,13 +436,11 @@ async fn drain_without_configuration_names_the_variable_and_touches_nothing() {
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 3).await;
     send_raw(&sqs, &q.dlq_url, "stays", &[]).await;
-    let run = redrive(
-        &["drain", "--dlq", &q.dlq_url, "--poison", &q.poison_url],
-        &[],
-    );
+    // A DLQ and no poison queue (the source is optional: each message's own)
+    let run = redrive(&["drain", "--dlq", &q.dlq_url], &[]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(
-        run.stderr.contains("SOURCE_QUEUE_URL") && run.stderr.contains("--source"),
+        run.stderr.contains("POISON_QUEUE_URL") && run.stderr.contains("--poison"),
         "{}",
         run.stderr
     );
@@ -630,7 +628,7 @@ async fn aws_errors_exit_1_and_the_profile_supplies_the_region() {
     assert_eq!(run.code, 1, "{}", run.stdout);
     // The AWS CLI's wording: the error code and the operation.
     assert!(
-        run.stderr.contains("error: An error occurred (")
+        run.stderr.contains("redrive: An error occurred (")
             && run
                 .stderr
                 .contains(") when calling the GetQueueAttributes operation: "),
@@ -668,8 +666,12 @@ async fn aws_errors_exit_1_and_the_profile_supplies_the_region() {
         &["--profile", "nobody", "stats", "--queue", &q.dlq_url],
         &base,
     );
+    // A profile that does not exist is a configuration error that names it
     assert_eq!(run.code, 2, "{}", run.stdout);
-    assert!(run.stderr.contains("no AWS region"), "{}", run.stderr);
+    assert_eq!(
+        run.stderr.trim_end(),
+        "redrive: the config profile (nobody) could not be found"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

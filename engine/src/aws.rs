@@ -298,6 +298,20 @@ impl Queue for SqsQueue {
             .and_then(|v| v.parse::<usize>().ok()))
     }
 
+    async fn tags(
+        &self,
+        queue_url: &str,
+    ) -> Result<std::collections::HashMap<String, String>, PortError> {
+        let out = self
+            .client
+            .list_queue_tags()
+            .queue_url(queue_url)
+            .send()
+            .await
+            .map_err(|e| port_error("ListQueueTags", e))?;
+        Ok(out.tags.unwrap_or_default())
+    }
+
     async fn dead_letter_sources(&self, dlq_url: &str) -> Result<Vec<String>, PortError> {
         let mut urls = Vec::new();
         let mut next: Option<String> = None;

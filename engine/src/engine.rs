@@ -719,10 +719,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     /// Decides a received batch, by destination: one group for a DLQ with a configured
     /// source; for a protected DLQ, a group per source its messages named and a group
     /// (`None`) of those whose source is unknown, each isolated `unknown-source`.
-    pub(super) fn decide_routed(
-        &self,
-        messages: Vec<Received>,
-    ) -> Vec<Routed> {
+    pub(super) fn decide_routed(&self, messages: Vec<Received>) -> Vec<Routed> {
         if let Some(source) = &self.config.source_queue_url {
             let route = Route {
                 url: source.as_str().to_string(),

@@ -79,6 +79,8 @@ struct State {
     dedup: HashSet<(String, String)>,
     /// RedrivePolicy per queue: (DLQ URL, maxReceiveCount).
     redrive: HashMap<String, (String, u32)>,
+    /// Tags per queue.
+    tags: HashMap<String, HashMap<String, String>>,
     /// `MessageRetentionPeriod` per queue; [`DEFAULT_RETENTION`] when not set.
     retention: HashMap<String, Duration>,
     next_id: u64,
@@ -138,6 +140,7 @@ impl State {
             queues: HashMap::new(),
             dedup: HashSet::new(),
             redrive: HashMap::new(),
+            tags: HashMap::new(),
             retention: HashMap::new(),
             next_id: 0,
             rng: seeded_rng(seed),
@@ -299,6 +302,15 @@ impl FakeSqs {
 
     /// Sets `url`'s `MessageRetentionPeriod`: its messages are gone once it passed since they
     /// were sent, in flight or not.
+    /// TagQueue: sets `key` to `value` on the queue.
+    pub fn tag_queue(&self, url: &str, key: &str, value: &str) {
+        self.lock()
+            .tags
+            .entry(url.to_string())
+            .or_default()
+            .insert(key.to_string(), value.to_string());
+    }
+
     pub fn set_retention(&self, url: &str, retention: Duration) {
         self.lock().retention.insert(url.to_string(), retention);
     }
@@ -539,6 +551,15 @@ impl Queue for Arc<FakeSqs> {
             ));
         }
         Ok(Some(self.max_size_of(queue_url)))
+    }
+
+    async fn tags(&self, queue_url: &str) -> Result<HashMap<String, String>, PortError> {
+        self.call("ListQueueTags").await?;
+        let state = self.lock();
+        if !state.queues.contains_key(queue_url) {
+            return Err(invalid("ListQueueTags", format!("no queue {queue_url}")));
+        }
+        Ok(state.tags.get(queue_url).cloned().unwrap_or_default())
     }
 
     async fn dead_letter_sources(&self, dlq_url: &str) -> Result<Vec<String>, PortError> {

@@ -8,6 +8,7 @@ pub mod circuit;
 pub mod engine;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod fleet;
 pub mod ports;
 #[cfg(feature = "s3")]
 pub mod s3;

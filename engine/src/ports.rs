@@ -199,6 +199,22 @@ pub trait Queue: Sync {
         }
     }
 
+    /// ListQueueTags: the queue's tags. By default the port cannot tell, and says so.
+    fn tags(
+        &self,
+        _queue_url: &str,
+    ) -> impl Future<Output = Result<std::collections::HashMap<String, String>, PortError>> + Send
+    {
+        async {
+            Err(PortError::new(
+                "ListQueueTags",
+                "Unsupported",
+                "this queue port does not read tags",
+                false,
+            ))
+        }
+    }
+
     /// ListDeadLetterSourceQueues: the URLs of the queues whose RedrivePolicy names this DLQ
     /// (every page). By default the port cannot tell, and says so.
     fn dead_letter_sources(

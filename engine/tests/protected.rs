@@ -59,6 +59,11 @@ fn setup(dlq: &str, sources: &[&str], pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, 
     (sqs, engine)
 }
 
+/// A message on `dlq` as SQS leaves it after moving it from `source`.
+fn moved(sqs: &FakeSqs, dlq: &str, source: &str, body: &str) -> String {
+    sqs.push_moved(dlq, source, body, Attributes::new(), None)
+}
+
 fn bodies(sqs: &FakeSqs, url: &str) -> Vec<String> {
     let mut b: Vec<String> = sqs.messages(url).into_iter().map(|m| m.body).collect();
     b.sort();
@@ -78,14 +83,8 @@ fn meta_of(sqs: &FakeSqs, url: &str, body: &str) -> RedriveMeta {
 async fn a_dlq_fed_by_two_sources_sends_each_message_back_to_its_own() {
     let (sqs, engine) = setup(DLQ, &[ORDERS, BILLING], &[]);
     for i in 0..6 {
-        sqs.push_moved(DLQ, ORDERS, &format!("order-{i}"), Attributes::new(), None);
-        sqs.push_moved(
-            DLQ,
-            BILLING,
-            &format!("invoice-{i}"),
-            Attributes::new(),
-            None,
-        );
+        moved(&sqs, DLQ, ORDERS, &format!("order-{i}"));
+        moved(&sqs, DLQ, BILLING, &format!("invoice-{i}"));
     }
     let s = engine.run(&DrainRequest::new(100)).await;
     assert_eq!(
@@ -136,8 +135,8 @@ async fn a_message_with_no_known_source_is_isolated_never_guessed() {
     let mut attributes = Attributes::new();
     prior.write_into(&mut attributes);
     sqs.push(DLQ, "sent-by-hand", attributes, None);
-    sqs.push_moved(DLQ, STRANGER, "from-a-stranger", Attributes::new(), None);
-    sqs.push_moved(DLQ, ORDERS, "order-1", Attributes::new(), None);
+    moved(&sqs, DLQ, STRANGER, "from-a-stranger");
+    moved(&sqs, DLQ, ORDERS, "order-1");
     let s = engine.run(&DrainRequest::new(10)).await;
     assert_eq!((s.received, s.redriven, s.isolated, s.failed), (3, 1, 2, 0));
     assert_eq!(bodies(&sqs, ORDERS), ["order-1"]);
@@ -182,7 +181,7 @@ async fn a_long_wait_hops_on_the_dlq_and_still_goes_back_to_its_own_source() {
     // its hop carries no DeadLetterQueueSourceArn.
     let (sqs, engine) = setup(DLQ, &[ORDERS, BILLING], &[("BACKOFF_BASE_SECONDS", "100")]);
     let engine = engine.with_max_delay(10);
-    sqs.push_moved(DLQ, BILLING, "invoice-late", Attributes::new(), None);
+    moved(&sqs, DLQ, BILLING, "invoice-late");
     let s = engine.run(&DrainRequest::new(10)).await;
     assert_eq!((s.received, s.waiting), (1, 1));
     let hop = sqs.messages(DLQ);
@@ -211,7 +210,7 @@ async fn a_long_wait_hops_on_the_dlq_and_still_goes_back_to_its_own_source() {
 async fn a_source_that_rejects_a_copy_gets_it_back_when_it_accepts_it() {
     use redrive_engine::ports::EntryFailure;
     let (sqs, engine) = setup(DLQ, &[ORDERS, BILLING], &[]);
-    sqs.push_moved(DLQ, ORDERS, "order-rejected", Attributes::new(), None);
+    moved(&sqs, DLQ, ORDERS, "order-rejected");
     let rejections = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let count = rejections.clone();
     sqs.fail_send_entries(move |url, e| {
@@ -267,7 +266,7 @@ async fn a_fifo_dlq_sends_each_group_back_to_its_fifo_source_in_order() {
 #[tokio::test]
 async fn a_dlq_whose_sources_cannot_be_listed_receives_nothing() {
     let (sqs, engine) = setup(DLQ, &[ORDERS], &[]);
-    sqs.push_moved(DLQ, ORDERS, "order-1", Attributes::new(), None);
+    moved(&sqs, DLQ, ORDERS, "order-1");
     sqs.fail_next(
         "ListDeadLetterSourceQueues",
         PortError::new(

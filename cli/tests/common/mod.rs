@@ -12,7 +12,11 @@ use serde_json::Value;
 
 /// Variables of the re-driver and the consumer, and output switches, that a developer's shell
 /// might have set.
-const CALLER_VARS: [&str; 12] = [
+const CALLER_VARS: [&str; 16] = [
+    "PROTECT_DLQS",
+    "PROTECT_TAG",
+    "CIRCUIT_TABLE",
+    "METRIC_NAMESPACE",
     "NO_COLOR",
     "CLICOLOR_FORCE",
     "RUST_LOG",
@@ -50,6 +54,15 @@ impl Run {
 /// policy for the queues `args` name (`iam::cli_env`). With `own_bucket`, the operator's own
 /// identity also grants that bucket, their export bucket (the stack's policy does not).
 pub fn run_redrive(args: &[&str], env: &[(&str, &str)], own_bucket: Option<&str>) -> Run {
+    let extra: Vec<Value> = own_bucket
+        .map(redrive_tests::iam::own_bucket_statement)
+        .into_iter()
+        .collect();
+    run_redrive_granted(args, env, &extra)
+}
+
+/// `run_redrive` for an operator whose own identity also holds the IAM statements `extra`.
+pub fn run_redrive_granted(args: &[&str], env: &[(&str, &str)], extra: &[Value]) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));
     for (k, _) in std::env::vars() {
         if k.starts_with("AWS_") || CALLER_VARS.contains(&k.as_str()) {
@@ -58,13 +71,9 @@ pub fn run_redrive(args: &[&str], env: &[(&str, &str)], own_bucket: Option<&str>
     }
     let mut full_env = moto().env();
     full_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let extra: Vec<Value> = own_bucket
-        .map(redrive_tests::iam::own_bucket_statement)
-        .into_iter()
-        .collect();
     command
         .args(args)
-        .envs(redrive_tests::iam::cli_env_with(&full_env, args, &extra))
+        .envs(redrive_tests::iam::cli_env_with(&full_env, args, extra))
         // No shared config files of the developer's.
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");

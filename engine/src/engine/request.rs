@@ -17,6 +17,8 @@ pub enum StopReason {
     OtherQueue,
     /// A Step Functions execution that found another one draining the DLQ: it received nothing.
     AlreadyRunning,
+    /// A protected DLQ whose settings (its tags) are invalid or unreadable: left alone.
+    BadSettings,
     Other,
 }
 
@@ -30,6 +32,7 @@ impl StopReason {
             Self::NotInAlarm => "not-in-alarm",
             Self::OtherQueue => "other-queue",
             Self::AlreadyRunning => "already-running",
+            Self::BadSettings => "bad-settings",
             Self::Other => "other",
         }
     }

@@ -51,7 +51,8 @@ pub struct ArchiverConfig {
     pub bucket: String,
     /// `ARCHIVE_PREFIX`, default `archive`: keys are `<prefix>/<queue name>/...`.
     pub prefix: String,
-    /// `POISON_QUEUE_URL` (required), then `DLQ_URL` (optional): the queues swept, in order.
+    /// `POISON_QUEUE_URL` (required), then `DLQ_URL` or every protected DLQ of `DLQ_URLS`
+    /// (unless `ARCHIVE_DLQ=false`): the queues swept, in order.
     pub queues: Vec<QueueUrl>,
     /// Messages at least this old are archived.
     pub archive_after: Duration,
@@ -65,8 +66,10 @@ pub struct ArchiverConfig {
     pub visibility_timeout_seconds: u32,
     /// `METRIC_NAMESPACE`, default `DLQRedriver`.
     pub metric_namespace: String,
-    /// `ARCHIVE_DLQ` (default true): also sweep `DLQ_URL` when it is set.
+    /// `ARCHIVE_DLQ` (default true): also sweep `DLQ_URL` (or `DLQ_URLS`) when it is set.
     pub archive_dlq: bool,
+    /// The DLQs are protected ones (`DLQ_URLS`): each may set its own threshold by tag.
+    pub protected: bool,
 }
 
 fn invalid(variable: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
@@ -145,6 +148,29 @@ impl ArchiverConfig {
             }
             queues.push(dlq);
         }
+        // The protected DLQs of an install that serves several.
+        let protected = env.get("DLQ_URLS").is_some();
+        if let Some(list) = env.get("DLQ_URLS").filter(|_| archive_dlq) {
+            if let Some(one) = env.get("DLQ_URL") {
+                return Err(invalid(
+                    "DLQ_URLS",
+                    &list,
+                    format!("cannot be set with DLQ_URL ({one})"),
+                ));
+            }
+            for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let url = QueueUrl::parse(item)
+                    .map_err(|p| invalid("DLQ_URLS", &list, format!("{item:?}: {p}")))?;
+                if queues.contains(&url) {
+                    return Err(invalid(
+                        "DLQ_URLS",
+                        &list,
+                        format!("{item:?} is listed twice or is POISON_QUEUE_URL"),
+                    ));
+                }
+                queues.push(url);
+            }
+        }
         // Seconds win over days: tests and short-retention queues set a threshold in seconds.
         let (archive_after, archive_after_variable) = match env
             .optional("ARCHIVE_AFTER_SECONDS", parse_seconds)?
@@ -186,6 +212,7 @@ impl ArchiverConfig {
             visibility_timeout_seconds,
             metric_namespace,
             archive_dlq,
+            protected,
         })
     }
 }
@@ -389,6 +416,10 @@ pub struct Archiver<Q, S, M> {
     store: S,
     metrics: M,
     config: ArchiverConfig,
+    /// A DLQ's own threshold, from its `redrive:archive-after-days` tag.
+    thresholds: std::collections::HashMap<QueueUrl, Duration>,
+    /// DLQs left alone: their `redrive:archive-after-days` tag is invalid.
+    skipped: HashSet<QueueUrl>,
 }
 
 impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
@@ -400,7 +431,37 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
         metrics: M,
         config: ArchiverConfig,
     ) -> Result<Self, ArchiverInitError> {
+        let mut thresholds = std::collections::HashMap::new();
+        let mut skipped = HashSet::new();
+        // A protected DLQ's owners may set its own threshold on the queue (the poison queue is
+        // ours, and a DLQ the install created takes the install's).
+        for url in config.queues.iter().skip(1).filter(|_| config.protected) {
+            let tag = redrive_shared::config::tags::ARCHIVE_AFTER_DAYS_TAG;
+            match queue.tags(url.as_str()).await {
+                Ok(tags) => {
+                    if let Some(value) = tags.get(tag) {
+                        match redrive_shared::config::tags::archive_after_days(value) {
+                            Ok(days) => {
+                                thresholds
+                                    .insert(url.clone(), Duration::from_secs_f64(days * 86_400.0));
+                            }
+                            Err(problem) => {
+                                tracing::error!(queue = url.name(), tag, value = %value, action = "left-alone:bad-tag", "queue {}: invalid tag {tag}={value:?}: {problem}; this DLQ is not archived until the tag is fixed", url.name());
+                                skipped.insert(url.clone());
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.code == "Unsupported" => {}
+                Err(e) => {
+                    tracing::warn!(queue = url.name(), error = %e, "cannot read the DLQ's tags: the install's threshold applies");
+                }
+            }
+        }
         for url in &config.queues {
+            if skipped.contains(url) {
+                continue;
+            }
             let retention = queue
                 .retention_seconds(url.as_str())
                 .await
@@ -408,13 +469,30 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
                     queue: url.to_string(),
                     source,
                 })?;
-            check_threshold(&config, url, retention)?;
+            match thresholds.get(url) {
+                Some(own) => {
+                    let tagged = ArchiverConfig {
+                        archive_after: *own,
+                        archive_after_variable:
+                            redrive_shared::config::tags::ARCHIVE_AFTER_DAYS_TAG,
+                        ..config.clone()
+                    };
+                    // A tag that would let SQS delete first leaves that DLQ alone, not the others.
+                    if let Err(e) = check_threshold(&tagged, url, retention) {
+                        tracing::error!(queue = url.name(), action = "left-alone:bad-tag", "{e}");
+                        skipped.insert(url.clone());
+                    }
+                }
+                None => check_threshold(&config, url, retention)?,
+            }
         }
         Ok(Self {
             queue,
             store,
             metrics,
             config,
+            thresholds,
+            skipped,
         })
     }
 
@@ -437,6 +515,9 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
             queues: Vec::new(),
         };
         for url in &self.config.queues {
+            if self.skipped.contains(url) {
+                continue;
+            }
             let q = self.sweep(url, deadline).await;
             let counts = ArchiveCounts {
                 archived: q.archived,
@@ -468,7 +549,11 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
         if let Some(d) = deadline {
             stop_at = stop_at.min(d.checked_sub(SWEEP_MARGIN).unwrap_or(started));
         }
-        let threshold_ms = self.config.archive_after.as_millis() as i64;
+        let threshold_ms = self
+            .thresholds
+            .get(url)
+            .unwrap_or(&self.config.archive_after)
+            .as_millis() as i64;
         let mut summary = QueueSummary {
             queue: url.name().to_string(),
             received: 0,

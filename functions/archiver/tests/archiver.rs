@@ -810,3 +810,72 @@ async fn the_archivers_log_lines_carry_the_invocation_ids_and_its_archive_the_tr
         Some(header.as_str())
     );
 }
+
+#[tokio::test]
+async fn every_protected_dlq_is_archived_under_its_own_prefix_at_its_own_tagged_age() {
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let bucket = bucket(&s3).await;
+    let mut urls = Vec::new();
+    for name in ["orders-dlq", "billing-dlq", "mail-dlq", "poison"] {
+        let url = sqs
+            .create_queue()
+            .queue_name(unique_name(name))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        urls.push(url);
+    }
+    let (orders, billing, mail, poison) = (&urls[0], &urls[1], &urls[2], &urls[3]);
+    // billing's owners keep theirs on the DLQ for half a day; mail's tag is unusable.
+    for (url, value) in [(billing, "0.5"), (mail, "20")] {
+        sqs.tag_queue()
+            .queue_url(url)
+            .tags("redrive:archive-after-days", value)
+            .send()
+            .await
+            .unwrap();
+    }
+    for url in [orders, billing, mail] {
+        send_all(&sqs, url, &["old-1", "old-2"], false).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let list = format!("{orders},{billing},{mail}");
+    let cfg = config(&[
+        ("ARCHIVE_BUCKET", &bucket),
+        ("POISON_QUEUE_URL", poison),
+        ("DLQ_URLS", &list),
+        ("ARCHIVE_AFTER_SECONDS", "2"),
+        ("ARCHIVE_VISIBILITY_SECONDS", "30"),
+        ("METRIC_NAMESPACE", &unique_name("ns")),
+    ]);
+    assert_eq!(cfg.queues.len(), 4, "the poison queue and the three DLQs");
+    // A bad tag on one DLQ does not stop the archiver.
+    let archiver = on_moto(&s3, cfg).await;
+    let summary = archiver.run(None).await;
+    let swept: Vec<&str> = summary.queues.iter().map(|q| q.queue.as_str()).collect();
+    let name = |url: &str| url.rsplit('/').next().unwrap().to_string();
+    assert_eq!(
+        swept,
+        [name(poison), name(orders), name(billing)],
+        "mail-dlq is left alone"
+    );
+    assert_eq!((summary.archived, summary.kept), (2, 2), "{summary:?}");
+    let objects = archived(&s3, &bucket).await;
+    assert!(!objects.is_empty());
+    assert!(
+        objects
+            .iter()
+            .all(|(k, _)| k.starts_with(&format!("archive/{}/", name(orders)))),
+        "{objects:?}"
+    );
+    assert_eq!(queue_depth(&sqs, orders).await, 0);
+    assert_eq!(
+        queue_depth(&sqs, billing).await,
+        2,
+        "its own threshold: half a day"
+    );
+    assert_eq!(queue_depth(&sqs, mail).await, 2, "left alone, not lost");
+}

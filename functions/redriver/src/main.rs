@@ -1,8 +1,11 @@
-//! The re-driver Lambda: configuration and clients once at init, then one drain per event.
+//! The re-driver Lambda: configuration and clients once at init, then one drain per event:
+//! of its DLQ, or, for an install that protects several (`DLQ_URLS`), of the DLQ an alarm
+//! names or of every DLQ in a fair order ([`redrive_engine::fleet`]).
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use redrive_engine::InvocationError;
 use redrive_engine::aws::Clients;
+use redrive_engine::fleet::Fleet;
 use redrive_shared::config::{Env, RedriverConfig};
 use serde_json::Value;
 
@@ -10,9 +13,19 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     // Logs, then the configuration (errors fail init before any queue is touched), then the
     // SDK with timeouts and retries on every client.
-    let (config, sdk) =
-        redrive_engine::lambda_init(|| RedriverConfig::from_env(&Env::process())).await?;
-    let engine = Clients::from_sdk(&sdk).engine(config);
+    let (configs, sdk) =
+        redrive_engine::lambda_init(|| RedriverConfig::fleet_from_env(&Env::process())).await?;
+    let clients = Clients::from_sdk(&sdk);
+    let queue = clients.sqs.clone();
+    // Each protected DLQ's tags are read here; a DLQ whose tags are bad is left alone and
+    // named in the logs, never the others.
+    let engine = Fleet::new(
+        configs,
+        |k: &str| std::env::var(k).ok(),
+        queue,
+        move |config| clients.engine(config),
+    )
+    .await;
     // Connect at init, bounded so that an unreachable endpoint cannot eat the init phase.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), engine.warm_up()).await;
     let engine = &engine;
