@@ -128,6 +128,11 @@ def rewrite_policies(resources: dict, dlqs: list[dict]) -> None:
                     continue  # only our source queue was named, and no DLQ has a source
                 kept.append(statement)
             document["Statement"] = kept
+    # The archiver reads each protected DLQ's redrive:archive-after-days tag at init.
+    archiver = resources.get("ArchiverRole")
+    if archiver:
+        archiver["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].append(
+            {"Sid": "ReadProtectedDlqTags", "Effect": "Allow", "Action": "sqs:ListQueueTags", "Resource": dlq_arns})
     # X-Ray writes: the roles that exist.
     xray = resources.get("XRayWrites")
     if xray:

@@ -167,6 +167,8 @@ class AttachDeploy(unittest.TestCase):
         self.assertEqual(self.sqs_arns(redriver), dlq_arns | source_arns | {poison_arn})
         archiver = self.role_statements(out["ArchiverRoleArn"])
         self.assertEqual(self.sqs_arns(archiver), dlq_arns | {poison_arn})
+        tags = self.statement(archiver, "ReadProtectedDlqTags")
+        self.assertEqual((tags["Action"], set(support.as_list(tags["Resource"]))), ("sqs:ListQueueTags", dlq_arns))
         # SetAlarmState: each DLQ's own trigger alarm, nothing else.
         rearm = self.statement(redriver, "RearmTriggerAlarm")
         account = self.moto.account_id()

@@ -78,10 +78,10 @@ QUEUE_CALLS = {
     "SourceQueue": {"sqs:SendMessage", "sqs:GetQueueAttributes"},  # the copy; MaximumMessageSize
     "PoisonQueue": {"sqs:SendMessage", "sqs:GetQueueAttributes"},  # isolation; MaximumMessageSize
 }
-# Calls the engine makes only for a DLQ without a configured source (a protected DLQ of attach
-# mode: each message's own source, checked against the DLQ's sources), which the Step Functions
+# Calls the engine makes only for the protected DLQs of attach mode (each message's own source,
+# checked against the DLQ's sources; the DLQ's redrive:* tags), which the Step Functions
 # orchestrator does not serve (deploy.sh refuses the combination).
-ATTACH_ONLY_CALLS = {"sqs:ListDeadLetterSourceQueues"}
+ATTACH_ONLY_CALLS = {"sqs:ListDeadLetterSourceQueues", "sqs:ListQueueTags"}
 
 
 def engine_sqs_actions() -> set[str]:
