@@ -152,9 +152,10 @@ write_env_file() {
 }
 
 # Attach mode: DLQ_URLS (every protected DLQ; each message goes back to its own source) and no
-# SOURCE_QUEUE_URL; each DLQ's trigger alarm is STACK-dlq-not-empty-<queue name>.
+# SOURCE_QUEUE_URL; each DLQ's trigger alarm is STACK-dlq-not-empty-<queue name> (the
+# re-driver puts each DLQ's name for {queue}), re-armed by scheduled and manual drains too.
 if attach_mode; then
-    queue_env=("DLQ_URLS=$PROTECTED_DLQ_URLS")
+    queue_env=("DLQ_URLS=$PROTECTED_DLQ_URLS" "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty-{queue}")
 else
     queue_env=("DLQ_URL=$OUT_DeadLetterQueueUrl" "SOURCE_QUEUE_URL=$OUT_SourceQueueUrl"
         "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty")

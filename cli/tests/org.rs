@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 
 use common::{Run, run_redrive, run_redrive_granted};
 
-/// What the operator's own identity holds beyond the stack's managed policy here: the calls
-/// that look queues up by name and list their tags and sources, and the metrics `status`
-/// reads, on any queue (the protected DLQs are the user's own).
+/// What the operator's own identity holds beyond the stack's managed policy here. The stack's
+/// `OperatorPolicy` grants these calls on the queues it protects (`FindQueues`, `ListQueues`,
+/// `ReadMetrics`); these tests make queues of their own beside it, which only this names.
 fn org_statement() -> Value {
     json!({
         "Sid": "OperatorOrganisation",

@@ -147,6 +147,8 @@ class AttachDeploy(unittest.TestCase):
         self.assertEqual(len(variables["DLQ_URLS"].split(",")), 3)
         for absent in ("SOURCE_QUEUE_URL", "DLQ_URL"):
             self.assertNotIn(absent, variables)
+        # Each DLQ's trigger alarm, re-armed by scheduled drains: {queue} is each DLQ's name.
+        self.assertEqual(variables["TRIGGER_ALARM_NAME"], f"{stack}-dlq-not-empty-{{queue}}")
         self.assertEqual(variables["POISON_QUEUE_URL"], out["PoisonQueueUrl"])
         # CONSUMER=none (attach mode's default): no consumer, no event source mapping.
         functions = {f["FunctionName"] for f in lam.list_functions()["Functions"]}
