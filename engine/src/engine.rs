@@ -737,12 +737,19 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let mut groups: Vec<(Route, Vec<Received>)> = Vec::new();
         let mut unknown = Vec::new();
         for m in messages {
-            let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-            match redrive_shared::source::resolve(
-                m.dead_letter_source_arn.as_deref(),
-                meta.source(),
-                &sources,
-            ) {
+            // `decide` parses x-redrive anyway: here only for a message SQS did not stamp.
+            let system = m
+                .dead_letter_source_arn
+                .as_deref()
+                .filter(|s| !s.is_empty());
+            let recorded = match system {
+                Some(_) => None,
+                None => RedriveMeta::read(&m.attributes, &m.message_id)
+                    .0
+                    .source()
+                    .map(str::to_string),
+            };
+            match redrive_shared::source::resolve(system, recorded.as_deref(), &sources) {
                 Ok(found) => match groups.iter_mut().find(|(r, _)| r.url == found.url) {
                     Some((_, members)) => members.push(m),
                     None => groups.push((
