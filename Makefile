@@ -1,10 +1,12 @@
 # redrive: one entry point for setting up, testing, linting and building.
 #
 #   make setup   Python tools into .venv (moto server, cargo-lambda + zig, cfn-lint, awscli),
-#                and LocalStack into .venv-localstack (needs Python >= 3.13)
+#                and LocalStack into .venv-localstack (needs Python >= 3.13), for the tests
+#   make setup-tools  only .venv (Python >= 3.10): what make build and make deploy need
 #   make test    everything CI checks (TEST_STEPS below), from a fresh clone
 #   make lint    rustfmt + clippy, warnings are errors
-#   make build   release Lambda artifacts with cargo-lambda (ARCH=x86_64 | arm64)
+#   make build   the four Lambdas with cargo-lambda, as make deploy builds them (infra/redrive.env:
+#                LAMBDA_ARCH, BUILD_PROFILE; ARCH=x86_64 | arm64 overrides)
 #   make demo    the end-to-end demo on moto: a real incident, a reconciliation, exit 1 on loss
 #
 # Nothing here leaves a process behind: the test harness ties moto and `cargo lambda watch`
@@ -37,16 +39,10 @@ LOCALSTACK_PYTHON_CANDIDATES = $(LOCALSTACK_PYTHON) python3.14 python3.13 \
 # cargo-lambda, zig, moto, cfn-lint and aws resolve from the venv for every recipe.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-# The Lambdas that `make build` packages.
-LAMBDA_BINS := redriver consumer archiver
-ARCH ?= x86_64
-ifeq ($(ARCH),x86_64)
-  LAMBDA_ARCH_FLAG := --x86-64
-else ifeq ($(ARCH),arm64)
-  LAMBDA_ARCH_FLAG := --arm64
-else
-  $(error ARCH must be x86_64 or arm64, not '$(ARCH)')
-endif
+# `make build` and `make deploy` build the four functions with one command (infra/lib.sh,
+# build_lambdas) for LAMBDA_ARCH with BUILD_PROFILE (infra/redrive.env); ARCH=x86_64|arm64 and
+# BUILD_PROFILE=quick|release on the command line override the file.
+ARCH ?=
 
 # What `make test` runs, in order. A new kind of check adds its target here, next to the
 # target itself. For infra/ that is two lines:
@@ -62,9 +58,12 @@ TEST_STEPS := lint test-rust test-localstack test-infra demo
 include bench/Makefile.inc
 TEST_STEPS += soak-moto
 
-.PHONY: setup test test-rust test-localstack lint build demo
+.PHONY: setup setup-tools test test-rust test-localstack lint build demo
 
-setup: $(VENV_STAMP) $(LOCALSTACK_STAMP)
+setup: setup-tools $(LOCALSTACK_STAMP)
+
+# Deploying needs neither LocalStack nor a Python newer than 3.10.
+setup-tools: $(VENV_STAMP)
 
 $(VENV_STAMP):
 	@echo "==> setup: Python tools into $(VENV) ($(PY_REQUIREMENTS))"
@@ -120,10 +119,9 @@ lint: setup
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(MAKE) --no-print-directory lint-infra
 
-build: setup
-	@echo "==> build: cargo lambda build --release $(LAMBDA_ARCH_FLAG) ($(LAMBDA_BINS))"
-	cargo lambda build --release $(LAMBDA_ARCH_FLAG) $(addprefix --bin ,$(LAMBDA_BINS))
-	@for bin in $(LAMBDA_BINS); do ls -l target/lambda/$$bin/bootstrap; done
+build: setup-tools
+	$(if $(ARCH),LAMBDA_ARCH=$(ARCH)) bash -c 'source infra/lib.sh && load_config && validate_build_config && \
+		find_cargo_lambda && build_lambdas "$$LAMBDA_DIR" && ls -l "$$LAMBDA_DIR"/*/bootstrap'
 
 demo: setup
 	@echo "==> demo: the whole system end to end on moto (scripts/demo.sh)"

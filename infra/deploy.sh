@@ -5,7 +5,8 @@
 #
 #   1. checks (nothing is changed if one fails): settings, tools, region, credentials, stacks'
 #      states
-#   2. cargo lambda build --release --arm64 (unless SKIP_BUILD=true)
+#   2. cargo lambda build of the four functions, --profile BUILD_PROFILE for LAMBDA_ARCH
+#      (release, arm64 by default; unless SKIP_BUILD=true)
 #   3. stack STACK_NAME (infra/templates/resources.yaml): queues, table, topics, alarms, log
 #      groups, roles
 #   4. cargo lambda deploy of the functions (re-driver, consumer, archiver), with the roles, names and environment read from
@@ -61,6 +62,34 @@ if attach_mode; then
     resolve_protected_dlqs "$WORK/dlqs.tsv"
 fi
 
+# ---- quotas: both templates and the functions' environments as this deploy will send them,
+# every stack output at its longest, checked against AWS's quotas before anything is changed
+# (infra/quotas.py; IAM's policy sizes, Lambda's 4 KB of environment, CloudFormation's limits).
+mkdir -p "$WORK/precheck"
+if attach_mode; then
+    "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
+        "$WORK/dlqs.tsv" "$WORK/precheck/resources.json" ||
+        die "could not render the attach-mode template (see above). Nothing was changed."
+else
+    template_body "$INFRA_DIR/templates/resources.yaml" "$WORK/precheck/resources.json"
+fi
+render_wiring_template "$INFRA_DIR/templates/wiring.yaml" "$INFRA_DIR/statemachine/redrive.asl.json" "$WORK/precheck/wiring.yaml"
+template_body "$WORK/precheck/wiring.yaml" "$WORK/precheck/wiring.json"
+(
+    longest_outputs
+    write_redriver_env "$WORK/precheck/redriver.env"
+    write_archiver_env "$WORK/precheck/archiver.env"
+)
+for template in resources wiring; do
+    envs=()
+    [ "$template" = resources ] && envs=("$WORK/precheck/redriver.env" "$WORK/precheck/archiver.env")
+    QUOTAS_QUIET=1 "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/quotas.py" check \
+        "$WORK/precheck/$template.json" ${envs[@]+"${envs[@]}"} ||
+        die "this deploy would exceed an AWS quota (above)." \
+            "$(if attach_mode; then printf '%s' "Protect fewer DLQs per install (split PROTECT_DLQS or PROTECT_TAG over two STACK_NAMEs); infra/README.md, 'How many DLQs'."; fi)" \
+            "Nothing was changed."
+done
+
 case $LAMBDA_DIR in /*) ;; *) LAMBDA_DIR=$REPO_DIR/$LAMBDA_DIR ;; esac
 say "deploying stack $RESOURCES to $AWS_REGION (account $ACCOUNT_ID)"
 
@@ -68,17 +97,15 @@ say "deploying stack $RESOURCES to $AWS_REGION (account $ACCOUNT_ID)"
 if [ "$SKIP_BUILD" = true ]; then
     say "SKIP_BUILD=true: deploying the binaries in $LAMBDA_DIR as they are"
 else
-    say "building both functions for arm64 (cargo lambda build --release --arm64)"
-    (cd "$REPO_DIR" && "$CARGO_LAMBDA" lambda build --release --arm64 --lambda-dir "$LAMBDA_DIR" \
-        --package redriver --package consumer) ||
-        die "cargo lambda build failed (see above). Nothing in AWS was changed."
+    build_lambdas "$LAMBDA_DIR" || die "cargo lambda build failed (see above). Nothing in AWS was changed."
 fi
 lambda_bins=(redriver archiver)
 if [ "$CONSUMER" = http ]; then lambda_bins+=(consumer); fi
 if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
 for bin in ${lambda_bins[@]+"${lambda_bins[@]}"}; do
-    [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing." \
-        "Build it with: cargo lambda build --release --arm64 (or set SKIP_BUILD=false). Nothing in AWS was changed."
+    [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing (SKIP_BUILD=true deploys what is there)." \
+        "Build it with SKIP_BUILD=false (the default), or copy a built bootstrap there. Nothing in AWS was changed."
+    check_bootstrap_arch "$LAMBDA_DIR/$bin/bootstrap"
 done
 
 # ---------------------------------------------------------------- 3. resources stack
@@ -133,56 +160,7 @@ if [ "$ORCHESTRATOR" = stepfunctions ]; then
 fi
 
 # ---------------------------------------------------------------- 4. functions
-# The guard: the template's default (the consumer's errors alarm) unless redrive.env names
-# others, or none. Attach mode has no consumer of ours: no default guard.
-case $GUARD_ALARM_NAMES in
-    none) redriver_guard_names= ;;
-    '') redriver_guard_names=${OUT_DefaultGuardAlarmNames-} ;;
-    *) redriver_guard_names=$GUARD_ALARM_NAMES ;;
-esac
-
-# TRIGGER_ALARM_NAME is DlqNotEmptyAlarm's name as resources.yaml and the roles spell it, so that
-# scheduled and manual drains (and workflow executions) re-arm it too.
-# Values are single-quoted: cargo-lambda reads the file dotenv-style, and GUARD_ALARM_NAMES
-# holds commas that --env-var would split.
-write_env_file() {
-    local file=$1 kv
-    shift
-    for kv in ${@+"$@"}; do printf "%s='%s'\n" "${kv%%=*}" "${kv#*=}"; done >"$file"
-}
-
-# Attach mode: DLQ_URLS (every protected DLQ; each message goes back to its own source) and no
-# SOURCE_QUEUE_URL; each DLQ's trigger alarm is STACK-dlq-not-empty-<queue name> (the
-# re-driver puts each DLQ's name for {queue}), re-armed by scheduled and manual drains too.
-if attach_mode; then
-    queue_env=("DLQ_URLS=$PROTECTED_DLQ_URLS" "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty-{queue}")
-else
-    queue_env=("DLQ_URL=$OUT_DeadLetterQueueUrl" "SOURCE_QUEUE_URL=$OUT_SourceQueueUrl"
-        "TRIGGER_ALARM_NAME=$RESOURCES-dlq-not-empty")
-fi
-write_env_file "$WORK/redriver.env" \
-    ${queue_env[@]+"${queue_env[@]}"} \
-    "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
-    "MAX_REDRIVE_ATTEMPTS=$MAX_REDRIVE_ATTEMPTS" \
-    "BACKOFF_BASE_SECONDS=$BACKOFF_BASE_SECONDS" \
-    "BACKOFF_MULTIPLIER=$BACKOFF_MULTIPLIER" \
-    "BACKOFF_MAX_SECONDS=$BACKOFF_MAX_SECONDS" \
-    "BACKOFF_JITTER=$BACKOFF_JITTER" \
-    "MAX_MESSAGES_PER_INVOCATION=$MAX_MESSAGES_PER_INVOCATION" \
-    "MAX_MESSAGES_PER_SECOND=$MAX_MESSAGES_PER_SECOND" \
-    "GUARD_ALARM_NAMES=$redriver_guard_names" \
-    "REARM_ALARM=$REARM_ALARM" \
-    "METRIC_NAMESPACE=$OUT_MetricNamespace" \
-    "DRY_RUN=$DRY_RUN" \
-    "RUST_LOG=$RUST_LOG"
-# ---- adaptive circuit: on in every deploy (its table is in the stack); the rule's
-# tunables only where redrive.env sets them (the re-driver checks them at init, naming them).
-printf "%s='%s'\n" CIRCUIT_TABLE "$OUT_CircuitTableName" >>"$WORK/redriver.env"
-for name in CIRCUIT_THRESHOLD CIRCUIT_MIN_BOUNCES CIRCUIT_WINDOW_SECONDS CIRCUIT_COOLDOWN_SECONDS \
-    CIRCUIT_MAX_COOLDOWN_SECONDS CIRCUIT_CANARY_SIZE; do
-    if [ -n "${!name-}" ]; then printf "%s='%s'\n" "$name" "${!name}" >>"$WORK/redriver.env"; fi
-done
-
+write_redriver_env "$WORK/redriver.env"
 consumer_env=(
     "IDEMPOTENCY_TABLE=${OUT_IdempotencyTableName-}"
     "IDEMPOTENCY_KEY=$IDEMPOTENCY_KEY"
@@ -198,16 +176,11 @@ if [ -n "$IDEMPOTENCY_TTL_SECONDS" ]; then consumer_env+=("IDEMPOTENCY_TTL_SECON
 if [ "$FAST_TRACK_PERMANENT_FAILURES" = true ]; then consumer_env+=("DLQ_URL=${OUT_DeadLetterQueueUrl-}"); fi
 write_env_file "$WORK/consumer.env" ${consumer_env[@]+"${consumer_env[@]}"}
 
-# The archiver: its own role, the only one that may write the archive bucket.
-write_env_file "$WORK/archiver.env" \
-    "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
-    "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
-    "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
-    "$(if attach_mode; then echo "DLQ_URLS=$PROTECTED_DLQ_URLS"; else echo "DLQ_URL=$OUT_DeadLetterQueueUrl"; fi)" \
-    "ARCHIVE_DLQ=$ARCHIVE_DLQ" \
-    "ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS" \
-    "METRIC_NAMESPACE=$OUT_MetricNamespace" \
-    "RUST_LOG=$RUST_LOG"
+write_archiver_env "$WORK/archiver.env"
+# What the functions get, checked against Lambda's 4 KB of environment before any is changed.
+QUOTAS_QUIET=1 "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/quotas.py" check "$WORK/resources.template.json" \
+    "$WORK/redriver.env" "$WORK/archiver.env" ||
+    die "the functions' settings exceed a Lambda quota (above). The stack $RESOURCES is updated; no function was changed."
 
 # A role created seconds ago is often not assumable by Lambda yet (IAM is eventually
 # consistent): CreateFunction fails with InvalidParameterValueException "The role defined for

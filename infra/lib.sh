@@ -90,11 +90,62 @@ validate_attach_config() {
     export CONSUMER
 }
 
+# A protected DLQ keeps each message for its MessageRetentionPeriod (counted, for a standard
+# queue's DLQ, from the message's first enqueue): an archive threshold or an age alarm not below
+# it can never act before SQS deletes the message. Named at deploy; the archiver then leaves that
+# DLQ alone (and says so in DlqLeftAlone at every run), never the others.
+warn_short_retention() { # NAME URL RETENTION_SECONDS
+    local name=$1 url=$2 retention=$3 tagged threshold source
+    [[ $retention =~ ^[0-9]+$ ]] || return 0
+    tagged=$(aws_ sqs list-queue-tags --queue-url "$url" --query 'Tags."redrive:archive-after-days"' --output text 2>/dev/null || true)
+    if [[ $tagged =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+        source="its tag redrive:archive-after-days=$tagged"
+    else
+        tagged=$ARCHIVE_AFTER_DAYS
+        source="ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS"
+    fi
+    threshold=$(awk -v d="$tagged" 'BEGIN { printf "%d", d * 86400 }')
+    if ((threshold >= retention)); then
+        printf '\nWARNING: %s keeps messages %s s (MessageRetentionPeriod), not above the archive threshold of %s s (%s):\n' \
+            "$name" "$retention" "$threshold" "$source" >&2
+        printf '         the archiver leaves this DLQ alone (its DlqLeftAlone metric pages) and SQS deletes its messages\n' >&2
+        printf '         unarchived. Raise its retention (aws sqs set-queue-attributes --attributes MessageRetentionPeriod=1209600)\n' >&2
+        printf '         or tag it redrive:archive-after-days below %s days.\n' "$(awk -v r="$retention" 'BEGIN { printf "%g", r / 86400 }')" >&2
+    fi
+    local alarm
+    for alarm in DLQ_AGE_ALARM_SECONDS DLQ_FINAL_AGE_ALARM_SECONDS; do
+        if ((${!alarm} >= retention)); then
+            printf '\nWARNING: %s keeps messages %s s (MessageRetentionPeriod), not above %s=%s:\n' "$name" "$retention" "$alarm" "${!alarm}" >&2
+            printf '         that age alarm can only fire after SQS has deleted the message. Raise the queue'"'"'s retention.\n' >&2
+        fi
+    done
+}
+
+# The ARN of the customer managed KMS key that encrypts a queue (its KmsMasterKeyId: a key id,
+# an alias or an ARN), which the roles must be granted: receiving needs kms:Decrypt, sending
+# kms:GenerateDataKey and kms:Decrypt. Nothing for a queue without SSE-KMS ("None", SSE-SQS) or
+# under the AWS managed key alias/aws/sqs, whose key policy lets the account's principals use it
+# through SQS. Stops naming the queue and the key where the key cannot be read (kms:DescribeKey):
+# its drains would all fail.
+queue_key_arn() { # QUEUE_NAME KMS_MASTER_KEY_ID
+    local queue=$1 key=$2 described arn manager
+    case $key in '' | None | alias/aws/sqs) return 0 ;; esac
+    described=$(aws_ kms describe-key --key-id "$key" --query '[KeyMetadata.Arn,KeyMetadata.KeyManager]' --output text 2>&1) ||
+        die "queue $queue is encrypted with the KMS key $key, which this deploy cannot read (kms:DescribeKey)." \
+            "The re-driver needs that key (kms:Decrypt to receive, kms:GenerateDataKey to send) and would fail every drain." \
+            "Let the deploying identity describe the key, or protect the queue from the key's account. Nothing was changed." \
+            "AWS CLI said: $(tr '\n' ' ' <<<"$described")"
+    read -r arn manager <<<"$described"
+    [ "$manager" = AWS ] && return 0
+    printf '%s' "$arn"
+}
+
 # Resolves the protected DLQs before anything is changed: writes NAME<TAB>ARN<TAB>SOURCE_ARNS
 # lines to FILE and sets PROTECTED_DLQ_URLS (comma separated). Stops naming a queue that does
 # not exist, an ARN of another region or account, a tag that selects nothing, our own poison queue.
 resolve_protected_dlqs() { # FILE
     local file=$1 item name names=() key value url urls tag arn src src_urls src_arn sources count=0 region account tagged=0
+    local dlq_key src_key src_keys retention
     for item in ${PROTECT_DLQS//,/ }; do
         if [[ $item == arn:* ]]; then
             IFS=: read -r _ _ _ region account name <<<"$item"
@@ -139,22 +190,31 @@ resolve_protected_dlqs() { # FILE
         url=$(aws_ sqs get-queue-url --queue-name "$name" --query QueueUrl --output text 2>/dev/null) ||
             die "queue $name does not exist in $AWS_REGION (account $ACCOUNT_ID): PROTECT_DLQS/PROTECT_TAG names it." \
                 "Check the name (aws sqs list-queues --queue-name-prefix ${name:0:20}). Nothing was changed."
-        arn=$(aws_ sqs get-queue-attributes --queue-url "$url" --attribute-names QueueArn \
-            --query Attributes.QueueArn --output text) || die "could not read the ARN of $url. Nothing was changed."
+        read -r arn dlq_key retention < <(aws_ sqs get-queue-attributes --queue-url "$url" \
+            --attribute-names QueueArn KmsMasterKeyId MessageRetentionPeriod \
+            --query '[Attributes.QueueArn,Attributes.KmsMasterKeyId,Attributes.MessageRetentionPeriod]' --output text) ||
+            die "could not read the ARN of $url. Nothing was changed."
+        dlq_key=$(queue_key_arn "$name" "$dlq_key")
+        warn_short_retention "$name" "$url" "$retention"
         sources=
+        src_keys=
         src_urls=$(aws_ sqs list-dead-letter-source-queues --queue-url "$url" --query 'queueUrls[]' --output text) ||
             die "could not list the source queues of $name (sqs:ListDeadLetterSourceQueues). Nothing was changed."
         for src in $src_urls; do
             [ "$src" != None ] || continue
-            src_arn=$(aws_ sqs get-queue-attributes --queue-url "$src" --attribute-names QueueArn \
-                --query Attributes.QueueArn --output text) || die "could not read the ARN of $src. Nothing was changed."
+            read -r src_arn src_key < <(aws_ sqs get-queue-attributes --queue-url "$src" --attribute-names QueueArn KmsMasterKeyId \
+                --query '[Attributes.QueueArn,Attributes.KmsMasterKeyId]' --output text) ||
+                die "could not read the ARN of $src. Nothing was changed."
+            [ -n "$src_arn" ] || die "could not read the ARN of $src. Nothing was changed."
             sources+=${sources:+,}$src_arn
+            src_key=$(queue_key_arn "${src##*/}" "$src_key")
+            if [ -n "$src_key" ]; then src_keys+=${src_keys:+,}$src_key; fi
         done
         if [ -z "$sources" ]; then
             printf '\nWARNING: %s is no queue'"'"'s DLQ (ListDeadLetterSourceQueues is empty): protected, but a message\n' "$name" >&2
             printf '         with no known source is isolated in the poison queue (reason unknown-source), never guessed.\n' >&2
         fi
-        printf '%s\t%s\t%s\n' "$name" "$arn" "$sources" >>"$file"
+        printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$arn" "$sources" "$dlq_key" "$src_keys" >>"$file"
         PROTECTED_DLQ_URLS+=${PROTECTED_DLQ_URLS:+,}$url
         count=$((count + 1))
         say "protecting $name ($arn)${sources:+, sources ${sources//,/, }}"
@@ -220,7 +280,7 @@ validate_deploy_config() {
     need_bool DRY_RUN
     need_bool FAST_TRACK_PERMANENT_FAILURES
     need_match IDEMPOTENCY_TTL_SECONDS '^$|^[0-9]+$' "a number of seconds, or empty for the consumer's default"
-    need_bool SKIP_BUILD
+    validate_build_config
     # ---- archive ----
     need_match ARCHIVE_AFTER_DAYS '^([0-9]|1[0-2])(\.[0-9]+)?$|^13$' \
         "a number of days above 0 and at most 13, such as 10 or 0.5 (the schedule needs room before the 14-day retention)"
@@ -304,6 +364,133 @@ aws_() {
     else
         "$AWS_CLI" --region "$AWS_REGION" ${@+"$@"}
     fi
+}
+
+# ---------------------------------------------------------------- build
+# The functions' architecture and the cargo profile they are built with (infra/redrive.env).
+# A settings file from before these settings existed builds as it did: release, arm64.
+validate_build_config() {
+    LAMBDA_ARCH=${LAMBDA_ARCH:-arm64}
+    BUILD_PROFILE=${BUILD_PROFILE:-release}
+    need_match LAMBDA_ARCH '^(arm64|x86_64)$' "arm64 (Graviton, the default) or x86_64: the functions' architecture"
+    need_match BUILD_PROFILE '^[A-Za-z][A-Za-z0-9_-]*$' \
+        "a cargo profile of the workspace's Cargo.toml: release (the default; small, quick to start) or quick (unoptimised, built in a fraction of the time)"
+    need_bool SKIP_BUILD
+    export LAMBDA_ARCH BUILD_PROFILE
+}
+
+lambda_arch_flag() { if [ "$LAMBDA_ARCH" = x86_64 ]; then printf -- --x86-64; else printf -- --arm64; fi; }
+
+# The four functions, always one command (one feature set, so that a second deploy, or one in
+# another mode, rebuilds nothing): the re-driver, the archiver, the shipped consumer (its binary
+# needs the consumer crate's `http` feature) and the Step Functions task function. A deploy
+# uploads the ones its mode runs. `make build` runs the same.
+LAMBDA_BINS=(redriver archiver consumer redrive-workflow)
+build_lambdas() { # LAMBDA_DIR
+    local cmd=(lambda build --profile "$BUILD_PROFILE" "$(lambda_arch_flag)" --lambda-dir "$1"
+        --features redrive-consumer/http)
+    local bin
+    for bin in "${LAMBDA_BINS[@]}"; do cmd+=(--bin "$bin"); done
+    say "building the functions for $LAMBDA_ARCH: cargo ${cmd[*]}"
+    (cd "$REPO_DIR" && "$CARGO_LAMBDA" "${cmd[@]}")
+}
+
+# Stops before anything is changed when a bootstrap is not an ELF executable for LAMBDA_ARCH
+# (Lambda would accept the upload and fail at the first invocation with Runtime.InvalidEntrypoint).
+check_bootstrap_arch() { # FILE
+    local magic machine want
+    magic=$(od -An -tx1 -N4 "$1" | tr -d ' \n')
+    machine=$(od -An -tu2 -j18 -N2 "$1" | tr -d ' \n')
+    case $LAMBDA_ARCH in x86_64) want=62 ;; *) want=183 ;; esac
+    if [ "$magic" != 7f454c46 ] || [ "$machine" != "$want" ]; then
+        die "$1 is not a Linux $LAMBDA_ARCH executable (LAMBDA_ARCH=$LAMBDA_ARCH)." \
+            "Build it for $LAMBDA_ARCH (SKIP_BUILD=false, the default, does), or set LAMBDA_ARCH to the binaries' architecture." \
+            "Nothing in AWS was changed."
+    fi
+}
+
+# ---------------------------------------------------------------- the functions' environment
+# Values are single-quoted: cargo-lambda reads the file dotenv-style, and GUARD_ALARM_NAMES
+# holds commas that --env-var would split.
+write_env_file() {
+    local file=$1 kv
+    shift
+    for kv in ${@+"$@"}; do printf "%s='%s'\n" "${kv%%=*}" "${kv#*=}"; done >"$file"
+}
+
+# The re-driver's environment from the resources stack's outputs (OUT_*) and the settings.
+# Attach mode: DLQ_URLS (every protected DLQ; each message goes back to its own source) and no
+# SOURCE_QUEUE_URL; each DLQ's trigger alarm is STACK-dlq-not-empty-<queue name> (the
+# re-driver puts each DLQ's name for {queue}), re-armed by scheduled and manual drains too.
+# Managed mode: TRIGGER_ALARM_NAME is DlqNotEmptyAlarm's name as resources.yaml and the roles
+# spell it, so that scheduled and manual drains (and workflow executions) re-arm it too.
+write_redriver_env() { # FILE
+    local file=$1 queue_env guard name
+    if attach_mode; then
+        queue_env=("DLQ_URLS=$PROTECTED_DLQ_URLS" "TRIGGER_ALARM_NAME=$STACK_NAME-dlq-not-empty-{queue}")
+    else
+        queue_env=("DLQ_URL=$OUT_DeadLetterQueueUrl" "SOURCE_QUEUE_URL=$OUT_SourceQueueUrl"
+            "TRIGGER_ALARM_NAME=$STACK_NAME-dlq-not-empty")
+    fi
+    # The guard: the template's default (the consumer's errors alarm) unless redrive.env names
+    # others, or none. Attach mode has no consumer of ours: no default guard.
+    case $GUARD_ALARM_NAMES in
+        none) guard= ;;
+        '') guard=${OUT_DefaultGuardAlarmNames-} ;;
+        *) guard=$GUARD_ALARM_NAMES ;;
+    esac
+    write_env_file "$file" \
+        ${queue_env[@]+"${queue_env[@]}"} \
+        "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
+        "MAX_REDRIVE_ATTEMPTS=$MAX_REDRIVE_ATTEMPTS" \
+        "BACKOFF_BASE_SECONDS=$BACKOFF_BASE_SECONDS" \
+        "BACKOFF_MULTIPLIER=$BACKOFF_MULTIPLIER" \
+        "BACKOFF_MAX_SECONDS=$BACKOFF_MAX_SECONDS" \
+        "BACKOFF_JITTER=$BACKOFF_JITTER" \
+        "MAX_MESSAGES_PER_INVOCATION=$MAX_MESSAGES_PER_INVOCATION" \
+        "MAX_MESSAGES_PER_SECOND=$MAX_MESSAGES_PER_SECOND" \
+        "GUARD_ALARM_NAMES=$guard" \
+        "REARM_ALARM=$REARM_ALARM" \
+        "METRIC_NAMESPACE=$OUT_MetricNamespace" \
+        "DRY_RUN=$DRY_RUN" \
+        "RUST_LOG=$RUST_LOG"
+    # The adaptive circuit: on in every deploy (its table is in the stack); the rule's tunables
+    # only where redrive.env sets them (the re-driver checks them at init, naming them).
+    printf "%s='%s'\n" CIRCUIT_TABLE "$OUT_CircuitTableName" >>"$file"
+    for name in CIRCUIT_THRESHOLD CIRCUIT_MIN_BOUNCES CIRCUIT_WINDOW_SECONDS CIRCUIT_COOLDOWN_SECONDS \
+        CIRCUIT_MAX_COOLDOWN_SECONDS CIRCUIT_CANARY_SIZE; do
+        if [ -n "${!name-}" ]; then printf "%s='%s'\n" "$name" "${!name}" >>"$file"; fi
+    done
+}
+
+# The archiver: its own role, the only one that may write the archive bucket.
+write_archiver_env() { # FILE
+    local dlqs="DLQ_URL=${OUT_DeadLetterQueueUrl-}"
+    if attach_mode; then dlqs="DLQ_URLS=$PROTECTED_DLQ_URLS"; fi
+    write_env_file "$1" \
+        "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
+        "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
+        "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
+        "$dlqs" \
+        "ARCHIVE_DLQ=$ARCHIVE_DLQ" \
+        "ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS" \
+        "METRIC_NAMESPACE=$OUT_MetricNamespace" \
+        "RUST_LOG=$RUST_LOG"
+}
+
+# The resources stack's outputs that the environments name, each at its longest, for the
+# check before anything is changed (attach mode's DLQ_URLS is known by then; these are not).
+longest_outputs() {
+    local queue_prefix=https://sqs.ap-southeast-14.amazonaws.com/123456789012
+    OUT_PoisonQueueUrl=$queue_prefix/$STACK_NAME-poison
+    OUT_DeadLetterQueueUrl=$queue_prefix/$STACK_NAME-dlq
+    OUT_SourceQueueUrl=$queue_prefix/$STACK_NAME-source
+    OUT_DefaultGuardAlarmNames=$STACK_NAME-consumer-errors
+    OUT_MetricNamespace=$METRIC_NAMESPACE
+    OUT_CircuitTableName=$STACK_NAME-circuit
+    # A bucket name CloudFormation generates: at most 63 characters.
+    OUT_ArchiveBucketName=$(printf 'b%.0s' {1..63})
+    OUT_ArchivePrefix=$ARCHIVE_PREFIX
 }
 
 # ---------------------------------------------------------------- region and credentials

@@ -191,17 +191,67 @@ def run(cmd: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedPr
     )
 
 
-def fake_lambda_dir() -> Path:
-    """target/lambda's layout with a stand-in bootstrap for each function: a bare AArch64 ELF
-    header, enough for cargo lambda deploy to package it as arm64 (moto never runs it)."""
-    root = Path(tempfile.mkdtemp(prefix="redrive-lambda-"))
-    header = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
-    header += struct.pack("<HHIQQQIHHHHHH", 2, 183, 1, 0, 0, 0, 0, 64, 0, 0, 64, 0, 0)
-    for name in ("redriver", "consumer", "archiver"):
-        (root / name).mkdir()
-        (root / name / "bootstrap").write_bytes(header)
-        (root / name / "bootstrap").chmod(0o755)
-    return root
+# What a test of the deploy path runs is what a user runs: `make deploy`, whose build step is
+# the real `cargo lambda build` of the four functions, uploading those binaries. The settings a
+# test may change are the documented build settings alone: x86_64 (this machine's own; arm64
+# needs the aarch64 standard library) and the `quick` profile (a fat-LTO release build takes
+# about 25 minutes on 2 cores).
+BUILD_SETTINGS = {"LAMBDA_ARCH": "x86_64", "BUILD_PROFILE": "quick"}
+MAKE_DEPLOY = ["make", "--no-print-directory", "deploy"]
+MAKE_DESTROY = ["make", "--no-print-directory", "destroy"]
+LAMBDA_BINARIES = ("redriver", "archiver", "consumer", "redrive-workflow")
+# The first build of a fresh clone compiles every dependency for the Lambda target.
+BUILD_TIMEOUT_SECONDS = 2400
+_built: Path | None = None
+
+
+def build_functions() -> Path:
+    """`make build` with the tests' build settings, once per test run, into a LAMBDA_DIR of its
+    own (returned): the dependencies compile here, so that every deploy after it runs the same
+    build step in seconds."""
+    global _built
+    if _built is not None:
+        return _built
+    env = dict(os.environ)
+    env.update(BUILD_SETTINGS)
+    built = Path(tempfile.mkdtemp(prefix="redrive-build-"))
+    env["LAMBDA_DIR"] = str(built)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "build"], env=env, cwd=REPO, capture_output=True,
+        text=True, timeout=BUILD_TIMEOUT_SECONDS, check=False,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"make build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    _built = built
+    return built
+
+
+def lambda_dir() -> Path:
+    """An empty LAMBDA_DIR for one test class: make deploy's build step fills it."""
+    return Path(tempfile.mkdtemp(prefix="redrive-lambda-"))
+
+
+def elf_machine(path: Path) -> str | None:
+    """'x86_64' or 'arm64' for a Linux executable, None for anything else."""
+    head = path.read_bytes()[:20]
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    return {62: "x86_64", 183: "arm64"}.get(struct.unpack_from("<H", head, 18)[0])
+
+
+def assert_real_functions(test, moto: "Moto", lambda_dir: Path, functions: dict[str, str]) -> None:
+    """Each function {name: binary} runs the binary the build put in lambda_dir: an executable
+    for the tests' architecture, megabytes large (a stand-in is a few bytes), uploaded whole."""
+    lam = moto.client("lambda")
+    for name, binary in functions.items():
+        bootstrap = lambda_dir / binary / "bootstrap"
+        test.assertEqual(elf_machine(bootstrap), BUILD_SETTINGS["LAMBDA_ARCH"], bootstrap)
+        size = bootstrap.stat().st_size
+        test.assertGreater(size, 5_000_000, f"{bootstrap} is {size} bytes: not a built function")
+        config = lam.get_function_configuration(FunctionName=name)
+        test.assertEqual(config["Architectures"], [BUILD_SETTINGS["LAMBDA_ARCH"]], name)
+        # The zip of a multi-megabyte executable compresses to no less than a fifth of it.
+        test.assertGreater(config["CodeSize"], size // 5, f"{name}: {config['CodeSize']} bytes uploaded")
 
 
 def policy_document(raw) -> dict:

@@ -1,10 +1,10 @@
 """`make deploy` / `make destroy` (infra/deploy.sh, infra/destroy.sh) against a moto server.
 
-The scripts run as a user runs them, with AWS_ENDPOINT_URL pointing at moto: the AWS CLI
-deploys both stacks and `cargo lambda deploy` creates both functions (it honours
-AWS_ENDPOINT_URL). The only stand-in is the binary: SKIP_BUILD=true and a LAMBDA_DIR holding an
-AArch64 ELF header per function, since building the real arm64 binaries needs the aarch64
-toolchain and minutes, and moto never runs them.
+The scripts run as a user runs them, `make deploy` with AWS_ENDPOINT_URL pointing at moto:
+its build step builds the four functions for real (cargo lambda build), the AWS CLI deploys
+both stacks and `cargo lambda deploy` uploads the built functions (it honours
+AWS_ENDPOINT_URL). Only the documented build settings differ from a user's defaults
+(support.BUILD_SETTINGS: x86_64, the quick profile); moto stores the functions without running them.
 
 The failure modes are checked to stop with a clear message before anything is changed.
 moto never rolls a stack back, so the failed-state tests put the stack into that state through
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import support
 
-DEPLOY = str(support.INFRA / "deploy.sh")
+DEPLOY = support.MAKE_DEPLOY
 DESTROY = str(support.INFRA / "destroy.sh")
 ROLLBACK = str(support.INFRA / "rollback.sh")
 DOWNSTREAM = "https://orders.example.com/ingest?source=redrive#v1"
@@ -30,8 +30,9 @@ DOWNSTREAM = "https://orders.example.com/ingest?source=redrive#v1"
 class DeployScript(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
+        support.build_functions()
         cls.moto = support.Moto()
-        cls.lambda_dir = support.fake_lambda_dir()
+        cls.lambda_dir = support.lambda_dir()
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -42,15 +43,15 @@ class DeployScript(unittest.TestCase):
     def settings(self, stack: str, **extra: str) -> dict:
         base = {
             "STACK_NAME": stack,
-            "SKIP_BUILD": "true",
+            **support.BUILD_SETTINGS,
             "LAMBDA_DIR": str(self.lambda_dir),
             "DOWNSTREAM_URL": DOWNSTREAM,
         }
         base.update(extra)
         return support.script_env(self.moto, **base)
 
-    def run_script(self, script: str, env: dict):
-        return support.run([script], env=env)
+    def run_script(self, script: str | list[str], env: dict):
+        return support.run(script if isinstance(script, list) else [script], env=env)
 
     def stack_status(self, name: str) -> str | None:
         cfn = self.moto.client("cloudformation")
@@ -110,8 +111,9 @@ class DeployScript(unittest.TestCase):
         redriver = lam.get_function_configuration(FunctionName=f"{stack}-redriver")
         consumer = lam.get_function_configuration(FunctionName=f"{stack}-consumer")
         for config in (redriver, consumer):
-            self.assertEqual(config["Architectures"], ["arm64"])
             self.assertEqual(config["Runtime"], "provided.al2023")
+        support.assert_real_functions(self, self.moto, self.lambda_dir, {
+            f"{stack}-redriver": "redriver", f"{stack}-consumer": "consumer", f"{stack}-archiver": "archiver"})
         self.assertEqual(redriver["Role"], out["RedriverRoleArn"])
         self.assertEqual(consumer["Role"], out["ConsumerRoleArn"])
         self.assertEqual((redriver["MemorySize"], redriver["Timeout"]), (512, 120))
@@ -234,8 +236,6 @@ class DeployScript(unittest.TestCase):
     def test_tracing_active_traces_every_function_and_only_then_grants_xray_writes(self):
         # GIVEN TRACING=Active, with the Step Functions orchestrator's task function too
         stack = support.unique("rdx")
-        # The task function's stand-in bootstrap, as cargo lambda build lays it out.
-        shutil.copytree(self.lambda_dir / "redriver", self.lambda_dir / "redrive-workflow", dirs_exist_ok=True)
         env = self.settings(stack, TRACING="Active", ORCHESTRATOR="stepfunctions")
 
         # WHEN it is deployed

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import support
 
-DEPLOY = str(support.INFRA / "deploy.sh")
+DEPLOY_SCRIPT = str(support.INFRA / "deploy.sh")
+DEPLOY = support.MAKE_DEPLOY
 DESTROY = str(support.INFRA / "destroy.sh")
 ASL = support.INFRA / "statemachine" / "redrive.asl.json"
 DOWNSTREAM = "https://orders.example.com/ingest"
@@ -269,7 +270,7 @@ class Roles(unittest.TestCase):
         function = outputs["WorkflowFunctionName"]["Value"]["Fn::Sub"]
         self.assertEqual(self.resources["WorkflowLogGroup"]["Properties"]["LogGroupName"]["Fn::Sub"],
                          f"/aws/lambda/{function}")
-        deploy = Path(DEPLOY).read_text(encoding="utf-8")
+        deploy = Path(DEPLOY_SCRIPT).read_text(encoding="utf-8")
         self.assertIn("WORKFLOW_FUNCTION_NAME=$STACK_NAME-workflow-tasks", deploy)
         self.assertEqual(function, "${AWS::StackName}-workflow-tasks")
         alarm = self.resources["WorkflowExecutionsFailedAlarm"]["Properties"]
@@ -313,10 +314,9 @@ class DeployStepFunctions(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
+        support.build_functions()
         cls.moto = support.Moto()
-        cls.lambda_dir = support.fake_lambda_dir()
-        # The task function's stand-in bootstrap, as cargo lambda build lays it out.
-        shutil.copytree(cls.lambda_dir / "redriver", cls.lambda_dir / "redrive-workflow")
+        cls.lambda_dir = support.lambda_dir()
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -324,7 +324,7 @@ class DeployStepFunctions(unittest.TestCase):
         shutil.rmtree(cls.lambda_dir, ignore_errors=True)
 
     def env(self, stack: str, **extra: str) -> dict:
-        settings = {"STACK_NAME": stack, "SKIP_BUILD": "true", "LAMBDA_DIR": str(self.lambda_dir),
+        settings = {"STACK_NAME": stack, **support.BUILD_SETTINGS, "LAMBDA_DIR": str(self.lambda_dir),
                     "DOWNSTREAM_URL": DOWNSTREAM}
         settings.update(extra)
         return support.script_env(self.moto, **settings)
@@ -356,7 +356,7 @@ class DeployStepFunctions(unittest.TestCase):
         env = self.env(stack, ORCHESTRATOR="stepfunctions", WORKFLOW_BACKOFF_MAX_SECONDS="7200",
                        WORKFLOW_BATCH_SIZE="20", WORKFLOW_MAX_DELAY_SECONDS="600",
                        WORKFLOW_SEARCH_RECEIVES="3", WORKFLOW_HOLD_SLACK_SECONDS="2")
-        first = support.run([DEPLOY], env=env)
+        first = support.run(DEPLOY, env=env)
         self.assertEqual(first.returncode, 0, first.stderr)
         for removed in ("WORKFLOW_SEARCH_RECEIVES=3", "WORKFLOW_HOLD_SLACK_SECONDS=2"):
             self.assertIn(f"WARNING: {removed} is no longer read and is ignored", first.stderr)
@@ -366,7 +366,9 @@ class DeployStepFunctions(unittest.TestCase):
         # The task function: its role, the re-driver's settings with the long backoff cap, live alias.
         task = lam.get_function_configuration(FunctionName=f"{stack}-workflow-tasks")
         self.assertEqual(task["Role"], out["WorkflowRoleArn"])
-        self.assertEqual((task["Architectures"], task["MemorySize"], task["Timeout"]), (["arm64"], 256, 300))
+        self.assertEqual((task["MemorySize"], task["Timeout"]), (256, 300))
+        support.assert_real_functions(self, self.moto, self.lambda_dir, {
+            f"{stack}-workflow-tasks": "redrive-workflow", f"{stack}-redriver": "redriver"})
         variables = task["Environment"]["Variables"]
         redriver = lam.get_function_configuration(FunctionName=f"{stack}-redriver")["Environment"]["Variables"]
         self.assertEqual(variables["BACKOFF_MAX_SECONDS"], "7200")
@@ -439,14 +441,14 @@ class DeployStepFunctions(unittest.TestCase):
         # stacks is checked statically (Roles.test_one_orchestrator_at_a_time); what deploy.sh
         # itself does on the way back is checked here.
         stack = support.unique("rdl")
-        first = support.run([DEPLOY], env=self.env(stack, ORCHESTRATOR="lambda"))
+        first = support.run(DEPLOY, env=self.env(stack, ORCHESTRATOR="lambda"))
         self.assertEqual(first.returncode, 0, first.stderr)
         lam = self.moto.client("lambda")
         left = lam.get_function_configuration(FunctionName=f"{stack}-redriver")
         lam.create_function(FunctionName=f"{stack}-workflow-tasks", Runtime="provided.al2023", Role=left["Role"],
                             Handler="bootstrap", Architectures=["arm64"],
                             Code={"ZipFile": _zip()})
-        again = support.run([DEPLOY], env=self.env(stack, ORCHESTRATOR="lambda"))
+        again = support.run(DEPLOY, env=self.env(stack, ORCHESTRATOR="lambda"))
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertIn(f"deleted the task function {stack}-workflow-tasks", again.stderr)
         self.assertNotIn(f"{stack}-workflow-tasks", {f["FunctionName"] for f in lam.list_functions()["Functions"]})
@@ -462,7 +464,7 @@ class DeployStepFunctions(unittest.TestCase):
 
     def test_an_unknown_orchestrator_stops_before_anything_changes(self):
         stack = support.unique("rdx")
-        result = support.run([DEPLOY], env=self.env(stack, ORCHESTRATOR="step-functions"))
+        result = support.run(DEPLOY, env=self.env(stack, ORCHESTRATOR="step-functions"))
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("ORCHESTRATOR='step-functions' is invalid", result.stderr)
         cfn = self.moto.client("cloudformation")
@@ -472,9 +474,12 @@ class DeployStepFunctions(unittest.TestCase):
         stack = support.unique("rdb")
         empty = Path(tempfile.mkdtemp(prefix="redrive-lambda-"))
         self.addCleanup(shutil.rmtree, empty, True)
+        # SKIP_BUILD=true deploys what LAMBDA_DIR holds: three of the four built functions.
+        built = support.build_functions()
         for name in ("redriver", "consumer", "archiver"):
-            shutil.copytree(self.lambda_dir / name, empty / name)
-        result = support.run([DEPLOY], env=self.env(stack, ORCHESTRATOR="stepfunctions", LAMBDA_DIR=str(empty)))
+            shutil.copytree(built / name, empty / name)
+        result = support.run(DEPLOY, env=self.env(stack, ORCHESTRATOR="stepfunctions", LAMBDA_DIR=str(empty),
+                                                  SKIP_BUILD="true"))
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("redrive-workflow/bootstrap is missing", result.stderr)
 
