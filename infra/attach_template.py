@@ -3,8 +3,9 @@ infra/templates/resources.yaml and the DLQs deploy.sh resolved.
 
 `python infra/attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON`
 
-DLQS_TSV holds one protected DLQ a line: `NAME<TAB>ARN<TAB>SOURCE_ARNS` (SOURCE_ARNS comma
-separated, empty for a DLQ that no queue names in its RedrivePolicy). The result is the managed
+DLQS_TSV holds one protected DLQ a line: `NAME<TAB>ARN<TAB>SOURCE_ARNS<TAB>KEY_ARN<TAB>SOURCE_KEY_ARNS`
+(SOURCE_ARNS comma separated, empty for a DLQ that no queue names in its RedrivePolicy; KEY_ARN
+the customer managed KMS key of the DLQ, SOURCE_KEY_ARNS its sources', both empty without one). The result is the managed
 template without the user's queues and what hangs on them:
 
 - removed: the source queue and the DLQ we would create, the shipped consumer (role, log group,
@@ -13,8 +14,9 @@ template without the user's queues and what hangs on them:
   exactly their sources' ARNs where it names our source queue; SetAlarmState names the per-DLQ
   trigger alarms;
 - added per protected DLQ: its trigger alarm (depth > 0, to the trigger topic; the re-driver
-  drains the DLQ the alarm's QueueName dimension names) and its two age alarms (first stage and
-  last call, to the alerts topic), all named STACK-<kind>-<queue name>;
+  drains the DLQ the alarm's QueueName dimension names), its two age alarms (first stage and
+  last call, to the alerts topic) and its count-based daily reminder (visible or in flight at
+  the reminder hour), all named STACK-<kind>-<queue name>;
 - the fleet's failure signals in our namespace (redrive failures, DLQ unreadable, unplaceable
   messages, circuit open, archive failures) as one Metrics Insights alarm each over every
   QueueName, and one dashboard for the fleet.
@@ -51,7 +53,7 @@ MANAGED_ONLY_OUTPUTS = {
 }
 # At most this many resources per template (CloudFormation quota).
 TEMPLATE_RESOURCE_LIMIT = 500
-PER_DLQ_RESOURCES = 3
+PER_DLQ_RESOURCES = 4
 
 
 def read_dlqs(path: Path) -> list[dict]:
@@ -59,8 +61,9 @@ def read_dlqs(path: Path) -> list[dict]:
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
-        name, arn, sources = (line.split("\t") + ["", ""])[:3]
-        dlqs.append({"name": name, "arn": arn, "sources": [s for s in sources.split(",") if s]})
+        name, arn, sources, key, source_keys = (line.split("\t") + ["", "", "", ""])[:5]
+        dlqs.append({"name": name, "arn": arn, "sources": [s for s in sources.split(",") if s],
+                     "key": key, "source_keys": [k for k in source_keys.split(",") if k]})
     if not dlqs:
         raise SystemExit("attach_template.py: no DLQ to protect")
     return dlqs
@@ -108,10 +111,30 @@ def rewrite_resources(value, dlq_arns: list[str], source_arns: list[str]):
     return out
 
 
+def kms_statements(dlqs: list[dict], send_to_dlqs: bool, send_to_sources: bool) -> list[dict]:
+    """The customer managed keys of the protected queues (deploy.sh resolved each queue's
+    KmsMasterKeyId to its key ARN): receiving from a DLQ needs kms:Decrypt; sending (to a
+    source, or a hop back to the DLQ) kms:GenerateDataKey as well. Exactly those keys."""
+    dlq_keys = sorted({d.get("key") for d in dlqs if d.get("key")})
+    source_keys = sorted({k for d in dlqs for k in d.get("source_keys", [])})
+    statements = []
+    decrypt_only = [] if send_to_dlqs else dlq_keys
+    send_keys = sorted(set(dlq_keys if send_to_dlqs else []) | set(source_keys if send_to_sources else []))
+    if decrypt_only:
+        statements.append({"Sid": "DecryptProtectedDlqs", "Effect": "Allow", "Action": "kms:Decrypt",
+                           "Resource": decrypt_only})
+    if send_keys:
+        statements.append({"Sid": "EncryptProtectedQueues", "Effect": "Allow",
+                           "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": send_keys})
+    return statements
+
+
 def rewrite_policies(resources: dict, dlqs: list[dict]) -> None:
     dlq_arns = [d["arn"] for d in dlqs]
     source_arns = sorted({s for d in dlqs for s in d["sources"]})
-    trigger_arns = [alarm_arn("dlq-not-empty", d["name"]) for d in dlqs]
+    # Every per-DLQ trigger alarm of this stack (STACK-dlq-not-empty-<queue name>): one pattern,
+    # whatever the number of DLQs; the stack creates every alarm of that prefix.
+    trigger_arns = [alarm_arn("dlq-not-empty", "*")]
     for resource in resources.values():
         props = resource.get("Properties", {})
         documents = [p["PolicyDocument"] for p in props.get("Policies", [])]
@@ -133,6 +156,15 @@ def rewrite_policies(resources: dict, dlqs: list[dict]) -> None:
     if archiver:
         archiver["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].append(
             {"Sid": "ReadProtectedDlqTags", "Effect": "Allow", "Action": "sqs:ListQueueTags", "Resource": dlq_arns})
+    # Queues under a customer managed KMS key: the re-driver and the operator send to sources
+    # and back to the DLQs; the archiver only receives from the DLQs.
+    for logical, send in (("RedriverRole", True), ("ArchiverRole", False), ("OperatorPolicy", True)):
+        resource = resources.get(logical)
+        statements = kms_statements(dlqs, send_to_dlqs=send, send_to_sources=send)
+        if resource and statements:
+            props = resource["Properties"]
+            document = props["Policies"][0]["PolicyDocument"] if "Policies" in props else props["PolicyDocument"]
+            document["Statement"].extend(statements)
     # X-Ray writes: the roles that exist.
     xray = resources.get("XRayWrites")
     if xray:
@@ -170,6 +202,26 @@ def per_dlq_alarms(dlq: dict) -> dict:
             "Period": 300, "Threshold": {"Ref": "DlqAgeAlarmSeconds"},
             "ComparisonOperator": "GreaterThanOrEqualToThreshold",
             "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}},
+        # Count-based, as managed mode's dlq-not-empty-daily: visible or in flight, so that no
+        # receive (the archiver's hourly sweep, an operator's peek) hides the backlog it holds.
+        logical_id(name, "Daily"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+            "AlarmName": alarm_name("dlq-not-empty-daily", name),
+            "AlarmDescription": {"Fn::Sub": [
+                "Daily reminder: the protected DLQ ${Queue} held messages through the hour starting "
+                "${PoisonReminderHourUtc}:00 UTC (visible or in flight). Nothing drained them: check the "
+                "re-driver, its guards, the circuit and the DLQ's redrive: tags (redrive status).", {"Queue": name}]},
+            "Metrics": [
+                {"Id": "visible", "ReturnData": False, "MetricStat": {"Metric": {
+                    "Namespace": "AWS/SQS", "MetricName": "ApproximateNumberOfMessagesVisible", "Dimensions": dims},
+                    "Period": 3600, "Stat": "Minimum"}},
+                {"Id": "inflight", "ReturnData": False, "MetricStat": {"Metric": {
+                    "Namespace": "AWS/SQS", "MetricName": "ApproximateNumberOfMessagesNotVisible", "Dimensions": dims},
+                    "Period": 3600, "Stat": "Minimum"}},
+                {"Id": "reminder", "Label": "DLQ not empty through the reminder hour", "ReturnData": True,
+                 "Expression": {"Fn::Sub": "IF(HOUR(visible) == ${PoisonReminderHourUtc} AND visible + FILL(inflight, 0) > 0, 1, 0)"}},
+            ],
+            "EvaluationPeriods": 1, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold",
+            "TreatMissingData": "notBreaching", "AlarmActions": [{"Ref": "AlertsTopic"}]}},
         logical_id(name, "FinalAge"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
             "AlarmName": alarm_name("dlq-oldest-message-age-final", name),
             "AlarmDescription": {"Fn::Sub": [
@@ -211,6 +263,10 @@ FLEET_ALARMS = {
     "CircuitOpenAlarm": ("circuit-open", "CircuitOpen", "MAX",
                          "The adaptive circuit of a protected DLQ is open: its copies kept bouncing back, so its "
                          "replays stopped. redrive status names the DLQ; redrive circuit close|auto overrides it."),
+    "DlqLeftAloneAlarm": ("dlq-left-alone", "DlqLeftAlone", "SUM",
+                          "A protected DLQ is left alone: its redrive: tags are invalid, or its retention cannot be read or "
+                          "is not above the archive threshold. Its messages are neither drained nor archived; the "
+                          "re-driver's or the archiver's ERROR log (action left-alone:...) names the DLQ and why."),
     "ArchiveFailuresAlarm": ("archive-failures", "ArchiveFailures", "SUM",
                              "The archiver could not move old messages to S3 (poison queue or a protected DLQ). "
                              "They are still on their queue; see the archiver's log."),

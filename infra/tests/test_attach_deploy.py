@@ -4,7 +4,8 @@ Three setups of queues a user already has, made before the deploy the way their 
 would: a DLQ fed by two sources, a FIFO DLQ with its FIFO source, and a DLQ selected by a tag.
 The deploy must create none of them (only our poison queue appears), name exactly them and
 their sources in the roles, give the re-driver DLQ_URLS and no SOURCE_QUEUE_URL; destroy must
-leave them and their messages. As in test_deploy_script.py, only the binaries are stand-ins.
+leave them and their messages. As in test_deploy_script.py, `make deploy` runs as a user runs it,
+its real build step included.
 """
 
 from __future__ import annotations
@@ -12,22 +13,25 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 import unittest
+from pathlib import Path
 
 import support
 
 sys.path.insert(0, str(support.INFRA))
 import attach_template  # noqa: E402
 
-DEPLOY = str(support.INFRA / "deploy.sh")
+DEPLOY = support.MAKE_DEPLOY
 DESTROY = str(support.INFRA / "destroy.sh")
 
 
 class AttachDeploy(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
+        support.build_functions()
         cls.moto = support.Moto()
-        cls.lambda_dir = support.fake_lambda_dir()
+        cls.lambda_dir = support.lambda_dir()
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -36,13 +40,13 @@ class AttachDeploy(unittest.TestCase):
 
     # ---------------------------------------------------------------- helpers
     def settings(self, stack: str, **extra: str) -> dict:
-        base = {"STACK_NAME": stack, "SKIP_BUILD": "true", "LAMBDA_DIR": str(self.lambda_dir),
+        base = {"STACK_NAME": stack, **support.BUILD_SETTINGS, "LAMBDA_DIR": str(self.lambda_dir),
                 "QUEUE_NAME_REUSE_WAIT_SECONDS": "0"}
         base.update(extra)
         return support.script_env(self.moto, **base)
 
-    def run_script(self, script: str, env: dict):
-        return support.run(["bash", script], env)
+    def run_script(self, script: str | list[str], env: dict):
+        return support.run(script if isinstance(script, list) else ["bash", script], env)
 
     def stack_status(self, name: str) -> str | None:
         for summary in self.moto.client("cloudformation").list_stacks()["StackSummaries"]:
@@ -119,9 +123,20 @@ class AttachDeploy(unittest.TestCase):
             PROTECT_TAG=f"{tag_key}=true",
         )
 
-        result = self.run_script(DEPLOY, env)
+        # Deploying needs no LocalStack (the tests' second emulator) and no Python 3.13: make
+        # deploy runs here with LocalStack's venv missing and no interpreter allowed to make one.
+        no_localstack = ["LOCALSTACK_VENV=/nonexistent/.venv-localstack", "LOCALSTACK_PYTHON_CANDIDATES=false"]
+        result = self.run_script(DEPLOY + no_localstack, env)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.addCleanup(self.run_script, DESTROY, env)
+        self.assertNotIn("LocalStack", result.stdout + result.stderr)
+        # SQS's default retention, 4 days, is not above the archive threshold (10 days) nor the
+        # last-call alarm (7 days): named at deploy, for each DLQ.
+        for dlq in (f"{prefix}-orders-dlq", f"{prefix}-tagged-dlq"):
+            self.assertIn(f"WARNING: {dlq} keeps messages 345600 s (MessageRetentionPeriod), not above the archive "
+                          "threshold of 864000 s (ARCHIVE_AFTER_DAYS=10)", result.stderr)
+            self.assertIn(f"WARNING: {dlq} keeps messages 345600 s (MessageRetentionPeriod), not above "
+                          "DLQ_FINAL_AGE_ALARM_SECONDS=604800", result.stderr)
         self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
         self.assertEqual(self.stack_status(f"{stack}-wiring"), "CREATE_COMPLETE")
 
@@ -153,6 +168,8 @@ class AttachDeploy(unittest.TestCase):
         # CONSUMER=none (attach mode's default): no consumer, no event source mapping.
         functions = {f["FunctionName"] for f in lam.list_functions()["Functions"]}
         self.assertEqual({f for f in functions if f.startswith(stack)}, {f"{stack}-redriver", f"{stack}-archiver"})
+        support.assert_real_functions(self, self.moto, self.lambda_dir, {
+            f"{stack}-redriver": "redriver", f"{stack}-archiver": "archiver"})
         self.assertEqual([m for m in lam.list_event_source_mappings()["EventSourceMappings"]
                           if stack in m["FunctionArn"]], [])
 
@@ -171,13 +188,13 @@ class AttachDeploy(unittest.TestCase):
         self.assertEqual(self.sqs_arns(archiver), dlq_arns | {poison_arn})
         tags = self.statement(archiver, "ReadProtectedDlqTags")
         self.assertEqual((tags["Action"], set(support.as_list(tags["Resource"]))), ("sqs:ListQueueTags", dlq_arns))
-        # SetAlarmState: each DLQ's own trigger alarm, nothing else.
+        # SetAlarmState: this stack's per-DLQ trigger alarms, one pattern whatever their number.
         rearm = self.statement(redriver, "RearmTriggerAlarm")
         account = self.moto.account_id()
-        self.assertEqual(
-            set(support.as_list(rearm["Resource"])),
-            {f"arn:aws:cloudwatch:{support.REGION}:{account}:alarm:{stack}-dlq-not-empty-{u.rsplit('/', 1)[1]}"
-             for u in dlqs})
+        self.assertEqual(support.as_list(rearm["Resource"]),
+                         [f"arn:aws:cloudwatch:{support.REGION}:{account}:alarm:{stack}-dlq-not-empty-*"])
+        # No queue of these is under a customer managed key: no KMS grant.
+        self.assertNotIn("kms:", json.dumps(redriver))
 
         # Messages on the user's queues; destroy removes ours and leaves theirs.
         sqs = self.moto.client("sqs")
@@ -232,6 +249,77 @@ class AttachDeploy(unittest.TestCase):
                 self.assertNotEqual(result.returncode, 0, result.stderr)
                 self.assertIn(phrase, result.stderr)
         self.assertIsNone(self.stack_status(stack))
+
+
+    def test_queues_under_customer_managed_keys_get_exactly_those_keys(self):
+        """Deploy reads each protected DLQ's and source's KmsMasterKeyId, resolves an alias to its
+        key, and grants exactly those keys: Decrypt to receive, GenerateDataKey to send. The AWS
+        managed key of SQS needs no grant; a key the deploy cannot read stops it, naming both."""
+        stack = support.unique("rdk")
+        prefix = support.unique("u")
+        kms = self.moto.client("kms")
+        dlq_key = kms.create_key(Description="dlq key")["KeyMetadata"]["Arn"]
+        source_key = kms.create_key(Description="source key")["KeyMetadata"]
+        kms.create_alias(AliasName=f"alias/{prefix}-orders", TargetKeyId=source_key["KeyId"])
+        sqs = self.moto.client("sqs")
+        dlq = self.user_queue(f"{prefix}-dlq")
+        sqs.set_queue_attributes(QueueUrl=dlq, Attributes={"KmsMasterKeyId": dlq_key})
+        src = self.user_queue(f"{prefix}-src", dlq)
+        sqs.set_queue_attributes(QueueUrl=src, Attributes={"KmsMasterKeyId": f"alias/{prefix}-orders"})
+        managed = self.user_queue(f"{prefix}-managed-dlq")
+        sqs.set_queue_attributes(QueueUrl=managed, Attributes={"KmsMasterKeyId": "alias/aws/sqs"})
+        env = self.settings(stack, PROTECT_DLQS=f"{prefix}-dlq,{prefix}-managed-dlq")
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.addCleanup(self.run_script, DESTROY, env)
+        described = self.moto.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+        out = {o["OutputKey"]: o["OutputValue"] for o in described["Outputs"]}
+        redriver = self.role_statements(out["RedriverRoleArn"])
+        send = self.statement(redriver, "EncryptProtectedQueues")
+        self.assertEqual(sorted(support.as_list(send["Action"])), ["kms:Decrypt", "kms:GenerateDataKey"])
+        self.assertEqual(set(support.as_list(send["Resource"])), {dlq_key, source_key["Arn"]})
+        archiver = self.role_statements(out["ArchiverRoleArn"])
+        decrypt = self.statement(archiver, "DecryptProtectedDlqs")
+        self.assertEqual((decrypt["Action"], support.as_list(decrypt["Resource"])), ("kms:Decrypt", [dlq_key]))
+        self.assertNotIn("kms:GenerateDataKey", json.dumps(archiver))
+
+        # A key this deploy cannot describe: refused before any change, queue and key named.
+        other = support.unique("rdk")
+        missing = f"arn:aws:kms:{support.REGION}:{self.moto.account_id()}:key/00000000-0000-0000-0000-000000000000"
+        lost = self.user_queue(f"{prefix}-lost-dlq")
+        sqs.set_queue_attributes(QueueUrl=lost, Attributes={"KmsMasterKeyId": missing})
+        refused = self.run_script(DEPLOY, self.settings(other, PROTECT_DLQS=f"{prefix}-lost-dlq"))
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn(f"queue {prefix}-lost-dlq is encrypted with the KMS key {missing}", refused.stderr)
+        self.assertIn("Nothing was changed", refused.stderr)
+        self.assertIsNone(self.stack_status(other))
+
+    def test_more_dlqs_than_the_quotas_allow_are_refused_before_any_change_naming_the_quota(self):
+        """At the ceiling's worst case (80-character names, three sources each), one DLQ more than
+        infra/quotas.py's ceiling is refused before anything is created, the quota named."""
+        import quotas
+
+        account = self.moto.account_id()
+        ceiling, _ = quotas.ceiling(support.RESOURCES_TEMPLATE, 80, 3, Path(tempfile.mkdtemp()),
+                                    arn_prefix=f"arn:aws:sqs:{support.REGION}:{account}:",
+                                    url_prefix=f"{self.moto.endpoint}/{account}/")
+        stack = support.unique("rdq")
+        prefix = support.unique("u")
+        names = []
+        for i in range(ceiling + 1):
+            stem = f"{prefix}-{i:03d}-"
+            dlq = self.user_queue(stem + "d" * (80 - len(stem)))
+            for j in range(3):
+                self.user_queue(f"{stem}{j}" + "s" * (80 - len(stem) - 1), dlq)
+            names.append(dlq.rsplit("/", 1)[1])
+        before = self.queue_urls()
+        result = self.run_script(DEPLOY, self.settings(stack, PROTECT_DLQS=",".join(names)))
+        self.assertNotEqual(result.returncode, 0, result.stderr)
+        self.assertIn("quota exceeded:", result.stderr)
+        self.assertIn("this deploy would exceed an AWS quota", result.stderr)
+        self.assertIn("Nothing was changed", result.stderr)
+        self.assertIsNone(self.stack_status(stack))
+        self.assertEqual(self.queue_urls(), before)
 
 
 class AttachTemplate(unittest.TestCase):

@@ -1,0 +1,289 @@
+"""The AWS quotas a deploy can hit, checked on what deploy.sh sends, before anything is changed.
+
+`python infra/quotas.py check TEMPLATE_JSON [ENV_FILE ...]`
+    Checks one template as deploy_stack sends it (compact JSON) and the functions' environment
+    files as deploy.sh writes them. Prints each figure against its quota; exits 1 naming every
+    quota exceeded.
+`python infra/quotas.py ceiling RESOURCES_YAML [--name-length N] [--sources K]`
+    The largest number of protected DLQs one attach-mode install deploys within every quota,
+    for DLQ and source names of N characters (80, SQS's longest, by default) and K sources per
+    DLQ (3 by default). The README's ceiling is this figure.
+
+The quotas (IAM counts policy characters without whitespace):
+- a managed policy's document: 6,144 characters;
+- a role's inline policies together (its Policies and every AWS::IAM::Policy attached to it):
+  10,240 characters;
+- a Lambda function's environment variables together (keys and values): 4 KB;
+- a template: 51,200 bytes as a TemplateBody, 1 MB through S3 (deploy_stack switches to S3
+  above the first; the check is the second); 500 resources, 200 outputs, 200 parameters;
+- an alarm's actions: 5 per state.
+
+A template names ARNs through intrinsic functions; each is measured at its longest value
+(partition aws-iso-b, a 14-character region, STACK_NAME's 40 characters), so that a template
+that passes here passes in every account and region.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import attach_template  # noqa: E402
+import cfn_yaml  # noqa: E402
+
+MANAGED_POLICY_CHARS = 6_144
+ROLE_INLINE_CHARS = 10_240
+LAMBDA_ENV_BYTES = 4_096
+TEMPLATE_BODY_BYTES = 51_200
+TEMPLATE_URL_BYTES = 1_000_000
+RESOURCES = 500
+OUTPUTS = 200
+PARAMETERS = 200
+ALARM_ACTIONS = 5
+
+# The longest value of each pseudo parameter and of what the templates name through them.
+LONGEST = {
+    "AWS::Partition": "aws-iso-b",
+    "AWS::Region": "ap-southeast-14",
+    "AWS::AccountId": "123456789012",
+    "AWS::StackName": "S" * 40,
+    "AWS::URLSuffix": "amazonaws.com",
+    "AWS::StackId": "arn:aws-iso-b:cloudformation:ap-southeast-14:123456789012:stack/" + "S" * 40 + "/" + "0" * 36,
+}
+SQS_NAME = 80
+ARN_PREFIX = "arn:aws-iso-b:sqs:ap-southeast-14:123456789012:"
+QUEUE_URL_PREFIX = "https://sqs.ap-southeast-14.amazonaws.com/123456789012/"
+
+
+def _getatt_value(logical: str, attribute: str, resources: dict) -> str:
+    """The longest a resource's attribute can be: an ARN of its type with a 64-character name."""
+    kind = resources.get(logical, {}).get("Type", "")
+    service = {"AWS::SQS::Queue": "sqs", "AWS::SNS::Topic": "sns", "AWS::DynamoDB::Table": "dynamodb",
+               "AWS::IAM::Role": "iam", "AWS::Logs::LogGroup": "logs", "AWS::S3::Bucket": "s3",
+               "AWS::StepFunctions::StateMachine": "states", "AWS::Lambda::Function": "lambda"}.get(kind, "x")
+    if attribute in ("QueueName", "TopicName"):
+        return "N" * 80
+    return f"arn:aws-iso-b:{service}:ap-southeast-14:123456789012:{'table/' if service == 'dynamodb' else ''}" + "N" * 64
+
+
+def resolve(node, template: dict):
+    """The template node with every intrinsic function replaced by its longest value."""
+    resources = template.get("Resources", {})
+    parameters = template.get("Parameters", {})
+    if isinstance(node, list):
+        return [resolve(item, template) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if len(node) == 1:
+        (key, value), = node.items()
+        if key == "Ref":
+            if value in LONGEST:
+                return LONGEST[value]
+            if value in parameters:
+                default = parameters[value].get("Default")
+                return str(default) if default not in (None, "") else "P" * 64
+            return "R" * 64
+        if key == "Fn::GetAtt":
+            logical, attribute = value if isinstance(value, list) else value.split(".", 1)
+            return _getatt_value(logical, attribute, resources)
+        if key == "Fn::Sub":
+            text, local = (value, {}) if isinstance(value, str) else (value[0], value[1])
+            local = {k: resolve(v, template) for k, v in local.items()}
+
+            def sub(match: re.Match) -> str:
+                name = match.group(1)
+                if name in local:
+                    return str(local[name])
+                if name in LONGEST:
+                    return LONGEST[name]
+                if "." in name:
+                    logical, attribute = name.split(".", 1)
+                    return _getatt_value(logical, attribute, resources)
+                return str(resolve({"Ref": name}, template))
+
+            return re.sub(r"\$\{([A-Za-z0-9:._]+)\}", sub, text)
+        if key == "Fn::Join":
+            separator, items = value
+            return separator.join(str(resolve(i, template)) for i in resolve(items, template))
+        if key == "Fn::If":
+            # Both branches exist in some deploy: the longer one counts.
+            options = [resolve(v, template) for v in value[1:]]
+            return max(options, key=lambda o: len(json.dumps(o)))
+        if key in ("Fn::Select", "Fn::Split", "Fn::ImportValue", "Fn::GetAZs", "Fn::Base64", "Fn::FindInMap"):
+            return "V" * 64
+    return {k: resolve(v, template) for k, v in node.items() if k != "AWS::NoValue"}
+
+
+def policy_chars(document) -> int:
+    """IAM's measure of a policy document: its JSON without whitespace."""
+    return len(re.sub(r"\s", "", json.dumps(document, separators=(",", ":"))))
+
+
+def _role_names(value) -> list[str]:
+    roles = value
+    if isinstance(roles, dict) and "Fn::If" in roles:
+        roles = roles["Fn::If"][1] + roles["Fn::If"][2]
+    return [r["Ref"] for r in roles if isinstance(r, dict) and "Ref" in r]
+
+
+def check_template(template: dict, body_bytes: int) -> list[tuple[str, int, int]]:
+    """(what, figure, quota) for every quota the template is subject to."""
+    figures = [
+        ("template size through S3 (bytes)", body_bytes, TEMPLATE_URL_BYTES),
+        ("resources", len(template.get("Resources", {})), RESOURCES),
+        ("outputs", len(template.get("Outputs", {})), OUTPUTS),
+        ("parameters", len(template.get("Parameters", {})), PARAMETERS),
+    ]
+    inline: dict[str, int] = {}
+    for logical, resource in template.get("Resources", {}).items():
+        props = resource.get("Properties", {})
+        kind = resource.get("Type")
+        if kind == "AWS::IAM::ManagedPolicy":
+            figures.append((f"managed policy {logical} (characters)",
+                            policy_chars(resolve(props["PolicyDocument"], template)), MANAGED_POLICY_CHARS))
+        elif kind == "AWS::IAM::Role":
+            inline[logical] = inline.get(logical, 0) + sum(
+                policy_chars(resolve(p["PolicyDocument"], template)) for p in props.get("Policies", []))
+        elif kind == "AWS::IAM::Policy":
+            size = policy_chars(resolve(props["PolicyDocument"], template))
+            for role in _role_names(props.get("Roles", [])):
+                inline[role] = inline.get(role, 0) + size
+        elif kind == "AWS::CloudWatch::Alarm":
+            for key in ("AlarmActions", "OKActions", "InsufficientDataActions"):
+                figures.append((f"alarm {logical} {key}", len(props.get(key, [])), ALARM_ACTIONS))
+    for role, size in sorted(inline.items()):
+        if role in template.get("Resources", {}):
+            figures.append((f"role {role} inline policies (characters)", size, ROLE_INLINE_CHARS))
+    return figures
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """An environment file as deploy.sh writes it: KEY='value' lines."""
+    variables = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        key, _, value = line.partition("=")
+        if len(value) >= 2 and value[0] == value[-1] == "'":
+            value = value[1:-1]
+        variables[key] = value
+    return variables
+
+
+def env_bytes(variables: dict[str, str]) -> int:
+    """Lambda's measure of an environment: every key and value, in bytes."""
+    return sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in variables.items())
+
+
+def check_env(name: str, variables: dict[str, str]) -> tuple[str, int, int]:
+    return (f"environment of {name} (bytes)", env_bytes(variables), LAMBDA_ENV_BYTES)
+
+
+def over(figures: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    return [f for f in figures if f[1] > f[2]]
+
+
+# ---------------------------------------------------------------- the ceiling
+def synthetic_dlqs(count: int, name_length: int, sources: int, arn_prefix: str = ARN_PREFIX) -> list[dict]:
+    """`count` DLQs with names of `name_length` characters and `sources` sources each."""
+    def name(kind: str, i: int, j: int = 0) -> str:
+        stem = f"{kind}{i:04d}{j}-"
+        return stem + "q" * (name_length - len(stem))
+
+    return [{"name": name("d", i), "arn": arn_prefix + name("d", i),
+             "sources": [arn_prefix + name("s", i, j) for j in range(sources)]} for i in range(count)]
+
+
+def attach_env_files(dlqs: list[dict], workdir: Path, url_prefix: str = QUEUE_URL_PREFIX) -> list[Path]:
+    """The re-driver's and the archiver's environment files as deploy.sh writes them (its own
+    functions in infra/lib.sh) for these DLQs, with every stack output at its longest."""
+    urls = ",".join(url_prefix + d["name"] for d in dlqs)
+    script = (
+        f'source "{HERE}/lib.sh" && load_config && STACK_NAME={LONGEST["AWS::StackName"]} && '
+        f'PROTECTED_DLQ_URLS="{urls}" && longest_outputs && '
+        f'write_redriver_env "{workdir}/redriver.env" && write_archiver_env "{workdir}/archiver.env"'
+    )
+    subprocess.run(["bash", "-c", script], check=True, env={"PATH": "/usr/bin:/bin", "PROTECT_DLQS": "x"})
+    return [workdir / "redriver.env", workdir / "archiver.env"]
+
+
+def figures_for(resources_yaml: Path, dlqs: list[dict], workdir: Path,
+                url_prefix: str = QUEUE_URL_PREFIX) -> list[tuple[str, int, int]]:
+    try:
+        template = attach_template.build(cfn_yaml.load(resources_yaml), dlqs)
+    except SystemExit as refused:  # the resource limit: its own message
+        return [(str(refused), 1, 0)]
+    figures = check_template(template, len(cfn_yaml.compact(template).encode("utf-8")))
+    for path in attach_env_files(dlqs, workdir, url_prefix):
+        figures.append(check_env(path.stem, read_env_file(path)))
+    return figures
+
+
+def ceiling(resources_yaml: Path, name_length: int, sources: int, workdir: Path,
+            arn_prefix: str = ARN_PREFIX, url_prefix: str = QUEUE_URL_PREFIX) -> tuple[int, list]:
+    """The largest count within every quota, and what the next one exceeds. The prefixes are
+    the queues' ARN and URL up to the name: by default the longest any account and region has."""
+    def exceeded(count: int) -> list:
+        return over(figures_for(resources_yaml, synthetic_dlqs(count, name_length, sources, arn_prefix),
+                                workdir, url_prefix))
+
+    low, high = 0, 1
+    while not exceeded(high):
+        low, high = high, high * 2
+        if high > 4096:
+            return high, []
+    while high - low > 1:
+        mid = (low + high) // 2
+        if exceeded(mid):
+            high = mid
+        else:
+            low = mid
+    return low, exceeded(high)
+
+
+def report(figures: list[tuple[str, int, int]], quiet: bool = False) -> int:
+    exceeded = over(figures)
+    if not quiet:
+        for what, figure, quota in figures:
+            if quota and not what.startswith("alarm "):
+                print(f"  {what}: {figure} of {quota}")
+    for what, figure, quota in exceeded:
+        print(f"quota exceeded: {what}: {figure}, above AWS's {quota}", file=sys.stderr)
+    return 1 if exceeded else 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "check":
+        template_path = Path(argv[1])
+        body = template_path.read_bytes()
+        template = json.loads(body)
+        figures = check_template(template, len(body))
+        for env_path in argv[2:]:
+            figures.append(check_env(Path(env_path).stem, read_env_file(Path(env_path))))
+        return report(figures, quiet="QUOTAS_QUIET" in __import__("os").environ)
+    if len(argv) >= 2 and argv[0] == "ceiling":
+        import argparse
+        import tempfile
+
+        parser = argparse.ArgumentParser(prog="quotas.py ceiling")
+        parser.add_argument("resources_yaml", type=Path)
+        parser.add_argument("--name-length", type=int, default=SQS_NAME)
+        parser.add_argument("--sources", type=int, default=3)
+        args = parser.parse_args(argv[1:])
+        with tempfile.TemporaryDirectory() as work:
+            count, exceeded = ceiling(args.resources_yaml, args.name_length, args.sources, Path(work))
+        print(count)
+        for what, figure, quota in exceeded:
+            print(f"  at {count + 1} DLQs: {what}: {figure}, above {quota}", file=sys.stderr)
+        return 0
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,136 @@
+"""infra/quotas.py: every AWS quota a deploy can hit, each check failing on an input above it,
+and the attach-mode ceiling the README states, proven at its worst case (80-character names,
+three sources per DLQ, the longest partition and region)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import support
+
+sys.path.insert(0, str(support.INFRA))
+import attach_template  # noqa: E402
+import quotas  # noqa: E402
+
+
+def role(inline_chars: int) -> dict:
+    """A role whose one inline policy is `inline_chars` characters without whitespace."""
+    doc = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": ""}]}
+    doc["Statement"][0]["Resource"] = "x" * (inline_chars - quotas.policy_chars(doc))
+    return {"Type": "AWS::IAM::Role", "Properties": {"Policies": [{"PolicyName": "p", "PolicyDocument": doc}]}}
+
+
+def managed(chars: int) -> dict:
+    doc = role(chars)["Properties"]["Policies"][0]["PolicyDocument"]
+    return {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": doc}}
+
+
+def exceeded(template: dict, body_bytes: int = 1000) -> list[str]:
+    return [what for what, figure, quota in quotas.over(quotas.check_template(template, body_bytes))]
+
+
+class EachQuota(unittest.TestCase):
+    def test_a_managed_policy_passes_at_6144_characters_and_fails_above(self):
+        self.assertEqual(exceeded({"Resources": {"Op": managed(6144)}}), [])
+        self.assertEqual(exceeded({"Resources": {"Op": managed(6145)}}), ["managed policy Op (characters)"])
+
+    def test_whitespace_does_not_count(self):
+        doc = managed(6144)["Properties"]["PolicyDocument"]
+        self.assertEqual(quotas.policy_chars(json.loads(json.dumps(doc, indent=4))), 6144)
+
+    def test_a_roles_inline_policies_count_together_with_the_policies_attached_to_it(self):
+        self.assertEqual(exceeded({"Resources": {"R": role(10240)}}), [])
+        self.assertEqual(exceeded({"Resources": {"R": role(10241)}}), ["role R inline policies (characters)"])
+        extra = managed(200)["Properties"]["PolicyDocument"]
+        attached = {"Type": "AWS::IAM::Policy", "Properties": {"Roles": [{"Ref": "R"}], "PolicyDocument": extra}}
+        self.assertEqual(exceeded({"Resources": {"R": role(10240 - 200), "X": attached}}), [])
+        self.assertEqual(exceeded({"Resources": {"R": role(10240 - 199), "X": attached}}),
+                         ["role R inline policies (characters)"])
+
+    def test_intrinsic_functions_count_at_their_longest(self):
+        doc = {"Statement": [{"Resource": {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:${AWS::StackName}"}}]}
+        resolved = quotas.resolve(doc, {"Resources": {}})
+        self.assertEqual(resolved["Statement"][0]["Resource"],
+                         "arn:aws-iso-b:sqs:ap-southeast-14:123456789012:" + "S" * 40)
+
+    def test_counts_of_resources_outputs_and_parameters(self):
+        many = lambda n: {f"K{i}": {"Type": "AWS::SNS::Topic"} for i in range(n)}  # noqa: E731
+        self.assertEqual(exceeded({"Resources": many(500), "Outputs": many(200), "Parameters": many(200)}), [])
+        self.assertEqual(sorted(exceeded({"Resources": many(501), "Outputs": many(201), "Parameters": many(201)})),
+                         ["outputs", "parameters", "resources"])
+
+    def test_the_template_size_through_s3(self):
+        self.assertEqual(exceeded({"Resources": {}}, 1_000_000), [])
+        self.assertEqual(exceeded({"Resources": {}}, 1_000_001), ["template size through S3 (bytes)"])
+
+    def test_alarm_actions(self):
+        alarm = lambda n: {"Type": "AWS::CloudWatch::Alarm", "Properties": {"AlarmActions": ["a"] * n}}  # noqa: E731
+        self.assertEqual(exceeded({"Resources": {"A": alarm(5)}}), [])
+        self.assertEqual(exceeded({"Resources": {"A": alarm(6)}}), ["alarm A AlarmActions"])
+
+    def test_a_lambda_environment_passes_at_4_kb_and_fails_above(self):
+        variables = {"DLQ_URLS": "u" * (4096 - len("DLQ_URLS"))}
+        self.assertEqual(quotas.env_bytes(variables), 4096)
+        self.assertEqual(quotas.over([quotas.check_env("redriver", variables)]), [])
+        variables["X"] = ""
+        self.assertEqual(len(quotas.over([quotas.check_env("redriver", variables)])), 1)
+
+    def test_the_command_names_what_is_exceeded_and_exits_1(self):
+        work = Path(tempfile.mkdtemp())
+        (work / "t.json").write_text(json.dumps({"Resources": {"Op": managed(6145)}}))
+        (work / "redriver.env").write_text("DLQ_URLS='" + "u" * 4100 + "'\n")
+        result = subprocess.run([sys.executable, str(support.INFRA / "quotas.py"), "check", str(work / "t.json"),
+                                 str(work / "redriver.env")], capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("quota exceeded: managed policy Op (characters): 6145, above AWS's 6144", result.stderr)
+        self.assertIn("quota exceeded: environment of redriver (bytes): 4108, above AWS's 4096", result.stderr)
+
+
+class Ceiling(unittest.TestCase):
+    """What deploy sends in attach mode, rendered by its own code (attach_template.py and the
+    environment writers of infra/lib.sh) for N DLQs at the worst case."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.work = Path(tempfile.mkdtemp())
+        cls.ceiling, cls.next_exceeds = quotas.ceiling(support.RESOURCES_TEMPLATE, 80, 3, cls.work)
+
+    def test_at_the_ceiling_every_quota_holds_and_one_more_dlq_breaks_one(self):
+        self.assertGreater(self.ceiling, 0)
+        at = quotas.figures_for(support.RESOURCES_TEMPLATE, quotas.synthetic_dlqs(self.ceiling, 80, 3), self.work)
+        self.assertEqual(quotas.over(at), [])
+        self.assertTrue(self.next_exceeds)
+        # Every figure the deploy sends is measured: both roles, the operator's policy, both environments.
+        measured = {what for what, _, _ in at}
+        for expected in ("managed policy OperatorPolicy (characters)", "role RedriverRole inline policies (characters)",
+                         "role ArchiverRole inline policies (characters)", "environment of redriver (bytes)",
+                         "environment of archiver (bytes)", "resources", "template size through S3 (bytes)"):
+            self.assertIn(expected, measured)
+
+    def test_the_environment_is_the_one_deploy_writes(self):
+        redriver, archiver = quotas.attach_env_files(quotas.synthetic_dlqs(2, 80, 3), self.work)
+        variables = quotas.read_env_file(redriver)
+        self.assertEqual(len(variables["DLQ_URLS"].split(",")), 2)
+        for name in ("POISON_QUEUE_URL", "CIRCUIT_TABLE", "METRIC_NAMESPACE", "TRIGGER_ALARM_NAME", "BACKOFF_JITTER"):
+            self.assertIn(name, variables)
+        self.assertIn("ARCHIVE_BUCKET", quotas.read_env_file(archiver))
+
+    def test_the_readme_states_this_ceiling(self):
+        text = (support.REPO / "infra" / "README.md").read_text(encoding="utf-8")
+        match = re.search(r"at most \*\*(\d+) DLQs\*\* per install", text)
+        self.assertIsNotNone(match, "infra/README.md states the ceiling as 'at most **N DLQs** per install'")
+        self.assertEqual(int(match.group(1)), self.ceiling)
+
+    def test_the_resource_limit_alone_would_allow_more(self):
+        # The resource count is not what binds: the policies' and the environment's sizes are.
+        self.assertGreater(attach_template.max_dlqs(support.load_template(support.RESOURCES_TEMPLATE)), self.ceiling)
+
+
+if __name__ == "__main__":
+    unittest.main()
