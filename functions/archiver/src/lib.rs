@@ -309,6 +309,11 @@ pub trait ObjectStore: Sync {
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 
+/// A protected DLQ the archiver leaves alone (an invalid tag, a retention it cannot read or that
+/// is not above the threshold): 1 for that queue at every run (Unit Count). The attach stack's
+/// `dlq-left-alone` alarm pages on it.
+pub const LEFT_ALONE_METRIC: &str = "DlqLeftAlone";
+
 /// The archiver's metrics per queue and run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ArchiveCounts {
@@ -458,17 +463,28 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
                 }
             }
         }
-        for url in &config.queues {
+        for (index, url) in config.queues.iter().enumerate() {
             if skipped.contains(url) {
                 continue;
             }
-            let retention = queue
-                .retention_seconds(url.as_str())
-                .await
-                .map_err(|source| ArchiverInitError::RetentionUnreadable {
-                    queue: url.to_string(),
-                    source,
-                })?;
+            // A protected DLQ is the user's queue: one whose retention cannot be read, or is not
+            // above its threshold, is left alone (logged, and `DlqLeftAlone` at every run), never
+            // the others. Our own queues (the poison queue, a DLQ the install created) stop init.
+            let protected_dlq = config.protected && index > 0;
+            let retention = match queue.retention_seconds(url.as_str()).await {
+                Ok(seconds) => seconds,
+                Err(e) if protected_dlq => {
+                    tracing::error!(queue = url.name(), action = "left-alone:unreadable", error = %e, "queue {}: its MessageRetentionPeriod cannot be read; this DLQ is not archived until it can be", url.name());
+                    skipped.insert(url.clone());
+                    continue;
+                }
+                Err(source) => {
+                    return Err(ArchiverInitError::RetentionUnreadable {
+                        queue: url.to_string(),
+                        source,
+                    });
+                }
+            };
             match thresholds.get(url) {
                 Some(own) => {
                     let tagged = ArchiverConfig {
@@ -480,6 +496,12 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
                     // A tag that would let SQS delete first leaves that DLQ alone, not the others.
                     if let Err(e) = check_threshold(&tagged, url, retention) {
                         tracing::error!(queue = url.name(), action = "left-alone:bad-tag", "{e}");
+                        skipped.insert(url.clone());
+                    }
+                }
+                None if protected_dlq => {
+                    if let Err(e) = check_threshold(&config, url, retention) {
+                        tracing::error!(queue = url.name(), action = "left-alone:retention", "{e}");
                         skipped.insert(url.clone());
                     }
                 }
@@ -516,6 +538,15 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
         };
         for url in &self.config.queues {
             if self.skipped.contains(url) {
+                // Left alone at init: said at every run, so that the fleet's alarm pages.
+                let left_alone = [MetricValue::count(LEFT_ALONE_METRIC, 1)];
+                if let Err(e) = self
+                    .metrics
+                    .put(&self.config.metric_namespace, url.name(), &left_alone)
+                    .await
+                {
+                    tracing::error!(queue = url.name(), error = %e, "publishing DlqLeftAlone failed");
+                }
                 continue;
             }
             let q = self.sweep(url, deadline).await;

@@ -879,3 +879,62 @@ async fn every_protected_dlq_is_archived_under_its_own_prefix_at_its_own_tagged_
     );
     assert_eq!(queue_depth(&sqs, mail).await, 2, "left alone, not lost");
 }
+
+#[tokio::test]
+async fn a_protected_dlq_whose_retention_is_too_short_is_left_alone_and_said_the_others_are_archived()
+ {
+    // GIVEN three protected DLQs: one untagged at a one-hour retention, which the install's
+    // threshold (one hour) is not below, and one the archiver cannot read at all (deleted
+    // since the deploy); the third's owners archive after a few seconds (its tag)
+    let sqs = moto().sqs().await;
+    let s3 = s3().await;
+    let bucket = bucket(&s3).await;
+    let short = queue_with_retention(&sqs, "3600").await;
+    let gone = queue_with_retention(&sqs, "345600").await;
+    let tagged = queue_with_retention(&sqs, "345600").await;
+    let poison = queue_with_retention(&sqs, "1209600").await;
+    sqs.tag_queue()
+        .queue_url(&tagged)
+        .tags("redrive:archive-after-days", "0.00002")
+        .send()
+        .await
+        .unwrap();
+    send_all(&sqs, &short, &["kept-1"], false).await;
+    send_all(&sqs, &tagged, &["old-1", "old-2"], false).await;
+    sqs.delete_queue().queue_url(&gone).send().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let namespace = unique_name("ns");
+    let list = format!("{short},{gone},{tagged}");
+    let cfg = config(&[
+        ("ARCHIVE_BUCKET", &bucket),
+        ("POISON_QUEUE_URL", &poison),
+        ("DLQ_URLS", &list),
+        ("ARCHIVE_AFTER_SECONDS", "3600"),
+        ("ARCHIVE_VISIBILITY_SECONDS", "30"),
+        ("METRIC_NAMESPACE", &namespace),
+    ]);
+
+    // WHEN the archiver starts and runs
+    let archiver = on_moto(&s3, cfg).await;
+    let summary = archiver.run(None).await;
+
+    // THEN the poison queue and the tagged DLQ are swept, the other two are left alone, and each
+    // of those says so in DlqLeftAlone at every run (the fleet's alarm pages on it)
+    let name = |url: &str| url.rsplit('/').next().unwrap().to_string();
+    let swept: Vec<&str> = summary.queues.iter().map(|q| q.queue.as_str()).collect();
+    assert_eq!(swept, [name(&poison), name(&tagged)]);
+    assert_eq!(summary.archived, 2, "{summary:?}");
+    assert_eq!(queue_depth(&sqs, &short).await, 1, "left alone, not lost");
+    for left in [&short, &gone] {
+        assert_eq!(
+            metric_sum(&namespace, "DlqLeftAlone", &name(left)).await,
+            1.0
+        );
+    }
+    for served in [&poison, &tagged] {
+        assert_eq!(
+            metric_sum(&namespace, "DlqLeftAlone", &name(served)).await,
+            0.0
+        );
+    }
+}
