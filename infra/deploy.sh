@@ -227,6 +227,14 @@ publish_live() { # FUNCTION_NAME
         die "function $name did not become ready (State Active, LastUpdateStatus Successful)." \
             "See: aws lambda get-function-configuration --function-name $name. Run make deploy again once it is."
     fi
+    # JSON logs, whatever the account's default (Lambda's is Text): the metric filters read the
+    # functions' JSON fields, and the functions honour AWS_LAMBDA_LOG_FORMAT (docs/contract.md).
+    if [ "$(aws_ lambda get-function-configuration --function-name "$name" --query LoggingConfig.LogFormat --output text 2>/dev/null)" != JSON ]; then
+        aws_ lambda update-function-configuration --function-name "$name" --logging-config LogFormat=JSON >/dev/null ||
+            die "could not set the JSON log format of $name (lambda:UpdateFunctionConfiguration)."
+        aws_ lambda wait function-updated-v2 --function-name "$name" ||
+            die "function $name did not become ready after its log format was set."
+    fi
     version=$(aws_ lambda publish-version --function-name "$name" --description "make deploy" \
         --query Version --output text) || die "could not publish a version of $name."
     if previous=$(aws_ lambda get-alias --function-name "$name" --name live --query FunctionVersion --output text 2>/dev/null); then

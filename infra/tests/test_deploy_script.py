@@ -91,8 +91,11 @@ class DeployScript(unittest.TestCase):
     # ---------------------------------------------------------------- the happy path
     def test_deploy_creates_everything_reruns_cleanly_and_destroy_removes_it(self):
         stack = support.unique("rdd")
+        real_aws = support.tool("aws")
+        aws_log, _ = self.shim("aws", f'printf "%s\\n" "$*" >>"$STATE/calls"\nexec {real_aws} "$@"\n')
         env = self.settings(
             stack,
+            AWS_CLI=aws_log,
             GUARD_ALARM_NAMES="downstream-5xx,downstream-latency",
             MAX_RECEIVE_COUNT="4",
             CONSUMER_TIMEOUT_SECONDS="45",
@@ -114,6 +117,12 @@ class DeployScript(unittest.TestCase):
             self.assertEqual(config["Runtime"], "provided.al2023")
         support.assert_real_functions(self, self.moto, self.lambda_dir, {
             f"{stack}-redriver": "redriver", f"{stack}-consumer": "consumer", f"{stack}-archiver": "archiver"})
+        # Every function logs JSON whatever the account's default (moto keeps no LoggingConfig:
+        # the calls deploy made say it).
+        calls = (Path(aws_log).parent / "calls").read_text(encoding="utf-8").splitlines()
+        for function in ("redriver", "consumer", "archiver"):
+            self.assertIn(f"--region {support.REGION} lambda update-function-configuration --function-name "
+                          f"{stack}-{function} --logging-config LogFormat=JSON", calls)
         self.assertEqual(redriver["Role"], out["RedriverRoleArn"])
         self.assertEqual(consumer["Role"], out["ConsumerRoleArn"])
         self.assertEqual((redriver["MemorySize"], redriver["Timeout"]), (512, 120))
@@ -310,9 +319,14 @@ exec {real} "$@"
 
     def test_create_function_retries_are_bounded(self):
         stack = support.unique("rdj")
-        shim, _ = self.shim("cargo-lambda", """
-echo 'Error: InvalidParameterValueException: The role defined for the function cannot be assumed by Lambda.' >&2
-exit 1
+        real = support.tool("cargo-lambda")
+        # Every CreateFunction meets a role IAM never propagates; the build runs for real.
+        shim, _ = self.shim("cargo-lambda", f"""
+if [ "$2" = deploy ]; then
+    echo 'Error: InvalidParameterValueException: The role defined for the function cannot be assumed by Lambda.' >&2
+    exit 1
+fi
+exec {real} "$@"
 """)
         env = self.settings(stack, CARGO_LAMBDA=shim, IAM_PROPAGATION_WAIT_SECONDS="0", IAM_PROPAGATION_ATTEMPTS="3")
         result = self.run_script(DEPLOY, env)
