@@ -52,8 +52,15 @@ pub use lambda_runtime::Error;
 pub use message::Message;
 pub use process::{BODY_NOT_PARSED, FromBody, ProcessError, Processor, RawBody};
 pub use record::Record;
-pub use redrive_shared::config::{ConfigError, ConsumerConfig};
-pub use redrive_shared::key::IdempotencyKey;
+// The shared crate's types this crate's public signatures use, so that a user names them from
+// here and needs no second dependency.
+pub use redrive_shared::backoff::{Backoff, Jitter, JitterRng};
+pub use redrive_shared::config::{
+    ConfigError, ConsumerConfig, DownstreamConfig, Env, FifoOnFailure, QueueUrl,
+};
+pub use redrive_shared::key::{IdempotencyKey, KeySource, PayloadSource};
+pub use redrive_shared::limits::Outgoing;
+pub use redrive_shared::{AttributeValue, Attributes, MessageAttribute, TraceHeader};
 #[cfg(feature = "runtime")]
 pub use runtime::{Runner, deadline_ms, run};
 
