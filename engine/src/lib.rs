@@ -16,20 +16,23 @@ pub mod s3;
 pub use engine::{DrainRequest, Engine, InvocationError, Settings, StopReason, Summary};
 
 /// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
-/// no code path logs one.
+/// no code path logs one. The Lambdas use [`lambda_init`], which also honours Lambda's logging
+/// controls.
 pub fn init_logging() {
     redrive_shared::logging::init_json_logging("info", false);
 }
 
-/// The init every Lambda shares (re-driver, workflow tasks, archiver): JSON logs,
-/// then the configuration (an error is logged and fails init, naming the variable, before any
+/// The init every Lambda shares (re-driver, workflow tasks, archiver): logs as Lambda's
+/// advanced logging controls choose them (`AWS_LAMBDA_LOG_LEVEL` before `RUST_LOG`, default
+/// `info`; `AWS_LAMBDA_LOG_FORMAT` JSON or Text; see [`redrive_shared::logging`]), then the
+/// configuration (an error is logged and fails init, naming the variable, before any
 /// queue is touched), then the SDK configuration with attempt and operation timeouts on every
 /// client, so that a stalled call cannot outlive the deadline margin, and the one retry
 /// configuration of whole calls ([`aws::retry_config`]).
-pub async fn lambda_init<T, E: std::fmt::Display>(
+pub async fn lambda_init<T, E: std::fmt::Display + From<redrive_shared::config::ConfigError>>(
     config: impl FnOnce() -> Result<T, E>,
 ) -> Result<(T, aws_config::SdkConfig), E> {
-    init_logging();
+    redrive_shared::logging::init_lambda_logging("info")?;
     let config = config().map_err(|e| {
         tracing::error!(error = %e, "invalid configuration");
         e

@@ -52,14 +52,24 @@ pub use lambda_runtime::Error;
 pub use message::Message;
 pub use process::{BODY_NOT_PARSED, FromBody, ProcessError, Processor, RawBody};
 pub use record::Record;
-pub use redrive_shared::config::ConsumerConfig;
-pub use redrive_shared::key::IdempotencyKey;
+// The shared crate's types this crate's public signatures use, so that a user names them from
+// here and needs no second dependency.
+pub use redrive_shared::backoff::{Backoff, Jitter, JitterRng};
+pub use redrive_shared::config::{
+    ConfigError, ConsumerConfig, DownstreamConfig, Env, FifoOnFailure, QueueUrl,
+};
+pub use redrive_shared::key::{IdempotencyKey, KeySource, PayloadSource};
+pub use redrive_shared::limits::Outgoing;
+pub use redrive_shared::{AttributeValue, Attributes, MessageAttribute, TraceHeader};
 #[cfg(feature = "runtime")]
 pub use runtime::{Runner, deadline_ms, run};
 
-/// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
-/// no code path logs one. [`run`] calls it.
+/// Logs, one line per event, as Lambda's advanced logging controls choose them:
+/// `AWS_LAMBDA_LOG_LEVEL` before `RUST_LOG` (default `info`), `AWS_LAMBDA_LOG_FORMAT` `JSON`
+/// (the default) or `Text`, the invocation's request and trace ids on every line. Never message
+/// bodies: no code path logs one. An invalid value of either Lambda variable is logged and
+/// returned, naming it. [`run`] calls it.
 #[cfg(feature = "runtime")]
-pub fn init_logging() {
-    redrive_shared::logging::init_json_logging("info", false);
+pub fn init_logging() -> Result<(), ConfigError> {
+    redrive_shared::logging::init_lambda_logging("info").map(|_| ())
 }

@@ -7,7 +7,7 @@ use redrive_shared::config::{DownstreamConfig, Env};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    redrive_consumer::init_logging();
+    redrive_consumer::init_logging()?;
     // Config errors fail init, naming the variable, before any record is touched.
     let processor = DownstreamConfig::from_env(&Env::process())
         .map_err(Error::from)

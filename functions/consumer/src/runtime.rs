@@ -147,7 +147,7 @@ where
 
     /// Initialises, then serves invocations until the runtime stops the process.
     pub async fn run(self) -> Result<(), Error> {
-        crate::init_logging();
+        crate::init_logging()?;
         let config = self.config().inspect_err(|e| {
             tracing::error!(error = %e, "invalid configuration");
         })?;
