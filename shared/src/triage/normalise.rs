@@ -46,9 +46,8 @@ impl Version {
     }
 }
 
-/// What a placeholder stands for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// What a placeholder stands for; written (and serialised) as the placeholder's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Uuid,
     Arn,
@@ -80,6 +79,12 @@ impl Kind {
             Self::Duration => "duration",
             Self::Quoted => "quoted",
         }
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -215,7 +220,7 @@ fn quoted(s: &[u8]) -> Option<usize> {
         .iter()
         .take(MAX_QUOTED_CHARS + 1)
         .position(|&b| b == quote || b == b'\n')?;
-    (s[1 + close] == quote && close > 0).then_some(close + 2)
+    (s[1 + close] == quote).then_some(close + 2)
 }
 
 /// An ARN or URL runs to whitespace, a quote or a closing bracket; a trailing `.`, `,` or `:`
@@ -462,6 +467,7 @@ mod tests {
                 "field 'amount' expected \"number\"",
                 "field <quoted> expected <quoted>",
             ),
+            ("got \"\" for ''", "got <quoted> for <quoted>"),
             (
                 "GET https://api.example.com/v1/orders/9?x=1 failed",
                 "GET <url> failed",
