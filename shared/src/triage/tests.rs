@@ -395,3 +395,46 @@ fn chosen_attributes_split_messages_without_a_cause() {
     let plain = GroupingConfig::default();
     assert_eq!(id(&eu, &plain), id(&us, &plain));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn id_of(class: &str, code: &str, message: &str) -> GroupId {
+        let attrs = stamped(0, class, code, message, "2026-11-21T10:00:00Z");
+        let m = Observation {
+            message_id: "m",
+            body: "{}",
+            attributes: &attrs,
+            sent_timestamp_ms: None,
+            dead_letter_source_arn: None,
+        };
+        group::key(&m, &Facts::read(&m), &[], normalise::CURRENT).id
+    }
+
+    proptest! {
+        #[test]
+        fn a_different_class_or_code_is_never_the_same_group(
+            message in "\\PC{0,80}",
+            code_a in "[A-Z_0-9]{1,12}",
+            code_b in "[A-Z_0-9]{1,12}",
+        ) {
+            prop_assert_ne!(id_of("transient", &code_a, &message), id_of("permanent", &code_a, &message));
+            if code_a != code_b {
+                prop_assert_ne!(id_of("transient", &code_a, &message), id_of("transient", &code_b, &message));
+            }
+        }
+
+        #[test]
+        fn masked_values_never_split_a_group(a in 0u32..100_000, b in 0u32..100_000, ip in any::<[u8; 4]>()) {
+            let text = |n: u32, ip: [u8; 4]| format!(
+                "order {n} rejected by {}.{}.{}.{} at 2026-11-{:02}T10:00:00Z for 'k{n}'",
+                ip[0], ip[1], ip[2], ip[3], 1 + n % 28
+            );
+            prop_assert_eq!(
+                id_of("permanent", "REJECTED", &text(a, ip)),
+                id_of("permanent", "REJECTED", &text(b, [10, 0, 0, 1]))
+            );
+        }
+    }
+}
