@@ -432,7 +432,9 @@ fn print_group(s: &Style, index: usize, g: &Group) {
         .collect();
     row("isolation", isolation.join(", "));
     if let (Some(first), Some(last)) = (&g.first_failure, &g.last_failure) {
-        row("failures", format!("{first} to {last}"));
+        // Without a recorded cause, the times are when the messages were sent.
+        let key = if g.recorded { "failures" } else { "sent" };
+        row(key, format!("{first} to {last}"));
     }
     for t in &g.top_values {
         let top: Vec<String> = t
