@@ -26,9 +26,10 @@ Exit codes:
      profile, no credentials), or `discard` without --yes; nothing was changed
   3  incomplete: some messages failed, were refused or not found, a guard alarm or the
      adaptive circuit (CIRCUIT_TABLE) kept the circuit open, a `drain --canary` bounced, or `replay`/`discard` did not reach the end of the queue (the report says
-     how many were not reached; --max reached is not an error)
+     how many were not reached; --max reached is not an error), a `triage` pass did not
+     reach the end of the queue, or `triage show` found no message of the group
 
-Workflow: stats -> peek -> fix the cause -> replay in batches (--max) -> stats -> discard.";
+Workflow: triage -> stats -> peek -> fix the cause -> replay in batches (--max) -> stats -> discard.";
 
 /// Operate a redrive dead-letter queue by hand: inspect, drain, replay, discard.
 #[derive(Debug, Parser)]
@@ -126,6 +127,17 @@ pub enum Command {
     /// defaults. Which DLQs: --dlq (repeatable) and --tag, else PROTECT_DLQS and PROTECT_TAG
     /// as in infra/redrive.env. Changes nothing.
     Status(super::status::StatusArgs),
+    /// Group a DLQ or poison queue by cause, with one recommended action per group
+    ///
+    /// One pass over the queue (held while it runs, released at once) or an export file
+    /// (--file): per group its id (the same across builds and deploys), title (the failure's
+    /// normalised text), count, first and last failure, source, class and code, attempts (from
+    /// x-redrive, never ApproximateReceiveCount), isolation, the top values of each masked part,
+    /// and one action from a fixed table. Messages without a recorded cause are grouped by what
+    /// they carry (source, body shape, attributes). `triage show GROUP QUEUE` lists a group's
+    /// messages. Exit code 3 when the pass did not reach the end of the queue, or `show` found
+    /// none of the group. See docs/triage.md.
+    Triage(super::triage::TriageArgs),
     /// Print a shell completion script on stdout
     ///
     /// bash: `redrive completions bash > ~/.local/share/bash-completion/completions/redrive`;

@@ -2,6 +2,8 @@
 //! printed, and its exit code.
 
 mod common;
+/// `redrive triage` (its own file, run on both emulators with this binary).
+mod triage;
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -12,6 +12,7 @@
 //! - [`config`]: typed configuration of both Lambdas, read once at init.
 //! - [`key`]: idempotency keys for the consumer.
 //! - [`timefmt`]: RFC 3339 timestamps of epoch milliseconds (`aws_smithy_types::DateTime`).
+//! - [`triage`]: a DLQ grouped by cause (normaliser, group ids, actions, rules).
 //! - [`trace_header`]: SQS's `AWSTraceHeader` system attribute, carried onto every copy.
 //! - `sdk` (feature `aws`): conversions to and from `aws-sdk-sqs` types.
 //! - `logging` (feature `logging`): the JSON log setup of the Lambdas and the CLI.
@@ -34,6 +35,7 @@ pub mod sdk;
 pub mod source;
 pub mod timefmt;
 pub mod trace_header;
+pub mod triage;
 
 pub use attributes::{AttributeValue, Attributes, MessageAttribute};
 pub use backoff::{Backoff, Jitter, JitterRng, RandomSource};

@@ -1,0 +1,462 @@
+//! `redrive triage`: a DLQ or poison queue (or an export file) grouped by cause in one pass,
+//! each group with a stable id, its facts and one recommended action; `triage show G`: one
+//! group's messages. The grouping is the shared crate's (`redrive_shared::triage`); this file
+//! reads the messages and prints. docs/triage.md describes the output and the JSON schema.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args, Subcommand};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use redrive_engine::ports::Received;
+use redrive_shared::archive::parse_jsonl;
+use redrive_shared::meta::ATTRIBUTE_NAME;
+use redrive_shared::triage::grouper::belongs;
+use redrive_shared::triage::{
+    Group, GroupId, Grouper, GroupingConfig, Observation, Rules, normalise,
+};
+
+use super::inspect::{facts, warn_if_receives_count};
+use super::output::Style;
+use super::queues::QueueRef;
+use super::scan::{Reach, Scanner, Status, Stop};
+use super::view::MessageView;
+use super::{CliError, Ctx, Outcome, now_ms};
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct TriageArgs {
+    #[command(subcommand)]
+    pub command: Option<TriageCommand>,
+    #[command(flatten)]
+    pub pass: PassArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TriageCommand {
+    /// One group's messages: samples with their x-redrive (bodies only with --bodies)
+    ///
+    /// Reads the queue (or file) once more and lists the messages of the group: an id printed
+    /// by an older build (another normaliser version) still finds its messages. Exit code 3
+    /// when no message of the group was found.
+    Show(ShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The group id, as `redrive triage` printed it (g<version>-<hex>, or r-<rule name>).
+    #[arg(value_name = "GROUP", value_parser = GroupId::parse)]
+    pub group: GroupId,
+    #[command(flatten)]
+    pub pass: PassArgs,
+    /// Sample messages shown.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub samples: u32,
+    /// Also show each sample's body, cut to --body-chars characters.
+    #[arg(long)]
+    pub bodies: bool,
+    /// Characters of a body shown with --bodies.
+    #[arg(long, value_name = "N", default_value_t = 200, requires = "bodies")]
+    pub body_chars: usize,
+}
+
+/// Where the messages come from and how they are grouped.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("input").required(true).args(["queue", "file"])))]
+pub struct PassArgs {
+    /// The DLQ or poison queue: name, ARN or URL.
+    #[arg(value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    pub queue: Option<QueueRef>,
+    /// An export file (JSON Lines, as `redrive export --to FILE` writes) instead of a queue.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// Messages grouped at most; a deeper queue is grouped as a sample, and the output says so.
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..=110_000))]
+    pub max: u32,
+    /// An ordered rules file (JSON) that names, merges or splits groups (docs/triage.md).
+    #[arg(long, value_name = "PATH")]
+    pub rules: Option<PathBuf>,
+    /// A message attribute whose value splits the messages without a recorded cause (repeatable).
+    #[arg(long = "by-attribute", value_name = "NAME")]
+    pub by_attribute: Vec<String>,
+    /// The re-driver's attempt limit: below it, a transient failure is retried by the re-driver.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "MAX_REDRIVE_ATTEMPTS",
+        default_value_t = 5
+    )]
+    pub max_attempts: u32,
+    /// The source queue's name for messages that name none (a poison queue the re-driver fed
+    /// from one source queue).
+    #[arg(long, value_name = "NAME")]
+    pub source: Option<String>,
+}
+
+/// How much of the input one pass grouped.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Coverage {
+    /// Distinct messages grouped.
+    pub grouped: usize,
+    /// Messages on the queue when the pass began (visible, in flight and delayed), or lines of
+    /// the file.
+    pub about: u64,
+    /// `complete`, `sample` (--max reached), `incomplete` or `failed`.
+    pub status: &'static str,
+    /// Messages received more than once in the pass (counted once).
+    pub repeats: usize,
+    /// Visible on the queue when the pass ended: not reached (`null` for a file or unknown).
+    pub not_reached: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One message read by a pass, with what triage needs of it.
+struct Read {
+    message: Received,
+}
+
+impl Read {
+    fn observation(&self) -> Observation<'_> {
+        let m = &self.message;
+        Observation {
+            message_id: &m.message_id,
+            body: &m.body,
+            attributes: &m.attributes,
+            sent_timestamp_ms: m.sent_timestamp_ms,
+            dead_letter_source_arn: m.dead_letter_source_arn.as_deref(),
+        }
+    }
+}
+
+pub async fn run(ctx: &Ctx, args: TriageArgs) -> Result<Outcome, CliError> {
+    match args.command {
+        Some(TriageCommand::Show(show)) => run_show(ctx, show).await,
+        None => run_groups(ctx, args.pass).await,
+    }
+}
+
+fn config(args: &PassArgs) -> Result<GroupingConfig, CliError> {
+    let rules = match &args.rules {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                CliError::Config(format!(
+                    "cannot read the rules file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            Rules::parse(&text).map_err(|e| CliError::Config(format!("{}: {e}", path.display())))?
+        }
+        None => Rules::default(),
+    };
+    Ok(GroupingConfig {
+        version: normalise::CURRENT,
+        rules,
+        key_attributes: args.by_attribute.clone(),
+        max_attempts: args.max_attempts,
+        fallback_source: args.source.clone(),
+    })
+}
+
+/// One pass over the input: every message read is handed to `each`; the queue's messages are
+/// held while the pass runs and released when it ends.
+async fn pass(
+    ctx: &Ctx,
+    args: &PassArgs,
+    mut each: impl FnMut(&Read) -> bool,
+) -> Result<(String, Coverage), CliError> {
+    if let Some(path) = &args.file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::Config(format!("cannot read {}: {e}", path.display())))?;
+        let lines =
+            parse_jsonl(&text).map_err(|e| CliError::Config(format!("{}: {e}", path.display())))?;
+        let about = lines.len() as u64;
+        let mut grouped = 0;
+        let mut repeats = 0;
+        for line in lines.into_iter().take(args.max as usize) {
+            let message = Received {
+                message_id: line.message_id,
+                receipt_handle: String::new(),
+                body: line.body,
+                attributes: line.attributes,
+                group_id: line.system.message_group_id.clone(),
+                receive_count: 0,
+                sent_timestamp_ms: line.system.sent_timestamp_ms(),
+                trace_header: None,
+                dead_letter_source_arn: None,
+            };
+            if each(&Read { message }) {
+                grouped += 1;
+            } else {
+                repeats += 1;
+            }
+        }
+        let status = if grouped + repeats < about as usize {
+            "sample"
+        } else {
+            "complete"
+        };
+        let coverage = Coverage {
+            grouped,
+            about,
+            status,
+            repeats,
+            not_reached: None,
+            note: None,
+        };
+        return Ok((path.display().to_string(), coverage));
+    }
+    let Some(queue_ref) = &args.queue else {
+        return Err(CliError::Config("name a queue or pass --file".into()));
+    };
+    let target = ctx.resolve(queue_ref).await?;
+    let queue = ctx.queue();
+    let url = target.as_str();
+    let before = facts(&queue, url).await?;
+    warn_if_receives_count(&before, target.name());
+    let mut scan = Scanner::new(&queue, url);
+    let max = args.max as usize;
+    let (mut grouped, mut repeats) = (0, 0);
+    let walked: Result<(), _> = async {
+        while grouped < max {
+            let batch = scan.next((max - grouped).min(10)).await?;
+            if batch.is_empty() {
+                break;
+            }
+            for message in batch {
+                if each(&Read { message }) {
+                    grouped += 1;
+                } else {
+                    repeats += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let stop = if grouped >= max {
+        Stop::Limit
+    } else {
+        Stop::Exhausted
+    };
+    let reach: Reach = scan.reach(stop, grouped + repeats, &walked).await;
+    scan.release().await;
+    if let Err(e) = walked {
+        return Err(CliError::Aws(e));
+    }
+    let status = match reach.status {
+        Status::Complete => "complete",
+        Status::Limit => "sample",
+        Status::Incomplete => "incomplete",
+        Status::Failed => "failed",
+    };
+    let coverage = Coverage {
+        grouped,
+        about: before.visible + before.in_flight + before.delayed,
+        status,
+        repeats,
+        not_reached: reach.not_reached,
+        note: reach.shortfall(),
+    };
+    Ok((url.to_string(), coverage))
+}
+
+async fn run_groups(ctx: &Ctx, args: PassArgs) -> Result<Outcome, CliError> {
+    let mut grouper = Grouper::new(config(&args)?);
+    let (input, coverage) = pass(ctx, &args, |r| grouper.add(&r.observation()).is_some()).await?;
+    let rules = grouper.config().rules.len();
+    let groups = grouper.finish();
+    if ctx.json {
+        super::output::print_json(&json!({
+            "input": input,
+            "normaliserVersion": normalise::CURRENT.number(),
+            "rules": rules,
+            "maxAttempts": args.max_attempts,
+            "coverage": coverage,
+            "groups": groups,
+        }));
+    } else {
+        print_groups(&ctx.style, &input, &coverage, &groups);
+    }
+    Ok(outcome(&coverage))
+}
+
+fn outcome(coverage: &Coverage) -> Outcome {
+    match coverage.status {
+        "complete" | "sample" => Outcome::Done,
+        _ => Outcome::Incomplete,
+    }
+}
+
+/// A sample of `triage show`: the message as `peek` shows it, and its `x-redrive` as written.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Sample {
+    #[serde(flatten)]
+    view: MessageView,
+    x_redrive: Option<Value>,
+}
+
+async fn run_show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome, CliError> {
+    let cfg = config(&args.pass)?;
+    let mut members = Grouper::new(config(&args.pass)?);
+    let mut samples = Vec::new();
+    let now = now_ms();
+    let body_chars = args.bodies.then_some(args.body_chars);
+    let want = args.samples as usize;
+    let mut seen = HashSet::new();
+    let (input, coverage) = pass(ctx, &args.pass, |r| {
+        if !seen.insert(r.message.message_id.clone()) {
+            return false;
+        }
+        let m = r.observation();
+        let facts = members.facts(&m);
+        if belongs(&args.group, &m, &facts, &cfg) {
+            members.add_facts(&m, facts);
+            if samples.len() < want {
+                let x_redrive = r.message.attributes.get(ATTRIBUTE_NAME).and_then(|a| {
+                    let text = a.as_str()?;
+                    Some(serde_json::from_str(text).unwrap_or(Value::String(text.to_string())))
+                });
+                samples.push(Sample {
+                    view: MessageView::new(&r.message, now, body_chars),
+                    x_redrive,
+                });
+            }
+        }
+        true
+    })
+    .await?;
+    let groups = members.finish();
+    let found = groups.iter().map(|g| g.count).sum::<usize>();
+    if ctx.json {
+        super::output::print_json(&json!({
+            "input": input,
+            "group": args.group.to_string(),
+            "found": found,
+            "coverage": coverage,
+            "groups": groups,
+            "samples": samples,
+        }));
+    } else {
+        let s = &ctx.style;
+        println!(
+            "{}: {found} message(s) of {} among {} grouped ({})",
+            s.bold(&input),
+            s.bold(&args.group.to_string()),
+            coverage.grouped,
+            coverage.status
+        );
+        for g in &groups {
+            if g.id != args.group.to_string() {
+                println!(
+                    "{}",
+                    s.dim(&format!("{} is now {} in this build", args.group, g.id))
+                );
+            }
+            print_group(s, 0, g);
+        }
+        for (i, sample) in samples.iter().enumerate() {
+            print!("{}", sample.view.render(i + 1, s));
+            if let Some(x) = &sample.x_redrive {
+                println!("   {}{x}", s.dim(&format!("{:<11}", "x-redrive")));
+            }
+        }
+    }
+    if found == 0 {
+        return Ok(Outcome::Incomplete);
+    }
+    Ok(outcome(&coverage))
+}
+
+fn print_groups(s: &Style, input: &str, c: &Coverage, groups: &[Group]) {
+    println!(
+        "{}: grouped {} of about {} message(s) in one pass ({}); {} group(s)",
+        s.bold(input),
+        c.grouped,
+        c.about,
+        c.status,
+        groups.len()
+    );
+    if c.repeats > 0 {
+        println!(
+            "{}",
+            s.dim(&format!(
+                "{} message(s) received twice, counted once",
+                c.repeats
+            ))
+        );
+    }
+    if let Some(note) = &c.note {
+        println!("{} {note}", s.warn("note:"));
+    }
+    for (i, g) in groups.iter().enumerate() {
+        print_group(s, i + 1, g);
+    }
+}
+
+fn print_group(s: &Style, index: usize, g: &Group) {
+    let row = |key: &str, value: String| println!("   {}{value}", s.dim(&format!("{key:<11}")));
+    let head = if index > 0 {
+        format!("[{index}] ")
+    } else {
+        String::new()
+    };
+    println!(
+        "{head}{}  {} message(s)  {}",
+        s.bold(&g.id),
+        g.count,
+        s.warn(g.action.as_str())
+    );
+    row("title", g.title.clone());
+    let cause = match (&g.class, &g.code) {
+        (Some(class), Some(code)) => format!("{class} {code}"),
+        _ => "none recorded".into(),
+    };
+    row("cause", cause);
+    row(
+        "source",
+        g.source.clone().unwrap_or_else(|| "unknown".into()),
+    );
+    row(
+        "attempts",
+        format!("{} to {}", g.attempts.min, g.attempts.max),
+    );
+    let isolation: Vec<String> = g
+        .isolation
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    row("isolation", isolation.join(", "));
+    if let (Some(first), Some(last)) = (&g.first_failure, &g.last_failure) {
+        // Without a recorded cause, the times are when the messages were sent.
+        let key = if g.recorded { "failures" } else { "sent" };
+        row(key, format!("{first} to {last}"));
+    }
+    for t in &g.top_values {
+        let top: Vec<String> = t
+            .top
+            .iter()
+            .map(|v| format!("{} ({})", v.value, v.count))
+            .collect();
+        let more = if t.distinct_capped {
+            "1000+".to_string()
+        } else {
+            t.distinct.to_string()
+        };
+        row(
+            &format!("<{}>", t.kind.as_str()),
+            format!("{} of {more} distinct", top.join(", ")),
+        );
+    }
+    if let Some(rule) = &g.rule {
+        row(
+            "rule",
+            format!("{rule} (computed: {})", g.computed_ids.join(", ")),
+        );
+    }
+    row("action", g.action_advice.to_string());
+}
