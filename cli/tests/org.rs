@@ -706,3 +706,49 @@ async fn drain_without_source_sends_each_message_back_to_its_own() {
         Some("unknown-source".to_string())
     );
 }
+
+#[tokio::test]
+async fn status_by_tag_under_the_operator_policy_alone_skips_the_queues_it_may_not_read() {
+    // GIVEN the stack's DLQ and another queue of the account, both carrying the tag, and an
+    // operator holding only the stack's OperatorPolicy (ListQueueTags on the stack's queues)
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let key = unique_name("redrive-protect");
+    let foreign = sqs
+        .create_queue()
+        .queue_name(unique_name("foreign-dlq"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for url in [&q.dlq_url, &foreign] {
+        sqs.tag_queue()
+            .queue_url(url)
+            .tags(&key, "true")
+            .send()
+            .await
+            .unwrap();
+    }
+    let tag = format!("{key}=true");
+
+    // WHEN status selects DLQs by that tag
+    let args = ["status", "--json", "--tag", tag.as_str()];
+    let env = [
+        ("DLQ_URL", q.dlq_url.as_str()),
+        ("SOURCE_QUEUE_URL", q.source_url.as_str()),
+        ("POISON_QUEUE_URL", q.poison_url.as_str()),
+    ];
+    let run = run_redrive_granted(&args, &env, &[]);
+
+    // THEN it answers with the stack's DLQ; the queue it may not read is no DLQ of this install
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let names: Vec<String> = run
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["queue"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, [q.dlq_url.rsplit('/').next().unwrap().to_string()]);
+}
