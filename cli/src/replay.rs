@@ -67,14 +67,13 @@ pub fn replay_entry(
     now_ms: i64,
 ) -> (SendEntry, bool) {
     let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-    let replayed = RedriveMeta {
+    let mut replayed = RedriveMeta {
         attempt: 0,
         last_error: None,
-        isolated_at: None,
-        reason: None,
         last_redriven_at: Some(rfc3339_from_millis(now_ms)),
         ..meta.clone()
     };
+    replayed.clear_isolation();
     let mut attributes = m.attributes.clone();
     replayed.write_into(&mut attributes);
     let fits = attributes.len() <= MAX_ATTRIBUTES
@@ -571,7 +570,11 @@ mod tests {
 
     #[test]
     fn the_copy_resets_the_attempt_and_clears_last_error_and_the_isolation() {
-        let m = received(parked_attributes());
+        let mut attributes = parked_attributes();
+        let (mut parked, _) = RedriveMeta::read(&attributes, "x");
+        parked.set_dlq("https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq");
+        parked.write_into(&mut attributes);
+        let m = received(attributes);
         let (entry, stamped) = replay_entry(&m, false, MAX_MESSAGE_BYTES, 1_795_300_000_000);
         assert!(stamped);
         assert_eq!(entry.body, m.body);
@@ -581,6 +584,7 @@ mod tests {
         assert_eq!(meta.attempt, 0);
         assert_eq!(meta.last_error, None);
         assert_eq!((&meta.reason, meta.isolated_at.as_deref()), (&None, None));
+        assert_eq!(meta.dlq(), None, "the copy is not parked any more");
         assert_eq!(meta.original_message_id, "orig-1");
         assert_eq!(
             meta.first_redriven_at.as_deref(),

@@ -211,7 +211,21 @@ impl Decision {
 }
 
 /// Decides one message. `now_ms` is the Unix time in milliseconds stamped into the metadata.
+/// The same as [`decide_from`] without naming the DLQ.
 pub fn decide(
+    message: &ReceivedMessage<'_>,
+    policy: &Policy,
+    now_ms: i64,
+    rng: &mut impl RandomSource,
+) -> Decision {
+    decide_from(None, message, policy, now_ms, rng)
+}
+
+/// Decides one message received from the DLQ `dlq` (its URL): an isolation records it in
+/// `x-redrive` ([`RedriveMeta::set_dlq`]), so that a message in a poison queue shared by
+/// several DLQs says which one it came from.
+pub fn decide_from(
+    dlq: Option<&str>,
     message: &ReceivedMessage<'_>,
     policy: &Policy,
     now_ms: i64,
@@ -285,7 +299,7 @@ pub fn decide(
     };
 
     let isolate = |reason: IsolationReason| {
-        isolation(message, policy, &meta, read_from.clone(), reason, &now)
+        isolation(message, policy, &meta, read_from.clone(), reason, &now, dlq)
     };
 
     let attempt = match intended {
@@ -352,13 +366,29 @@ pub fn decide(
 }
 
 /// A protected DLQ's message whose source is not known ([`crate::source`]): isolated
-/// `unknown-source`, its history kept, never sent to a guessed queue.
+/// `unknown-source`, its history kept, never sent to a guessed queue. The same as
+/// [`decide_unknown_source_from`] without naming the DLQ or the claimed source.
 pub fn decide_unknown_source(
     message: &ReceivedMessage<'_>,
     policy: &Policy,
     now_ms: i64,
 ) -> Decision {
-    let (meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
+    decide_unknown_source_from(None, None, message, policy, now_ms)
+}
+
+/// [`decide_unknown_source`] of a message received from `dlq` (its URL), which SQS stamped
+/// with `claimed_source` (its `DeadLetterQueueSourceArn`, when it has one). The isolation
+/// records the DLQ, and keeps the claimed source (else a `source` an earlier move recorded)
+/// as `claimedSource`, never as `source`: a clue for people that nothing routes by.
+pub fn decide_unknown_source_from(
+    dlq: Option<&str>,
+    claimed_source: Option<&str>,
+    message: &ReceivedMessage<'_>,
+    policy: &Policy,
+    now_ms: i64,
+) -> Decision {
+    let (mut meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
+    meta.demote_source(claimed_source);
     isolation(
         message,
         policy,
@@ -366,6 +396,7 @@ pub fn decide_unknown_source(
         read_from,
         IsolationReason::UnknownSource,
         &rfc3339_from_millis(now_ms),
+        dlq,
     )
 }
 
@@ -378,12 +409,16 @@ fn isolation(
     read_from: MetaSource,
     reason: IsolationReason,
     now: &str,
+    dlq: Option<&str>,
 ) -> Decision {
-    let isolated = RedriveMeta {
+    let mut isolated = RedriveMeta {
         isolated_at: Some(now.to_string()),
         reason: Some(reason.clone()),
         ..meta.clone()
     };
+    if let Some(dlq) = dlq.filter(|d| !d.is_empty()) {
+        isolated.set_dlq(dlq);
+    }
     let mut attributes = message.attributes.clone();
     isolated.write_into(&mut attributes);
     let stamped = attributes.len() <= MAX_ATTRIBUTES
@@ -587,6 +622,84 @@ mod tests {
         assert_eq!(meta.attempt, 2, "the history is kept");
         assert_eq!(meta.reason, Some(IsolationReason::UnknownSource));
         assert_eq!(meta.original_message_id, ORIG);
+    }
+
+    const DLQ_URL: &str = "https://sqs.eu-west-1.amazonaws.com/111122223333/orders-dlq";
+
+    #[test]
+    fn every_isolation_records_the_dlq_it_was_received_from() {
+        let spent = message(with_meta(&RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        }));
+        let d = decide_from(
+            Some(DLQ_URL),
+            &spent.view(),
+            &policy(),
+            NOW,
+            &mut Fixed(0.5),
+        );
+        assert!(matches!(&d, Decision::Isolate(i) if i.stamped));
+        assert_eq!(carried(&d).dlq(), Some(DLQ_URL));
+        assert_eq!(d.meta().dlq(), Some(DLQ_URL));
+        let d = decide_unknown_source_from(
+            Some(DLQ_URL),
+            None,
+            &message(Attributes::new()).view(),
+            &policy(),
+            NOW,
+        );
+        assert_eq!(carried(&d).dlq(), Some(DLQ_URL));
+        // A redrive and a wait do not: the message is not parked.
+        let fresh = message(Attributes::new());
+        let d = decide_from(
+            Some(DLQ_URL),
+            &fresh.view(),
+            &policy(),
+            NOW,
+            &mut Fixed(0.5),
+        );
+        assert!(d.is_redrive());
+        assert_eq!(carried(&d).dlq(), None);
+        // A replayed message's old isolation marks, its DLQ among them, are dropped on redrive.
+        let mut replayed = RedriveMeta::fresh(ORIG);
+        replayed.set_dlq(DLQ_URL);
+        let d = run(&message(with_meta(&replayed)), &policy());
+        assert!(d.is_redrive());
+        assert_eq!(carried(&d).dlq(), None);
+    }
+
+    #[test]
+    fn an_unknown_source_isolation_keeps_the_claimed_source_as_a_clue_not_a_route() {
+        let other = "arn:aws:sqs:eu-west-1:111122223333:payments";
+        // SQS stamped a queue that is not (or no longer) a source of the DLQ.
+        let m = message(Attributes::new());
+        let d = decide_unknown_source_from(Some(DLQ_URL), Some(other), &m.view(), &policy(), NOW);
+        let meta = carried(&d);
+        assert_eq!(meta.reason, Some(IsolationReason::UnknownSource));
+        assert_eq!(meta.claimed_source(), Some(other));
+        assert_eq!(meta.source(), None, "nothing may route by it");
+        // A stale `source` an earlier move recorded is demoted the same way; SQS's stamp wins.
+        let mut moved = RedriveMeta::fresh(ORIG);
+        moved.set_source(ORDERS_ARN);
+        let m = message(with_meta(&moved));
+        let d = decide_unknown_source_from(Some(DLQ_URL), None, &m.view(), &policy(), NOW);
+        let meta = carried(&d);
+        assert_eq!(
+            (meta.source(), meta.claimed_source()),
+            (None, Some(ORDERS_ARN))
+        );
+        let d = decide_unknown_source_from(Some(DLQ_URL), Some(other), &m.view(), &policy(), NOW);
+        assert_eq!(carried(&d).claimed_source(), Some(other));
+        // Nothing claimed: no clue invented.
+        let d = decide_unknown_source_from(
+            Some(DLQ_URL),
+            Some(""),
+            &message(Attributes::new()).view(),
+            &policy(),
+            NOW,
+        );
+        assert_eq!(carried(&d).claimed_source(), None);
     }
 
     #[test]
