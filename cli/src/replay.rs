@@ -14,7 +14,7 @@
 
 use redrive_shared::decision::dedup_id;
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
-use redrive_shared::meta::RedriveMeta;
+use redrive_shared::meta::{IsolationReason, RedriveMeta};
 use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_shared::{Attributes, TraceHeader};
 use serde_json::{Value, json};
@@ -297,6 +297,19 @@ async fn route<Q: Queue>(
     m: &Received,
 ) -> Result<Result<Destination, String>, PortError> {
     let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+    if meta.reason == Some(IsolationReason::UnknownSource) {
+        // The re-driver refused to guess where it goes: neither does replay, whatever source
+        // the message claims.
+        let claimed = meta.claimed_source().or(meta.source());
+        return Ok(Err(match claimed {
+            Some(claimed) => format!(
+                "isolated unknown-source: its source was never known (it claims {claimed}, which is not a source of its DLQ): pass --to QUEUE"
+            ),
+            None => {
+                "isolated unknown-source: its source was never known: pass --to QUEUE".to_string()
+            }
+        }));
+    }
     let Some(source) = meta.source().filter(|s| !s.is_empty()) else {
         return Ok(Err(
             "no source recorded in its x-redrive: pass --to QUEUE".to_string()
@@ -527,7 +540,6 @@ mod tests {
     use super::*;
     use redrive_engine::fake::FakeSqs;
     use redrive_engine::ports::EntryFailure;
-    use redrive_shared::meta::IsolationReason;
     use redrive_shared::{Attributes, ErrorClass, LastError, MessageAttribute};
 
     const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
