@@ -87,9 +87,13 @@ pub fn replay_entry(
     (entry, fits)
 }
 
-/// The FIFO group of a moved message's copy: the message's own, else its chain's.
+/// The FIFO group of a moved message's copy: the message's own, else the one its isolation
+/// recorded (a FIFO DLQ's message parked in a standard poison queue), else its chain's.
 pub fn fifo_group(group: Option<&str>, meta: &RedriveMeta) -> String {
-    group.map_or_else(|| meta.original_message_id.clone(), str::to_string)
+    group
+        .filter(|g| !g.is_empty())
+        .or(meta.group_id())
+        .map_or_else(|| meta.original_message_id.clone(), str::to_string)
 }
 
 /// The copy of a message moved by hand (replayed, imported), entry id left empty. On a FIFO
@@ -626,6 +630,22 @@ mod tests {
                 .as_deref(),
             Some("customer-7")
         );
+    }
+
+    #[test]
+    fn a_fifo_dlqs_message_parked_in_a_standard_queue_is_replayed_into_its_own_group() {
+        let mut attributes = parked_attributes();
+        let (mut meta, _) = RedriveMeta::read(&attributes, "x");
+        meta.extra
+            .insert("groupId".into(), serde_json::json!("customer-7"));
+        meta.write_into(&mut attributes);
+        let m = received(attributes);
+        let (entry, stamped) = replay_entry(&m, true, MAX_MESSAGE_BYTES, 0);
+        assert!(stamped);
+        assert_eq!(entry.group_id.as_deref(), Some("customer-7"));
+        // The copy is not parked any more: the group is its MessageGroupId, not in the stamp.
+        let (copy, _) = RedriveMeta::read(&entry.attributes, "new-id");
+        assert!(!copy.to_json().contains("groupId"), "{}", copy.to_json());
     }
 
     #[test]

@@ -419,6 +419,11 @@ fn isolation(
     if let Some(dlq) = dlq.filter(|d| !d.is_empty()) {
         isolated.set_dlq(dlq);
     }
+    // A FIFO DLQ's message parked in a standard poison queue loses its MessageGroupId: the
+    // stamp keeps it, for a replay to a FIFO queue.
+    if let Some(group) = message.group_id.filter(|g| !g.is_empty()) {
+        isolated.set_group_id(group);
+    }
     let mut attributes = message.attributes.clone();
     isolated.write_into(&mut attributes);
     let stamped = attributes.len() <= MAX_ATTRIBUTES
@@ -1043,6 +1048,35 @@ mod tests {
         };
         assert_eq!(plan.group_id.as_deref(), Some("customer-7"));
         assert_eq!(plan.dedup_id.as_deref(), Some("p-m-now"));
+    }
+
+    #[test]
+    fn a_fifo_dlqs_message_isolated_in_a_standard_poison_queue_keeps_its_group_in_the_stamp() {
+        let p = Policy {
+            source_fifo: true,
+            poison_fifo: false,
+            ..policy()
+        };
+        let mut m = message(with_meta(&RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        }));
+        m.group_id = Some("customer-7".into());
+        let Decision::Isolate(plan) = run(&m, &p) else {
+            panic!()
+        };
+        assert_eq!(
+            plan.group_id, None,
+            "a standard poison queue takes no group"
+        );
+        let written = plan.attributes[ATTRIBUTE_NAME].as_str().unwrap_or_default();
+        assert!(written.contains(r#""groupId":"customer-7""#), "{written}");
+        // A redriven copy of the replayed message does not carry it on.
+        let mut replayed = RedriveMeta::fresh(ORIG);
+        replayed.set_group_id("customer-7");
+        let d = run(&message(with_meta(&replayed)), &policy());
+        assert!(d.is_redrive());
+        assert_eq!(carried(&d).group_id(), None);
     }
 
     fn run_as(message_id: &str, m: &Msg, p: &Policy) -> Decision {

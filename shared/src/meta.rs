@@ -212,6 +212,11 @@ pub const DLQ_FIELD: &str = "dlq";
 /// could not be used. A clue for people, never a route: nothing sends a message there.
 pub const CLAIMED_SOURCE_FIELD: &str = "claimedSource";
 
+/// The `x-redrive` field holding a parked message's FIFO `MessageGroupId`, written on
+/// isolation: a standard poison queue keeps no group, and `redrive replay` restores it when it
+/// sends the message to a FIFO queue.
+pub const GROUP_FIELD: &str = "groupId";
+
 impl Serialize for RedriveMeta {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -404,6 +409,7 @@ impl RedriveMeta {
         self.extra.remove(FIELD_REASON);
         self.extra.remove(DLQ_FIELD);
         self.extra.remove(CLAIMED_SOURCE_FIELD);
+        self.extra.remove(GROUP_FIELD);
     }
 
     /// When a message waiting on the DLQ may go back to its source (epoch ms); `None` for a
@@ -468,6 +474,20 @@ impl RedriveMeta {
         if let Some(claimed) = claimed {
             self.extra.insert(CLAIMED_SOURCE_FIELD.to_string(), claimed);
         }
+    }
+
+    /// [`GROUP_FIELD`]: the FIFO group of a parked message, when its isolation recorded it.
+    pub fn group_id(&self) -> Option<&str> {
+        self.extra
+            .get(GROUP_FIELD)?
+            .as_str()
+            .filter(|g| !g.is_empty())
+    }
+
+    /// Records the message's FIFO group ([`GROUP_FIELD`]).
+    pub fn set_group_id(&mut self, group: &str) {
+        self.extra
+            .insert(GROUP_FIELD.to_string(), Value::String(group.to_string()));
     }
 
     /// True when the consumer gave up on this message for good.
