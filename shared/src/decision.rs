@@ -2,7 +2,7 @@
 //! backoff delay, or isolate it in the poison queue with a reason.
 
 use crate::attributes::{Attributes, message_size};
-use crate::backoff::{Backoff, RandomSource};
+use crate::backoff::{Backoff, MAX_WAIT_SECONDS, RandomSource};
 use crate::key::sha256_hex;
 use crate::limits::{MAX_ATTRIBUTES, MAX_FIFO_ID_LEN};
 use crate::meta::{IsolationReason, MetaSource, RedriveMeta};
@@ -239,7 +239,19 @@ pub fn decide_from(
 
     // A message waiting on the DLQ: its attempt was decided and counted when its wait began.
     // A FIFO source takes no delays, so a wait there (written by hand) is over at once.
-    if let Some(not_before) = meta.not_before_ms() {
+    if let Some(mut not_before) = meta.not_before_ms() {
+        // A wait is never longer than the longest backoff any setting allows (12 h), counted
+        // from now: a stamp further out (written by hand, or corrupt) is brought back to that
+        // bound and written so, or the message would hop on the DLQ for as long as it says.
+        // Not this front end's own cap: the Lambda must not cut short a wait the Step
+        // Functions orchestrator drew.
+        let longest = policy.backoff.max().max(MAX_WAIT_SECONDS);
+        let latest = now_ms.saturating_add(i64::from(longest) * 1000);
+        let bounded = not_before > latest;
+        if bounded {
+            meta.set_not_before(Some(latest));
+            not_before = meta.not_before_ms().unwrap_or(latest);
+        }
         let left_ms = not_before - now_ms;
         if left_ms > 0 && !policy.source_fifo {
             let left = u32::try_from((left_ms + 999) / 1000).unwrap_or(u32::MAX);
@@ -247,7 +259,7 @@ pub fn decide_from(
                 not_before_ms: not_before,
                 delay_seconds: left.min(policy.hop_seconds()),
                 wait_seconds: left,
-                attributes: if policy.source_arn.is_some() {
+                attributes: if policy.source_arn.is_some() || bounded {
                     let mut attributes = message.attributes.clone();
                     meta.write_into(&mut attributes);
                     attributes
@@ -705,6 +717,46 @@ mod tests {
             NOW,
         );
         assert_eq!(carried(&d).claimed_source(), None);
+    }
+
+    #[test]
+    fn a_not_before_beyond_the_longest_backoff_is_bounded_from_now() {
+        // A stamp 30 days out, written by hand: the settings allow 12 h at most.
+        let p = long_policy(900);
+        let mut far = RedriveMeta {
+            attempt: 2,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        far.set_not_before(Some(NOW + 30 * 86_400_000));
+        let Decision::Wait(plan) = run(&message(with_meta(&far)), &p) else {
+            panic!("still waiting, but not for 30 days")
+        };
+        let latest = NOW + 43_200_000;
+        assert_eq!(plan.not_before_ms, latest);
+        assert_eq!(plan.wait_seconds, 43_200);
+        assert_eq!(plan.delay_seconds, 900);
+        assert_eq!(
+            carried(&Decision::Wait(plan.clone())).not_before_ms(),
+            Some(latest),
+            "written so"
+        );
+        // The bound holds across hops: received when it is due, it is redriven as attempt 2.
+        let hop = Msg {
+            attributes: plan.attributes.clone(),
+            ..message(Attributes::new())
+        };
+        let d = decide(&hop.view(), &p, latest, &mut Fixed(0.5));
+        assert!(d.is_redrive(), "{}", d.action());
+        assert_eq!(d.meta().attempt, 2);
+        // The re-driver's own settings (900 s at most) bound it the same: a wait another front
+        // end drew is not cut short.
+        let d = run(&message(with_meta(&far)), &policy());
+        assert_eq!(d.meta().not_before_ms(), Some(latest));
+        // A stamp within the bound is left as written.
+        let mut near = far.clone();
+        near.set_not_before(Some(NOW + 600_000));
+        let d = run(&message(with_meta(&near)), &p);
+        assert_eq!(d.meta().not_before_ms(), Some(NOW + 600_000));
     }
 
     #[test]
