@@ -387,6 +387,50 @@ async fn a_copy_not_acknowledged_leaves_the_message_on_the_dlq() {
 }
 
 #[tokio::test]
+async fn the_executions_answer_counts_the_messages_left_waiting() {
+    // GIVEN a round that sent one message back to wait and isolated another
+    let (sqs, _, wf) = setup(LONG);
+    sqs.push(DLQ, "later", Attributes::new(), None);
+    sqs.push(DLQ, "poison", permanent(), None);
+    let round = wf.redrive_batch(10, false, None).await.unwrap();
+    let run = Run {
+        max_messages: 10,
+        dry_run: false,
+        mode: Mode::Messages,
+        drains: 1,
+        fifo: false,
+        trigger_alarm: None,
+    };
+    let totals = Totals {
+        remaining: 10,
+        ..Totals::default()
+    };
+    let totals = tally(&run, totals, Some(&to_value(&round)), &[]);
+    assert_eq!(totals.waiting, 1);
+    // WHEN the execution ends
+    let answer = wf
+        .handle(
+            json!({"action": "summary", "run": run, "totals": totals}),
+            None,
+        )
+        .await
+        .unwrap();
+    // THEN its answer accounts for every message received: the waiting one too
+    let count = |k: &str| answer[k].as_u64().unwrap_or(0);
+    assert_eq!(
+        (
+            count("received"),
+            count("redriven"),
+            count("isolated"),
+            count("failed"),
+            count("waiting")
+        ),
+        (2, 0, 1, 0, 1),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
 async fn dry_run_plans_and_releases() {
     let (sqs, _, wf) = setup(LONG);
     sqs.push(DLQ, "a", Attributes::new(), None);

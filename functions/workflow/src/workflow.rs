@@ -181,7 +181,8 @@ where
             trigger_alarm: run.trigger_alarm.clone(),
             ..DrainRequest::new(run.max_messages)
         };
-        self.engine
+        let mut summary = self
+            .engine
             .finish(
                 &request,
                 StepTotals {
@@ -194,7 +195,11 @@ where
                     bounced: totals.bounced,
                 },
             )
-            .await
+            .await;
+        // The execution's answer accounts for every message it received: those sent back to
+        // wait on the DLQ too.
+        summary.waiting = totals.waiting;
+        summary
     }
 }
 
