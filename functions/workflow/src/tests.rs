@@ -596,6 +596,44 @@ mod lease {
     }
 
     #[tokio::test]
+    async fn the_lease_outlives_the_longest_round_the_function_timeout_allows() {
+        let (_, store, wf) = with_store();
+        // A task function with a 900 s timeout: each invocation is given 900 s.
+        let given = |s: u64| Some(tokio::time::Instant::now() + Duration::from_secs(s));
+        // After the renewal: the rest of that invocation, then redriveBatch and tally, each
+        // tried 5 times by the state machine (2, 4, 8 and 16 s apart), each attempt up to 900 s.
+        let longest_round_ms = (900 + 2 * (5 * 900 + 30)) * 1000;
+        let out = wf
+            .handle(
+                json!({"action": "start", "input": {}, "executionArn": "e1", "stateMachineArn": "sm"}),
+                given(900),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out["proceed"], true, "{out}");
+        let (_, expires) = holder(&store).unwrap();
+        assert!(
+            expires - T0 >= longest_round_ms,
+            "a lease of {} s is lost mid-round",
+            (expires - T0) / 1000
+        );
+        // checkCircuit renews it by the same rule.
+        advance(1000);
+        wf.handle(
+            json!({"action": "checkCircuit", "executionArn": "e1"}),
+            given(900),
+        )
+        .await
+        .unwrap();
+        let (_, renewed) = holder(&store).unwrap();
+        assert!(renewed - (T0 + 1000) >= longest_round_ms);
+        // A short timeout never gets less than the floor.
+        assert_eq!(lease_ttl_seconds(30), LEASE_TTL_SECONDS);
+        assert_eq!(lease_ttl_seconds(900), 11 * 900 + 120);
+        // A short timeout never gets less than the floor.
+    }
+
+    #[tokio::test]
     async fn an_expired_lease_goes_to_the_next_execution() {
         let (_, store, wf) = with_store();
         assert_eq!(start(&wf, "e1", json!({})).await["proceed"], true);

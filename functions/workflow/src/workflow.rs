@@ -108,7 +108,7 @@ where
             Task::Start {
                 input,
                 execution_arn,
-            } => self.start(input, &execution_arn).await?,
+            } => self.start(input, &execution_arn, deadline).await?,
             Task::CheckCircuit { execution_arn } => {
                 self.check_circuit(execution_arn.as_deref(), deadline)
                     .await?
@@ -152,7 +152,7 @@ where
         deadline: Option<Instant>,
     ) -> Result<Value, TaskError> {
         if let Some(arn) = execution_arn
-            && let LeaseState::HeldBy(other) = self.hold_lease(arn).await?
+            && let LeaseState::HeldBy(other) = self.hold_lease(arn, deadline).await?
         {
             tracing::warn!(execution = arn, running = %other.holder, action = "lease-lost", "another execution took this DLQ's lease: this one receives no more and goes to its summary");
             return Ok(json!({
