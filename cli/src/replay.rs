@@ -14,7 +14,7 @@
 
 use redrive_shared::decision::dedup_id;
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
-use redrive_shared::meta::RedriveMeta;
+use redrive_shared::meta::{IsolationReason, RedriveMeta};
 use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_shared::{Attributes, TraceHeader};
 use serde_json::{Value, json};
@@ -67,14 +67,13 @@ pub fn replay_entry(
     now_ms: i64,
 ) -> (SendEntry, bool) {
     let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-    let replayed = RedriveMeta {
+    let mut replayed = RedriveMeta {
         attempt: 0,
         last_error: None,
-        isolated_at: None,
-        reason: None,
         last_redriven_at: Some(rfc3339_from_millis(now_ms)),
         ..meta.clone()
     };
+    replayed.clear_isolation();
     let mut attributes = m.attributes.clone();
     replayed.write_into(&mut attributes);
     let fits = attributes.len() <= MAX_ATTRIBUTES
@@ -88,9 +87,13 @@ pub fn replay_entry(
     (entry, fits)
 }
 
-/// The FIFO group of a moved message's copy: the message's own, else its chain's.
+/// The FIFO group of a moved message's copy: the message's own, else the one its isolation
+/// recorded (a FIFO DLQ's message parked in a standard poison queue), else its chain's.
 pub fn fifo_group(group: Option<&str>, meta: &RedriveMeta) -> String {
-    group.map_or_else(|| meta.original_message_id.clone(), str::to_string)
+    group
+        .filter(|g| !g.is_empty())
+        .or(meta.group_id())
+        .map_or_else(|| meta.original_message_id.clone(), str::to_string)
 }
 
 /// The copy of a message moved by hand (replayed, imported), entry id left empty. On a FIFO
@@ -298,6 +301,19 @@ async fn route<Q: Queue>(
     m: &Received,
 ) -> Result<Result<Destination, String>, PortError> {
     let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+    if meta.reason == Some(IsolationReason::UnknownSource) {
+        // The re-driver refused to guess where it goes: neither does replay, whatever source
+        // the message claims.
+        let claimed = meta.claimed_source().or(meta.source());
+        return Ok(Err(match claimed {
+            Some(claimed) => format!(
+                "isolated unknown-source: its source was never known (it claims {claimed}, which is not a source of its DLQ): pass --to QUEUE"
+            ),
+            None => {
+                "isolated unknown-source: its source was never known: pass --to QUEUE".to_string()
+            }
+        }));
+    }
     let Some(source) = meta.source().filter(|s| !s.is_empty()) else {
         return Ok(Err(
             "no source recorded in its x-redrive: pass --to QUEUE".to_string()
@@ -528,7 +544,6 @@ mod tests {
     use super::*;
     use redrive_engine::fake::FakeSqs;
     use redrive_engine::ports::EntryFailure;
-    use redrive_shared::meta::IsolationReason;
     use redrive_shared::{Attributes, ErrorClass, LastError, MessageAttribute};
 
     const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
@@ -571,7 +586,11 @@ mod tests {
 
     #[test]
     fn the_copy_resets_the_attempt_and_clears_last_error_and_the_isolation() {
-        let m = received(parked_attributes());
+        let mut attributes = parked_attributes();
+        let (mut parked, _) = RedriveMeta::read(&attributes, "x");
+        parked.set_dlq("https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq");
+        parked.write_into(&mut attributes);
+        let m = received(attributes);
         let (entry, stamped) = replay_entry(&m, false, MAX_MESSAGE_BYTES, 1_795_300_000_000);
         assert!(stamped);
         assert_eq!(entry.body, m.body);
@@ -581,6 +600,7 @@ mod tests {
         assert_eq!(meta.attempt, 0);
         assert_eq!(meta.last_error, None);
         assert_eq!((&meta.reason, meta.isolated_at.as_deref()), (&None, None));
+        assert_eq!(meta.dlq(), None, "the copy is not parked any more");
         assert_eq!(meta.original_message_id, "orig-1");
         assert_eq!(
             meta.first_redriven_at.as_deref(),
@@ -610,6 +630,22 @@ mod tests {
                 .as_deref(),
             Some("customer-7")
         );
+    }
+
+    #[test]
+    fn a_fifo_dlqs_message_parked_in_a_standard_queue_is_replayed_into_its_own_group() {
+        let mut attributes = parked_attributes();
+        let (mut meta, _) = RedriveMeta::read(&attributes, "x");
+        meta.extra
+            .insert("groupId".into(), serde_json::json!("customer-7"));
+        meta.write_into(&mut attributes);
+        let m = received(attributes);
+        let (entry, stamped) = replay_entry(&m, true, MAX_MESSAGE_BYTES, 0);
+        assert!(stamped);
+        assert_eq!(entry.group_id.as_deref(), Some("customer-7"));
+        // The copy is not parked any more: the group is its MessageGroupId, not in the stamp.
+        let (copy, _) = RedriveMeta::read(&entry.attributes, "new-id");
+        assert!(!copy.to_json().contains("groupId"), "{}", copy.to_json());
     }
 
     #[test]

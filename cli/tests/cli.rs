@@ -1071,3 +1071,37 @@ async fn a_stamp_too_large_for_the_destination_is_refused_too() {
     assert_eq!(queue_depth(&sqs, &q.source_url).await, 0);
     assert_eq!(visible(&sqs, &q.poison_url).await, 1);
 }
+
+#[tokio::test]
+async fn replay_without_to_never_sends_an_unknown_source_message_to_the_queue_it_claimed() {
+    // GIVEN two messages parked unknown-source: one whose x-redrive still names the queue it
+    // claimed as its `source`, one that carries the claim as `claimedSource`
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let mut claimed = parked("orig-claimed", 0, IsolationReason::UnknownSource, None);
+    claimed.set_source(&q.source_arn);
+    send_with_meta(&sqs, &q.poison_url, "claimed", &claimed).await;
+    let mut clue = parked("orig-clue", 0, IsolationReason::UnknownSource, None);
+    clue.extra
+        .insert("claimedSource".into(), json!(q.source_arn));
+    send_with_meta(&sqs, &q.poison_url, "clue", &clue).await;
+
+    // WHEN everything is replayed with no --to
+    let run = redrive(&["replay", "--from", &q.poison_url, "--all", "--json"], &[]);
+
+    // THEN neither went to the queue it claimed: both stayed, listed with no source; exit 3
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["replayed"].as_array().unwrap().len(), 0, "{report}");
+    let stray = report["noSource"].as_array().unwrap();
+    assert_eq!(stray.len(), 2, "{report}");
+    for s in stray {
+        assert!(
+            s["error"].as_str().unwrap().contains("unknown-source"),
+            "{report}"
+        );
+    }
+    assert!(drain_all(&sqs, &q.source_url).await.is_empty());
+    let left = drain_all(&sqs, &q.poison_url).await;
+    assert_eq!(bodies(&left), ["claimed", "clue"]);
+}

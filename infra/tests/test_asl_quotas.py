@@ -42,6 +42,7 @@ LAMBDA_ERRORS = {
     "Lambda.AWSLambdaException",
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
+    "Lambda.ClientExecutionTimeoutException",
 }
 # Lambda's longest function timeout.
 LAMBDA_MAX_TIMEOUT_SECONDS = 900
@@ -295,6 +296,13 @@ class LambdaRetries(unittest.TestCase):
             retry["ErrorEquals"].remove("Lambda.TooManyRequestsException")
         self.assertEqual(lambda_retry_violations(mutated(drop_throttling)),
                          ["RedriveBatch: Retry lacks Lambda.TooManyRequestsException"])
+
+    def test_a_task_without_the_client_execution_timeout_fails_the_check(self):
+        def drop_client_timeout(machine):
+            machine["States"]["Summary"]["Retry"][0]["ErrorEquals"].remove(
+                "Lambda.ClientExecutionTimeoutException")
+        self.assertEqual(lambda_retry_violations(mutated(drop_client_timeout)),
+                         ["Summary: Retry lacks Lambda.ClientExecutionTimeoutException"])
 
     def test_a_drain_without_one_of_them_fails_the_check(self):
         def drop_throttling(machine):

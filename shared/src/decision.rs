@@ -2,7 +2,7 @@
 //! backoff delay, or isolate it in the poison queue with a reason.
 
 use crate::attributes::{Attributes, message_size};
-use crate::backoff::{Backoff, RandomSource};
+use crate::backoff::{Backoff, MAX_WAIT_SECONDS, RandomSource};
 use crate::key::sha256_hex;
 use crate::limits::{MAX_ATTRIBUTES, MAX_FIFO_ID_LEN};
 use crate::meta::{IsolationReason, MetaSource, RedriveMeta};
@@ -211,7 +211,21 @@ impl Decision {
 }
 
 /// Decides one message. `now_ms` is the Unix time in milliseconds stamped into the metadata.
+/// The same as [`decide_from`] without naming the DLQ.
 pub fn decide(
+    message: &ReceivedMessage<'_>,
+    policy: &Policy,
+    now_ms: i64,
+    rng: &mut impl RandomSource,
+) -> Decision {
+    decide_from(None, message, policy, now_ms, rng)
+}
+
+/// Decides one message received from the DLQ `dlq` (its URL): an isolation records it in
+/// `x-redrive` ([`RedriveMeta::set_dlq`]), so that a message in a poison queue shared by
+/// several DLQs says which one it came from.
+pub fn decide_from(
+    dlq: Option<&str>,
     message: &ReceivedMessage<'_>,
     policy: &Policy,
     now_ms: i64,
@@ -225,7 +239,19 @@ pub fn decide(
 
     // A message waiting on the DLQ: its attempt was decided and counted when its wait began.
     // A FIFO source takes no delays, so a wait there (written by hand) is over at once.
-    if let Some(not_before) = meta.not_before_ms() {
+    if let Some(mut not_before) = meta.not_before_ms() {
+        // A wait is never longer than the longest backoff any setting allows (12 h), counted
+        // from now: a stamp further out (written by hand, or corrupt) is brought back to that
+        // bound and written so, or the message would hop on the DLQ for as long as it says.
+        // Not this front end's own cap: the Lambda must not cut short a wait the Step
+        // Functions orchestrator drew.
+        let longest = policy.backoff.max().max(MAX_WAIT_SECONDS);
+        let latest = now_ms.saturating_add(i64::from(longest) * 1000);
+        let bounded = not_before > latest;
+        if bounded {
+            meta.set_not_before(Some(latest));
+            not_before = meta.not_before_ms().unwrap_or(latest);
+        }
         let left_ms = not_before - now_ms;
         if left_ms > 0 && !policy.source_fifo {
             let left = u32::try_from((left_ms + 999) / 1000).unwrap_or(u32::MAX);
@@ -233,7 +259,7 @@ pub fn decide(
                 not_before_ms: not_before,
                 delay_seconds: left.min(policy.hop_seconds()),
                 wait_seconds: left,
-                attributes: if policy.source_arn.is_some() {
+                attributes: if policy.source_arn.is_some() || bounded {
                     let mut attributes = message.attributes.clone();
                     meta.write_into(&mut attributes);
                     attributes
@@ -285,7 +311,7 @@ pub fn decide(
     };
 
     let isolate = |reason: IsolationReason| {
-        isolation(message, policy, &meta, read_from.clone(), reason, &now)
+        isolation(message, policy, &meta, read_from.clone(), reason, &now, dlq)
     };
 
     let attempt = match intended {
@@ -352,13 +378,29 @@ pub fn decide(
 }
 
 /// A protected DLQ's message whose source is not known ([`crate::source`]): isolated
-/// `unknown-source`, its history kept, never sent to a guessed queue.
+/// `unknown-source`, its history kept, never sent to a guessed queue. The same as
+/// [`decide_unknown_source_from`] without naming the DLQ or the claimed source.
 pub fn decide_unknown_source(
     message: &ReceivedMessage<'_>,
     policy: &Policy,
     now_ms: i64,
 ) -> Decision {
-    let (meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
+    decide_unknown_source_from(None, None, message, policy, now_ms)
+}
+
+/// [`decide_unknown_source`] of a message received from `dlq` (its URL), which SQS stamped
+/// with `claimed_source` (its `DeadLetterQueueSourceArn`, when it has one). The isolation
+/// records the DLQ, and keeps the claimed source (else a `source` an earlier move recorded)
+/// as `claimedSource`, never as `source`: a clue for people that nothing routes by.
+pub fn decide_unknown_source_from(
+    dlq: Option<&str>,
+    claimed_source: Option<&str>,
+    message: &ReceivedMessage<'_>,
+    policy: &Policy,
+    now_ms: i64,
+) -> Decision {
+    let (mut meta, read_from) = RedriveMeta::read(message.attributes, message.message_id);
+    meta.demote_source(claimed_source);
     isolation(
         message,
         policy,
@@ -366,6 +408,7 @@ pub fn decide_unknown_source(
         read_from,
         IsolationReason::UnknownSource,
         &rfc3339_from_millis(now_ms),
+        dlq,
     )
 }
 
@@ -378,12 +421,21 @@ fn isolation(
     read_from: MetaSource,
     reason: IsolationReason,
     now: &str,
+    dlq: Option<&str>,
 ) -> Decision {
-    let isolated = RedriveMeta {
+    let mut isolated = RedriveMeta {
         isolated_at: Some(now.to_string()),
         reason: Some(reason.clone()),
         ..meta.clone()
     };
+    if let Some(dlq) = dlq.filter(|d| !d.is_empty()) {
+        isolated.set_dlq(dlq);
+    }
+    // A FIFO DLQ's message parked in a standard poison queue loses its MessageGroupId: the
+    // stamp keeps it, for a replay to a FIFO queue.
+    if let Some(group) = message.group_id.filter(|g| !g.is_empty()) {
+        isolated.set_group_id(group);
+    }
     let mut attributes = message.attributes.clone();
     isolated.write_into(&mut attributes);
     let stamped = attributes.len() <= MAX_ATTRIBUTES
@@ -587,6 +639,124 @@ mod tests {
         assert_eq!(meta.attempt, 2, "the history is kept");
         assert_eq!(meta.reason, Some(IsolationReason::UnknownSource));
         assert_eq!(meta.original_message_id, ORIG);
+    }
+
+    const DLQ_URL: &str = "https://sqs.eu-west-1.amazonaws.com/111122223333/orders-dlq";
+
+    #[test]
+    fn every_isolation_records_the_dlq_it_was_received_from() {
+        let spent = message(with_meta(&RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        }));
+        let d = decide_from(
+            Some(DLQ_URL),
+            &spent.view(),
+            &policy(),
+            NOW,
+            &mut Fixed(0.5),
+        );
+        assert!(matches!(&d, Decision::Isolate(i) if i.stamped));
+        assert_eq!(carried(&d).dlq(), Some(DLQ_URL));
+        assert_eq!(d.meta().dlq(), Some(DLQ_URL));
+        let d = decide_unknown_source_from(
+            Some(DLQ_URL),
+            None,
+            &message(Attributes::new()).view(),
+            &policy(),
+            NOW,
+        );
+        assert_eq!(carried(&d).dlq(), Some(DLQ_URL));
+        // A redrive and a wait do not: the message is not parked.
+        let fresh = message(Attributes::new());
+        let d = decide_from(
+            Some(DLQ_URL),
+            &fresh.view(),
+            &policy(),
+            NOW,
+            &mut Fixed(0.5),
+        );
+        assert!(d.is_redrive());
+        assert_eq!(carried(&d).dlq(), None);
+        // A replayed message's old isolation marks, its DLQ among them, are dropped on redrive.
+        let mut replayed = RedriveMeta::fresh(ORIG);
+        replayed.set_dlq(DLQ_URL);
+        let d = run(&message(with_meta(&replayed)), &policy());
+        assert!(d.is_redrive());
+        assert_eq!(carried(&d).dlq(), None);
+    }
+
+    #[test]
+    fn an_unknown_source_isolation_keeps_the_claimed_source_as_a_clue_not_a_route() {
+        let other = "arn:aws:sqs:eu-west-1:111122223333:payments";
+        // SQS stamped a queue that is not (or no longer) a source of the DLQ.
+        let m = message(Attributes::new());
+        let d = decide_unknown_source_from(Some(DLQ_URL), Some(other), &m.view(), &policy(), NOW);
+        let meta = carried(&d);
+        assert_eq!(meta.reason, Some(IsolationReason::UnknownSource));
+        assert_eq!(meta.claimed_source(), Some(other));
+        assert_eq!(meta.source(), None, "nothing may route by it");
+        // A stale `source` an earlier move recorded is demoted the same way; SQS's stamp wins.
+        let mut moved = RedriveMeta::fresh(ORIG);
+        moved.set_source(ORDERS_ARN);
+        let m = message(with_meta(&moved));
+        let d = decide_unknown_source_from(Some(DLQ_URL), None, &m.view(), &policy(), NOW);
+        let meta = carried(&d);
+        assert_eq!(
+            (meta.source(), meta.claimed_source()),
+            (None, Some(ORDERS_ARN))
+        );
+        let d = decide_unknown_source_from(Some(DLQ_URL), Some(other), &m.view(), &policy(), NOW);
+        assert_eq!(carried(&d).claimed_source(), Some(other));
+        // Nothing claimed: no clue invented.
+        let d = decide_unknown_source_from(
+            Some(DLQ_URL),
+            Some(""),
+            &message(Attributes::new()).view(),
+            &policy(),
+            NOW,
+        );
+        assert_eq!(carried(&d).claimed_source(), None);
+    }
+
+    #[test]
+    fn a_not_before_beyond_the_longest_backoff_is_bounded_from_now() {
+        // A stamp 30 days out, written by hand: the settings allow 12 h at most.
+        let p = long_policy(900);
+        let mut far = RedriveMeta {
+            attempt: 2,
+            ..RedriveMeta::fresh(ORIG)
+        };
+        far.set_not_before(Some(NOW + 30 * 86_400_000));
+        let Decision::Wait(plan) = run(&message(with_meta(&far)), &p) else {
+            panic!("still waiting, but not for 30 days")
+        };
+        let latest = NOW + 43_200_000;
+        assert_eq!(plan.not_before_ms, latest);
+        assert_eq!(plan.wait_seconds, 43_200);
+        assert_eq!(plan.delay_seconds, 900);
+        assert_eq!(
+            carried(&Decision::Wait(plan.clone())).not_before_ms(),
+            Some(latest),
+            "written so"
+        );
+        // The bound holds across hops: received when it is due, it is redriven as attempt 2.
+        let hop = Msg {
+            attributes: plan.attributes.clone(),
+            ..message(Attributes::new())
+        };
+        let d = decide(&hop.view(), &p, latest, &mut Fixed(0.5));
+        assert!(d.is_redrive(), "{}", d.action());
+        assert_eq!(d.meta().attempt, 2);
+        // The re-driver's own settings (900 s at most) bound it the same: a wait another front
+        // end drew is not cut short.
+        let d = run(&message(with_meta(&far)), &policy());
+        assert_eq!(d.meta().not_before_ms(), Some(latest));
+        // A stamp within the bound is left as written.
+        let mut near = far.clone();
+        near.set_not_before(Some(NOW + 600_000));
+        let d = run(&message(with_meta(&near)), &p);
+        assert_eq!(d.meta().not_before_ms(), Some(NOW + 600_000));
     }
 
     #[test]
@@ -930,6 +1100,35 @@ mod tests {
         };
         assert_eq!(plan.group_id.as_deref(), Some("customer-7"));
         assert_eq!(plan.dedup_id.as_deref(), Some("p-m-now"));
+    }
+
+    #[test]
+    fn a_fifo_dlqs_message_isolated_in_a_standard_poison_queue_keeps_its_group_in_the_stamp() {
+        let p = Policy {
+            source_fifo: true,
+            poison_fifo: false,
+            ..policy()
+        };
+        let mut m = message(with_meta(&RedriveMeta {
+            attempt: 3,
+            ..RedriveMeta::fresh(ORIG)
+        }));
+        m.group_id = Some("customer-7".into());
+        let Decision::Isolate(plan) = run(&m, &p) else {
+            panic!()
+        };
+        assert_eq!(
+            plan.group_id, None,
+            "a standard poison queue takes no group"
+        );
+        let written = plan.attributes[ATTRIBUTE_NAME].as_str().unwrap_or_default();
+        assert!(written.contains(r#""groupId":"customer-7""#), "{written}");
+        // A redriven copy of the replayed message does not carry it on.
+        let mut replayed = RedriveMeta::fresh(ORIG);
+        replayed.set_group_id("customer-7");
+        let d = run(&message(with_meta(&replayed)), &policy());
+        assert!(d.is_redrive());
+        assert_eq!(carried(&d).group_id(), None);
     }
 
     fn run_as(message_id: &str, m: &Msg, p: &Policy) -> Decision {

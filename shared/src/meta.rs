@@ -203,6 +203,20 @@ pub const NOT_BEFORE_FIELD: &str = "notBefore";
 /// where its source is read.
 pub const SOURCE_FIELD: &str = "source";
 
+/// The `x-redrive` field naming the DLQ a parked message was received from (the queue URL the
+/// re-driver drained), written on isolation: one poison queue serves every protected DLQ.
+pub const DLQ_FIELD: &str = "dlq";
+
+/// The `x-redrive` field of an `unknown-source` isolation holding the source the message
+/// claimed (SQS's `DeadLetterQueueSourceArn`, else the `source` an earlier move recorded) that
+/// could not be used. A clue for people, never a route: nothing sends a message there.
+pub const CLAIMED_SOURCE_FIELD: &str = "claimedSource";
+
+/// The `x-redrive` field holding a parked message's FIFO `MessageGroupId`, written on
+/// isolation: a standard poison queue keeps no group, and `redrive replay` restores it when it
+/// sends the message to a FIFO queue.
+pub const GROUP_FIELD: &str = "groupId";
+
 impl Serialize for RedriveMeta {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -386,12 +400,16 @@ impl RedriveMeta {
     }
 
     /// Drops the marks of an earlier isolation (`isolatedAt`, `reason`, also when kept
-    /// unread in `extra`): a copy sent on to be processed again must not look parked.
+    /// unread in `extra`, and the DLQ and claimed source it recorded): a copy sent on to be
+    /// processed again must not look parked.
     pub fn clear_isolation(&mut self) {
         self.isolated_at = None;
         self.reason = None;
         self.extra.remove(FIELD_ISOLATED);
         self.extra.remove(FIELD_REASON);
+        self.extra.remove(DLQ_FIELD);
+        self.extra.remove(CLAIMED_SOURCE_FIELD);
+        self.extra.remove(GROUP_FIELD);
     }
 
     /// When a message waiting on the DLQ may go back to its source (epoch ms); `None` for a
@@ -426,6 +444,50 @@ impl RedriveMeta {
     pub fn set_source(&mut self, arn: &str) {
         self.extra
             .insert(SOURCE_FIELD.to_string(), Value::String(arn.to_string()));
+    }
+
+    /// [`DLQ_FIELD`]: the DLQ a parked message was received from, when its isolation
+    /// recorded it.
+    pub fn dlq(&self) -> Option<&str> {
+        self.extra.get(DLQ_FIELD)?.as_str()
+    }
+
+    /// Records the DLQ the message was received from ([`DLQ_FIELD`]).
+    pub fn set_dlq(&mut self, dlq: &str) {
+        self.extra
+            .insert(DLQ_FIELD.to_string(), Value::String(dlq.to_string()));
+    }
+
+    /// [`CLAIMED_SOURCE_FIELD`]: the source an `unknown-source` message claimed.
+    pub fn claimed_source(&self) -> Option<&str> {
+        self.extra.get(CLAIMED_SOURCE_FIELD)?.as_str()
+    }
+
+    /// Turns a claimed source into a clue: `claimed` (else a recorded `source`) goes to
+    /// [`CLAIMED_SOURCE_FIELD`] and `source` is dropped, so that nothing routes by it.
+    pub fn demote_source(&mut self, claimed: Option<&str>) {
+        let recorded = self.extra.remove(SOURCE_FIELD);
+        let claimed = claimed
+            .filter(|c| !c.is_empty())
+            .map(|c| Value::String(c.to_string()))
+            .or(recorded.filter(|r| r.as_str().is_some_and(|r| !r.is_empty())));
+        if let Some(claimed) = claimed {
+            self.extra.insert(CLAIMED_SOURCE_FIELD.to_string(), claimed);
+        }
+    }
+
+    /// [`GROUP_FIELD`]: the FIFO group of a parked message, when its isolation recorded it.
+    pub fn group_id(&self) -> Option<&str> {
+        self.extra
+            .get(GROUP_FIELD)?
+            .as_str()
+            .filter(|g| !g.is_empty())
+    }
+
+    /// Records the message's FIFO group ([`GROUP_FIELD`]).
+    pub fn set_group_id(&mut self, group: &str) {
+        self.extra
+            .insert(GROUP_FIELD.to_string(), Value::String(group.to_string()));
     }
 
     /// True when the consumer gave up on this message for good.

@@ -49,9 +49,11 @@ impl QueueArn {
     }
 
     /// True when `url` (`https://sqs.REGION.amazonaws.com/ACCOUNT/NAME`, or an emulator's
-    /// `http://HOST:PORT/ACCOUNT/NAME`) names this queue.
+    /// `http://HOST:PORT/ACCOUNT/NAME`) names this queue: same account and name, and the same
+    /// region where the URL's host names one (an emulator's host names none).
     pub fn names_url(&self, url: &str) -> bool {
         url_account_and_name(url) == Some((self.account.as_str(), self.name.as_str()))
+            && url_region(url).is_none_or(|region| region == self.region)
     }
 }
 
@@ -74,6 +76,29 @@ pub fn url_account_and_name(url: &str) -> Option<(&str, &str)> {
     // The host alone is not an account.
     segments.next()?;
     Some((account, name))
+}
+
+/// The region a queue URL's host names (`sqs.eu-west-1.amazonaws.com`,
+/// `eu-west-1.queue.amazonaws.com`, `sqs.cn-north-1.amazonaws.com.cn`,
+/// `sqs.us-east-1.localhost.localstack.cloud`): the first label shaped like a region
+/// (`xx-name-N`, `xx-gov-name-N`); `None` for a host with none (`127.0.0.1`, `localhost`).
+pub fn url_region(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let host = rest.split('/').next()?;
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let host = host.split(':').next()?;
+    host.split('.').find(|label| is_region(label))
+}
+
+fn is_region(label: &str) -> bool {
+    let parts: Vec<&str> = label.split('-').collect();
+    parts.len() >= 3
+        && parts[0].len() == 2
+        && parts[..parts.len() - 1]
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
+        && parts[parts.len() - 1].bytes().all(|b| b.is_ascii_digit())
+        && !parts[parts.len() - 1].is_empty()
 }
 
 /// Why a message's source is not known.
@@ -193,6 +218,71 @@ mod tests {
             resolve(Some(elsewhere), None, &s),
             Err(UnknownSource::NotASource(_))
         ));
+    }
+
+    #[test]
+    fn a_queue_of_another_region_with_the_same_account_and_name_is_not_a_source() {
+        let s = sources();
+        let elsewhere = "arn:aws:sqs:us-west-2:111122223333:orders";
+        assert_eq!(
+            resolve(Some(elsewhere), None, &s),
+            Err(UnknownSource::NotASource(elsewhere.to_string()))
+        );
+        assert!(
+            resolve(None, Some(elsewhere), &s).is_err(),
+            "a recorded source neither"
+        );
+        // The legacy and the China host forms name their region too.
+        let legacy = vec!["https://eu-west-1.queue.amazonaws.com/111122223333/orders".to_string()];
+        assert!(resolve(Some(elsewhere), None, &legacy).is_err());
+        assert!(
+            resolve(
+                Some("arn:aws:sqs:eu-west-1:111122223333:orders"),
+                None,
+                &legacy
+            )
+            .is_ok()
+        );
+        let china = vec!["https://sqs.cn-north-1.amazonaws.com.cn/111122223333/orders".to_string()];
+        assert!(
+            resolve(
+                Some("arn:aws-cn:sqs:cn-north-1:111122223333:orders"),
+                None,
+                &china
+            )
+            .is_ok()
+        );
+        assert!(
+            resolve(
+                Some("arn:aws-cn:sqs:cn-northwest-1:111122223333:orders"),
+                None,
+                &china
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn urls_give_their_region_when_the_host_names_one() {
+        for (url, want) in [
+            ("https://sqs.eu-west-1.amazonaws.com/1/q", Some("eu-west-1")),
+            (
+                "https://sqs-fips.us-gov-west-1.amazonaws.com/1/q",
+                Some("us-gov-west-1"),
+            ),
+            (
+                "https://ap-southeast-2.queue.amazonaws.com/1/q",
+                Some("ap-southeast-2"),
+            ),
+            (
+                "http://sqs.us-east-1.localhost.localstack.cloud:4566/1/q",
+                Some("us-east-1"),
+            ),
+            ("http://127.0.0.1:5000/123456789012/q", None),
+            ("http://localhost:4566/123456789012/q", None),
+        ] {
+            assert_eq!(url_region(url), want, "{url}");
+        }
     }
 
     #[test]

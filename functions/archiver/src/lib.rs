@@ -44,6 +44,32 @@ pub const MAX_RETENTION_SECONDS: f64 = 1_209_600.0;
 /// one SDK operation (with its retries) plus a put and a delete still fit.
 pub const SWEEP_MARGIN: Duration = Duration::from_secs(10);
 
+/// One attempt of an S3 upload. An object holds up to 10 messages of up to 1 MiB each (a
+/// 256 KiB-1 MiB body is usual, about 14 MiB at worst once written as JSON lines): far beyond
+/// the 3 s that bounds an SQS call, this is 20 s, a slow 0.7 MB/s for the largest object.
+pub const S3_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+/// One S3 upload, the SDK's retries included.
+pub const S3_OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The archive's S3 client with its own timeouts ([`S3_ATTEMPT_TIMEOUT`],
+/// [`S3_OPERATION_TIMEOUT`]) in place of the SQS calls' 3 s and 5 s: `client` is built from the
+/// shared SDK configuration, its other settings (region, credentials, retries, path style)
+/// are kept.
+pub fn for_uploads(client: aws_sdk_s3::Client) -> aws_sdk_s3::Client {
+    let timeouts = aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+        .connect_timeout(redrive_shared::sdk::CONNECT_TIMEOUT)
+        .operation_attempt_timeout(S3_ATTEMPT_TIMEOUT)
+        .operation_timeout(S3_OPERATION_TIMEOUT)
+        .build();
+    aws_sdk_s3::Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .timeout_config(timeouts)
+            .build(),
+    )
+}
+
 /// Configuration of the archiver, read once at init. Every error names the variable.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArchiverConfig {

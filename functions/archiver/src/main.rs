@@ -14,8 +14,9 @@ async fn main() -> Result<(), Error> {
     let (config, sdk) =
         redrive_engine::lambda_init(|| ArchiverConfig::from_env(&Env::process())).await?;
     let clients = Clients::from_sdk(&sdk);
-    // Path-style, as the CLI's export and import use it (see redrive_engine::s3).
-    let s3 = redrive_engine::s3::client(&sdk);
+    // Path-style, as the CLI's export and import use it (see redrive_engine::s3), with the
+    // longer timeouts of an upload.
+    let s3 = redrive_archiver::for_uploads(redrive_engine::s3::client(&sdk));
     // Every queue's real retention, read now: a threshold not below it fails init.
     let archiver = Archiver::init(
         clients.sqs,

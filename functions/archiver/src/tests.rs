@@ -150,3 +150,79 @@ fn an_object_holds_one_line_per_message_in_the_shared_format() {
         Some(1_795_255_200_000)
     );
 }
+
+/// An S3 endpoint that answers a PUT after `delay`: a slow network, which no emulator makes.
+async fn slow_s3(delay: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = vec![0u8; 64 * 1024];
+                // The headers, then as many body bytes as they announce.
+                let (head_end, length) = loop {
+                    let Ok(n) = conn.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if head.contains("expect: 100-continue") {
+                            let _ = conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
+                        }
+                        break (end + 4, length);
+                    }
+                };
+                while seen.len() < head_end + length {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                let _ = conn
+                    .write_all(b"HTTP/1.1 200 OK\r\nETag: \"e\"\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn an_upload_slower_than_an_sqs_call_may_be_still_succeeds() {
+    // GIVEN the S3 client as the Lambda builds it (the shared SDK timeouts of every client),
+    // and an S3 that takes 7 s to acknowledge a 300 KiB object
+    let endpoint = slow_s3(Duration::from_secs(7)).await;
+    let shared = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "AKIDEXAMPLE",
+            "secret",
+            None,
+            None,
+            "test",
+        ))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .timeout_config(redrive_shared::sdk::timeout_config())
+        .build();
+    let client = for_uploads(aws_sdk_s3::Client::from_conf(shared));
+    assert!(S3_OPERATION_TIMEOUT > redrive_shared::sdk::OPERATION_TIMEOUT);
+    // WHEN the archive object is put
+    let put =
+        redrive_engine::s3::put_verified(&client, "archive", "k", vec![b'x'; 300 * 1024]).await;
+    // THEN it is acknowledged, not cut at the SQS calls' 5 s
+    assert!(put.is_ok(), "{put:?}");
+}

@@ -15,7 +15,7 @@ mod workflow;
 
 pub use config::WorkflowConfig;
 pub use error::TaskError;
-pub use lease::LEASE_TTL_SECONDS;
+pub use lease::{LEASE_TTL_SECONDS, lease_ttl_seconds};
 pub use state::{DrainItem, Mode, Run, Totals};
 pub use tally::tally;
 pub use workflow::Workflow;

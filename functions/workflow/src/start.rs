@@ -26,6 +26,7 @@ where
         &self,
         input: Value,
         execution_arn: &str,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Value, TaskError> {
         let input: ExecutionInput = match input {
             Value::Null => ExecutionInput::default(),
@@ -66,7 +67,7 @@ where
                 .filter(|a| !a.is_empty())
                 .or_else(|| self.config.redriver.trigger_alarm_name.clone()),
         };
-        let blocked_by = match self.hold_lease(execution_arn).await? {
+        let blocked_by = match self.hold_lease(execution_arn, deadline).await? {
             LeaseState::Held => None,
             LeaseState::Off => {
                 tracing::info!(

@@ -387,6 +387,50 @@ async fn a_copy_not_acknowledged_leaves_the_message_on_the_dlq() {
 }
 
 #[tokio::test]
+async fn the_executions_answer_counts_the_messages_left_waiting() {
+    // GIVEN a round that sent one message back to wait and isolated another
+    let (sqs, _, wf) = setup(LONG);
+    sqs.push(DLQ, "later", Attributes::new(), None);
+    sqs.push(DLQ, "poison", permanent(), None);
+    let round = wf.redrive_batch(10, false, None).await.unwrap();
+    let run = Run {
+        max_messages: 10,
+        dry_run: false,
+        mode: Mode::Messages,
+        drains: 1,
+        fifo: false,
+        trigger_alarm: None,
+    };
+    let totals = Totals {
+        remaining: 10,
+        ..Totals::default()
+    };
+    let totals = tally(&run, totals, Some(&to_value(&round)), &[]);
+    assert_eq!(totals.waiting, 1);
+    // WHEN the execution ends
+    let answer = wf
+        .handle(
+            json!({"action": "summary", "run": run, "totals": totals}),
+            None,
+        )
+        .await
+        .unwrap();
+    // THEN its answer accounts for every message received: the waiting one too
+    let count = |k: &str| answer[k].as_u64().unwrap_or(0);
+    assert_eq!(
+        (
+            count("received"),
+            count("redriven"),
+            count("isolated"),
+            count("failed"),
+            count("waiting")
+        ),
+        (2, 0, 1, 0, 1),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
 async fn dry_run_plans_and_releases() {
     let (sqs, _, wf) = setup(LONG);
     sqs.push(DLQ, "a", Attributes::new(), None);
@@ -549,6 +593,44 @@ mod lease {
         let retried = start(&wf, "e1", json!({})).await;
         assert_eq!(retried["proceed"], true, "{retried}");
         assert_eq!(holder(&store), Some(("e1".into(), T0 + 2000 + TTL_MS)));
+    }
+
+    #[tokio::test]
+    async fn the_lease_outlives_the_longest_round_the_function_timeout_allows() {
+        let (_, store, wf) = with_store();
+        // A task function with a 900 s timeout: each invocation is given 900 s.
+        let given = |s: u64| Some(tokio::time::Instant::now() + Duration::from_secs(s));
+        // After the renewal: the rest of that invocation, then redriveBatch and tally, each
+        // tried 5 times by the state machine (2, 4, 8 and 16 s apart), each attempt up to 900 s.
+        let longest_round_ms = (900 + 2 * (5 * 900 + 30)) * 1000;
+        let out = wf
+            .handle(
+                json!({"action": "start", "input": {}, "executionArn": "e1", "stateMachineArn": "sm"}),
+                given(900),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out["proceed"], true, "{out}");
+        let (_, expires) = holder(&store).unwrap();
+        assert!(
+            expires - T0 >= longest_round_ms,
+            "a lease of {} s is lost mid-round",
+            (expires - T0) / 1000
+        );
+        // checkCircuit renews it by the same rule.
+        advance(1000);
+        wf.handle(
+            json!({"action": "checkCircuit", "executionArn": "e1"}),
+            given(900),
+        )
+        .await
+        .unwrap();
+        let (_, renewed) = holder(&store).unwrap();
+        assert!(renewed - (T0 + 1000) >= longest_round_ms);
+        // A short timeout never gets less than the floor.
+        assert_eq!(lease_ttl_seconds(30), LEASE_TTL_SECONDS);
+        assert_eq!(lease_ttl_seconds(900), 11 * 900 + 120);
+        // A short timeout never gets less than the floor.
     }
 
     #[tokio::test]

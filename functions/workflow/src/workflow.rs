@@ -108,7 +108,7 @@ where
             Task::Start {
                 input,
                 execution_arn,
-            } => self.start(input, &execution_arn).await?,
+            } => self.start(input, &execution_arn, deadline).await?,
             Task::CheckCircuit { execution_arn } => {
                 self.check_circuit(execution_arn.as_deref(), deadline)
                     .await?
@@ -152,7 +152,7 @@ where
         deadline: Option<Instant>,
     ) -> Result<Value, TaskError> {
         if let Some(arn) = execution_arn
-            && let LeaseState::HeldBy(other) = self.hold_lease(arn).await?
+            && let LeaseState::HeldBy(other) = self.hold_lease(arn, deadline).await?
         {
             tracing::warn!(execution = arn, running = %other.holder, action = "lease-lost", "another execution took this DLQ's lease: this one receives no more and goes to its summary");
             return Ok(json!({
@@ -181,7 +181,8 @@ where
             trigger_alarm: run.trigger_alarm.clone(),
             ..DrainRequest::new(run.max_messages)
         };
-        self.engine
+        let mut summary = self
+            .engine
             .finish(
                 &request,
                 StepTotals {
@@ -194,7 +195,11 @@ where
                     bounced: totals.bounced,
                 },
             )
-            .await
+            .await;
+        // The execution's answer accounts for every message it received: those sent back to
+        // wait on the DLQ too.
+        summary.waiting = totals.waiting;
+        summary
     }
 }
 
