@@ -35,22 +35,10 @@ pub struct MessageView {
     pub body: Option<String>,
 }
 
-/// The isolation a stamp stands for, if any: its `reason`, unless the message was sent on
-/// after it was isolated (`lastRedrivenAt` later than `isolatedAt`). Replays and redrives now
-/// drop `isolatedAt` and `reason`; copies written before that still carry them, and must not
-/// look parked to `stats` and `--reason`.
-pub fn standing_reason(meta: &RedriveMeta) -> Option<&IsolationReason> {
-    let moved_on = match (&meta.isolated_at, &meta.last_redriven_at) {
-        (Some(isolated), Some(redriven)) => {
-            match (millis_from_rfc3339(isolated), millis_from_rfc3339(redriven)) {
-                (Some(i), Some(r)) => r > i,
-                _ => false,
-            }
-        }
-        _ => false,
-    };
-    if moved_on { None } else { meta.reason.as_ref() }
-}
+/// The isolation a stamp stands for (see the shared crate): replays and redrives now drop
+/// `isolatedAt` and `reason`, but copies written before that still carry them and must not look
+/// parked to `stats` and `--reason`.
+pub use redrive_shared::triage::facts::standing_reason;
 
 impl MessageView {
     /// `body_chars`: `Some(n)` shows the body cut to n characters, `None` hides it.
