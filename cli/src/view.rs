@@ -3,7 +3,7 @@
 
 use redrive_shared::attributes::{AttributeValue, message_size};
 use redrive_shared::meta::{ATTRIBUTE_NAME, IsolationReason, LastError, MetaSource, RedriveMeta};
-use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
+use redrive_shared::timefmt::rfc3339_from_millis;
 use serde::Serialize;
 use serde_json::{Value, json};
 
