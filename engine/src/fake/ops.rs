@@ -1,6 +1,17 @@
 //! The SQS operations applied at once, on the fake's state.
 
-use super::*;
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use redrive_shared::limits::{
+    MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_VISIBILITY_SECONDS, Outgoing, is_fifo,
+};
+use tokio::time::Instant;
+
+use super::{FakeMessage, FakeSqs, fifo_candidates, invalid};
+use crate::ports::{
+    BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Received, SendEntry,
+};
 
 fn check_batch_ids<'a>(
     operation: &'static str,
