@@ -38,6 +38,8 @@ mod pacer;
 mod rejected;
 mod request;
 mod steps;
+#[cfg(test)]
+mod tests;
 mod transfer;
 
 use crate::circuit::{CircuitStore, NoCircuit};

@@ -79,6 +79,8 @@ struct State {
     /// `MessageRetentionPeriod` per queue; [`DEFAULT_RETENTION`] when not set.
     retention: HashMap<String, Duration>,
     next_id: u64,
+    /// Receives still to deliver messages in flight again ([`FakeSqs::redeliver_in_flight`]).
+    redeliver: u32,
     /// Draws the order of receives.
     rng: JitterRng,
 }
@@ -138,6 +140,7 @@ impl State {
             tags: HashMap::new(),
             retention: HashMap::new(),
             next_id: 0,
+            redeliver: 0,
             rng: seeded_rng(seed),
         }
     }
@@ -366,6 +369,14 @@ impl FakeSqs {
             .store(url, body, attributes, None, None, Some(trace_header))
     }
 
+    /// When each message of a queue was sent, in queue order (the fake's clock, tokio's).
+    pub fn sent_at(&self, url: &str) -> Vec<Instant> {
+        self.lock()
+            .queue(url)
+            .map(|q| q.iter().map(|m| m.sent_at).collect())
+            .unwrap_or_default()
+    }
+
     /// All messages of a queue, visible or not.
     pub fn messages(&self, url: &str) -> Vec<FakeMessage> {
         self.lock()
@@ -398,6 +409,13 @@ impl FakeSqs {
                 m.visible_at = Instant::now();
             }
         }
+    }
+
+    /// The next `n` receives from a standard queue that find messages in flight return them
+    /// too, each with a new receipt handle (the one before goes stale), as SQS's at-least-once
+    /// delivery may: two receivers, or one whose earlier receive is still being handled.
+    pub fn redeliver_in_flight(&self, n: u32) {
+        self.lock().redeliver += n;
     }
 
     pub fn fail_next(&self, operation: &'static str, error: PortError) {

@@ -18,6 +18,9 @@ use super::drain::Drain;
 use crate::circuit::CircuitStore;
 use crate::ports::{Alarms, HandleEntry, Metrics, Queue, Received, SendEntry};
 
+/// Deletes of one batch: the first, and those of messages received again meanwhile.
+const MAX_DELETE_PASSES: usize = 3;
+
 /// One message of a batch; its position in the batch is its entry id in every call.
 pub(super) struct Item {
     pub(super) message_id: String,
@@ -203,31 +206,52 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         }
     }
 
-    /// Step 4: delete only what a destination acknowledged; the ids deleted.
+    /// Step 4: delete only what a destination acknowledged, each with its latest receipt
+    /// handle (a message received again meanwhile has a new one, and a delete with an older
+    /// one deletes nothing); the ids deleted.
     async fn delete_acknowledged(
         &self,
         drain: &Drain<'_>,
         batch: &Batch,
         acked: &Acknowledged,
     ) -> HashSet<String> {
-        let deletes: Vec<HandleEntry> = batch
+        let mut pending: Vec<(usize, String)> = batch
             .items
             .iter()
             .enumerate()
             .filter(|(i, _)| acked.any(&i.to_string()))
-            .map(|(i, item)| HandleEntry {
-                id: i.to_string(),
-                receipt_handle: item.receipt_handle.clone(),
+            .map(|(i, item)| {
+                (
+                    i,
+                    drain.latest_handle(&item.message_id, &item.receipt_handle),
+                )
             })
             .collect();
-        let dlq = self.config.dlq_url.as_str();
-        let queue = &self.queue;
-        self.calls(drain.calls_end)
-            .by_handle("DeleteMessageBatch", dlq, deletes, |batch| async move {
-                queue.delete_batch(dlq, &batch).await
-            })
-            .await
-            .ok
+        let mut deleted = HashSet::new();
+        // A message received again while its delete was on the way: again, with that handle.
+        for _ in 0..MAX_DELETE_PASSES {
+            if pending.is_empty() {
+                break;
+            }
+            let entries = pending
+                .iter()
+                .map(|(i, handle)| HandleEntry {
+                    id: i.to_string(),
+                    receipt_handle: handle.clone(),
+                })
+                .collect();
+            let ok = self.delete_from_dlq(drain, entries).await;
+            pending = pending
+                .into_iter()
+                .filter(|(i, _)| ok.contains(&i.to_string()))
+                .filter_map(|(i, used)| {
+                    let latest = drain.latest_handle(&batch.items[i].message_id, &used);
+                    (latest != used).then_some((i, latest))
+                })
+                .collect();
+            deleted.extend(ok);
+        }
+        deleted
     }
 
     /// Step 5: each message's action, counted, logged and recorded.
@@ -240,6 +264,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         deleted: &HashSet<String>,
     ) {
         for (i, item) in batch.items.iter().enumerate() {
+            drain.settled(&item.message_id, acked.any(&i.to_string()));
             let action = batch.action_of(i, acked, deleted);
             self.settle_one(drain, route, &item.message_id, &item.decision, &action);
         }

@@ -1,6 +1,8 @@
 //! One drain: pipelines that receive from the DLQ and hand each batch on, under the run's
 //! budget, deadline, pacer and gate; one tally of what happened to each message.
 
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -15,7 +17,7 @@ use super::pacer::Pacer;
 use super::{DrainRequest, Engine, MessageRecord, StopReason, Summary};
 use crate::circuit::CircuitStore;
 use crate::lock;
-use crate::ports::{Alarms, HandleEntry, Metrics, PortError, Queue};
+use crate::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, Received};
 
 /// What happened to the messages of a run, counted.
 #[derive(Default)]
@@ -62,6 +64,15 @@ impl Tally {
     }
 }
 
+/// A message this run received.
+struct Claim {
+    /// Its latest receipt handle: the one a delete or a change of visibility must use (SQS
+    /// answers a delete with an older one with success, and deletes nothing).
+    handle: String,
+    /// Its copy was acknowledged: the original is deleted, or meant to be.
+    moved: bool,
+}
+
 /// One drain's state, shared by its pipelines.
 pub(super) struct Drain<'a> {
     remaining: AtomicU32,
@@ -80,6 +91,8 @@ pub(super) struct Drain<'a> {
     dlq_unreadable: Mutex<Option<PortError>>,
     /// What the drain asks before each batch; `None` when the circuit is off.
     pub(super) gate: Option<&'a dyn Gate>,
+    /// Each message this run received, by MessageId.
+    claims: Mutex<HashMap<String, Claim>>,
 }
 
 impl Drain<'_> {
@@ -108,6 +121,73 @@ impl Drain<'_> {
 
     pub(super) fn hold(&self, entries: impl IntoIterator<Item = HandleEntry>) {
         lock(&self.held).extend(entries);
+    }
+
+    /// Claims each received message for this run: the messages it does not have yet, and the
+    /// handles of those received again after their copy was acknowledged (to delete with). A
+    /// message this run already has (SQS is at-least-once; a hold can lapse) is never handled
+    /// twice: one still being handled keeps its place, this receive's handle its latest.
+    fn claim(&self, messages: Vec<Received>) -> (Vec<Received>, Vec<HandleEntry>) {
+        let mut claims = lock(&self.claims);
+        let mut fresh = Vec::with_capacity(messages.len());
+        let mut moved = Vec::new();
+        for m in messages {
+            let Some(claim) = claims.get_mut(&m.message_id) else {
+                claims.insert(
+                    m.message_id.clone(),
+                    Claim {
+                        handle: m.receipt_handle.clone(),
+                        moved: false,
+                    },
+                );
+                fresh.push(m);
+                continue;
+            };
+            claim.handle.clone_from(&m.receipt_handle);
+            if claim.moved {
+                tracing::info!(message_id = %m.message_id, action = "duplicate:deleted", "received again after its copy was acknowledged: deleted, no second copy");
+                moved.push(HandleEntry {
+                    id: moved.len().to_string(),
+                    receipt_handle: m.receipt_handle,
+                });
+            } else {
+                tracing::info!(message_id = %m.message_id, action = "duplicate:skipped", "received again while being handled: no second copy");
+            }
+        }
+        (fresh, moved)
+    }
+
+    /// The latest receipt handle of `message_id`, `given` when this run does not know it.
+    pub(super) fn latest_handle(&self, message_id: &str, given: &str) -> String {
+        lock(&self.claims)
+            .get(message_id)
+            .map_or_else(|| given.to_string(), |c| c.handle.clone())
+    }
+
+    /// After its batch: a message whose copy was acknowledged stays claimed, as moved; another
+    /// is left to a later receive of this run.
+    pub(super) fn settled(&self, message_id: &str, moved: bool) {
+        let mut claims = lock(&self.claims);
+        if moved {
+            if let Some(c) = claims.get_mut(message_id) {
+                c.moved = true;
+            }
+        } else {
+            claims.remove(message_id);
+        }
+    }
+
+    /// The latest handles of the messages among `ids` still being handled.
+    fn in_hand(&self, ids: &[String]) -> Vec<HandleEntry> {
+        let claims = lock(&self.claims);
+        ids.iter()
+            .filter_map(|id| claims.get(id).filter(|c| !c.moved))
+            .enumerate()
+            .map(|(i, c)| HandleEntry {
+                id: i.to_string(),
+                receipt_handle: c.handle.clone(),
+            })
+            .collect()
     }
 
     pub(super) fn keeps_records(&self) -> bool {
@@ -179,6 +259,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             calls_end: request.deadline.map(|d| d - reserve),
             dlq_unreadable: Mutex::new(None),
             gate,
+            claims: Mutex::new(HashMap::new()),
         };
         let pipelines = if self.fifo() {
             1
@@ -272,41 +353,119 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 drain.stop(StopReason::QueueEmpty);
                 return;
             }
-            drain.tally.received(messages.len() as u64);
-            // The gate (the adaptive circuit) counts bounced copies before anything is sent;
-            // an open circuit (or a watch for the canary) keeps the batch on the DLQ.
-            if let Some(gate) = drain.gate {
-                let verdict = gate.admit(&messages, (self.clock)());
-                if verdict == Verdict::Stop {
-                    drain.stop(StopReason::CircuitOpen);
-                }
-                if verdict != Verdict::Pass {
-                    drain.tally.kept(messages.len() as u64);
-                    drain.hold(messages.into_iter().map(|m| HandleEntry {
-                        id: m.message_id,
-                        receipt_handle: m.receipt_handle,
-                    }));
-                    continue;
-                }
+            let (messages, again) = drain.claim(messages);
+            // A message received again takes nothing of the budget.
+            drain.unreserve(got.saturating_sub(messages.len() as u32));
+            if !again.is_empty() {
+                self.delete_from_dlq(drain, again).await;
             }
-            let at_once = request.no_delay || drain.gate.is_some_and(|g| g.at_once());
-            for (route, mut decided) in self.decide_routed(messages) {
-                if at_once {
-                    // A canary goes out at once, a waiting message too: a copy delayed beyond
-                    // the window would let the canary pass untried.
-                    let now = (self.clock)();
-                    decided = decided
-                        .into_iter()
-                        .map(|(m, d)| (m, d.at_once(now)))
-                        .collect();
-                }
-                self.process_decided(drain, route.as_ref(), decided, request.dry_run)
-                    .await;
+            if messages.is_empty() {
+                continue;
             }
-            if let Some(gate) = drain.gate {
-                gate.redriven(drain.tally.redriven_so_far(), request.dry_run);
+            let ids: Vec<String> = messages.iter().map(|m| m.message_id.clone()).collect();
+            let batch = self.handle_batch(drain, request, messages);
+            self.holding(drain, &ids, visibility, batch).await;
+        }
+    }
+
+    /// One received batch: the gate asked, each message decided and handled.
+    async fn handle_batch(
+        &self,
+        drain: &Drain<'_>,
+        request: &DrainRequest,
+        messages: Vec<Received>,
+    ) {
+        drain.tally.received(messages.len() as u64);
+        // The gate (the adaptive circuit) counts bounced copies before anything is sent;
+        // an open circuit (or a watch for the canary) keeps the batch on the DLQ.
+        if let Some(gate) = drain.gate {
+            let verdict = gate.admit(&messages, (self.clock)());
+            if verdict == Verdict::Stop {
+                drain.stop(StopReason::CircuitOpen);
+            }
+            if verdict != Verdict::Pass {
+                drain.tally.kept(messages.len() as u64);
+                drain.hold(messages.into_iter().map(|m| HandleEntry {
+                    id: m.message_id,
+                    receipt_handle: m.receipt_handle,
+                }));
+                return;
             }
         }
+        let at_once = request.no_delay || drain.gate.is_some_and(|g| g.at_once());
+        for (route, mut decided) in self.decide_routed(messages) {
+            if at_once {
+                // A canary goes out at once, a waiting message too: a copy delayed beyond
+                // the window would let the canary pass untried.
+                let now = (self.clock)();
+                decided = decided
+                    .into_iter()
+                    .map(|(m, d)| (m, d.at_once(now)))
+                    .collect();
+            }
+            self.process_decided(drain, route.as_ref(), decided, request.dry_run)
+                .await;
+        }
+        if let Some(gate) = drain.gate {
+            gate.redriven(drain.tally.redriven_so_far(), request.dry_run);
+        }
+    }
+
+    /// Runs `work` on the received messages `ids` while holding them: every half of their
+    /// visibility timeout (`visibility` seconds, from their receive), the timeout of those
+    /// still in hand is set again, with their latest handles, so that it never lapses while
+    /// they are handled and no other receiver gets them meanwhile.
+    async fn holding(
+        &self,
+        drain: &Drain<'_>,
+        ids: &[String],
+        visibility: i32,
+        work: impl Future<Output = ()>,
+    ) {
+        let every = Duration::from_millis(u64::from(visibility.max(1).unsigned_abs()) * 500);
+        let renew = async {
+            loop {
+                tokio::time::sleep(every).await;
+                let entries = drain.in_hand(ids);
+                if entries.is_empty() {
+                    continue;
+                }
+                let dlq = self.config.dlq_url.as_str();
+                let queue = &self.queue;
+                let renewed = self
+                    .calls(drain.calls_end)
+                    .by_handle(
+                        "ChangeMessageVisibilityBatch",
+                        dlq,
+                        entries,
+                        |batch| async move {
+                            queue.change_visibility_batch(dlq, &batch, visibility).await
+                        },
+                    )
+                    .await;
+                tracing::debug!(renewed = renewed.ok.len(), visibility, "hold renewed");
+            }
+        };
+        tokio::select! {
+            () = work => {}
+            _ = renew => {}
+        }
+    }
+
+    /// Deletes from the DLQ by receipt handle; the ids deleted.
+    pub(super) async fn delete_from_dlq(
+        &self,
+        drain: &Drain<'_>,
+        entries: Vec<HandleEntry>,
+    ) -> HashSet<String> {
+        let dlq = self.config.dlq_url.as_str();
+        let queue = &self.queue;
+        self.calls(drain.calls_end)
+            .by_handle("DeleteMessageBatch", dlq, entries, |batch| async move {
+                queue.delete_batch(dlq, &batch).await
+            })
+            .await
+            .ok
     }
 
     /// Makes every held message visible again at once (a dry run's, those the gate kept).
