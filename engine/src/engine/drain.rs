@@ -302,24 +302,15 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 drain.stop(StopReason::Deadline);
                 return;
             }
-            let want = drain.reserve(MAX_RECEIVE as u32);
+            let most = drain
+                .pacer
+                .as_ref()
+                .map_or(MAX_RECEIVE as u32, Pacer::batch);
+            let want = drain.reserve(most);
             if want == 0 {
                 // The budget is spent or held by other pipelines, which finish their share:
                 // a drain that ends with no other reason ends at its limit.
                 return;
-            }
-            if let Some(pacer) = &drain.pacer {
-                let at = pacer.grant(want);
-                if near_deadline(at) {
-                    drain.unreserve(want);
-                    drain.stop(StopReason::Deadline);
-                    return;
-                }
-                tokio::time::sleep_until(at).await;
-                if drain.stopped() {
-                    drain.unreserve(want);
-                    return;
-                }
             }
             let wait = self.settings.receive_wait_seconds;
             let end = drain.calls_end;
@@ -362,8 +353,25 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             if messages.is_empty() {
                 continue;
             }
+            // The velocity cap paces the sends: the batch waits, held, until it may go.
+            let due = drain.pacer.as_ref().map(|p| p.grant(messages.len() as u32));
+            if due.is_some_and(near_deadline) {
+                // Too late to send them: kept, and made visible again at the end.
+                drain.unreserve(messages.len() as u32);
+                drain.hold(messages.into_iter().map(|m| HandleEntry {
+                    id: m.message_id,
+                    receipt_handle: m.receipt_handle,
+                }));
+                drain.stop(StopReason::Deadline);
+                return;
+            }
             let ids: Vec<String> = messages.iter().map(|m| m.message_id.clone()).collect();
-            let batch = self.handle_batch(drain, request, messages);
+            let batch = async {
+                if let Some(at) = due {
+                    tokio::time::sleep_until(at).await;
+                }
+                self.handle_batch(drain, request, messages).await;
+            };
             self.holding(drain, &ids, visibility, batch).await;
         }
     }

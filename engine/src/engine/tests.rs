@@ -118,3 +118,56 @@ async fn a_hold_shorter_than_the_batch_s_work_is_renewed_before_it_lapses() {
     assert_eq!((s.received, s.redriven), (2, 2));
     assert!(dlq_empty(&sqs));
 }
+
+/// The most sends within any one second.
+fn most_in_a_second(mut at: Vec<tokio::time::Instant>) -> usize {
+    at.sort();
+    (0..at.len())
+        .map(|i| {
+            at[i..]
+                .iter()
+                .take_while(|t| **t < at[i] + Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_velocity_cap_paces_the_sends_in_every_second() {
+    // A rate of 1: one message a second, never a burst, whatever the pipelines receive.
+    let sqs = FakeSqs::new();
+    let paced = engine(
+        &sqs,
+        &[
+            ("MAX_MESSAGES_PER_SECOND", "1"),
+            ("MAX_CONCURRENT_BATCHES", "4"),
+        ],
+        fast(),
+    );
+    fill(&sqs, 6);
+    let s = paced.run(&DrainRequest::new(100)).await;
+    assert_eq!(s.redriven, 6, "{s:?}");
+    assert_eq!(most_in_a_second(sqs.sent_at(SRC)), 1);
+
+    // A rate of 4: batches of 4, at most 4 + 3 (one batch's rounding) in any second.
+    let sqs = FakeSqs::new();
+    let paced = engine(
+        &sqs,
+        &[
+            ("MAX_MESSAGES_PER_SECOND", "4"),
+            ("MAX_CONCURRENT_BATCHES", "4"),
+        ],
+        fast(),
+    );
+    fill(&sqs, 20);
+    let started = tokio::time::Instant::now();
+    let s = paced.run(&DrainRequest::new(100)).await;
+    assert_eq!(s.redriven, 20, "{s:?}");
+    assert!(most_in_a_second(sqs.sent_at(SRC)) <= 4 + 3);
+    assert!(
+        started.elapsed() >= Duration::from_millis(4750),
+        "{:?}",
+        started.elapsed()
+    );
+}
