@@ -28,7 +28,16 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         event: &serde_json::Value,
         deadline: Option<Instant>,
     ) -> Result<Summary, InvocationError> {
-        let trigger = recognize(event)?;
+        self.handle_trigger(recognize(event)?, deadline).await
+    }
+
+    /// Handles one invocation whose event was recognised as `trigger` (by [`Self::handle`],
+    /// or by a fleet that recognised it once for all its DLQs).
+    pub async fn handle_trigger(
+        &self,
+        trigger: Trigger,
+        deadline: Option<Instant>,
+    ) -> Result<Summary, InvocationError> {
         // Scheduled and manual drains re-arm the configured trigger alarm; an alarm's own
         // drain re-arms the alarm that notified it.
         let defaults = DrainRequest {
