@@ -1,5 +1,5 @@
 //! The durable record of the adaptive circuit: the [`CircuitStore`] port, its
-//! DynamoDB adapter and an in-memory fake. The rule itself is pure, in
+//! DynamoDB adapter and (with the `fake` feature) an in-memory fake. The rule itself is pure, in
 //! [`redrive_shared::circuit`].
 //!
 //! One item per DLQ in the table `CIRCUIT_TABLE`:
@@ -39,7 +39,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
@@ -197,10 +196,7 @@ pub async fn load_or_new<S: CircuitStore>(
     settings: &CircuitSettings,
     now_ms: i64,
 ) -> Result<(Option<u64>, CircuitRecord), PortError> {
-    Ok(match store.load(queue_url).await? {
-        Some(s) => (Some(s.version), s.record),
-        None => (None, CircuitRecord::new(settings, now_ms)),
-    })
+    Ok(or_new(store.load(queue_url).await?, settings, now_ms))
 }
 
 /// A token unique to one update and all its tries (see [`update_once`]).
@@ -244,26 +240,81 @@ pub async fn update_once<S: CircuitStore>(
     earlier: Vec<Transition>,
 ) -> Result<(CircuitRecord, Vec<Transition>), CircuitError> {
     let mut made = earlier;
-    for _ in 0..UPDATE_TRIES {
-        let (version, mut record) = load_or_new(store, queue_url, settings, now_ms).await?;
+    write_loop(store, queue_url, "update", |stored| {
+        let (version, mut record) = or_new(stored, settings, now_ms);
         match record.apply_once(settings, token, events) {
-            Some(transitions) => made = transitions,
+            Some(transitions) => {
+                made.clone_from(&transitions);
+                Step::Write {
+                    version,
+                    record: Box::new(record.clone()),
+                    then: (record, transitions),
+                }
+            }
             None => {
                 tracing::info!(
                     queue = queue_url,
                     "circuit record already holds this write (its answer was lost); not applied again"
                 );
-                return Ok((record, made));
+                Step::Done((record, made.clone()))
             }
         }
+    })
+    .await
+}
+
+/// What a write makes of the record it loaded.
+enum Step<T> {
+    /// Save `record` on `version` (`None`: no item yet); `then` is the answer once saved.
+    Write {
+        version: Option<u64>,
+        record: Box<CircuitRecord>,
+        then: T,
+    },
+    /// Nothing to write: the answer.
+    Done(T),
+}
+
+/// The stored version and record, a new closed record when there is none.
+fn or_new(
+    stored: Option<Stored>,
+    settings: &CircuitSettings,
+    now_ms: i64,
+) -> (Option<u64>, CircuitRecord) {
+    match stored {
+        Some(s) => (Some(s.version), s.record),
+        None => (None, CircuitRecord::new(settings, now_ms)),
+    }
+}
+
+/// Every write of the record: load, `change` what was loaded, save on the version read; on a
+/// conflict (another writer, or this write landed and lost its answer) or a retryable error,
+/// load again and change what is there now, up to [`UPDATE_TRIES`] times.
+async fn write_loop<S: CircuitStore, T>(
+    store: &S,
+    queue_url: &str,
+    write: &'static str,
+    mut change: impl FnMut(Option<Stored>) -> Step<T>,
+) -> Result<T, CircuitError> {
+    for _ in 0..UPDATE_TRIES {
+        let (version, record, then) = match change(store.load(queue_url).await?) {
+            Step::Done(answer) => return Ok(answer),
+            Step::Write {
+                version,
+                record,
+                then,
+            } => (version, record, then),
+        };
         match store.save(queue_url, &record, version).await {
-            Ok(SaveOutcome::Saved { .. }) => return Ok((record, made)),
+            Ok(SaveOutcome::Saved { .. }) => return Ok(then),
             Ok(SaveOutcome::Conflict) => tracing::info!(
                 queue = queue_url,
+                write,
                 "circuit record changed meanwhile (another writer, or this write landed and lost its answer); loading again"
             ),
             Err(e) if e.retryable => tracing::warn!(
                 queue = queue_url,
+                write,
                 error = %e,
                 "saving the circuit record failed; it may have landed: loading again"
             ),
@@ -305,35 +356,22 @@ pub async fn acquire_lease<S: CircuitStore>(
     now_ms: i64,
     ttl_ms: i64,
 ) -> Result<Result<Lease, Lease>, CircuitError> {
-    for _ in 0..UPDATE_TRIES {
-        let (version, mut record) = load_or_new(store, queue_url, settings, now_ms).await?;
+    write_loop(store, queue_url, "lease", |stored| {
+        let (version, mut record) = or_new(stored, settings, now_ms);
         if let Err(other) = record.take_lease(holder, now_ms, ttl_ms) {
-            return Ok(Err(other));
+            return Step::Done(Err(other));
         }
-        match store.save(queue_url, &record, version).await {
-            Ok(SaveOutcome::Saved { .. }) => {
-                return Ok(Ok(record.lease.unwrap_or_else(|| Lease {
-                    holder: holder.to_string(),
-                    expires_at: now_ms.saturating_add(ttl_ms),
-                })));
-            }
-            Ok(SaveOutcome::Conflict) => tracing::info!(
-                queue = queue_url,
-                holder,
-                "circuit record changed while taking the lease; loading again"
-            ),
-            Err(e) if e.retryable => tracing::warn!(
-                queue = queue_url,
-                error = %e,
-                "saving the lease failed; it may have landed: loading again"
-            ),
-            Err(e) => return Err(e.into()),
+        let lease = record.lease.clone().unwrap_or_else(|| Lease {
+            holder: holder.to_string(),
+            expires_at: now_ms.saturating_add(ttl_ms),
+        });
+        Step::Write {
+            version,
+            record: Box::new(record),
+            then: Ok(lease),
         }
-    }
-    Err(CircuitError::Contended {
-        queue: queue_url.to_string(),
-        tries: UPDATE_TRIES,
     })
+    .await
 }
 
 /// Drops the DLQ's lease if `holder` holds it (conditional on the version read, like every
@@ -344,37 +382,30 @@ pub async fn release_lease<S: CircuitStore>(
     queue_url: &str,
     holder: &str,
 ) -> Result<bool, CircuitError> {
-    for _ in 0..UPDATE_TRIES {
+    write_loop(store, queue_url, "lease release", |stored| {
         let Some(Stored {
             version,
             mut record,
-        }) = store.load(queue_url).await?
+        }) = stored
         else {
-            return Ok(false);
+            return Step::Done(false);
         };
         if !record.release_lease(holder) {
-            return Ok(false);
+            return Step::Done(false);
         }
-        match store.save(queue_url, &record, Some(version)).await {
-            Ok(SaveOutcome::Saved { .. }) => return Ok(true),
-            Ok(SaveOutcome::Conflict) => tracing::info!(
-                queue = queue_url,
-                holder,
-                "circuit record changed while releasing the lease; loading again"
-            ),
-            Err(e) if e.retryable => tracing::warn!(
-                queue = queue_url,
-                error = %e,
-                "saving the released lease failed; it may have landed: loading again"
-            ),
-            Err(e) => return Err(e.into()),
+        Step::Write {
+            version: Some(version),
+            record: Box::new(record),
+            then: true,
         }
-    }
-    Err(CircuitError::Contended {
-        queue: queue_url.to_string(),
-        tries: UPDATE_TRIES,
     })
+    .await
 }
+
+#[cfg(any(test, feature = "fake"))]
+mod memory;
+#[cfg(any(test, feature = "fake"))]
+pub use memory::MemoryCircuitStore;
 
 /// The circuit table in DynamoDB (AWS, or moto via `AWS_ENDPOINT_URL`).
 #[derive(Clone, Debug)]
@@ -479,129 +510,6 @@ impl CircuitStore for DynamoDbCircuitStore {
             }
             Err(e) => Err(port_error("PutItem", e)),
         }
-    }
-}
-
-/// In-memory store with fault injection: for engine tests on the port fakes.
-#[derive(Debug, Default)]
-pub struct MemoryCircuitStore {
-    items: Mutex<HashMap<String, Stored>>,
-    /// Errors the next calls return, in order.
-    fail: Mutex<Vec<PortError>>,
-    /// Writes another writer makes just before the next saves (to provoke conflicts).
-    interfere: Mutex<Vec<Event>>,
-    /// What the next saves answer after committing, in order (their own answer was lost).
-    lost_answers: Mutex<Vec<Result<SaveOutcome, PortError>>>,
-    saves: std::sync::atomic::AtomicU64,
-}
-
-impl MemoryCircuitStore {
-    pub fn new() -> std::sync::Arc<Self> {
-        std::sync::Arc::new(Self::default())
-    }
-
-    /// The stored record, if any.
-    pub fn get(&self, queue_url: &str) -> Option<Stored> {
-        self.lock().get(queue_url).cloned()
-    }
-
-    /// Writes a record as another writer would (the version goes up by one).
-    pub fn put(&self, queue_url: &str, record: CircuitRecord) {
-        let mut items = self.lock();
-        let version = items.get(queue_url).map_or(1, |s| s.version + 1);
-        items.insert(queue_url.to_string(), Stored { version, record });
-    }
-
-    /// The next call (load or save) fails with `error`.
-    pub fn fail_next(&self, error: PortError) {
-        self.fail
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(error);
-    }
-
-    /// Just before the next save, another writer applies `event` to the stored record.
-    pub fn interfere_once(&self, event: Event) {
-        self.interfere
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(event);
-    }
-
-    /// The next save commits, and its caller gets `reply` instead of the answer, which was lost
-    /// on the way back: `Ok(SaveOutcome::Conflict)` is what the SDK's retry of the same
-    /// conditional write gets (the version moved, by the write itself), an error what a caller
-    /// gets whose retries ran out.
-    pub fn lose_next_answer(&self, reply: Result<SaveOutcome, PortError>) {
-        self.lost_answers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(reply);
-    }
-
-    /// Successful saves so far.
-    pub fn saves(&self) -> u64 {
-        self.saves.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Stored>> {
-        self.items.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn take_fault(&self) -> Result<(), PortError> {
-        let mut fail = self.fail.lock().unwrap_or_else(|e| e.into_inner());
-        if fail.is_empty() {
-            Ok(())
-        } else {
-            Err(fail.remove(0))
-        }
-    }
-}
-
-impl CircuitStore for MemoryCircuitStore {
-    async fn load(&self, queue_url: &str) -> Result<Option<Stored>, PortError> {
-        self.take_fault()?;
-        Ok(self.get(queue_url))
-    }
-
-    async fn save(
-        &self,
-        queue_url: &str,
-        record: &CircuitRecord,
-        expected: Option<u64>,
-    ) -> Result<SaveOutcome, PortError> {
-        self.take_fault()?;
-        let interference: Vec<Event> =
-            std::mem::take(&mut *self.interfere.lock().unwrap_or_else(|e| e.into_inner()));
-        if !interference.is_empty() {
-            let settings = CircuitSettings::default();
-            let mut other = self
-                .get(queue_url)
-                .map_or_else(|| CircuitRecord::new(&settings, 0), |s| s.record);
-            for e in &interference {
-                other.apply(&settings, e);
-            }
-            self.put(queue_url, other);
-        }
-        let mut items = self.lock();
-        let current = items.get(queue_url).map(|s| s.version);
-        if current != expected {
-            return Ok(SaveOutcome::Conflict);
-        }
-        let version = expected.map_or(1, |v| v + 1);
-        items.insert(
-            queue_url.to_string(),
-            Stored {
-                version,
-                record: record.clone(),
-            },
-        );
-        self.saves.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let mut lost = self.lost_answers.lock().unwrap_or_else(|e| e.into_inner());
-        if !lost.is_empty() {
-            return lost.remove(0);
-        }
-        Ok(SaveOutcome::Saved { version })
     }
 }
 

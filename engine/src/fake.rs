@@ -25,16 +25,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
-use redrive_shared::limits::{
-    MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES, MAX_VISIBILITY_SECONDS, Outgoing,
-    is_fifo,
-};
+use redrive_shared::limits::MAX_MESSAGE_BYTES;
 use redrive_shared::{Attributes, TraceHeader};
 use tokio::time::Instant;
 
-use crate::ports::{
-    BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, Received, SendEntry,
-};
+use crate::ports::{EntryFailure, PortError, SendEntry};
 
 /// The ARN SQS gives the queue at `url` (`000000000000` when the URL names no account).
 pub fn queue_arn(url: &str) -> String {
@@ -84,6 +79,8 @@ struct State {
     /// `MessageRetentionPeriod` per queue; [`DEFAULT_RETENTION`] when not set.
     retention: HashMap<String, Duration>,
     next_id: u64,
+    /// Receives still to deliver messages in flight again ([`FakeSqs::redeliver_in_flight`]).
+    redeliver: u32,
     /// Draws the order of receives.
     rng: JitterRng,
 }
@@ -143,6 +140,7 @@ impl State {
             tags: HashMap::new(),
             retention: HashMap::new(),
             next_id: 0,
+            redeliver: 0,
             rng: seeded_rng(seed),
         }
     }
@@ -371,6 +369,14 @@ impl FakeSqs {
             .store(url, body, attributes, None, None, Some(trace_header))
     }
 
+    /// When each message of a queue was sent, in queue order (the fake's clock, tokio's).
+    pub fn sent_at(&self, url: &str) -> Vec<Instant> {
+        self.lock()
+            .queue(url)
+            .map(|q| q.iter().map(|m| m.sent_at).collect())
+            .unwrap_or_default()
+    }
+
     /// All messages of a queue, visible or not.
     pub fn messages(&self, url: &str) -> Vec<FakeMessage> {
         self.lock()
@@ -403,6 +409,13 @@ impl FakeSqs {
                 m.visible_at = Instant::now();
             }
         }
+    }
+
+    /// The next `n` receives from a standard queue that find messages in flight return them
+    /// too, each with a new receipt handle (the one before goes stale), as SQS's at-least-once
+    /// delivery may: two receivers, or one whose earlier receive is still being handled.
+    pub fn redeliver_in_flight(&self, n: u32) {
+        self.lock().redeliver += n;
     }
 
     pub fn fail_next(&self, operation: &'static str, error: PortError) {
@@ -484,121 +497,6 @@ impl FakeSqs {
     }
 }
 
-impl Queue for Arc<FakeSqs> {
-    async fn receive(
-        &self,
-        queue_url: &str,
-        max_messages: i32,
-        _wait: i32,
-        visibility_seconds: i32,
-    ) -> Result<Vec<Received>, PortError> {
-        self.calls.receive.fetch_add(1, Ordering::SeqCst);
-        self.call("ReceiveMessage").await?;
-        let out = self.receive_now(queue_url, max_messages, visibility_seconds)?;
-        if out.is_empty() {
-            self.calls.empty_receive.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(out)
-    }
-
-    async fn send_batch(
-        &self,
-        queue_url: &str,
-        entries: &[SendEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        self.calls.send_batch.fetch_add(1, Ordering::SeqCst);
-        self.call("SendMessageBatch").await?;
-        self.send_now(queue_url, entries)
-    }
-
-    async fn delete_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        self.calls.delete_batch.fetch_add(1, Ordering::SeqCst);
-        if *self.hang_deletes.lock().unwrap_or_else(|e| e.into_inner()) {
-            std::future::pending::<()>().await;
-        }
-        self.call("DeleteMessageBatch").await?;
-        self.delete_now(queue_url, entries)
-    }
-
-    async fn change_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-        visibility_seconds: i32,
-    ) -> Result<BatchOutcome, PortError> {
-        self.calls.change_visibility.fetch_add(1, Ordering::SeqCst);
-        self.call("ChangeMessageVisibilityBatch").await?;
-        self.change_visibility_now(queue_url, entries, visibility_seconds)
-    }
-
-    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
-        self.calls.depth.fetch_add(1, Ordering::SeqCst);
-        self.call("GetQueueAttributes").await?;
-        self.depth_now(queue_url)
-    }
-
-    async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
-        self.calls.max_size.fetch_add(1, Ordering::SeqCst);
-        self.call("GetQueueAttributes").await?;
-        if !self.lock().queues.contains_key(queue_url) {
-            return Err(invalid(
-                "GetQueueAttributes",
-                format!("no queue {queue_url}"),
-            ));
-        }
-        Ok(Some(self.max_size_of(queue_url)))
-    }
-
-    async fn tags(&self, queue_url: &str) -> Result<HashMap<String, String>, PortError> {
-        self.call("ListQueueTags").await?;
-        let state = self.lock();
-        if !state.queues.contains_key(queue_url) {
-            return Err(invalid("ListQueueTags", format!("no queue {queue_url}")));
-        }
-        Ok(state.tags.get(queue_url).cloned().unwrap_or_default())
-    }
-
-    async fn dead_letter_sources(&self, dlq_url: &str) -> Result<Vec<String>, PortError> {
-        self.call("ListDeadLetterSourceQueues").await?;
-        let state = self.lock();
-        if !state.queues.contains_key(dlq_url) {
-            return Err(invalid(
-                "ListDeadLetterSourceQueues",
-                format!("no queue {dlq_url}"),
-            ));
-        }
-        let mut sources: Vec<String> = state
-            .redrive
-            .iter()
-            .filter(|(_, (dlq, _))| dlq == dlq_url)
-            .map(|(source, _)| source.clone())
-            .collect();
-        sources.sort();
-        Ok(sources)
-    }
-
-    async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
-        self.call("GetQueueAttributes").await?;
-        let state = self.lock();
-        if !state.queues.contains_key(queue_url) {
-            return Err(invalid(
-                "GetQueueAttributes",
-                format!("no queue {queue_url}"),
-            ));
-        }
-        Ok(state
-            .retention
-            .get(queue_url)
-            .copied()
-            .unwrap_or(DEFAULT_RETENTION)
-            .as_secs())
-    }
-}
-
 fn invalid(operation: &'static str, message: String) -> PortError {
     PortError::new(operation, "InvalidParameterValue", message, false)
 }
@@ -606,6 +504,7 @@ fn invalid(operation: &'static str, message: String) -> PortError {
 pub mod clock;
 mod cloudwatch;
 mod ops;
+mod port;
 pub use cloudwatch::FakeCloudWatch;
 
 #[cfg(test)]

@@ -188,14 +188,14 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
             // One DLQ's alarm, or none of ours: that DLQ's engine answers (it also skips an
             // alarm that is not in ALARM or names another queue).
             let i = targets.first().copied().unwrap_or(0);
-            let (queue, summary, error) = self.drain_one(i, event, deadline).await?;
+            let (queue, summary, error) = self.drain_one(i, &trigger, deadline).await?;
             if let Some(error) = error {
                 tracing::warn!(queue = %queue, "{error}");
             }
             return Ok(serde_json::to_value(summary).unwrap_or_default());
         }
         if self.members.len() == 1 {
-            let (_, summary, _) = self.drain_one(0, event, deadline).await?;
+            let (_, summary, _) = self.drain_one(0, &trigger, deadline).await?;
             return Ok(serde_json::to_value(summary).unwrap_or_default());
         }
         // Every DLQ, fairly: one further each time, an equal share of the time left each.
@@ -209,7 +209,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
                 let now = Instant::now();
                 now + d.saturating_duration_since(now) / (n - k) as u32
             });
-            match self.drain_one(i, event, share).await {
+            match self.drain_one(i, &trigger, share).await {
                 Ok((queue, summary, error)) => queues.push(QueueSummary {
                     queue,
                     summary,
@@ -260,7 +260,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
     async fn drain_one(
         &self,
         i: usize,
-        event: &serde_json::Value,
+        trigger: &Trigger,
         deadline: Option<Instant>,
     ) -> Result<(String, Summary, Option<String>), InvocationError> {
         let (queue, member) = &self.members[i];
@@ -270,7 +270,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
         }
         match &*member {
             Member::Ready(engine) => {
-                let summary = engine.handle(event, deadline).await?;
+                let summary = engine.handle_trigger(trigger.clone(), deadline).await?;
                 Ok((queue.clone(), summary, None))
             }
             Member::Waiting { problem, .. } => Ok((

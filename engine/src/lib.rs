@@ -15,6 +15,12 @@ pub mod s3;
 
 pub use engine::{DrainRequest, Engine, InvocationError, Settings, StopReason, Summary};
 
+/// Locks `m`, taking over a lock a panicking holder poisoned: every value the engine guards
+/// stays consistent between its statements, so a panic elsewhere never leaves one half-written.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
 /// no code path logs one. The Lambdas use [`lambda_init`], which also honours Lambda's logging
 /// controls.
@@ -45,13 +51,17 @@ pub async fn lambda_init<T, E: std::fmt::Display + From<redrive_shared::config::
     Ok((config, sdk))
 }
 
+/// The wall clock, epoch milliseconds (0 before 1970).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Converts the Lambda context deadline (epoch milliseconds) to a monotonic instant.
 /// See [`redrive_shared::timefmt::deadline_epoch_ms`] for deadlines sent as durations.
 pub fn deadline_instant(deadline_epoch_ms: u64) -> tokio::time::Instant {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now_ms = u64::try_from(now_ms()).unwrap_or(0);
     let deadline = redrive_shared::timefmt::deadline_epoch_ms(deadline_epoch_ms, now_ms);
     tokio::time::Instant::now() + std::time::Duration::from_millis(deadline.saturating_sub(now_ms))
 }

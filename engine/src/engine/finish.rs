@@ -1,7 +1,16 @@
 //! The end of every run, whichever front end ran it: the DLQ's depth, one PutMetricData, the
 //! re-arm of the trigger alarm, the summary line.
 
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::admission::CircuitSummary;
+use super::invoke::log_summary;
+use super::{DrainRequest, Engine, StopReason, Summary};
+use crate::circuit::CircuitStore;
+use crate::lock;
+use crate::ports::{AlarmState, Alarms, Metrics, Queue, RunMetrics};
 
 /// What a run made of steps counted (the workflow's totals), for [`Engine::finish`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,12 +178,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             || (summary.received > 0 && summary.redriven + summary.isolated == 0);
         let now = Instant::now();
         if stuck {
-            let last = self
-                .rearmed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(alarm)
-                .copied();
+            let last = lock(&self.rearmed).get(alarm).copied();
             if last.is_some_and(|t| now < t + period) {
                 tracing::info!(alarm = %alarm, action = "rearm-skipped", period_seconds = period.as_secs(), "no progress and re-armed less than one alarm period ago");
                 return;
@@ -192,10 +196,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             .await
         {
             Ok(()) => {
-                self.rearmed
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(alarm.clone(), now);
+                lock(&self.rearmed).insert(alarm.clone(), now);
                 tracing::info!(alarm = %alarm, action = "rearm", "alarm set to OK so that it fires again")
             }
             Err(e) => tracing::error!(alarm = %alarm, error = %e, "re-arming the alarm failed"),

@@ -1,7 +1,14 @@
 //! What a drain is asked (`DrainRequest`, `Settings`) and what it answers (`Summary`,
 //! `StopReason`, `InvocationError`).
 
-use super::*;
+use std::time::Duration;
+
+use redrive_shared::event::{EventError, Skip};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::admission::{Admission, CircuitSummary};
+use crate::ports::PortError;
 
 /// Why a drain stopped (the contract's `stoppedBecause`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -151,7 +158,7 @@ pub struct DrainRequest {
     /// The Lambda deadline; `None` runs until the limit or an empty queue.
     pub deadline: Option<Instant>,
     /// The DLQ's trigger alarm, re-armed after the drain when it is in ALARM (see
-    /// [`Engine::rearm`]): the alarm that notified an alarm-triggered drain, else
+    /// [`super::Engine::rearm`]): the alarm that notified an alarm-triggered drain, else
     /// `TRIGGER_ALARM_NAME`. `None`: nothing to re-arm.
     pub trigger_alarm: Option<String>,
     /// The copies go out without their backoff delay (a canary by hand, `redrive drain
@@ -162,7 +169,7 @@ pub struct DrainRequest {
     pub records: bool,
     /// This drain's share of a circuit plan that several drains share (a workflow's
     /// scale-out round): the drain follows it and writes nothing to the circuit record, its
-    /// counts landed once for all by [`Engine::land_round`]. `None`: the drain reads the
+    /// counts landed once for all by [`super::Engine::land_round`]. `None`: the drain reads the
     /// record, follows its plan and writes what it did (the Lambda's drain).
     pub admission: Option<Admission>,
 }

@@ -1,6 +1,17 @@
 //! The SQS operations applied at once, on the fake's state.
 
-use super::*;
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use redrive_shared::limits::{
+    MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_VISIBILITY_SECONDS, Outgoing, is_fifo,
+};
+use tokio::time::Instant;
+
+use super::{FakeMessage, FakeSqs, fifo_candidates, invalid};
+use crate::ports::{
+    BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Received, SendEntry,
+};
 
 fn check_batch_ids<'a>(
     operation: &'static str,
@@ -52,17 +63,27 @@ impl FakeSqs {
         let mut s = self.lock();
         let s = &mut *s;
         let redrive = s.redrive.get(queue_url).cloned();
-        let chosen = {
+        let again = s.redeliver > 0 && !is_fifo(queue_url);
+        let (mut chosen, in_flight): (Vec<usize>, Vec<usize>) = {
             let q = s
                 .queue(queue_url)
                 .ok_or_else(|| invalid("ReceiveMessage", format!("no queue {queue_url}")))?;
             let q: &VecDeque<FakeMessage> = q;
             if is_fifo(queue_url) {
-                fifo_candidates(q, now)
+                (fifo_candidates(q, now), Vec::new())
             } else {
-                (0..q.len()).filter(|&i| q[i].visible_at <= now).collect()
+                let in_flight = (0..q.len())
+                    .filter(|&i| again && q[i].visible_at > now && q[i].receipt.is_some())
+                    .collect();
+                let visible = (0..q.len()).filter(|&i| q[i].visible_at <= now).collect();
+                (visible, in_flight)
             }
         };
+        if !in_flight.is_empty() {
+            // Delivered again although in flight (see [`FakeSqs::redeliver_in_flight`]).
+            s.redeliver -= 1;
+            chosen.extend(in_flight);
+        }
         let picked = if is_fifo(queue_url) {
             s.pick_groups(queue_url, chosen, max)
         } else {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::ports::HandleEntry;
 
 const Q: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/q";
 const FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/q.fifo";
