@@ -24,7 +24,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::circuit::CircuitStore;
-use crate::ports::{Alarms, Metrics, PortError, Queue};
+use crate::ports::{Alarms, MetricValue, Metrics, PortError, Queue};
 use crate::{Engine, InvocationError, StopReason, Summary};
 
 type EnvFn = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -50,7 +50,13 @@ pub struct Fleet<Q, A, M, C> {
     env: EnvFn,
     build: Build<Q, A, M, C>,
     tags: Q,
+    /// Where a DLQ left alone says so (`DlqLeftAlone` = 1 at each invocation that finds it so),
+    /// in which namespace: the attach stack's `dlq-left-alone` alarm pages on it.
+    left_alone: Option<(M, String)>,
 }
+
+/// The metric of a DLQ the fleet leaves alone (its tags invalid or unreadable), 1 per invocation.
+pub const LEFT_ALONE_METRIC: &str = "DlqLeftAlone";
 
 /// One DLQ's part of a fleet's drain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -91,6 +97,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
             env: Box::new(env),
             build: Box::new(build),
             tags: queue,
+            left_alone: None,
         };
         let single = configs.len() == 1 && configs[0].source_queue_url.is_some();
         for base in configs {
@@ -104,6 +111,12 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
             fleet.members.push((name, Mutex::new(member)));
         }
         fleet
+    }
+
+    /// Publishes `DlqLeftAlone` for each DLQ left alone through `metrics`, in `namespace`.
+    pub fn with_left_alone_metrics(mut self, metrics: M, namespace: String) -> Self {
+        self.left_alone = Some((metrics, namespace));
+        self
     }
 
     /// The DLQs' names, in order.
@@ -273,11 +286,19 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
                 let summary = engine.handle_trigger(trigger.clone(), deadline).await?;
                 Ok((queue.clone(), summary, None))
             }
-            Member::Waiting { problem, .. } => Ok((
-                queue.clone(),
-                Summary::new(false, StopReason::BadSettings),
-                Some(problem.clone()),
-            )),
+            Member::Waiting { problem, .. } => {
+                if let Some((metrics, namespace)) = &self.left_alone {
+                    let values = [MetricValue::count(LEFT_ALONE_METRIC, 1)];
+                    if let Err(e) = metrics.put(namespace, queue, &values).await {
+                        tracing::error!(queue = %queue, error = %e, "publishing DlqLeftAlone failed");
+                    }
+                }
+                Ok((
+                    queue.clone(),
+                    Summary::new(false, StopReason::BadSettings),
+                    Some(problem.clone()),
+                ))
+            }
         }
     }
 }

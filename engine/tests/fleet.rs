@@ -65,17 +65,50 @@ fn accounts_queues() -> Arc<FakeSqs> {
 }
 
 async fn fleet(sqs: &Arc<FakeSqs>, extra: &[(&str, &str)]) -> TestFleet {
+    fleet_and_metrics(sqs, extra).await.0
+}
+
+/// The fleet as the re-driver makes it, a DLQ left alone said in `DlqLeftAlone` through the
+/// CloudWatch fake returned beside it.
+async fn fleet_and_metrics(
+    sqs: &Arc<FakeSqs>,
+    extra: &[(&str, &str)],
+) -> (TestFleet, Arc<FakeCloudWatch>) {
     let map = env_map(extra);
     let lookup = move |k: &str| map.get(k).cloned();
     let configs = RedriverConfig::fleet_from_env(&Env(&lookup)).expect("valid");
     let cw = FakeCloudWatch::new();
     let queue = sqs.clone();
-    Fleet::new(configs, lookup, sqs.clone(), move |config| {
-        Engine::new(queue.clone(), cw.clone(), cw.clone(), config)
-            .with_settings(settings())
-            .with_seed(3)
+    let engines_cw = cw.clone();
+    let fleet = Fleet::new(configs, lookup, sqs.clone(), move |config| {
+        Engine::new(
+            queue.clone(),
+            engines_cw.clone(),
+            engines_cw.clone(),
+            config,
+        )
+        .with_settings(settings())
+        .with_seed(3)
     })
     .await
+    .with_left_alone_metrics(cw.clone(), "RedriveTest".to_string());
+    (fleet, cw)
+}
+
+/// How many times `DlqLeftAlone` said `queue` was left alone.
+fn left_alone(cw: &FakeCloudWatch, queue: &str) -> usize {
+    cw.put
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(ns, q, values)| {
+            ns == "RedriveTest"
+                && q == queue
+                && values
+                    .iter()
+                    .any(|v| v.name == "DlqLeftAlone" && v.value == 1)
+        })
+        .count()
 }
 
 fn alarm_for(queue: &str) -> Value {
@@ -188,7 +221,7 @@ async fn three_protected_dlqs_incidents_on_two_at_once_each_message_home_setting
 async fn a_bad_tag_leaves_its_dlq_alone_and_the_other_two_working_until_it_is_fixed() {
     let sqs = accounts_queues();
     sqs.tag_queue(LEDGER_DLQ, "redrive:max-attempts", "lots");
-    let fleet = fleet(&sqs, &[]).await;
+    let (fleet, cw) = fleet_and_metrics(&sqs, &[]).await;
     moved(&sqs, ORDERS_DLQ, ORDERS, "order-0");
     sqs.push_moved(
         LEDGER_DLQ,
@@ -228,6 +261,12 @@ async fn a_bad_tag_leaves_its_dlq_alone_and_the_other_two_working_until_it_is_fi
         .await
         .unwrap();
     assert_eq!(s["stoppedBecause"], "bad-settings");
+    // Each invocation that leaves it alone says so, for it alone: the fleet's alarm pages.
+    assert_eq!(left_alone(&cw, "ledger-dlq.fifo"), 2);
+    assert_eq!(
+        left_alone(&cw, "orders-dlq") + left_alone(&cw, "mail-dlq"),
+        0
+    );
     // Fixed on the queue: the next invocation serves it.
     sqs.tag_queue(LEDGER_DLQ, "redrive:max-attempts", "4");
     let s = fleet
@@ -236,6 +275,11 @@ async fn a_bad_tag_leaves_its_dlq_alone_and_the_other_two_working_until_it_is_fi
         .unwrap();
     assert_eq!(s["redriven"].as_u64(), Some(1));
     assert_eq!(bodies(&sqs, LEDGER), ["entry-0"]);
+    assert_eq!(
+        left_alone(&cw, "ledger-dlq.fifo"),
+        2,
+        "served: no longer said"
+    );
 }
 
 #[tokio::test]

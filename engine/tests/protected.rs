@@ -149,10 +149,17 @@ async fn a_message_with_no_known_source_is_isolated_never_guessed() {
     assert_eq!(by_hand.reason, Some(IsolationReason::UnknownSource));
     assert_eq!(by_hand.attempt, 2, "its history is kept");
     assert_eq!(by_hand.original_message_id, "orig-by-hand");
+    let stranger = meta_of(&sqs, POISON, "from-a-stranger");
+    assert_eq!(stranger.reason, Some(IsolationReason::UnknownSource));
+    // Each parked message says which DLQ it came from; the source SQS stamped on the stranger's
+    // is kept as claimed, never as the source a replay would trust.
+    assert_eq!(stranger.dlq(), Some(DLQ));
+    assert_eq!(by_hand.dlq(), Some(DLQ));
     assert_eq!(
-        meta_of(&sqs, POISON, "from-a-stranger").reason,
-        Some(IsolationReason::UnknownSource)
+        stranger.claimed_source(),
+        Some("arn:aws:sqs:us-east-1:000000000000:stranger")
     );
+    assert_eq!(stranger.source(), None);
 }
 
 #[tokio::test]
@@ -173,6 +180,7 @@ async fn a_parked_message_keeps_its_source_for_a_replay() {
         parked.source(),
         Some("arn:aws:sqs:us-east-1:000000000000:billing")
     );
+    assert_eq!(parked.dlq(), Some(DLQ), "the DLQ it was parked from");
 }
 
 #[tokio::test(start_paused = true)]
@@ -291,4 +299,30 @@ async fn a_dlq_whose_sources_cannot_be_listed_receives_nothing() {
     let s = engine.run(&DrainRequest::new(10)).await;
     assert_eq!(s.redriven, 1);
     assert_eq!(bodies(&sqs, ORDERS), ["order-1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_that_arrives_waiting_hops_within_the_dlqs_retention() {
+    // A DLQ that keeps messages 60 s, and a message whose notBefore (set by another front end,
+    // the workflow's long backoffs) is 400 s away: this engine's own backoff never waits on the
+    // DLQ, yet the hop must end before the DLQ's retention could expire the copy.
+    let (sqs, engine) = setup(DLQ, &[ORDERS], &[]);
+    sqs.set_retention(DLQ, Duration::from_secs(60));
+    let mut waiting = RedriveMeta {
+        attempt: 1,
+        ..RedriveMeta::fresh("orig-waiting")
+    };
+    waiting.set_not_before(Some(clock::now() + 400_000));
+    let mut attributes = Attributes::new();
+    waiting.write_into(&mut attributes);
+    sqs.push_moved(DLQ, ORDERS, "order-waiting", attributes, None);
+    let s = engine.run(&DrainRequest::new(10)).await;
+    assert_eq!((s.received, s.waiting), (1, 1));
+    let hop = sqs.messages(DLQ);
+    assert_eq!(hop.len(), 1);
+    let delay = hop[0].delay_seconds.unwrap_or(0);
+    assert!(
+        (1..=30).contains(&delay),
+        "a hop of {delay} s on a DLQ that keeps messages 60 s"
+    );
 }

@@ -2,7 +2,9 @@
 //! policy of its destination, stamped by the engine's clock, jittered by its random source.
 
 use redrive_shared::attributes::message_size;
-use redrive_shared::decision::{Decision, Policy, ReceivedMessage, decide, decide_unknown_source};
+use redrive_shared::decision::{
+    Decision, Policy, ReceivedMessage, decide_from, decide_unknown_source_from,
+};
 use redrive_shared::limits::MAX_ATTRIBUTES;
 use redrive_shared::meta::{IsolationReason, MetaSource};
 
@@ -50,7 +52,15 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 .unknown
                 .into_iter()
                 .map(|m| {
-                    let d = decide_unknown_source(&view_of(&m), &policy, now);
+                    // The DLQ it came from, and the source SQS stamped, which is no source of
+                    // this DLQ's: recorded as claimed, never routed by.
+                    let d = decide_unknown_source_from(
+                        Some(self.config.dlq_url.as_str()),
+                        m.dead_letter_source_arn.as_deref(),
+                        &view_of(&m),
+                        &policy,
+                        now,
+                    );
                     (m, d)
                 })
                 .collect();
@@ -65,7 +75,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         messages
             .into_iter()
             .map(|m| {
-                let decision = decide(&view_of(&m), policy, now, &mut *rng);
+                let decision = decide_from(
+                    Some(self.config.dlq_url.as_str()),
+                    &view_of(&m),
+                    policy,
+                    now,
+                    &mut *rng,
+                );
                 if let MetaSource::Garbled(why) = decision.read_from() {
                     tracing::warn!(message_id = %m.message_id, problem = %why, "garbled redrive metadata: restarting its history");
                 }
@@ -86,7 +102,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             ..self.policy_for(route)
         };
         let now = (self.clock)();
-        let decision = decide(message, &policy, now, &mut *lock(&self.rng));
+        let decision = decide_from(
+            Some(self.config.dlq_url.as_str()),
+            message,
+            &policy,
+            now,
+            &mut *lock(&self.rng),
+        );
         let Decision::Isolate(mut plan) = decision else {
             return decision;
         };

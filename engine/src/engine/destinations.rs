@@ -181,6 +181,11 @@ impl Destinations {
         grouped
     }
 
+    /// Whether the DLQ's retention has been read (it bounds every hop of a wait).
+    pub(super) fn retention_known(&self) -> bool {
+        lock(&self.dlq_retention).is_some()
+    }
+
     /// See [`super::Engine::read_dlq_retention`].
     pub(super) async fn read_retention<Q: Queue>(
         &self,

@@ -240,6 +240,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 ..Summary::new(request.dry_run, StopReason::Other)
             };
         }
+        // Any message may arrive already waiting (its notBefore set by another front end, the
+        // workflow's long backoffs): its hop must end before the DLQ's retention could expire
+        // its copy, whatever this engine's own backoff. Read once; the workflow re-reads it
+        // every round.
+        if !self.fifo() && !self.destinations.retention_known() {
+            self.read_dlq_retention().await;
+        }
         // The margin is at most a quarter of the time left, so that a short Lambda timeout
         // still drains; the reserve for the calls after the drain at most half the margin.
         let margin = request.deadline.map_or(self.settings.deadline_margin, |d| {

@@ -17,6 +17,11 @@ async fn main() -> Result<(), Error> {
         redrive_engine::lambda_init(|| RedriverConfig::fleet_from_env(&Env::process())).await?;
     let clients = Clients::from_sdk(&sdk);
     let queue = clients.sqs.clone();
+    let cloudwatch = clients.cloudwatch.clone();
+    let namespace = configs
+        .first()
+        .map(|c| c.metric_namespace.clone())
+        .unwrap_or_default();
     // Each protected DLQ's tags are read here; a DLQ whose tags are bad is left alone and
     // named in the logs, never the others.
     let engine = Fleet::new(
@@ -25,7 +30,9 @@ async fn main() -> Result<(), Error> {
         queue,
         move |config| clients.engine(config),
     )
-    .await;
+    .await
+    // A DLQ left alone (bad or unreadable tags) says so at every invocation, so that it pages.
+    .with_left_alone_metrics(cloudwatch, namespace);
     // Connect at init, bounded so that an unreachable endpoint cannot eat the init phase.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), engine.warm_up()).await;
     let engine = &engine;
