@@ -1,7 +1,7 @@
 //! The built `redrive` binary against moto: what each command did to the queues, what it
 //! printed, and its exit code.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 
