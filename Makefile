@@ -56,12 +56,14 @@ endif
 include infra/Makefile.inc
 
 # lint first (cheap, and a format or clippy failure should not wait for the slow steps); the
-# demo last: it doubles as the system test (exit 1 on a lost or twice-delivered order).
-TEST_STEPS := lint test-rust test-localstack test-infra demo
+# demo last: it doubles as the system test (exit 1 on a lost or twice-delivered order). After
+# test-rust everything is built, and the LocalStack leg, which mostly waits on LocalStack,
+# runs beside the infra tests; the demo beside the moto soak (each with emulators of its own).
+TEST_STEPS := lint test-rust test-localstack+test-infra
 
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
 include bench/Makefile.inc
-TEST_STEPS += soak-moto
+TEST_STEPS += demo+soak-moto
 
 .PHONY: setup test test-rust test-localstack lint build demo
 

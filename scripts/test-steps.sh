@@ -100,4 +100,4 @@ for word in "$@"; do
 	fi
 done
 summary
-echo "==> all steps passed in $(($(date +%s) - started))s"
+echo "==> $* passed in $(($(date +%s) - started))s"
