@@ -44,19 +44,22 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # BUILD_PROFILE=quick|release on the command line override the file.
 ARCH ?=
 
-# What `make test` runs, in order. A new kind of check adds its target here, next to the
-# target itself. For infra/ that is two lines:
+# What `make test` runs, in order; `a+b` runs the steps a and b at the same time, for steps
+# that mostly wait (see scripts/test-steps.sh). A new kind of check adds its target here, next
+# to the target itself. For infra/ that is two lines:
 #   include infra/Makefile.inc
 #   TEST_STEPS += lint-infra test-infra
 include infra/Makefile.inc
 
 # lint first (cheap, and a format or clippy failure should not wait for the slow steps); the
-# demo last: it doubles as the system test (exit 1 on a lost or twice-delivered order).
-TEST_STEPS := lint test-rust test-localstack test-infra demo
+# demo last: it doubles as the system test (exit 1 on a lost or twice-delivered order). After
+# test-rust everything is built, and the LocalStack leg, which mostly waits on LocalStack,
+# runs beside the infra tests; the demo beside the moto soak (each with emulators of its own).
+TEST_STEPS := lint test-rust test-localstack+test-infra
 
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
 include bench/Makefile.inc
-TEST_STEPS += soak-moto
+TEST_STEPS += demo+soak-moto
 TEST_STEPS += test-crates
 
 .PHONY: setup setup-tools test test-rust test-localstack lint build demo
@@ -94,25 +97,59 @@ $(LOCALSTACK_STAMP):
 	rm -f $(LOCALSTACK_VENV)/.installed-*
 	touch $@
 
-test: setup $(TEST_STEPS)
+# Each step's time is printed as it ends and all together at the end, also when one fails
+# (scripts/test-steps.sh), so that a step that got slower shows the day it does.
+test: setup
+	@MAKE="$(MAKE)" bash scripts/test-steps.sh $(TEST_STEPS)
 	@echo "==> test: all steps passed ($(TEST_STEPS))"
 
+# Every target that holds a test: --all-targets would add --bins, which builds each binary a
+# second time as a test harness, empty for those that say `test = false` (all of them).
+RUST_TEST_TARGETS := --lib --tests --benches --examples
+# cargo runs one test binary at a time, and most of their time is spent waiting on moto, on
+# LocalStack or on the clock. So test-rust builds once, then runs two lanes of test binaries at
+# the same time, each with its output whole when it ends: the unit tests (and benches, examples)
+# with the integration tests of RUST_TEST_LANE_A, and every other integration test binary of the
+# workspace (read from `cargo metadata`, so that a new one runs without being listed). Both
+# lanes select --workspace, as the build did: nothing is compiled again.
+RUST_TEST_LANE_A := workflow harness sfn layout
 test-rust: setup
-	@echo "==> test-rust: cargo test --workspace --all-targets --no-fail-fast"
-	# A hard ceiling, so that a hung test fails CI instead of eating its 90 minutes.
-	timeout --signal=KILL 45m cargo test --workspace --all-targets --no-fail-fast
+	@echo "==> test-rust: cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes"
+	cargo test --workspace $(RUST_TEST_TARGETS) --no-run
+	@MAKE="$(MAKE)" bash scripts/test-steps.sh test-rust-lane-a+test-rust-lane-b
+
+# A hard ceiling on each lane, so that a hung test fails CI instead of eating its 90 minutes.
+.PHONY: test-rust-lane-a test-rust-lane-b
+test-rust-lane-a: setup
+	timeout --signal=KILL 45m cargo test --workspace --no-fail-fast --lib --benches --examples \
+		$(addprefix --test ,$(RUST_TEST_LANE_A))
+
+test-rust-lane-b: setup
+	lane_b=$$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json, sys; \
+		print(" ".join(sorted({"--test " + t["name"] for p in json.load(sys.stdin)["packages"] \
+		for t in p["targets"] if t["kind"] == ["test"] and t["name"] not in sys.argv[1:]})))' \
+		$(RUST_TEST_LANE_A)); \
+	echo "cargo test --workspace --no-fail-fast $$lane_b"; \
+	timeout --signal=KILL 45m cargo test --workspace --no-fail-fast $$lane_b
 
 # The SQS integration tests again, with SQS, S3, CloudWatch and STS on LocalStack, which keeps
 # FIFO deduplication ids, counts attributes in the size limit, evaluates alarms and sets
 # DeadLetterQueueSourceArn as SQS does; DynamoDB and Step Functions stay on moto. The harness
 # reads REDRIVE_SQS_EMULATOR (tests/src/localstack.rs) and routes the services through the SDK's
 # AWS_ENDPOINT_URL_SQS and its siblings, for the tests' clients, the Lambdas and the CLI alike.
-# --workspace, as test-rust builds: nothing is compiled again. (The consumer's tests/moto.rs
-# shares a name with the re-driver's and runs too.)
-LOCALSTACK_TESTS := moto lambda cli export archiver circuit lambda_watch
+# --workspace, as test-rust builds: nothing is compiled again. Each crate's integration tests are
+# one binary whose modules are its test files; LOCALSTACK_MODULES selects the files (a test's name
+# starts with its module's): the engine's moto and circuit, the consumer's moto and lambda_watch,
+# the CLI's cli, export and triage, the re-driver's lambda; and the archiver's whole binary.
+LOCALSTACK_TESTS := engine_tests consumer_tests cli_tests redriver_tests
+LOCALSTACK_MODULES := moto circuit lambda_watch cli export lambda triage
 test-localstack: setup
-	@echo "==> test-localstack: $(LOCALSTACK_TESTS) with SQS, S3, CloudWatch and STS on LocalStack"
-	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 20m cargo test --workspace --no-fail-fast $(addprefix --test ,$(LOCALSTACK_TESTS))
+	@echo "==> test-localstack: $(LOCALSTACK_MODULES) of $(LOCALSTACK_TESTS), and archiver, with SQS, S3, CloudWatch and STS on LocalStack"
+	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 20m cargo test --workspace --no-fail-fast \
+		$(addprefix --test ,$(LOCALSTACK_TESTS)) -- $(addsuffix ::,$(LOCALSTACK_MODULES)) \
+		&& status=0 || status=$$?; \
+	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 10m cargo test --workspace --no-fail-fast --test archiver \
+		&& exit $$status
 
 lint: setup
 	@echo "==> lint: rustfmt, clippy, cfn-lint and the Guard policies"

@@ -14,7 +14,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 # One build for the demo and both Lambdas, with the arguments that the harness's Lambda build
 # uses (tests/src/lambda_watch.rs, BUILD_ARGS): the whole workspace and its examples, so cargo
-# resolves features as `cargo test --workspace --all-targets` (make test) does. The dependency
+# resolves features as `cargo test --workspace` in make test does. The dependency
 # graph is then compiled once, on a fresh clone, whether `make demo` or `make test` runs first;
 # `cargo run -p redrive-tests` would build a second variant of it (2 min 48 s).
 demo_bin=$(

@@ -1,9 +1,7 @@
 //! The built `redrive` binary against moto: what each command did to the queues, what it
 //! printed, and its exit code.
 
-mod common;
-/// `redrive triage` (its own file, run on both emulators with this binary).
-mod triage;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 

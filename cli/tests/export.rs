@@ -2,7 +2,7 @@
 //! moto (SQS and S3): what each command did to the queues and the bucket, what it printed,
 //! and its exit code.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

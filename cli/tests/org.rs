@@ -2,7 +2,7 @@
 //! URL; errors and exit codes worded as the AWS CLI's; `credential_process` profiles; and
 //! `redrive status` over several protected DLQs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

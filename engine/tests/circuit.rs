@@ -3,7 +3,7 @@
 //! longer cool-down, operator override, a store that fails), and the durable record in
 //! DynamoDB on moto (conditional writes, the engine's record after a run).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

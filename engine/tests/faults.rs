@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::{DLQ, POISON, SRC, config, permanent_failure, queues, settings};
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs, throttled};

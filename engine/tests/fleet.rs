@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 
 use common::{POISON, settings};
 use redrive_engine::Engine;

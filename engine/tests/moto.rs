@@ -1,7 +1,7 @@
 //! The re-driver against a real SQS/CloudWatch emulator (moto): every behaviour of the
 //! contract, with a conservation check (DLQ + source + poison before == after) in each test.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::{POISON, settings};
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs, clock};

@@ -1,14 +1,14 @@
 //! Runs the workspace's Lambdas under `cargo lambda watch` and invokes them.
 //!
 //! One build serves the tests, the demo and the functions. `make test` builds with
-//! `cargo test --workspace --all-targets`, whose feature resolution includes the
+//! `cargo test --workspace --lib --tests --benches --examples`, whose feature resolution includes the
 //! dev-dependencies (aws-smithy-mocks, proptest, ... turn on features of serde, hyper,
 //! getrandom, ...); `cargo run --bin X`, which `cargo lambda watch` issues to start a function,
 //! resolves without them and so builds a second variant of most of the dependency graph
 //! (2 min 48 s on a fresh clone). So the runner does not let cargo-lambda build anything:
 //! - `build_lambdas` runs `cargo build --workspace --examples --bin X ...` (see `BUILD_ARGS`):
 //!   the whole workspace selected and an example target requested is what makes cargo resolve
-//!   features exactly as `cargo test --workspace --all-targets` does, while it builds only the
+//!   features exactly as `make test`'s `cargo test --workspace` does, while it builds only the
 //!   binaries (and the small examples). After `make test`'s build it compiles no dependency;
 //!   on a fresh clone `make demo` (scripts/demo.sh, same arguments) compiles the graph once.
 //!   The test `first_ten_minutes_the_lambda_build_reuses_the_test_build` holds this.
@@ -678,16 +678,24 @@ mod tests {
     use super::*;
 
     /// The dependency graph is built once. After the build
-    /// of `make test` (`cargo test --workspace --all-targets`), the build of the Lambdas, the
+    /// of `make test` (`cargo test --workspace --lib --tests --benches --examples`), the build of the Lambdas, the
     /// demo and the harness's own function (what scripts/demo.sh and `LambdaWatch` run)
     /// needs no dependency artifact that build did not make, and compiles none. Slow the first
     /// time when run alone (it makes `make test`'s build); seconds under `make test`.
     #[test]
     fn first_ten_minutes_the_lambda_build_reuses_the_test_build() {
-        let test_build: Vec<String> = ["test", "--workspace", "--all-targets", "--no-run"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let test_build: Vec<String> = [
+            "test",
+            "--workspace",
+            "--lib",
+            "--tests",
+            "--benches",
+            "--examples",
+            "--no-run",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let tests = cargo_json(&test_build).unwrap();
         let bins: Vec<String> = ["demo", "redriver", "consumer", "archiver", "echo_lambda"]
             .iter()

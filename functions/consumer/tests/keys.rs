@@ -1,7 +1,7 @@
 //! Key sources, hashed record ids, the payload check and the shipped table snippet, against moto
 //! (real conditional writes, real queues) and a real HTTP downstream on loopback.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The shipped `consumer` binary under `cargo lambda watch`, configured by environment variables
 //! as on AWS, invoked with SQS events built from messages really received from moto.
 
-mod common;
+use crate::common;
 
 use common::*;
 use redrive_shared::meta::RedriveMeta;

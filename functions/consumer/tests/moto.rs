@@ -1,7 +1,7 @@
 //! The consumer library against moto (real DynamoDB conditional writes, real SQS queues with a
 //! RedrivePolicy, real receipt handles) and a real HTTP downstream on loopback.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

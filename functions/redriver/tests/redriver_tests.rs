@@ -1,0 +1,6 @@
+//! The re-driver's integration tests as one test binary: each binary links the SDK and starts
+//! a moto of its own, so one per crate is built, linked and started once. Each module is a file
+//! beside this one and names its tests (`cargo test --test redriver_tests -- <module>::`).
+
+mod lambda;
+mod protected_fleet;
