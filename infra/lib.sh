@@ -392,7 +392,16 @@ build_lambdas() { # LAMBDA_DIR
     local bin
     for bin in "${LAMBDA_BINS[@]}"; do cmd+=(--bin "$bin"); done
     say "building the functions for $LAMBDA_ARCH: cargo ${cmd[*]}"
-    (cd "$REPO_DIR" && "$CARGO_LAMBDA" "${cmd[@]}")
+    # cargo-lambda moves each binary out of target/ once cargo has built it: two builds of one
+    # clone at once (two deploys, or a deploy beside make build) would each find the other's
+    # moved away. One at a time, where flock(1) exists (Linux; without it, run one at a time).
+    local target=${CARGO_TARGET_DIR:-$REPO_DIR/target}
+    mkdir -p "$target"
+    if command -v flock >/dev/null 2>&1; then
+        (cd "$REPO_DIR" && flock "$target/.lambda-build.lock" "$CARGO_LAMBDA" "${cmd[@]}")
+    else
+        (cd "$REPO_DIR" && "$CARGO_LAMBDA" "${cmd[@]}")
+    fi
 }
 
 # Stops before anything is changed when a bootstrap is not an ELF executable for LAMBDA_ARCH
