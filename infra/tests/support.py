@@ -45,14 +45,15 @@ def tool(name: str) -> str:
 
 
 def cfn_guard() -> str:
-    """cfn-guard as `make cfn-guard` installs it (target/tools/bin), or CFN_GUARD, or PATH."""
+    """cfn-guard as `make test-infra` passes it (CFN_GUARD: where `make cfn-guard` installed it,
+    once per machine), or an older clone's target/tools/bin, or PATH."""
     for candidate in (os.environ.get("CFN_GUARD"), str(REPO / "target/tools/bin/cfn-guard")):
         if candidate and Path(candidate).exists():
             return candidate
     found = shutil.which("cfn-guard")
     if not found:
         raise AssertionError(
-            "cfn-guard not found: run `make cfn-guard` (cargo install cfn-guard into target/tools)"
+            "cfn-guard not found: run `make cfn-guard` (cargo install cfn-guard, once per machine), or set CFN_GUARD"
         )
     return found
 
