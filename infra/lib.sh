@@ -390,7 +390,7 @@ build_lambdas() { # LAMBDA_DIR
     local cmd=(lambda build --profile "$BUILD_PROFILE" "$(lambda_arch_flag)" --lambda-dir "$1"
         --features redrive-consumer/http)
     local bin
-    for bin in "${LAMBDA_BINS[@]}"; do cmd+=(--bin "$bin"); done
+    for bin in ${LAMBDA_BINS[@]+"${LAMBDA_BINS[@]}"}; do cmd+=(--bin "$bin"); done
     say "building the functions for $LAMBDA_ARCH: cargo ${cmd[*]}"
     # cargo-lambda moves each binary out of target/ once cargo has built it: two builds of one
     # clone at once (two deploys, or a deploy beside make build) would each find the other's
@@ -398,9 +398,9 @@ build_lambdas() { # LAMBDA_DIR
     local target=${CARGO_TARGET_DIR:-$REPO_DIR/target}
     mkdir -p "$target"
     if command -v flock >/dev/null 2>&1; then
-        (cd "$REPO_DIR" && flock "$target/.lambda-build.lock" "$CARGO_LAMBDA" "${cmd[@]}")
+        (cd "$REPO_DIR" && flock "$target/.lambda-build.lock" "$CARGO_LAMBDA" ${cmd[@]+"${cmd[@]}"})
     else
-        (cd "$REPO_DIR" && "$CARGO_LAMBDA" "${cmd[@]}")
+        (cd "$REPO_DIR" && "$CARGO_LAMBDA" ${cmd[@]+"${cmd[@]}"})
     fi
 }
 

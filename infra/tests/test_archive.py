@@ -153,9 +153,11 @@ class ArchiveTemplates(unittest.TestCase):
         env = (support.INFRA / "redrive.env").read_text(encoding="utf-8")
         self.assertIn("\nARCHIVE_AFTER_DAYS=10\n", env)
         self.assertIn("\nARCHIVE_SCHEDULE_EXPRESSION=rate(1 hour)\n", env)
-        deploy = (support.INFRA / "deploy.sh").read_text(encoding="utf-8")
+        # deploy.sh, and the environment writers of lib.sh it calls (write_archiver_env).
+        deploy = "".join((support.INFRA / name).read_text(encoding="utf-8") for name in ("deploy.sh", "lib.sh"))
+        self.assertIn('write_archiver_env "$WORK/archiver.env"', deploy)
         for line in ('"ARCHIVE_BUCKET=$OUT_ArchiveBucketName"', '"POISON_QUEUE_URL=$OUT_PoisonQueueUrl"',
-                     '"DLQ_URL=$OUT_DeadLetterQueueUrl"', '"ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS"',
+                     'dlqs="DLQ_URL=${OUT_DeadLetterQueueUrl-}"', '"ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS"',
                      '"ArchiverFunctionName=$OUT_ArchiverFunctionName"',
                      'deploy_function archiver "$OUT_ArchiverFunctionName" "$OUT_ArchiverRoleArn"'):
             self.assertIn(line, deploy)

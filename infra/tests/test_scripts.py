@@ -47,7 +47,7 @@ class Scripts(unittest.TestCase):
 
     def test_make_rollback_runs_the_rollback_script(self):
         makefile = (support.INFRA / "Makefile.inc").read_text(encoding="utf-8")
-        self.assertIn("rollback: setup\n\tinfra/rollback.sh", makefile)
+        self.assertIn("rollback: setup-tools\n\tinfra/rollback.sh", makefile)
         self.assertIn("shellcheck -x infra/deploy.sh infra/destroy.sh infra/rollback.sh infra/lib.sh", makefile)
 
 

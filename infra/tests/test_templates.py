@@ -369,7 +369,7 @@ class AlarmsReceivesCannotHide(unittest.TestCase):
         # in ALARM or missing); such a run publishes no CircuitOpen.
         # Both orchestrators hold through the engine (the workflow's CheckCircuitBreaker task
         # calls Engine::check_circuit), so the line is the engine's.
-        for source in ("engine/src/engine.rs", "engine/src/engine/finish.rs"):
+        for source in ("engine/src/engine/invoke.rs", "engine/src/engine/steps.rs", "engine/src/engine/finish.rs"):
             text = (support.REPO / source).read_text(encoding="utf-8")
             self.assertRegex(text, r'action = "circuit-open",\s*"guard alarm', source)
         p = self.alarm("CircuitHeldOpenAlarm")
