@@ -137,7 +137,7 @@ pub enum Command {
     /// they carry (source, body shape, attributes). `triage show GROUP QUEUE` lists a group's
     /// messages. Exit code 3 when the pass did not reach the end of the queue, or `show` found
     /// none of the group. See docs/triage.md.
-    Triage(super::triage::TriageArgs),
+    Triage(Box<super::triage::TriageArgs>),
     /// Print a shell completion script on stdout
     ///
     /// bash: `redrive completions bash > ~/.local/share/bash-completion/completions/redrive`;

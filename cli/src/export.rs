@@ -52,6 +52,9 @@ pub struct ExportArgs {
     pub max: Option<u32>,
     #[command(flatten)]
     pub filters: FilterArgs,
+    /// Only these MessageIds (a triage plan).
+    #[arg(skip)]
+    pub plan: Option<std::collections::BTreeSet<String>>,
 }
 
 /// Where the lines go.
@@ -85,15 +88,27 @@ enum Sink {
 }
 
 #[derive(Debug, Default)]
-struct Report {
-    exported: Vec<String>,
-    deleted: usize,
+pub struct Report {
+    pub exported: Vec<String>,
+    pub deleted: usize,
     /// Exported (the line is stored) but not deleted: still on the queue.
-    delete_failed: Vec<(String, String)>,
-    objects: Vec<String>,
+    pub delete_failed: Vec<(String, String)>,
+    pub objects: Vec<String>,
 }
 
 pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
+    let (target, report, reach) = execute(ctx, &args).await?;
+    print(ctx, &args, &target, &report, &reach);
+    Ok(match reach.status {
+        Status::Failed => Outcome::Failed,
+        Status::Incomplete => Outcome::Incomplete,
+        _ if !report.delete_failed.is_empty() => Outcome::Incomplete,
+        _ => Outcome::Done,
+    })
+}
+
+/// Exports what `args` selects, printing only the progress.
+pub async fn execute(ctx: &Ctx, args: &ExportArgs) -> Result<(QueueUrl, Report, Reach), CliError> {
     let target = ctx.resolve(&args.queue).await?;
     let destination = Destination::parse(&args.to)?;
     // Before any queue is touched: the destination must be writable.
@@ -131,7 +146,7 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
     let walked = walk(
         &queue,
         &mut scan,
-        &args,
+        args,
         &target,
         &mut sink,
         &progress,
@@ -145,7 +160,12 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
     let stop = if limit { Stop::Limit } else { Stop::Exhausted };
     let reach = scan.reach(stop, report.exported.len(), &walked).await;
     scan.release().await;
+    Ok((target, report, reach))
+}
 
+/// Prints what an export did, as text or one JSON document.
+pub fn print(ctx: &Ctx, args: &ExportArgs, target: &QueueUrl, report: &Report, reach: &Reach) {
+    let url = target.as_str();
     if ctx.json {
         let failed: Vec<_> = report
             .delete_failed
@@ -168,17 +188,11 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<Outcome, CliError> {
             "error": reach.error,
         }));
     } else {
-        print_text(ctx, &args, &target, &report, &reach);
+        print_text(ctx, args, target, report, reach);
     }
     if let Some(e) = &reach.error {
         eprintln!("redrive: {e}");
     }
-    Ok(match reach.status {
-        Status::Failed => Outcome::Failed,
-        Status::Incomplete => Outcome::Incomplete,
-        _ if !report.delete_failed.is_empty() => Outcome::Incomplete,
-        _ => Outcome::Done,
-    })
 }
 
 /// A file that did not exist, with its directory entry made durable too.
@@ -229,7 +243,9 @@ async fn walk<Q: Queue>(
         let room = max.map_or(usize::MAX, |m| m - report.exported.len());
         let chosen: Vec<Received> = batch
             .into_iter()
-            .filter(|m| filter.matches(m))
+            .filter(|m| {
+                filter.matches(m) && args.plan.as_ref().is_none_or(|p| p.contains(&m.message_id))
+            })
             .take(room)
             .collect();
         if chosen.is_empty() {
@@ -514,6 +530,7 @@ mod tests {
             delete: true,
             max: None,
             filters: Default::default(),
+            plan: None,
         };
         let mut sink = Sink::File {
             file: create_new(&path).unwrap(),

@@ -26,6 +26,7 @@ mod select;
 mod stats;
 mod status;
 pub mod triage;
+pub mod triage_act;
 pub mod view;
 
 use std::process::ExitCode;
@@ -227,7 +228,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Circuit(a) => circuit::run(&ctx, a).await,
         Command::History(a) => history::run(&ctx, a).await,
         Command::Status(a) => status::run(&ctx, a).await,
-        Command::Triage(a) => triage::run(&ctx, a).await,
+        Command::Triage(a) => triage::run(&ctx, *a).await,
         Command::Completions(_) | Command::Man => Ok(Outcome::Done),
     };
     match result {

@@ -173,7 +173,52 @@ async fn destination<Q: Queue>(queue: &Q, url: QueueUrl) -> Result<Destination, 
     Ok(Destination { url, max_bytes })
 }
 
+/// What one replay did.
+pub struct Replayed {
+    pub from: QueueUrl,
+    pub to: Option<QueueUrl>,
+    report: Report,
+    pub not_found: Vec<String>,
+    pub reach: Reach,
+}
+
+impl Replayed {
+    /// The messages whose copy was sent and acknowledged (deleted or not).
+    pub fn sent(&self) -> Vec<&MessageView> {
+        self.report
+            .replayed
+            .iter()
+            .chain(self.report.duplicate_possible.iter().map(|(m, _)| m))
+            .collect()
+    }
+
+    /// Sent, and deleted from the queue it was on.
+    pub fn deleted(&self) -> usize {
+        self.report.replayed.len()
+    }
+
+    /// Messages not moved for any reason (failed, refused, held for order, no source).
+    pub fn shortfall(&self) -> usize {
+        let r = &self.report;
+        r.failed.len() + r.refused_unstamped.len() + r.held.len() + r.no_source.len()
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        outcome(
+            &self.reach,
+            self.report.shortfall() || !self.not_found.is_empty(),
+        )
+    }
+}
+
 pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
+    let done = execute(ctx, &args).await?;
+    print(ctx, &args, &done);
+    Ok(done.outcome())
+}
+
+/// Replays what `args` selects, printing nothing.
+pub async fn execute(ctx: &Ctx, args: &ReplayArgs) -> Result<Replayed, CliError> {
     let from = ctx.resolve(&args.from).await?;
     let to = match &args.to {
         Some(to) => Some(ctx.resolve(to).await?),
@@ -190,7 +235,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
         None => None,
     };
     let plan = Plan {
-        args: &args,
+        args,
         from,
         to,
         sources: Some(&ctx.queues),
@@ -201,8 +246,18 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
     let walked = walk(&queue, &mut scan, &mut filter, &plan, &mut report).await;
     let reach = scan.reach(filter.stop(), filter.taken(), &walked).await;
     scan.release().await;
+    Ok(Replayed {
+        from: plan.from,
+        to: plan.to.map(|d| d.url),
+        report,
+        not_found: filter.not_found(),
+        reach,
+    })
+}
 
-    let not_found = filter.not_found();
+/// Prints what a replay did, as text or one JSON document.
+pub fn print(ctx: &Ctx, args: &ReplayArgs, done: &Replayed) {
+    let (report, not_found, reach) = (&done.report, &done.not_found, &done.reach);
     if ctx.json {
         let pairs = |v: &[(MessageView, String)]| -> Vec<Value> {
             v.iter()
@@ -210,8 +265,8 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
                 .collect()
         };
         super::output::print_json(&json!({
-            "from": plan.from.as_str(),
-            "to": plan.to.as_ref().map(|d| d.url.as_str()),
+            "from": done.from.as_str(),
+            "to": done.to.as_ref().map(|d| d.as_str()),
             "dryRun": args.dry_run,
             "status": reach.status,
             "replayed": report.replayed,
@@ -228,12 +283,19 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
             "error": reach.error,
         }));
     } else {
-        print_text(ctx, &plan, &report, &not_found, &reach);
+        print_text(
+            ctx,
+            args,
+            &done.from,
+            done.to.as_ref(),
+            report,
+            not_found,
+            reach,
+        );
     }
     if let Some(e) = &reach.error {
         eprintln!("redrive: {e}");
     }
-    Ok(outcome(&reach, report.shortfall() || !not_found.is_empty()))
 }
 
 /// The exit of `replay` and `discard`: a failed AWS call, then anything not done or not
@@ -435,9 +497,16 @@ async fn move_group<Q: Queue>(
     }
 }
 
-fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], reach: &Reach) {
+fn print_text(
+    ctx: &Ctx,
+    args: &ReplayArgs,
+    from: &QueueUrl,
+    to: Option<&QueueUrl>,
+    report: &Report,
+    not_found: &[String],
+    reach: &Reach,
+) {
     let s = &ctx.style;
-    let args = plan.args;
     let verb = if args.dry_run {
         "would replay"
     } else {
@@ -451,10 +520,8 @@ fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], rea
             s.good(verb)
         },
         report.replayed.len(),
-        plan.from.name(),
-        plan.to
-            .as_ref()
-            .map_or("each message's own source", |d| d.url.name()),
+        from.name(),
+        to.map_or("each message's own source", |d| d.name()),
         s.dim("(the copies carry attempt 0, no lastError, no isolation reason)")
     );
     for m in &report.replayed {
@@ -473,7 +540,7 @@ fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], rea
             "{} {} not replayed (still on {}): no room for x-redrive, so the consumer could not recognise a second delivery; pass --allow-unstamped to send them as received:",
             s.bad("refused:"),
             report.refused_unstamped.len(),
-            plan.from.name()
+            from.name()
         );
         for m in &report.refused_unstamped {
             println!("  {}", line(m));
@@ -484,7 +551,7 @@ fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], rea
             "{} {} copied but not deleted from {} (they will be seen again; the consumer's idempotency delivers them once):",
             s.warn("warning:"),
             report.duplicate_possible.len(),
-            plan.from.name()
+            from.name()
         );
         for (m, why) in &report.duplicate_possible {
             println!("  {}  {}", line(m), s.dim(why));
@@ -495,7 +562,7 @@ fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], rea
             "{} {} not sent (still on {}):",
             s.bad("failed:"),
             report.failed.len(),
-            plan.from.name()
+            from.name()
         );
         for (m, why) in &report.failed {
             println!("  {}  {}", line(m), s.bad(why));
@@ -506,7 +573,7 @@ fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], rea
             "{} {} not sent (still on {}): an earlier message of their group was not sent, and FIFO order is kept:",
             s.bad("held:"),
             report.held.len(),
-            plan.from.name()
+            from.name()
         );
         for m in &report.held {
             println!("  {}", line(m));
@@ -517,7 +584,7 @@ fn print_text(ctx: &Ctx, plan: &Plan, report: &Report, not_found: &[String], rea
             "{} {} not replayed (still on {}): no known source queue; pass --to QUEUE to send them:",
             s.bad("no source:"),
             report.no_source.len(),
-            plan.from.name()
+            from.name()
         );
         for (m, why) in &report.no_source {
             println!("  {}  {}", line(m), s.dim(why));
@@ -705,6 +772,7 @@ mod tests {
                 all: true,
                 filters: Default::default(),
                 max: None,
+                plan: None,
             },
             dry_run: false,
             allow_unstamped: false,

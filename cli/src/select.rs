@@ -23,6 +23,10 @@ pub struct Selection {
     /// Act on this many messages at most: replay in batches, check, go on.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max: Option<u32>,
+    /// Only these MessageIds (a triage plan): matched on the MessageId alone, never on the
+    /// originalMessageId, so a copy that came back is not taken for its original.
+    #[arg(skip)]
+    pub plan: Option<BTreeSet<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -32,6 +36,7 @@ pub struct Filter {
     filter: MessageFilter,
     max: Option<usize>,
     taken: usize,
+    plan: Option<BTreeSet<String>>,
 }
 
 impl Filter {
@@ -43,6 +48,7 @@ impl Filter {
             filter: MessageFilter::new(&selection.filters, now_ms),
             max: selection.max.map(|n| n as usize),
             taken: 0,
+            plan: selection.plan.clone(),
         }
     }
 
@@ -57,7 +63,9 @@ impl Filter {
             return false;
         }
         let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-        let by_id = if self.ids.is_empty() {
+        let by_id = if let Some(plan) = &self.plan {
+            plan.contains(&m.message_id)
+        } else if self.ids.is_empty() {
             true
         } else {
             let hits: Vec<String> = [&m.message_id, &meta.original_message_id]
@@ -136,6 +144,7 @@ mod tests {
                 ..FilterArgs::default()
             },
             max,
+            plan: None,
         }
     }
 
@@ -146,6 +155,16 @@ mod tests {
         assert!(f.take(&message("m-2", "orig-2", None)));
         assert!(!f.take(&message("m-3", "orig-3", None)));
         assert_eq!(f.not_found(), ["gone"]);
+    }
+
+    #[test]
+    fn a_plan_matches_the_message_id_alone() {
+        let mut s = selection(&[], &[], None);
+        s.plan = Some(["m-1".to_string()].into());
+        let mut f = Filter::new(&s, 0);
+        assert!(f.take(&message("m-1", "m-1", None)));
+        // A copy of m-1 that came back carries m-1 as its original: not part of the plan.
+        assert!(!f.take(&message("m-9", "m-1", None)));
     }
 
     #[test]

@@ -22,6 +22,9 @@ use super::inspect::{facts, warn_if_receives_count};
 use super::output::Style;
 use super::queues::QueueRef;
 use super::scan::{Reach, Scanner, Status, Stop};
+use super::triage_act::{
+    self, BookArgs, GroupArgs, GroupDiscardArgs, GroupReplayArgs, HoldArgs, NoteArgs,
+};
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
 
@@ -42,6 +45,29 @@ pub enum TriageCommand {
     /// by an older build (another normaliser version) still finds its messages. Exit code 3
     /// when no message of the group was found.
     Show(ShowArgs),
+    /// Acknowledge a group: someone is on it (state acknowledged)
+    Ack(GroupArgs),
+    /// Hold a group: the re-driver leaves its messages on the DLQ until a time or a count
+    ///
+    /// "Never replay before the fix", enforced: while the rest of the DLQ drains, the held
+    /// group's messages stay where they are, neither redriven nor isolated.
+    Hold(HoldArgs),
+    /// End a hold now
+    Release(GroupArgs),
+    /// Add a note to a group
+    Note(NoteArgs),
+    /// A group's state, hold, replay counts, notes and audit
+    History(GroupArgs),
+    /// Replay a group's plan canary first: k messages, a verdict window, then 10, 100, the rest
+    ///
+    /// A canary that comes back to the DLQ (or is isolated on --poison) within the window
+    /// stops the replay and marks the group replay-failed (exit code 3). Send, check, then
+    /// delete, as everywhere: a replay killed part-way is resumed by running it again.
+    Replay(GroupReplayArgs),
+    /// Discard a group's plan: each message archived to S3 before its delete
+    ///
+    /// `redrive import` of the archive prefix restores the group, with its history.
+    Discard(GroupDiscardArgs),
 }
 
 #[derive(Debug, Args)]
@@ -93,6 +119,8 @@ pub struct PassArgs {
     /// from one source queue).
     #[arg(long, value_name = "NAME")]
     pub source: Option<String>,
+    #[command(flatten)]
+    pub book: BookArgs,
 }
 
 /// How much of the input one pass grouped.
@@ -135,6 +163,13 @@ impl Read {
 pub async fn run(ctx: &Ctx, args: TriageArgs) -> Result<Outcome, CliError> {
     match args.command {
         Some(TriageCommand::Show(show)) => run_show(ctx, show).await,
+        Some(TriageCommand::Ack(a)) => triage_act::ack(ctx, a).await,
+        Some(TriageCommand::Hold(a)) => triage_act::hold(ctx, a).await,
+        Some(TriageCommand::Release(a)) => triage_act::release(ctx, a).await,
+        Some(TriageCommand::Note(a)) => triage_act::note(ctx, a).await,
+        Some(TriageCommand::History(a)) => triage_act::history(ctx, a).await,
+        Some(TriageCommand::Replay(a)) => triage_act::replay_group(ctx, a).await,
+        Some(TriageCommand::Discard(a)) => triage_act::discard_group(ctx, a).await,
         None => run_groups(ctx, args.pass).await,
     }
 }
@@ -269,6 +304,20 @@ async fn run_groups(ctx: &Ctx, args: PassArgs) -> Result<Outcome, CliError> {
     let (input, coverage) = pass(ctx, &args, |r| grouper.add(&r.observation()).is_some()).await?;
     let rules = grouper.config().rules.len();
     let groups = grouper.finish();
+    // With a table, the pass is recorded in the queue's book (states, plans, alerts).
+    let book = match (&args.book.table, &args.file) {
+        (Some(_), None) => Some(
+            triage_act::record_pass(
+                ctx,
+                &args.book,
+                &input,
+                &groups,
+                coverage.status == "complete",
+            )
+            .await?,
+        ),
+        _ => None,
+    };
     if ctx.json {
         super::output::print_json(&json!({
             "input": input,
@@ -277,9 +326,19 @@ async fn run_groups(ctx: &Ctx, args: PassArgs) -> Result<Outcome, CliError> {
             "maxAttempts": args.max_attempts,
             "coverage": coverage,
             "groups": groups,
+            "book": book,
         }));
     } else {
         print_groups(&ctx.style, &input, &coverage, &groups);
+        if let Some(book) = &book {
+            let states = book["states"].as_object().map(|m| {
+                m.iter()
+                    .map(|(g, s)| format!("{g} {}", s.as_str().unwrap_or("")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+            println!("book: {}", states.unwrap_or_default());
+        }
     }
     Ok(outcome(&coverage))
 }

@@ -140,7 +140,7 @@ pub fn cli_env_with(
             if !names_bucket(extra, bucket) {
                 resources.insert("ArchiveBucket".into(), bucket.to_string());
             }
-        } else if flag == "--circuit-table" {
+        } else if flag == "--circuit-table" || flag == "--table" {
             resources.insert("CircuitTable".into(), arg.to_string());
         } else if flag == "--state-machine" {
             let name = arg.rsplit(':').next().unwrap_or_default();

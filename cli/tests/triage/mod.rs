@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+mod act;
+
 use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
 use redrive_tests::{QueueSet, moto, send_raw, unique_name};
 use serde_json::Value;

@@ -8,6 +8,7 @@
 //! - [`group`]: the group id, a pure function of the cause and the normaliser version.
 //! - [`action`]: the fixed table of recommended actions.
 //! - [`rules`]: the operator's ordered rules file, which merges or splits groups.
+//! - [`state`]: what operators decided about each group (states, holds, notes, audit, alerts).
 //! - [`grouper`]: one pass over messages, folded into groups (counts, times, top values, ids).
 //!
 //! The design notes are in docs/triage.md.
@@ -19,6 +20,7 @@ pub mod grouper;
 pub mod normalise;
 pub mod rules;
 pub mod shape;
+pub mod state;
 
 pub use action::Action;
 pub use facts::{Facts, Observation, RecordedCause};

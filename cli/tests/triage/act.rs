@@ -1,0 +1,541 @@
+//! Acting on a triage group against the emulator, under the stack's operator policy: a canary
+//! replay that stops by itself while the consumer still fails and completes once it is fixed
+//! (each message's side effect once), a replay killed part-way and resumed, a discard that
+//! archives what it deletes and an import that restores it, and the alerts of each transition,
+//! once each.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
+use redrive_tests::{QueueSet, moto, receive_raw, unique_name};
+use serde_json::{Value, json};
+
+use crate::common::{Run, meta_of, run_redrive_granted, send_with_meta, visible};
+
+/// The consumer's side effects: original message id -> times applied.
+type Effects = Arc<Mutex<HashMap<String, u32>>>;
+
+/// A consumer of the source queue, as the contract describes one: when `failing`, every
+/// message fails permanently and goes to the DLQ with its `x-redrive` (original id kept) and
+/// the cause recorded; otherwise its side effect is applied once per original message id
+/// (the idempotency key), then it is deleted.
+fn consumer(
+    sqs: aws_sdk_sqs::Client,
+    q: &QueueSet,
+    failing: Arc<Mutex<bool>>,
+    effects: Effects,
+    received: Arc<Mutex<u32>>,
+) -> tokio::task::JoinHandle<()> {
+    let (source, dlq) = (q.source_url.clone(), q.dlq_url.clone());
+    tokio::spawn(async move {
+        loop {
+            for m in receive_raw(&sqs, &source, 30).await {
+                *received.lock().unwrap() += 1;
+                let meta = meta_of(&m);
+                if *failing.lock().unwrap() {
+                    let failed = RedriveMeta {
+                        last_error: Some(LastError::new(
+                            ErrorClass::Permanent,
+                            "SCHEMA_INVALID",
+                            "order 99: field 'amount' expected number",
+                            "2026-11-28T10:00:00Z".into(),
+                        )),
+                        ..meta
+                    };
+                    send_with_meta(&sqs, &dlq, m.body().unwrap(), &failed).await;
+                } else {
+                    let mut fx = effects.lock().unwrap();
+                    let key = meta.original_message_id.clone();
+                    // Idempotent: a second delivery of the same key applies nothing.
+                    fx.entry(key).and_modify(|_| ()).or_insert(1);
+                }
+                sqs.delete_message()
+                    .queue_url(&source)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// A message of the permanent group, with its source recorded.
+fn permanent(n: u64, source_arn: &str) -> RedriveMeta {
+    let mut meta = RedriveMeta {
+        last_error: Some(LastError::new(
+            ErrorClass::Permanent,
+            "SCHEMA_INVALID",
+            &format!("order {n}: field 'amount' expected number"),
+            "2026-11-28T09:00:00Z".into(),
+        )),
+        ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
+    };
+    meta.set_source(source_arn);
+    meta
+}
+
+struct World {
+    sqs: aws_sdk_sqs::Client,
+    q: QueueSet,
+    table: String,
+    topic: String,
+    alerts: String,
+}
+
+impl World {
+    async fn new() -> Self {
+        let sqs = moto().sqs().await;
+        let q = QueueSet::create(&sqs, false, 3).await;
+        let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
+        // The alerts land on a queue subscribed to the topic, to be counted.
+        let sns = aws_sdk_sns::Client::new(&moto().sdk_config().await);
+        let topic = sns
+            .create_topic()
+            .name(unique_name("triage-alerts"))
+            .send()
+            .await
+            .unwrap()
+            .topic_arn
+            .unwrap();
+        let alerts = sqs
+            .create_queue()
+            .queue_name(unique_name("alerts"))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        let alerts_arn = format!(
+            "arn:aws:sqs:us-east-1:123456789012:{}",
+            alerts.rsplit('/').next().unwrap()
+        );
+        sns.subscribe()
+            .topic_arn(&topic)
+            .protocol("sqs")
+            .endpoint(alerts_arn)
+            .attributes("RawMessageDelivery", "true")
+            .send()
+            .await
+            .unwrap();
+        Self {
+            sqs,
+            q,
+            table,
+            topic,
+            alerts,
+        }
+    }
+
+    /// `redrive` under the stack's operator policy, with the book's table, the alert topic
+    /// (the operator's own grant to publish on it) and an archive bucket of theirs.
+    fn redrive(&self, args: &[&str], bucket: Option<&str>) -> Run {
+        let mut full: Vec<&str> = args.to_vec();
+        full.extend([
+            "--table",
+            &self.table,
+            "--alert-topic",
+            &self.topic,
+            "--operator",
+            "oncall",
+        ]);
+        // moto matches SNS grants only when the Resource is "*" (as it does DynamoDB's); the
+        // grant of a deployed operator names the topic.
+        let mut extra = vec![json!({
+            "Effect": "Allow", "Action": "sns:Publish", "Resource": "*"
+        })];
+        if let Some(b) = bucket {
+            extra.push(redrive_tests::iam::own_bucket_statement(b));
+        }
+        run_redrive_granted(&full, &[], &extra)
+    }
+
+    /// The alerts published so far, as (kind, group).
+    async fn alerts(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for m in redrive_tests::drain_all(&self.sqs, &self.alerts).await {
+            let a: Value = serde_json::from_str(m.body().unwrap()).unwrap();
+            out.push((
+                a["kind"].as_str().unwrap().into(),
+                a["group"].as_str().unwrap().into(),
+            ));
+        }
+        out.sort();
+        out
+    }
+
+    /// One triage pass recorded in the book; the id of its only group.
+    fn triage(&self) -> (String, Value) {
+        let run = self.redrive(&["triage", &self.q.dlq_url, "--json"], None);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let out = run.json();
+        let groups = out["groups"].as_array().unwrap();
+        assert_eq!(groups.len(), 1, "{out:#}");
+        (groups[0]["id"].as_str().unwrap().to_string(), out)
+    }
+}
+
+// Multi-threaded: the consumer runs while the test waits on the CLI's process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_replay_stops_while_the_consumer_fails_and_completes_once_it_is_fixed() {
+    // GIVEN a DLQ of five messages of one permanent cause, and a consumer that still fails
+    let w = World::new().await;
+    for n in 0..5 {
+        send_with_meta(
+            &w.sqs,
+            &w.q.dlq_url,
+            "{\"amount\":\"12,50\"}",
+            &permanent(n, &w.q.source_arn),
+        )
+        .await;
+    }
+    let failing = Arc::new(Mutex::new(true));
+    let effects: Effects = Arc::default();
+    let received = Arc::new(Mutex::new(0));
+    let task = consumer(
+        w.sqs.clone(),
+        &w.q,
+        failing.clone(),
+        effects.clone(),
+        received.clone(),
+    );
+
+    // WHEN triage records the DLQ twice
+    let (group, out) = w.triage();
+    assert_eq!(out["book"]["states"][&group], "new", "{out:#}");
+    let (again, _) = w.triage();
+    assert_eq!(again, group);
+    // THEN the new group alerted once, whatever the passes and the messages
+    assert_eq!(
+        w.alerts().await,
+        vec![("new-group".to_string(), group.clone())]
+    );
+
+    // WHEN the group is replayed canary first while the consumer still fails
+    let run = w.redrive(
+        &[
+            "triage",
+            "replay",
+            &group,
+            &w.q.dlq_url,
+            "--window",
+            "3s",
+            "--json",
+        ],
+        None,
+    );
+    // THEN the replay stops by itself after one message, and the group is replay-failed
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let out = run.json();
+    assert_eq!(out["record"]["state"], "replay-failed", "{out:#}");
+    assert_eq!(out["record"]["replay"]["sent"], 1);
+    assert_eq!(out["record"]["replay"]["back"], 1);
+    assert_eq!(
+        *received.lock().unwrap(),
+        1,
+        "the consumer saw the canary only"
+    );
+    assert_eq!(
+        visible(&w.sqs, &w.q.dlq_url).await,
+        5,
+        "four waiting, the canary back"
+    );
+    assert_eq!(
+        w.alerts().await,
+        vec![("canary-failed".to_string(), group.clone())]
+    );
+
+    // WHEN the consumer is fixed, triage lists the group again (the canary's copy with it)
+    // and the replay runs again, killed once in its first verdict window
+    *failing.lock().unwrap() = false;
+    let (same, out) = w.triage();
+    assert_eq!(same, group);
+    assert_eq!(out["groups"][0]["count"], 5);
+    let mut args: Vec<String> = [
+        "triage",
+        "replay",
+        &group,
+        &w.q.dlq_url,
+        "--window",
+        "30s",
+        "--yes",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(["--table", &w.table, "--operator", "oncall"].map(str::to_string));
+    let env = redrive_tests::iam::cli_env_with(
+        &moto().env(),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    );
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redrive"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+        command.env_remove(k);
+    }
+    let mut child = command
+        .args(&args)
+        .envs(env)
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..300 {
+        if effects.lock().unwrap().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(effects.lock().unwrap().len(), 1, "the canary was processed");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let history = w
+        .redrive(&["triage", "history", &group, &w.q.dlq_url, "--json"], None)
+        .json();
+    assert_eq!(history["record"]["state"], "replaying", "{history:#}");
+
+    // AND is run again: it resumes the same plan
+    let run = w.redrive(
+        &[
+            "triage",
+            "replay",
+            &group,
+            &w.q.dlq_url,
+            "--window",
+            "2s",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let out = run.json();
+
+    // THEN the group is resolved, the DLQ empty, and each of the five messages reached its
+    // side effect exactly once: lost 0, duplicated 0
+    assert_eq!(out["record"]["state"], "resolved", "{out:#}");
+    for _ in 0..50 {
+        if effects.lock().unwrap().len() == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    task.abort();
+    let fx = effects.lock().unwrap().clone();
+    assert_eq!(fx.len(), 5, "{fx:?}");
+    assert!(fx.values().all(|n| *n == 1), "{fx:?}");
+    assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 0);
+    let actions: Vec<&str> = out["record"]["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.ends_with(&[
+            "replay",
+            "replay-stopped",
+            "replay",
+            "replay-resumed",
+            "replay-finished"
+        ]),
+        "{actions:?}"
+    );
+    // AND no alert beyond the ones above
+    assert_eq!(w.alerts().await, vec![]);
+}
+
+#[tokio::test]
+async fn a_discard_archives_what_it_deletes_and_an_import_restores_the_group() {
+    // GIVEN a DLQ of three messages of one cause, triaged into the book, and a note
+    let w = World::new().await;
+    let s3 = redrive_engine::s3::client(&moto().sdk_config().await);
+    let bucket = unique_name("triage-archive")
+        .to_lowercase()
+        .replace('_', "-");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let mut originals = Vec::new();
+    for n in 0..3 {
+        let meta = permanent(n, &w.q.source_arn);
+        originals.push(meta.original_message_id.clone());
+        send_with_meta(&w.sqs, &w.q.dlq_url, "{\"amount\":\"n/a\"}", &meta).await;
+    }
+    let (group, _) = w.triage();
+    let note = w.redrive(
+        &[
+            "triage",
+            "note",
+            &group,
+            &w.q.dlq_url,
+            "cannot be fixed: the orders were cancelled",
+        ],
+        None,
+    );
+    assert_eq!(note.code, 0, "{}", note.stderr);
+    let ack = w.redrive(&["triage", "ack", &group, &w.q.dlq_url, "--json"], None);
+    assert_eq!(ack.json()["record"]["state"], "acknowledged");
+
+    // WHEN the group is discarded, dry run first
+    let archive = format!("s3://{bucket}/discarded");
+    let dry = w.redrive(
+        &[
+            "triage",
+            "discard",
+            &group,
+            &w.q.dlq_url,
+            "--archive",
+            &archive,
+            "--dry-run",
+        ],
+        Some(&bucket),
+    );
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stderr.contains("would discard 3 of plan"),
+        "{}",
+        dry.stderr
+    );
+    assert_eq!(
+        visible(&w.sqs, &w.q.dlq_url).await,
+        3,
+        "a dry run changes nothing"
+    );
+    let run = w.redrive(
+        &[
+            "triage",
+            "discard",
+            &group,
+            &w.q.dlq_url,
+            "--archive",
+            &archive,
+            "--json",
+        ],
+        Some(&bucket),
+    );
+
+    // THEN what was archived is exactly what was deleted, and the group is resolved
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let out = run.json();
+    assert_eq!(
+        (out["archived"].clone(), out["deleted"].clone()),
+        (3.into(), 3.into()),
+        "{out:#}"
+    );
+    assert_eq!(out["record"]["state"], "resolved");
+    assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 0);
+
+    // WHEN the archive is imported back
+    let import = run_redrive_granted(
+        &["import", "--from", &archive, "--to", &w.q.dlq_url],
+        &[],
+        &[redrive_tests::iam::own_bucket_statement(&bucket)],
+    );
+    assert_eq!(import.code, 0, "{}\n{}", import.stdout, import.stderr);
+
+    // THEN the group is back with its history (the same original ids), and triage finds the
+    // same group id, now regressed, alerting once
+    let mut back: Vec<String> = redrive_tests::drain_all(&w.sqs, &w.q.dlq_url)
+        .await
+        .iter()
+        .map(|m| meta_of(m).original_message_id)
+        .collect();
+    back.sort();
+    assert_eq!(back, originals);
+    for n in 0..3 {
+        send_with_meta(
+            &w.sqs,
+            &w.q.dlq_url,
+            "{\"amount\":\"n/a\"}",
+            &permanent(n, &w.q.source_arn),
+        )
+        .await;
+    }
+    let (again, out) = w.triage();
+    assert_eq!(again, group);
+    assert_eq!(out["book"]["states"][&group], "regressed", "{out:#}");
+    assert_eq!(
+        w.alerts().await,
+        vec![
+            ("new-group".to_string(), group.clone()),
+            ("regressed".to_string(), group.clone())
+        ]
+    );
+    let history = w
+        .redrive(&["triage", "history", &group, &w.q.dlq_url, "--json"], None)
+        .json();
+    let notes = history["record"]["notes"].as_array().unwrap();
+    assert_eq!(
+        notes[0]["text"],
+        "cannot be fixed: the orders were cancelled"
+    );
+    assert_eq!(notes[0]["who"], "oncall");
+    let discard = history["record"]["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["action"] == "discard")
+        .cloned()
+        .unwrap();
+    assert_eq!(discard["count"], 3);
+    assert!(discard["planId"].is_string());
+}
+
+#[tokio::test]
+async fn a_hold_is_recorded_with_its_end_and_bad_actions_are_refused_by_name() {
+    let w = World::new().await;
+    for n in 0..12 {
+        send_with_meta(&w.sqs, &w.q.dlq_url, "{}", &permanent(n, &w.q.source_arn)).await;
+    }
+    let (group, _) = w.triage();
+    // A hold needs an end.
+    let run = w.redrive(&["triage", "hold", &group, &w.q.dlq_url], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("a hold needs an end"), "{}", run.stderr);
+    let run = w.redrive(
+        &[
+            "triage",
+            "hold",
+            &group,
+            &w.q.dlq_url,
+            "--for",
+            "2h",
+            "--count",
+            "5",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let r = run.json();
+    assert_eq!(r["record"]["state"], "held");
+    assert_eq!(r["record"]["hold"]["count"], 5);
+    // An unknown group is refused, naming what to do.
+    let run = w.redrive(
+        &["triage", "ack", "g2-00000000000000aa", &w.q.dlq_url],
+        None,
+    );
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("run `redrive triage`"),
+        "{}",
+        run.stderr
+    );
+    // Twelve messages need --yes: without it nothing moves.
+    let run = w.redrive(
+        &["triage", "replay", &group, &w.q.dlq_url, "--window", "1s"],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("pass --yes to act on 12 messages"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 12);
+    let run = w.redrive(&["triage", "release", &group, &w.q.dlq_url, "--json"], None);
+    assert_eq!(run.json()["record"]["state"], "acknowledged");
+}

@@ -1,0 +1,356 @@
+//! Where triage's decisions live: each queue's [`Book`] (group states, holds, notes, audit)
+//! and the frozen plans (the message ids a pass listed for a group), in DynamoDB.
+//!
+//! The table is keyed like the circuit table (partition key `queue`, a string), so the
+//! circuit table can hold both; items:
+//!
+//! | `queue` (key)                   | attributes                                         |
+//! |---------------------------------|----------------------------------------------------|
+//! | `triage#<queue URL>`            | `version` N (each write conditional on it), `record` S (the book as JSON), `updatedAt` S |
+//! | `triage-plan#<plan id>#<chunk>` | `ids` S (newline-separated MessageIds), `chunks` N, `size` N |
+//!
+//! A plan never changes: its id is a digest of the group and its sorted ids. Writers of a book
+//! go through [`update`]: load, apply, save on the version read, and on a conflict load again
+//! and apply the same change to what the other writer left.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use redrive_shared::timefmt::rfc3339_from_millis;
+use redrive_shared::triage::state::{Book, Refused};
+
+use crate::aws::port_error;
+use crate::circuit::SaveOutcome;
+use crate::lock;
+use crate::ports::PortError;
+
+/// MessageIds per plan item (SQS ids are 36 characters: about 150 KB of the 400 KB limit).
+pub const PLAN_CHUNK: usize = 4000;
+/// Loads before an update gives up on a book others keep writing.
+pub const UPDATE_TRIES: u32 = 8;
+
+pub fn book_key(queue_url: &str) -> String {
+    format!("triage#{queue_url}")
+}
+
+fn plan_key(plan_id: &str, chunk: usize) -> String {
+    format!("triage-plan#{plan_id}#{chunk}")
+}
+
+/// The books and plans of triage.
+pub trait TriageStore: Sync {
+    /// The book of `queue_url` and its version, `None` when there is none yet.
+    fn load(
+        &self,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<Option<(u64, Book)>, PortError>> + Send;
+
+    /// Writes `book` if the stored version is still `expected` (`None`: no item yet).
+    fn save(
+        &self,
+        queue_url: &str,
+        book: &Book,
+        expected: Option<u64>,
+    ) -> impl Future<Output = Result<SaveOutcome, PortError>> + Send;
+
+    /// Stores a plan's ids (idempotent: the same id always names the same ids).
+    fn save_plan(
+        &self,
+        plan_id: &str,
+        ids: &[String],
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+
+    /// A plan's ids, `None` when no plan of that id was stored.
+    fn load_plan(
+        &self,
+        plan_id: &str,
+    ) -> impl Future<Output = Result<Option<Vec<String>>, PortError>> + Send;
+}
+
+/// Why a change to a book did not land.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TriageError {
+    #[error(transparent)]
+    Port(#[from] PortError),
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    #[error("the triage book of {0} kept changing under {UPDATE_TRIES} writes; try again")]
+    Contended(String),
+}
+
+/// Loads the book of `queue_url` (a new one when there is none), applies `change` and saves on
+/// the version read; on a conflict, again on what the other writer left. Returns the change's
+/// answer and the book as saved. A refused change saves nothing.
+pub async fn update<S: TriageStore, T>(
+    store: &S,
+    queue_url: &str,
+    mut change: impl FnMut(&mut Book) -> Result<T, Refused>,
+) -> Result<(T, Book), TriageError> {
+    for _ in 0..UPDATE_TRIES {
+        let (version, mut book) = match store.load(queue_url).await? {
+            Some((v, b)) => (Some(v), b),
+            None => (None, Book::new(queue_url)),
+        };
+        let answer = change(&mut book)?;
+        match store.save(queue_url, &book, version).await? {
+            SaveOutcome::Saved { .. } => return Ok((answer, book)),
+            SaveOutcome::Conflict => continue,
+        }
+    }
+    Err(TriageError::Contended(queue_url.to_string()))
+}
+
+/// The book of `queue_url`, a new empty one when there is none.
+pub async fn load_or_new<S: TriageStore>(store: &S, queue_url: &str) -> Result<Book, PortError> {
+    Ok(store
+        .load(queue_url)
+        .await?
+        .map_or_else(|| Book::new(queue_url), |(_, b)| b))
+}
+
+/// The triage table in DynamoDB (AWS, or moto via `AWS_ENDPOINT_URL`).
+#[derive(Clone, Debug)]
+pub struct DynamoDbTriageStore {
+    pub client: aws_sdk_dynamodb::Client,
+    pub table: String,
+}
+
+impl DynamoDbTriageStore {
+    pub fn new(sdk: &aws_config::SdkConfig, table: &str) -> Self {
+        Self {
+            client: aws_sdk_dynamodb::Client::new(sdk),
+            table: table.to_string(),
+        }
+    }
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn bad_item(key: &str, problem: String) -> PortError {
+    PortError::new(
+        "GetItem",
+        "BadTriageItem",
+        format!("the triage item {key}: {problem}"),
+        false,
+    )
+}
+
+impl DynamoDbTriageStore {
+    async fn get(&self, key: &str) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("queue", s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| port_error("GetItem", e))?;
+        Ok(out.item)
+    }
+}
+
+fn number(item: &HashMap<String, AttributeValue>, key: &str, name: &str) -> Result<u64, PortError> {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| bad_item(key, format!("{name} is not a number")))
+}
+
+impl TriageStore for DynamoDbTriageStore {
+    async fn load(&self, queue_url: &str) -> Result<Option<(u64, Book)>, PortError> {
+        let key = book_key(queue_url);
+        let Some(item) = self.get(&key).await? else {
+            return Ok(None);
+        };
+        let version = number(&item, &key, "version")?;
+        let text = item
+            .get("record")
+            .and_then(|v| v.as_s().ok())
+            .ok_or_else(|| bad_item(&key, "record is missing".into()))?;
+        let book = serde_json::from_str(text)
+            .map_err(|e| bad_item(&key, format!("record is not a triage book: {e}")))?;
+        Ok(Some((version, book)))
+    }
+
+    async fn save(
+        &self,
+        queue_url: &str,
+        book: &Book,
+        expected: Option<u64>,
+    ) -> Result<SaveOutcome, PortError> {
+        let version = expected.map_or(1, |v| v + 1);
+        let json = serde_json::to_string(book).map_err(|e| {
+            PortError::new("PutItem", "Serialization", e.to_string(), false).with_source(e)
+        })?;
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("queue", s(book_key(queue_url)))
+            .item("version", AttributeValue::N(version.to_string()))
+            .item("record", s(json))
+            .item("updatedAt", s(rfc3339_from_millis(crate::now_ms())))
+            .expression_attribute_names("#k", "queue");
+        let put = match expected {
+            None => put.condition_expression("attribute_not_exists(#k)"),
+            Some(v) => put
+                .condition_expression("attribute_exists(#k) AND #v = :v")
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
+        };
+        match put.send().await {
+            Ok(_) => Ok(SaveOutcome::Saved { version }),
+            Err(SdkError::ServiceError(se))
+                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(SaveOutcome::Conflict)
+            }
+            Err(e) => Err(port_error("PutItem", e)),
+        }
+    }
+
+    async fn save_plan(&self, plan_id: &str, ids: &[String]) -> Result<(), PortError> {
+        let chunks: Vec<&[String]> = if ids.is_empty() {
+            vec![&[]]
+        } else {
+            ids.chunks(PLAN_CHUNK).collect()
+        };
+        for (n, chunk) in chunks.iter().enumerate() {
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .item("queue", s(plan_key(plan_id, n)))
+                .item("ids", s(chunk.join("\n")))
+                .item("chunks", AttributeValue::N(chunks.len().to_string()))
+                .item("size", AttributeValue::N(ids.len().to_string()))
+                .send()
+                .await
+                .map_err(|e| port_error("PutItem", e))?;
+        }
+        Ok(())
+    }
+
+    async fn load_plan(&self, plan_id: &str) -> Result<Option<Vec<String>>, PortError> {
+        let first = plan_key(plan_id, 0);
+        let Some(item) = self.get(&first).await? else {
+            return Ok(None);
+        };
+        let chunks = number(&item, &first, "chunks")? as usize;
+        let size = number(&item, &first, "size")? as usize;
+        let mut ids = Vec::with_capacity(size);
+        let mut item = Some(item);
+        for n in 0..chunks {
+            let key = plan_key(plan_id, n);
+            let this = match item.take() {
+                Some(i) => i,
+                None => self
+                    .get(&key)
+                    .await?
+                    .ok_or_else(|| bad_item(&key, "a chunk of the plan is missing".into()))?,
+            };
+            let text = this
+                .get("ids")
+                .and_then(|v| v.as_s().ok())
+                .ok_or_else(|| bad_item(&key, "ids is missing".into()))?;
+            ids.extend(
+                text.split('\n')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
+            );
+        }
+        if ids.len() != size {
+            return Err(bad_item(
+                &first,
+                format!("the plan lists {} ids, its size says {size}", ids.len()),
+            ));
+        }
+        Ok(Some(ids))
+    }
+}
+
+/// An in-memory store: for the engine's tests on the port fakes and the bench.
+#[derive(Debug, Default)]
+pub struct MemoryTriageStore {
+    books: Mutex<HashMap<String, (u64, Book)>>,
+    plans: Mutex<HashMap<String, Vec<String>>>,
+}
+
+impl TriageStore for MemoryTriageStore {
+    async fn load(&self, queue_url: &str) -> Result<Option<(u64, Book)>, PortError> {
+        Ok(lock(&self.books).get(queue_url).cloned())
+    }
+
+    async fn save(
+        &self,
+        queue_url: &str,
+        book: &Book,
+        expected: Option<u64>,
+    ) -> Result<SaveOutcome, PortError> {
+        let mut books = lock(&self.books);
+        let current = books.get(queue_url).map(|(v, _)| *v);
+        if current != expected {
+            return Ok(SaveOutcome::Conflict);
+        }
+        let version = expected.map_or(1, |v| v + 1);
+        books.insert(queue_url.to_string(), (version, book.clone()));
+        Ok(SaveOutcome::Saved { version })
+    }
+
+    async fn save_plan(&self, plan_id: &str, ids: &[String]) -> Result<(), PortError> {
+        lock(&self.plans).insert(plan_id.to_string(), ids.to_vec());
+        Ok(())
+    }
+
+    async fn load_plan(&self, plan_id: &str) -> Result<Option<Vec<String>>, PortError> {
+        Ok(lock(&self.plans).get(plan_id).cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_764_000_000_000;
+
+    #[tokio::test]
+    async fn an_update_on_a_moved_version_applies_the_change_to_what_the_other_writer_left() {
+        let store = MemoryTriageStore::default();
+        update(&store, "q", |b| {
+            Ok(b.observe("g2-a", "t", None, 1, None, T0))
+        })
+        .await
+        .unwrap();
+        // Another writer observes a second group between this writer's load and save.
+        let (v, mut other) = store.load("q").await.unwrap().unwrap();
+        other.observe("g2-b", "u", None, 1, None, T0);
+        let mut raced = false;
+        let ((), book) = update(&store, "q", |b| {
+            if !raced {
+                raced = true;
+                let mut books = lock(&store.books);
+                books.insert("q".into(), (v + 1, other.clone()));
+            }
+            b.acknowledge("g2-a", "ops", T0)?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(
+            book.groups.contains_key("g2-b"),
+            "the other writer's group is kept"
+        );
+        assert_eq!(
+            book.get("g2-a").unwrap().state,
+            redrive_shared::triage::state::State::Acknowledged
+        );
+        let refused = update(&store, "q", |b| b.release("g2-a", "ops", T0)).await;
+        assert!(matches!(refused, Err(TriageError::Refused(_))));
+    }
+}
