@@ -34,6 +34,7 @@ mod drain;
 mod finish;
 mod gate;
 mod invoke;
+mod onhold;
 mod pacer;
 mod rejected;
 mod request;
@@ -50,6 +51,7 @@ use calls::Calls;
 use destinations::Destinations;
 pub use destinations::{DestinationLimits, RETENTION_MARGIN_SECONDS, hop_cap};
 pub use finish::StepTotals;
+pub use onhold::TriageBooks;
 pub use rejected::{SEND_REJECTED_AFTER, SEND_REJECTIONS_FIELD};
 pub use request::{DrainRequest, InvocationError, MessageRecord, Settings, StopReason, Summary};
 pub use transfer::{Acks, Moved, Transfer};
@@ -73,6 +75,8 @@ pub struct Engine<Q, A, M, C = NoCircuit> {
     /// When each trigger alarm was last re-armed by this process (at most once per period
     /// while a drain makes no progress).
     rearmed: Mutex<HashMap<String, Instant>>,
+    /// Triage's book, whose holds the drains keep (`TRIAGE_TABLE`).
+    triage: Option<TriageBooks>,
 }
 
 impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
@@ -88,6 +92,7 @@ impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {
             rng: Mutex::new(os_seeded_rng()),
             clock: crate::now_ms,
             rearmed: Mutex::new(HashMap::new()),
+            triage: None,
         }
     }
 }
@@ -107,6 +112,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             rng: self.rng,
             clock: self.clock,
             rearmed: self.rearmed,
+            triage: self.triage,
         }
     }
 

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::action::Action;
 use super::gate::{Gate, Verdict};
+use super::onhold::OnHold;
 use super::pacer::Pacer;
 use super::{DrainRequest, Engine, MessageRecord, StopReason, Summary};
 use crate::circuit::CircuitStore;
@@ -28,6 +29,7 @@ pub(super) struct Tally {
     failed: AtomicU64,
     waiting: AtomicU64,
     unplaceable: AtomicU64,
+    on_hold: AtomicU64,
 }
 
 impl Tally {
@@ -93,6 +95,8 @@ pub(super) struct Drain<'a> {
     pub(super) gate: Option<&'a dyn Gate>,
     /// Each message this run received, by MessageId.
     claims: Mutex<HashMap<String, Claim>>,
+    /// The groups an operator held, and the messages left under each.
+    on_hold: Option<OnHold>,
 }
 
 impl Drain<'_> {
@@ -212,6 +216,7 @@ impl Drain<'_> {
             dlq_unreadable: lock(&self.dlq_unreadable).take(),
             unplaceable: t.unplaceable.load(Ordering::SeqCst),
             waiting: t.waiting.load(Ordering::SeqCst),
+            on_hold: t.on_hold.load(Ordering::SeqCst),
             records: self
                 .records
                 .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))
@@ -255,6 +260,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 .min(d.saturating_duration_since(Instant::now()) / 4)
         });
         let reserve = self.settings.post_drain_reserve.min(margin / 2);
+        let on_hold = match self.holds().await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::error!(error = %e, action = "holds-unknown", "cannot read triage's book: nothing is received, so that no held group is redriven");
+                return Summary::new(request.dry_run, StopReason::Other);
+            }
+        };
         let drain = Drain {
             remaining: AtomicU32::new(request.max_messages),
             stop: Mutex::new(None),
@@ -267,6 +279,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             dlq_unreadable: Mutex::new(None),
             gate,
             claims: Mutex::new(HashMap::new()),
+            on_hold,
         };
         let pipelines = if self.fifo() {
             1
@@ -288,6 +301,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let held = std::mem::take(&mut *lock(&drain.held));
         if !held.is_empty() {
             self.release(&drain, held).await;
+        }
+        let mut drain = drain;
+        if let Some(on_hold) = drain.on_hold.take() {
+            self.record_left(on_hold, request.dry_run).await;
         }
         drain.summary(request.dry_run)
     }
@@ -357,6 +374,26 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             if !again.is_empty() {
                 self.delete_from_dlq(drain, again).await;
             }
+            // A held group's messages stay on the DLQ: kept until the end, then visible
+            // again; they take nothing of the budget.
+            let messages = match &drain.on_hold {
+                Some(on_hold) => {
+                    let (held, rest) = on_hold.split(messages);
+                    if !held.is_empty() {
+                        drain.unreserve(held.len() as u32);
+                        drain
+                            .tally
+                            .on_hold
+                            .fetch_add(held.len() as u64, Ordering::SeqCst);
+                        drain.hold(held.into_iter().map(|m| HandleEntry {
+                            id: m.message_id,
+                            receipt_handle: m.receipt_handle,
+                        }));
+                    }
+                    rest
+                }
+                None => messages,
+            };
             if messages.is_empty() {
                 continue;
             }

@@ -82,6 +82,10 @@ pub struct Summary {
     /// `DelaySeconds` never has any.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waiting: u64,
+    /// Messages of groups an operator held (`redrive triage hold`), left on the DLQ. Absent
+    /// when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub on_hold: u64,
     /// What happened to each message, when the request asked for it
     /// ([`DrainRequest::records`]): the Step Functions audit trail.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -129,6 +133,7 @@ impl Summary {
             unplaceable: 0,
             circuit: None,
             waiting: 0,
+            on_hold: 0,
             records: Vec::new(),
         }
     }
