@@ -29,6 +29,7 @@
 pub mod aws;
 pub mod cache;
 pub mod engine;
+pub mod envelope;
 #[cfg(feature = "fake")]
 pub mod fake;
 #[cfg(feature = "http")]
@@ -45,6 +46,7 @@ pub use engine::{
     BatchItemFailure, BatchResponse, Consumer, EventError, EveryRecordFailed, FailedIds, Handled,
     MAX_STORED_RESULT_BYTES, Outcome, RecordReport, Settings, key_digest,
 };
+pub use envelope::{EventBridgeEnvelope, SnsMessageAttribute, SnsSqsEnvelope};
 #[cfg(feature = "http")]
 pub use http::HttpProcessor;
 #[cfg(feature = "runtime")]

@@ -6,6 +6,7 @@
 mod common;
 mod custom_store;
 mod docs;
+mod envelopes;
 mod features;
 mod keys;
 mod lambda_watch;
