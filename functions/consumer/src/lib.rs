@@ -65,6 +65,13 @@ pub use redrive_shared::limits::Outgoing;
 pub use redrive_shared::{AttributeValue, Attributes, MessageAttribute, TraceHeader};
 #[cfg(feature = "runtime")]
 pub use runtime::{Runner, deadline_ms, run};
+// The SDK crates of the signatures that take your own configuration or clients
+// (`Runner::sdk_config`, `Runner::clients`, `aws::DynamoDbStore::new`), at the versions this
+// crate links: build them from here and no version can mismatch.
+#[cfg(feature = "runtime")]
+pub use aws_config::{self, SdkConfig};
+#[cfg(feature = "dynamodb")]
+pub use {aws_sdk_dynamodb, aws_sdk_sqs};
 
 /// Logs, one line per event, as Lambda's advanced logging controls choose them:
 /// `AWS_LAMBDA_LOG_LEVEL` before `RUST_LOG` (default `info`), `AWS_LAMBDA_LOG_FORMAT` `JSON`

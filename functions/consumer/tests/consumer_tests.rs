@@ -11,4 +11,5 @@ mod features;
 mod keys;
 mod lambda_watch;
 mod moto;
+mod sdk_config;
 mod typed;
