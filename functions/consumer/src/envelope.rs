@@ -47,9 +47,9 @@
 //! that does not parse: the processor is not called, and the message is fast-tracked to
 //! `DLQ_URL`. The `lastError` message names the envelope and what was wrong (a missing field,
 //! a value of the wrong type, with its line and column) and never quotes the body:
-//! `the body is not an SNS notification: missing field `TopicArn` at line 1 column 96`,
+//! `the body is not an SNS notification: missing field `Type` at line 1 column 36`,
 //! `the SNS notification's Message does not parse: missing field `amount_cents` at line 1
-//! column 17`.
+//! column 18`.
 //!
 //! **The idempotency key is the SQS message's**, as for any other body: `IDEMPOTENCY_KEY`
 //! applies to the message as SQS delivered it, envelope included. The key is derived and
@@ -485,6 +485,23 @@ mod tests {
             .err()
             .unwrap();
         assert!(reason.contains("missing field `Timestamp`"), "{reason}");
+    }
+
+    #[test]
+    fn the_documented_messages_are_the_ones_given() {
+        // The crate's README and this module's documentation quote these two.
+        assert_eq!(
+            SnsSqsEnvelope::<Order>::from_body(r#"{"order_id":"o-2","amount_cents":99}"#)
+                .err()
+                .unwrap(),
+            "the body is not an SNS notification: missing field `Type` at line 1 column 36"
+        );
+        assert_eq!(
+            SnsSqsEnvelope::<Order>::from_body(&sns_body(r#"{"order_id":"o-1"}"#))
+                .err()
+                .unwrap(),
+            "the SNS notification's Message does not parse: missing field `amount_cents` at line 1 column 18"
+        );
     }
 
     #[test]

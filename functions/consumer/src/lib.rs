@@ -19,6 +19,14 @@
 //!   fast-tracked to the DLQ with a `lastError` stamp so that the re-driver isolates them.
 //! - The processor's output is stored with the COMPLETED record and handed back to duplicates
 //!   ([`Processor::duplicate`]).
+//! - Payloads that reach the queue through SNS or EventBridge unwrapped by typed envelopes, as
+//!   Powertools' parser envelopes do: a processor of [`SnsSqsEnvelope<T>`] gets the
+//!   notification's `Message` parsed as `T`, one of [`EventBridgeEnvelope<T>`] the event's
+//!   `detail`, each with the envelope's metadata; a body of another shape is a permanent
+//!   failure naming what was wrong (see [`envelope`], and there which idempotency key to pick).
+//! - Your own AWS configuration or clients instead of the loaded defaults
+//!   ([`Runner::sdk_config`], [`Runner::clients`]; `aws_config` and the SDK crates are
+//!   re-exported at the versions this crate links).
 //!
 //! Features: `runtime` (default: [`run`] and [`Runner`], with `dynamodb`), `dynamodb` (the
 //! built-in [`aws::DynamoDbStore`] and [`aws::SqsOps`]), `http` (the shipped
