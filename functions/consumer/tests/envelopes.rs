@@ -196,3 +196,81 @@ async fn an_sns_enveloped_message_is_processed_once_and_a_malformed_envelope_is_
     // AND nothing is left on the source queue
     assert_eq!(w.depth(&w.queues.source_url).await, 0);
 }
+
+/// An SQS body as an EventBridge rule writes it, for an event of `detail`.
+fn eventbridge_event(id: &str, detail: serde_json::Value) -> String {
+    json!({
+        "version": "0",
+        "id": id,
+        "detail-type": "OrderPlaced",
+        "source": "com.example.orders",
+        "account": "123456789012",
+        "time": "2026-01-02T03:04:05Z",
+        "region": "us-east-1",
+        "resources": [],
+        "detail": detail
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn an_eventbridge_payload_field_keys_the_record_through_the_envelope() {
+    use redrive_consumer::EventBridgeEnvelope;
+    use redrive_consumer::fake::{self, FakeQueue, FakeStore, handle, message};
+    use redrive_shared::key::KeySource;
+
+    // GIVEN two events (two EventBridge ids) for the same order, and one for another order,
+    // keyed on the payload's field through the envelope: `/detail/order_id`
+    let (store, queue) = (FakeStore::new(), FakeQueue::new());
+    let charged = Mutex::new(Vec::new());
+    let charged_ref = &charged;
+    let consumer = Consumer::new(
+        &store,
+        &queue,
+        move |event: EventBridgeEnvelope<Order>, record: Record| async move {
+            charged_ref.lock().unwrap().push((
+                event.detail.order_id,
+                event.detail.amount_cents,
+                event.id,
+                record.key().as_str().to_string(),
+            ));
+            Ok::<(), ProcessError>(())
+        },
+        fake::config(true, KeySource::parse("/detail/order_id").unwrap()),
+    );
+    let batch = [
+        message(
+            "m-1",
+            &eventbridge_event("ev-1", json!({"order_id": "o-1", "amount_cents": 4200})),
+        ),
+        message(
+            "m-2",
+            &eventbridge_event("ev-2", json!({"order_id": "o-1", "amount_cents": 4200})),
+        ),
+        message(
+            "m-3",
+            &eventbridge_event("ev-3", json!({"order_id": "o-3", "amount_cents": 7})),
+        ),
+    ];
+
+    // WHEN the batch is handled
+    let handled = handle(&consumer, &batch).await;
+
+    // THEN each order was charged once, with the detail typed and the event's id beside it
+    let mut charged = charged.into_inner().unwrap();
+    charged.sort();
+    assert_eq!(
+        charged,
+        [
+            (
+                "o-1".to_string(),
+                4200,
+                "ev-1".to_string(),
+                "o-1".to_string()
+            ),
+            ("o-3".to_string(), 7, "ev-3".to_string(), "o-3".to_string()),
+        ]
+    );
+    assert_eq!(handled.outcome_of("m-2"), Some(&Outcome::Duplicate));
+    assert!(handled.response.failed_ids().is_empty(), "{handled:?}");
+}
