@@ -164,8 +164,8 @@ where
     }
 
     /// Build the DynamoDB and SQS clients from this SDK configuration instead of loading the
-    /// default one. The timeouts it sets win; those it leaves unset (a loaded configuration
-    /// sets only the connect timeout) take the crate's bounds on each call and attempt, so
+    /// default one. The timeouts it sets win (one it disabled stays disabled); those it
+    /// leaves unset (the SDK's defaults bound no call and no attempt) take the crate's, so
     /// that a stalled call cannot outlive the Lambda's deadline.
     pub fn sdk_config(mut self, sdk: SdkConfig) -> Self {
         self.aws = Aws::Config(Box::new(with_timeouts(sdk)));
