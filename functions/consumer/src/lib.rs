@@ -19,6 +19,14 @@
 //!   fast-tracked to the DLQ with a `lastError` stamp so that the re-driver isolates them.
 //! - The processor's output is stored with the COMPLETED record and handed back to duplicates
 //!   ([`Processor::duplicate`]).
+//! - Payloads that reach the queue through SNS or EventBridge unwrapped by typed envelopes, as
+//!   Powertools' parser envelopes do: a processor of [`SnsSqsEnvelope<T>`] gets the
+//!   notification's `Message` parsed as `T`, one of [`EventBridgeEnvelope<T>`] the event's
+//!   `detail`, each with the envelope's metadata; a body of another shape is a permanent
+//!   failure naming what was wrong (see [`envelope`], and there which idempotency key to pick).
+//! - Your own AWS configuration or clients instead of the loaded defaults
+//!   ([`Runner::sdk_config`], [`Runner::clients`]; `aws_config` and the SDK crates are
+//!   re-exported at the versions this crate links).
 //!
 //! Features: `runtime` (default: [`run`] and [`Runner`], with `dynamodb`), `dynamodb` (the
 //! built-in [`aws::DynamoDbStore`] and [`aws::SqsOps`]), `http` (the shipped
@@ -29,6 +37,7 @@
 pub mod aws;
 pub mod cache;
 pub mod engine;
+pub mod envelope;
 #[cfg(feature = "fake")]
 pub mod fake;
 #[cfg(feature = "http")]
@@ -45,6 +54,7 @@ pub use engine::{
     BatchItemFailure, BatchResponse, Consumer, EventError, EveryRecordFailed, FailedIds, Handled,
     MAX_STORED_RESULT_BYTES, Outcome, RecordReport, Settings, key_digest,
 };
+pub use envelope::{EventBridgeEnvelope, SnsMessageAttribute, SnsSqsEnvelope};
 #[cfg(feature = "http")]
 pub use http::HttpProcessor;
 #[cfg(feature = "runtime")]
@@ -63,6 +73,13 @@ pub use redrive_shared::limits::Outgoing;
 pub use redrive_shared::{AttributeValue, Attributes, MessageAttribute, TraceHeader};
 #[cfg(feature = "runtime")]
 pub use runtime::{Runner, deadline_ms, run};
+// The SDK crates of the signatures that take your own configuration or clients
+// (`Runner::sdk_config`, `Runner::clients`, `aws::DynamoDbStore::new`), at the versions this
+// crate links: build them from here and no version can mismatch.
+#[cfg(feature = "runtime")]
+pub use aws_config::{self, SdkConfig};
+#[cfg(feature = "dynamodb")]
+pub use {aws_sdk_dynamodb, aws_sdk_sqs};
 
 /// Logs, one line per event, as Lambda's advanced logging controls choose them:
 /// `AWS_LAMBDA_LOG_LEVEL` before `RUST_LOG` (default `info`), `AWS_LAMBDA_LOG_FORMAT` `JSON`

@@ -138,6 +138,12 @@ impl FromBody for RawBody {
 /// Kept: the kind of value, what was expected, missing and duplicate field names (the type's
 /// own), line and column.
 pub fn describe_json_error(e: &serde_json::Error) -> String {
+    format!("the body does not parse: {}", json_error_detail(e))
+}
+
+/// [`describe_json_error`] without its subject: what was wrong and where (`missing field
+/// `amount_cents` at line 1 column 40`), never what the input quoted.
+pub(crate) fn json_error_detail(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
     let text = e.to_string();
     let position = format!(" at line {} column {}", e.line(), e.column());
@@ -148,9 +154,9 @@ pub fn describe_json_error(e: &serde_json::Error) -> String {
         Category::Syntax | Category::Eof | Category::Io => core.to_string(),
     };
     if e.line() == 0 {
-        format!("the body does not parse: {core}")
+        core
     } else {
-        format!("the body does not parse: {core}{position}")
+        format!("{core}{position}")
     }
 }
 

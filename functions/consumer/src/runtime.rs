@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use redrive_shared::config::{ConfigError, ConsumerConfig, Env, FifoOnFailure};
@@ -44,12 +45,47 @@ where
 ///     .await
 /// # }
 /// ```
+///
+/// The AWS clients come from the SDK's default configuration (the Lambda's role, region and
+/// `AWS_*` variables), loaded at init. Pass your own instead, built once the way the rest of
+/// your code builds it (another region, an assumed role, a custom endpoint or retry policy),
+/// with [`Runner::sdk_config`], or pass built clients with [`Runner::clients`]:
+///
+/// ```no_run
+/// # use redrive_consumer::{ProcessError, Record, Runner};
+/// use redrive_consumer::aws_config::{self, BehaviorVersion, Region};
+///
+/// # async fn demo() -> Result<(), redrive_consumer::Error> {
+/// let sdk = aws_config::defaults(BehaviorVersion::latest())
+///     .region(Region::new("eu-west-1"))
+///     .load()
+///     .await;
+/// Runner::new(|order: serde_json::Value, _record: Record| async move {
+///     let _ = order;
+///     Ok::<(), ProcessError>(())
+/// })
+/// .sdk_config(sdk)
+/// .run()
+/// .await
+/// # }
+/// ```
 #[must_use = "a Runner does nothing until `run` is awaited"]
 pub struct Runner<P, T> {
     processor: P,
     overrides: Vec<(&'static str, String)>,
     settings: Settings,
+    aws: Aws,
     input: std::marker::PhantomData<fn() -> T>,
+}
+
+/// Where the clients come from.
+enum Aws {
+    /// The SDK's default configuration, loaded at init.
+    Load,
+    /// The user's own configuration.
+    Config(Box<SdkConfig>),
+    /// The user's own clients.
+    Clients(aws_sdk_dynamodb::Client, aws_sdk_sqs::Client),
 }
 
 impl<T, P> Runner<P, T>
@@ -62,6 +98,7 @@ where
             processor,
             overrides: Vec::new(),
             settings: Settings::default(),
+            aws: Aws::Load,
             input: std::marker::PhantomData,
         }
     }
@@ -126,6 +163,22 @@ where
         self
     }
 
+    /// Build the DynamoDB and SQS clients from this SDK configuration instead of loading the
+    /// default one. The timeouts it sets win (one it disabled stays disabled); those it
+    /// leaves unset (the SDK's defaults bound no call and no attempt) take the crate's, so
+    /// that a stalled call cannot outlive the Lambda's deadline.
+    pub fn sdk_config(mut self, sdk: SdkConfig) -> Self {
+        self.aws = Aws::Config(Box::new(with_timeouts(sdk)));
+        self
+    }
+
+    /// Use these clients as they are: `dynamodb` for the idempotency table, `sqs` for the
+    /// failure paths (visibility changes, the DLQ copy, the delete). Nothing is loaded.
+    pub fn clients(mut self, dynamodb: aws_sdk_dynamodb::Client, sqs: aws_sdk_sqs::Client) -> Self {
+        self.aws = Aws::Clients(dynamodb, sqs);
+        self
+    }
+
     /// The configuration as `run` reads it: the values set in code, else the environment.
     pub fn config(&self) -> Result<ConsumerConfig, ConfigError> {
         self.config_from(|variable| std::env::var(variable).ok())
@@ -148,17 +201,43 @@ where
     /// Initialises, then serves invocations until the runtime stops the process.
     pub async fn run(self) -> Result<(), Error> {
         crate::init_logging()?;
+        let consumer = self.build().await?;
+        let consumer = &consumer;
+        lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+            let deadline = deadline_ms(event.context.deadline);
+            let handled = consumer.handle_event(&event.payload, deadline).await;
+            // With FAIL_WHEN_ALL_FAILED, a batch whose records all failed fails the invocation.
+            Ok::<SqsBatchResponse, Error>(handled.into_response()?)
+        }))
+        .await
+    }
+
+    /// What [`Runner::run`] does at init, logging aside: the configuration (an invalid or
+    /// missing variable is an error naming it), the clients, the DynamoDB store (its
+    /// connection warmed up) and the SQS calls, as the [`Consumer`] that `run` then serves.
+    /// For glue of your own around the consumer, and for tests.
+    pub async fn build(self) -> Result<Consumer<DynamoDbStore, SqsOps, P, T>, Error> {
         let config = self.config().inspect_err(|e| {
             tracing::error!(error = %e, "invalid configuration");
         })?;
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(redrive_shared::sdk::timeout_config())
-            .load()
-            .await;
-        let store = DynamoDbStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            config.idempotency_table.clone(),
-        );
+        let (dynamodb, sqs) = match self.aws {
+            Aws::Clients(dynamodb, sqs) => (dynamodb, sqs),
+            Aws::Config(sdk) => (
+                aws_sdk_dynamodb::Client::new(&sdk),
+                aws_sdk_sqs::Client::new(&sdk),
+            ),
+            Aws::Load => {
+                let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .timeout_config(redrive_shared::sdk::timeout_config())
+                    .load()
+                    .await;
+                (
+                    aws_sdk_dynamodb::Client::new(&sdk),
+                    aws_sdk_sqs::Client::new(&sdk),
+                )
+            }
+        };
+        let store = DynamoDbStore::new(dynamodb, config.idempotency_table.clone());
         // Connect at init (bounded, so that an unreachable endpoint cannot eat the init phase);
         // the happy path makes no SQS call, so DynamoDB is the connection the first record
         // needs.
@@ -169,19 +248,29 @@ where
             }
             Err(_) => tracing::warn!("warm-up: the idempotency table did not answer within 2 s"),
         }
-        let queue = SqsOps {
-            client: aws_sdk_sqs::Client::new(&sdk),
-        };
-        let consumer = Consumer::with_settings(store, queue, self.processor, config, self.settings);
-        let consumer = &consumer;
-        lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-            let deadline = deadline_ms(event.context.deadline);
-            let handled = consumer.handle_event(&event.payload, deadline).await;
-            // With FAIL_WHEN_ALL_FAILED, a batch whose records all failed fails the invocation.
-            Ok::<SqsBatchResponse, Error>(handled.into_response()?)
-        }))
-        .await
+        let queue = SqsOps { client: sqs };
+        Ok(Consumer::with_settings(
+            store,
+            queue,
+            self.processor,
+            config,
+            self.settings,
+        ))
     }
+}
+
+/// `sdk` with the crate's timeouts where it leaves one unset (one it disabled stays disabled).
+fn with_timeouts(sdk: SdkConfig) -> SdkConfig {
+    let ours = redrive_shared::sdk::timeout_config();
+    let timeouts = match sdk.timeout_config() {
+        Some(theirs) => {
+            let mut timeouts = theirs.clone();
+            timeouts.take_defaults_from(&ours);
+            timeouts
+        }
+        None => ours,
+    };
+    sdk.into_builder().timeout_config(timeouts).build()
 }
 
 /// The invocation deadline as epoch milliseconds: `Context::deadline` is one, but a local
@@ -243,6 +332,37 @@ mod tests {
         assert_eq!(config.metric_namespace, "Team/Orders");
         let err = Runner::new(noop()).config_from(|_| None).unwrap_err();
         assert!(err.to_string().contains("IDEMPOTENCY_TABLE"), "{err}");
+    }
+
+    #[test]
+    fn a_users_sdk_config_keeps_its_timeouts_and_takes_the_crates_where_it_sets_none() {
+        use aws_smithy_types::timeout::TimeoutConfig;
+        let ours = redrive_shared::sdk::timeout_config();
+        // GIVEN a configuration with its own call timeout, a disabled attempt timeout and no
+        // connect timeout
+        let theirs = TimeoutConfig::builder()
+            .operation_timeout(Duration::from_secs(42))
+            .disable_operation_attempt_timeout()
+            .build();
+        let sdk = SdkConfig::builder().timeout_config(theirs).build();
+
+        // WHEN the runner is given it
+        let runner = Runner::new(noop()).sdk_config(sdk);
+
+        // THEN its own values are kept, and the unset one is the crate's
+        let Aws::Config(sdk) = &runner.aws else {
+            panic!("the runner keeps the user's configuration")
+        };
+        let merged = sdk.timeout_config().unwrap();
+        assert_eq!(merged.operation_timeout(), Some(Duration::from_secs(42)));
+        assert_eq!(merged.operation_attempt_timeout(), None);
+        assert_eq!(merged.connect_timeout(), ours.connect_timeout());
+        // AND a configuration without any timeout gets all of the crate's
+        let bare = Runner::new(noop()).sdk_config(SdkConfig::builder().build());
+        let Aws::Config(sdk) = &bare.aws else {
+            panic!("the runner keeps the user's configuration")
+        };
+        assert_eq!(sdk.timeout_config(), Some(&ours));
     }
 
     #[test]

@@ -6,8 +6,10 @@
 mod common;
 mod custom_store;
 mod docs;
+mod envelopes;
 mod features;
 mod keys;
 mod lambda_watch;
 mod moto;
+mod sdk_config;
 mod typed;

@@ -1,0 +1,598 @@
+//! Typed envelopes: a payload that reached the queue through SNS or EventBridge, unwrapped.
+//!
+//! When an SNS topic delivers to an SQS queue (raw message delivery off, the default), the SQS
+//! body is the SNS notification, a JSON object whose `Message` string holds what the publisher
+//! sent. When an EventBridge rule targets an SQS queue (no input transformer), the body is the
+//! event, whose `detail` object holds the payload. Name the envelope around your payload type
+//! as the processor's input, and the processor gets your type, parsed from inside the
+//! envelope, with the envelope's metadata beside it:
+//!
+//! | the queue is fed by | the processor's input | your payload is |
+//! |---|---|---|
+//! | a producer sending to SQS | `T` | the body |
+//! | an SNS subscription | [`SnsSqsEnvelope<T>`] | `.message`, parsed from the notification's `Message` string |
+//! | an EventBridge rule | [`EventBridgeEnvelope<T>`] | `.detail`, the event's `detail` object |
+//!
+//! As Powertools' parser envelopes (`SnsSqsEnvelope`, `EventBridgeEnvelope`) do, but typed at
+//! compile time and with the metadata kept (`topic_arn`, `detail_type`, `source`...).
+//!
+//! ```
+//! use redrive_consumer::{FromBody, SnsSqsEnvelope};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order {
+//!     order_id: String,
+//! }
+//!
+//! // The body of an SQS message delivered by an SNS subscription.
+//! let body = r#"{
+//!   "Type": "Notification",
+//!   "MessageId": "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324",
+//!   "TopicArn": "arn:aws:sns:us-east-1:123456789012:orders",
+//!   "Message": "{\"order_id\":\"o-1\"}",
+//!   "Timestamp": "2026-01-02T03:04:05.678Z"
+//! }"#;
+//! let envelope = SnsSqsEnvelope::<Order>::from_body(body).unwrap();
+//! assert_eq!(envelope.message.order_id, "o-1");
+//! assert_eq!(envelope.topic_arn, "arn:aws:sns:us-east-1:123456789012:orders");
+//!
+//! // A body that is not an SNS notification names what is missing, never the body.
+//! let err = SnsSqsEnvelope::<Order>::from_body(r#"{"order_id":"o-1"}"#).err().unwrap();
+//! assert!(err.contains("missing field `Type`"), "{err}");
+//! ```
+//!
+//! **A body that is not the envelope's shape** (raw message delivery turned on, an input
+//! transformer on the rule, a producer writing to the queue directly) or whose payload does
+//! not parse as `T` is a permanent failure with code [`crate::BODY_NOT_PARSED`], as any body
+//! that does not parse: the processor is not called, and the message is fast-tracked to
+//! `DLQ_URL`. The `lastError` message names the envelope and what was wrong (a missing field,
+//! a value of the wrong type, with its line and column) and never quotes the body:
+//! `the body is not an SNS notification: missing field `Type` at line 1 column 36`,
+//! `the SNS notification's Message does not parse: missing field `amount_cents` at line 1
+//! column 18`.
+//!
+//! **The idempotency key is the SQS message's**, as for any other body: `IDEMPOTENCY_KEY`
+//! applies to the message as SQS delivered it, envelope included. The key is derived and
+//! claimed before the body is parsed, so one table and one configuration serve every input
+//! type, a body that is not the envelope's shape is dead-lettered once like any other, and
+//! the default key (`message`: `originalMessageId`, else the SQS MessageId) survives a redrive
+//! as it does for a plain body. SNS and EventBridge deliver at least once: the same
+//! notification or event can arrive as two SQS messages with two MessageIds. To have those
+//! processed once too, key on the envelope's own id with a JSON pointer into the body:
+//! `IDEMPOTENCY_KEY=/MessageId` (SNS) or `/id` (EventBridge); a field of an EventBridge
+//! payload is `/detail/orderId`. A field of an SNS payload cannot be a key (the `Message` is a
+//! string, not an object): the SNS `MessageId` is the one that stands for the publish.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::process::{FromBody, RawBody, json_error_detail};
+
+/// The payload of an SQS message delivered by an SNS subscription (raw message delivery off):
+/// the SNS notification's `Message` parsed as `T`, with the notification's metadata.
+///
+/// `T` is any `serde::de::DeserializeOwned` type (the `Message` read as JSON) or [`RawBody`]
+/// (the `Message` string as published, not necessarily JSON).
+///
+/// ```no_run
+/// use redrive_consumer::{ProcessError, Record, SnsSqsEnvelope};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order {
+///     order_id: String,
+///     amount_cents: u64,
+/// }
+///
+/// # async fn charge(_: &str, _: u64) -> Result<(), String> { Ok(()) }
+/// #[tokio::main]
+/// async fn main() -> Result<(), redrive_consumer::Error> {
+///     redrive_consumer::run(|sns: SnsSqsEnvelope<Order>, _rec: Record| async move {
+///         tracing::info!(topic = %sns.topic_arn, "order published");
+///         let order = sns.message;
+///         charge(&order.order_id, order.amount_cents)
+///             .await
+///             .map_err(|e| ProcessError::transient("PAYMENTS_DOWN", e))
+///     })
+///     .await
+/// }
+/// ```
+#[doc(alias = "SnsEnvelope")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SnsSqsEnvelope<T> {
+    /// The notification's `Message`, parsed as `T`.
+    pub message: T,
+    /// `MessageId`: SNS's id of the publish, the same on every delivery of it (a key that
+    /// drops SNS's own duplicates: `IDEMPOTENCY_KEY=/MessageId`).
+    pub message_id: String,
+    /// `TopicArn`: the topic it was published to.
+    pub topic_arn: String,
+    /// `Subject`, when the publisher gave one.
+    pub subject: Option<String>,
+    /// `Timestamp`: when SNS accepted the publish (ISO 8601, UTC), as SNS wrote it.
+    pub timestamp: String,
+    /// `MessageAttributes`: the publish's message attributes, by name.
+    pub message_attributes: BTreeMap<String, SnsMessageAttribute>,
+    /// `SequenceNumber` (FIFO topics).
+    pub sequence_number: Option<String>,
+}
+
+/// One of an SNS notification's `MessageAttributes`: `{"Type": "String", "Value": "..."}`.
+/// A `Binary` attribute's value is base64, as SNS writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct SnsMessageAttribute {
+    /// `Type`: `String`, `String.Array`, `Number` or `Binary`.
+    #[serde(rename = "Type")]
+    pub data_type: String,
+    /// `Value`, as a string.
+    #[serde(rename = "Value")]
+    pub value: String,
+}
+
+/// The payload of an SQS message delivered by an EventBridge rule (no input transformer): the
+/// event's `detail` parsed as `T`, with the event's metadata.
+///
+/// ```no_run
+/// use redrive_consumer::{EventBridgeEnvelope, ProcessError, Record};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Shipped {
+///     order_id: String,
+/// }
+///
+/// # async fn notify(_: &str) -> Result<(), String> { Ok(()) }
+/// #[tokio::main]
+/// async fn main() -> Result<(), redrive_consumer::Error> {
+///     redrive_consumer::run(|event: EventBridgeEnvelope<Shipped>, _rec: Record| async move {
+///         if event.detail_type != "OrderShipped" {
+///             return Err(ProcessError::permanent("UNEXPECTED_EVENT", "not an OrderShipped event"));
+///         }
+///         notify(&event.detail.order_id)
+///             .await
+///             .map_err(|e| ProcessError::transient("NOTIFY_DOWN", e))
+///     })
+///     .await
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventBridgeEnvelope<T> {
+    /// `detail`, parsed as `T`.
+    pub detail: T,
+    /// `id`: EventBridge's id of the event, the same on every delivery of it (a key that
+    /// drops EventBridge's own duplicates: `IDEMPOTENCY_KEY=/id`).
+    pub id: String,
+    /// `detail-type`.
+    pub detail_type: String,
+    /// `source`.
+    pub source: String,
+    /// `account`: the account the event came from.
+    pub account: String,
+    /// `time`: the event's time (ISO 8601, UTC), as EventBridge wrote it.
+    pub time: String,
+    /// `region`.
+    pub region: String,
+    /// `resources`: the ARNs the event concerns (often empty).
+    pub resources: Vec<String>,
+    /// `version` (`"0"`).
+    pub version: String,
+    /// `replay-name`: set when the event was replayed from an archive.
+    pub replay_name: Option<String>,
+}
+
+/// The SNS notification as it is written into the SQS body.
+#[derive(Deserialize)]
+struct SnsNotification {
+    #[serde(rename = "Type")]
+    kind: String,
+    #[serde(rename = "MessageId")]
+    message_id: String,
+    #[serde(rename = "TopicArn")]
+    topic_arn: String,
+    #[serde(rename = "Subject", default)]
+    subject: Option<String>,
+    #[serde(rename = "Message")]
+    message: String,
+    #[serde(rename = "Timestamp")]
+    timestamp: String,
+    #[serde(rename = "MessageAttributes", default)]
+    message_attributes: BTreeMap<String, SnsMessageAttribute>,
+    #[serde(rename = "SequenceNumber", default)]
+    sequence_number: Option<String>,
+}
+
+impl SnsNotification {
+    fn read(body: &str) -> Result<Self, String> {
+        let notification: Self = serde_json::from_str(body).map_err(|e| {
+            format!(
+                "the body is not an SNS notification: {}",
+                json_error_detail(&e)
+            )
+        })?;
+        match notification.kind.as_str() {
+            "Notification" => Ok(notification),
+            // SNS's own vocabulary; anything else is body content and not quoted.
+            kind @ ("SubscriptionConfirmation" | "UnsubscribeConfirmation") => Err(format!(
+                "the body is an SNS {kind}, not a Notification (confirm the subscription; there is no payload to process)"
+            )),
+            _ => {
+                Err("the body is not an SNS notification: its `Type` is not `Notification`".into())
+            }
+        }
+    }
+
+    fn into_envelope<T>(self, message: T) -> SnsSqsEnvelope<T> {
+        SnsSqsEnvelope {
+            message,
+            message_id: self.message_id,
+            topic_arn: self.topic_arn,
+            subject: self.subject,
+            timestamp: self.timestamp,
+            message_attributes: self.message_attributes,
+            sequence_number: self.sequence_number,
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Send> FromBody for SnsSqsEnvelope<T> {
+    fn from_body(body: &str) -> Result<Self, String> {
+        let notification = SnsNotification::read(body)?;
+        let message = serde_json::from_str(&notification.message).map_err(|e| {
+            format!(
+                "the SNS notification's Message does not parse: {}",
+                json_error_detail(&e)
+            )
+        })?;
+        Ok(notification.into_envelope(message))
+    }
+}
+
+impl FromBody for SnsSqsEnvelope<RawBody> {
+    fn from_body(body: &str) -> Result<Self, String> {
+        let mut notification = SnsNotification::read(body)?;
+        let message = RawBody(std::mem::take(&mut notification.message));
+        Ok(notification.into_envelope(message))
+    }
+}
+
+/// The EventBridge event as it is written into the SQS body.
+#[derive(Deserialize)]
+struct EventBridgeEvent {
+    version: String,
+    id: String,
+    #[serde(rename = "detail-type")]
+    detail_type: String,
+    source: String,
+    account: String,
+    time: String,
+    region: String,
+    resources: Vec<String>,
+    #[serde(rename = "replay-name", default)]
+    replay_name: Option<String>,
+    detail: Value,
+}
+
+impl<T: DeserializeOwned + Send> FromBody for EventBridgeEnvelope<T> {
+    fn from_body(body: &str) -> Result<Self, String> {
+        let event: EventBridgeEvent = serde_json::from_str(body).map_err(|e| {
+            format!(
+                "the body is not an EventBridge event: {}",
+                json_error_detail(&e)
+            )
+        })?;
+        let detail = T::deserialize(event.detail).map_err(|e| {
+            format!(
+                "the EventBridge event's detail does not parse: {}",
+                json_error_detail(&e)
+            )
+        })?;
+        Ok(EventBridgeEnvelope {
+            detail,
+            id: event.id,
+            detail_type: event.detail_type,
+            source: event.source,
+            account: event.account,
+            time: event.time,
+            region: event.region,
+            resources: event.resources,
+            version: event.version,
+            replay_name: event.replay_name,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Order {
+        order_id: String,
+        amount_cents: u64,
+    }
+
+    /// The body of an SQS message from an SNS subscription with raw message delivery off, as
+    /// AWS documents it (signature fields shortened).
+    fn sns_body(message: &str) -> String {
+        json!({
+            "Type": "Notification",
+            "MessageId": "d7a5c7e2-6f1a-5b8e-9c3d-2a1b0c9d8e7f",
+            "TopicArn": "arn:aws:sns:us-east-1:123456789012:orders",
+            "Subject": "New order",
+            "Message": message,
+            "Timestamp": "2026-01-02T03:04:05.678Z",
+            "SignatureVersion": "1",
+            "Signature": "EXAMPLEpH+DcEwjAPg8O9mY8dReBSwksfg2S7WKQcikcNKWLQjwu6A4VbeS0QHVCkhRS7fUQvi2egU3N858fiTDN6bkkOxYDVrY0Ad8L10Hs3zH81mtnPk5uvvolIC1CXGu43obcgFxeL3khZl8IKvO61GWB6jI9b5+gLPoBc1Q=",
+            "SigningCertURL": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0000000000000000000000.pem",
+            "UnsubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe&SubscriptionArn=arn:aws:sns:us-east-1:123456789012:orders:2bcfbf39-05c3-41de-beaa-fcfcc21c8f55",
+            "MessageAttributes": {
+                "tenant": {"Type": "String", "Value": "acme"},
+                "priority": {"Type": "Number", "Value": "3"},
+                "blob": {"Type": "Binary", "Value": "AJ+SlgD/"}
+            }
+        })
+        .to_string()
+    }
+
+    /// The body of an SQS message from an EventBridge rule, as AWS documents an event.
+    fn eventbridge_body(detail: Value) -> String {
+        json!({
+            "version": "0",
+            "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718",
+            "detail-type": "OrderPlaced",
+            "source": "com.example.orders",
+            "account": "123456789012",
+            "time": "2026-01-02T03:04:05Z",
+            "region": "us-east-1",
+            "resources": ["arn:aws:dynamodb:us-east-1:123456789012:table/orders"],
+            "detail": detail
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn an_sns_notification_gives_the_typed_message_and_its_metadata() {
+        let body = sns_body(r#"{"order_id":"o-1","amount_cents":4200}"#);
+        let sns = SnsSqsEnvelope::<Order>::from_body(&body).unwrap();
+        assert_eq!(
+            sns.message,
+            Order {
+                order_id: "o-1".into(),
+                amount_cents: 4200
+            }
+        );
+        assert_eq!(sns.message_id, "d7a5c7e2-6f1a-5b8e-9c3d-2a1b0c9d8e7f");
+        assert_eq!(sns.topic_arn, "arn:aws:sns:us-east-1:123456789012:orders");
+        assert_eq!(sns.subject.as_deref(), Some("New order"));
+        assert_eq!(sns.timestamp, "2026-01-02T03:04:05.678Z");
+        assert_eq!(sns.message_attributes["tenant"].value, "acme");
+        assert_eq!(sns.message_attributes["priority"].data_type, "Number");
+        assert_eq!(sns.message_attributes["blob"].value, "AJ+SlgD/");
+        assert_eq!(sns.sequence_number, None);
+    }
+
+    #[test]
+    fn a_minimal_fifo_notification_and_a_raw_message_are_read() {
+        // A FIFO topic's notification: no subject, no attributes, a sequence number, no
+        // signature fields.
+        let body = json!({
+            "Type": "Notification",
+            "MessageId": "m-fifo",
+            "SequenceNumber": "10000000000000003000",
+            "TopicArn": "arn:aws:sns:us-east-1:123456789012:orders.fifo",
+            "Message": "not json \u{1F4E6}",
+            "Timestamp": "2026-01-02T03:04:05.678Z",
+            "UnsubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe"
+        })
+        .to_string();
+        let sns = SnsSqsEnvelope::<RawBody>::from_body(&body).unwrap();
+        assert_eq!(sns.message.as_str(), "not json \u{1F4E6}");
+        assert_eq!(sns.sequence_number.as_deref(), Some("10000000000000003000"));
+        assert_eq!(sns.subject, None);
+        assert!(sns.message_attributes.is_empty());
+        // A JSON string message is a JSON `String` payload; the same text as RawBody is quoted.
+        let quoted = SnsSqsEnvelope::<String>::from_body(&sns_body("\"hello\"")).unwrap();
+        assert_eq!(quoted.message, "hello");
+        // A null Subject (as some deliveries write it) is no subject.
+        let mut with_null: Value = serde_json::from_str(&sns_body("{}")).unwrap();
+        with_null["Subject"] = Value::Null;
+        let sns = SnsSqsEnvelope::<Value>::from_body(&with_null.to_string()).unwrap();
+        assert_eq!(sns.subject, None);
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_sns_notification_names_what_is_wrong_and_never_quotes_it() {
+        let good: Value =
+            serde_json::from_str(&sns_body(r#"{"order_id":"o-1","amount_cents":4200}"#)).unwrap();
+        let without = |field: &str| {
+            let mut body = good.clone();
+            body.as_object_mut().unwrap().remove(field);
+            body.to_string()
+        };
+        for (body, named) in [
+            // Raw message delivery on: the body is the payload itself.
+            (
+                r#"{"order_id":"o-secret","amount_cents":4200}"#.to_string(),
+                "the body is not an SNS notification: missing field `Type`",
+            ),
+            (
+                without("Message"),
+                "the body is not an SNS notification: missing field `Message`",
+            ),
+            (
+                without("TopicArn"),
+                "the body is not an SNS notification: missing field `TopicArn`",
+            ),
+            (
+                without("MessageId"),
+                "the body is not an SNS notification: missing field `MessageId`",
+            ),
+            (
+                "o-secret, not json".to_string(),
+                "the body is not an SNS notification: expected value at line 1 column 1",
+            ),
+            (
+                {
+                    let mut body = good.clone();
+                    body["Message"] = json!({"order_id": "o-secret"});
+                    body.to_string()
+                },
+                "the body is not an SNS notification: invalid type: map, expected a string",
+            ),
+            (
+                {
+                    let mut body = good.clone();
+                    body["Type"] = json!("SubscriptionConfirmation");
+                    body.to_string()
+                },
+                "the body is an SNS SubscriptionConfirmation, not a Notification",
+            ),
+            (
+                {
+                    let mut body = good.clone();
+                    body["Type"] = json!("o-secret");
+                    body.to_string()
+                },
+                "its `Type` is not `Notification`",
+            ),
+            // The envelope is right, the payload inside it is not an Order.
+            (
+                sns_body(r#"{"order_id":"o-secret"}"#),
+                "the SNS notification's Message does not parse: missing field `amount_cents` at line 1 column",
+            ),
+            (
+                sns_body(r#"{"order_id":"o-secret","amount_cents":"4111111111111111"}"#),
+                "the SNS notification's Message does not parse: invalid type: string, expected u64",
+            ),
+            (
+                sns_body("o-secret"),
+                "the SNS notification's Message does not parse: expected value",
+            ),
+        ] {
+            let reason = SnsSqsEnvelope::<Order>::from_body(&body).err().unwrap();
+            assert!(reason.contains(named), "{reason:?} should name {named:?}");
+            for secret in ["o-secret", "4111", "acme"] {
+                assert!(!reason.contains(secret), "{secret} in {reason:?}");
+            }
+        }
+        // The raw envelope holds its payload to the same shape rules.
+        let reason = SnsSqsEnvelope::<RawBody>::from_body(&without("Timestamp"))
+            .err()
+            .unwrap();
+        assert!(reason.contains("missing field `Timestamp`"), "{reason}");
+    }
+
+    #[test]
+    fn the_documented_messages_are_the_ones_given() {
+        // The crate's README and this module's documentation quote these two.
+        assert_eq!(
+            SnsSqsEnvelope::<Order>::from_body(r#"{"order_id":"o-2","amount_cents":99}"#)
+                .err()
+                .unwrap(),
+            "the body is not an SNS notification: missing field `Type` at line 1 column 36"
+        );
+        assert_eq!(
+            SnsSqsEnvelope::<Order>::from_body(&sns_body(r#"{"order_id":"o-1"}"#))
+                .err()
+                .unwrap(),
+            "the SNS notification's Message does not parse: missing field `amount_cents` at line 1 column 18"
+        );
+    }
+
+    #[test]
+    fn an_eventbridge_event_gives_the_typed_detail_and_its_metadata() {
+        let body = eventbridge_body(json!({"order_id": "o-1", "amount_cents": 4200}));
+        let event = EventBridgeEnvelope::<Order>::from_body(&body).unwrap();
+        assert_eq!(
+            event.detail,
+            Order {
+                order_id: "o-1".into(),
+                amount_cents: 4200
+            }
+        );
+        assert_eq!(event.id, "6a7e8feb-b491-4cf7-a9f1-bf3703467718");
+        assert_eq!(event.detail_type, "OrderPlaced");
+        assert_eq!(event.source, "com.example.orders");
+        assert_eq!(event.account, "123456789012");
+        assert_eq!(event.time, "2026-01-02T03:04:05Z");
+        assert_eq!(event.region, "us-east-1");
+        assert_eq!(
+            event.resources,
+            ["arn:aws:dynamodb:us-east-1:123456789012:table/orders"]
+        );
+        assert_eq!(event.version, "0");
+        assert_eq!(event.replay_name, None);
+        // A replayed event names its replay; a detail can be read untyped.
+        let mut replayed: Value = serde_json::from_str(&body).unwrap();
+        replayed["replay-name"] = json!("orders-2026-01-02");
+        let event = EventBridgeEnvelope::<Value>::from_body(&replayed.to_string()).unwrap();
+        assert_eq!(event.replay_name.as_deref(), Some("orders-2026-01-02"));
+        assert_eq!(event.detail["order_id"], "o-1");
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_eventbridge_event_names_what_is_wrong_and_never_quotes_it() {
+        let good: Value = serde_json::from_str(&eventbridge_body(
+            json!({"order_id": "o-1", "amount_cents": 1}),
+        ))
+        .unwrap();
+        let without = |field: &str| {
+            let mut body = good.clone();
+            body.as_object_mut().unwrap().remove(field);
+            body.to_string()
+        };
+        for (body, named) in [
+            (
+                r#"{"order_id":"o-secret","amount_cents":4200}"#.to_string(),
+                "the body is not an EventBridge event: missing field `version`",
+            ),
+            (
+                without("detail"),
+                "the body is not an EventBridge event: missing field `detail`",
+            ),
+            (
+                without("detail-type"),
+                "the body is not an EventBridge event: missing field `detail-type`",
+            ),
+            (
+                without("source"),
+                "the body is not an EventBridge event: missing field `source`",
+            ),
+            (
+                {
+                    let mut body = good.clone();
+                    body["resources"] = json!("o-secret");
+                    body.to_string()
+                },
+                "the body is not an EventBridge event: invalid type: string, expected a sequence",
+            ),
+            (
+                eventbridge_body(json!({"order_id": "o-secret"})),
+                "the EventBridge event's detail does not parse: missing field `amount_cents`",
+            ),
+            (
+                eventbridge_body(
+                    json!({"order_id": "o-secret", "amount_cents": "4111111111111111"}),
+                ),
+                "the EventBridge event's detail does not parse: invalid type: string, expected u64",
+            ),
+            (
+                eventbridge_body(json!(null)),
+                "the EventBridge event's detail does not parse: invalid type: null",
+            ),
+        ] {
+            let reason = EventBridgeEnvelope::<Order>::from_body(&body)
+                .err()
+                .unwrap();
+            assert!(reason.contains(named), "{reason:?} should name {named:?}");
+            for secret in ["o-secret", "4111"] {
+                assert!(!reason.contains(secret), "{secret} in {reason:?}");
+            }
+        }
+    }
+}
