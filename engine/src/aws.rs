@@ -505,6 +505,20 @@ impl Clients {
         })
     }
 
+    /// Triage's book in the table `TRIAGE_TABLE` names (the stack's circuit table holds it),
+    /// whose holds every drain keeps; `None` when the variable is unset or empty.
+    pub fn triage_books(&self) -> Option<crate::engine::TriageBooks> {
+        std::env::var("TRIAGE_TABLE")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .map(|table| {
+                crate::engine::TriageBooks::DynamoDb(crate::triage_store::DynamoDbTriageStore {
+                    client: self.dynamodb.clone(),
+                    table,
+                })
+            })
+    }
+
     /// The engine over these clients.
     pub fn engine(&self, config: RedriverConfig) -> SdkEngine {
         let circuit = self.circuit_store(&config);
@@ -515,5 +529,6 @@ impl Clients {
             config,
         )
         .with_circuit(circuit)
+        .with_triage(self.triage_books())
     }
 }

@@ -7,4 +7,5 @@ mod common;
 mod faults;
 mod fleet;
 mod moto;
+mod onhold;
 mod protected;

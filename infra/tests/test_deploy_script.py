@@ -155,6 +155,8 @@ class DeployScript(unittest.TestCase):
                 "RUST_LOG": "info",
                 # The adaptive circuit: on, its table from the stack.
                 "CIRCUIT_TABLE": f"{stack}-circuit",
+                # Triage's book, in the same table: every drain keeps the holds.
+                "TRIAGE_TABLE": f"{stack}-circuit",
             },
         )
         self.assertEqual(
