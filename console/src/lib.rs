@@ -326,13 +326,30 @@ fn plain(out: &mut String, sentence_html: &str) {
     let _ = write!(out, r#"<p class="rd-plain">{sentence_html}</p>"#);
 }
 
-/// The action as the view names it, and its CSS class.
-fn action_label(action: Action) -> (&'static str, &'static str) {
+/// The action as the view names it, why (the row of the action table, in a few words), and its
+/// CSS class.
+fn action_label(action: Action) -> (&'static str, &'static str, &'static str) {
     match action {
-        Action::RedriverWillRetry => ("Re-driver will retry", "rd-a-retry"),
-        Action::FixThenReplayCanary => ("Fix, then replay with a canary", "rd-a-fix"),
-        Action::ReplayToNamedQueue => ("Replay to a named queue", "rd-a-named"),
-        Action::ExportOrDiscard => ("Export or discard", "rd-a-discard"),
+        Action::RedriverWillRetry => (
+            "Re-driver will retry",
+            "transient and under the attempt limit: nothing to do now",
+            "rd-a-retry",
+        ),
+        Action::FixThenReplayCanary => (
+            "Fix, then replay with a canary",
+            "fix the cause first; the replay sends one message, then the rest",
+            "rd-a-fix",
+        ),
+        Action::ReplayToNamedQueue => (
+            "Replay to a named queue",
+            "no source queue is known: redrive replay --to QUEUE",
+            "rd-a-named",
+        ),
+        Action::ExportOrDiscard => (
+            "Export or discard",
+            "over SQS's size or attribute limit: it cannot be sent as it is",
+            "rd-a-discard",
+        ),
     }
 }
 
@@ -403,30 +420,30 @@ fn wide(
     opts: &RenderOptions,
 ) {
     out.push_str(concat!(
-        r#"<table class="rd-t"><colgroup><col style="width:33%"><col style="width:7%">"#,
-        r#"<col style="width:14%"><col style="width:11%"><col style="width:9%">"#,
-        r#"<col style="width:8%"><col style="width:18%"></colgroup><thead><tr>"#,
+        r#"<table class="rd-t"><colgroup><col style="width:32%"><col style="width:7%">"#,
+        r#"<col style="width:14%"><col style="width:11%"><col style="width:8%">"#,
+        r#"<col style="width:10%"><col style="width:18%"></colgroup><thead><tr>"#,
         r#"<th>Group</th><th class="rd-n">Messages</th><th>Trend</th><th>First / last (UTC)</th>"#,
         r#"<th>Source</th><th>State</th><th>Recommended action</th></tr></thead><tbody>"#
     ));
     for gv in groups {
         let g = &gv.group;
-        let (label, class) = action_label(g.action);
+        let (label, why, class) = action_label(g.action);
         let _ = write!(
             out,
-            r#"<tr class="rd-row"><td><div class="rd-title">{}</div><div class="rd-sub">{}</div></td><td class="rd-n"><span class="rd-count">{}</span></td><td>"#,
-            escape_html(&g.title),
+            r#"<tr class="rd-row"><td><div class="rd-title" title="{title}">{title}</div><div class="rd-sub">{}</div></td><td class="rd-n"><span class="rd-count">{}</span></td><td>"#,
             cause_line(g),
-            g.count
+            g.count,
+            title = escape_html(&g.title),
         );
         trend(out, gv, range, 30);
         let _ = write!(
             out,
-            r#"</td><td>{}</td><td>{}</td><td>{}</td><td><div class="rd-a {class}">{label}</div><div class="rd-sub">{}</div>"#,
+            r#"</td><td>{}</td><td><div class="rd-src">{}</div></td><td>{}</td><td><div class="rd-a {class}" title="{advice}">{label}</div><div class="rd-sub">{why}</div>"#,
             times(g),
             source(g),
             state_tag(gv.state.as_deref()),
-            escape_html(g.action_advice)
+            advice = escape_html(g.action_advice),
         );
         buttons(out, &view.queue, gv, opts);
         out.push_str("</td></tr>");
@@ -443,22 +460,22 @@ fn narrow(
 ) {
     for gv in groups {
         let g = &gv.group;
-        let (label, class) = action_label(g.action);
+        let (label, why, class) = action_label(g.action);
         let _ = write!(
             out,
-            r#"<div class="rd-card rd-row"><div class="rd-card-top"><span class="rd-title">{}</span><span class="rd-count">{}</span></div><div class="rd-sub">{}</div>"#,
-            escape_html(&g.title),
+            r#"<div class="rd-card rd-row"><div class="rd-card-top"><span class="rd-title" title="{title}">{title}</span><span class="rd-count">{}</span></div><div class="rd-sub">{}</div>"#,
             g.count,
-            cause_line(g)
+            cause_line(g),
+            title = escape_html(&g.title),
         );
         trend(out, gv, range, 24);
         let _ = write!(
             out,
-            r#"<div class="rd-card-meta"><span>{}</span><span>from {}</span><span>{}</span></div><div><span class="rd-a {class}">{label}</span> <span class="rd-muted">{}</span></div>"#,
+            r#"<div class="rd-card-meta"><span>{}</span><span class="rd-src">from {}</span><span>{}</span></div><div><span class="rd-a {class}" title="{advice}">{label}</span> <span class="rd-muted">{why}</span></div>"#,
             times(g).replace("<br>", " → "),
             source(g),
             state_tag(gv.state.as_deref()),
-            escape_html(g.action_advice)
+            advice = escape_html(g.action_advice),
         );
         buttons(out, &view.queue, gv, opts);
         out.push_str("</div>");
@@ -584,6 +601,9 @@ fn buttons(out: &mut String, queue: &str, gv: &GroupView, opts: &RenderOptions) 
     out.push_str("</div>");
 }
 
+// The fixtures are shared with the integration tests, which name this crate by its name.
+#[cfg(test)]
+extern crate self as redrive_console;
 #[cfg(test)]
 #[path = "../tests/fixtures/mod.rs"]
 mod fixtures;

@@ -1,7 +1,8 @@
 //! The stylesheet: one `<style>` element, every rule scoped under `.rd` so that it styles the
 //! widget and nothing else on a dashboard. Colours follow the CloudWatch console's light and dark
 //! themes. Long unbroken text wraps anywhere (`overflow-wrap:anywhere`) and the table lays out at
-//! a fixed width, so no value from a message can push the view wider than its widget.
+//! a fixed width, so no value from a message can push the view wider than its widget; a title or
+//! a source longer than three lines is cut there (the whole text is its tooltip).
 
 pub const CSS: &str = r#"
 .rd{--bg:#ffffff;--fg:#16191f;--muted:#5f6b7a;--line:#e9ebed;--head:#f4f4f4;--link:#0972d3;
@@ -27,13 +28,16 @@ padding:4px 6px;border-bottom:1px solid var(--line);white-space:nowrap;overflow:
 text-overflow:ellipsis}
 .rd-t td{vertical-align:top;padding:6px;border-bottom:1px solid var(--line)}
 .rd-t td.rd-n,.rd-t th.rd-n{text-align:right;font-variant-numeric:tabular-nums}
-.rd-count{font-size:15px;font-weight:700}
-.rd-title{font-weight:700}
+.rd-count{font-size:15px;font-weight:700;white-space:nowrap;overflow-wrap:normal;flex:none}
+.rd-title{font-weight:700;display:-webkit-box;-webkit-box-orient:vertical;-webkit-line-clamp:3;
+overflow:hidden}
+.rd-src{display:-webkit-box;-webkit-box-orient:vertical;-webkit-line-clamp:3;overflow:hidden}
 .rd-sub{color:var(--muted);margin-top:2px}
 .rd-trend{display:block;width:100%;height:28px}
+.rd-narrow .rd-trend{height:22px;margin:3px 0}
 .rd-bar{fill:var(--bar)}.rd-base{stroke:var(--line);stroke-width:1}
-.rd-tag{display:inline-block;padding:0 6px;border-radius:10px;border:1px solid currentColor;
-font-weight:700;white-space:nowrap;font-size:11px;line-height:16px}
+.rd-tag{display:inline-block;max-width:100%;padding:0 6px;border-radius:10px;
+border:1px solid currentColor;font-weight:700;font-size:11px;line-height:16px}
 .rd-s-new{color:var(--info);background:var(--info-bg)}
 .rd-s-ack{color:var(--muted)}
 .rd-s-held{color:var(--warn);background:var(--warn-bg)}
@@ -45,7 +49,7 @@ font-weight:700;white-space:nowrap;font-size:11px;line-height:16px}
 .rd-btns{display:flex;flex-wrap:wrap;gap:4px;margin-top:5px}
 .rd-btn{display:inline-block;padding:1px 8px;border:1px solid var(--link);border-radius:12px;
 color:var(--link);background:var(--btn);font-weight:700;font-size:11px;line-height:16px;
-cursor:pointer;white-space:nowrap;text-decoration:none}
+cursor:pointer;white-space:nowrap;overflow-wrap:normal;text-decoration:none}
 .rd-btn:hover{background:var(--info-bg)}
 .rd-btn.rd-go{background:var(--link);color:var(--bg)}
 .rd-btn.rd-danger{border-color:var(--bad);color:var(--bad)}

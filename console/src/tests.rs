@@ -82,6 +82,7 @@ const ATTRIBUTES: &[&str] = &[
     "endpoint",
     "display",
     "confirmation",
+    "title",
 ];
 
 /// Every tag of `html` (outside the stylesheet), as (name, attribute names).
