@@ -293,13 +293,23 @@ async fn run_groups(
 ) -> Result<Outcome, CliError> {
     let mut grouper = Grouper::new(config(&args)?);
     let mut oldest_sent: Option<i64> = None;
-    let (input, coverage) = pass(ctx, &args, |r| {
+    let passed = pass(ctx, &args, |r| {
         if let Some(sent) = r.message.sent_timestamp_ms {
             oldest_sent = Some(oldest_sent.map_or(sent, |o| o.min(sent)));
         }
         grouper.add(&r.observation()).is_some()
     })
-    .await?;
+    .await;
+    let (input, coverage) = match passed {
+        Ok(passed) => passed,
+        Err(e) => {
+            // No page rather than an empty one.
+            if let Some(page) = html {
+                page.discard();
+            }
+            return Err(e);
+        }
+    };
     let rules = grouper.config().rules.len();
     let groups = grouper.finish();
     if let Some(page) = html {
@@ -517,6 +527,11 @@ impl HtmlPage {
             file,
             theme: Theme::from_context(Some(theme)),
         })
+    }
+
+    fn discard(self) {
+        drop(self.file);
+        let _ = std::fs::remove_file(&self.path);
     }
 
     fn write(

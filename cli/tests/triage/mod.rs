@@ -465,4 +465,15 @@ async fn triage_html_writes_the_groups_as_a_standalone_page_with_markup_shown_as
         "{}",
         run.stderr
     );
+
+    // WHEN the queue cannot be read, THEN the AWS error, and no page (not an empty one)
+    let missing = dir.join("missing.html");
+    let run = redrive(&[
+        "triage",
+        &unique_name("no-such-dlq"),
+        "--html",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(!missing.exists(), "no page is left behind");
 }
