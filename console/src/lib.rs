@@ -51,7 +51,8 @@ pub struct Coverage {
 }
 
 /// One group as the view shows it: the grouper's group, its state when a store keeps one (new,
-/// acknowledged, held, replay-failed, ...), and its failure times for the trend.
+/// acknowledged, held, replay-failed, ...; `None`: not known, shown as a dash, and its buttons
+/// are those of a new group), and its failure times for the trend.
 #[derive(Debug, Clone)]
 pub struct GroupView {
     pub group: Group,
@@ -354,9 +355,11 @@ fn action_label(action: Action) -> (&'static str, &'static str, &'static str) {
 }
 
 /// The state's tag: its text (escaped) and a class from a fixed list (an unknown state is shown
-/// plainly).
+/// plainly); a dash when no state is known (a page written from one pass, without a store).
 fn state_tag(state: Option<&str>) -> String {
-    let state = state.unwrap_or("new");
+    let Some(state) = state else {
+        return r#"<span class="rd-muted" title="no state recorded">–</span>"#.into();
+    };
     let class = match state {
         "new" | "regressed" => "rd-s-new",
         "acknowledged" => "rd-s-ack",

@@ -357,4 +357,13 @@ fn without_a_range_the_trend_spans_the_failures() {
         "every failure is in range"
     );
     assert!(!html.contains("the dashboard"));
+
+    // A group whose state no store knows shows a dash, not an invented state.
+    let mut view = fixtures::three_groups();
+    if let Contents::Groups(groups) = &mut view.contents {
+        groups[0].state = None;
+    }
+    let html = render(&view, &RenderOptions::default());
+    assert!(html.contains(r#"title="no state recorded">–<"#));
+    assert!(!html.contains(">new<"));
 }
