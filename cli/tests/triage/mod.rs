@@ -414,6 +414,13 @@ async fn triage_html_writes_the_groups_as_a_standalone_page_with_markup_shown_as
     );
     assert!(html.contains("grouped 22 of about 22 (complete)"));
     for g in groups {
+        // (every message has a failure time: its recorded one, else when it was sent)
+        assert_eq!(
+            g["failureTimes"].as_array().unwrap().len() as u64,
+            g["count"].as_u64().unwrap(),
+            "{g}"
+        );
+        assert_eq!(g["failureTimesEvery"], 1);
         assert!(html.contains(g["id"].as_str().unwrap()), "{}", g["id"]);
         assert!(html.contains(&format!("<span class=\"rd-count\">{}</span>", g["count"])));
     }
