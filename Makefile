@@ -1,7 +1,8 @@
 # redrive: one entry point for setting up, testing, linting and building.
 #
 #   make setup   Python tools into .venv (moto server, cargo-lambda + zig, cfn-lint, awscli),
-#                and LocalStack into .venv-localstack (needs Python >= 3.13), for the tests
+#                LocalStack into .venv-localstack (needs Python >= 3.13), and Debian's chromium
+#                (apt-get, once per machine), for the tests
 #   make setup-tools  only .venv (Python >= 3.10): what make build and make deploy need
 #   make test    everything CI checks (TEST_STEPS below), from a fresh clone
 #   make lint    rustfmt + clippy, warnings are errors
@@ -64,7 +65,24 @@ TEST_STEPS += test-crates
 
 .PHONY: setup setup-tools test test-rust test-localstack lint build demo
 
-setup: setup-tools $(LOCALSTACK_STAMP)
+setup: setup-tools $(LOCALSTACK_STAMP) setup-chromium
+
+# Headless Chromium (Debian's package) for the console crate's rendering tests, which load the
+# triage view, screenshot it and read the page as rendered. Once per machine: nothing happens
+# when `chromium` (or REDRIVE_CHROMIUM) is there already; otherwise apt-get as root (or through
+# a sudo that asks no password).
+.PHONY: setup-chromium
+setup-chromium:
+	@if [ -n "$${REDRIVE_CHROMIUM:-}" ] || command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "setup: the rendering tests need Chromium: install it and put chromium on PATH, or set REDRIVE_CHROMIUM=/path/to/chromium" >&2; exit 1; \
+	fi; \
+	if [ "$$(id -u)" = 0 ]; then as_root=""; \
+	elif sudo -n true 2>/dev/null; then as_root="sudo"; \
+	else echo "setup: the rendering tests need Debian's chromium: run 'apt-get install chromium' as root, or set REDRIVE_CHROMIUM" >&2; exit 1; fi; \
+	echo "==> setup: chromium (apt-get) for the rendering tests"; \
+	$$as_root apt-get update -qq; \
+	DEBIAN_FRONTEND=noninteractive $$as_root apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 
 # Deploying needs neither LocalStack nor a Python newer than 3.10.
 setup-tools: $(VENV_STAMP)

@@ -3,13 +3,14 @@
 //! group's messages. The grouping is the shared crate's (`redrive_shared::triage`); this file
 //! reads the messages and prints. docs/triage.md describes the output and the JSON schema.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args, Subcommand};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use redrive_console::{Contents, Depth, GroupView, RenderOptions, Theme, TriageView};
 use redrive_engine::ports::Received;
 use redrive_shared::archive::parse_jsonl;
 use redrive_shared::meta::ATTRIBUTE_NAME;
@@ -35,6 +36,13 @@ pub struct TriageArgs {
     pub command: Option<TriageCommand>,
     #[command(flatten)]
     pub pass: PassArgs,
+    /// Also write the groups as a standalone HTML page (no script, nothing fetched: for an
+    /// incident ticket or a post-mortem), rendered as the dashboard's triage widget renders them.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// The page's theme.
+    #[arg(long, value_name = "THEME", default_value = "light", value_parser = ["light", "dark"], requires = "html")]
+    pub html_theme: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -140,6 +148,9 @@ pub struct Coverage {
     pub not_reached: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The queue's visible and in-flight messages when the pass began (none for a file).
+    #[serde(skip)]
+    pub depth: Option<Depth>,
 }
 
 /// One message read by a pass, with what triage needs of it.
@@ -170,7 +181,13 @@ pub async fn run(ctx: &Ctx, args: TriageArgs) -> Result<Outcome, CliError> {
         Some(TriageCommand::History(a)) => triage_act::history(ctx, a).await,
         Some(TriageCommand::Replay(a)) => triage_act::replay_group(ctx, a).await,
         Some(TriageCommand::Discard(a)) => triage_act::discard_group(ctx, a).await,
-        None => run_groups(ctx, args.pass).await,
+        None => {
+            let html = args
+                .html
+                .map(|path| HtmlPage::open(path, &args.html_theme))
+                .transpose()?;
+            run_groups(ctx, args.pass, html).await
+        }
     }
 }
 
@@ -241,6 +258,7 @@ async fn pass(
             repeats,
             not_reached: None,
             note: None,
+            depth: None,
         };
         return Ok((path.display().to_string(), coverage));
     }
@@ -295,13 +313,38 @@ async fn pass(
         repeats,
         not_reached: reach.not_reached,
         note: reach.shortfall(),
+        depth: Some(Depth {
+            visible: before.visible,
+            in_flight: before.in_flight,
+        }),
     };
     Ok((url.to_string(), coverage))
 }
 
-async fn run_groups(ctx: &Ctx, args: PassArgs) -> Result<Outcome, CliError> {
+async fn run_groups(
+    ctx: &Ctx,
+    args: PassArgs,
+    html: Option<HtmlPage>,
+) -> Result<Outcome, CliError> {
     let mut grouper = Grouper::new(config(&args)?);
-    let (input, coverage) = pass(ctx, &args, |r| grouper.add(&r.observation()).is_some()).await?;
+    let mut oldest_sent: Option<i64> = None;
+    let passed = pass(ctx, &args, |r| {
+        if let Some(sent) = r.message.sent_timestamp_ms {
+            oldest_sent = Some(oldest_sent.map_or(sent, |o| o.min(sent)));
+        }
+        grouper.add(&r.observation()).is_some()
+    })
+    .await;
+    let (input, coverage) = match passed {
+        Ok(passed) => passed,
+        Err(e) => {
+            // No page rather than an empty one.
+            if let Some(page) = html {
+                page.discard();
+            }
+            return Err(e);
+        }
+    };
     let rules = grouper.config().rules.len();
     let groups = grouper.finish();
     // With a table, the pass is recorded in the queue's book (states, plans, alerts).
@@ -318,6 +361,21 @@ async fn run_groups(ctx: &Ctx, args: PassArgs) -> Result<Outcome, CliError> {
         ),
         _ => None,
     };
+    if let Some(page) = html {
+        // The age of the oldest message read means the queue's only when a queue was read.
+        let oldest = oldest_sent.filter(|_| args.file.is_none());
+        // With a table, each group's state as the book now has it.
+        let states: HashMap<String, String> = book
+            .as_ref()
+            .and_then(|b| b["states"].as_object())
+            .map(|m| {
+                m.iter()
+                    .map(|(g, s)| (g.clone(), s.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        page.write(&input, &coverage, &groups, oldest, &states)?;
+    }
     if ctx.json {
         super::output::print_json(&json!({
             "input": input,
@@ -518,4 +576,93 @@ fn print_group(s: &Style, index: usize, g: &Group) {
         );
     }
     row("action", g.action_advice.to_string());
+}
+
+/// The standalone page of `triage --html`: its file is created before the pass, so that a path
+/// that cannot be written fails before any message is read.
+struct HtmlPage {
+    path: PathBuf,
+    file: std::fs::File,
+    theme: Theme,
+}
+
+impl HtmlPage {
+    fn open(path: PathBuf, theme: &str) -> Result<Self, CliError> {
+        let file = std::fs::File::create(&path).map_err(|e| {
+            CliError::Config(format!("cannot write the page {}: {e}", path.display()))
+        })?;
+        Ok(Self {
+            path,
+            file,
+            theme: Theme::from_context(Some(theme)),
+        })
+    }
+
+    fn discard(self) {
+        drop(self.file);
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    fn write(
+        mut self,
+        input: &str,
+        coverage: &Coverage,
+        groups: &[Group],
+        oldest_sent_ms: Option<i64>,
+        states: &HashMap<String, String>,
+    ) -> Result<(), CliError> {
+        use std::io::Write as _;
+        let now = now_ms();
+        // A queue's name (the last part of its URL), or the file's name.
+        let queue = input.rsplit('/').next().unwrap_or(input).to_string();
+        let contents = if groups.is_empty() && coverage.status == "complete" {
+            Contents::Empty
+        } else {
+            Contents::Groups(
+                groups
+                    .iter()
+                    .cloned()
+                    .map(|g| {
+                        let state = states.get(&g.id).cloned();
+                        GroupView {
+                            state,
+                            ..GroupView::new(g)
+                        }
+                    })
+                    .collect(),
+            )
+        };
+        let view = TriageView {
+            queue,
+            depth: coverage.depth,
+            oldest_age_s: oldest_sent_ms
+                .map(|sent| u64::try_from((now - sent) / 1000).unwrap_or(0)),
+            made_at_ms: Some(now),
+            coverage: Some(redrive_console::Coverage {
+                grouped: coverage.grouped,
+                about: coverage.about,
+                status: coverage.status.to_string(),
+                note: coverage.note.clone(),
+            }),
+            contents,
+        };
+        let page = redrive_console::render(
+            &view,
+            &RenderOptions {
+                theme: self.theme,
+                ..RenderOptions::default()
+            },
+        );
+        self.file
+            .write_all(page.as_bytes())
+            .and_then(|()| self.file.flush())
+            .map_err(|e| {
+                CliError::Config(format!(
+                    "cannot write the page {}: {e}",
+                    self.path.display()
+                ))
+            })?;
+        eprintln!("triage: the page is in {}", self.path.display());
+        Ok(())
+    }
 }

@@ -368,3 +368,121 @@ async fn triage_show_lists_a_groups_messages_with_their_x_redrive_and_bodies_on_
     .json();
     assert_eq!(again["found"], 12);
 }
+
+#[tokio::test]
+async fn triage_html_writes_the_groups_as_a_standalone_page_with_markup_shown_as_text() {
+    // GIVEN the three causes, and one more message whose recorded error text is markup
+    let sqs = moto().sqs().await;
+    let q = dlq_with_three_causes(&sqs).await;
+    let hostile = r#"<script>document.title='x'</script> "><img src=x onerror=alert(1)>"#;
+    let meta = stamped(
+        90,
+        1,
+        ErrorClass::Permanent,
+        "BAD_INPUT",
+        hostile,
+        "2026-11-21T11:30:00Z".into(),
+        &q.source_arn,
+    );
+    send_with_meta(&sqs, &q.dlq_url, "{\"orderId\":\"h\"}", &meta).await;
+    let dir = std::env::temp_dir().join(unique_name("redrive-triage-html"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("orders-dlq.html");
+
+    // WHEN triage writes the page, in the dark theme, beside its JSON
+    let run = redrive(&[
+        "triage",
+        &q.dlq_url,
+        "--json",
+        "--html",
+        page.to_str().unwrap(),
+        "--html-theme",
+        "dark",
+    ]);
+
+    // THEN the JSON is as without --html, and the page holds the same groups
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out = run.json();
+    let groups = out["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 4, "{out:#}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert!(html.contains(r#"<div class="rd rd-dark rd-wide">"#));
+    let queue_name = q.dlq_url.rsplit('/').next().unwrap();
+    assert!(html.contains(&format!("<title>redrive triage: {queue_name}</title>")));
+    assert!(
+        html.contains("<b>22</b> visible"),
+        "the depth when the pass began"
+    );
+    assert!(html.contains("grouped 22 of about 22 (complete)"));
+    for g in groups {
+        // (every message has a failure time: its recorded one, else when it was sent)
+        assert_eq!(
+            g["failureTimes"].as_array().unwrap().len() as u64,
+            g["count"].as_u64().unwrap(),
+            "{g}"
+        );
+        assert_eq!(g["failureTimesEvery"], 1);
+        assert!(html.contains(g["id"].as_str().unwrap()), "{}", g["id"]);
+        assert!(html.contains(&format!("<span class=\"rd-count\">{}</span>", g["count"])));
+    }
+    assert!(html.contains("POST &lt;url&gt; returned &lt;num&gt; Service Unavailable"));
+    assert!(html.contains("Re-driver will retry"));
+    assert!(html.contains("Fix, then replay with a canary"));
+    // AND the markup of the error text shows as text; the page runs and fetches nothing
+    assert!(html.contains("&lt;script&gt;document.title="), "{html}");
+    assert!(html.contains("onerror"), "the text is there");
+    let lower = html.to_lowercase();
+    for absent in [
+        "<script",
+        "<img",
+        "<cwdb-action",
+        "src=\"",
+        "href=\"",
+        "url(",
+        "@import",
+    ] {
+        assert!(!lower.contains(absent), "{absent} in the page");
+    }
+    assert!(html.contains("default-src 'none'"));
+    // AND nothing was consumed
+    assert_eq!(visible(&sqs, &q.dlq_url).await, 22);
+
+    // WHEN the DLQ is empty, THEN the page says so plainly
+    let empty = QueueSet::create(&sqs, false, 3).await;
+    let empty_page = dir.join("empty.html");
+    let run = redrive(&[
+        "triage",
+        &empty.dlq_url,
+        "--html",
+        empty_page.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let html = std::fs::read_to_string(&empty_page).unwrap();
+    assert!(html.contains("is empty: no message to triage."), "{html}");
+
+    // WHEN the page cannot be written, THEN a usage error naming it, before the queue is read
+    let run = redrive(&[
+        "triage",
+        &q.dlq_url,
+        "--html",
+        dir.join("no-such-dir/page.html").to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot write the page"),
+        "{}",
+        run.stderr
+    );
+
+    // WHEN the queue cannot be read, THEN the AWS error, and no page (not an empty one)
+    let missing = dir.join("missing.html");
+    let run = redrive(&[
+        "triage",
+        &unique_name("no-such-dlq"),
+        "--html",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(!missing.exists(), "no page is left behind");
+}

@@ -18,6 +18,9 @@ use crate::timefmt::rfc3339_from_millis;
 pub const TOP_VALUES: usize = 3;
 /// Distinct values counted per kind and group; past it, new values are no longer counted.
 const MAX_DISTINCT: usize = 1000;
+/// Failure times kept per group (for a trend); past it, every other one is dropped and one in
+/// twice as many kept from then on, so that the kept times stay an even sample of the group.
+pub const MAX_FAILURE_TIMES: usize = 1000;
 
 /// How messages are grouped.
 #[derive(Debug)]
@@ -104,6 +107,11 @@ pub struct Group {
     pub message_ids: Vec<String>,
     /// A digest of the group id and its sorted message ids: the same plan, the same id.
     pub plan_id: String,
+    /// Failure times (epoch ms, in the order seen) of at most 1000 of its messages: every
+    /// `failure_times_every`-th message that has a time.
+    pub failure_times: Vec<i64>,
+    /// How many messages each kept failure time stands for (1 until 1000 were kept).
+    pub failure_times_every: usize,
 }
 
 #[derive(Debug, Default)]
@@ -125,6 +133,42 @@ struct Acc {
     actions: BTreeMap<(u8, Action), usize>,
     garbled: usize,
     ids: Vec<String>,
+    times: Times,
+}
+
+/// An even sample of failure times: every `every`-th of those seen, at most `MAX_FAILURE_TIMES`.
+#[derive(Debug)]
+struct Times {
+    kept: Vec<i64>,
+    every: usize,
+    seen: usize,
+}
+
+impl Default for Times {
+    fn default() -> Self {
+        Self {
+            kept: Vec::new(),
+            every: 1,
+            seen: 0,
+        }
+    }
+}
+
+impl Times {
+    fn add(&mut self, at: i64) {
+        if self.seen.is_multiple_of(self.every) {
+            self.kept.push(at);
+            if self.kept.len() > MAX_FAILURE_TIMES {
+                let mut i = 0;
+                self.kept.retain(|_| {
+                    i += 1;
+                    i % 2 == 1
+                });
+                self.every *= 2;
+            }
+        }
+        self.seen += 1;
+    }
 }
 
 /// Groups messages as they come; a message seen twice (by MessageId) counts once.
@@ -230,6 +274,7 @@ fn fold(acc: &mut Acc, k: &Key, rule: Option<String>, f: &Facts, max_attempts: u
     if let Some(at) = f.failed_at_ms() {
         acc.first = Some(acc.first.map_or(at, |t| t.min(at)));
         acc.last = Some(acc.last.map_or(at, |t| t.max(at)));
+        acc.times.add(at);
     }
     *acc.sources.entry(f.source.clone()).or_default() += 1;
     if let Some(c) = &f.cause {
@@ -317,5 +362,31 @@ fn finish_group(id: &GroupId, acc: Acc) -> Group {
         garbled: acc.garbled,
         message_ids: acc.ids,
         plan_id,
+        failure_times: acc.times.kept,
+        failure_times_every: acc.times.every,
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn failure_times_stay_an_even_bounded_sample() {
+        let mut t = Times::default();
+        for at in 0..1000 {
+            t.add(at);
+        }
+        assert_eq!(
+            (t.kept.len(), t.every),
+            (1000, 1),
+            "all kept up to the bound"
+        );
+        for at in 1000..2500 {
+            t.add(at);
+        }
+        assert_eq!(t.every, 4);
+        assert_eq!(t.kept, (0..2500).step_by(4).collect::<Vec<i64>>());
+        assert!(t.kept.len() <= MAX_FAILURE_TIMES);
     }
 }
