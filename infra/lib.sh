@@ -466,9 +466,8 @@ write_redriver_env() { # FILE
     # The adaptive circuit: on in every deploy (its table is in the stack); the rule's tunables
     # only where redrive.env sets them (the re-driver checks them at init, naming them).
     printf "%s='%s'\n" CIRCUIT_TABLE "$OUT_CircuitTableName" >>"$file"
-    # Triage's book (group states and holds, `redrive triage`) lives in the same table: every
-    # drain keeps the holds operators set.
-    printf "%s='%s'\n" TRIAGE_TABLE "$OUT_CircuitTableName" >>"$file"
+    # Triage's book (group states and holds, `redrive triage`) lives in the same table, which
+    # the functions read when TRIAGE_TABLE is unset: every drain keeps the holds operators set.
     for name in CIRCUIT_THRESHOLD CIRCUIT_MIN_BOUNCES CIRCUIT_WINDOW_SECONDS CIRCUIT_COOLDOWN_SECONDS \
         CIRCUIT_MAX_COOLDOWN_SECONDS CIRCUIT_CANARY_SIZE; do
         if [ -n "${!name-}" ]; then printf "%s='%s'\n" "$name" "${!name}" >>"$file"; fi

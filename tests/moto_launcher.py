@@ -220,7 +220,10 @@ def enforce_iam() -> None:
             length = int(environ.get("CONTENT_LENGTH") or 0)
             request = json.loads(environ["wsgi.input"].read(length))
             role = request["role"]
-            policies = iam_policy.render(role, request.get("resources", {}))
+            # "A+B": a user holding the policies of both (the triage policies add up).
+            policies = {}
+            for one in role.split("+"):
+                policies.update(iam_policy.render(one, request.get("resources", {})))
             extra = request.get("extra")
             if extra is not None:
                 if not isinstance(extra, list) or not all(isinstance(s, dict) for s in extra):

@@ -505,12 +505,13 @@ impl Clients {
         })
     }
 
-    /// Triage's book in the table `TRIAGE_TABLE` names (the stack's circuit table holds it),
-    /// whose holds every drain keeps; `None` when the variable is unset or empty.
+    /// Triage's book in the table `TRIAGE_TABLE` names, else in the circuit table
+    /// (`CIRCUIT_TABLE`, where a deployed stack keeps it), whose holds every drain keeps;
+    /// `None` when neither is set.
     pub fn triage_books(&self) -> Option<crate::engine::TriageBooks> {
-        std::env::var("TRIAGE_TABLE")
-            .ok()
-            .filter(|t| !t.is_empty())
+        ["TRIAGE_TABLE", "CIRCUIT_TABLE"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|t| !t.is_empty()))
             .map(|table| {
                 crate::engine::TriageBooks::DynamoDb(crate::triage_store::DynamoDbTriageStore {
                     client: self.dynamodb.clone(),

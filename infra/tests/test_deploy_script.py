@@ -153,10 +153,8 @@ class DeployScript(unittest.TestCase):
                 "METRIC_NAMESPACE": "DLQRedriver",
                 "DRY_RUN": "false",
                 "RUST_LOG": "info",
-                # The adaptive circuit: on, its table from the stack.
+                # The adaptive circuit: on, its table from the stack (triage's book too).
                 "CIRCUIT_TABLE": f"{stack}-circuit",
-                # Triage's book, in the same table: every drain keeps the holds.
-                "TRIAGE_TABLE": f"{stack}-circuit",
             },
         )
         self.assertEqual(

@@ -267,6 +267,8 @@ class TemplateSize(unittest.TestCase):
     the wiring template rendered with the state machine as in ORCHESTRATOR=stepfunctions."""
 
     LIMIT = 51_200
+    # A TemplateURL's template: up to 1 MB.
+    URL_LIMIT = 1_000_000
 
     def body(self, template: Path, directory: Path) -> bytes:
         out = directory / (template.stem + ".body.json")
@@ -287,13 +289,20 @@ class TemplateSize(unittest.TestCase):
                 with self.subTest(source.name):
                     body = self.body(source, directory)
                     # Above it deploy.sh sends the template through S3 (TEMPLATE_BUCKET, test_deploy_script
-                    # shows it): a deployer then needs that bucket. Both fit today, the resources
-                    # template by a few dozen bytes (infra/README.md, "Template size").
-                    self.assertLessEqual(
-                        len(body), self.LIMIT,
-                        f"{source.name} is {len(body)} bytes as deploy sends it: make deploy now needs the S3 "
-                        "path (TEMPLATE_BUCKET, infra/README.md 'Template size'); shorten the template, or "
-                        "document that deployers need that bucket and change this check")
+                    # shows it): a deployer then needs that bucket. The resources template is above it
+                    # since the triage policies, as infra/README.md ("Template size") and the README's
+                    # deploy prerequisites say; the wiring template fits.
+                    if source == support.RESOURCES_TEMPLATE:
+                        self.assertGreater(len(body), self.LIMIT, "it fits again: say so in infra/README.md")
+                        self.assertLessEqual(len(body), self.URL_LIMIT, f"{source.name}: {len(body)} bytes")
+                        readme = (support.INFRA / "README.md").read_text()
+                        self.assertIn("`resources.yaml` goes through S3", readme)
+                    else:
+                        self.assertLessEqual(
+                            len(body), self.LIMIT,
+                            f"{source.name} is {len(body)} bytes as deploy sends it: make deploy now sends it "
+                            "through S3 too (TEMPLATE_BUCKET, infra/README.md 'Template size'); shorten it, or "
+                            "document that and change this check")
                     # The same template in meaning: what the YAML says, short-form tags expanded.
                     self.assertEqual(json.loads(body), support.load_template(source))
 

@@ -53,6 +53,28 @@ pub fn role_of_binary(binary: &str) -> Option<&'static str> {
 /// The managed policy of the operator's `redrive` CLI.
 pub const OPERATOR_POLICY: &str = "OperatorPolicy";
 
+/// The managed policies a `redrive` command line runs under (`A+B`: both): `triage` commands
+/// under the triage policies that name what they do, which add up (a reader holds read; an
+/// actor read and act; a discarder read and discard; a pass with `--table` records the book,
+/// which is acting), every other command under the operator's.
+pub fn cli_policy(args: &[&str]) -> &'static str {
+    if args.first() != Some(&"triage") {
+        return OPERATOR_POLICY;
+    }
+    match args.get(1).copied() {
+        Some("ack" | "hold" | "release" | "note" | "replay") => TRIAGE_ACTOR,
+        Some("discard") => "TriageReadPolicy+TriageDiscardPolicy",
+        Some("show" | "history") => TRIAGE_READER,
+        _ if args.contains(&"--table") => TRIAGE_ACTOR,
+        _ => TRIAGE_READER,
+    }
+}
+
+/// Who may read DLQs by cause.
+pub const TRIAGE_READER: &str = "TriageReadPolicy";
+/// Who may act on triage groups.
+pub const TRIAGE_ACTOR: &str = "TriageReadPolicy+TriageActPolicy";
+
 /// The functions' variables that name a resource of the stack, and its logical id (or the
 /// template parameter) in `infra/templates/`.
 const RESOURCE_VARIABLES: [(&str, &str); 8] = [
@@ -118,6 +140,16 @@ pub fn cli_env_with(
     args: &[&str],
     extra: &[Value],
 ) -> Vec<(String, String)> {
+    cli_env_as(env, args, extra, cli_policy(args))
+}
+
+/// `cli_env_with` under the managed policy `policy` (e.g. a reader trying to act).
+pub fn cli_env_as(
+    env: &[(String, String)],
+    args: &[&str],
+    extra: &[Value],
+    policy: &str,
+) -> Vec<(String, String)> {
     let mut resources = resources_from_env(env);
     let mut first_queue: Option<String> = None;
     for (i, arg) in args.iter().enumerate() {
@@ -142,6 +174,9 @@ pub fn cli_env_with(
             }
         } else if flag == "--circuit-table" || flag == "--table" {
             resources.insert("CircuitTable".into(), arg.to_string());
+        } else if flag == "--alert-topic" {
+            let name = arg.rsplit(':').next().unwrap_or_default();
+            resources.insert("AlertsTopic".into(), name.to_string());
         } else if flag == "--state-machine" {
             let name = arg.rsplit(':').next().unwrap_or_default();
             resources.insert("StateMachine".into(), name.to_string());
@@ -162,7 +197,7 @@ pub fn cli_env_with(
                 .or_insert_with(|| format!("{base}{suffix}{fifo}"));
         }
     }
-    user_env(env, OPERATOR_POLICY, &resources, extra)
+    user_env(env, policy, &resources, extra)
 }
 
 /// The statement by which an operator's own identity grants their export bucket, on that

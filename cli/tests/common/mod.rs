@@ -63,6 +63,11 @@ pub fn run_redrive(args: &[&str], env: &[(&str, &str)], own_bucket: Option<&str>
 
 /// `run_redrive` for an operator whose own identity also holds the IAM statements `extra`.
 pub fn run_redrive_granted(args: &[&str], env: &[(&str, &str)], extra: &[Value]) -> Run {
+    run_redrive_as(redrive_tests::iam::cli_policy(args), args, env, extra)
+}
+
+/// `run_redrive_granted` under the managed policy `policy` (a reader trying to act, say).
+pub fn run_redrive_as(policy: &str, args: &[&str], env: &[(&str, &str)], extra: &[Value]) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));
     for (k, _) in std::env::vars() {
         if k.starts_with("AWS_") || CALLER_VARS.contains(&k.as_str()) {
@@ -73,7 +78,9 @@ pub fn run_redrive_granted(args: &[&str], env: &[(&str, &str)], extra: &[Value])
     full_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     command
         .args(args)
-        .envs(redrive_tests::iam::cli_env_with(&full_env, args, extra))
+        .envs(redrive_tests::iam::cli_env_as(
+            &full_env, args, extra, policy,
+        ))
         // No shared config files of the developer's.
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
 use redrive_tests::{QueueSet, moto, receive_raw, unique_name};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::common::{Run, meta_of, run_redrive_granted, send_with_meta, visible};
+use crate::common::{Run, meta_of, run_redrive_as, run_redrive_granted, send_with_meta, visible};
 
 /// The consumer's side effects: original message id -> times applied.
 type Effects = Arc<Mutex<HashMap<String, u32>>>;
@@ -130,8 +130,8 @@ impl World {
         }
     }
 
-    /// `redrive` under the stack's operator policy, with the book's table, the alert topic
-    /// (the operator's own grant to publish on it) and an archive bucket of theirs.
+    /// `redrive` with the book's table and the alert topic (the stack's alerts topic), under the
+    /// triage policy of the command; `bucket`: the operator's own archive bucket.
     fn redrive(&self, args: &[&str], bucket: Option<&str>) -> Run {
         let mut full: Vec<&str> = args.to_vec();
         full.extend([
@@ -142,14 +142,12 @@ impl World {
             "--operator",
             "oncall",
         ]);
-        // moto matches SNS grants only when the Resource is "*" (as it does DynamoDB's); the
-        // grant of a deployed operator names the topic.
-        let mut extra = vec![json!({
-            "Effect": "Allow", "Action": "sns:Publish", "Resource": "*"
-        })];
-        if let Some(b) = bucket {
-            extra.push(redrive_tests::iam::own_bucket_statement(b));
-        }
+        // Each command under the template's triage policy for what it does (read, act,
+        // discard); a discard's archive is the operator's own bucket, granted by their identity.
+        let extra: Vec<Value> = bucket
+            .map(redrive_tests::iam::own_bucket_statement)
+            .into_iter()
+            .collect();
         run_redrive_granted(&full, &[], &extra)
     }
 
@@ -538,4 +536,49 @@ async fn a_hold_is_recorded_with_its_end_and_bad_actions_are_refused_by_name() {
     assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 12);
     let run = w.redrive(&["triage", "release", &group, &w.q.dlq_url, "--json"], None);
     assert_eq!(run.json()["record"]["state"], "acknowledged");
+    // A reader (the triage read policy) sees the history but cannot act: AccessDenied, and
+    // the book is unchanged.
+    let args = [
+        "triage",
+        "hold",
+        &group,
+        &w.q.dlq_url,
+        "--for",
+        "1h",
+        "--table",
+        &w.table,
+    ];
+    let denied = run_redrive_as("TriageReadPolicy", &args, &[], &[]);
+    assert_eq!(denied.code, 1, "{}", denied.stderr);
+    assert!(
+        denied.stderr.contains("AccessDenied") || denied.stderr.contains("not authorized"),
+        "{}",
+        denied.stderr
+    );
+    let args = [
+        "triage",
+        "history",
+        &group,
+        &w.q.dlq_url,
+        "--table",
+        &w.table,
+        "--json",
+    ];
+    let read = run_redrive_as("TriageReadPolicy", &args, &[], &[]);
+    assert_eq!(read.json()["record"]["state"], "acknowledged");
+    // Nor replay as a reader: nothing moves.
+    let args = [
+        "triage",
+        "replay",
+        &group,
+        &w.q.dlq_url,
+        "--window",
+        "1s",
+        "--yes",
+        "--table",
+        &w.table,
+    ];
+    let denied = run_redrive_as("TriageReadPolicy", &args, &[], &[]);
+    assert_ne!(denied.code, 0, "{}", denied.stderr);
+    assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 12);
 }
