@@ -160,7 +160,7 @@ test-rust-lane-b: setup
 # starts with its module's): the engine's moto and circuit, the consumer's moto and lambda_watch,
 # the CLI's cli, export and triage, the re-driver's lambda; and the archiver's whole binary.
 LOCALSTACK_TESTS := engine_tests consumer_tests cli_tests redriver_tests
-LOCALSTACK_MODULES := moto circuit lambda_watch cli export lambda triage
+LOCALSTACK_MODULES := moto circuit lambda_watch cli export lambda triage onhold
 test-localstack: setup
 	@echo "==> test-localstack: $(LOCALSTACK_MODULES) of $(LOCALSTACK_TESTS), and archiver, with SQS, S3, CloudWatch and STS on LocalStack"
 	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 20m cargo test --workspace --no-fail-fast \

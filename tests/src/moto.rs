@@ -181,6 +181,13 @@ impl Moto {
         }
     }
 
+    /// An SDK config for this moto's own services, SQS included even under
+    /// `REDRIVE_SQS_EMULATOR=localstack`: for what only this moto can reach, such as the queue
+    /// a topic of this moto delivers to.
+    pub async fn own_sdk_config(&self) -> SdkConfig {
+        emulator_sdk_config(&self.endpoint()).await
+    }
+
     /// Environment for a child process (a Lambda under `cargo lambda watch`, the AWS CLI)
     /// that must reach this moto through the SDK's standard variables, with the admin user's
     /// credentials: `LambdaWatch` replaces them with the function's role

@@ -80,6 +80,8 @@ fn permanent(n: u64, source_arn: &str) -> RedriveMeta {
 
 struct World {
     sqs: aws_sdk_sqs::Client,
+    /// Moto's own SQS, where the alerts land.
+    own: aws_sdk_sqs::Client,
     q: QueueSet,
     table: String,
     topic: String,
@@ -101,7 +103,9 @@ impl World {
             .unwrap()
             .topic_arn
             .unwrap();
-        let alerts = sqs
+        // The topic is moto's (SNS is never on LocalStack here), so its queue is too.
+        let own = aws_sdk_sqs::Client::new(&moto().own_sdk_config().await);
+        let alerts = own
             .create_queue()
             .queue_name(unique_name("alerts"))
             .send()
@@ -123,6 +127,7 @@ impl World {
             .unwrap();
         Self {
             sqs,
+            own,
             q,
             table,
             topic,
@@ -154,7 +159,7 @@ impl World {
     /// The alerts published so far, as (kind, group).
     async fn alerts(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        for m in redrive_tests::drain_all(&self.sqs, &self.alerts).await {
+        for m in redrive_tests::drain_all(&self.own, &self.alerts).await {
             let a: Value = serde_json::from_str(m.body().unwrap()).unwrap();
             out.push((
                 a["kind"].as_str().unwrap().into(),
