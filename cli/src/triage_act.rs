@@ -147,6 +147,10 @@ pub struct GroupReplayArgs {
     /// Messages sent per second at most.
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
     pub rate: u64,
+    /// FIFO: replay even where a message group holds messages of other causes before this
+    /// group's (they would then be processed after them, out of their order).
+    #[arg(long)]
+    pub allow_interleaved: bool,
 }
 
 #[derive(Debug, Args)]
@@ -471,6 +475,39 @@ async fn default_window(ctx: &Ctx, to: &str) -> Result<Duration, CliError> {
     Ok(Duration::from_secs(visibility * receives + 10))
 }
 
+/// FIFO: the message groups in which a message outside the plan comes before one of the plan,
+/// as far as a pass can read them (SQS hands out a message group's head only).
+async fn interleaved(
+    ctx: &Ctx,
+    url: &str,
+    plan: &BTreeSet<String>,
+) -> Result<Vec<String>, CliError> {
+    let queue = ctx.queue();
+    let mut scan = Scanner::new(&queue, url);
+    let mut other_first: BTreeSet<String> = BTreeSet::new();
+    let mut mixed: BTreeSet<String> = BTreeSet::new();
+    let walked: Result<(), redrive_engine::ports::PortError> = async {
+        loop {
+            let batch = scan.next(10).await?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for m in batch {
+                let group = m.group_id.clone().unwrap_or_default();
+                if !plan.contains(&m.message_id) {
+                    other_first.insert(group);
+                } else if other_first.contains(&group) {
+                    mixed.insert(group);
+                }
+            }
+        }
+    }
+    .await;
+    scan.release().await;
+    walked?;
+    Ok(mixed.into_iter().collect())
+}
+
 /// Copies of `originals` found on `url` that are not the plan's own messages.
 async fn came_back(
     ctx: &Ctx,
@@ -522,6 +559,17 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
         None => default_window(ctx, to_url.as_str()).await?,
     };
     let plan: BTreeSet<String> = ids.iter().cloned().collect();
+    // FIFO: triage never reorders. A message group whose head holds another cause before this
+    // group's messages would see them overtake it.
+    if url.is_fifo() && !a.allow_interleaved {
+        let mixed = interleaved(ctx, url.as_str(), &plan).await?;
+        if !mixed.is_empty() {
+            return Err(CliError::Config(format!(
+                "message group(s) {} hold messages of other causes before this group's: replaying it would reorder them; replay or discard those first, or pass --allow-interleaved",
+                mixed.join(", ")
+            )));
+        }
+    }
     let sizes = stages(ids.len() as u64, a.canary);
     let preview = format!(
         "would replay {} of plan {plan_id} (group {group}) from {} to {} in stages {sizes:?}, a verdict window of {} s after each",

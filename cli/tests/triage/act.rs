@@ -587,3 +587,79 @@ async fn a_hold_is_recorded_with_its_end_and_bad_actions_are_refused_by_name() {
     assert_ne!(denied.code, 0, "{}", denied.stderr);
     assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 12);
 }
+
+#[tokio::test]
+async fn a_fifo_replay_never_lets_a_group_overtake_another_cause_in_its_message_group() {
+    // GIVEN a FIFO DLQ whose one message group holds a 429 first, then two schema errors
+    let sqs = moto().sqs().await;
+    let mut w = World::new().await;
+    w.q = QueueSet::create(&sqs, true, 3).await;
+    let cause = |n: u64, code: &str| {
+        let mut meta = RedriveMeta {
+            last_error: Some(LastError::new(
+                ErrorClass::Permanent,
+                code,
+                &format!("order {n}: {code}"),
+                "2026-11-28T09:00:00Z".into(),
+            )),
+            ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
+        };
+        meta.set_source(&w.q.source_arn);
+        meta
+    };
+    for (n, code) in [
+        (1, "RATE_LIMITED"),
+        (2, "SCHEMA_INVALID"),
+        (3, "SCHEMA_INVALID"),
+    ] {
+        send_with_meta(&sqs, &w.q.dlq_url, "{}", &cause(n, code)).await;
+    }
+    let run = w.redrive(&["triage", &w.q.dlq_url, "--json"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let groups = run.json()["groups"].as_array().unwrap().clone();
+    let id = |code: &str| {
+        groups.iter().find(|g| g["code"] == code).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (schema, rate) = (id("SCHEMA_INVALID"), id("RATE_LIMITED"));
+
+    // WHEN the schema errors are replayed first
+    let run = w.redrive(
+        &["triage", "replay", &schema, &w.q.dlq_url, "--window", "1s"],
+        None,
+    );
+    // THEN it is refused, naming the message group: they would overtake the 429
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("message group(s) default"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(visible(&sqs, &w.q.dlq_url).await, 3, "nothing moved");
+
+    // WHEN the 429 goes first, the schema errors may follow, in their order
+    let run = w.redrive(
+        &["triage", "replay", &rate, &w.q.dlq_url, "--window", "1s"],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let run = w.redrive(
+        &["triage", "replay", &schema, &w.q.dlq_url, "--window", "1s"],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let order: Vec<String> = redrive_tests::drain_all(&sqs, &w.q.source_url)
+        .await
+        .iter()
+        .map(|m| meta_of(m).original_message_id)
+        .collect();
+    assert_eq!(
+        order,
+        (1..=3)
+            .map(|n| format!("00000000-0000-4000-8000-{n:012}"))
+            .collect::<Vec<_>>(),
+        "the source received them in the DLQ's order"
+    );
+}
