@@ -28,6 +28,8 @@ Exit codes:
      adaptive circuit (CIRCUIT_TABLE) kept the circuit open, a `drain --canary` bounced, or `replay`/`discard` did not reach the end of the queue (the report says
      how many were not reached; --max reached is not an error), a `triage` pass did not
      reach the end of the queue, or `triage show` found no message of the group
+  130 interrupted (Ctrl-C, SIGTERM): every message the command held was made visible again
+     at once (a copy already sent may be delivered again; the consumer's key absorbs it)
 
 Workflow: triage -> stats -> peek -> fix the cause -> replay in batches (--max) -> stats -> discard.";
 

@@ -51,6 +51,8 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// Some messages failed, were not found, or the circuit was open.
     pub const INCOMPLETE: u8 = 3;
+    /// Interrupted (Ctrl-C, SIGTERM): what the command held was made visible again.
+    pub const INTERRUPTED: u8 = 130;
 }
 
 /// Why a command stopped early.
@@ -217,19 +219,20 @@ pub async fn run(cli: Cli) -> ExitCode {
             Style::detect()
         },
     };
-    let result = match cli.command {
-        Command::Stats(a) => stats::run(&ctx, a).await,
-        Command::Peek(a) => peek::run(&ctx, a).await,
-        Command::Drain(a) => drain::run(&ctx, a).await,
-        Command::Replay(a) => replay::run(&ctx, a).await,
-        Command::Discard(a) => discard::run(&ctx, a).await,
-        Command::Export(a) => export::run(&ctx, a).await,
-        Command::Import(a) => import::run(&ctx, a).await,
-        Command::Circuit(a) => circuit::run(&ctx, a).await,
-        Command::History(a) => history::run(&ctx, a).await,
-        Command::Status(a) => status::run(&ctx, a).await,
-        Command::Triage(a) => triage::run(&ctx, *a).await,
-        Command::Completions(_) | Command::Man => Ok(Outcome::Done),
+    // Ctrl-C (SIGINT) or SIGTERM while a command holds messages: they are made visible again
+    // at once, not after their hold runs out, and the command exits 130. The handler can be
+    // installed once per process; a second `run` keeps the first one's.
+    let (interrupted, mut interrupt) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let _ = ctrlc::set_handler(move || {
+        let _ = interrupted.send(());
+    });
+    let result = tokio::select! {
+        result = dispatch(&ctx, cli.command) => result,
+        Some(()) = interrupt.recv() => {
+            let released = scan::release_all(&ctx.queue()).await;
+            eprintln!("redrive: interrupted; {released} held message(s) are visible again");
+            return ExitCode::from(exit::INTERRUPTED);
+        }
     };
     match result {
         Ok(Outcome::Done) => ExitCode::from(exit::OK),
@@ -237,6 +240,24 @@ pub async fn run(cli: Cli) -> ExitCode {
         Ok(Outcome::Refused) => ExitCode::from(exit::USAGE),
         Ok(Outcome::Failed) => ExitCode::from(exit::ERROR),
         Err(e) => fail(&e, &setting),
+    }
+}
+
+/// Runs one command.
+async fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome, CliError> {
+    match command {
+        Command::Stats(a) => stats::run(ctx, a).await,
+        Command::Peek(a) => peek::run(ctx, a).await,
+        Command::Drain(a) => drain::run(ctx, a).await,
+        Command::Replay(a) => replay::run(ctx, a).await,
+        Command::Discard(a) => discard::run(ctx, a).await,
+        Command::Export(a) => export::run(ctx, a).await,
+        Command::Import(a) => import::run(ctx, a).await,
+        Command::Circuit(a) => circuit::run(ctx, a).await,
+        Command::History(a) => history::run(ctx, a).await,
+        Command::Status(a) => status::run(ctx, a).await,
+        Command::Triage(a) => triage::run(ctx, *a).await,
+        Command::Completions(_) | Command::Man => Ok(Outcome::Done),
     }
 }
 

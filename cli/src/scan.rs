@@ -1,10 +1,12 @@
 //! Reading a queue without consuming it: every message received is held (invisible) until the
-//! command ends, then released (visibility 0), unless the command deleted it. A command that
-//! dies leaves them to reappear after the hold.
+//! command ends, then released (visibility 0), unless the command deleted it. A command
+//! interrupted (Ctrl-C, SIGINT, SIGTERM) releases what every scan of the process holds at once
+//! ([`release_all`]); one killed outright leaves them to reappear after the hold.
 //!
 //! Whole calls are retried by the SDK (its retry configuration), not here.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
 
 use serde::Serialize;
 
@@ -19,6 +21,25 @@ use super::output::Style;
 pub const HOLD_SECONDS: i32 = 120;
 /// Long-poll wait of each receive: an empty answer then means nothing more is visible.
 const WAIT_SECONDS: i32 = 1;
+
+/// What every scan of this process holds: queue URL -> message id -> latest receipt handle.
+static HELD: Mutex<BTreeMap<String, BTreeMap<String, String>>> = Mutex::new(BTreeMap::new());
+
+fn held() -> std::sync::MutexGuard<'static, BTreeMap<String, BTreeMap<String, String>>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Makes every message any scan of this process holds visible again at once (an interrupted
+/// command); returns how many were released.
+pub async fn release_all<Q: Queue>(queue: &Q) -> usize {
+    let all = std::mem::take(&mut *held());
+    let mut released = 0;
+    for (url, messages) in all {
+        let entries = numbered(messages.into_values());
+        released += Transfer::new(queue).hold(&url, entries, 0).await.ok.len();
+    }
+    released
+}
 
 /// Walks a queue's visible messages once.
 pub struct Scanner<'a, Q: Queue> {
@@ -68,6 +89,10 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
                 // A message seen before is back (its hold ran out, or SQS delivered it twice):
                 // keep its newest handle, do not show it again.
                 self.held
+                    .insert(m.message_id.clone(), m.receipt_handle.clone());
+                held()
+                    .entry(self.url.to_string())
+                    .or_default()
                     .insert(m.message_id.clone(), m.receipt_handle.clone());
                 if self.seen.insert(m.message_id.clone()) {
                     self.system.insert(m.message_id.clone(), system);
@@ -141,11 +166,19 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
     /// The message is gone from the queue (deleted): nothing to release.
     pub fn settled(&mut self, message_id: &str) {
         self.held.remove(message_id);
+        if let Some(q) = held().get_mut(self.url) {
+            q.remove(message_id);
+        }
     }
 
     /// Makes every held message visible again at once; returns how many could not be released
     /// (they reappear when their hold runs out).
     pub async fn release(self) -> usize {
+        if let Some(q) = held().get_mut(self.url) {
+            for id in self.held.keys() {
+                q.remove(id);
+            }
+        }
         let entries = numbered(self.held.into_values());
         let asked = entries.len();
         let released = Transfer::new(self.queue).hold(self.url, entries, 0).await;

@@ -5,6 +5,7 @@
 mod cli;
 mod common;
 mod export;
+mod interrupt;
 mod org;
 /// `redrive triage`, run on both emulators.
 mod triage;
