@@ -146,10 +146,11 @@ pub enum Command {
     /// zsh: `redrive completions zsh > "${fpath[1]}/_redrive"`;
     /// fish: `redrive completions fish > ~/.config/fish/completions/redrive.fish`.
     Completions(super::generate::CompletionsArgs),
-    /// Print the man page (roff) on stdout
+    /// Print the man page (roff) on stdout, or write one page per command with --dir
     ///
-    /// `redrive man > ~/.local/share/man/man1/redrive.1`, then `man redrive`.
-    Man,
+    /// `redrive man > ~/.local/share/man/man1/redrive.1`, then `man redrive`; or
+    /// `redrive man --dir ~/.local/share/man/man1`, then `man redrive-triage-replay`.
+    Man(super::generate::ManArgs),
 }
 
 pub fn parse_queue_url(v: &str) -> Result<QueueUrl, String> {

@@ -23,6 +23,27 @@ pub fn completions(shell: Shell) -> Vec<u8> {
     script
 }
 
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write one page per command into this directory (redrive.1, redrive-triage.1,
+    /// redrive-triage-replay.1, ...) instead of printing the top page.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+/// Writes a page per command and subcommand into `dir` (created if missing); returns the
+/// files written, sorted.
+pub fn man_pages(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    clap_mangen::generate_to(Cli::command(), dir)?;
+    let mut pages: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "1"))
+        .collect();
+    pages.sort();
+    Ok(pages)
+}
+
 /// The man page (roff), subcommands included.
 pub fn man() -> std::io::Result<Vec<u8>> {
     let mut page = Vec::new();

@@ -179,7 +179,21 @@ pub async fn run(cli: Cli) -> ExitCode {
             generate::print(&generate::completions(a.shell));
             return ExitCode::from(exit::OK);
         }
-        Command::Man => {
+        Command::Man(generate::ManArgs { dir: Some(dir) }) => {
+            return match generate::man_pages(dir) {
+                Ok(pages) => {
+                    for page in pages {
+                        println!("{}", page.display());
+                    }
+                    ExitCode::from(exit::OK)
+                }
+                Err(e) => {
+                    eprintln!("error: writing the man pages to {}: {e}", dir.display());
+                    ExitCode::from(exit::ERROR)
+                }
+            };
+        }
+        Command::Man(_) => {
             return match generate::man() {
                 Ok(page) => {
                     generate::print(&page);
@@ -257,7 +271,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome, CliError> {
         Command::History(a) => history::run(ctx, a).await,
         Command::Status(a) => status::run(ctx, a).await,
         Command::Triage(a) => triage::run(ctx, *a).await,
-        Command::Completions(_) | Command::Man => Ok(Outcome::Done),
+        Command::Completions(_) | Command::Man(_) => Ok(Outcome::Done),
     }
 }
 

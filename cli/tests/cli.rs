@@ -112,6 +112,34 @@ fn the_man_page_documents_the_commands_and_the_exit_codes() {
 }
 
 #[test]
+fn man_dir_writes_a_page_per_command_each_with_its_own_flags() {
+    let dir = std::env::temp_dir().join(redrive_tests::unique_name("redrive-man"));
+    let run = redrive(&["man", "--dir", dir.to_str().unwrap()], &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let page = |name: &str| {
+        std::fs::read_to_string(dir.join(format!("{name}.1")))
+            .unwrap_or_else(|e| panic!("{name}.1: {e}\n{}", run.stdout))
+    };
+    for name in [
+        "redrive",
+        "redrive-drain",
+        "redrive-replay",
+        "redrive-triage",
+        "redrive-triage-replay",
+        "redrive-triage-hold",
+    ] {
+        assert!(page(name).contains(&format!(".TH {name} 1")), "{name}");
+    }
+    assert!(page("redrive-triage-replay").contains("canary"));
+    assert!(page("redrive-triage-hold").contains("\\-\\-until"));
+    assert!(
+        !page("redrive-drain").contains("canary window"),
+        "each page has its own flags"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_mistyped_command_or_value_gets_a_suggestion_and_exit_2() {
     // WHEN a command is misspelt
     let run = redrive(&["repaly"], &[]);
