@@ -10,8 +10,8 @@ Queues:
 
 Configuration:
   AWS region, credentials and profile come from the standard chain (AWS_REGION, AWS_PROFILE,
-  ~/.aws/config with SSO and credential_process profiles, ...); AWS_ENDPOINT_URL points every
-  call at an emulator. `drain` reads the
+  ~/.aws/config with SSO and credential_process profiles, ...); AWS_ENDPOINT_URL (or
+  --endpoint-url) points every call at an emulator or an endpoint of your own. `drain` reads the
   re-driver Lambda's variables (DLQ_URL, SOURCE_QUEUE_URL, POISON_QUEUE_URL,
   MAX_REDRIVE_ATTEMPTS, BACKOFF_*, GUARD_ALARM_NAMES, METRIC_NAMESPACE, ...); its flags win.
   NO_COLOR turns colour off (CLICOLOR_FORCE turns it on when stdout is not a terminal);
@@ -46,6 +46,10 @@ pub struct Cli {
     /// Named profile from the shared AWS config files (default: AWS_PROFILE or `default`).
     #[arg(long, global = true, value_name = "NAME")]
     pub profile: Option<String>,
+    /// Send every AWS call to this URL, as the AWS CLI's --endpoint-url does (default: the
+    /// standard chain, e.g. AWS_ENDPOINT_URL; an emulator, a VPC endpoint).
+    #[arg(long, global = true, value_name = "URL")]
+    pub endpoint_url: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

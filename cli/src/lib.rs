@@ -152,6 +152,7 @@ async fn check_profile(name: &str) -> Result<(), CliError> {
 pub async fn sdk_config(
     region: Option<&str>,
     profile: Option<&str>,
+    endpoint_url: Option<&str>,
 ) -> Result<SdkConfig, CliError> {
     if let Some(name) = named_profile(profile) {
         check_profile(&name).await?;
@@ -162,6 +163,14 @@ pub async fn sdk_config(
     }
     if let Some(region) = region {
         loader = loader.region(Region::new(region.to_string()));
+    }
+    if let Some(url) = endpoint_url {
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(CliError::Config(format!(
+                "--endpoint-url {url}: not an http(s) URL"
+            )));
+        }
+        loader = loader.endpoint_url(url);
     }
     let sdk = loader.load().await;
     if sdk.region().is_none() {
@@ -211,7 +220,13 @@ pub async fn run(cli: Cli) -> ExitCode {
         profile: named_profile(cli.profile.as_deref()).unwrap_or_else(|| "default".into()),
         ..errors::Setting::default()
     };
-    let sdk = match sdk_config(cli.region.as_deref(), cli.profile.as_deref()).await {
+    let sdk = match sdk_config(
+        cli.region.as_deref(),
+        cli.profile.as_deref(),
+        cli.endpoint_url.as_deref(),
+    )
+    .await
+    {
         Ok(sdk) => sdk,
         Err(e) => return fail(&e, &setting),
     };

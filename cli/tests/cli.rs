@@ -111,6 +111,63 @@ fn the_man_page_documents_the_commands_and_the_exit_codes() {
     }
 }
 
+#[tokio::test]
+async fn endpoint_url_points_every_call_where_the_aws_cli_flag_would() {
+    // GIVEN a queue, and no endpoint in the environment
+    let sqs = redrive_tests::moto().sqs().await;
+    let q = redrive_tests::QueueSet::create(&sqs, false, 3).await;
+    redrive_tests::send_raw(&sqs, &q.dlq_url, "{}", &[]).await;
+    let endpoint = match redrive_tests::sqs_emulator() {
+        Some(localstack) => localstack.endpoint(),
+        None => redrive_tests::moto().endpoint(),
+    };
+    let run = |args: &[&str]| {
+        let env = redrive_tests::iam::cli_env(&redrive_tests::moto().env(), args);
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redrive"));
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+            command.env_remove(k);
+        }
+        let out = command
+            .args(args)
+            .envs(
+                env.into_iter()
+                    .filter(|(k, _)| !k.starts_with("AWS_ENDPOINT_URL")),
+            )
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // WHEN stats runs with --endpoint-url
+    let (code, stdout, stderr) = run(&[
+        "stats",
+        "--queue",
+        &q.dlq_url,
+        "--endpoint-url",
+        &endpoint,
+        "--json",
+    ]);
+    // THEN it reached the queue there
+    assert_eq!(code, Some(0), "{stderr}");
+    let out: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(out["visible"], 1, "{out:#}");
+    // AND a value that is no URL is refused by name
+    let (code, _, stderr) = run(&[
+        "stats",
+        "--queue",
+        &q.dlq_url,
+        "--endpoint-url",
+        "localhost:1",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--endpoint-url localhost:1"), "{stderr}");
+}
+
 #[test]
 fn man_dir_writes_a_page_per_command_each_with_its_own_flags() {
     let dir = std::env::temp_dir().join(redrive_tests::unique_name("redrive-man"));
