@@ -381,11 +381,12 @@ validate_build_config() {
 
 lambda_arch_flag() { if [ "$LAMBDA_ARCH" = x86_64 ]; then printf -- --x86-64; else printf -- --arm64; fi; }
 
-# The four functions, always one command (one feature set, so that a second deploy, or one in
+# The functions, always one command (one feature set, so that a second deploy, or one in
 # another mode, rebuilds nothing): the re-driver, the archiver, the shipped consumer (its binary
-# needs the consumer crate's `http` feature) and the Step Functions task function. A deploy
+# needs the consumer crate's `http` feature), the Step Functions task function and the triage
+# console's widget and action functions (for the dashboard's custom widgets). A deploy
 # uploads the ones its mode runs. `make build` runs the same.
-LAMBDA_BINS=(redriver archiver consumer redrive-workflow)
+LAMBDA_BINS=(redriver archiver consumer redrive-workflow triage-widget triage-action)
 build_lambdas() { # LAMBDA_DIR
     local cmd=(lambda build --profile "$BUILD_PROFILE" "$(lambda_arch_flag)" --lambda-dir "$1"
         --features redrive-consumer/http)

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use redrive_engine::triage_store::{self, DynamoDbTriageStore, TriageError, TriageStore};
 use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
-use redrive_shared::triage::state::{Alert, Book, Finish, GroupRecord, stages};
+use redrive_shared::triage::state::{Alert, Book, Finish, GroupRecord, PassFacts, stages};
 use redrive_shared::triage::{Group, GroupId};
 
 use super::export::{self, ExportArgs};
@@ -254,7 +254,9 @@ pub async fn record_pass(
                 plan,
                 now,
             ));
+            b.keep_pass_facts(&g.id, PassFacts::of(g), now)?;
         }
+        b.passed(now);
         if complete {
             b.absent(groups.iter().map(|g| g.id.as_str()), now);
         }

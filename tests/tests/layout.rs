@@ -10,8 +10,9 @@ use std::process::Command;
 use serde_json::Value;
 
 /// The deployables and the library each stands on.
-const FRONT_ENDS: [(&str, &str); 5] = [
+const FRONT_ENDS: [(&str, &str); 6] = [
     ("redriver", "redrive-engine"),
+    ("redrive-triage-console", "redrive-engine"),
     ("redrive-workflow", "redrive-engine"),
     ("redrive-archiver", "redrive-engine"),
     ("redrive-cli", "redrive-engine"),
@@ -19,8 +20,9 @@ const FRONT_ENDS: [(&str, &str); 5] = [
 ];
 
 /// The front ends that ship as Lambda functions.
-const LAMBDAS: [&str; 4] = [
+const LAMBDAS: [&str; 5] = [
     "redriver",
+    "redrive-triage-console",
     "redrive-workflow",
     "redrive-archiver",
     "redrive-consumer",

@@ -493,7 +493,7 @@ async fn a_hold_is_recorded_with_its_end_and_bad_actions_are_refused_by_name() {
     for n in 0..12 {
         send_with_meta(&w.sqs, &w.q.dlq_url, "{}", &permanent(n, &w.q.source_arn)).await;
     }
-    let (group, _) = w.triage();
+    let (group, pass) = w.triage();
     // A hold needs an end.
     let run = w.redrive(&["triage", "hold", &group, &w.q.dlq_url], None);
     assert_eq!(run.code, 2, "{}", run.stderr);
@@ -516,6 +516,12 @@ async fn a_hold_is_recorded_with_its_end_and_bad_actions_are_refused_by_name() {
     let r = run.json();
     assert_eq!(r["record"]["state"], "held");
     assert_eq!(r["record"]["hold"]["count"], 5);
+    // The book keeps what the pass knew of the group: what the CloudWatch widget shows.
+    let facts = &r["record"]["pass"];
+    assert_eq!(facts["action"], pass["groups"][0]["action"], "{facts:#}");
+    assert_eq!(facts["firstFailure"], pass["groups"][0]["firstFailure"]);
+    assert_eq!(facts["failureTimes"].as_array().map(Vec::len), Some(12));
+    assert_eq!(facts["failureTimesEvery"], 1);
     // An unknown group is refused, naming what to do.
     let run = w.redrive(
         &["triage", "ack", "g2-00000000000000aa", &w.q.dlq_url],

@@ -38,6 +38,18 @@ impl Action {
         }
     }
 
+    /// Reads the name [`as_str`](Self::as_str) writes.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            Self::ExportOrDiscard,
+            Self::FixThenReplayCanary,
+            Self::ReplayToNamedQueue,
+            Self::RedriverWillRetry,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == name)
+    }
+
     /// One line for an operator.
     pub fn advice(self) -> &'static str {
         match self {
@@ -105,6 +117,19 @@ mod tests {
             }),
             sent_ms: None,
         }
+    }
+
+    #[test]
+    fn an_action_reads_back_from_its_name() {
+        for a in [
+            Action::ExportOrDiscard,
+            Action::FixThenReplayCanary,
+            Action::ReplayToNamedQueue,
+            Action::RedriverWillRetry,
+        ] {
+            assert_eq!(Action::parse(a.as_str()), Some(a));
+        }
+        assert_eq!(Action::parse("replay"), None);
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub const NOTES_KEPT: usize = 50;
 pub const MAX_HOLD_COUNT: u32 = 1000;
 /// Groups a book keeps; past it the least recently seen resolved groups are dropped.
 pub const GROUPS_KEPT: usize = 500;
+/// Failure times a group's record keeps for its trend (evenly thinned from the pass's).
+pub const TIMES_KEPT: usize = 200;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -165,6 +167,73 @@ pub struct GroupRecord {
     pub notes: Vec<Note>,
     #[serde(default)]
     pub audit: Vec<AuditEntry>,
+    /// What the last pass that recorded the group knew of it beyond its count (absent in a
+    /// book written before passes kept it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pass: Option<PassFacts>,
+}
+
+/// What a pass knew of a group: its cause, recommended action, first and last failure and a
+/// sample of its failure times (the trend). The book keeps it so that a reader of the book
+/// (the CloudWatch widget) shows the group as the last pass saw it, without reading the queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PassFacts {
+    /// The recommended action (`fix-then-replay-canary`, ...; `Action::as_str`).
+    pub action: String,
+    /// Its one line of advice.
+    pub advice: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub first_failure: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub last_failure: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub class: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub code: Option<String>,
+    pub attempts_min: u32,
+    pub attempts_max: u32,
+    /// Failure times (epoch ms), at most [`TIMES_KEPT`], evenly thinned.
+    #[serde(default)]
+    pub failure_times: Vec<i64>,
+    /// How many messages each kept time stands for.
+    #[serde(default = "one")]
+    pub failure_times_every: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl PassFacts {
+    /// What `g` (a pass's group) tells, its failure times thinned to [`TIMES_KEPT`].
+    pub fn of(g: &super::Group) -> Self {
+        let (failure_times, failure_times_every) =
+            thin(&g.failure_times, g.failure_times_every.max(1) as u64);
+        Self {
+            action: g.action.as_str().to_string(),
+            advice: g.action_advice.to_string(),
+            first_failure: g.first_failure.clone(),
+            last_failure: g.last_failure.clone(),
+            class: g.class.clone(),
+            code: g.code.clone(),
+            attempts_min: g.attempts.min,
+            attempts_max: g.attempts.max,
+            failure_times,
+            failure_times_every,
+        }
+    }
+}
+
+/// `times` (each standing for `every` messages) thinned evenly to at most [`TIMES_KEPT`]: every
+/// `k`-th kept, each then standing for `every * k` messages.
+pub fn thin(times: &[i64], every: u64) -> (Vec<i64>, u64) {
+    if times.len() <= TIMES_KEPT {
+        return (times.to_vec(), every.max(1));
+    }
+    let k = times.len().div_ceil(TIMES_KEPT);
+    let kept = times.iter().step_by(k).copied().collect();
+    (kept, every.max(1) * k as u64)
 }
 
 /// An alert a transition raised: published once, by the writer that made the transition.
@@ -189,6 +258,9 @@ pub struct Book {
     pub queue: String,
     #[serde(default)]
     pub groups: BTreeMap<String, GroupRecord>,
+    /// When a pass last recorded its groups (RFC 3339): how fresh the book is as an index.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub passed_at: Option<String>,
 }
 
 /// A refused action, naming why.
@@ -207,6 +279,7 @@ impl Book {
         Self {
             queue: queue.to_string(),
             groups: BTreeMap::new(),
+            passed_at: None,
         }
     }
 
@@ -259,6 +332,7 @@ impl Book {
                         operation: None,
                         notes: Vec::new(),
                         audit: Vec::new(),
+                        pass: None,
                     },
                 );
                 (
@@ -283,6 +357,23 @@ impl Book {
         });
         self.trim();
         alert
+    }
+
+    /// Keeps what a pass knew of `group` (observed first), and marks the book as passed now.
+    pub fn keep_pass_facts(
+        &mut self,
+        group: &str,
+        facts: PassFacts,
+        now_ms: i64,
+    ) -> Result<(), Refused> {
+        self.get_mut(group)?.pass = Some(facts);
+        self.passed(now_ms);
+        Ok(())
+    }
+
+    /// Marks the book as recorded by a pass at `now_ms`.
+    pub fn passed(&mut self, now_ms: i64) {
+        self.passed_at = Some(rfc3339_from_millis(now_ms));
     }
 
     /// A complete pass found no message of these groups: any not resolved becomes `resolved`
@@ -421,6 +512,15 @@ impl Book {
         r.state = State::Acknowledged;
         push_audit(r, audit(now_ms, who, "release", None, None, None));
         Ok(())
+    }
+
+    /// Names on the group's last audit entry the plan and message count it acted on, where the
+    /// entry names none (an action whose caller checked the plan, such as the console's).
+    pub fn stamp_last_audit(&mut self, group: &str, plan_id: &str, count: u64) {
+        if let Some(e) = self.groups.get_mut(group).and_then(|r| r.audit.last_mut()) {
+            e.plan_id.get_or_insert_with(|| plan_id.to_string());
+            e.count.get_or_insert(count);
+        }
     }
 
     /// The groups whose hold holds at `now_ms`: what the re-driver leaves on the DLQ.
@@ -704,6 +804,9 @@ mod tests {
         assert!(b.held(T0).is_empty());
         let last = b.get("g2-a").unwrap().audit.last().unwrap().clone();
         assert_eq!(last.action, "hold-ended");
+        b.stamp_last_audit("g2-a", "p1", 3);
+        let last = b.get("g2-a").unwrap().audit.last().unwrap().clone();
+        assert_eq!((last.plan_id.as_deref(), last.count), (Some("p1"), Some(3)));
     }
 
     #[test]
@@ -754,6 +857,46 @@ mod tests {
         assert_eq!(b.finish("g2-a", "ops", Finish::Done { left: 0 }, T0), None);
         assert_eq!(b.get("g2-a").unwrap().state, State::Resolved);
         assert!(b.get("g2-a").unwrap().replay.as_ref().unwrap().finished);
+    }
+
+    #[test]
+    fn a_pass_keeps_its_facts_with_the_trend_thinned_and_an_old_book_still_loads() {
+        let mut b = book();
+        let times: Vec<i64> = (0..1000).map(|n| T0 + n).collect();
+        let facts = PassFacts {
+            action: "fix-then-replay-canary".into(),
+            advice: "fix it".into(),
+            first_failure: Some("2025-11-24T16:00:00Z".into()),
+            last_failure: Some("2025-11-24T17:00:00Z".into()),
+            failure_times: times.clone(),
+            failure_times_every: 3,
+            ..PassFacts::default()
+        };
+        let (kept, every) = thin(&facts.failure_times, facts.failure_times_every);
+        assert_eq!(
+            (kept.len(), every),
+            (200, 15),
+            "every 5th of 1000, each for 3 x 5"
+        );
+        assert_eq!(
+            (kept[0], kept[199]),
+            (T0, T0 + 995),
+            "evenly over the whole range"
+        );
+        assert_eq!(thin(&times[..200], 1), (times[..200].to_vec(), 1));
+        assert_eq!(thin(&times[..201], 2).0.len(), 101);
+        b.keep_pass_facts("g2-a", facts.clone(), T0 + 5).unwrap();
+        assert_eq!(b.get("g2-a").unwrap().pass.as_ref(), Some(&facts));
+        assert_eq!(b.passed_at.as_deref(), Some("2025-11-24T16:00:00Z"));
+        assert!(b.keep_pass_facts("g2-zz", facts, T0).is_err());
+        let json = serde_json::to_string(&b).unwrap();
+        assert_eq!(serde_json::from_str::<Book>(&json).unwrap(), b);
+
+        // A book written before passes kept their facts loads, without them.
+        let old = r#"{"queue":"q","groups":{"g2-a":{"state":"held","title":"t","firstSeen":"a","lastSeen":"b","lastCount":3,"notes":[],"audit":[]}}}"#;
+        let old: Book = serde_json::from_str(old).unwrap();
+        assert_eq!(old.get("g2-a").unwrap().pass, None);
+        assert_eq!(old.passed_at, None);
     }
 
     #[test]
