@@ -255,11 +255,21 @@ pub async fn run(cli: Cli) -> ExitCode {
     let _ = ctrlc::set_handler(move || {
         let _ = interrupted.send(());
     });
+    let command = dispatch(&ctx, cli.command);
+    tokio::pin!(command);
     let result = tokio::select! {
-        result = dispatch(&ctx, cli.command) => result,
+        result = &mut command => result,
         Some(()) = interrupt.recv() => {
+            // Every scan stops at its next receive; a receive in flight lands first. The
+            // command then ends its walk and releases what it holds; one that does not end
+            // soon (a verdict window, a slow call) is dropped, and what is held released here.
+            scan::interrupt();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut command).await;
             let released = scan::release_all(&ctx.queue()).await;
-            eprintln!("redrive: interrupted; {released} held message(s) are visible again");
+            eprintln!(
+                "redrive: interrupted; the messages it held are visible again{}",
+                if released > 0 { format!(" ({released} released at the interrupt)") } else { String::new() }
+            );
             return ExitCode::from(exit::INTERRUPTED);
         }
     };

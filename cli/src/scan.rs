@@ -29,6 +29,19 @@ fn held() -> std::sync::MutexGuard<'static, BTreeMap<String, BTreeMap<String, St
     HELD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Set when the command is interrupted: every scan stops at its next receive (a receive in
+/// flight lands first, so that what it took is held, and released, like the rest).
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Asks every scan of this process to stop at its next receive.
+pub fn interrupt() {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Makes every message any scan of this process holds visible again at once (an interrupted
 /// command); returns how many were released.
 pub async fn release_all<Q: Queue>(queue: &Q) -> usize {
@@ -74,7 +87,7 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
     /// Up to `max` (1 to 10) messages not returned before in this scan, held until
     /// [`release`](Self::release); empty once nothing more is visible.
     pub async fn next(&mut self, max: usize) -> Result<Vec<Received>, PortError> {
-        while !self.exhausted {
+        while !self.exhausted && !interrupted() {
             let want = max.clamp(1, 10) as i32;
             let batch = self
                 .queue
@@ -98,6 +111,11 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
                     self.system.insert(m.message_id.clone(), system);
                     fresh.push(m);
                 }
+            }
+            if interrupted() {
+                // Held, and released with the rest; not handed on.
+                self.exhausted = true;
+                break;
             }
             if !fresh.is_empty() {
                 return Ok(fresh);
