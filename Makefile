@@ -54,16 +54,18 @@ include infra/Makefile.inc
 
 # lint first (cheap, and a format or clippy failure should not wait for the slow steps); the
 # demo last: it doubles as the system test (exit 1 on a lost or twice-delivered order). After
-# test-rust everything is built, and the LocalStack leg, which mostly waits on LocalStack,
-# runs beside the infra tests; the demo beside the moto soak (each with emulators of its own).
-TEST_STEPS := lint test-rust test-localstack+test-infra
+# test-rust everything is built, and the infra tests (the longest step: the deploy tests build
+# the functions for the Lambda target, in a profile and target directory of their own, then
+# mostly wait on moto and deploy.sh) run beside the rest, one after the other in
+# BESIDE_INFRA_STEPS: the LocalStack leg, which mostly waits on LocalStack, the published
+# crates, then the demo beside the moto soak (each with emulators of its own).
+TEST_STEPS := lint test-rust test-infra+test-beside-infra
+BESIDE_INFRA_STEPS := test-localstack test-crates demo+soak-moto
 
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
 include bench/Makefile.inc
-TEST_STEPS += demo+soak-moto
-TEST_STEPS += test-crates
 
-.PHONY: setup setup-tools test test-rust test-localstack lint build demo
+.PHONY: setup setup-tools test test-rust test-localstack test-beside-infra lint build demo
 
 setup: setup-tools $(LOCALSTACK_STAMP) setup-chromium
 
@@ -120,6 +122,13 @@ $(LOCALSTACK_STAMP):
 test: setup
 	@MAKE="$(MAKE)" bash scripts/test-steps.sh $(TEST_STEPS)
 	@echo "==> test: all steps passed ($(TEST_STEPS))"
+
+# The steps beside test-infra, in order, each with its time. They do not wait on test-infra's
+# build: its `cargo lambda build` compiles the `quick` profile for the Lambda target (cargo's
+# lock is per profile and target directory), these steps' cargo commands the dev profile for
+# the host, and cargo package verifies under target/package.
+test-beside-infra: setup
+	@MAKE="$(MAKE)" bash scripts/test-steps.sh $(BESIDE_INFRA_STEPS)
 
 # Every target that holds a test: --all-targets would add --bins, which builds each binary a
 # second time as a test harness, empty for those that say `test = false` (all of them).

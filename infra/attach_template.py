@@ -182,6 +182,18 @@ def per_dlq_alarms(dlq: dict) -> dict:
     dims = [{"Name": "QueueName", "Value": name}]
     common = {"Namespace": "AWS/SQS", "Dimensions": dims, "EvaluationPeriods": 1,
               "TreatMissingData": "notBreaching"}
+
+    def age_alarm(kind: str, threshold: str, description: str) -> dict:
+        """An alarm on the age of the DLQ's oldest message reaching the parameter `threshold`
+        (seconds), to the alerts topic, and to the recovery topic when it is over."""
+        return {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+            "AlarmName": alarm_name(kind, name),
+            "AlarmDescription": {"Fn::Sub": [description, {"Queue": name}]},
+            **common, "MetricName": "ApproximateAgeOfOldestMessage", "Statistic": "Maximum",
+            "Period": 300, "Threshold": {"Ref": threshold},
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}}
+
     return {
         logical_id(name, "NotEmpty"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
             "AlarmName": alarm_name("dlq-not-empty", name),
@@ -192,16 +204,11 @@ def per_dlq_alarms(dlq: dict) -> dict:
             **common, "MetricName": "ApproximateNumberOfMessagesVisible", "Statistic": "Maximum",
             "Period": 60, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold",
             "AlarmActions": [{"Ref": "TriggerTopic"}]}},
-        logical_id(name, "Age"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
-            "AlarmName": alarm_name("dlq-oldest-message-age", name),
-            "AlarmDescription": {"Fn::Sub": [
-                "First stage: a message has waited in the protected DLQ ${Queue} for "
-                "${DlqAgeAlarmSeconds} s and nothing has drained it. Check the re-driver, its "
-                "guards and the circuit (redrive status).", {"Queue": name}]},
-            **common, "MetricName": "ApproximateAgeOfOldestMessage", "Statistic": "Maximum",
-            "Period": 300, "Threshold": {"Ref": "DlqAgeAlarmSeconds"},
-            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-            "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}},
+        logical_id(name, "Age"): age_alarm(
+            "dlq-oldest-message-age", "DlqAgeAlarmSeconds",
+            "First stage: a message has waited in the protected DLQ ${Queue} for "
+            "${DlqAgeAlarmSeconds} s and nothing has drained it. Check the re-driver, its "
+            "guards and the circuit (redrive status)."),
         # Count-based, as managed mode's dlq-not-empty-daily: visible or in flight, so that no
         # receive (the archiver's hourly sweep, an operator's peek) hides the backlog it holds.
         logical_id(name, "Daily"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
@@ -222,16 +229,11 @@ def per_dlq_alarms(dlq: dict) -> dict:
             ],
             "EvaluationPeriods": 1, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold",
             "TreatMissingData": "notBreaching", "AlarmActions": [{"Ref": "AlertsTopic"}]}},
-        logical_id(name, "FinalAge"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
-            "AlarmName": alarm_name("dlq-oldest-message-age-final", name),
-            "AlarmDescription": {"Fn::Sub": [
-                "Last call: a message has waited in the protected DLQ ${Queue} for "
-                "${DlqFinalAgeAlarmSeconds} s; SQS deletes it when the DLQ's retention runs out. "
-                "Drain it (redrive drain) or move it to the poison queue now.", {"Queue": name}]},
-            **common, "MetricName": "ApproximateAgeOfOldestMessage", "Statistic": "Maximum",
-            "Period": 300, "Threshold": {"Ref": "DlqFinalAgeAlarmSeconds"},
-            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-            "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}},
+        logical_id(name, "FinalAge"): age_alarm(
+            "dlq-oldest-message-age-final", "DlqFinalAgeAlarmSeconds",
+            "Last call: a message has waited in the protected DLQ ${Queue} for "
+            "${DlqFinalAgeAlarmSeconds} s; SQS deletes it when the DLQ's retention runs out. "
+            "Drain it (redrive drain) or move it to the poison queue now."),
     }
 
 

@@ -14,11 +14,7 @@ set -euo pipefail
 # shellcheck source=infra/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-load_config
-find_tools
-validate_common_config
-resolve_region
-check_credentials
+prepare_aws
 RESOURCES=$(RESOURCES_STACK)
 WIRING=$(WIRING_STACK)
 check_stack_usable "$WIRING" destroy

@@ -506,6 +506,16 @@ longest_outputs() {
 }
 
 # ---------------------------------------------------------------- region and credentials
+# What destroy.sh and rollback.sh check before they touch anything: the settings, the tools, the
+# region and the caller's credentials (deploy.sh validates its build settings too).
+prepare_aws() {
+    load_config
+    find_tools
+    validate_common_config
+    resolve_region
+    check_credentials
+}
+
 resolve_region() {
     if [ -z "${AWS_REGION-}" ]; then AWS_REGION=${AWS_DEFAULT_REGION-}; fi
     if [ -z "$AWS_REGION" ]; then AWS_REGION=$("$AWS_CLI" configure get region 2>/dev/null || true); fi

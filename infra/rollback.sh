@@ -9,11 +9,7 @@ set -euo pipefail
 # shellcheck source=infra/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-load_config
-find_tools
-validate_common_config
-resolve_region
-check_credentials
+prepare_aws
 
 rolled_back=0
 rollback_function() { # FUNCTION_NAME

@@ -12,7 +12,7 @@
 # The first step that fails stops the run once the steps running beside it have ended; the
 # exit status is 1 then.
 #
-# Usage (from the Makefile): MAKE=make scripts/test-steps.sh lint test-rust test-localstack+test-infra ...
+# Usage (from the Makefile): MAKE=make scripts/test-steps.sh lint test-rust test-infra+test-beside-infra
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -204,15 +204,8 @@ mod tests {
             meta.write_into(&mut attributes);
         }
         Received {
-            message_id: "m-1".into(),
-            receipt_handle: "h".into(),
-            body: body.into(),
-            attributes,
-            group_id: None,
-            receive_count: 1,
             sent_timestamp_ms: sent_ago_s.map(|s| NOW - s * 1000),
-            trace_header: None,
-            dead_letter_source_arn: None,
+            ..crate::fixtures::received("m-1", body, attributes)
         }
     }
 

@@ -12,6 +12,8 @@ mod drain;
 pub mod errors;
 mod export;
 pub mod filter;
+#[cfg(test)]
+mod fixtures;
 mod generate;
 pub mod history;
 mod import;

@@ -638,17 +638,7 @@ mod tests {
     }
 
     fn received(attributes: Attributes) -> Received {
-        Received {
-            message_id: "poison-copy-1".into(),
-            receipt_handle: "h".into(),
-            body: "{\"order\":1}".into(),
-            attributes,
-            group_id: None,
-            receive_count: 1,
-            sent_timestamp_ms: None,
-            trace_header: None,
-            dead_letter_source_arn: None,
-        }
+        crate::fixtures::received("poison-copy-1", "{\"order\":1}", attributes)
     }
 
     #[test]

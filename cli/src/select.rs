@@ -122,17 +122,7 @@ mod tests {
             ..RedriveMeta::fresh(original)
         }
         .write_into(&mut attributes);
-        Received {
-            message_id: id.into(),
-            receipt_handle: "h".into(),
-            body: String::new(),
-            attributes,
-            group_id: None,
-            receive_count: 1,
-            sent_timestamp_ms: None,
-            trace_header: None,
-            dead_letter_source_arn: None,
-        }
+        crate::fixtures::received(id, "", attributes)
     }
 
     fn selection(ids: &[&str], reasons: &[IsolationReason], max: Option<u32>) -> Selection {

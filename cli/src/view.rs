@@ -176,15 +176,9 @@ mod tests {
 
     fn received(attributes: Attributes, body: &str) -> Received {
         Received {
-            message_id: "m-2".into(),
-            receipt_handle: "h".into(),
-            body: body.into(),
-            attributes,
-            group_id: None,
             receive_count: 3,
             sent_timestamp_ms: Some(1_000_000),
-            trace_header: None,
-            dead_letter_source_arn: None,
+            ..crate::fixtures::received("m-2", body, attributes)
         }
     }
 

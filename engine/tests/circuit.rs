@@ -15,9 +15,6 @@ use aws_sdk_dynamodb::config::interceptors::{
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
 use common::{DLQ, POISON, SRC, queues, settings};
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::circuit::{
@@ -32,7 +29,9 @@ use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Event, Override, S
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
-use redrive_tests::{QueueSet, attr_string, moto, queue_depth, send_raw, unique_name};
+use redrive_tests::{
+    QueueSet, attr_string, create_circuit_table, moto, queue_depth, send_raw, unique_name,
+};
 
 use redrive_engine::fake::clock::{START as T0, advance, now as clock};
 
@@ -519,37 +518,12 @@ async fn a_dry_run_reports_the_circuit_but_writes_nothing() {
 
 // DynamoDB on moto.
 
-async fn circuit_table(ddb: &aws_sdk_dynamodb::Client) -> String {
-    let name = unique_name("circuit");
-    ddb.create_table()
-        .table_name(&name)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("queue")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .expect("name and type are set"),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("queue")
-                .key_type(KeyType::Hash)
-                .build()
-                .expect("name and key type are set"),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("CreateTable {name}: {e:?}"));
-    name
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moto_the_record_is_written_only_on_the_version_read() {
     let ddb = moto().dynamodb().await;
     let store = DynamoDbCircuitStore {
         client: ddb.clone(),
-        table: circuit_table(&ddb).await,
+        table: create_circuit_table(&ddb).await,
     };
     let settings = CircuitSettings::default();
     let q = "https://sqs.us-east-1.amazonaws.com/000000000000/some-dlq";
@@ -636,7 +610,7 @@ async fn moto_of_two_executions_taking_a_free_lease_together_exactly_one_wins() 
     let ddb = moto().dynamodb().await;
     let inner = DynamoDbCircuitStore {
         client: ddb.clone(),
-        table: circuit_table(&ddb).await,
+        table: create_circuit_table(&ddb).await,
     };
     let settings = CircuitSettings::default();
     let q = "https://sqs.us-east-1.amazonaws.com/000000000000/leased-dlq";
@@ -783,7 +757,7 @@ async fn moto_a_committed_write_whose_answer_was_lost_counts_the_run_once() {
     // then retries the same conditional write, which fails its condition)
     let sqs = moto().sqs().await;
     let ddb = moto().dynamodb().await;
-    let table = circuit_table(&ddb).await;
+    let table = create_circuit_table(&ddb).await;
     let lose = LoseNextPutItemAnswer::default();
     let lossy = aws_sdk_dynamodb::Client::from_conf(
         ddb.config().to_builder().interceptor(lose.clone()).build(),
@@ -838,7 +812,7 @@ async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
     let queues = QueueSet::create(&sqs, false, 3).await;
     let store = DynamoDbCircuitStore {
         client: ddb.clone(),
-        table: circuit_table(&ddb).await,
+        table: create_circuit_table(&ddb).await,
     };
     let engine = moto_engine(&queues, &store).await;
     bounced_on_moto(&sqs, &queues.dlq_url, 5, 2, 20 * SEC).await;
@@ -936,7 +910,7 @@ fn cli_circuit_without_a_table_names_the_setting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_circuit_open_status_auto_show_the_state_and_its_history() {
     let ddb = moto().dynamodb().await;
-    let table = circuit_table(&ddb).await;
+    let table = create_circuit_table(&ddb).await;
     let dlq = format!(
         "https://sqs.us-east-1.amazonaws.com/000000000000/{}",
         unique_name("dlq")
@@ -1118,7 +1092,7 @@ async fn the_lambda_with_circuit_table_opens_its_circuit_on_bounced_copies() {
     let sqs = moto().sqs().await;
     let ddb = moto().dynamodb().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
-    let table = circuit_table(&ddb).await;
+    let table = create_circuit_table(&ddb).await;
     bounced_on_moto(&sqs, &queues.dlq_url, 4, 1, 30 * SEC).await;
     let mut env = moto().env();
     env.extend(queues.redriver_env());

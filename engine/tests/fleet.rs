@@ -149,6 +149,18 @@ fn at_attempt(attempt: u32) -> Attributes {
     a
 }
 
+/// Entry `entry-0` of group `acct`, moved from the FIFO ledger queue to its DLQ before any
+/// redrive.
+fn ledger_entry(sqs: &FakeSqs) {
+    sqs.push_moved(
+        LEDGER_DLQ,
+        LEDGER,
+        "entry-0",
+        Attributes::new(),
+        Some("acct"),
+    );
+}
+
 #[tokio::test]
 async fn three_protected_dlqs_incidents_on_two_at_once_each_message_home_settings_by_tag() {
     let sqs = accounts_queues();
@@ -165,13 +177,7 @@ async fn three_protected_dlqs_incidents_on_two_at_once_each_message_home_setting
         moved(&sqs, ORDERS_DLQ, RETURNS, &format!("return-{i}"));
         sqs.push_moved(MAIL_DLQ, MAIL, &format!("mail-{i}"), at_attempt(1), None);
     }
-    sqs.push_moved(
-        LEDGER_DLQ,
-        LEDGER,
-        "entry-0",
-        Attributes::new(),
-        Some("acct"),
-    );
+    ledger_entry(&sqs);
     // Two alarms at once: orders-dlq and mail-dlq.
     let (orders_alarm, mail_alarm) = (alarm_for("orders-dlq"), alarm_for("mail-dlq"));
     let (a, b) = tokio::join!(
@@ -223,13 +229,7 @@ async fn a_bad_tag_leaves_its_dlq_alone_and_the_other_two_working_until_it_is_fi
     sqs.tag_queue(LEDGER_DLQ, "redrive:max-attempts", "lots");
     let (fleet, cw) = fleet_and_metrics(&sqs, &[]).await;
     moved(&sqs, ORDERS_DLQ, ORDERS, "order-0");
-    sqs.push_moved(
-        LEDGER_DLQ,
-        LEDGER,
-        "entry-0",
-        Attributes::new(),
-        Some("acct"),
-    );
+    ledger_entry(&sqs);
     moved(&sqs, MAIL_DLQ, MAIL, "mail-0");
     let s = fleet.handle(&scheduled(), None).await.unwrap();
     assert_eq!(s["redriven"].as_u64(), Some(2));

@@ -6,7 +6,7 @@ use crate::common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::{Dimension, StateValue, Statistic};
+use aws_sdk_cloudwatch::types::{StateValue, Statistic};
 use aws_sdk_sqs::types::{
     Message, MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName,
 };
@@ -16,8 +16,9 @@ use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::{ATTRIBUTE_NAME, IsolationReason, RedriveMeta};
 use redrive_tests::{
     QueueSet, alarm_state, attr_binary, attr_custom, attr_number, attr_string,
-    batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, put_queue_alarm,
-    queue_attributes, queue_depth, send_fifo, send_raw, send_traced, trace_header_of, unique_name,
+    batch_sends_keep_trace_headers, drain_all, metric_points, moto, producer_trace_header,
+    put_queue_alarm, queue_attributes, queue_depth, send_fifo, send_raw, send_traced,
+    trace_header_of, unique_name,
 };
 use serde_json::json;
 
@@ -633,30 +634,14 @@ async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() 
 }
 
 async fn metric_sum(f: &Fixture, name: &str) -> f64 {
-    let now = std::time::SystemTime::now();
-    let out =
-        f.cw.get_metric_statistics()
-            .namespace(&f.namespace)
-            .metric_name(name)
-            .dimensions(
-                Dimension::builder()
-                    .name("QueueName")
-                    .value(&f.queues.dlq_name)
-                    .build(),
-            )
-            .start_time(aws_sdk_cloudwatch::primitives::DateTime::from(
-                now - Duration::from_secs(600),
-            ))
-            .end_time(aws_sdk_cloudwatch::primitives::DateTime::from(
-                now + Duration::from_secs(600),
-            ))
-            .period(60)
-            .statistics(Statistic::Sum)
-            .statistics(Statistic::SampleCount)
-            .send()
-            .await
-            .expect("GetMetricStatistics");
-    let points = out.datapoints();
+    let points = metric_points(
+        &f.cw,
+        &f.namespace,
+        name,
+        &f.queues.dlq_name,
+        &[Statistic::Sum, Statistic::SampleCount],
+    )
+    .await;
     assert!(!points.is_empty(), "{name} was published (zeros included)");
     points.iter().filter_map(|p| p.sum()).sum()
 }

@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import unittest
 import uuid
 from pathlib import Path
 
@@ -230,6 +231,34 @@ def build_functions() -> Path:
 def lambda_dir() -> Path:
     """An empty LAMBDA_DIR for one test class: make deploy's build step fills it."""
     return Path(tempfile.mkdtemp(prefix="redrive-lambda-"))
+
+
+class TemplatesTestCase(unittest.TestCase):
+    """A test class that reads the two templates as parsed YAML: `template` (resources.yaml),
+    its `resources`, and `wiring` (wiring.yaml)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.template = load_template(RESOURCES_TEMPLATE)
+        cls.resources = cls.template["Resources"]
+        cls.wiring = load_template(WIRING_TEMPLATE)
+
+
+class DeployTestCase(unittest.TestCase):
+    """A test class that runs the real `make deploy`: the functions built once per test run
+    ([`build_functions`]), a moto of its own, an empty LAMBDA_DIR of its own (both removed at
+    the end)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        build_functions()
+        cls.moto = Moto()
+        cls.lambda_dir = lambda_dir()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.moto.stop()
+        shutil.rmtree(cls.lambda_dir, ignore_errors=True)
 
 
 def elf_machine(path: Path) -> str | None:

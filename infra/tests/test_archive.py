@@ -14,13 +14,7 @@ def _actions(statement: dict) -> list[str]:
     return support.as_list(statement["Action"])
 
 
-class ArchiveTemplates(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.template = support.load_template(support.RESOURCES_TEMPLATE)
-        cls.resources = cls.template["Resources"]
-        cls.wiring = support.load_template(support.WIRING_TEMPLATE)
-
+class ArchiveTemplates(support.TemplatesTestCase):
     def statements(self, role: str) -> dict:
         return {s["Sid"]: s for s in self.resources[role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]}
 

@@ -11,7 +11,6 @@ its real build step included.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import tempfile
 import unittest
@@ -26,18 +25,7 @@ DEPLOY = support.MAKE_DEPLOY
 DESTROY = str(support.INFRA / "destroy.sh")
 
 
-class AttachDeploy(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        support.build_functions()
-        cls.moto = support.Moto()
-        cls.lambda_dir = support.lambda_dir()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.moto.stop()
-        shutil.rmtree(cls.lambda_dir, ignore_errors=True)
-
+class AttachDeploy(support.DeployTestCase):
     # ---------------------------------------------------------------- helpers
     def settings(self, stack: str, **extra: str) -> dict:
         base = {"STACK_NAME": stack, **support.BUILD_SETTINGS, "LAMBDA_DIR": str(self.lambda_dir),

@@ -27,18 +27,7 @@ ROLLBACK = str(support.INFRA / "rollback.sh")
 DOWNSTREAM = "https://orders.example.com/ingest?source=redrive#v1"
 
 
-class DeployScript(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        support.build_functions()
-        cls.moto = support.Moto()
-        cls.lambda_dir = support.lambda_dir()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.moto.stop()
-        shutil.rmtree(cls.lambda_dir, ignore_errors=True)
-
+class DeployScript(support.DeployTestCase):
     # ---------------------------------------------------------------- helpers
     def settings(self, stack: str, **extra: str) -> dict:
         base = {

@@ -126,6 +126,15 @@ class StackInMoto(unittest.TestCase):
             }
         return out
 
+    def own_logs(self, grants: dict[str, dict], function: str) -> dict:
+        """The expected WriteOwnLogs grant of `function`'s role: writes to its own log group
+        only (AWS's GetAtt LogGroup.Arn ends in ":*", every stream; moto's does not)."""
+        log_group = self.arn("logs", f"log-group:/aws/lambda/{self.stack}-{function}")
+        resources = grants["WriteOwnLogs"]["resources"]
+        self.assertIn(resources, ([log_group], [f"{log_group}:*"]))
+        return {"actions": ["logs:CreateLogStream", "logs:PutLogEvents"], "resources": resources,
+                "condition": None}
+
     # ---------------------------------------------------------------- stacks
     def test_both_stacks_are_created(self):
         self.assertEqual(self.status, "CREATE_COMPLETE")
@@ -209,7 +218,6 @@ class StackInMoto(unittest.TestCase):
             )
 
     def test_redriver_role_grants_exactly_what_it_needs(self):
-        log_group = self.arn("logs", f"log-group:/aws/lambda/{self.stack}-redriver")
         grants = self.grants("RedriverRole")
         self.assertEqual(
             grants,
@@ -249,18 +257,11 @@ class StackInMoto(unittest.TestCase):
                     "resources": [self.arn("dynamodb", f"table/{self.stack}-circuit")],
                     "condition": None,
                 },
-                "WriteOwnLogs": {
-                    "actions": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                    # AWS's GetAtt LogGroup.Arn ends in ":*" (every stream); moto's does not.
-                    "resources": grants["WriteOwnLogs"]["resources"],
-                    "condition": None,
-                },
+                "WriteOwnLogs": self.own_logs(grants, "redriver"),
             },
         )
-        self.assertIn(grants["WriteOwnLogs"]["resources"], ([log_group], [f"{log_group}:*"]))
 
     def test_consumer_role_grants_exactly_what_it_needs(self):
-        log_group = self.arn("logs", f"log-group:/aws/lambda/{self.stack}-consumer")
         grants = self.grants("ConsumerRole")
         self.assertEqual(
             grants,
@@ -281,14 +282,9 @@ class StackInMoto(unittest.TestCase):
                     "resources": [self.arn("dynamodb", f"table/{self.stack}-idempotency")],
                     "condition": None,
                 },
-                "WriteOwnLogs": {
-                    "actions": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                    "resources": grants["WriteOwnLogs"]["resources"],
-                    "condition": None,
-                },
+                "WriteOwnLogs": self.own_logs(grants, "consumer"),
             },
         )
-        self.assertIn(grants["WriteOwnLogs"]["resources"], ([log_group], [f"{log_group}:*"]))
 
     def test_passthrough_tracing_grants_no_xray_writes(self):
         # TRACING=PassThrough, the default: no role may write traces.

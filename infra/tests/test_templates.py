@@ -107,15 +107,9 @@ def _actions(statement: dict) -> list[str]:
     return support.as_list(statement["Action"])
 
 
-class Operations(unittest.TestCase):
+class Operations(support.TemplatesTestCase):
     """The templates (moto creates neither alarms nor dashboards from a template, and
     ignores deletion policies, so these are read from the parsed YAML)."""
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.template = support.load_template(support.RESOURCES_TEMPLATE)
-        cls.resources = cls.template["Resources"]
-        cls.wiring = support.load_template(support.WIRING_TEMPLATE)
 
     def alarm(self, logical_id: str) -> dict:
         resource = self.resources[logical_id]

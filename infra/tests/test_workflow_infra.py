@@ -309,19 +309,8 @@ class Roles(unittest.TestCase):
         })
 
 
-class DeployStepFunctions(unittest.TestCase):
+class DeployStepFunctions(support.DeployTestCase):
     """infra/deploy.sh with ORCHESTRATOR=stepfunctions against moto, then back to lambda."""
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        support.build_functions()
-        cls.moto = support.Moto()
-        cls.lambda_dir = support.lambda_dir()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.moto.stop()
-        shutil.rmtree(cls.lambda_dir, ignore_errors=True)
 
     def env(self, stack: str, **extra: str) -> dict:
         settings = {"STACK_NAME": stack, **support.BUILD_SETTINGS, "LAMBDA_DIR": str(self.lambda_dir),

@@ -1,7 +1,10 @@
-//! CloudWatch alarms on the emulator (moto, or LocalStack under REDRIVE_SQS_EMULATOR): a depth alarm on a queue, put in a given state, and its state.
+//! CloudWatch alarms on the emulator (moto, or LocalStack under REDRIVE_SQS_EMULATOR): a depth alarm on a queue, put in a given state, and its state; the datapoints a queue's metric got.
+
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_cloudwatch::Client;
-use aws_sdk_cloudwatch::types::{ComparisonOperator, Dimension, StateValue, Statistic};
+use aws_sdk_cloudwatch::primitives::DateTime;
+use aws_sdk_cloudwatch::types::{ComparisonOperator, Datapoint, Dimension, StateValue, Statistic};
 
 /// Creates (or replaces) the metric alarm `name` on the visible depth of queue `queue` (period
 /// 60 s, as the stack's DLQ alarm) and sets it to `state`.
@@ -45,4 +48,34 @@ pub async fn alarm_state(cw: &Client, name: &str) -> StateValue {
         .and_then(|a| a.state_value())
         .cloned()
         .unwrap_or_else(|| panic!("alarm {name} exists and has a state"))
+}
+
+/// The datapoints of metric `name` in `namespace` for queue `queue_name` (dimension
+/// `QueueName`), from ten minutes ago to ten minutes ahead by the minute, with `statistics`.
+pub async fn metric_points(
+    cw: &Client,
+    namespace: &str,
+    name: &str,
+    queue_name: &str,
+    statistics: &[Statistic],
+) -> Vec<Datapoint> {
+    let now = SystemTime::now();
+    let out = cw
+        .get_metric_statistics()
+        .namespace(namespace)
+        .metric_name(name)
+        .dimensions(
+            Dimension::builder()
+                .name("QueueName")
+                .value(queue_name)
+                .build(),
+        )
+        .start_time(DateTime::from(now - Duration::from_secs(600)))
+        .end_time(DateTime::from(now + Duration::from_secs(600)))
+        .period(60)
+        .set_statistics(Some(statistics.to_vec()))
+        .send()
+        .await
+        .expect("GetMetricStatistics");
+    out.datapoints().to_vec()
 }

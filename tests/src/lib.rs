@@ -28,6 +28,7 @@ pub mod iam;
 mod lambda_watch;
 mod localstack;
 pub mod loopback;
+mod meta;
 mod moto;
 mod names;
 mod process;
@@ -37,13 +38,14 @@ mod sqs;
 
 use std::path::{Path, PathBuf};
 
-pub use cloudwatch::{alarm_state, put_queue_alarm};
+pub use cloudwatch::{alarm_state, metric_points, put_queue_alarm};
 pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::{create_circuit_table, create_idempotency_table};
 pub use lambda_watch::{LambdaWatch, WatchOptions, invocation_ids};
 pub use localstack::{
     LOCALSTACK_SERVICES, LocalStack, SQS_EMULATOR_VARIABLE, localstack, sqs_emulator,
 };
+pub use meta::permanently_failed;
 pub use moto::{Moto, REGION, moto, moto_fast_clock, moto_sfn};
 pub use names::unique_name;
 pub use sqs::{

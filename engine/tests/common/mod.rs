@@ -10,7 +10,6 @@ use redrive_engine::Settings;
 use redrive_engine::fake::FakeSqs;
 use redrive_shared::Attributes;
 use redrive_shared::config::{Env, RedriverConfig};
-use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
 
 pub const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
 pub const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
@@ -55,18 +54,7 @@ pub fn settings() -> Settings {
     }
 }
 
-/// The `x-redrive` of a message its consumer gave up on as a permanent failure.
-pub fn permanently_failed(original: &str) -> RedriveMeta {
-    RedriveMeta {
-        last_error: Some(LastError::new(
-            ErrorClass::Permanent,
-            "HTTP_400",
-            "rejected",
-            "2026-11-21T10:00:00Z".into(),
-        )),
-        ..RedriveMeta::fresh(original)
-    }
-}
+pub use redrive_tests::permanently_failed;
 
 /// The attributes of [`permanently_failed`] for the chain `orig-perm`.
 pub fn permanent_failure() -> Attributes {

@@ -1,3 +1,9 @@
+use std::time::Duration;
+
+use redrive_shared::Attributes;
+use redrive_shared::archive::{self, SystemAttributes};
+use redrive_shared::config::{ConfigError, Env, QueueUrl};
+
 use super::*;
 
 fn env(vars: &[(&str, &str)]) -> Result<ArchiverConfig, ConfigError> {

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aws_sdk_cloudwatch::types::{Datapoint, Dimension, StandardUnit, Statistic};
+use aws_sdk_cloudwatch::types::{Datapoint, StandardUnit, Statistic};
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use redrive_archiver::{
-    Archiver, ArchiverConfig, ArchiverInitError, S3Store, SweepStop, sha256_base64,
+    Archiver, ArchiverConfig, ArchiverInitError, RunSummary, S3Store, SweepStop, sha256_base64,
 };
 use redrive_engine::aws::{Clients, CloudWatch, SqsQueue};
 use redrive_engine::ports::{
@@ -150,31 +150,8 @@ async fn metric_points(
     queue_name: &str,
     statistics: &[Statistic],
 ) -> Vec<Datapoint> {
-    let now = std::time::SystemTime::now();
-    let out = moto()
-        .cloudwatch()
-        .await
-        .get_metric_statistics()
-        .namespace(namespace)
-        .metric_name(name)
-        .dimensions(
-            Dimension::builder()
-                .name("QueueName")
-                .value(queue_name)
-                .build(),
-        )
-        .start_time(aws_sdk_cloudwatch::primitives::DateTime::from(
-            now - Duration::from_secs(600),
-        ))
-        .end_time(aws_sdk_cloudwatch::primitives::DateTime::from(
-            now + Duration::from_secs(600),
-        ))
-        .period(60)
-        .set_statistics(Some(statistics.to_vec()))
-        .send()
-        .await
-        .expect("GetMetricStatistics");
-    out.datapoints().to_vec()
+    let cw = moto().cloudwatch().await;
+    redrive_tests::metric_points(&cw, namespace, name, queue_name, statistics).await
 }
 
 async fn metric_sum(namespace: &str, name: &str, queue_name: &str) -> f64 {
@@ -270,6 +247,14 @@ fn assert_archived_exactly(sent: &[Sent], lines: &[ArchivedMessage], queue_url: 
     }
 }
 
+/// Every queue's sweep of the run ended for `why`.
+fn assert_every_sweep_stopped(summary: &RunSummary, why: SweepStop) {
+    assert!(
+        summary.queues.iter().all(|q| q.stopped_because == why),
+        "every sweep stopped because {why:?}: {summary:?}"
+    );
+}
+
 #[tokio::test]
 async fn old_messages_are_archived_byte_exactly_and_young_ones_stay() {
     let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
@@ -307,12 +292,7 @@ async fn old_messages_are_archived_byte_exactly_and_young_ones_stay() {
     );
     assert_eq!(summary.queues[0].queue, queues.poison_name);
     assert_eq!(summary.queues[1].queue, queues.dlq_name);
-    assert!(
-        summary
-            .queues
-            .iter()
-            .all(|q| q.stopped_because == SweepStop::QueueEmpty)
-    );
+    assert_every_sweep_stopped(&summary, SweepStop::QueueEmpty);
     let objects = archived(&s3, &bucket).await;
     let poison_lines: Vec<ArchivedMessage> = objects
         .iter()
@@ -483,12 +463,7 @@ async fn a_put_failure_leaves_every_message_on_its_queue() {
         (0, 5, 0),
         "{summary:?}"
     );
-    assert!(
-        summary
-            .queues
-            .iter()
-            .all(|q| q.stopped_because == SweepStop::PutFailed)
-    );
+    assert_every_sweep_stopped(&summary, SweepStop::PutFailed);
     // Every message is still there, and visible again at once for the next run.
     for (url, n) in [(&queues.poison_url, "3"), (&queues.dlq_url, "2")] {
         let a = redrive_tests::queue_attributes(&sqs, url).await;

@@ -24,12 +24,8 @@ use crate::state::{DrainItem, Mode, Run, Totals};
 use crate::tally::tally;
 use crate::workflow::{Drainer, Workflow, to_value};
 
-impl<Q, A, M, C> Workflow<Q, A, M, C>
-where
-    Q: Queue + Clone,
-    A: Alarms + Clone,
-    M: Metrics + Clone,
-    C: CircuitStore + Clone + Send,
+impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + Clone + Send>
+    Workflow<Q, A, M, C>
 {
     pub(crate) fn drainer(&self, drains: u32) -> Drainer<Q, A, M, C> {
         let mut map = self.drainers.lock().unwrap_or_else(|e| e.into_inner());

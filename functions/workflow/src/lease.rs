@@ -58,12 +58,8 @@ fn task_error(e: CircuitError) -> TaskError {
     }
 }
 
-impl<Q, A, M, C> Workflow<Q, A, M, C>
-where
-    Q: Queue + Clone,
-    A: Alarms + Clone,
-    M: Metrics + Clone,
-    C: CircuitStore + Clone + Send,
+impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + Clone + Send>
+    Workflow<Q, A, M, C>
 {
     /// Takes or renews the DLQ's lease for `execution_arn` (see [`circuit::acquire_lease`]),
     /// for [`lease_ttl_seconds`] of the function's timeout: the time this invocation was given

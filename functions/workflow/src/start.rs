@@ -13,12 +13,8 @@ use crate::state::{ExecutionInput, Mode, Run, Totals};
 use crate::tally::drain_plan;
 use crate::workflow::Workflow;
 
-impl<Q, A, M, C> Workflow<Q, A, M, C>
-where
-    Q: Queue + Clone,
-    A: Alarms + Clone,
-    M: Metrics + Clone,
-    C: CircuitStore + Clone + Send,
+impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + Clone + Send>
+    Workflow<Q, A, M, C>
 {
     /// Validates the execution input, resolves the defaults, and takes the DLQ's lease: only
     /// its holder proceeds (one execution per DLQ at a time); another goes to its summary.

@@ -15,7 +15,7 @@ use crate::*;
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
 use redrive_engine::ports::{EntryFailure, SendEntry};
 use redrive_shared::Attributes;
-use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
+use redrive_shared::meta::RedriveMeta;
 use std::time::Duration;
 
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
@@ -80,16 +80,7 @@ const LONG: &[(&str, &str)] = &[
 
 fn permanent() -> Attributes {
     let mut a = Attributes::new();
-    RedriveMeta {
-        last_error: Some(LastError::new(
-            ErrorClass::Permanent,
-            "HTTP_400",
-            "rejected",
-            "2026-11-21T10:00:00Z".into(),
-        )),
-        ..RedriveMeta::fresh("m-perm")
-    }
-    .write_into(&mut a);
+    redrive_tests::permanently_failed("m-perm").write_into(&mut a);
     a
 }
 

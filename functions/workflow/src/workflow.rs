@@ -72,12 +72,8 @@ where
     }
 }
 
-impl<Q, A, M, C> Workflow<Q, A, M, C>
-where
-    Q: Queue + Clone,
-    A: Alarms + Clone,
-    M: Metrics + Clone,
-    C: CircuitStore + Clone + Send,
+impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + Clone + Send>
+    Workflow<Q, A, M, C>
 {
     /// Engine tunables (tests shorten the receive wait and retry pauses).
     pub fn with_settings(mut self, settings: redrive_engine::engine::Settings) -> Self {

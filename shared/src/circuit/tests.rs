@@ -1,4 +1,5 @@
 use super::*;
+use crate::meta::RedriveMeta;
 use crate::timefmt::rfc3339_from_millis;
 
 const T0: i64 = 1_800_000_000_000;

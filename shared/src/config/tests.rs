@@ -1,5 +1,9 @@
-use super::*;
 use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::key::{KeySource, PayloadSource};
+
+use super::*;
 
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
 const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";

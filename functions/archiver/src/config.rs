@@ -1,0 +1,229 @@
+//! The archiver's configuration, read once at init, and the check of its threshold against
+//! every queue's retention.
+
+use std::time::Duration;
+
+use redrive_engine::ports::PortError;
+use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_u32};
+
+/// `ARCHIVE_AFTER_DAYS` when neither threshold variable is set.
+pub const DEFAULT_ARCHIVE_AFTER_DAYS: f64 = 10.0;
+/// `ARCHIVE_PREFIX` when unset: the first segment of every object key.
+pub const DEFAULT_ARCHIVE_PREFIX: &str = "archive";
+/// SQS's longest retention, 14 days: no threshold at or above it can ever be below a queue's.
+pub const MAX_RETENTION_SECONDS: f64 = 1_209_600.0;
+
+/// Configuration of the archiver, read once at init. Every error names the variable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiverConfig {
+    /// `ARCHIVE_BUCKET`, required.
+    pub bucket: String,
+    /// `ARCHIVE_PREFIX`, default `archive`: keys are `<prefix>/<queue name>/...`.
+    pub prefix: String,
+    /// `POISON_QUEUE_URL` (required), then `DLQ_URL` or every protected DLQ of `DLQ_URLS`
+    /// (unless `ARCHIVE_DLQ=false`): the queues swept, in order.
+    pub queues: Vec<QueueUrl>,
+    /// Messages at least this old are archived.
+    pub archive_after: Duration,
+    /// The variable the threshold came from (`ARCHIVE_AFTER_SECONDS` or `ARCHIVE_AFTER_DAYS`),
+    /// so that a threshold refused at init names what to change.
+    pub archive_after_variable: &'static str,
+    /// `MAX_MESSAGES_PER_INVOCATION` (default 1000): messages received per queue per run.
+    pub max_messages_per_invocation: u32,
+    /// `ARCHIVE_VISIBILITY_SECONDS` (default 120): how long a received message is hidden at
+    /// most. A sweep ends before it, so held messages never come back mid-sweep.
+    pub visibility_timeout_seconds: u32,
+    /// `METRIC_NAMESPACE`, default `DLQRedriver`.
+    pub metric_namespace: String,
+    /// `ARCHIVE_DLQ` (default true): also sweep `DLQ_URL` (or `DLQ_URLS`) when it is set.
+    pub archive_dlq: bool,
+    /// The DLQs are protected ones (`DLQ_URLS`): each may set its own threshold by tag.
+    pub protected: bool,
+}
+
+fn invalid(variable: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        variable,
+        value: Some(value.to_string()),
+        problem: problem.into(),
+    }
+}
+
+fn parse_bucket(v: &str) -> Result<String, String> {
+    let ok = (3..=63).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be an S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit".into())
+    }
+}
+
+fn parse_prefix(v: &str) -> Result<String, String> {
+    let ok = v.len() <= 200
+        && !v.starts_with('/')
+        && !v.ends_with('/')
+        && !v.contains("//")
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./!*'()".contains(&b));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be a key prefix of letters, digits and - _ . / ! * ' ( ), with no leading, trailing or doubled /".into())
+    }
+}
+
+fn parse_seconds(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(s) if (0.0..MAX_RETENTION_SECONDS).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "must be a number of seconds >= 0 and below {MAX_RETENTION_SECONDS} (14 days, SQS's longest retention)"
+        )),
+    }
+}
+
+fn parse_days(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(d) if d.is_finite() && d > 0.0 && d < 14.0 => Ok(d),
+        _ => Err(
+            "must be a number of days above 0 and below 14 (SQS's longest retention), such as 10 or 0.5"
+                .into(),
+        ),
+    }
+}
+
+impl ArchiverConfig {
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        let bucket = env.required("ARCHIVE_BUCKET", parse_bucket)?;
+        let prefix = env.or(
+            "ARCHIVE_PREFIX",
+            DEFAULT_ARCHIVE_PREFIX.to_string(),
+            parse_prefix,
+        )?;
+        let poison = env.required("POISON_QUEUE_URL", QueueUrl::parse)?;
+        let dlq = env.optional("DLQ_URL", QueueUrl::parse)?;
+        let archive_dlq = env.or("ARCHIVE_DLQ", true, parse_bool)?;
+        let mut queues = vec![poison];
+        if let Some(dlq) = dlq.filter(|_| archive_dlq) {
+            if dlq == queues[0] {
+                return Err(invalid(
+                    "DLQ_URL",
+                    dlq.as_str(),
+                    "must name a queue other than POISON_QUEUE_URL",
+                ));
+            }
+            queues.push(dlq);
+        }
+        // The protected DLQs of an install that serves several.
+        let protected = env.get("DLQ_URLS").is_some();
+        if let Some(list) = env.get("DLQ_URLS").filter(|_| archive_dlq) {
+            if let Some(one) = env.get("DLQ_URL") {
+                return Err(invalid(
+                    "DLQ_URLS",
+                    &list,
+                    format!("cannot be set with DLQ_URL ({one})"),
+                ));
+            }
+            for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let url = QueueUrl::parse(item)
+                    .map_err(|p| invalid("DLQ_URLS", &list, format!("{item:?}: {p}")))?;
+                if queues.contains(&url) {
+                    return Err(invalid(
+                        "DLQ_URLS",
+                        &list,
+                        format!("{item:?} is listed twice or is POISON_QUEUE_URL"),
+                    ));
+                }
+                queues.push(url);
+            }
+        }
+        // Seconds win over days: tests and short-retention queues set a threshold in seconds.
+        let (archive_after, archive_after_variable) = match env
+            .optional("ARCHIVE_AFTER_SECONDS", parse_seconds)?
+        {
+            Some(s) => (Duration::from_secs_f64(s), "ARCHIVE_AFTER_SECONDS"),
+            None => {
+                let days = env.or("ARCHIVE_AFTER_DAYS", DEFAULT_ARCHIVE_AFTER_DAYS, parse_days)?;
+                (
+                    Duration::from_secs_f64(days * 86_400.0),
+                    "ARCHIVE_AFTER_DAYS",
+                )
+            }
+        };
+        let max_messages_per_invocation = env.or("MAX_MESSAGES_PER_INVOCATION", 1000, |v| {
+            match parse_u32(v)? {
+                n if n >= 1 => Ok(n),
+                _ => Err("must be a whole number >= 1".into()),
+            }
+        })?;
+        let visibility_timeout_seconds =
+            env.or("ARCHIVE_VISIBILITY_SECONDS", 120, |v| match parse_u32(v)? {
+                n if (30..=43_200).contains(&n) => Ok(n),
+                _ => Err("must be between 30 and 43200 seconds (12 hours, the SQS maximum)".into()),
+            })?;
+        let metric_namespace = env.or("METRIC_NAMESPACE", "DLQRedriver".to_string(), |v| {
+            if v.len() > 255 || v.starts_with("AWS/") || v.contains(|c: char| c.is_control()) {
+                Err("must be 1 to 255 characters and must not start with AWS/".into())
+            } else {
+                Ok(v.to_string())
+            }
+        })?;
+        Ok(Self {
+            bucket,
+            prefix,
+            queues,
+            archive_after,
+            archive_after_variable,
+            max_messages_per_invocation,
+            visibility_timeout_seconds,
+            metric_namespace,
+            archive_dlq,
+            protected,
+        })
+    }
+}
+
+/// Why the archiver refused to start. Nothing was received when one of these is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiverInitError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(
+        "{variable} gives a threshold of {threshold_seconds} s, which is not below the MessageRetentionPeriod of queue {queue} ({retention_seconds} s): SQS would delete its messages before they are archived. Set {variable} below {retention_days} days ({retention_seconds} s), with room for the schedule's period"
+    )]
+    ThresholdNotBelowRetention {
+        variable: &'static str,
+        threshold_seconds: f64,
+        queue: String,
+        retention_seconds: u64,
+        retention_days: f64,
+    },
+    #[error("cannot read the MessageRetentionPeriod of queue {queue}: {source}")]
+    RetentionUnreadable {
+        queue: String,
+        #[source]
+        source: PortError,
+    },
+}
+
+/// The threshold must be below the queue's retention (pure; see [`crate::Archiver::init`]).
+pub fn check_threshold(
+    config: &ArchiverConfig,
+    queue: &QueueUrl,
+    retention_seconds: u64,
+) -> Result<(), ArchiverInitError> {
+    if config.archive_after.as_secs_f64() < retention_seconds as f64 {
+        Ok(())
+    } else {
+        Err(ArchiverInitError::ThresholdNotBelowRetention {
+            variable: config.archive_after_variable,
+            threshold_seconds: config.archive_after.as_secs_f64(),
+            queue: queue.to_string(),
+            retention_seconds,
+            retention_days: retention_seconds as f64 / 86_400.0,
+        })
+    }
+}
