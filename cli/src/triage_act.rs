@@ -461,6 +461,48 @@ fn ask(prompt: &str, expected: &str) -> Result<bool, String> {
     Ok(answer.trim() == expected)
 }
 
+/// An operation about to act on a group's plan.
+struct Operation<'a> {
+    store: &'a DynamoDbTriageStore,
+    url: &'a str,
+    group: &'a str,
+    plan_id: &'a str,
+    size: usize,
+}
+
+impl Operation<'_> {
+    /// Asks for the confirmation its size needs, then marks the operation begun in the book
+    /// (refused while another runs on the group). `Some(outcome)`: not confirmed, nothing done.
+    async fn confirm_and_begin(
+        &self,
+        operation: &str,
+        who: &str,
+        confirm: &ConfirmArgs,
+    ) -> Result<Option<Outcome>, CliError> {
+        match confirmed(self.size, self.group, confirm) {
+            Ok(true) => {}
+            Ok(false) => {
+                eprintln!("redrive: {}", refusal(self.size, self.group));
+                return Ok(Some(Outcome::Refused));
+            }
+            Err(e) => return Err(CliError::Config(e)),
+        }
+        triage_store::update(self.store, self.url, |b| {
+            b.begin(
+                self.group,
+                operation,
+                who,
+                self.plan_id,
+                self.size as u64,
+                now_ms(),
+            )
+        })
+        .await
+        .map_err(refused)?;
+        Ok(None)
+    }
+}
+
 fn refusal(n: usize, group: &str) -> String {
     if n > TYPED_ABOVE {
         format!("not confirmed: pass --confirm {group} to act on {n} messages")
@@ -588,24 +630,21 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
         }
         return Ok(Outcome::Done);
     }
-    match confirmed(ids.len(), &group, &a.confirm) {
-        Ok(true) => {}
-        Ok(false) => {
-            eprintln!("redrive: {}", refusal(ids.len(), &group));
-            return Ok(Outcome::Refused);
-        }
-        Err(e) => return Err(CliError::Config(e)),
-    }
     let poison = match &a.poison {
         Some(p) => Some(ctx.resolve(p).await?),
         None => None,
     };
     let who = a.target.book.who();
-    triage_store::update(&store, url.as_str(), |b| {
-        b.begin(&group, "replay", &who, &plan_id, ids.len() as u64, now_ms())
-    })
-    .await
-    .map_err(refused)?;
+    let begun = Operation {
+        store: &store,
+        url: url.as_str(),
+        group: &group,
+        plan_id: &plan_id,
+        size: ids.len(),
+    };
+    if let Some(refused) = begun.confirm_and_begin("replay", &who, &a.confirm).await? {
+        return Ok(refused);
+    }
 
     let mut remaining = plan.clone();
     let mut left = 0u64;
@@ -737,27 +776,17 @@ pub async fn discard_group(ctx: &Ctx, a: GroupDiscardArgs) -> Result<Outcome, Cl
         }
         return Ok(Outcome::Done);
     }
-    match confirmed(ids.len(), &group, &a.confirm) {
-        Ok(true) => {}
-        Ok(false) => {
-            eprintln!("redrive: {}", refusal(ids.len(), &group));
-            return Ok(Outcome::Refused);
-        }
-        Err(e) => return Err(CliError::Config(e)),
-    }
     let who = a.target.book.who();
-    triage_store::update(&store, url.as_str(), |b| {
-        b.begin(
-            &group,
-            "discard",
-            &who,
-            &plan_id,
-            ids.len() as u64,
-            now_ms(),
-        )
-    })
-    .await
-    .map_err(refused)?;
+    let begun = Operation {
+        store: &store,
+        url: url.as_str(),
+        group: &group,
+        plan_id: &plan_id,
+        size: ids.len(),
+    };
+    if let Some(refused) = begun.confirm_and_begin("discard", &who, &a.confirm).await? {
+        return Ok(refused);
+    }
     let args = ExportArgs {
         queue: a.target.queue.clone(),
         to: a.archive.clone(),

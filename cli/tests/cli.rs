@@ -122,21 +122,13 @@ async fn endpoint_url_points_every_call_where_the_aws_cli_flag_would() {
         None => redrive_tests::moto().endpoint(),
     };
     let run = |args: &[&str]| {
-        let env = redrive_tests::iam::cli_env(&redrive_tests::moto().env(), args);
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redrive"));
-        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
-            command.env_remove(k);
+        let mut command = crate::common::redrive_command(args);
+        for (k, _) in redrive_tests::moto().env() {
+            if k.starts_with("AWS_ENDPOINT_URL") {
+                command.env_remove(k);
+            }
         }
-        let out = command
-            .args(args)
-            .envs(
-                env.into_iter()
-                    .filter(|(k, _)| !k.starts_with("AWS_ENDPOINT_URL")),
-            )
-            .env("AWS_CONFIG_FILE", "/dev/null")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-            .output()
-            .unwrap();
+        let out = command.output().unwrap();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),

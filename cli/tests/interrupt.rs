@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redrive_tests::{QueueSet, moto, send_batch};
 
-use crate::common::counts;
+use crate::common::{counts, redrive_command};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_while_messages_are_held_makes_them_visible_at_once_and_exits_130() {
@@ -23,16 +23,7 @@ async fn ctrl_c_while_messages_are_held_makes_them_visible_at_once_and_exits_130
     // WHEN a triage pass holds every one of them (it waits a second on the empty queue before
     // it releases them itself) and is interrupted then
     let args = ["triage", q.dlq_url.as_str()];
-    let env = redrive_tests::iam::cli_env(&moto().env(), &args);
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redrive"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
-        command.env_remove(k);
-    }
-    let child = command
-        .args(args)
-        .envs(env)
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    let child = redrive_command(&args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -427,6 +427,34 @@ fn bad_item(queue_url: &str, problem: String) -> PortError {
     )
 }
 
+/// Sends `put` (an item whose partition key is `queue`, with its `version`) on condition that
+/// the stored item is still at `expected` (`None`: that there is none yet): `Saved` at
+/// `version`, or `Conflict` when another writer came first. The circuit's records and
+/// triage's books are written this way.
+pub(crate) async fn put_if_version(
+    put: aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder,
+    expected: Option<u64>,
+    version: u64,
+) -> Result<SaveOutcome, PortError> {
+    let put = put.expression_attribute_names("#k", item::QUEUE);
+    let put = match expected {
+        None => put.condition_expression("attribute_not_exists(#k)"),
+        Some(v) => put
+            .condition_expression("attribute_exists(#k) AND #v = :v")
+            .expression_attribute_names("#v", item::VERSION)
+            .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
+    };
+    match put.send().await {
+        Ok(_) => Ok(SaveOutcome::Saved { version }),
+        Err(SdkError::ServiceError(se))
+            if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+        {
+            Ok(SaveOutcome::Conflict)
+        }
+        Err(e) => Err(port_error("PutItem", e)),
+    }
+}
+
 /// Reads an item's version and record.
 pub fn stored_from_item(
     queue_url: &str,
@@ -492,24 +520,8 @@ impl CircuitStore for DynamoDbCircuitStore {
             .item(
                 item::UPDATED_AT,
                 s(&redrive_shared::timefmt::rfc3339_from_millis(now_ms)),
-            )
-            .expression_attribute_names("#k", item::QUEUE);
-        let put = match expected {
-            None => put.condition_expression("attribute_not_exists(#k)"),
-            Some(v) => put
-                .condition_expression("attribute_exists(#k) AND #v = :v")
-                .expression_attribute_names("#v", item::VERSION)
-                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
-        };
-        match put.send().await {
-            Ok(_) => Ok(SaveOutcome::Saved { version }),
-            Err(SdkError::ServiceError(se))
-                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(SaveOutcome::Conflict)
-            }
-            Err(e) => Err(port_error("PutItem", e)),
-        }
+            );
+        put_if_version(put, expected, version).await
     }
 }
 

@@ -17,8 +17,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_shared::triage::state::{Book, Refused};
@@ -196,24 +194,8 @@ impl TriageStore for DynamoDbTriageStore {
             .item("queue", s(book_key(queue_url)))
             .item("version", AttributeValue::N(version.to_string()))
             .item("record", s(json))
-            .item("updatedAt", s(rfc3339_from_millis(crate::now_ms())))
-            .expression_attribute_names("#k", "queue");
-        let put = match expected {
-            None => put.condition_expression("attribute_not_exists(#k)"),
-            Some(v) => put
-                .condition_expression("attribute_exists(#k) AND #v = :v")
-                .expression_attribute_names("#v", "version")
-                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
-        };
-        match put.send().await {
-            Ok(_) => Ok(SaveOutcome::Saved { version }),
-            Err(SdkError::ServiceError(se))
-                if matches!(se.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(SaveOutcome::Conflict)
-            }
-            Err(e) => Err(port_error("PutItem", e)),
-        }
+            .item("updatedAt", s(rfc3339_from_millis(crate::now_ms())));
+        crate::circuit::put_if_version(put, expected, version).await
     }
 
     async fn save_plan(&self, plan_id: &str, ids: &[String]) -> Result<(), PortError> {

@@ -66,6 +66,24 @@ pub fn run_redrive_granted(args: &[&str], env: &[(&str, &str)], extra: &[Value])
     run_redrive_as(redrive_tests::iam::cli_policy(args), args, env, extra)
 }
 
+/// The `redrive` binary set up to run `args` as `run_redrive` runs it (the operator's policy
+/// for the command, moto's endpoints, no shared config files of the developer's), for a test
+/// that starts it and stops it itself.
+pub fn redrive_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") || CALLER_VARS.contains(&k.as_str()) {
+            command.env_remove(k);
+        }
+    }
+    command
+        .args(args)
+        .envs(redrive_tests::iam::cli_env(&moto().env(), args))
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+    command
+}
+
 /// `run_redrive_granted` under the managed policy `policy` (a reader trying to act, say).
 pub fn run_redrive_as(policy: &str, args: &[&str], env: &[(&str, &str)], extra: &[Value]) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_redrive"));

@@ -12,7 +12,9 @@ use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
 use redrive_tests::{QueueSet, moto, receive_raw, unique_name};
 use serde_json::Value;
 
-use crate::common::{Run, meta_of, run_redrive_as, run_redrive_granted, send_with_meta, visible};
+use crate::common::{
+    Run, meta_of, redrive_command, run_redrive_as, run_redrive_granted, send_with_meta, visible,
+};
 
 /// The consumer's side effects: original message id -> times applied.
 type Effects = Arc<Mutex<HashMap<String, u32>>>;
@@ -270,20 +272,8 @@ async fn a_canary_replay_stops_while_the_consumer_fails_and_completes_once_it_is
     .map(|s| s.to_string())
     .collect();
     args.extend(["--table", &w.table, "--operator", "oncall"].map(str::to_string));
-    let env = redrive_tests::iam::cli_env_with(
-        &moto().env(),
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        &[],
-    );
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_redrive"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
-        command.env_remove(k);
-    }
-    let mut child = command
-        .args(&args)
-        .envs(env)
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = redrive_command(&arg_refs)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
