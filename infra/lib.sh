@@ -383,10 +383,10 @@ lambda_arch_flag() { if [ "$LAMBDA_ARCH" = x86_64 ]; then printf -- --x86-64; el
 
 # The functions, always one command (one feature set, so that a second deploy, or one in
 # another mode, rebuilds nothing): the re-driver, the archiver, the shipped consumer (its binary
-# needs the consumer crate's `http` feature), the Step Functions task function and the triage
-# console's widget and action functions (for the dashboard's custom widgets). A deploy
-# uploads the ones its mode runs. `make build` runs the same.
-LAMBDA_BINS=(redriver archiver consumer redrive-workflow triage-widget triage-action)
+# needs the consumer crate's `http` feature) and the Step Functions task function: the ones a
+# deploy uploads (the ones its mode runs). `make build` runs the same. The triage console's two
+# functions are built by their tests until deploy wires them into the dashboard.
+LAMBDA_BINS=(redriver archiver consumer redrive-workflow)
 build_lambdas() { # LAMBDA_DIR
     local cmd=(lambda build --profile "$BUILD_PROFILE" "$(lambda_arch_flag)" --lambda-dir "$1"
         --features redrive-consumer/http)
