@@ -526,29 +526,17 @@ async fn interleaved(
     url: &str,
     plan: &BTreeSet<String>,
 ) -> Result<Vec<String>, CliError> {
-    let queue = ctx.queue();
-    let mut scan = Scanner::new(&queue, url);
     let mut other_first: BTreeSet<String> = BTreeSet::new();
     let mut mixed: BTreeSet<String> = BTreeSet::new();
-    let walked: Result<(), redrive_engine::ports::PortError> = async {
-        loop {
-            let batch = scan.next(10).await?;
-            if batch.is_empty() {
-                return Ok(());
-            }
-            for m in batch {
-                let group = m.group_id.clone().unwrap_or_default();
-                if !plan.contains(&m.message_id) {
-                    other_first.insert(group);
-                } else if other_first.contains(&group) {
-                    mixed.insert(group);
-                }
-            }
+    each_message(ctx, url, |m| {
+        let group = m.group_id.clone().unwrap_or_default();
+        if !plan.contains(&m.message_id) {
+            other_first.insert(group);
+        } else if other_first.contains(&group) {
+            mixed.insert(group);
         }
-    }
-    .await;
-    scan.release().await;
-    walked?;
+    })
+    .await?;
     Ok(mixed.into_iter().collect())
 }
 
@@ -559,27 +547,38 @@ async fn came_back(
     originals: &BTreeSet<String>,
     plan: &BTreeSet<String>,
 ) -> Result<u64, CliError> {
+    let mut back = 0;
+    each_message(ctx, url, |m| {
+        let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+        if !plan.contains(&m.message_id) && originals.contains(&meta.original_message_id) {
+            back += 1;
+        }
+    })
+    .await?;
+    Ok(back)
+}
+
+/// Hands every message visible on `url` to `each`, in the order received, holding them until
+/// the walk ends and then releasing them all.
+async fn each_message(
+    ctx: &Ctx,
+    url: &str,
+    mut each: impl FnMut(&redrive_engine::ports::Received),
+) -> Result<(), CliError> {
     let queue = ctx.queue();
     let mut scan = Scanner::new(&queue, url);
-    let mut back = 0;
     let walked: Result<(), redrive_engine::ports::PortError> = async {
         loop {
             let batch = scan.next(10).await?;
             if batch.is_empty() {
                 return Ok(());
             }
-            for m in batch {
-                let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-                if !plan.contains(&m.message_id) && originals.contains(&meta.original_message_id) {
-                    back += 1;
-                }
-            }
+            batch.iter().for_each(&mut each);
         }
     }
     .await;
     scan.release().await;
-    walked?;
-    Ok(back)
+    Ok(walked?)
 }
 
 pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliError> {
