@@ -108,8 +108,10 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
         dry_run: config.dry_run,
         ..DrainRequest::new(config.max_messages_per_invocation)
     };
-    let engine =
-        Engine::new(queue, cloudwatch.clone(), cloudwatch, config).with_circuit(circuit_store);
+    // The holds operators set (`redrive triage hold`) bind this drain as they bind the Lambda's.
+    let engine = Engine::new(queue, cloudwatch.clone(), cloudwatch, config)
+        .with_circuit(circuit_store)
+        .with_triage(ctx.clients.triage_books());
     if let Some((n, settings)) = canary {
         return run_canary(ctx, &engine, &request, n, &settings, args.canary_window).await;
     }

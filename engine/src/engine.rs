@@ -75,8 +75,9 @@ pub struct Engine<Q, A, M, C = NoCircuit> {
     /// When each trigger alarm was last re-armed by this process (at most once per period
     /// while a drain makes no progress).
     rearmed: Mutex<HashMap<String, Instant>>,
-    /// Triage's book, whose holds the drains keep (`TRIAGE_TABLE`).
-    triage: Option<TriageBooks>,
+    /// Triage's book, whose holds the drains keep (`TRIAGE_TABLE`); see
+    /// [`Engine::with_triage`].
+    pub triage: Option<TriageBooks>,
 }
 
 impl<Q: Queue, A: Alarms, M: Metrics> Engine<Q, A, M> {

@@ -659,3 +659,56 @@ async fn a_fifo_replay_never_lets_a_group_overtake_another_cause_in_its_message_
         "the source received them in the DLQ's order"
     );
 }
+
+#[tokio::test]
+async fn redrive_drain_leaves_a_held_group_on_the_dlq_as_the_lambda_does() {
+    // GIVEN a DLQ of one transient cause (the re-driver would redrive it), held by count
+    let w = World::new().await;
+    for n in 0..3 {
+        let mut meta = RedriveMeta {
+            attempt: 1,
+            last_error: Some(LastError::new(
+                ErrorClass::Transient,
+                "HTTP_503",
+                &format!("order {n}: downstream said 503"),
+                "2026-11-28T09:00:00Z".into(),
+            )),
+            ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
+        };
+        meta.set_source(&w.q.source_arn);
+        send_with_meta(&w.sqs, &w.q.dlq_url, "{}", &meta).await;
+    }
+    let (group, _) = w.triage();
+    let hold = w.redrive(
+        &["triage", "hold", &group, &w.q.dlq_url, "--for", "1h"],
+        None,
+    );
+    assert_eq!(hold.code, 0, "{}", hold.stderr);
+
+    // WHEN an operator drains by hand, the book's table named as a deployed stack names it
+    let env = [
+        ("DLQ_URL", w.q.dlq_url.as_str()),
+        ("SOURCE_QUEUE_URL", w.q.source_url.as_str()),
+        ("POISON_QUEUE_URL", w.q.poison_url.as_str()),
+        ("BACKOFF_BASE_SECONDS", "0"),
+        ("CIRCUIT_TABLE", w.table.as_str()),
+    ];
+    let run = run_redrive_granted(&["drain", "--json"], &env, &[]);
+
+    // THEN the held group stays where it is, counted on hold
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out = run.json();
+    assert_eq!(
+        (out["redriven"].clone(), out["onHold"].clone()),
+        (0.into(), 3.into()),
+        "{out:#}"
+    );
+    assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 3);
+    assert_eq!(redrive_tests::queue_depth(&w.sqs, &w.q.source_url).await, 0);
+
+    // AND once released, the same drain redrives it
+    let release = w.redrive(&["triage", "release", &group, &w.q.dlq_url], None);
+    assert_eq!(release.code, 0, "{}", release.stderr);
+    let run = run_redrive_granted(&["drain", "--json"], &env, &[]);
+    assert_eq!(run.json()["redriven"], 3, "{}", run.stdout);
+}

@@ -45,7 +45,8 @@ impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + 
                     )
                     .with_settings(self.settings.clone())
                     .with_clock(self.clock)
-                    .with_circuit(self.engine.circuit.clone()),
+                    .with_circuit(self.engine.circuit.clone())
+                    .with_triage(self.engine.triage.clone()),
                 )
             })
             .clone()

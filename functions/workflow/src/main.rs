@@ -17,10 +17,14 @@ async fn main() -> Result<(), Error> {
     // The operator's flag (`redrive circuit open`) and the one execution's lease on the DLQ:
     // read and written when CIRCUIT_TABLE is set.
     let circuit = clients.circuit_store(&config.redriver);
+    // The holds operators set (`redrive triage hold`): every drain of the workflow keeps them.
+    let triage = clients.triage_books();
     let Clients {
         sqs, cloudwatch, ..
     } = clients;
-    let workflow = Workflow::new(sqs, cloudwatch.clone(), cloudwatch, config).with_circuit(circuit);
+    let workflow = Workflow::new(sqs, cloudwatch.clone(), cloudwatch, config)
+        .with_circuit(circuit)
+        .with_triage(triage);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), workflow.warm_up()).await;
     let workflow = &workflow;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

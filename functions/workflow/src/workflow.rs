@@ -75,6 +75,12 @@ where
 impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + Clone + Send>
     Workflow<Q, A, M, C>
 {
+    /// Triage's book, whose holds every drain of the workflow keeps (`TRIAGE_TABLE`).
+    pub fn with_triage(mut self, books: Option<redrive_engine::engine::TriageBooks>) -> Self {
+        self.engine = self.engine.with_triage(books);
+        self
+    }
+
     /// Engine tunables (tests shorten the receive wait and retry pauses).
     pub fn with_settings(mut self, settings: redrive_engine::engine::Settings) -> Self {
         self.engine = self.engine.with_settings(settings.clone());
