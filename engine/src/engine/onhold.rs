@@ -87,6 +87,9 @@ impl OnHold {
                 .find(|g| belongs(g, &o, &facts, &self.cfg))
             {
                 Some(g) => {
+                    let (meta, _) =
+                        redrive_shared::meta::RedriveMeta::read(&m.attributes, &m.message_id);
+                    tracing::info!(message_id = %m.message_id, original_message_id = %meta.original_message_id, attempt = meta.attempt, group = %g, action = "on-hold", "its group is held: left on the DLQ");
                     lock(&self.left)
                         .entry(g.to_string())
                         .or_default()
