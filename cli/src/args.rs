@@ -37,9 +37,15 @@ Workflow: triage -> stats -> peek -> fix the cause -> replay in batches (--max) 
 #[derive(Debug, Parser)]
 #[command(name = "redrive", version, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Print one JSON document on stdout instead of text (for scripts).
+    /// Print one JSON document on stdout instead of text (for scripts); the same as
+    /// `--output json`.
     #[arg(long, global = true)]
     pub json: bool,
+    /// How results are printed, with one meaning for every command, as in the AWS CLI:
+    /// `table` (the default) aligned columns for people, `json` the command's documented JSON
+    /// document, `text` that document as tab-separated lines for grep, cut and awk.
+    #[arg(long, global = true, value_enum, value_name = "FORMAT")]
+    pub output: Option<super::output::Format>,
     /// AWS region (default: the standard chain, e.g. AWS_REGION).
     #[arg(long, global = true, value_name = "REGION")]
     pub region: Option<String>,

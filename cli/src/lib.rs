@@ -218,6 +218,14 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         _ => {}
     }
+    let format = match output::Format::choose(cli.output, cli.json) {
+        Ok(format) => format,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    output::set_format(format);
     let mut setting = errors::Setting {
         profile: named_profile(cli.profile.as_deref()).unwrap_or_else(|| "default".into()),
         ..errors::Setting::default()
@@ -243,8 +251,8 @@ pub async fn run(cli: Cli) -> ExitCode {
         ),
         clients,
         sdk,
-        json: cli.json,
-        style: if cli.json {
+        json: format.is_document(),
+        style: if format.is_document() {
             Style::plain()
         } else {
             Style::detect()

@@ -405,6 +405,93 @@ async fn peek_shows_history_without_consuming_and_bodies_only_on_request() {
 }
 
 #[tokio::test]
+async fn output_is_one_setting_for_every_command_table_json_or_text() {
+    // GIVEN a poison queue with two parked messages
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let a = send_with_meta(
+        &sqs,
+        &q.poison_url,
+        "a-body",
+        &permanent("orig-a", 2, "HTTP_400"),
+    )
+    .await;
+    let b = send_with_meta(&sqs, &q.poison_url, "b-body", &out_of_attempts("orig-b")).await;
+    let peek = ["peek", "--queue", q.poison_url.as_str(), "-n", "5"];
+    let with = |flags: &[&str]| {
+        let mut args: Vec<&str> = flags.to_vec();
+        args.extend_from_slice(&peek);
+        redrive(&args, &[])
+    };
+
+    // WHEN the same peek is printed as json, as text and as a table
+    let json = with(&["--output", "json"]);
+    let text = with(&["--output", "text"]);
+    let table = with(&["--output", "table"]);
+
+    // THEN --output json is --json's document
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let messages = json.json()["messages"].as_array().unwrap().clone();
+    assert_eq!(messages.len(), 2);
+    // AND --output text is that document as tab-separated lines: one MESSAGES line per
+    // message, whose fields include its id, and the queue on the first line
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert!(
+        lines[0].split('\t').any(|f| f == q.poison_url),
+        "{}",
+        text.stdout
+    );
+    let rows: Vec<Vec<&str>> = lines
+        .iter()
+        .filter(|l| l.starts_with("MESSAGES\t"))
+        .map(|l| l.split('\t').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{}", text.stdout);
+    for id in [&a, &b] {
+        assert_eq!(
+            rows.iter().filter(|r| r.contains(&id.as_str())).count(),
+            1,
+            "{}",
+            text.stdout
+        );
+    }
+    assert!(
+        text.stdout.lines().any(|l| l.starts_with("LASTERROR\t")),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        !text.stdout.contains('{'),
+        "no JSON in text: {}",
+        text.stdout
+    );
+    // AND --output table is the default, for people
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert!(table.stdout.contains("2 shown"), "{}", table.stdout);
+    assert!(with(&[]).stdout.contains("2 shown"));
+
+    // WHEN --json contradicts --output, or --output names no format
+    let both = with(&["--json", "--output", "text"]);
+    let bad = with(&["--output", "yaml"]);
+    // THEN each is a usage error naming what was wrong, and nothing was received
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    assert!(
+        both.stderr
+            .contains("--json asks for --output json, not --output text"),
+        "{}",
+        both.stderr
+    );
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("yaml") && bad.stderr.contains("table, json, text"),
+        "{}",
+        bad.stderr
+    );
+    assert_eq!(visible(&sqs, &q.poison_url).await, 2);
+}
+
+#[tokio::test]
 async fn drain_redrives_and_isolates_like_the_lambda_with_flags_over_env() {
     // GIVEN a DLQ with two plain messages, one stamped permanent, one at the last attempt
     let sqs = moto().sqs().await;
