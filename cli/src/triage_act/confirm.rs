@@ -4,44 +4,12 @@
 use std::io::IsTerminal;
 
 use redrive_engine::triage_store::{self, DynamoDbTriageStore, TriageStore};
-use redrive_shared::triage::state::GroupRecord;
+use redrive_shared::config::QueueUrl;
+use redrive_shared::triage::state::{Alert, Book, Finish, GroupRecord, Refused};
 
-use super::args::{CONFIRM_ABOVE, ConfirmArgs, TYPED_ABOVE};
+use super::args::{CONFIRM_ABOVE, ConfirmArgs, GroupArgs, TYPED_ABOVE};
 use super::book::refused;
 use crate::{CliError, Ctx, Outcome, now_ms};
-
-/// The plan an action acts on, and whether the operator confirmed it. `Ok(None)`: refused
-/// (the preview was printed).
-pub(super) async fn frozen_plan(
-    ctx: &Ctx,
-    store: &DynamoDbTriageStore,
-    url: &str,
-    group: &str,
-    confirm: &ConfirmArgs,
-    verb: &str,
-) -> Result<(String, Vec<String>, GroupRecord), CliError> {
-    let book = triage_store::load_or_new(store, url).await?;
-    let record = book
-        .get(group)
-        .map_err(|e| CliError::Config(e.to_string()))?
-        .clone();
-    let plan_id = confirm
-        .plan
-        .clone()
-        .or_else(|| record.plan_id.clone())
-        .ok_or_else(|| {
-            CliError::Config(format!(
-                "group {group} has no plan: run `redrive triage` on the queue with the table first"
-            ))
-        })?;
-    let ids = store.load_plan(&plan_id).await?.ok_or_else(|| {
-        CliError::Config(format!(
-            "no plan {plan_id} is stored: run `redrive triage` again"
-        ))
-    })?;
-    let _ = (ctx, verb);
-    Ok((plan_id, ids, record))
-}
 
 /// Whether the operator confirmed acting on `n` messages of `group`.
 fn confirmed(n: usize, group: &str, confirm: &ConfirmArgs) -> Result<bool, String> {
@@ -73,45 +41,128 @@ fn ask(prompt: &str, expected: &str) -> Result<bool, String> {
     Ok(answer.trim() == expected)
 }
 
-/// An operation about to act on a group's plan.
-pub(super) struct Operation<'a> {
-    pub(super) store: &'a DynamoDbTriageStore,
-    pub(super) url: &'a str,
-    pub(super) group: &'a str,
-    pub(super) plan_id: &'a str,
-    pub(super) size: usize,
+/// An operation about to act on a group's frozen plan: the queue's book, the plan the book
+/// names (or `--plan`), its message ids as the last pass stored them, and the group's record.
+pub(super) struct Operation {
+    store: DynamoDbTriageStore,
+    pub(super) url: QueueUrl,
+    pub(super) group: String,
+    /// Who acts, for the audit.
+    pub(super) who: String,
+    pub(super) plan_id: String,
+    pub(super) ids: Vec<String>,
+    pub(super) record: GroupRecord,
 }
 
-impl Operation<'_> {
+impl Operation {
+    /// The group's plan from its queue's book, refused when the group or its plan is unknown.
+    pub(super) async fn load(
+        ctx: &Ctx,
+        target: &GroupArgs,
+        confirm: &ConfirmArgs,
+    ) -> Result<Self, CliError> {
+        let group = target.group.to_string();
+        let url = ctx.resolve(&target.queue).await?;
+        let store = target.book.store(ctx)?;
+        let book = triage_store::load_or_new(&store, url.as_str()).await?;
+        let record = book
+            .get(&group)
+            .map_err(|e| CliError::Config(e.to_string()))?
+            .clone();
+        let plan_id = confirm
+            .plan
+            .clone()
+            .or_else(|| record.plan_id.clone())
+            .ok_or_else(|| {
+                CliError::Config(format!(
+                    "group {group} has no plan: run `redrive triage` on the queue with the table first"
+                ))
+            })?;
+        let ids = store.load_plan(&plan_id).await?.ok_or_else(|| {
+            CliError::Config(format!(
+                "no plan {plan_id} is stored: run `redrive triage` again"
+            ))
+        })?;
+        Ok(Self {
+            store,
+            url,
+            group,
+            who: target.book.who(),
+            plan_id,
+            ids,
+            record,
+        })
+    }
+
     /// Asks for the confirmation its size needs, then marks the operation begun in the book
     /// (refused while another runs on the group). `Some(outcome)`: not confirmed, nothing done.
     pub(super) async fn confirm_and_begin(
         &self,
         operation: &str,
-        who: &str,
         confirm: &ConfirmArgs,
     ) -> Result<Option<Outcome>, CliError> {
-        match confirmed(self.size, self.group, confirm) {
+        let size = self.ids.len();
+        match confirmed(size, &self.group, confirm) {
             Ok(true) => {}
             Ok(false) => {
-                eprintln!("redrive: {}", refusal(self.size, self.group));
+                eprintln!("redrive: {}", refusal(size, &self.group));
                 return Ok(Some(Outcome::Refused));
             }
             Err(e) => return Err(CliError::Config(e)),
         }
-        triage_store::update(self.store, self.url, |b| {
+        self.update(|b| {
             b.begin(
-                self.group,
+                &self.group,
                 operation,
-                who,
-                self.plan_id,
-                self.size as u64,
+                &self.who,
+                &self.plan_id,
+                size as u64,
                 now_ms(),
             )
         })
-        .await
-        .map_err(refused)?;
+        .await?;
         Ok(None)
+    }
+
+    /// Adds one replay stage's counts to the group's record.
+    pub(super) async fn replay_stage(
+        &self,
+        sent: u64,
+        deleted: u64,
+        back: u64,
+        isolated: u64,
+    ) -> Result<(), CliError> {
+        self.update(|b| {
+            b.replay_stage(&self.group, sent, deleted, back, isolated);
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Ends the operation in the book: the alert it raised (a failed canary), and the group's
+    /// record as saved.
+    pub(super) async fn finish(
+        &self,
+        outcome: Finish,
+    ) -> Result<(Option<Alert>, GroupRecord), CliError> {
+        let (alert, book) = self
+            .update(|b| Ok(b.finish(&self.group, &self.who, outcome.clone(), now_ms())))
+            .await?;
+        let record = book
+            .get(&self.group)
+            .map_err(|e| CliError::Config(e.to_string()))?
+            .clone();
+        Ok((alert, record))
+    }
+
+    async fn update<T>(
+        &self,
+        apply: impl FnMut(&mut Book) -> Result<T, Refused>,
+    ) -> Result<(T, Book), CliError> {
+        triage_store::update(&self.store, self.url.as_str(), apply)
+            .await
+            .map_err(refused)
     }
 }
 

@@ -3,23 +3,19 @@
 
 use serde_json::json;
 
-use redrive_engine::triage_store;
 use redrive_shared::triage::state::Finish;
 
 use super::args::GroupDiscardArgs;
-use super::book::{print_record, refused};
-use super::confirm::{Operation, frozen_plan};
+use super::book::print_record;
+use super::confirm::Operation;
 use crate::export::{self, ExportArgs};
 use crate::filter::FilterArgs;
 use crate::output::print_json;
-use crate::{CliError, Ctx, Outcome, now_ms};
+use crate::{CliError, Ctx, Outcome};
 
 pub async fn discard_group(ctx: &Ctx, a: GroupDiscardArgs) -> Result<Outcome, CliError> {
-    let group = a.target.group.to_string();
-    let url = ctx.resolve(&a.target.queue).await?;
-    let store = a.target.book.store(ctx)?;
-    let (plan_id, ids, _) =
-        frozen_plan(ctx, &store, url.as_str(), &group, &a.confirm, "discard").await?;
+    let op = Operation::load(ctx, &a.target, &a.confirm).await?;
+    let (group, url, plan_id, ids) = (&op.group, &op.url, &op.plan_id, &op.ids);
     if !a.archive.starts_with("s3://") {
         return Err(CliError::Config(format!(
             "--archive {} is not an s3://BUCKET/PREFIX location: discard archives every message before its delete",
@@ -39,15 +35,7 @@ pub async fn discard_group(ctx: &Ctx, a: GroupDiscardArgs) -> Result<Outcome, Cl
         }
         return Ok(Outcome::Done);
     }
-    let who = a.target.book.who();
-    let begun = Operation {
-        store: &store,
-        url: url.as_str(),
-        group: &group,
-        plan_id: &plan_id,
-        size: ids.len(),
-    };
-    if let Some(refused) = begun.confirm_and_begin("discard", &who, &a.confirm).await? {
+    if let Some(refused) = op.confirm_and_begin("discard", &a.confirm).await? {
         return Ok(refused);
     }
     let args = ExportArgs {
@@ -64,19 +52,12 @@ pub async fn discard_group(ctx: &Ctx, a: GroupDiscardArgs) -> Result<Outcome, Cl
     }
     let left = report.delete_failed.len() as u64;
     let deleted = report.deleted as u64;
-    let (_, book) = triage_store::update(&store, url.as_str(), |b| {
-        Ok(b.finish(&group, &who, Finish::Done { left }, now_ms()))
-    })
-    .await
-    .map_err(refused)?;
-    let r = book
-        .get(&group)
-        .map_err(|e| CliError::Config(e.to_string()))?;
+    let (_, r) = op.finish(Finish::Done { left }).await?;
     if ctx.json {
         print_json(
             &json!({"queue": url.as_str(), "group": group, "plan": plan_id,
             "archived": report.exported.len(), "deleted": deleted, "objects": report.objects,
-            "record": r}),
+            "record": &r}),
         );
     } else {
         println!(
@@ -84,7 +65,7 @@ pub async fn discard_group(ctx: &Ctx, a: GroupDiscardArgs) -> Result<Outcome, Cl
             report.exported.len(),
             a.archive
         );
-        print_record(ctx, &group, r);
+        print_record(ctx, group, &r);
     }
     Ok(if left > 0 || reach.error.is_some() {
         Outcome::Incomplete

@@ -7,13 +7,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use redrive_engine::ports::{PortError, Received};
-use redrive_engine::triage_store;
 use redrive_shared::meta::RedriveMeta;
 use redrive_shared::triage::state::{Finish, stages};
 
 use super::args::{GroupReplayArgs, parse_duration};
-use super::book::{print_record, publish, refused};
-use super::confirm::{Operation, frozen_plan};
+use super::book::{print_record, publish};
+use super::confirm::Operation;
 use crate::filter::FilterArgs;
 use crate::inspect::facts;
 use crate::output::print_json;
@@ -21,7 +20,7 @@ use crate::queues::QueueRef;
 use crate::replay::{self, ReplayArgs};
 use crate::scan::Scanner;
 use crate::select::Selection;
-use crate::{CliError, Ctx, Outcome, now_ms};
+use crate::{CliError, Ctx, Outcome};
 
 /// The source queue's verdict window: visibility timeout × maxReceiveCount + 10 s.
 async fn default_window(ctx: &Ctx, to: &str) -> Result<Duration, CliError> {
@@ -94,12 +93,9 @@ async fn each_message(
 }
 
 pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliError> {
-    let group = a.target.group.to_string();
-    let url = ctx.resolve(&a.target.queue).await?;
-    let store = a.target.book.store(ctx)?;
-    let (plan_id, ids, record) =
-        frozen_plan(ctx, &store, url.as_str(), &group, &a.confirm, "replay").await?;
-    let to = match (&a.to, &record.source) {
+    let op = Operation::load(ctx, &a.target, &a.confirm).await?;
+    let (group, url, plan_id, ids) = (&op.group, &op.url, &op.plan_id, &op.ids);
+    let to = match (&a.to, &op.record.source) {
         (Some(q), _) => q.clone(),
         (None, Some(name)) => QueueRef::parse(name).map_err(CliError::Config)?,
         (None, None) => {
@@ -145,15 +141,7 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
         Some(p) => Some(ctx.resolve(p).await?),
         None => None,
     };
-    let who = a.target.book.who();
-    let begun = Operation {
-        store: &store,
-        url: url.as_str(),
-        group: &group,
-        plan_id: &plan_id,
-        size: ids.len(),
-    };
-    if let Some(refused) = begun.confirm_and_begin("replay", &who, &a.confirm).await? {
+    if let Some(refused) = op.confirm_and_begin("replay", &a.confirm).await? {
         return Ok(refused);
     }
 
@@ -191,12 +179,7 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
         let (sent_n, deleted) = (sent.len() as u64, done.deleted() as u64);
         left = done.shortfall() as u64;
         if sent_n == 0 {
-            triage_store::update(&store, url.as_str(), |b| {
-                b.replay_stage(&group, 0, 0, 0, 0);
-                Ok(())
-            })
-            .await
-            .map_err(refused)?;
+            op.replay_stage(0, 0, 0, 0).await?;
             break;
         }
         let pace = Duration::from_millis(sent_n * 1000 / a.rate);
@@ -211,12 +194,7 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
             Some(p) => came_back(ctx, p.as_str(), &originals, &plan).await?,
             None => 0,
         };
-        triage_store::update(&store, url.as_str(), |b| {
-            b.replay_stage(&group, sent_n, deleted, back, isolated);
-            Ok(())
-        })
-        .await
-        .map_err(refused)?;
+        op.replay_stage(sent_n, deleted, back, isolated).await?;
         if back + isolated > 0 {
             stopped = Some(format!(
                 "{back} of {sent_n} came back to the DLQ and {isolated} were isolated within {} s",
@@ -232,19 +210,12 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
         Some(why) => Finish::CanaryFailed(why),
         None => Finish::Done { left },
     };
-    let (alert, book) = triage_store::update(&store, url.as_str(), |b| {
-        Ok(b.finish(&group, &who, outcome.clone(), now_ms()))
-    })
-    .await
-    .map_err(refused)?;
+    let (alert, r) = op.finish(outcome).await?;
     publish(ctx, &a.target.book, &alert.into_iter().collect::<Vec<_>>()).await;
-    let r = book
-        .get(&group)
-        .map_err(|e| CliError::Config(e.to_string()))?;
     if ctx.json {
         print_json(
             &json!({"queue": url.as_str(), "group": group, "plan": plan_id,
-            "stopped": stopped, "record": r}),
+            "stopped": stopped, "record": &r}),
         );
     } else {
         if let Some(why) = &stopped {
@@ -253,7 +224,7 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
                 ctx.style.bad("canary failed:")
             );
         }
-        print_record(ctx, &group, r);
+        print_record(ctx, group, &r);
     }
     Ok(if stopped.is_some() || left > 0 {
         Outcome::Incomplete
