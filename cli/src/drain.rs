@@ -96,6 +96,7 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
         None => None,
     };
     let circuit_store = ctx.clients.circuit_store(&config);
+    let triage = ctx.clients.triage_books(&config);
     let counters = Arc::new(Counters::default());
     let queue = Counting {
         inner: ctx.queue(),
@@ -111,7 +112,7 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     // The holds operators set (`redrive triage hold`) bind this drain as they bind the Lambda's.
     let engine = Engine::new(queue, cloudwatch.clone(), cloudwatch, config)
         .with_circuit(circuit_store)
-        .with_triage(ctx.clients.triage_books());
+        .with_triage(triage);
     if let Some((n, settings)) = canary {
         return run_canary(ctx, &engine, &request, n, &settings, args.canary_window).await;
     }

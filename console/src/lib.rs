@@ -17,155 +17,25 @@
 //! becomes a button that calls that Lambda with the params, asks for the confirmation first when
 //! one is given, and shows the answer in place of the widget.
 
+mod buttons;
 mod escape;
 mod style;
 mod time;
 mod trend;
+mod view;
 
 use std::fmt::Write;
 
 use redrive_shared::triage::{Action, Group};
-use serde_json::json;
 
+pub use buttons::HOLD_HOURS;
+use buttons::buttons;
 pub use escape::{html as escape_html, json_text};
 pub use time::{compact, compact_rfc3339, span};
 pub use trend::{TimeRange, bucket};
-
-/// The queue's messages as SQS counts them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Depth {
-    pub visible: u64,
-    pub in_flight: u64,
-}
-
-/// How much of the queue the pass behind the view grouped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Coverage {
-    pub grouped: usize,
-    /// Messages on the queue when the pass began (or lines of a file).
-    pub about: u64,
-    /// `complete`, `sample`, `incomplete` or `failed`.
-    pub status: String,
-    /// What was not reached, and why.
-    pub note: Option<String>,
-}
-
-/// One group as the view shows it: the grouper's group, its state when a store keeps one (new,
-/// acknowledged, held, replay-failed, ...; `None`: not known, shown as a dash, and its buttons
-/// are those of a new group), and its failure times for the trend.
-#[derive(Debug, Clone)]
-pub struct GroupView {
-    pub group: Group,
-    pub state: Option<String>,
-    /// Epoch milliseconds; each stands for `times_weight` messages.
-    pub failure_times: Vec<i64>,
-    pub times_weight: usize,
-}
-
-impl GroupView {
-    /// The group with the failure times the grouper kept, and no state.
-    pub fn new(group: Group) -> Self {
-        Self {
-            failure_times: group.failure_times.clone(),
-            times_weight: group.failure_times_every.max(1),
-            group,
-            state: None,
-        }
-    }
-
-    pub fn with_state(mut self, state: impl Into<String>) -> Self {
-        self.state = Some(state.into());
-        self
-    }
-}
-
-/// What there is to show.
-#[derive(Debug, Clone)]
-pub enum Contents {
-    /// The groups, largest first.
-    Groups(Vec<GroupView>),
-    /// The queue holds no message.
-    Empty,
-    /// The queue could not be read; the reason is shown (escaped).
-    Unreadable(String),
-    /// No triage pass has been made of this queue yet.
-    NoIndex,
-}
-
-/// A DLQ's (or poison queue's) triage, as one pass or the index made it.
-#[derive(Debug, Clone)]
-pub struct TriageView {
-    /// The queue's name (or the file a pass read).
-    pub queue: String,
-    pub depth: Option<Depth>,
-    /// Age of the oldest message, in seconds.
-    pub oldest_age_s: Option<u64>,
-    /// When the pass (or the index) was made, epoch milliseconds.
-    pub made_at_ms: Option<i64>,
-    pub coverage: Option<Coverage>,
-    pub contents: Contents,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Theme {
-    #[default]
-    Light,
-    Dark,
-}
-
-impl Theme {
-    /// The dashboard's theme as `widgetContext.theme` names it (`light` or `dark`); anything
-    /// else is light.
-    pub fn from_context(theme: Option<&str>) -> Self {
-        match theme {
-            Some("dark") => Self::Dark,
-            _ => Self::Light,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Layout {
-    /// One block per group (a widget a quarter or a third of the dashboard wide).
-    Narrow,
-    /// A table, one row per group.
-    #[default]
-    Wide,
-}
-
-impl Layout {
-    /// Below this width in pixels, groups are blocks rather than table rows.
-    pub const NARROW_BELOW_PX: u32 = 720;
-
-    /// The layout for a widget `px` pixels wide (`widgetContext.width`).
-    pub fn for_width(px: u32) -> Self {
-        if px < Self::NARROW_BELOW_PX {
-            Self::Narrow
-        } else {
-            Self::Wide
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// A whole HTML document (`redrive triage --html`).
-    #[default]
-    Page,
-    /// The fragment a CloudWatch custom widget returns.
-    Widget,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct RenderOptions {
-    pub theme: Theme,
-    pub layout: Layout,
-    pub mode: Mode,
-    /// The trend's range (`widgetContext.timeRange`); `None`: around the groups' failures.
-    pub range: Option<TimeRange>,
-    /// Render the action buttons, calling this function (its ARN or name); `None`: no buttons.
-    pub action_endpoint: Option<String>,
-}
+pub use view::{
+    Contents, Coverage, Depth, GroupView, Layout, Mode, RenderOptions, Theme, TriageView,
+};
 
 /// The view as HTML: a whole page or a widget fragment, as `opts` says.
 pub fn render(view: &TriageView, opts: &RenderOptions) -> String {
@@ -483,125 +353,6 @@ fn narrow(
         buttons(out, &view.queue, gv, opts);
         out.push_str("</div>");
     }
-}
-
-/// One button of a group: what it does, and what the action function is asked.
-struct Button {
-    label: &'static str,
-    action: &'static str,
-    /// The recommended next step for the group: drawn filled.
-    primary: bool,
-    danger: bool,
-    confirmation: Option<String>,
-    extra: Option<(&'static str, serde_json::Value)>,
-}
-
-/// Hours a group is held by the widget's hold button.
-pub const HOLD_HOURS: u32 = 24;
-
-fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
-    let g = &gv.group;
-    let state = gv.state.as_deref().unwrap_or("new");
-    let n = g.count;
-    let mut out = Vec::new();
-    if !matches!(state, "acknowledged") {
-        out.push(Button {
-            label: "Acknowledge",
-            action: "acknowledge",
-            primary: g.action == Action::RedriverWillRetry && state == "new",
-            danger: false,
-            confirmation: None,
-            extra: None,
-        });
-    }
-    if state == "held" {
-        out.push(Button {
-            label: "Release",
-            action: "release",
-            primary: false,
-            danger: false,
-            confirmation: None,
-            extra: None,
-        });
-    } else {
-        out.push(Button {
-            label: "Hold 24 h",
-            action: "hold",
-            primary: false,
-            danger: false,
-            confirmation: None,
-            extra: Some(("hours", json!(HOLD_HOURS))),
-        });
-    }
-    if g.action == Action::FixThenReplayCanary {
-        let to = g.source.as_deref().unwrap_or("its source queue");
-        out.push(Button {
-            label: "Replay with canary",
-            action: "replay-canary",
-            primary: true,
-            danger: false,
-            confirmation: Some(format!(
-                "Replay the {n} message(s) of group {id} (plan {plan}) from {queue} to {to}: one message first, then the rest only if it does not fail again. Each is deleted from {queue} only after its copy is accepted. Replay only once the cause is fixed.",
-                id = g.id,
-                plan = g.plan_id
-            )),
-            extra: None,
-        });
-    }
-    if g.action != Action::RedriverWillRetry {
-        out.push(Button {
-            label: "Discard",
-            action: "discard",
-            primary: g.action == Action::ExportOrDiscard,
-            danger: true,
-            confirmation: Some(format!(
-                "Discard the {n} message(s) of group {id} (plan {plan}) from {queue}: each is archived to S3 first, then deleted from the queue. They are not processed; redrive import of the archive restores them.",
-                id = g.id,
-                plan = g.plan_id
-            )),
-            extra: None,
-        });
-    }
-    out
-}
-
-fn buttons(out: &mut String, queue: &str, gv: &GroupView, opts: &RenderOptions) {
-    let Some(endpoint) = &opts.action_endpoint else {
-        return;
-    };
-    let g = &gv.group;
-    out.push_str(r#"<div class="rd-btns">"#);
-    for b in group_buttons(queue, gv) {
-        let mut params = json!({
-            "action": b.action,
-            "queue": queue,
-            "group": g.id,
-            "planId": g.plan_id,
-            "count": g.count,
-        });
-        if let Some((key, value)) = b.extra {
-            params[key] = value;
-        }
-        let class = match (b.primary, b.danger) {
-            (true, true) => "rd-btn rd-danger rd-go",
-            (false, true) => "rd-btn rd-danger",
-            (true, false) => "rd-btn rd-go",
-            (false, false) => "rd-btn",
-        };
-        let confirmation = b
-            .confirmation
-            .map(|c| format!(r#" confirmation="{}""#, escape_html(&c)))
-            .unwrap_or_default();
-        let _ = write!(
-            out,
-            r#"<a class="{class}" data-action="{action}">{label}</a><cwdb-action action="call" endpoint="{endpoint}" display="widget"{confirmation}>{params}</cwdb-action>"#,
-            action = b.action,
-            label = b.label,
-            endpoint = escape_html(endpoint),
-            params = json_text(&params)
-        );
-    }
-    out.push_str("</div>");
 }
 
 // The fixtures are shared with the integration tests, which name this crate by its name.

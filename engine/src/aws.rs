@@ -505,24 +505,21 @@ impl Clients {
         })
     }
 
-    /// Triage's book in the table `TRIAGE_TABLE` names, else in the circuit table
-    /// (`CIRCUIT_TABLE`, where a deployed stack keeps it), whose holds every drain keeps;
-    /// `None` when neither is set.
-    pub fn triage_books(&self) -> Option<crate::engine::TriageBooks> {
-        ["TRIAGE_TABLE", "CIRCUIT_TABLE"]
-            .iter()
-            .find_map(|v| std::env::var(v).ok().filter(|t| !t.is_empty()))
-            .map(|table| {
-                crate::engine::TriageBooks::DynamoDb(crate::triage_store::DynamoDbTriageStore {
-                    client: self.dynamodb.clone(),
-                    table,
-                })
+    /// Triage's book, whose holds every drain keeps, in the table the configuration names
+    /// (`TRIAGE_TABLE`, else the circuit table); `None` when it names none.
+    pub fn triage_books(&self, config: &RedriverConfig) -> Option<crate::engine::TriageBooks> {
+        config.triage_table.as_ref().map(|table| {
+            crate::engine::TriageBooks::DynamoDb(crate::triage_store::DynamoDbTriageStore {
+                client: self.dynamodb.clone(),
+                table: table.clone(),
             })
+        })
     }
 
     /// The engine over these clients.
     pub fn engine(&self, config: RedriverConfig) -> SdkEngine {
         let circuit = self.circuit_store(&config);
+        let triage = self.triage_books(&config);
         Engine::new(
             self.sqs.clone(),
             self.cloudwatch.clone(),
@@ -530,6 +527,6 @@ impl Clients {
             config,
         )
         .with_circuit(circuit)
-        .with_triage(self.triage_books())
+        .with_triage(triage)
     }
 }

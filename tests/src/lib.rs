@@ -64,7 +64,7 @@ pub fn workspace_root() -> &'static Path {
 }
 
 /// The executable of the workspace binary `name`, built once per test process with
-/// `lambda_watch::BUILD_ARGS` (the test build's feature set: no dependency is compiled again).
+/// `lambda_watch::build::BUILD_ARGS` (the test build's feature set: no dependency is compiled again).
 /// For a test that runs another package's binary, where `CARGO_BIN_EXE_<name>` is not set.
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());

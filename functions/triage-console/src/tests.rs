@@ -1,6 +1,10 @@
 use std::collections::BTreeMap;
 
-use serde_json::json;
+use redrive_console::{Contents, Depth, TimeRange, render};
+use redrive_shared::config::{Env, QueueUrl};
+use redrive_shared::triage::Action;
+use redrive_shared::triage::state::Book;
+use serde_json::{Value, json};
 
 use super::*;
 

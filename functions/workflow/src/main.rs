@@ -18,7 +18,7 @@ async fn main() -> Result<(), Error> {
     // read and written when CIRCUIT_TABLE is set.
     let circuit = clients.circuit_store(&config.redriver);
     // The holds operators set (`redrive triage hold`): every drain of the workflow keeps them.
-    let triage = clients.triage_books();
+    let triage = clients.triage_books(&config.redriver);
     let Clients {
         sqs, cloudwatch, ..
     } = clients;

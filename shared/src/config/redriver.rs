@@ -4,7 +4,7 @@ use crate::backoff::{Backoff, Jitter};
 
 use super::{
     BackoffVars, CircuitConfig, ConfigError, Env, QueueUrl, non_negative_f64, parse_bool,
-    parse_metric_namespace, parse_u32, positive_u32,
+    parse_metric_namespace, parse_table_name, parse_u32, positive_u32,
 };
 
 /// Configuration of the re-driver (see the contract's table).
@@ -32,6 +32,9 @@ pub struct RedriverConfig {
     pub max_concurrent_batches: u32,
     /// The adaptive circuit: `None` when `CIRCUIT_TABLE` is unset (circuit off).
     pub circuit: Option<CircuitConfig>,
+    /// `TRIAGE_TABLE`, else the circuit table (where a deployed stack keeps it): triage's book,
+    /// whose holds every drain keeps. `None` when neither is set (no holds).
+    pub triage_table: Option<String>,
 }
 
 impl RedriverConfig {
@@ -139,7 +142,7 @@ impl RedriverConfig {
                 Err("must be between 1 and 50".into())
             }
         })?;
-        Ok(Self {
+        Self {
             dlq_url,
             source_queue_url,
             poison_queue_url,
@@ -153,7 +156,27 @@ impl RedriverConfig {
             metric_namespace,
             dry_run,
             max_concurrent_batches,
+            triage_table: None,
             circuit: CircuitConfig::from_env(env)?,
-        })
+        }
+        .with_triage_table(env)
+    }
+
+    /// Reads `TRIAGE_TABLE` (set but blank is refused: unset means the circuit table).
+    fn with_triage_table<F: Fn(&str) -> Option<String>>(
+        mut self,
+        env: &Env<F>,
+    ) -> Result<Self, ConfigError> {
+        self.triage_table = match (env.0)("TRIAGE_TABLE") {
+            Some(v) if v.trim().is_empty() => {
+                return Err(env.err(
+                    "TRIAGE_TABLE",
+                    "empty: name the table of triage's book, or unset it to keep the book in the circuit table (CIRCUIT_TABLE)",
+                ));
+            }
+            Some(_) => env.optional("TRIAGE_TABLE", parse_table_name)?,
+            None => self.circuit.as_ref().map(|c| c.table.clone()),
+        };
+        Ok(self)
     }
 }

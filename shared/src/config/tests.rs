@@ -67,6 +67,34 @@ fn circuit_is_off_without_a_table_and_reads_its_variables() {
 }
 
 #[test]
+fn triages_book_is_the_triage_table_else_the_circuit_table_and_a_blank_one_fails_init() {
+    assert_eq!(redriver(&[]).unwrap().triage_table, None);
+    let c = redriver(&[("CIRCUIT_TABLE", "redrive-circuit")]).unwrap();
+    assert_eq!(c.triage_table.as_deref(), Some("redrive-circuit"));
+    let c = redriver(&[
+        ("CIRCUIT_TABLE", "redrive-circuit"),
+        ("TRIAGE_TABLE", "redrive-triage"),
+    ])
+    .unwrap();
+    assert_eq!(c.triage_table.as_deref(), Some("redrive-triage"));
+    assert_eq!(c.circuit.unwrap().table, "redrive-circuit");
+    let c = redriver(&[("TRIAGE_TABLE", " redrive-triage ")]).unwrap();
+    assert_eq!(c.triage_table.as_deref(), Some("redrive-triage"));
+    for blank in ["", "  "] {
+        let e = redriver(&[
+            ("CIRCUIT_TABLE", "redrive-circuit"),
+            ("TRIAGE_TABLE", blank),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, "TRIAGE_TABLE", "{e}");
+        assert!(e.to_string().contains("CIRCUIT_TABLE"), "{e}");
+    }
+    let e = redriver(&[("TRIAGE_TABLE", "t")]).unwrap_err();
+    assert_eq!(e.variable, "TRIAGE_TABLE");
+    assert!(e.to_string().contains("DynamoDB table name"), "{e}");
+}
+
+#[test]
 fn circuit_errors_name_the_variable() {
     for (var, value) in [
         ("CIRCUIT_TABLE", "x"),

@@ -1,0 +1,97 @@
+//! The console's configuration, read once at init; every error names its variable.
+
+use std::collections::BTreeSet;
+
+use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_table_name};
+
+/// The console's configuration, read once at init; every error names its variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleConfig {
+    /// `TRIAGE_TABLE`: the table of the triage books (the stack's circuit table).
+    pub table: String,
+    /// `TRIAGE_QUEUE_URLS`: the DLQs and poison queue the console may show and act on.
+    pub queues: Vec<QueueUrl>,
+    /// `TRIAGE_ACTION_FUNCTION`: the function the widget's buttons call (the widget's only).
+    pub action_function: Option<String>,
+    /// `TRIAGE_SHOW_BODIES` (default false). The console shows no message samples yet, so no
+    /// body is shown whatever it says.
+    pub show_bodies: bool,
+}
+
+fn parse_queue_urls(v: &str) -> Result<Vec<QueueUrl>, String> {
+    let mut urls = Vec::new();
+    let mut names = BTreeSet::new();
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let url = QueueUrl::parse(part).map_err(|e| format!("{part:?} {e}"))?;
+        if !names.insert(url.name().to_string()) {
+            return Err(format!(
+                "two queues are named {:?}: the widget's params name a queue by its name or URL, so names must differ",
+                url.name()
+            ));
+        }
+        urls.push(url);
+    }
+    if urls.is_empty() {
+        return Err("must list at least one queue URL (comma-separated)".into());
+    }
+    Ok(urls)
+}
+
+fn parse_function(v: &str) -> Result<String, String> {
+    let ok = v.len() <= 256
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.'));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be a Lambda function name or ARN (a-z A-Z 0-9 - _ : .)".into())
+    }
+}
+
+impl ConsoleConfig {
+    fn common<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            table: env.required("TRIAGE_TABLE", parse_table_name)?,
+            queues: env.required("TRIAGE_QUEUE_URLS", parse_queue_urls)?,
+            action_function: None,
+            show_bodies: env.or("TRIAGE_SHOW_BODIES", false, parse_bool)?,
+        })
+    }
+
+    /// The widget's configuration: the action function is required (its buttons call it).
+    pub fn widget_from_env<F: Fn(&str) -> Option<String>>(
+        env: &Env<F>,
+    ) -> Result<Self, ConfigError> {
+        let mut cfg = Self::common(env)?;
+        cfg.action_function = Some(env.required("TRIAGE_ACTION_FUNCTION", parse_function)?);
+        Ok(cfg)
+    }
+
+    /// The action function's configuration (it re-renders the widget with buttons that call
+    /// itself, `TRIAGE_ACTION_FUNCTION` when set, else its own name from the runtime).
+    pub fn action_from_env<F: Fn(&str) -> Option<String>>(
+        env: &Env<F>,
+    ) -> Result<Self, ConfigError> {
+        let mut cfg = Self::common(env)?;
+        cfg.action_function = env
+            .optional("TRIAGE_ACTION_FUNCTION", parse_function)?
+            .or_else(|| env.get("AWS_LAMBDA_FUNCTION_NAME"));
+        Ok(cfg)
+    }
+
+    /// The configured queue `text` names (its URL, or its name); `None` for any other.
+    pub fn queue(&self, text: &str) -> Option<&QueueUrl> {
+        self.queues
+            .iter()
+            .find(|q| q.as_str() == text || q.name() == text)
+    }
+}
+
+/// Why a queue asked for is refused: it is not one of the configured ones.
+pub(crate) fn not_configured(asked: &str, cfg: &ConsoleConfig) -> String {
+    let names: Vec<&str> = cfg.queues.iter().map(QueueUrl::name).collect();
+    format!(
+        "the queue {asked:?} is not one this console shows (its TRIAGE_QUEUE_URLS: {})",
+        names.join(", ")
+    )
+}

@@ -1,0 +1,185 @@
+//! The console's two calls: the widget rendered for its queue, and a button's action applied
+//! to the book (or answered with the command line to run).
+
+use redrive_console::render;
+use redrive_engine::triage_store::{self, TriageError, TriageStore};
+use redrive_shared::config::QueueUrl;
+use redrive_shared::triage::state::Refused;
+use serde_json::Value;
+
+use crate::config::{ConsoleConfig, not_configured};
+use crate::context::{WidgetContext, queue_param};
+use crate::request::{ActionRequest, Kind, Rejected};
+use crate::view::{DESCRIBE, depth, notice, view_of};
+
+/// What the console renders with: the configuration, the book store and SQS.
+pub struct Console<S> {
+    pub config: ConsoleConfig,
+    pub store: S,
+    pub sqs: aws_sdk_sqs::Client,
+}
+
+impl<S: TriageStore> Console<S> {
+    /// The widget of `queue` (configured) as `ctx` asks for it.
+    async fn render_queue(&self, queue: &QueueUrl, ctx: &WidgetContext) -> String {
+        let book = match self.store.load(queue.as_str()).await {
+            Ok(b) => b.map(|(_, b)| b),
+            Err(e) => {
+                tracing::warn!(queue = queue.name(), error = %e, "the triage book could not be read");
+                let view = view_of(
+                    queue,
+                    None,
+                    Err(format!("its triage book could not be read ({e})")),
+                );
+                return render(&view, &ctx.options(None));
+            }
+        };
+        let depth = depth(&self.sqs, queue).await;
+        if let Err(e) = &depth {
+            tracing::warn!(queue = queue.name(), error = %e, "the queue's depth could not be read");
+        }
+        let view = view_of(queue, book.as_ref(), depth);
+        render(&view, &ctx.options(self.config.action_function.as_deref()))
+    }
+
+    /// The widget function: the HTML of the queue the widget's params name, or its
+    /// documentation when the dashboard asks `describe`.
+    pub async fn widget(&self, event: &Value) -> Value {
+        if event.get("describe").and_then(Value::as_bool) == Some(true) {
+            return Value::String(DESCRIBE.to_string());
+        }
+        let ctx = WidgetContext::of(event);
+        let Some(asked) = queue_param(event, &ctx) else {
+            tracing::info!(outcome = "refused", reason = "no queue parameter", "widget");
+            return Value::String(notice(
+                false,
+                "This widget names no queue: set its parameter queue to one of the console's queues.",
+            ));
+        };
+        let Some(queue) = self.config.queue(&asked) else {
+            tracing::info!(
+                outcome = "refused",
+                reason = "queue not configured",
+                "widget"
+            );
+            return Value::String(notice(false, &not_configured(&asked, &self.config)));
+        };
+        tracing::info!(queue = queue.name(), "widget");
+        Value::String(self.render_queue(queue, &ctx).await)
+    }
+
+    /// The action function: validates the button's request, applies it to the book and
+    /// answers the widget re-rendered with a line saying what happened.
+    pub async fn action(&self, event: &Value, now_ms: i64) -> Value {
+        let ctx = WidgetContext::of(event);
+        let request = match ActionRequest::parse(&self.config, event) {
+            Ok(r) => r,
+            Err(Rejected { queue, reason }) => {
+                tracing::info!(outcome = "refused", reason = %reason, "triage action");
+                let line = notice(false, &format!("Refused: {reason}"));
+                let html = match queue {
+                    Some(q) => format!("{line}{}", self.render_queue(&q, &ctx).await),
+                    None => line,
+                };
+                return Value::String(html);
+            }
+        };
+        let (ok, text) = self.apply(&request, &ctx, now_ms).await;
+        tracing::info!(
+            queue = request.queue.name(),
+            group = %request.group,
+            action = request.kind.as_str(),
+            plan = %request.plan_id,
+            outcome = if ok { "done" } else { "refused" },
+            "triage action"
+        );
+        let line = notice(ok, &text);
+        Value::String(format!(
+            "{line}{}",
+            self.render_queue(&request.queue, &ctx).await
+        ))
+    }
+
+    async fn apply(&self, r: &ActionRequest, ctx: &WidgetContext, now_ms: i64) -> (bool, String) {
+        if matches!(r.kind, Kind::Replay | Kind::Discard) {
+            return self.command_line(r).await;
+        }
+        let who = ctx.who();
+        let group = r.group.as_str();
+        let plan = r.plan_id.as_str();
+        let result = triage_store::update(&self.store, r.queue.as_str(), |b| {
+            let rec = b.get(group)?;
+            let current = rec.plan_id.clone().unwrap_or_default();
+            if current != plan {
+                return Err(Refused::Invalid(format!(
+                    "the widget showed plan {plan} of group {group}, the book's current plan is {}: look at the group again (shown below) and act on what it holds now",
+                    if current.is_empty() { "none" } else { &current }
+                )));
+            }
+            let count = rec.plan_size.unwrap_or(rec.last_count);
+            match &r.kind {
+                Kind::Acknowledge => b.acknowledge(group, &who, now_ms)?,
+                Kind::Hold { hours } => {
+                    let until = now_ms + i64::try_from(*hours).unwrap_or(0) * 3_600_000;
+                    b.hold(group, &who, Some(until), None, now_ms)?
+                }
+                Kind::Release => b.release(group, &who, now_ms)?,
+                Kind::Note { text } => b.note(group, &who, text, now_ms)?,
+                Kind::Replay | Kind::Discard => {
+                    unreachable!("answered with their command line before any change")
+                }
+            }
+            b.stamp_last_audit(group, plan, count);
+            Ok(())
+        })
+        .await;
+        match result {
+            Ok(((), _)) => (true, r.kind.done(group, r.queue.name())),
+            Err(TriageError::Refused(e)) => (false, format!("Refused: {e}")),
+            Err(e) => (false, format!("Not done: {e}")),
+        }
+    }
+
+    /// Replay and discard from the console: the command that does it, after the same checks
+    /// (the group is in the book with this plan). Nothing is changed.
+    async fn command_line(&self, r: &ActionRequest) -> (bool, String) {
+        let book = match self.store.load(r.queue.as_str()).await {
+            Ok(b) => b.map(|(_, b)| b),
+            Err(e) => return (false, format!("Not done: {e}")),
+        };
+        let group = r.group.as_str();
+        let plan = r.plan_id.as_str();
+        let current = book
+            .as_ref()
+            .and_then(|b| b.groups.get(group))
+            .map(|rec| rec.plan_id.clone().unwrap_or_default());
+        match current {
+            None => {
+                return (
+                    false,
+                    format!("Refused: {}", Refused::Unknown(group.to_string())),
+                );
+            }
+            Some(c) if c != plan => {
+                return (
+                    false,
+                    format!(
+                        "Refused: the widget showed plan {plan} of group {group}, the book's current plan is {c}"
+                    ),
+                );
+            }
+            Some(_) => {}
+        }
+        let table = &self.config.table;
+        let queue = r.queue.as_str();
+        let text = match r.kind {
+            Kind::Replay => format!(
+                "Replay moves messages, which this console leaves to the CLI: nothing was changed. Run: redrive triage replay {group} {queue} --plan {plan} --table {table}"
+            ),
+            _ => format!(
+                "Discard deletes messages (archived first), which this console leaves to the CLI: nothing was changed. Run: redrive triage discard {group} {queue} --plan {plan} --archive s3://BUCKET/PREFIX --table {table}"
+            ),
+        };
+        (true, text)
+    }
+}
