@@ -36,6 +36,7 @@
 #[cfg(feature = "dynamodb")]
 pub mod aws;
 pub mod cache;
+pub mod cause;
 pub mod engine;
 pub mod envelope;
 #[cfg(feature = "fake")]
@@ -50,6 +51,7 @@ pub mod record;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 
+pub use cause::FailureCause;
 pub use engine::{
     BatchItemFailure, BatchResponse, Consumer, EventError, EveryRecordFailed, FailedIds, Handled,
     MAX_STORED_RESULT_BYTES, Outcome, RecordReport, Settings, key_digest,
