@@ -46,6 +46,12 @@ pub(super) fn print_groups(
                 r.looked_up, r.found
             ))
         );
+        if r.looked_up > 0 && r.found == 0 {
+            println!(
+                "{} no cause record matched: check --causes-key and --causes-namespace against the consumer's IDEMPOTENCY_KEY and IDEMPOTENCY_NAMESPACE (a deployed consumer's namespace is its function's name)",
+                s.warn("note:")
+            );
+        }
     }
     for (i, g) in groups.iter().enumerate() {
         print_group(s, i + 1, g, origins.of(&g.id));

@@ -228,6 +228,30 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
         text.stdout
     );
 
+    // AND a namespace other than the consumer's finds no record, and says so
+    let other = redrive(&[
+        "triage",
+        &q.dlq_url,
+        "--causes-table",
+        &table,
+        "--causes-namespace",
+        "another-consumer",
+    ]);
+    assert_eq!(other.code, 0, "{}", other.stderr);
+    assert!(
+        other
+            .stdout
+            .contains("13 message(s) carried no cause: 0 found in the consumer's records"),
+        "{}",
+        other.stdout
+    );
+    assert!(
+        other.stdout.contains("no cause record matched"),
+        "{}",
+        other.stdout
+    );
+    assert!(!other.stdout.contains("HTTP_503"), "{}", other.stdout);
+
     // AND `triage show` of a recorded cause's group finds its messages with the same table
     let id = outage["id"].as_str().unwrap();
     let show = redrive(&[
