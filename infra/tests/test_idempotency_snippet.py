@@ -53,7 +53,8 @@ class IdempotencySnippet(unittest.TestCase):
         policy = self.snippet["Resources"]["IdempotencyTablePolicy"]["Properties"]["PolicyDocument"]["Statement"]
         ours = self.statement(policy, "IdempotencyRecords")
         self.assertEqual(ours, shipped)
-        self.assertEqual(sorted(ours["Action"]), ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem"])
+        self.assertEqual(sorted(ours["Action"]), ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem",
+                                                  "dynamodb:UpdateItem"])
         self.assertEqual(ours["Resource"], {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})
 
     def test_the_snippet_is_cfn_lint_and_guard_clean(self):

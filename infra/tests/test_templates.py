@@ -409,11 +409,11 @@ class RoleGrants(unittest.TestCase):
         self.assertEqual((describe[0]["Resource"], _actions(describe[0])), ("*", ["cloudwatch:DescribeAlarms"]))
         self.assertNotIn("RedriverGuardAlarmsPolicy", self.resources)
 
-    def test_consumer_does_not_get_update_item(self):
+    def test_consumer_gets_its_records_and_the_cause_update_only(self):
         actions = {a for s in self.statements("ConsumerRole") for a in _actions(s)}
-        self.assertNotIn("dynamodb:UpdateItem", actions)
         self.assertEqual(sorted(a for a in actions if a.startswith("dynamodb:")),
-                         ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem"])
+                         ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem",
+                          "dynamodb:UpdateItem"])
 
     # That every call of the code is granted is no longer read from the source text: the
     # functions run under these roles, rendered by tests/iam_policy.py, in the IAM-enforced

@@ -174,6 +174,8 @@ pub fn cli_env_as(
             }
         } else if flag == "--circuit-table" || flag == "--table" {
             resources.insert("CircuitTable".into(), arg.to_string());
+        } else if flag == "--causes-table" {
+            resources.insert("IdempotencyTable".into(), arg.to_string());
         } else if flag == "--alert-topic" {
             let name = arg.rsplit(':').next().unwrap_or_default();
             resources.insert("AlertsTopic".into(), name.to_string());

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 /// Variables of the re-driver and the consumer, and output switches, that a developer's shell
 /// might have set.
-const CALLER_VARS: [&str; 16] = [
+const CALLER_VARS: [&str; 19] = [
     "PROTECT_DLQS",
     "PROTECT_TAG",
     "CIRCUIT_TABLE",
@@ -29,6 +29,9 @@ const CALLER_VARS: [&str; 16] = [
     "GUARD_ALARM_NAMES",
     "BACKOFF_BASE_SECONDS",
     "IDEMPOTENCY_TTL_SECONDS",
+    "REDRIVE_CAUSES_TABLE",
+    "REDRIVE_CAUSES_KEY",
+    "REDRIVE_CAUSES_NAMESPACE",
 ];
 
 /// How a run of the binary ended.

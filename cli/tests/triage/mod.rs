@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 mod act;
+mod causes;
 
 use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
 use redrive_tests::{QueueSet, moto, send_raw, unique_name};

@@ -10,6 +10,10 @@ use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use redrive_shared::limits::Outgoing;
 use redrive_shared::sdk::{attributes_to_sdk, trace_header_to_sdk};
 
+use redrive_shared::timefmt::rfc3339_from_millis;
+use redrive_shared::triage::normalise;
+
+use crate::cause::{FailureCause, attr};
 use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError, QueueOps};
 
 /// Attribute names of an idempotency record (see the contract).
@@ -106,6 +110,74 @@ fn with_payload_hash(request: PutItemFluentBuilder, claim: &Claim) -> PutItemFlu
         Some(hash) => request.item(item::PAYLOAD_HASH, s(hash)),
         None => request,
     }
+}
+
+/// The update of a cause item: the last failure wins, the first failure's time is kept, one more
+/// failed attempt is counted.
+pub const CAUSE_UPDATE: &str = "SET #class = :class, #code = :code, #message = :message, #version = :version, #last = :at, #first = if_not_exists(#first, :at), #expiration = :expiration ADD #attempts :one";
+
+/// Records the cause of one failed attempt in the cause item of its idempotency key, in the
+/// idempotency table `table`: one UpdateItem (see [`crate::cause`] for the item and why it
+/// exists). The consumer calls it on every failed attempt; a consumer of your own calls it the
+/// same way, so that `redrive triage --causes-table` can name the cause of a message SQS moved
+/// to the DLQ after `maxReceiveCount` failed receives.
+///
+/// ```
+/// use redrive_consumer::IdempotencyKey;
+/// use redrive_consumer::aws_sdk_dynamodb::Client;
+/// use redrive_consumer::cause::{ErrorClass, FailureCause};
+///
+/// // The message's idempotency key as the consumer computes it: by default its
+/// // originalMessageId (from x-redrive), else its MessageId.
+/// let key = IdempotencyKey::try_from("0b7a2f3e-5c1d-4e8f-9a6b-2d3c4e5f6a7b".to_string()).unwrap();
+/// let cause = FailureCause::new(
+///     &key,
+///     None,
+///     ErrorClass::Transient,
+///     "HTTP_503",
+///     "POST /v1/orders/81234 answered 503 after 1500ms",
+/// );
+/// // The text is kept normalised: no ids, no values.
+/// assert_eq!(cause.message, "POST /v1/orders/<num> answered <num> after <duration>");
+/// assert_eq!(cause.item_id, format!("cause#{}", key.record_id(None)));
+///
+/// // On a failed attempt, in your handler (a failed write must not change the message's
+/// // outcome: log it and go on).
+/// async fn on_failure(client: &Client, cause: &FailureCause) {
+///     if let Err(e) = redrive_consumer::aws::record_cause(client, "orders-idempotency", cause).await {
+///         eprintln!("the cause was not recorded: {e}");
+///     }
+/// }
+/// ```
+pub async fn record_cause(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    cause: &FailureCause,
+) -> Result<(), PortError> {
+    client
+        .update_item()
+        .table_name(table)
+        .key(attr::ID, s(&cause.item_id))
+        .update_expression(CAUSE_UPDATE)
+        .expression_attribute_names("#class", attr::CLASS)
+        .expression_attribute_names("#code", attr::CODE)
+        .expression_attribute_names("#message", attr::MESSAGE)
+        .expression_attribute_names("#version", attr::NORMALISER_VERSION)
+        .expression_attribute_names("#last", attr::LAST_FAILED_AT)
+        .expression_attribute_names("#first", attr::FIRST_FAILED_AT)
+        .expression_attribute_names("#expiration", attr::EXPIRATION)
+        .expression_attribute_names("#attempts", attr::ATTEMPTS)
+        .expression_attribute_values(":class", s(cause.class.as_str()))
+        .expression_attribute_values(":code", s(&cause.code))
+        .expression_attribute_values(":message", s(&cause.message))
+        .expression_attribute_values(":version", n(i64::from(normalise::CURRENT.number())))
+        .expression_attribute_values(":at", s(&rfc3339_from_millis(cause.at_ms)))
+        .expression_attribute_values(":expiration", n(cause.expiration_s))
+        .expression_attribute_values(":one", n(1))
+        .send()
+        .await
+        .map_err(|e| port_error("UpdateItem", e))?;
+    Ok(())
 }
 
 /// The key the init-time warm-up reads (see [`DynamoDbStore::warm_up`]).
@@ -240,6 +312,10 @@ impl IdempotencyStore for DynamoDbStore {
             }
             Err(e) => Err(port_error("DeleteItem", e)),
         }
+    }
+
+    async fn record_cause(&self, cause: &FailureCause) -> Result<(), PortError> {
+        record_cause(&self.client, &self.table, cause).await
     }
 }
 

@@ -29,4 +29,4 @@ pub use fixtures::{
 };
 pub use processor::{ScriptedProcessor, Step};
 pub use queue::{FAKE_QUEUE_HOST, FakeQueue, QueueCall};
-pub use store::{FakeStore, Record, Status, StoreCalls};
+pub use store::{FakeStore, Record, Status, StoreCalls, StoredCause};

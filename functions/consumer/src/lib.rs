@@ -17,6 +17,10 @@
 //! - Partial batch responses: each record is read and handled on its own; transient failures
 //!   are retried after the shared backoff (ChangeMessageVisibility), permanent ones are
 //!   fast-tracked to the DLQ with a `lastError` stamp so that the re-driver isolates them.
+//! - The cause of every failed attempt (class, code, normalised text, first and last time,
+//!   attempts) recorded in the same table under the message's idempotency key ([`cause`]), so
+//!   that `redrive triage --causes-table` can name why a message that SQS moved to the DLQ after
+//!   `maxReceiveCount` failed; [`aws::record_cause`] writes it for a consumer of your own.
 //! - The processor's output is stored with the COMPLETED record and handed back to duplicates
 //!   ([`Processor::duplicate`]).
 //! - Payloads that reach the queue through SNS or EventBridge unwrapped by typed envelopes, as
@@ -36,6 +40,7 @@
 #[cfg(feature = "dynamodb")]
 pub mod aws;
 pub mod cache;
+pub mod cause;
 pub mod engine;
 pub mod envelope;
 #[cfg(feature = "fake")]
@@ -50,6 +55,7 @@ pub mod record;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 
+pub use cause::FailureCause;
 pub use engine::{
     BatchItemFailure, BatchResponse, Consumer, EventError, EveryRecordFailed, FailedIds, Handled,
     MAX_STORED_RESULT_BYTES, Outcome, RecordReport, Settings, key_digest,

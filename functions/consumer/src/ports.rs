@@ -6,6 +6,8 @@ use std::future::Future;
 
 use redrive_shared::limits::Outgoing;
 
+use crate::cause::FailureCause;
+
 /// A whole call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{operation} failed ({code}): {message}")]
@@ -110,6 +112,19 @@ pub trait IdempotencyStore: Sync {
     /// Deletes the record if it is still this claim's IN_PROGRESS record; a record that is
     /// no longer ours is left alone (and is not an error).
     fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), PortError>> + Send;
+
+    /// Records the cause of a failed attempt in its cause item (`cause#<record id>`, see
+    /// [`crate::cause`]): the last failure's class, code, normalised text and time, the first
+    /// failure's time kept, one more failed attempt counted. Never reads or changes the key's
+    /// idempotency record. The default records nothing: a store of your own that keeps no
+    /// causes leaves triage to group its messages by what they carry.
+    fn record_cause(
+        &self,
+        cause: &FailureCause,
+    ) -> impl Future<Output = Result<(), PortError>> + Send {
+        let _ = cause;
+        async { Ok(()) }
+    }
 }
 
 /// The SQS calls of the failure paths. The happy path makes none of them.
@@ -159,6 +174,12 @@ impl<T: IdempotencyStore + Send> IdempotencyStore for &T {
     }
     fn release(&self, claim: &Claim) -> impl Future<Output = Result<(), PortError>> + Send {
         (**self).release(claim)
+    }
+    fn record_cause(
+        &self,
+        cause: &FailureCause,
+    ) -> impl Future<Output = Result<(), PortError>> + Send {
+        (**self).record_cause(cause)
     }
 }
 

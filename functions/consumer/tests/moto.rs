@@ -777,3 +777,76 @@ async fn the_dynamodb_store_returns_the_stored_result_with_the_failed_claim() {
         )
     );
 }
+
+#[tokio::test]
+async fn each_failed_attempt_records_its_cause_beside_the_record_and_the_last_one_wins() {
+    // GIVEN the shipped consumer without a DLQ and a downstream answering 503
+    let w = World::new(false).await;
+    let (id, received) = w.send_and_receive_one("{\"x\":1}").await;
+    w.downstream.set_mode(Mode::Status(503));
+    let consumer = w.consumer(w.config(false, &[]));
+
+    // WHEN the message fails
+    let first = w.handle(&consumer, &received).await;
+    assert_eq!(first.response.failed_ids(), [id.as_str()]);
+
+    // THEN the key's cause item holds the cause, and the claim was released as ever
+    assert!(w.record(&id).await.is_none());
+    let cause = w.cause(&id).await.expect("a cause item");
+    let s = |name: &str| cause[name].as_s().unwrap().clone();
+    let n = |name: &str| cause[name].as_n().unwrap().parse::<i64>().unwrap();
+    assert_eq!(
+        (s("class"), s("code"), s("message")),
+        (
+            "transient".to_string(),
+            "HTTP_503".to_string(),
+            "downstream answered <num>".to_string()
+        )
+    );
+    assert_eq!((n("attempts"), n("normaliserVersion")), (1, 2));
+    assert_eq!(s("firstFailedAt"), s("lastFailedAt"));
+    let first_at = s("firstFailedAt");
+    // ... expiring with the idempotency TTL, in the table's TTL attribute
+    let at_s = redrive_shared::timefmt::millis_from_rfc3339(&first_at).unwrap() / 1000;
+    let ttl = redrive_shared::config::DEFAULT_IDEMPOTENCY_TTL_SECONDS as i64;
+    assert!((n("expiration") - at_s - ttl).abs() <= 1);
+    assert!(!cause.contains_key("status"), "never an idempotency record");
+
+    // WHEN it comes back and the downstream now rejects it (400, permanent)
+    let again = comes_back(&w.sqs, &w.queues.source_url, 1, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    w.downstream.set_mode(Mode::Status(400));
+    let second = w.handle(&consumer, &again).await;
+    assert_eq!(second.response.failed_ids(), [id.as_str()]);
+
+    // THEN the last failure wins and the first failure's time is kept
+    let cause = w.cause(&id).await.unwrap();
+    let s = |name: &str| cause[name].as_s().unwrap().clone();
+    assert_eq!(
+        (s("class"), s("code")),
+        ("permanent".to_string(), "HTTP_400".to_string())
+    );
+    assert_eq!(cause["attempts"].as_n().unwrap(), "2");
+    assert_eq!(s("firstFailedAt"), first_at);
+    assert!(s("lastFailedAt") > first_at);
+
+    // WHEN its visibility times out (no DLQ: a permanent failure is only reported) and the
+    // downstream recovers
+    w.sqs
+        .change_message_visibility()
+        .queue_url(&w.queues.source_url)
+        .receipt_handle(again[0].receipt_handle().unwrap())
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    let third = comes_back(&w.sqs, &w.queues.source_url, 1, Duration::from_secs(5)).await;
+    w.downstream.set_mode(Mode::Healthy);
+    let done = w.handle(&consumer, &third).await;
+
+    // THEN the claim protocol went on undisturbed beside the cause item
+    assert!(done.response.batch_item_failures.is_empty());
+    assert_eq!(w.status(&id).await.as_deref(), Some("COMPLETED"));
+    assert_eq!(w.downstream.deliveries(&id), 1);
+    assert_eq!(w.scan().await.len(), 2, "the record and the cause item");
+}

@@ -4,6 +4,8 @@
 //!
 //! - [`normalise`]: the versioned normaliser of variable text (ids, numbers, addresses, times).
 //! - [`facts`]: what one message carries: its recorded cause, attempts, isolation, source.
+//! - [`cause`]: the cause record a consumer keeps outside the message, keyed by its
+//!   idempotency key, for the messages SQS moves to the DLQ untouched.
 //! - [`shape`]: the body shape (JSON keys and types) that groups a message with no cause.
 //! - [`group`]: the group id, a pure function of the cause and the normaliser version.
 //! - [`action`]: the fixed table of recommended actions.
@@ -14,6 +16,7 @@
 //! The design notes are in docs/triage.md.
 
 pub mod action;
+pub mod cause;
 pub mod facts;
 pub mod group;
 pub mod grouper;

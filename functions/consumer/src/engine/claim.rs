@@ -7,6 +7,7 @@ use futures_util::FutureExt;
 use redrive_shared::key::{IdempotencyKey, PayloadHash};
 use redrive_shared::meta::RedriveMeta;
 
+use crate::cause::FailureCause;
 use crate::message::Message;
 use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, QueueOps};
 use crate::process::{BODY_NOT_PARSED, FromBody, ProcessError, Processor};
@@ -139,7 +140,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S,
             // Replaying the same bytes cannot make them parse.
             Err(reason) => Err(ProcessError::permanent(BODY_NOT_PARSED, reason)),
         };
-        match result {
+        let error = match result {
             Ok(output) => {
                 let stored = self.stored_result(message, &output);
                 let expiration_s = self.complete(message, key, &claim, stored.as_deref()).await;
@@ -151,18 +152,22 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S,
                         .with_result(stored.clone())
                         .with_payload_hash(claim.payload_hash.clone()),
                 );
-                Settled {
+                return Settled {
                     outcome: Outcome::Processed,
                     error: None,
                     result: stored,
                     payload: None,
-                }
+                };
             }
-            Err(ProcessError::Transient {
+            Err(error) => error,
+        };
+        self.record_cause(message, key, &error).await;
+        match error {
+            ProcessError::Transient {
                 code,
                 message: text,
                 retry_after,
-            }) => {
+            } => {
                 tracing::info!(
                     message_id = %message.message_id,
                     key_digest = %key_digest(key.as_str()),
@@ -178,10 +183,10 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S,
                 }
                 .into()
             }
-            Err(ProcessError::Permanent {
+            ProcessError::Permanent {
                 code,
                 message: text,
-            }) => {
+            } => {
                 let outcome = self.give_up(message, meta, &code, &text).await;
                 self.release(&claim).await;
                 Settled {
@@ -191,6 +196,25 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S,
                     result: None,
                 }
             }
+        }
+    }
+
+    /// Records why this attempt failed in the key's cause item ([`crate::cause`]), so that a
+    /// message SQS later moves to the DLQ untouched can be classified. A failed write is logged
+    /// (the key's digest and the store's error, never the body) and changes nothing else.
+    async fn record_cause(&self, message: &Message, key: &IdempotencyKey, error: &ProcessError) {
+        let now = now_ms();
+        let cause = FailureCause::of_error(key, self.config.key_namespace.as_deref(), error)
+            .at(now)
+            .expiring(self.expiration_s(now));
+        if let Err(e) = self.store.record_cause(&cause).await {
+            tracing::warn!(
+                message_id = %message.message_id,
+                key_digest = %key_digest(key.as_str()),
+                code = error.code(),
+                error = %e,
+                "could not record the failure's cause; the message's outcome is unchanged"
+            );
         }
     }
 

@@ -1159,4 +1159,5 @@ async fn fifo_twins_in_other_groups_take_the_first_outcome() {
 }
 
 mod batch;
+mod causes;
 mod keys;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redrive_shared::key::IdempotencyKey;
 
+use crate::cause::{ErrorClass, FailureCause};
 use crate::ports::{Claim, ClaimOutcome, CompletedRecord, IdempotencyStore, PortError};
 
 use super::{lock, unavailable};
@@ -44,6 +45,21 @@ impl Record {
     }
 }
 
+/// One stored cause item, as the DynamoDB adapter's update leaves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCause {
+    pub class: ErrorClass,
+    pub code: String,
+    pub message: String,
+    /// The first failure's time (kept by later writes), epoch milliseconds.
+    pub first_failed_ms: i64,
+    /// The last failure's time, epoch milliseconds.
+    pub last_failed_ms: i64,
+    /// Failed attempts recorded.
+    pub attempts: u32,
+    pub expiration_s: i64,
+}
+
 /// Calls per operation.
 #[derive(Debug, Default)]
 pub struct StoreCalls {
@@ -52,6 +68,8 @@ pub struct StoreCalls {
     pub release: AtomicU64,
     /// Reads: the fake never needs one, so this stays 0 (the happy path costs no read).
     pub read: AtomicU64,
+    /// Cause writes (one per failed attempt); not counted in [`StoreCalls::writes`].
+    pub cause: AtomicU64,
 }
 
 impl StoreCalls {
@@ -66,6 +84,7 @@ impl StoreCalls {
 #[derive(Debug, Default)]
 pub struct FakeStore {
     records: Mutex<HashMap<String, Record>>,
+    causes: Mutex<HashMap<String, StoredCause>>,
     faults: Mutex<HashMap<&'static str, VecDeque<PortError>>>,
     /// Claims that are applied and then answered with an error (the reply was lost).
     lost_claim_replies: Mutex<u32>,
@@ -92,6 +111,17 @@ impl FakeStore {
         self.record(&id)
     }
 
+    /// The cause item whose `id` is `id` ([`crate::cause::item_id`] of a key).
+    pub fn cause(&self, id: &str) -> Option<StoredCause> {
+        lock(&self.causes).get(id).cloned()
+    }
+
+    /// The cause item of an idempotency key, for a consumer without a namespace.
+    pub fn cause_of_key(&self, key: &str) -> Option<StoredCause> {
+        let key = IdempotencyKey::try_from(key.to_string()).ok()?;
+        self.cause(&crate::cause::item_id(&key, None))
+    }
+
     /// Every record id in the table.
     pub fn ids(&self) -> Vec<String> {
         lock(&self.records).keys().cloned().collect()
@@ -109,7 +139,7 @@ impl FakeStore {
         self.len() == 0
     }
 
-    /// The next call of `operation` (`"claim"`, `"complete"`, `"release"`) fails.
+    /// The next call of `operation` (`"claim"`, `"complete"`, `"release"`, `"cause"`) fails.
     pub fn fail_next(&self, operation: &'static str) {
         lock(&self.faults)
             .entry(operation)
@@ -220,6 +250,29 @@ impl IdempotencyStore for FakeStore {
         if records.get(&claim.key).and_then(|r| r.token.as_deref()) == Some(claim.token.as_str()) {
             records.remove(&claim.key);
         }
+        Ok(())
+    }
+
+    async fn record_cause(&self, cause: &FailureCause) -> Result<(), PortError> {
+        self.calls.cause.fetch_add(1, Ordering::SeqCst);
+        self.fault("cause")?;
+        let mut causes = lock(&self.causes);
+        let first_failed_ms = causes
+            .get(&cause.item_id)
+            .map_or(cause.at_ms, |c| c.first_failed_ms);
+        let attempts = causes.get(&cause.item_id).map_or(0, |c| c.attempts) + 1;
+        causes.insert(
+            cause.item_id.clone(),
+            StoredCause {
+                class: cause.class.clone(),
+                code: cause.code.clone(),
+                message: cause.message.clone(),
+                first_failed_ms,
+                last_failed_ms: cause.at_ms,
+                attempts,
+                expiration_s: cause.expiration_s,
+            },
+        );
         Ok(())
     }
 }

@@ -184,6 +184,10 @@ impl World {
         }
         self.scan().await.into_iter().find(|item| {
             let id = item["id"].as_s().unwrap();
+            // A key's cause item (`cause#<record id>`) is not its record.
+            if id.starts_with(redrive_consumer::cause::ID_PREFIX) {
+                return false;
+            }
             id == key
                 || hashes
                     .iter()
@@ -194,6 +198,26 @@ impl World {
     fn hash_of(key: &str) -> String {
         IdempotencyKey::try_from(key.to_string())
             .map(|k| k.record_id(None))
+            .unwrap_or_default()
+    }
+
+    /// The cause item of `key` (an idempotency key, or a chain id sent by [`World::send`]),
+    /// for a consumer without a namespace.
+    pub async fn cause(&self, key: &str) -> Option<HashMap<String, AttributeValue>> {
+        let mut ids = vec![Self::cause_id_of(key)];
+        if let Some(body) = self.chains.lock().unwrap().get(key) {
+            let key = derive(&KeySource::Message, key, body, &Default::default()).unwrap();
+            ids.push(Self::cause_id_of(key.as_str()));
+        }
+        self.scan()
+            .await
+            .into_iter()
+            .find(|item| ids.iter().any(|id| item["id"].as_s().unwrap() == id))
+    }
+
+    fn cause_id_of(key: &str) -> String {
+        IdempotencyKey::try_from(key.to_string())
+            .map(|k| redrive_consumer::cause::item_id(&k, None))
             .unwrap_or_default()
     }
 

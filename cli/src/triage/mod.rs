@@ -6,21 +6,25 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
+mod causes;
+mod render;
+
+pub use causes::{CauseLookup, CausesArgs};
+
 use clap::{ArgGroup, Args, Subcommand};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use redrive_console::{Contents, Depth, GroupView, RenderOptions, Theme, TriageView};
+use redrive_console::Depth;
 use redrive_engine::ports::Received;
 use redrive_shared::archive::parse_jsonl;
 use redrive_shared::meta::ATTRIBUTE_NAME;
 use redrive_shared::triage::grouper::belongs;
 use redrive_shared::triage::{
-    Group, GroupId, Grouper, GroupingConfig, Observation, Rules, normalise,
+    Facts, GroupId, Grouper, GroupingConfig, Observation, RecordedCause, Rules, normalise,
 };
 
 use super::inspect::{facts, warn_if_receives_count};
-use super::output::Style;
 use super::queues::QueueRef;
 use super::scan::{Reach, Scanner, Status, Stop};
 use super::triage_act::{
@@ -28,6 +32,8 @@ use super::triage_act::{
 };
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
+use causes::{Batcher, Origins};
+use render::{HtmlPage, print_group, print_groups};
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -129,6 +135,8 @@ pub struct PassArgs {
     pub source: Option<String>,
     #[command(flatten)]
     pub book: BookArgs,
+    #[command(flatten)]
+    pub causes: CausesArgs,
 }
 
 /// How much of the input one pass grouped.
@@ -148,17 +156,39 @@ pub struct Coverage {
     pub not_reached: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// With `--causes-table`: messages whose cause was looked up in the consumer's records
+    /// (their stamp carried none), and of those, found with a record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<RecordCoverage>,
     /// The queue's visible and in-flight messages when the pass began (none for a file).
     #[serde(skip)]
     pub depth: Option<Depth>,
 }
 
+/// Messages whose cause triage looked up in the consumer's records, and found.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordCoverage {
+    pub looked_up: usize,
+    pub found: usize,
+}
+
 /// One message read by a pass, with what triage needs of it.
-struct Read {
+pub struct Read {
     message: Received,
+    /// The cause the consumer recorded outside the message (`--causes-table`), when its stamp
+    /// carries none.
+    cause: Option<RecordedCause>,
 }
 
 impl Read {
+    /// What the message carries, read by `grouper`, completed by its recorded cause.
+    fn facts(&self, grouper: &Grouper) -> Facts {
+        let mut facts = grouper.facts(&self.observation());
+        causes::complete(&mut facts, self.cause.as_ref());
+        facts
+    }
+
     fn observation(&self) -> Observation<'_> {
         let m = &self.message;
         Observation {
@@ -213,21 +243,31 @@ fn config(args: &PassArgs) -> Result<GroupingConfig, CliError> {
     })
 }
 
-/// One pass over the input: every message read is handed to `each`; the queue's messages are
-/// held while the pass runs and released when it ends.
+/// One pass over the input: every message read is handed to `each` (with its recorded cause,
+/// with `--causes-table`); the queue's messages are held while the pass runs and released when
+/// it ends.
 async fn pass(
     ctx: &Ctx,
     args: &PassArgs,
     mut each: impl FnMut(&Read) -> bool,
 ) -> Result<(String, Coverage), CliError> {
+    let mut batcher = Batcher::new(CauseLookup::new(ctx, &args.causes));
+    let (mut grouped, mut repeats) = (0, 0);
+    let mut hand_on = |reads: Vec<Read>, grouped: &mut usize, repeats: &mut usize| {
+        for read in &reads {
+            if each(read) {
+                *grouped += 1;
+            } else {
+                *repeats += 1;
+            }
+        }
+    };
     if let Some(path) = &args.file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| CliError::Config(format!("cannot read {}: {e}", path.display())))?;
         let lines =
             parse_jsonl(&text).map_err(|e| CliError::Config(format!("{}: {e}", path.display())))?;
         let about = lines.len() as u64;
-        let mut grouped = 0;
-        let mut repeats = 0;
         for line in lines.into_iter().take(args.max as usize) {
             let message = Received {
                 message_id: line.message_id,
@@ -240,12 +280,11 @@ async fn pass(
                 trace_header: None,
                 dead_letter_source_arn: None,
             };
-            if each(&Read { message }) {
-                grouped += 1;
-            } else {
-                repeats += 1;
-            }
+            let ready = batcher.push(message).await?;
+            hand_on(ready, &mut grouped, &mut repeats);
         }
+        let ready = batcher.flush().await?;
+        hand_on(ready, &mut grouped, &mut repeats);
         let status = if grouped + repeats < about as usize {
             "sample"
         } else {
@@ -258,6 +297,7 @@ async fn pass(
             repeats,
             not_reached: None,
             note: None,
+            records: records(&batcher),
             depth: None,
         };
         return Ok((path.display().to_string(), coverage));
@@ -272,21 +312,32 @@ async fn pass(
     warn_if_receives_count(&before, target.name());
     let mut scan = Scanner::new(&queue, url);
     let max = args.max as usize;
-    let (mut grouped, mut repeats) = (0, 0);
-    let walked: Result<(), _> = async {
-        while grouped < max {
-            let batch = scan.next((max - grouped).min(10)).await?;
+    let walked: Result<(), CliError> = async {
+        loop {
+            // Messages waiting for their cause lookup count against --max already.
+            let taken = grouped + batcher.pending();
+            if taken >= max {
+                let ready = batcher.flush().await?;
+                hand_on(ready, &mut grouped, &mut repeats);
+                if grouped >= max {
+                    break;
+                }
+                continue;
+            }
+            let batch = scan
+                .next((max - taken).min(10))
+                .await
+                .map_err(CliError::Aws)?;
             if batch.is_empty() {
                 break;
             }
             for message in batch {
-                if each(&Read { message }) {
-                    grouped += 1;
-                } else {
-                    repeats += 1;
-                }
+                let ready = batcher.push(message).await?;
+                hand_on(ready, &mut grouped, &mut repeats);
             }
         }
+        let ready = batcher.flush().await?;
+        hand_on(ready, &mut grouped, &mut repeats);
         Ok(())
     }
     .await;
@@ -295,11 +346,13 @@ async fn pass(
     } else {
         Stop::Exhausted
     };
-    let reach: Reach = scan.reach(stop, grouped + repeats, &walked).await;
+    let scanned = match &walked {
+        Err(CliError::Aws(e)) => Err(e.clone()),
+        _ => Ok(()),
+    };
+    let reach: Reach = scan.reach(stop, grouped + repeats, &scanned).await;
     scan.release().await;
-    if let Err(e) = walked {
-        return Err(CliError::Aws(e));
-    }
+    walked?;
     let status = match reach.status {
         Status::Complete => "complete",
         Status::Limit => "sample",
@@ -313,6 +366,7 @@ async fn pass(
         repeats,
         not_reached: reach.not_reached,
         note: reach.shortfall(),
+        records: records(&batcher),
         depth: Some(Depth {
             visible: before.visible,
             in_flight: before.in_flight,
@@ -321,18 +375,33 @@ async fn pass(
     Ok((url.to_string(), coverage))
 }
 
+fn records(batcher: &Batcher) -> Option<RecordCoverage> {
+    batcher
+        .counts()
+        .map(|(looked_up, found)| RecordCoverage { looked_up, found })
+}
+
 async fn run_groups(
     ctx: &Ctx,
     args: PassArgs,
     html: Option<HtmlPage>,
 ) -> Result<Outcome, CliError> {
     let mut grouper = Grouper::new(config(&args)?);
+    let mut origins = Origins::default();
     let mut oldest_sent: Option<i64> = None;
     let passed = pass(ctx, &args, |r| {
         if let Some(sent) = r.message.sent_timestamp_ms {
             oldest_sent = Some(oldest_sent.map_or(sent, |o| o.min(sent)));
         }
-        grouper.add(&r.observation()).is_some()
+        let facts = r.facts(&grouper);
+        let origin = facts.cause.as_ref().map(|c| c.origin);
+        match grouper.add_facts(&r.observation(), facts) {
+            Some(id) => {
+                origins.add(&id, origin);
+                true
+            }
+            None => false,
+        }
     })
     .await;
     let (input, coverage) = match passed {
@@ -383,11 +452,11 @@ async fn run_groups(
             "rules": rules,
             "maxAttempts": args.max_attempts,
             "coverage": coverage,
-            "groups": groups,
+            "groups": origins.annotate(&groups),
             "book": book,
         }));
     } else {
-        print_groups(&ctx.style, &input, &coverage, &groups);
+        print_groups(&ctx.style, &input, &coverage, &groups, &origins);
         if let Some(book) = &book {
             let states = book["states"].as_object().map(|m| {
                 m.iter()
@@ -420,6 +489,7 @@ struct Sample {
 async fn run_show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome, CliError> {
     let cfg = config(&args.pass)?;
     let mut members = Grouper::new(config(&args.pass)?);
+    let mut origins = Origins::default();
     let mut samples = Vec::new();
     let now = now_ms();
     let body_chars = args.bodies.then_some(args.body_chars);
@@ -430,9 +500,12 @@ async fn run_show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome, CliError> {
             return false;
         }
         let m = r.observation();
-        let facts = members.facts(&m);
+        let facts = r.facts(&members);
         if belongs(&args.group, &m, &facts, &cfg) {
-            members.add_facts(&m, facts);
+            let origin = facts.cause.as_ref().map(|c| c.origin);
+            if let Some(id) = members.add_facts(&m, facts) {
+                origins.add(&id, origin);
+            }
             if samples.len() < want {
                 let x_redrive = r.message.attributes.get(ATTRIBUTE_NAME).and_then(|a| {
                     let text = a.as_str()?;
@@ -455,7 +528,7 @@ async fn run_show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome, CliError> {
             "group": args.group.to_string(),
             "found": found,
             "coverage": coverage,
-            "groups": groups,
+            "groups": origins.annotate(&groups),
             "samples": samples,
         }));
     } else {
@@ -474,7 +547,7 @@ async fn run_show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome, CliError> {
                     s.dim(&format!("{} is now {} in this build", args.group, g.id))
                 );
             }
-            print_group(s, 0, g);
+            print_group(s, 0, g, origins.of(&g.id));
         }
         for (i, sample) in samples.iter().enumerate() {
             print!("{}", sample.view.render(i + 1, s));
@@ -487,182 +560,4 @@ async fn run_show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome, CliError> {
         return Ok(Outcome::Incomplete);
     }
     Ok(outcome(&coverage))
-}
-
-fn print_groups(s: &Style, input: &str, c: &Coverage, groups: &[Group]) {
-    println!(
-        "{}: grouped {} of about {} message(s) in one pass ({}); {} group(s)",
-        s.bold(input),
-        c.grouped,
-        c.about,
-        c.status,
-        groups.len()
-    );
-    if c.repeats > 0 {
-        println!(
-            "{}",
-            s.dim(&format!(
-                "{} message(s) received twice, counted once",
-                c.repeats
-            ))
-        );
-    }
-    if let Some(note) = &c.note {
-        println!("{} {note}", s.warn("note:"));
-    }
-    for (i, g) in groups.iter().enumerate() {
-        print_group(s, i + 1, g);
-    }
-}
-
-fn print_group(s: &Style, index: usize, g: &Group) {
-    let row = |key: &str, value: String| println!("   {}{value}", s.dim(&format!("{key:<11}")));
-    let head = if index > 0 {
-        format!("[{index}] ")
-    } else {
-        String::new()
-    };
-    println!(
-        "{head}{}  {} message(s)  {}",
-        s.bold(&g.id),
-        g.count,
-        s.warn(g.action.as_str())
-    );
-    row("title", g.title.clone());
-    let cause = match (&g.class, &g.code) {
-        (Some(class), Some(code)) => format!("{class} {code}"),
-        _ => "none recorded".into(),
-    };
-    row("cause", cause);
-    row(
-        "source",
-        g.source.clone().unwrap_or_else(|| "unknown".into()),
-    );
-    row(
-        "attempts",
-        format!("{} to {}", g.attempts.min, g.attempts.max),
-    );
-    let isolation: Vec<String> = g
-        .isolation
-        .iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect();
-    row("isolation", isolation.join(", "));
-    if let (Some(first), Some(last)) = (&g.first_failure, &g.last_failure) {
-        // Without a recorded cause, the times are when the messages were sent.
-        let key = if g.recorded { "failures" } else { "sent" };
-        row(key, format!("{first} to {last}"));
-    }
-    for t in &g.top_values {
-        let top: Vec<String> = t
-            .top
-            .iter()
-            .map(|v| format!("{} ({})", v.value, v.count))
-            .collect();
-        let more = if t.distinct_capped {
-            "1000+".to_string()
-        } else {
-            t.distinct.to_string()
-        };
-        row(
-            &format!("<{}>", t.kind.as_str()),
-            format!("{} of {more} distinct", top.join(", ")),
-        );
-    }
-    if let Some(rule) = &g.rule {
-        row(
-            "rule",
-            format!("{rule} (computed: {})", g.computed_ids.join(", ")),
-        );
-    }
-    row("action", g.action_advice.to_string());
-}
-
-/// The standalone page of `triage --html`: its file is created before the pass, so that a path
-/// that cannot be written fails before any message is read.
-struct HtmlPage {
-    path: PathBuf,
-    file: std::fs::File,
-    theme: Theme,
-}
-
-impl HtmlPage {
-    fn open(path: PathBuf, theme: &str) -> Result<Self, CliError> {
-        let file = std::fs::File::create(&path).map_err(|e| {
-            CliError::Config(format!("cannot write the page {}: {e}", path.display()))
-        })?;
-        Ok(Self {
-            path,
-            file,
-            theme: Theme::from_context(Some(theme)),
-        })
-    }
-
-    fn discard(self) {
-        drop(self.file);
-        let _ = std::fs::remove_file(&self.path);
-    }
-
-    fn write(
-        mut self,
-        input: &str,
-        coverage: &Coverage,
-        groups: &[Group],
-        oldest_sent_ms: Option<i64>,
-        states: &HashMap<String, String>,
-    ) -> Result<(), CliError> {
-        use std::io::Write as _;
-        let now = now_ms();
-        // A queue's name (the last part of its URL), or the file's name.
-        let queue = input.rsplit('/').next().unwrap_or(input).to_string();
-        let contents = if groups.is_empty() && coverage.status == "complete" {
-            Contents::Empty
-        } else {
-            Contents::Groups(
-                groups
-                    .iter()
-                    .cloned()
-                    .map(|g| {
-                        let state = states.get(&g.id).cloned();
-                        GroupView {
-                            state,
-                            ..GroupView::new(g)
-                        }
-                    })
-                    .collect(),
-            )
-        };
-        let view = TriageView {
-            queue,
-            depth: coverage.depth,
-            oldest_age_s: oldest_sent_ms
-                .map(|sent| u64::try_from((now - sent) / 1000).unwrap_or(0)),
-            made_at_ms: Some(now),
-            coverage: Some(redrive_console::Coverage {
-                grouped: coverage.grouped,
-                about: coverage.about,
-                status: coverage.status.to_string(),
-                note: coverage.note.clone(),
-            }),
-            contents,
-        };
-        let page = redrive_console::render(
-            &view,
-            &RenderOptions {
-                theme: self.theme,
-                ..RenderOptions::default()
-            },
-        );
-        self.file
-            .write_all(page.as_bytes())
-            .and_then(|()| self.file.flush())
-            .map_err(|e| {
-                CliError::Config(format!(
-                    "cannot write the page {}: {e}",
-                    self.path.display()
-                ))
-            })?;
-        eprintln!("triage: the page is in {}", self.path.display());
-        Ok(())
-    }
 }

@@ -1,0 +1,268 @@
+//! `redrive triage --causes-table`: messages SQS moved to the DLQ after `maxReceiveCount`
+//! failed receives carry no cause; the consumer recorded one for each failed attempt in its
+//! idempotency table, and triage groups them by it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redrive_consumer::aws::{DynamoDbStore, SqsOps};
+use redrive_consumer::{Consumer, ConsumerConfig, Env, ProcessError, Record};
+use redrive_tests::{
+    QueueSet, create_idempotency_table, moto, queue_counts, receive_raw, send_raw, sqs_event,
+    wait_for_depth,
+};
+use serde_json::Value;
+
+use super::{by_code, redrive, uuid};
+
+/// What the orders consumer takes: a body whose `amountCents` is not a number does not parse
+/// (the consumer's schema error, permanent).
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Order {
+    order_id: String,
+    #[allow(dead_code)]
+    amount_cents: u64,
+}
+
+/// The shipped consumer's runner on the emulator's queue and table, whose downstream answers
+/// 503 to every order (its message names the order and the request).
+async fn consume_until_sqs_moves_them(
+    sqs: &aws_sdk_sqs::Client,
+    ddb: &aws_sdk_dynamodb::Client,
+    q: &QueueSet,
+    table: &str,
+    moved: u64,
+) {
+    let vars = [
+        ("IDEMPOTENCY_TABLE", table.to_string()),
+        ("RETRY_BASE_SECONDS", "1".to_string()),
+        ("RETRY_JITTER", "none".to_string()),
+    ];
+    let config = ConsumerConfig::from_env(&Env(move |k: &str| {
+        vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+    }))
+    .unwrap();
+    let requests = AtomicU64::new(0);
+    let downstream = |order: Order, _record: Record| {
+        let request = uuid(900 + requests.fetch_add(1, Ordering::SeqCst));
+        async move {
+            Err::<(), _>(ProcessError::transient(
+                "HTTP_503",
+                format!(
+                    "POST https://orders.internal:8443/v1/orders/{} returned 503 Service Unavailable (request id {request})",
+                    order.order_id
+                ),
+            ))
+        }
+    };
+    let consumer: Consumer<_, _, _, Order> = Consumer::new(
+        DynamoDbStore::new(ddb.clone(), table),
+        SqsOps {
+            client: sqs.clone(),
+        },
+        downstream,
+        config,
+    );
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "SQS did not move the failing messages to the DLQ"
+        );
+        // Received for 1 s: a permanent failure (no DLQ_URL: reported failed) comes back then,
+        // a transient one after the consumer's 1 s backoff.
+        let received = receive_raw(sqs, &q.source_url, 1).await;
+        if received.is_empty() {
+            let (visible, in_flight, delayed) = queue_counts(sqs, &q.source_url).await.unwrap();
+            if visible + in_flight + delayed == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            continue;
+        }
+        let handled = consumer
+            .handle(
+                &sqs_event(&received, &q.source_arn),
+                (now_ms() + 60_000) as u64,
+            )
+            .await
+            .unwrap();
+        // Every record failed: the event source mapping deletes none of them.
+        assert_eq!(
+            handled.response.batch_item_failures.len(),
+            received.len(),
+            "{:?}",
+            handled.records
+        );
+    }
+    // SQS moved every one of them after its second failed receive.
+    wait_for_depth(sqs, &q.dlq_url, moved, Duration::from_secs(10)).await;
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_recorded() {
+    // GIVEN a source queue that SQS moves to its DLQ after 2 receives, and the consumer's table
+    let sqs = moto().sqs().await;
+    let ddb = moto().dynamodb().await;
+    let q = QueueSet::create(&sqs, false, 2).await;
+    let table = create_idempotency_table(&ddb).await;
+    // ... orders whose downstream is unavailable, and orders the consumer cannot parse
+    for i in 0..6 {
+        let body = format!(
+            "{{\"orderId\":\"{}\",\"amountCents\":{}}}",
+            uuid(300 + i),
+            100 + i
+        );
+        send_raw(&sqs, &q.source_url, &body, &[]).await;
+    }
+    for i in 0..3 {
+        let body = format!("{{\"orderId\":\"o-{i}\",\"amountCents\":\"12,{i}0\"}}");
+        send_raw(&sqs, &q.source_url, &body, &[]).await;
+    }
+
+    // WHEN the consumer fails them until SQS moves them (the emulator does, by maxReceiveCount)
+    consume_until_sqs_moves_them(&sqs, &ddb, &q, &table, 9).await;
+    // ... and messages are sent to the DLQ by hand
+    for i in 0..4 {
+        send_raw(&sqs, &q.dlq_url, &format!("{{\"note\":\"hand-{i}\"}}"), &[]).await;
+    }
+
+    // THEN without the consumer's records, the moved messages carry no cause: body shapes
+    let run = redrive(&["triage", &q.dlq_url, "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out = run.json();
+    assert_eq!(out["coverage"]["grouped"], 13, "{out}");
+    let groups = out["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 3, "{out:#}");
+    for g in groups {
+        assert_eq!(g["recorded"], false, "{g:#}");
+        assert_eq!(g["causeOrigin"], Value::Null);
+        assert!(
+            g["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("no recorded cause")
+        );
+    }
+    assert!(out["coverage"].get("records").is_none());
+
+    // WHEN triage reads the consumer's records
+    let run = redrive(&["triage", &q.dlq_url, "--causes-table", &table, "--json"]);
+
+    // THEN exactly three groups: the two recorded causes, and the hand-sent messages
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out = run.json();
+    assert_eq!(out["coverage"]["grouped"], 13, "{out}");
+    assert_eq!(out["coverage"]["records"]["lookedUp"], 13);
+    assert_eq!(out["coverage"]["records"]["found"], 9);
+    let groups = out["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 3, "{out:#}");
+    let g = by_code(groups);
+    let outage = &g["HTTP_503"];
+    assert_eq!(outage["count"], 6);
+    assert_eq!(
+        (
+            &outage["class"],
+            &outage["recorded"],
+            &outage["causeOrigin"]
+        ),
+        (&"transient".into(), &true.into(), &"record".into())
+    );
+    assert_eq!(
+        outage["title"],
+        "POST <url> returned <num> Service Unavailable (request id <uuid>)"
+    );
+    // moto does not stamp DeadLetterQueueSourceArn on the messages it moves; LocalStack does,
+    // as SQS does, and the re-driver will retry a transient cause from a known source
+    match outage["source"].as_str() {
+        Some(source) => {
+            assert_eq!(source, q.source_name);
+            assert_eq!(outage["action"], "redriver-will-retry");
+        }
+        None => assert_eq!(outage["action"], "replay-to-named-queue"),
+    }
+    assert!(outage["firstFailure"].is_string());
+    let schema = &g["BODY_NOT_PARSED"];
+    assert_eq!(schema["count"], 3);
+    assert_eq!(
+        (&schema["class"], &schema["causeOrigin"]),
+        (&"permanent".into(), &"record".into())
+    );
+    assert_eq!(
+        schema["title"],
+        "the body does not parse: invalid type: string, expected u64 at line <num> column <num>"
+    );
+    assert_eq!(schema["action"], "fix-then-replay-canary");
+    let hand = &g["none"];
+    assert_eq!(hand["count"], 4);
+    assert_eq!(hand["causeOrigin"], Value::Null);
+    assert!(
+        hand["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("no recorded cause: body {note:string}"),
+        "{hand:#}"
+    );
+
+    // AND the text output says where the causes were read
+    let text = redrive(&["triage", &q.dlq_url, "--causes-table", &table]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout
+            .contains("13 message(s) carried no cause: 9 found in the consumer's records"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains("transient HTTP_503 (recorded by the consumer, read from --causes-table)"),
+        "{}",
+        text.stdout
+    );
+
+    // AND a namespace other than the consumer's finds no record, and says so
+    let other = redrive(&[
+        "triage",
+        &q.dlq_url,
+        "--causes-table",
+        &table,
+        "--causes-namespace",
+        "another-consumer",
+    ]);
+    assert_eq!(other.code, 0, "{}", other.stderr);
+    assert!(
+        other
+            .stdout
+            .contains("13 message(s) carried no cause: 0 found in the consumer's records"),
+        "{}",
+        other.stdout
+    );
+    assert!(
+        other.stdout.contains("no cause record matched"),
+        "{}",
+        other.stdout
+    );
+    assert!(!other.stdout.contains("HTTP_503"), "{}", other.stdout);
+
+    // AND `triage show` of a recorded cause's group finds its messages with the same table
+    let id = outage["id"].as_str().unwrap();
+    let show = redrive(&[
+        "triage",
+        "show",
+        id,
+        &q.dlq_url,
+        "--causes-table",
+        &table,
+        "--json",
+    ]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert_eq!(show.json()["found"], 6);
+}
