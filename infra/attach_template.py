@@ -95,10 +95,12 @@ def _is_getatt(node, logical: str) -> bool:
 
 
 def rewrite_resources(value, dlq_arns: list[str], source_arns: list[str]):
-    """A statement's Resource with our DLQ replaced by the protected DLQs and our source queue
-    by their sources (nothing, when no DLQ has a source); as it was when it names neither."""
+    """A statement's Resource with our DLQ replaced by the protected DLQs, our source queue by
+    their sources (nothing, when no DLQ has a source) and any other resource attach mode does not
+    create left out; as it was when it names none of them."""
     items = value if isinstance(value, list) else [value]
-    if not any(_is_getatt(i, "DeadLetterQueue") or _is_getatt(i, "SourceQueue") for i in items):
+    gone = [i for i in items if any(_is_getatt(i, logical) for logical in MANAGED_ONLY)]
+    if not gone:
         return value
     out = []
     for item in items:
@@ -106,8 +108,10 @@ def rewrite_resources(value, dlq_arns: list[str], source_arns: list[str]):
             out.extend(dlq_arns)
         elif _is_getatt(item, "SourceQueue"):
             out.extend(source_arns)
-        else:
+        elif item not in gone:
             out.append(item)
+        # Else a resource of managed mode only (the consumer's idempotency table): attach
+        # mode deploys no consumer, so the grant goes (with its statement, when it was alone).
     return out
 
 
