@@ -65,7 +65,7 @@ BESIDE_INFRA_STEPS := test-localstack test-crates demo+soak-moto
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
 include bench/Makefile.inc
 
-.PHONY: setup setup-tools test test-rust test-localstack test-beside-infra lint build demo
+.PHONY: setup setup-tools test test-rust test-localstack test-beside-infra lint build dist demo
 
 setup: setup-tools $(LOCALSTACK_STAMP) setup-chromium
 
@@ -187,6 +187,12 @@ lint: setup
 build: setup-tools
 	$(if $(ARCH),LAMBDA_ARCH=$(ARCH)) bash -c 'source infra/lib.sh && load_config && validate_build_config && \
 		find_cargo_lambda && build_lambdas "$$LAMBDA_DIR" && ls -l "$$LAMBDA_DIR"/*/bootstrap'
+
+# Release artifacts (scripts/dist.sh): each function as a Lambda zip and the CLI as a .tar.gz,
+# for DIST_ARCHS (default x86_64 arm64) with BUILD_PROFILE (default release), SHA256SUMS and a
+# manifest of what they were built from, in DIST_DIR/redrive-VERSION/ (default dist/).
+dist: setup-tools
+	bash scripts/dist.sh
 
 demo: setup
 	@echo "==> demo: the whole system end to end on moto (scripts/demo.sh)"

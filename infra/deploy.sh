@@ -94,14 +94,16 @@ case $LAMBDA_DIR in /*) ;; *) LAMBDA_DIR=$REPO_DIR/$LAMBDA_DIR ;; esac
 say "deploying stack $RESOURCES to $AWS_REGION (account $ACCOUNT_ID)"
 
 # ---------------------------------------------------------------- 2. build
-if [ "$SKIP_BUILD" = true ]; then
+lambda_bins=(redriver archiver)
+if [ "$CONSUMER" = http ]; then lambda_bins+=(consumer); fi
+if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
+if [ -n "${ARTIFACTS-}" ]; then
+    use_artifacts "$LAMBDA_DIR" "${lambda_bins[@]}"
+elif [ "$SKIP_BUILD" = true ]; then
     say "SKIP_BUILD=true: deploying the binaries in $LAMBDA_DIR as they are"
 else
     build_lambdas "$LAMBDA_DIR" || die "cargo lambda build failed (see above). Nothing in AWS was changed."
 fi
-lambda_bins=(redriver archiver)
-if [ "$CONSUMER" = http ]; then lambda_bins+=(consumer); fi
-if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
 for bin in ${lambda_bins[@]+"${lambda_bins[@]}"}; do
     [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing (SKIP_BUILD=true deploys what is there)." \
         "Build it with SKIP_BUILD=false (the default), or copy a built bootstrap there. Nothing in AWS was changed."
@@ -193,7 +195,10 @@ deploy_function() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
     local attempt=1
     say "deploying function $2 (binary $1, ${4} MB, ${5} s)"
     while :; do
-        if (cd "$REPO_DIR" && "$CARGO_LAMBDA" lambda deploy "$2" \
+        if [ -n "${ARTIFACTS-}" ]; then
+            # A release: the AWS CLI uploads its zip as it is (cargo lambda deploy would need cargo).
+            if upload_artifact "$@" >"$WORK/$1.out" 2>"$WORK/$1.err"; then return 0; fi
+        elif (cd "$REPO_DIR" && "$CARGO_LAMBDA" lambda deploy "$2" \
             --binary-name "$1" --lambda-dir "$LAMBDA_DIR" \
             --iam-role "$3" --memory "$4" --timeout "$5" --env-file "$6" --tracing "$TRACING" \
             --region "$AWS_REGION" --retry-attempts 5 \
@@ -209,9 +214,40 @@ deploy_function() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
             attempt=$((attempt + 1))
             continue
         fi
-        die "cargo lambda deploy of $2 failed (see above)." \
+        die "$(if [ -n "${ARTIFACTS-}" ]; then printf 'uploading %s from ARTIFACTS' "$2"; else printf 'cargo lambda deploy of %s' "$2"; fi) failed (see above)." \
             "The stack $RESOURCES is in place; fix the cause and run make deploy again."
     done
+}
+
+# ARTIFACTS: the release's zip for BINARY and LAMBDA_ARCH uploaded with the AWS CLI, with the
+# settings cargo lambda deploy gives a function (runtime provided.al2023, handler bootstrap,
+# role, memory, timeout, environment, tracing, tags): created, or its code and configuration
+# updated. Fails (with the AWS CLI's message on stderr) like cargo lambda deploy does.
+upload_artifact() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
+    local zip environment
+    zip=$(artifact_zip "$1")
+    environment=$WORK/$1.environment.json
+    "${PYTHON:-$REPO_DIR/.venv/bin/python}" -c 'import json, sys
+variables = {}
+for line in open(sys.argv[1], encoding="utf-8"):
+    key, _, value = line.rstrip("\n").partition("=")
+    if key:
+        variables[key] = value[1:-1] if value[:1] == value[-1:] == "\x27" else value
+print(json.dumps({"Variables": variables}))' "$6" >"$environment"
+    local settings=(--role "$3" --memory-size "$4" --timeout "$5" --environment "file://$environment"
+        --tracing-config "Mode=$TRACING" --runtime provided.al2023 --handler bootstrap)
+    if aws_ lambda get-function --function-name "$2" >/dev/null 2>&1; then
+        aws_ lambda update-function-code --function-name "$2" --zip-file "fileb://$zip" \
+            --architectures "$LAMBDA_ARCH" >/dev/null &&
+            aws_ lambda wait function-updated-v2 --function-name "$2" &&
+            aws_ lambda update-function-configuration --function-name "$2" ${settings[@]+"${settings[@]}"} >/dev/null &&
+            aws_ lambda tag-resource --resource "$(aws_ lambda get-function --function-name "$2" \
+                --query Configuration.FunctionArn --output text)" --tags "project=redrive,redrive:stack=$STACK_NAME"
+    else
+        aws_ lambda create-function --function-name "$2" --zip-file "fileb://$zip" \
+            --architectures "$LAMBDA_ARCH" ${settings[@]+"${settings[@]}"} \
+            --tags "project=redrive,redrive:stack=$STACK_NAME" >/dev/null
+    fi
 }
 
 # Publishes the function's current code and configuration as a version (Lambda returns the

@@ -381,12 +381,14 @@ validate_build_config() {
 
 lambda_arch_flag() { if [ "$LAMBDA_ARCH" = x86_64 ]; then printf -- --x86-64; else printf -- --arm64; fi; }
 
-# The functions, always one command (one feature set, so that a second deploy, or one in
-# another mode, rebuilds nothing): the re-driver, the archiver, the shipped consumer (its binary
-# needs the consumer crate's `http` feature) and the Step Functions task function: the ones a
-# deploy uploads (the ones its mode runs). `make build` runs the same. The triage console's two
-# functions are built by their tests until deploy wires them into the dashboard.
-LAMBDA_BINS=(redriver archiver consumer redrive-workflow)
+# The functions, always one command (one feature set, so that a second deploy, one in another
+# mode, or make dist after it rebuilds nothing): the re-driver, the archiver, the shipped
+# consumer (its binary needs the consumer crate's `http` feature) and the Step Functions task
+# function: the ones a deploy uploads (the ones its mode runs); and the operator CLI `redrive`,
+# so that make dist packs exactly the binaries deploy builds (LAMBDA_DIR/redrive/bootstrap is
+# the CLI for LAMBDA_ARCH). `make build` runs the same. The triage console's two functions are
+# built by their tests until deploy wires them into the dashboard.
+LAMBDA_BINS=(redriver archiver consumer redrive-workflow redrive)
 build_lambdas() { # LAMBDA_DIR
     local cmd=(lambda build --profile "$BUILD_PROFILE" "$(lambda_arch_flag)" --lambda-dir "$1"
         --features redrive-consumer/http)
@@ -403,6 +405,32 @@ build_lambdas() { # LAMBDA_DIR
     else
         (cd "$REPO_DIR" && "$CARGO_LAMBDA" ${cmd[@]+"${cmd[@]}"})
     fi
+}
+
+# ARTIFACTS=DIR: the functions of a release (make dist's directory, or its download) instead of
+# a build, so that deploying needs no Rust toolchain: every file is checked against the
+# release's SHA256SUMS first, then each function's zip for LAMBDA_ARCH is unpacked into
+# LAMBDA_DIR/<function>/bootstrap.
+use_artifacts() { # LAMBDA_DIR FUNCTION...
+    local into=$1 out
+    shift
+    case $ARTIFACTS in /*) ;; *) ARTIFACTS=$REPO_DIR/$ARTIFACTS ;; esac
+    if ! out=$("${PYTHON:-$REPO_DIR/.venv/bin/python}" "$REPO_DIR/scripts/dist_pack.py" unpack \
+        --release "$ARTIFACTS" --arch "$LAMBDA_ARCH" --into "$into" ${@+"$@"}); then
+        die "ARTIFACTS=$ARTIFACTS: $out" "Nothing in AWS was changed."
+    fi
+    say "ARTIFACTS=$ARTIFACTS: every file matches its SHA256SUMS; deploying its $LAMBDA_ARCH functions, nothing is built"
+}
+
+# The release's zip of one function for LAMBDA_ARCH (use_artifacts checked it exists).
+artifact_zip() { # BINARY
+    local zip
+    for zip in "$ARTIFACTS"/redrive-*-"$1"-"$LAMBDA_ARCH".zip; do
+        case ${zip##*/} in redrive-cli-*) continue ;; esac
+        printf '%s' "$zip"
+        return 0
+    done
+    return 1
 }
 
 # Stops before anything is changed when a bootstrap is not an ELF executable for LAMBDA_ARCH

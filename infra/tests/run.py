@@ -88,9 +88,30 @@ def classes(suite: unittest.TestSuite) -> tuple[list[str], unittest.TestSuite]:
     return units, broken
 
 
+class TimedResult(unittest.TextTestResult):
+    """A text result that also keeps each test's time, so that a slow test is seen the day it
+    lands (printed, slowest first, after the class's summary)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.times: list[tuple[float, str]] = []
+        self._started = 0.0
+
+    def startTest(self, test) -> None:
+        self._started = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test) -> None:
+        self.times.append((time.monotonic() - self._started, test.id()))
+        super().stopTest(test)
+
+
 def run_here(suite: unittest.TestSuite) -> tuple[int, int, int]:
     """(passed, failed, skipped) of the suite run in this process."""
-    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout, resultclass=TimedResult).run(suite)
+    for seconds, test in sorted(result.times, reverse=True):
+        if seconds >= 1:
+            print(f"infra-time: {seconds:6.1f}s {test}")
     sys.stdout.flush()
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     skipped = len(result.skipped)
