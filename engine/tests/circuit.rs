@@ -555,13 +555,13 @@ async fn moto_the_record_is_written_only_on_the_version_read() {
         .await
         .unwrap();
     assert_eq!((r.state, t.len()), (State::Open, 1));
+    // Under the queue's ARN, whichever form named it.
+    let key = store.key(q);
+    assert_eq!(key, "arn:aws:sqs:us-east-1:000000000000:some-dlq");
     let item = ddb
         .get_item()
         .table_name(&store.table)
-        .key(
-            "queue",
-            aws_sdk_dynamodb::types::AttributeValue::S(q.into()),
-        )
+        .key("queue", aws_sdk_dynamodb::types::AttributeValue::S(key))
         .send()
         .await
         .unwrap()

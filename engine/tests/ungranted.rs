@@ -7,10 +7,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::common;
 use aws_sdk_cloudwatch::types::Statistic;
 use aws_sdk_sqs::types::QueueAttributeName;
 use redrive_engine::aws::{CloudWatch, SqsQueue};
+use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
+use redrive_engine::ports::PortError;
 use redrive_engine::{DrainRequest, Engine, Settings};
+use redrive_shared::Attributes;
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::RedriveMeta;
 use redrive_tests::{
@@ -170,4 +174,35 @@ async fn moto_a_source_the_role_does_not_grant_keeps_its_messages_on_the_dlq_and
     .await;
     let sum: f64 = points.iter().filter_map(|d| d.sum()).sum();
     assert_eq!(sum, 1.0, "{points:?}");
+}
+
+#[tokio::test]
+async fn a_configured_source_that_refuses_is_a_send_failure_that_pages_as_ever() {
+    // GIVEN a DLQ with its configured source (SOURCE_QUEUE_URL, granted by its own stack),
+    // which refuses the next send with AccessDenied
+    let config = common::config(&[]);
+    let sqs: std::sync::Arc<FakeSqs> = common::queues(&config);
+    let cw = FakeCloudWatch::new();
+    sqs.push(common::DLQ, "order-1", Attributes::new(), None);
+    sqs.fail_next(
+        "SendMessageBatch",
+        PortError::new("SendMessageBatch", "AccessDenied", "not authorized", false),
+    );
+    let engine =
+        Engine::new(sqs.clone(), cw.clone(), cw.clone(), config).with_settings(common::settings());
+
+    // WHEN it drains
+    let s = engine.run(&DrainRequest::new(10)).await;
+
+    // THEN the message failed and stays on the DLQ, and RedriveFailures says so (no
+    // DlqLeftAlone: the managed stack's redrive-failures alarm pages)
+    assert_eq!((s.failed, s.ungranted, s.redriven), (1, 0, 0), "{s:?}");
+    assert_eq!(sqs.len(common::DLQ), 1, "lost 0");
+    let published = cw.published.lock().unwrap();
+    let run = &published.last().expect("the run's metrics").2;
+    assert_eq!(
+        (run.redrive_failures, run.dlq_left_alone),
+        (1, 0),
+        "{run:?}"
+    );
 }

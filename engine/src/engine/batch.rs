@@ -174,16 +174,21 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         self.settle(drain, route, &batch, &acked, &deleted, &ungranted);
     }
 
-    /// When the source refused the sender itself (AccessDenied, its KMS key: a source added
-    /// after the deploy, which the role does not name yet), the entries of the copies it did
-    /// not take, which are left on the DLQ; the source is marked for the rest of the run and
-    /// named in an ERROR log, once per run.
+    /// When a protected DLQ's source refused the sender itself (AccessDenied, its KMS key: a
+    /// source added after the deploy, which the role does not name yet), the entries of the
+    /// copies it did not take, which are left on the DLQ; the source is marked for the rest of
+    /// the run and named in an ERROR log, once per run. A configured source (`SOURCE_QUEUE_URL`,
+    /// granted by its own stack) that refuses is a send failure as ever: `RedriveFailures`
+    /// pages.
     fn refused_by_source(
         drain: &Drain<'_>,
         route: Option<&Route>,
         sends: &mut Sends,
     ) -> HashSet<String> {
-        let (Some(route), Some(e)) = (route, sends.source.denied.take()) else {
+        let Some(route) = route.filter(|r| r.arn.is_some()) else {
+            return HashSet::new();
+        };
+        let Some(e) = sends.source.denied.take() else {
             return HashSet::new();
         };
         let ids: HashSet<String> = sends
