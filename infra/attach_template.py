@@ -270,7 +270,8 @@ FLEET_ALARMS = {
                          "The adaptive circuit of a protected DLQ is open: its copies kept bouncing back, so its "
                          "replays stopped. redrive status names the DLQ; redrive circuit close|auto overrides it."),
     "DlqLeftAloneAlarm": ("dlq-left-alone", "DlqLeftAlone", "SUM",
-                          "A protected DLQ is left alone: its redrive: tags are invalid, or its retention cannot be read or "
+                          "A protected DLQ is left alone: its redrive: tags are invalid, a source may not be sent to "
+                          "(added after the deploy: run make deploy), or its retention cannot be read or "
                           "is not above the archive threshold. Its messages are neither drained nor archived; the "
                           "re-driver's or the archiver's ERROR log (action left-alone:...) names the DLQ and why."),
     "ArchiveFailuresAlarm": ("archive-failures", "ArchiveFailures", "SUM",

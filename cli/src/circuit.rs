@@ -37,7 +37,7 @@ pub enum CircuitAction {
 pub struct CircuitArgs {
     #[arg(value_enum)]
     pub action: CircuitAction,
-    /// The DLQ whose circuit this is (the record's key): name, ARN or URL.
+    /// The DLQ whose circuit this is: name, ARN or URL (one record whichever: its key is the ARN).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
     pub dlq: QueueRef,
     /// The circuit table (the stack's output CircuitTableName).
@@ -115,6 +115,7 @@ pub async fn run(ctx: &Ctx, args: CircuitArgs) -> Result<Outcome, CliError> {
     if ctx.json {
         super::output::print_json(&json!({
             "queue": dlq,
+            "key": store.key(dlq),
             "table": cfg.table,
             "version": version,
             "record": record,

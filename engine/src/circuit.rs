@@ -6,12 +6,19 @@
 //!
 //! | attribute   | type | meaning                                                     |
 //! |-------------|------|-------------------------------------------------------------|
-//! | `queue`     | S    | partition key: the DLQ URL                                  |
+//! | `queue`     | S    | partition key: the DLQ's ARN ([`record_key`])               |
 //! | `version`   | N    | bumped by every write; each write is conditional on it      |
 //! | `state`     | S    | `closed`, `open`, `half-open` (a copy, for people and alarms) |
 //! | `operator`  | S    | `auto`, `open`, `closed` (a copy)                           |
 //! | `record`    | S    | the whole [`CircuitRecord`] as JSON (the truth)             |
 //! | `updatedAt` | S    | RFC 3339 time of the write                                  |
+//!
+//! One DLQ has one record however it is named: the alarm's drain (which knows the queue's
+//! name), a manual drain (its configured URL, in whatever host form), the CLI (a name, an ARN or
+//! a URL) and the workflow all reach it under the queue's ARN, rebuilt from the URL
+//! ([`record_key`]). A record written under the URL as given (the key before) is found there
+//! when the ARN has none, and copied under the ARN at that first read, its version kept: no
+//! circuit closes on an upgrade. The old item is left as it was and read no more.
 //!
 //! The record also holds the DLQ's lease ([`redrive_shared::circuit::Lease`]): the one
 //! workflow execution that may drain it, taken and renewed by [`acquire_lease`], dropped by
@@ -414,6 +421,52 @@ pub struct DynamoDbCircuitStore {
     pub table: String,
 }
 
+/// The key of a DLQ's circuit record: the queue's ARN, `arn:<partition>:sqs:<region>:<account>:<name>`,
+/// whichever form names it. An ARN is the key as it is; a URL's region is its host's
+/// (`sqs.<region>.amazonaws.com`, `<region>.queue.amazonaws.com`, `sqs.<region>.api.aws`; the
+/// legacy `queue.amazonaws.com` is us-east-1), else `default_region` (an emulator's
+/// `http://127.0.0.1:4566/...` is in the client's region). Anything else (a bare name, a URL
+/// without a 12-digit account) is its own key.
+pub fn record_key(queue: &str, default_region: &str) -> String {
+    if queue.starts_with("arn:") {
+        return queue.to_string();
+    }
+    let Some((_, rest)) = queue.split_once("://") else {
+        return queue.to_string();
+    };
+    let location = redrive_shared::event::QueueLocation::from_url(queue);
+    let Some(account) = location.account.as_deref() else {
+        return queue.to_string();
+    };
+    if location.name.is_empty() {
+        return queue.to_string();
+    }
+    let host = rest
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or("")
+        .split(':')
+        .next()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let labels: Vec<&str> = host.split('.').collect();
+    let from_host = match labels.as_slice() {
+        ["queue", "amazonaws", "com"] => Some("us-east-1"),
+        ["sqs" | "sqs-fips", region, "amazonaws" | "api", ..] => Some(*region),
+        [region, "queue", "amazonaws", ..] => Some(*region),
+        _ => None,
+    };
+    let region = from_host.unwrap_or(default_region);
+    let partition = if region.starts_with("cn-") {
+        "aws-cn"
+    } else if region.starts_with("us-gov-") {
+        "aws-us-gov"
+    } else {
+        "aws"
+    };
+    format!("arn:{partition}:sqs:{region}:{account}:{}", location.name)
+}
+
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_string())
 }
@@ -478,29 +531,39 @@ pub fn stored_from_item(
     Ok(Stored { version, record })
 }
 
-impl CircuitStore for DynamoDbCircuitStore {
-    async fn load(&self, queue_url: &str) -> Result<Option<Stored>, PortError> {
+impl DynamoDbCircuitStore {
+    /// The key of `queue`'s record ([`record_key`], in the client's region).
+    pub fn key(&self, queue: &str) -> String {
+        let region = self
+            .client
+            .config()
+            .region()
+            .map_or("us-east-1", |r| r.as_ref());
+        record_key(queue, region)
+    }
+
+    /// The item under `key`, read consistently.
+    async fn get(&self, key: &str, queue: &str) -> Result<Option<Stored>, PortError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key(item::QUEUE, s(queue_url))
+            .key(item::QUEUE, s(key))
             .consistent_read(true)
             .send()
             .await
             .map_err(|e| port_error("GetItem", e))?;
-        out.item
-            .map(|i| stored_from_item(queue_url, &i))
-            .transpose()
+        out.item.map(|i| stored_from_item(queue, &i)).transpose()
     }
 
-    async fn save(
+    /// `record` under `key` at `version`, if the item there is still at `expected`.
+    async fn put(
         &self,
-        queue_url: &str,
+        key: &str,
         record: &CircuitRecord,
         expected: Option<u64>,
+        version: u64,
     ) -> Result<SaveOutcome, PortError> {
-        let version = expected.map_or(1, |v| v + 1);
         let json = serde_json::to_string(record).map_err(|e| {
             PortError::new("PutItem", "Serialization", e.to_string(), false).with_source(e)
         })?;
@@ -512,7 +575,7 @@ impl CircuitStore for DynamoDbCircuitStore {
             .client
             .put_item()
             .table_name(&self.table)
-            .item(item::QUEUE, s(queue_url))
+            .item(item::QUEUE, s(key))
             .item(item::VERSION, AttributeValue::N(version.to_string()))
             .item(item::STATE, s(record.state.as_str()))
             .item(item::OPERATOR, s(record.operator.as_str()))
@@ -522,6 +585,47 @@ impl CircuitStore for DynamoDbCircuitStore {
                 s(&redrive_shared::timefmt::rfc3339_from_millis(now_ms)),
             );
         put_if_version(put, expected, version).await
+    }
+}
+
+impl CircuitStore for DynamoDbCircuitStore {
+    /// The record under the queue's ARN; when there is none, the one an earlier version wrote
+    /// under `queue_url` as given, copied under the ARN (its version kept) before it is returned.
+    async fn load(&self, queue_url: &str) -> Result<Option<Stored>, PortError> {
+        let key = self.key(queue_url);
+        if let Some(stored) = self.get(&key, queue_url).await? {
+            return Ok(Some(stored));
+        }
+        if key == queue_url {
+            return Ok(None);
+        }
+        let Some(old) = self.get(queue_url, queue_url).await? else {
+            return Ok(None);
+        };
+        match self.put(&key, &old.record, None, old.version).await? {
+            SaveOutcome::Saved { .. } => {
+                tracing::info!(
+                    queue = queue_url,
+                    key = %key,
+                    version = old.version,
+                    "circuit record found under the queue's URL: copied under its ARN, where every front end reads it"
+                );
+                Ok(Some(old))
+            }
+            // Another writer made the record under the ARN meanwhile: that one is the truth.
+            SaveOutcome::Conflict => self.get(&key, queue_url).await,
+        }
+    }
+
+    async fn save(
+        &self,
+        queue_url: &str,
+        record: &CircuitRecord,
+        expected: Option<u64>,
+    ) -> Result<SaveOutcome, PortError> {
+        let version = expected.map_or(1, |v| v + 1);
+        self.put(&self.key(queue_url), record, expected, version)
+            .await
     }
 }
 
@@ -621,6 +725,43 @@ mod tests {
             !release_lease(&*store, Q, "e1").await.unwrap(),
             "released once"
         );
+    }
+
+    #[test]
+    fn every_form_of_one_queue_has_one_key_and_other_queues_another() {
+        let arn = "arn:aws:sqs:us-east-1:123456789012:orders-dlq";
+        for form in [
+            arn,
+            "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
+            "https://us-east-1.queue.amazonaws.com/123456789012/orders-dlq",
+            "https://queue.amazonaws.com/123456789012/orders-dlq",
+            "https://sqs.us-east-1.api.aws/123456789012/orders-dlq",
+            "http://127.0.0.1:5000/123456789012/orders-dlq",
+            "http://localhost:4566/123456789012/orders-dlq",
+        ] {
+            assert_eq!(record_key(form, "us-east-1"), arn, "{form}");
+        }
+        for (form, key) in [
+            (
+                "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq",
+                "arn:aws:sqs:eu-west-1:123456789012:orders-dlq",
+            ),
+            (
+                "http://127.0.0.1:5000/123456789012/orders-dlq",
+                "arn:aws:sqs:eu-west-1:123456789012:orders-dlq",
+            ),
+            (
+                "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/orders-dlq.fifo",
+                "arn:aws-cn:sqs:cn-north-1:123456789012:orders-dlq.fifo",
+            ),
+            (
+                "https://sqs.us-east-1.amazonaws.com/210987654321/orders-dlq",
+                "arn:aws:sqs:us-east-1:210987654321:orders-dlq",
+            ),
+            ("orders-dlq", "orders-dlq"),
+        ] {
+            assert_eq!(record_key(form, "eu-west-1"), key, "{form}");
+        }
     }
 
     #[tokio::test]

@@ -293,6 +293,10 @@ pub struct RunMetrics {
     pub dlq_receive_failures: u64,
     /// Messages that neither the source nor the poison queue accepts: left on the DLQ.
     pub unplaceable_messages: u64,
+    /// `DlqLeftAlone`: 1 when the run left messages on the DLQ because their source does not
+    /// grant the re-driver (published only then, as the fleet publishes it for a DLQ it leaves
+    /// alone: the `dlq-left-alone` alarm pages on it).
+    pub dlq_left_alone: u64,
     /// The adaptive circuit's metrics; `None` when the circuit is off (nothing published).
     pub circuit: Option<CircuitMetrics>,
 }
@@ -345,6 +349,12 @@ impl RunMetrics {
             MetricValue::count("DlqReceiveFailures", self.dlq_receive_failures),
             MetricValue::count("UnplaceableMessages", self.unplaceable_messages),
         ];
+        if self.dlq_left_alone > 0 {
+            values.push(MetricValue::count(
+                crate::fleet::LEFT_ALONE_METRIC,
+                self.dlq_left_alone,
+            ));
+        }
         if let Some(c) = self.circuit {
             values.extend([
                 MetricValue::count("CircuitOpen", u64::from(c.open)),

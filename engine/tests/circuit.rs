@@ -555,13 +555,13 @@ async fn moto_the_record_is_written_only_on_the_version_read() {
         .await
         .unwrap();
     assert_eq!((r.state, t.len()), (State::Open, 1));
+    // Under the queue's ARN, whichever form named it.
+    let key = store.key(q);
+    assert_eq!(key, "arn:aws:sqs:us-east-1:000000000000:some-dlq");
     let item = ddb
         .get_item()
         .table_name(&store.table)
-        .key(
-            "queue",
-            aws_sdk_dynamodb::types::AttributeValue::S(q.into()),
-        )
+        .key("queue", aws_sdk_dynamodb::types::AttributeValue::S(key))
         .send()
         .await
         .unwrap()
@@ -975,6 +975,196 @@ async fn cli_circuit_open_status_auto_show_the_state_and_its_history() {
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(text.stdout.contains("history"), "{}", text.stdout);
     assert!(text.stdout.contains("operator: open"), "{}", text.stdout);
+}
+
+/// Every item of the circuit table `table`: (key, version, state).
+async fn circuit_items(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<(String, u64, String)> {
+    let out = ddb.scan().table_name(table).send().await.expect("Scan");
+    let text = |i: &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>, k: &str| {
+        i.get(k)
+            .and_then(|v| v.as_s().or_else(|_| v.as_n()).ok())
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut items: Vec<_> = out
+        .items()
+        .iter()
+        .map(|i| {
+            (
+                text(i, "queue"),
+                text(i, "version").parse().unwrap_or(0),
+                text(i, "state"),
+            )
+        })
+        .collect();
+    items.sort();
+    items
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moto_the_alarm_the_manual_drain_and_the_cli_share_one_record_however_they_name_the_dlq() {
+    // GIVEN a DLQ holding three messages, one re-driver configured with its URL in AWS's host
+    // form (the alarm's drain finds it by the alarm's QueueName) and one with the URL moto
+    // answers (a manual drain)
+    let sqs = moto().sqs().await;
+    let ddb = moto().dynamodb().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let table = create_circuit_table(&ddb).await;
+    let store = DynamoDbCircuitStore {
+        client: ddb.clone(),
+        table: table.clone(),
+    };
+    let aws_form = format!(
+        "https://sqs.us-east-1.amazonaws.com/{}/{}",
+        queues.account(),
+        queues.dlq_name
+    );
+    assert_ne!(aws_form, queues.dlq_url, "two host forms of one queue");
+    let by_alarm = moto_engine(
+        &QueueSet {
+            dlq_url: aws_form.clone(),
+            ..queues.clone()
+        },
+        &store,
+    )
+    .await;
+    let by_hand = moto_engine(&queues, &store).await;
+    fill_dlq(&sqs, &queues.dlq_url, 3).await;
+    let cli = |action: &str, dlq: &str| {
+        let run = tokio::task::block_in_place(|| {
+            redrive(
+                &[
+                    "--json",
+                    "circuit",
+                    action,
+                    "--dlq",
+                    dlq,
+                    "--circuit-table",
+                    &table,
+                ],
+                // The operator's policy for this stack's queues, whichever form names them.
+                &[
+                    ("DLQ_URL", queues.dlq_url.as_str()),
+                    ("SOURCE_QUEUE_URL", queues.source_url.as_str()),
+                    ("POISON_QUEUE_URL", queues.poison_url.as_str()),
+                ],
+            )
+        });
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.json()
+    };
+    let alarm = queues.alarm_notification("dlq-depth", "ALARM", &queues.dlq_name);
+    let manual = serde_json::json!({"maxMessages": 10});
+
+    // WHEN the operator holds the circuit open by the queue's name
+    cli("open", &queues.dlq_name);
+
+    // THEN the alarm's drain and the manual drain both hold: nothing received
+    let s = by_alarm
+        .handle(&alarm, None)
+        .await
+        .expect("the alarm's drain");
+    assert_eq!(
+        (s.received, s.stopped_because),
+        (0, StopReason::CircuitOpen),
+        "{s:?}"
+    );
+    let s = by_hand
+        .handle(&manual, None)
+        .await
+        .expect("the manual drain");
+    assert_eq!(
+        (s.received, s.stopped_because),
+        (0, StopReason::CircuitOpen),
+        "{s:?}"
+    );
+    assert_eq!(queue_depth(&sqs, &queues.dlq_url).await, 3, "all kept");
+
+    // WHEN the operator forces it closed by the queue's ARN
+    let j = cli("close", &queues.dlq_arn);
+    assert_eq!(
+        (j["record"]["state"].as_str(), j["version"].as_u64()),
+        (Some("closed"), Some(2)),
+        "the record the name opened: {j}"
+    );
+
+    // THEN the alarm's drain redrives, and its counts land in that same record
+    let s = by_alarm
+        .handle(&alarm, None)
+        .await
+        .expect("the alarm's drain");
+    assert_eq!(s.redriven, 3, "{s:?}");
+    let j = cli("status", &queues.dlq_url);
+    assert_eq!(j["record"]["operator"], "closed", "{j}");
+    assert_eq!(j["version"].as_u64(), Some(3), "{j}");
+    assert_eq!(j["key"], queues.dlq_arn.as_str(), "{j}");
+    assert_eq!(
+        circuit_items(&ddb, &table).await,
+        [(queues.dlq_arn.clone(), 3, "closed".to_string())],
+        "one record, under the queue's ARN"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moto_a_record_kept_under_the_dlqs_url_is_found_and_moved_under_its_arn() {
+    // GIVEN an open circuit recorded under the DLQ's URL (the key before), at version 4
+    let sqs = moto().sqs().await;
+    let ddb = moto().dynamodb().await;
+    let queues = QueueSet::create(&sqs, false, 3).await;
+    let table = create_circuit_table(&ddb).await;
+    let settings = CircuitSettings::default();
+    let mut record = CircuitRecord::new(&settings, 0);
+    record.apply(
+        &settings,
+        &Event::Override {
+            now: 0,
+            mode: Override::Open,
+        },
+    );
+    let json = serde_json::to_string(&record).unwrap();
+    let s = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_string());
+    ddb.put_item()
+        .table_name(&table)
+        .item("queue", s(&queues.dlq_url))
+        .item(
+            "version",
+            aws_sdk_dynamodb::types::AttributeValue::N("4".into()),
+        )
+        .item("state", s("open"))
+        .item("operator", s("open"))
+        .item("record", s(&json))
+        .item("updatedAt", s("2026-01-01T00:00:00Z"))
+        .send()
+        .await
+        .expect("PutItem");
+    let store = DynamoDbCircuitStore {
+        client: ddb.clone(),
+        table: table.clone(),
+    };
+    fill_dlq(&sqs, &queues.dlq_url, 2).await;
+
+    // WHEN the upgraded re-driver drains
+    let engine = moto_engine(&queues, &store).await;
+    let s = engine.run(&request(100)).await;
+
+    // THEN the circuit is still open (nothing received), and the record is under the ARN,
+    // its version kept; the CLI by name finds the same one
+    assert_eq!((s.received, circuit_of(&s).1), (0, "hold"), "{s:?}");
+    let stored = store.load(&queues.dlq_arn).await.unwrap().expect("moved");
+    assert_eq!((stored.version, stored.record.state), (4, State::Open));
+    let items = circuit_items(&ddb, &table).await;
+    assert!(
+        items.contains(&(queues.dlq_arn.clone(), 4, "open".to_string())),
+        "{items:?}"
+    );
+    let (r, _) = set_override(&store, &queues.dlq_arn, &settings, Override::Closed, 1)
+        .await
+        .unwrap();
+    assert_eq!(r.state, State::Closed);
+    assert_eq!(
+        store.load(&queues.dlq_url).await.unwrap().unwrap().version,
+        5
+    );
 }
 
 async fn fill_dlq(sqs: &aws_sdk_sqs::Client, dlq: &str, n: usize) {

@@ -9,3 +9,4 @@ mod fleet;
 mod moto;
 mod onhold;
 mod protected;
+mod ungranted;

@@ -45,6 +45,9 @@ pub(super) enum Action {
     HeldForOrder,
     /// Rejected by the source: sent back to the DLQ with its count of rejections.
     Requeued,
+    /// Its source does not let the re-driver send to it (AccessDenied, KMS): left on the DLQ
+    /// untouched, not tried again in this run.
+    Ungranted,
 }
 
 impl fmt::Display for Action {
@@ -59,6 +62,7 @@ impl fmt::Display for Action {
             Self::DeleteFailed => f.write_str("delete-failed:duplicate-possible"),
             Self::HeldForOrder => f.write_str("held:group-order"),
             Self::Requeued => f.write_str("send-rejected:requeued-on-dlq"),
+            Self::Ungranted => f.write_str("left-on-dlq:ungranted-source"),
         }
     }
 }

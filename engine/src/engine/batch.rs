@@ -141,13 +141,75 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             self.plan_only(drain, route, decided);
             return;
         }
+        // A source that refused this run's sends is not tried again in this run: its copies
+        // stay on the DLQ (isolations and waits of the same batch go on).
+        let decided = match route {
+            Some(r) if drain.ungranted(&r.url) => {
+                let (left, rest): (Vec<_>, Vec<_>) = decided
+                    .into_iter()
+                    .partition(|(_, d)| matches!(d, Decision::Redrive(_)));
+                let mut entries = Vec::with_capacity(left.len());
+                for (m, d) in left {
+                    self.settle_one(drain, route, &m.message_id, &d, &Action::Ungranted);
+                    entries.push(HandleEntry {
+                        id: m.message_id,
+                        receipt_handle: m.receipt_handle,
+                    });
+                }
+                drain.leave_ungranted(entries);
+                rest
+            }
+            _ => decided,
+        };
+        if decided.is_empty() {
+            return;
+        }
         let mut batch = Batch::plan(decided);
-        let sends = self.send(drain, route, &mut batch).await;
+        let mut sends = self.send(drain, route, &mut batch).await;
+        let ungranted = Self::refused_by_source(drain, route, &mut sends);
         let acked = self
             .handle_rejections(drain, route, &mut batch, sends)
             .await;
         let deleted = self.delete_acknowledged(drain, &batch, &acked).await;
-        self.settle(drain, route, &batch, &acked, &deleted);
+        self.settle(drain, route, &batch, &acked, &deleted, &ungranted);
+    }
+
+    /// When a protected DLQ's source refused the sender itself (AccessDenied, its KMS key: a
+    /// source added after the deploy, which the role does not name yet), the entries of the
+    /// copies it did not take, which are left on the DLQ; the source is marked for the rest of
+    /// the run and named in an ERROR log, once per run. A configured source (`SOURCE_QUEUE_URL`,
+    /// granted by its own stack) that refuses is a send failure as ever: `RedriveFailures`
+    /// pages.
+    fn refused_by_source(
+        drain: &Drain<'_>,
+        route: Option<&Route>,
+        sends: &mut Sends,
+    ) -> HashSet<String> {
+        let Some(route) = route.filter(|r| r.arn.is_some()) else {
+            return HashSet::new();
+        };
+        let Some(e) = sends.source.denied.take() else {
+            return HashSet::new();
+        };
+        let ids: HashSet<String> = sends
+            .source
+            .failed
+            .drain()
+            .map(|(id, _)| id)
+            .chain(sends.source.held.drain(..))
+            .collect();
+        if drain.deny(&route.url) {
+            tracing::error!(
+                source = %route.url,
+                source_arn = route.arn.as_deref().unwrap_or_default(),
+                code = %e.code,
+                error = %e,
+                reason = "ungranted-source",
+                action = "left-alone:ungranted-source",
+                "the re-driver may not send to this source (its role or the queue's KMS key does not grant it: a source added after the deploy?): its messages stay on the DLQ untouched and the other sources are drained; DlqLeftAlone is published; make deploy grants it"
+            );
+        }
+        ids
     }
 
     /// A dry run: each message's plan, counted and logged; the message held until the end.
@@ -262,11 +324,31 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         batch: &Batch,
         acked: &Acknowledged,
         deleted: &HashSet<String>,
+        ungranted: &HashSet<String>,
     ) {
+        let mut left = Vec::new();
         for (i, item) in batch.items.iter().enumerate() {
+            if ungranted.contains(&i.to_string()) {
+                // Still claimed: a receive of it again in this run does not try it again.
+                self.settle_one(
+                    drain,
+                    route,
+                    &item.message_id,
+                    &item.decision,
+                    &Action::Ungranted,
+                );
+                left.push(HandleEntry {
+                    id: item.message_id.clone(),
+                    receipt_handle: drain.latest_handle(&item.message_id, &item.receipt_handle),
+                });
+                continue;
+            }
             drain.settled(&item.message_id, acked.any(&i.to_string()));
             let action = batch.action_of(i, acked, deleted);
             self.settle_one(drain, route, &item.message_id, &item.decision, &action);
+        }
+        if !left.is_empty() {
+            drain.leave_ungranted(left);
         }
     }
 

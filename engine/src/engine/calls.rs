@@ -26,6 +26,18 @@ pub(super) struct Sent {
     pub(super) rejected: Vec<(SendEntry, EntryFailure)>,
     /// Not acknowledged after every try (not the sender's fault): the last error of each.
     pub(super) failed: HashMap<String, String>,
+    /// The destination refused the sender itself (AccessDenied, or its KMS key): no entry of
+    /// this send can pass until a grant changes, so none was tried again. Those entries are in
+    /// `failed` (or `held`, FIFO).
+    pub(super) denied: Option<PortError>,
+}
+
+/// An error that says the caller may not send to the queue at all: AccessDenied (IAM, the
+/// queue's policy) or the queue's KMS key refusing, disabled or gone. Not throttling
+/// (`KmsThrottled`), which passes.
+pub(crate) fn is_access_denied(code: &str) -> bool {
+    let code = code.to_ascii_lowercase();
+    code.contains("accessdenied") || (code.starts_with("kms") && !code.contains("throttl"))
 }
 
 impl Sent {
@@ -34,6 +46,9 @@ impl Sent {
         self.held.extend(other.held);
         self.rejected.extend(other.rejected);
         self.failed.extend(other.failed);
+        if self.denied.is_none() {
+            self.denied = other.denied;
+        }
     }
 }
 
@@ -126,13 +141,22 @@ impl Calls<'_> {
                     for entry in &batch {
                         sent.failed.insert(entry.id.clone(), e.to_string());
                     }
+                    if is_access_denied(&e.code) {
+                        sent.denied = Some(e);
+                    }
                     break;
                 }
             };
             let retry: HashSet<String> = retryable_ids(&outcome.failed);
             log_entry_failures("SendMessageBatch", queue_url, &outcome);
             for f in outcome.failed.into_iter() {
-                if f.sender_fault {
+                if is_access_denied(&f.code) {
+                    sent.failed
+                        .insert(f.id.clone(), format!("{}: {}", f.code, f.message));
+                    sent.denied.get_or_insert_with(|| {
+                        PortError::new("SendMessageBatch", f.code.clone(), f.message.clone(), false)
+                    });
+                } else if f.sender_fault {
                     if let Some(pos) = batch.iter().position(|e| e.id == f.id) {
                         sent.failed.remove(&f.id);
                         sent.rejected.push((batch.swap_remove(pos), f));
@@ -250,7 +274,7 @@ pub(super) fn entry_size(e: &SendEntry) -> usize {
 fn retryable_ids(failed: &[EntryFailure]) -> HashSet<String> {
     failed
         .iter()
-        .filter(|f| !f.sender_fault)
+        .filter(|f| !f.sender_fault && !is_access_denied(&f.code))
         .map(|f| f.id.clone())
         .collect()
 }

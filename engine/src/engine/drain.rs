@@ -30,6 +30,7 @@ pub(super) struct Tally {
     waiting: AtomicU64,
     unplaceable: AtomicU64,
     on_hold: AtomicU64,
+    ungranted: AtomicU64,
 }
 
 impl Tally {
@@ -51,6 +52,8 @@ impl Tally {
     /// Counts one message's action.
     pub(super) fn count(&self, action: &Action) {
         let counter = match action {
+            // Counted apart, with the messages left for their source ([`Drain::leave_ungranted`]).
+            Action::Ungranted => return,
             Action::Redriven | Action::Plan(super::action::Move::Redrive, _) => &self.redriven,
             Action::Isolated(_) | Action::Plan(super::action::Move::Isolate, _) => &self.isolated,
             Action::Waiting | Action::Plan(super::action::Move::Wait, _) => &self.waiting,
@@ -97,6 +100,9 @@ pub(super) struct Drain<'a> {
     claims: Mutex<HashMap<String, Claim>>,
     /// The groups an operator held, and the messages left under each.
     on_hold: Option<OnHold>,
+    /// The sources this run may not send to (AccessDenied, KMS): their messages stay on the
+    /// DLQ for the rest of the run, untried.
+    ungranted: Mutex<HashSet<String>>,
 }
 
 impl Drain<'_> {
@@ -194,6 +200,29 @@ impl Drain<'_> {
             .collect()
     }
 
+    /// Whether the source at `url` refused this run's sends (see [`Self::deny`]).
+    pub(super) fn ungranted(&self, url: &str) -> bool {
+        lock(&self.ungranted).contains(url)
+    }
+
+    /// The source at `url` refused to let this run send to it: its messages are left on the
+    /// DLQ from now on. True the first time.
+    pub(super) fn deny(&self, url: &str) -> bool {
+        lock(&self.ungranted).insert(url.to_string())
+    }
+
+    /// Messages received for an ungranted source: kept on the DLQ untouched (made visible
+    /// again at the end of the run), counted apart from what was received, taking nothing of
+    /// the budget. They stay claimed, so that a receive of them again in this run does not try
+    /// them again.
+    pub(super) fn leave_ungranted(&self, entries: Vec<HandleEntry>) {
+        let n = entries.len() as u64;
+        self.unreserve(u32::try_from(n).unwrap_or(u32::MAX));
+        self.tally.kept(n);
+        self.tally.ungranted.fetch_add(n, Ordering::SeqCst);
+        self.hold(entries);
+    }
+
     pub(super) fn keeps_records(&self) -> bool {
         self.records.is_some()
     }
@@ -217,6 +246,7 @@ impl Drain<'_> {
             unplaceable: t.unplaceable.load(Ordering::SeqCst),
             waiting: t.waiting.load(Ordering::SeqCst),
             on_hold: t.on_hold.load(Ordering::SeqCst),
+            ungranted: t.ungranted.load(Ordering::SeqCst),
             records: self
                 .records
                 .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))
@@ -280,6 +310,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             gate,
             claims: Mutex::new(HashMap::new()),
             on_hold,
+            ungranted: Mutex::new(HashSet::new()),
         };
         let pipelines = if self.fifo() {
             1

@@ -115,6 +115,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 poison_pills_isolated: summary.isolated,
                 redrive_failures: summary.failed,
                 unplaceable_messages: summary.unplaceable,
+                dlq_left_alone: u64::from(summary.ungranted > 0),
                 ..RunMetrics::default()
             }
         };

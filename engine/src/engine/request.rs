@@ -86,6 +86,11 @@ pub struct Summary {
     /// when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub on_hold: u64,
+    /// Messages left on the DLQ untouched because their source does not let the re-driver
+    /// send to it (AccessDenied, or its KMS key: a source added after the deploy); not counted
+    /// in `received`. The run publishes `DlqLeftAlone`. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ungranted: u64,
     /// What happened to each message, when the request asked for it
     /// ([`DrainRequest::records`]): the Step Functions audit trail.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -134,6 +139,7 @@ impl Summary {
             circuit: None,
             waiting: 0,
             on_hold: 0,
+            ungranted: 0,
             records: Vec::new(),
         }
     }

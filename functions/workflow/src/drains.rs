@@ -69,6 +69,11 @@ impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + 
         if let Err(e) = engine.load_limits().await {
             tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
         }
+        // Each drain reads the DLQ's retention as it is now (a drainer lives across rounds of a
+        // warm task): a message that arrives waiting hops no longer than it allows.
+        if !engine.fifo() {
+            engine.read_dlq_retention().await;
+        }
         // Under the adaptive circuit when it is on: the drain follows its share of the round's
         // plan, judges the bounced copies it sees (stopping with circuit-open when they open
         // the circuit) and reports its counts for the round's tally to land (no metrics here:

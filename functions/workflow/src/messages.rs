@@ -38,9 +38,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Workflow<Q, A, M, C> {
         if let Err(e) = self.engine.load_limits().await {
             tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
         }
-        if self.engine.can_wait() {
-            self.engine.read_dlq_retention().await;
-        }
+        // Every round, whatever this engine's own backoff: a message may arrive waiting (its
+        // notBefore set by an earlier round or another front end), and its hop must end before
+        // the DLQ's retention as it is now could expire the copy.
+        self.engine.read_dlq_retention().await;
         let request = DrainRequest {
             dry_run,
             deadline,

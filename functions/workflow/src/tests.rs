@@ -1434,3 +1434,79 @@ mod adaptive_circuit {
         assert_eq!((c.state, c.transitions), (State::Open, 0));
     }
 }
+
+/// A message on the DLQ whose wait (set by an earlier round) ends `in_ms` from now.
+fn push_waiting(sqs: &FakeSqs, body: &str, in_ms: i64) {
+    let mut waiting = RedriveMeta {
+        attempt: 1,
+        ..RedriveMeta::fresh(&format!("orig-{body}"))
+    };
+    waiting.set_not_before(Some(now_ms() + in_ms));
+    let mut attributes = Attributes::new();
+    waiting.write_into(&mut attributes);
+    sqs.push(DLQ, body, attributes, None);
+}
+
+/// The one message on the DLQ: a hop, its delay within what a DLQ of `retention` seconds
+/// allows (its retention less 300 s; half of it below 600 s), never past its expiry.
+fn assert_one_hop_within(sqs: &FakeSqs, retention: u32) {
+    let cap = if retention > 600 {
+        retention - 300
+    } else {
+        retention / 2
+    };
+    let hop = sqs.messages(DLQ);
+    assert_eq!(hop.len(), 1, "one message, on the DLQ: {hop:?}");
+    let delay = hop[0].delay_seconds.unwrap_or(0);
+    assert!(
+        (1..=cap).contains(&delay),
+        "a hop of {delay} s on a DLQ that keeps messages {retention} s"
+    );
+}
+
+#[tokio::test]
+async fn a_message_that_arrives_waiting_hops_within_the_dlqs_retention_in_a_round() {
+    // A warm task whose first round saw a DLQ of 14 days; the DLQ now keeps messages 600 s,
+    // and a message arrives whose notBefore is 701 s away. Its hop is at most 300 s (half the
+    // retention as it is now), not the 701 s left of its wait, which would outlive the copy.
+    for (what, pairs) in [("long backoff", LONG), ("default backoff", &[][..])] {
+        let (sqs, _, wf) = setup(pairs);
+        sqs.set_retention(DLQ, Duration::from_secs(1_209_600));
+        wf.redrive_batch(10, false, None).await.unwrap();
+        sqs.set_retention(DLQ, Duration::from_secs(600));
+        push_waiting(&sqs, "order-waiting", 701_000);
+        let round = wf.redrive_batch(10, false, None).await.unwrap();
+        assert_eq!((round.received, round.waiting), (1, 1), "{what}: {round:?}");
+        let record = &round.records[0];
+        assert!(
+            record.delay_seconds.unwrap_or(0) <= 300,
+            "{what}: {record:?}"
+        );
+        assert_one_hop_within(&sqs, 600);
+    }
+}
+
+#[tokio::test]
+async fn a_message_that_arrives_waiting_hops_within_the_dlqs_retention_in_a_drain() {
+    // The same on a scale-out drain (its own backoff, 900 s at most, never waits on the DLQ):
+    // the drainer of an earlier round read the DLQ's retention then.
+    let (sqs, _, wf) = setup(&[]);
+    sqs.set_retention(DLQ, Duration::from_secs(1_209_600));
+    let item = DrainItem {
+        index: 0,
+        drains: 1,
+        max_messages: 10,
+        dry_run: false,
+        circuit: None,
+    };
+    wf.drain(&item, None).await.unwrap();
+    sqs.set_retention(DLQ, Duration::from_secs(600));
+    push_waiting(&sqs, "order-waiting", 701_000);
+    let out = wf.drain(&item, None).await.unwrap();
+    assert_eq!(
+        (out["received"].as_u64(), out["waiting"].as_u64()),
+        (Some(1), Some(1)),
+        "{out}"
+    );
+    assert_one_hop_within(&sqs, 600);
+}
