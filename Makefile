@@ -52,20 +52,21 @@ ARCH ?=
 #   TEST_STEPS += lint-infra test-infra
 include infra/Makefile.inc
 
-# lint first (cheap, and a format or clippy failure should not wait for the slow steps); the
-# demo last: it doubles as the system test (exit 1 on a lost or twice-delivered order). After
-# test-rust everything is built, and the infra tests (the longest step: the deploy tests build
-# the functions for the Lambda target, in a profile and target directory of their own, then
-# mostly wait on moto and deploy.sh) run beside the rest, one after the other in
+# lint first (cheap, and a format or clippy failure should not wait for the slow steps), beside
+# the LocalStack venv's install; the demo last: it doubles as the system test (exit 1 on a lost
+# or twice-delivered order). test-rust builds, then runs its two lanes beside the deploy tests'
+# build of the functions for the Lambda target (a profile and target directory of their own).
+# After it everything is built, and the infra tests (the longest step: they mostly wait on moto
+# and deploy.sh) run beside the rest, one after the other in
 # BESIDE_INFRA_STEPS: the LocalStack leg, which mostly waits on LocalStack, the published
 # crates, then the demo beside the moto soak (each with emulators of its own).
-TEST_STEPS := lint test-rust test-infra+test-beside-infra
+TEST_STEPS := lint+setup-localstack test-rust test-infra+test-beside-infra
 BESIDE_INFRA_STEPS := test-localstack test-crates demo+soak-moto
 
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
 include bench/Makefile.inc
 
-.PHONY: setup setup-tools test test-rust test-localstack test-beside-infra lint build dist demo
+.PHONY: setup setup-tools setup-localstack test test-rust test-localstack test-beside-infra lint build dist demo
 
 setup: setup-tools $(LOCALSTACK_STAMP) setup-chromium
 
@@ -97,6 +98,10 @@ $(VENV_STAMP):
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# LocalStack's venv alone: make test installs it beside lint (pip mostly waits on the network and
+# the disk, lint on the CPU); only the tests that start LocalStack need it.
+setup-localstack: $(LOCALSTACK_STAMP)
+
 # A pyenv shim for a version that is installed but not selected exits non-zero, so every
 # candidate is run, not only looked up.
 $(LOCALSTACK_STAMP):
@@ -119,7 +124,7 @@ $(LOCALSTACK_STAMP):
 
 # Each step's time is printed as it ends and all together at the end, also when one fails
 # (scripts/test-steps.sh), so that a step that got slower shows the day it does.
-test: setup
+test: setup-tools setup-chromium
 	@MAKE="$(MAKE)" bash scripts/test-steps.sh $(TEST_STEPS)
 	@echo "==> test: all steps passed ($(TEST_STEPS))"
 
@@ -141,9 +146,16 @@ RUST_TEST_TARGETS := --lib --tests --benches --examples
 # lanes select --workspace, as the build did: nothing is compiled again.
 RUST_TEST_LANE_A := workflow harness sfn layout
 test-rust: setup
-	@echo "==> test-rust: cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes"
+	@echo "==> test-rust: cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes beside the deploy tests' build"
 	cargo test --workspace $(RUST_TEST_TARGETS) --no-run
-	@MAKE="$(MAKE)" bash scripts/test-steps.sh test-rust-lane-a+test-rust-lane-b
+	@MAKE="$(MAKE)" bash scripts/test-steps.sh test-rust-lane-a+test-rust-lane-b+test-infra-build
+
+# Beside the two lanes, which mostly wait on emulators and the clock: the deploy tests' build of
+# the functions for the Lambda target (another profile and target than the lanes' cargo, so no
+# lock is shared), so that test-infra starts with its dependencies compiled.
+.PHONY: test-infra-build
+test-infra-build: setup-tools
+	$(INFRA_PYTHON) infra/tests/support.py build
 
 # A hard ceiling on each lane, so that a hung test fails CI instead of eating its 90 minutes.
 .PHONY: test-rust-lane-a test-rust-lane-b
@@ -178,7 +190,7 @@ test-localstack: setup
 	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 10m cargo test --workspace --no-fail-fast --test archiver \
 		&& exit $$status
 
-lint: setup
+lint: setup-tools
 	@echo "==> lint: rustfmt, clippy, cfn-lint and the Guard policies"
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings

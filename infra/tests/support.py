@@ -298,3 +298,12 @@ def policy_document(raw) -> dict:
 
 def as_list(value) -> list:
     return value if isinstance(value, list) else [value]
+
+
+if __name__ == "__main__":
+    # `python infra/tests/support.py build` (make test-infra-build): the deploy tests' build, ahead
+    # of them, so that test-infra finds the dependencies for the Lambda target compiled. Cargo's
+    # cache under target/ is what carries over; the LAMBDA_DIR it fills is removed.
+    if sys.argv[1:] != ["build"]:
+        sys.exit("usage: python infra/tests/support.py build")
+    shutil.rmtree(build_functions())
