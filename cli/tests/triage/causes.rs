@@ -2,73 +2,48 @@
 //! failed receives carry no cause; the consumer recorded one for each failed attempt in its
 //! idempotency table, and triage groups them by it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redrive_consumer::aws::{DynamoDbStore, SqsOps};
-use redrive_consumer::{Consumer, ConsumerConfig, Env, ProcessError, Record};
 use redrive_tests::{
-    QueueSet, create_idempotency_table, moto, queue_counts, receive_raw, send_raw, sqs_event,
-    wait_for_depth,
+    Downstream, LambdaWatch, QueueSet, create_idempotency_table, moto, queue_counts, receive_raw,
+    send_raw, sqs_event, wait_for_depth,
 };
 use serde_json::Value;
 
 use super::{by_code, redrive, uuid};
 
-/// What the orders consumer takes: a body whose `amountCents` is not a number does not parse
-/// (the consumer's schema error, permanent).
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Order {
-    order_id: String,
-    #[allow(dead_code)]
-    amount_cents: u64,
-}
-
-/// The shipped consumer's runner on the emulator's queue and table, whose downstream answers
-/// 503 to every order (its message names the order and the request).
+/// The shipped consumer, the `consumer` binary under `cargo lambda watch` as on AWS (its records
+/// namespaced by its function name, `consumer`), fed the source queue's messages as the event
+/// source mapping feeds it, until SQS moves every one of them to the DLQ: its downstream answers
+/// 503 to every order and 400 to a body that names an amount as text.
 async fn consume_until_sqs_moves_them(
     sqs: &aws_sdk_sqs::Client,
-    ddb: &aws_sdk_dynamodb::Client,
     q: &QueueSet,
     table: &str,
     moved: u64,
 ) {
-    let vars = [
+    let downstream = Downstream::start().await;
+    downstream.set_mode(redrive_tests::Mode::Status(503));
+    downstream.reject_bodies_containing("\"amountCents\":\"", 400);
+    let mut env = moto().env();
+    for (k, v) in [
         ("IDEMPOTENCY_TABLE", table.to_string()),
+        ("DOWNSTREAM_URL", downstream.url()),
+        // Not read by the consumer (its event names the queue): its role is rendered for it.
+        ("SOURCE_QUEUE_URL", q.source_url.clone()),
         ("RETRY_BASE_SECONDS", "1".to_string()),
         ("RETRY_JITTER", "none".to_string()),
-    ];
-    let config = ConsumerConfig::from_env(&Env(move |k: &str| {
-        vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
-    }))
-    .unwrap();
-    let requests = AtomicU64::new(0);
-    let downstream = |order: Order, _record: Record| {
-        let request = uuid(900 + requests.fetch_add(1, Ordering::SeqCst));
-        async move {
-            Err::<(), _>(ProcessError::transient(
-                "HTTP_503",
-                format!(
-                    "POST https://orders.internal:8443/v1/orders/{} returned 503 Service Unavailable (request id {request})",
-                    order.order_id
-                ),
-            ))
-        }
-    };
-    let consumer: Consumer<_, _, _, Order> = Consumer::new(
-        DynamoDbStore::new(ddb.clone(), table),
-        SqsOps {
-            client: sqs.clone(),
-        },
-        downstream,
-        config,
-    );
+    ] {
+        env.retain(|(name, _)| name != k);
+        env.push((k.to_string(), v));
+    }
+    let watch = LambdaWatch::start(&["consumer"], &env).await;
     let started = Instant::now();
     loop {
         assert!(
             started.elapsed() < Duration::from_secs(90),
-            "SQS did not move the failing messages to the DLQ"
+            "SQS did not move the failing messages to the DLQ\n{}",
+            watch.log()
         );
         // Received for 1 s: a permanent failure (no DLQ_URL: reported failed) comes back then,
         // a transient one after the consumer's 1 s backoff.
@@ -81,30 +56,16 @@ async fn consume_until_sqs_moves_them(
             tokio::time::sleep(Duration::from_millis(300)).await;
             continue;
         }
-        let handled = consumer
-            .handle(
-                &sqs_event(&received, &q.source_arn),
-                (now_ms() + 60_000) as u64,
-            )
+        let response = watch
+            .invoke("consumer", &sqs_event(&received, &q.source_arn))
             .await
             .unwrap();
         // Every record failed: the event source mapping deletes none of them.
-        assert_eq!(
-            handled.response.batch_item_failures.len(),
-            received.len(),
-            "{:?}",
-            handled.records
-        );
+        let failed = response["batchItemFailures"].as_array().map(Vec::len);
+        assert_eq!(failed, Some(received.len()), "{response}\n{}", watch.log());
     }
     // SQS moved every one of them after its second failed receive.
     wait_for_depth(sqs, &q.dlq_url, moved, Duration::from_secs(10)).await;
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[tokio::test]
@@ -114,7 +75,7 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     let ddb = moto().dynamodb().await;
     let q = QueueSet::create(&sqs, false, 2).await;
     let table = create_idempotency_table(&ddb).await;
-    // ... orders whose downstream is unavailable, and orders the consumer cannot parse
+    // ... orders whose downstream is unavailable, and orders it refuses (an amount as text)
     for i in 0..6 {
         let body = format!(
             "{{\"orderId\":\"{}\",\"amountCents\":{}}}",
@@ -129,7 +90,7 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     }
 
     // WHEN the consumer fails them until SQS moves them (the emulator does, by maxReceiveCount)
-    consume_until_sqs_moves_them(&sqs, &ddb, &q, &table, 9).await;
+    consume_until_sqs_moves_them(&sqs, &q, &table, 9).await;
     // ... and messages are sent to the DLQ by hand
     for i in 0..4 {
         send_raw(&sqs, &q.dlq_url, &format!("{{\"note\":\"hand-{i}\"}}"), &[]).await;
@@ -155,7 +116,15 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     assert!(out["coverage"].get("records").is_none());
 
     // WHEN triage reads the consumer's records
-    let run = redrive(&["triage", &q.dlq_url, "--causes-table", &table, "--json"]);
+    let run = redrive(&[
+        "triage",
+        &q.dlq_url,
+        "--causes-table",
+        &table,
+        "--causes-namespace",
+        "consumer",
+        "--json",
+    ]);
 
     // THEN exactly three groups: the two recorded causes, and the hand-sent messages
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -177,8 +146,8 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
         (&"transient".into(), &true.into(), &"record".into())
     );
     assert_eq!(
-        outage["title"],
-        "POST <url> returned <num> Service Unavailable (request id <uuid>)"
+        outage["title"], "downstream answered <num>",
+        "the shipped consumer's message, the status normalised"
     );
     // moto does not stamp DeadLetterQueueSourceArn on the messages it moves; LocalStack does,
     // as SQS does, and the re-driver will retry a transient cause from a known source
@@ -190,16 +159,13 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
         None => assert_eq!(outage["action"], "replay-to-named-queue"),
     }
     assert!(outage["firstFailure"].is_string());
-    let schema = &g["BODY_NOT_PARSED"];
+    let schema = &g["HTTP_400"];
     assert_eq!(schema["count"], 3);
     assert_eq!(
         (&schema["class"], &schema["causeOrigin"]),
         (&"permanent".into(), &"record".into())
     );
-    assert_eq!(
-        schema["title"],
-        "the body does not parse: invalid type: string, expected u64 at line <num> column <num>"
-    );
+    assert_eq!(schema["title"], "downstream answered <num>");
     assert_eq!(schema["action"], "fix-then-replay-canary");
     let hand = &g["none"];
     assert_eq!(hand["count"], 4);
@@ -213,7 +179,14 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     );
 
     // AND the text output says where the causes were read
-    let text = redrive(&["triage", &q.dlq_url, "--causes-table", &table]);
+    let text = redrive(&[
+        "triage",
+        &q.dlq_url,
+        "--causes-table",
+        &table,
+        "--causes-namespace",
+        "consumer",
+    ]);
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(
         text.stdout
@@ -261,6 +234,8 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
         &q.dlq_url,
         "--causes-table",
         &table,
+        "--causes-namespace",
+        "consumer",
         "--json",
     ]);
     assert_eq!(show.code, 0, "{}", show.stderr);
