@@ -98,7 +98,7 @@ lambda_bins=(redriver archiver)
 if [ "$CONSUMER" = http ]; then lambda_bins+=(consumer); fi
 if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
 if [ -n "${ARTIFACTS-}" ]; then
-    use_artifacts "$LAMBDA_DIR" "${lambda_bins[@]}"
+    use_artifacts "$LAMBDA_DIR" ${lambda_bins[@]+"${lambda_bins[@]}"}
 elif [ "$SKIP_BUILD" = true ]; then
     say "SKIP_BUILD=true: deploying the binaries in $LAMBDA_DIR as they are"
 else
@@ -197,7 +197,7 @@ deploy_function() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
     while :; do
         if [ -n "${ARTIFACTS-}" ]; then
             # A release: the AWS CLI uploads its zip as it is (cargo lambda deploy would need cargo).
-            if upload_artifact "$@" >"$WORK/$1.out" 2>"$WORK/$1.err"; then return 0; fi
+            if upload_artifact ${@+"$@"} >"$WORK/$1.out" 2>"$WORK/$1.err"; then return 0; fi
         elif (cd "$REPO_DIR" && "$CARGO_LAMBDA" lambda deploy "$2" \
             --binary-name "$1" --lambda-dir "$LAMBDA_DIR" \
             --iam-role "$3" --memory "$4" --timeout "$5" --env-file "$6" --tracing "$TRACING" \

@@ -277,8 +277,10 @@ class StackInMoto(unittest.TestCase):
                     "resources": [self.arn("sqs", f"{self.stack}-dlq")],
                     "condition": None,
                 },
+                # Its records, and the cause of each failed attempt (UpdateItem: `cause#<id>`).
                 "IdempotencyRecords": {
-                    "actions": sorted(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"]),
+                    "actions": sorted(["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem",
+                                       "dynamodb:UpdateItem"]),
                     "resources": [self.arn("dynamodb", f"table/{self.stack}-idempotency")],
                     "condition": None,
                 },
