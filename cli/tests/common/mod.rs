@@ -42,6 +42,24 @@ pub struct Run {
 }
 
 impl Run {
+    /// Asserts the run ended with `code` and its stderr contains `text`.
+    pub fn assert_stderr_has(&self, code: i32, text: &str) {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        assert!(self.stderr.contains(text), "{}", self.stderr);
+    }
+
+    /// Asserts the run ended with `code` and its stdout contains `text`.
+    pub fn assert_stdout_has(&self, code: i32, text: &str) {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        assert!(self.stdout.contains(text), "{}", self.stdout);
+    }
+
+    /// Asserts the run ended with `code` and its stderr begins with `prefix`.
+    pub fn assert_stderr_starts(&self, code: i32, prefix: &str) {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        assert!(self.stderr.starts_with(prefix), "{}", self.stderr);
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
             panic!(
@@ -196,6 +214,16 @@ pub fn meta_of(m: &Message) -> RedriveMeta {
         .string_value()
         .unwrap();
     RedriveMeta::parse(text).unwrap()
+}
+
+/// The bodies of `messages`, sorted.
+pub fn bodies(messages: &[Message]) -> Vec<String> {
+    let mut b: Vec<String> = messages
+        .iter()
+        .map(|m| m.body().unwrap().to_string())
+        .collect();
+    b.sort();
+    b
 }
 
 /// (visible, in flight)

@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 
 use redrive_consumer::aws::{DynamoDbStore, SqsOps};
 use redrive_consumer::{Consumer, ConsumerConfig, Env, ProcessError, Record};
+use redrive_engine::now_ms;
 use redrive_tests::{
     QueueSet, create_idempotency_table, moto, queue_counts, receive_raw, send_raw, sqs_event,
     wait_for_depth,
 };
 use serde_json::Value;
 
-use super::{by_code, redrive, uuid};
+use super::{by_code, redrive, show_json, uuid};
 
 /// What the orders consumer takes: a body whose `amountCents` is not a number does not parse
 /// (the consumer's schema error, permanent).
@@ -98,13 +99,6 @@ async fn consume_until_sqs_moves_them(
     }
     // SQS moved every one of them after its second failed receive.
     wait_for_depth(sqs, &q.dlq_url, moved, Duration::from_secs(10)).await;
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[tokio::test]
@@ -214,12 +208,9 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
 
     // AND the text output says where the causes were read
     let text = redrive(&["triage", &q.dlq_url, "--causes-table", &table]);
-    assert_eq!(text.code, 0, "{}", text.stderr);
-    assert!(
-        text.stdout
-            .contains("13 message(s) carried no cause: 9 found in the consumer's records"),
-        "{}",
-        text.stdout
+    text.assert_stdout_has(
+        0,
+        "13 message(s) carried no cause: 9 found in the consumer's records",
     );
     assert!(
         text.stdout
@@ -254,15 +245,7 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
 
     // AND `triage show` of a recorded cause's group finds its messages with the same table
     let id = outage["id"].as_str().unwrap();
-    let show = redrive(&[
-        "triage",
-        "show",
-        id,
-        &q.dlq_url,
-        "--causes-table",
-        &table,
-        "--json",
-    ]);
+    let show = show_json(id, &q.dlq_url, &["--causes-table", &table]);
     assert_eq!(show.code, 0, "{}", show.stderr);
     assert_eq!(show.json()["found"], 6);
 }
