@@ -15,8 +15,8 @@ use redrive_tests::{
 use serde_json::{Value, json};
 
 use common::{
-    Run, bodies, meta_attr, meta_of, out_of_attempts, parked, permanent, rejected_on_the_way,
-    run_redrive, send_with_meta, visible,
+    Run, bodies, drained_bodies, meta_attr, meta_of, out_of_attempts, parked, permanent,
+    rejected_on_the_way, run_redrive, send_with_meta, visible,
 };
 
 /// The binary against moto (see [`common::run_redrive`]) with `env` on top.
@@ -461,12 +461,7 @@ async fn output_is_one_setting_for_every_command_table_json_or_text() {
     let bad = with(&["--output", "yaml"]);
     // THEN each is a usage error naming what was wrong, and nothing was received
     both.assert_stderr_has(2, "--json asks for --output json, not --output text");
-    assert_eq!(bad.code, 2, "{}", bad.stderr);
-    assert!(
-        bad.stderr.contains("yaml") && bad.stderr.contains("table, json, text"),
-        "{}",
-        bad.stderr
-    );
+    bad.assert_stderr_names(2, &["yaml", "table, json, text"]);
     assert_eq!(visible(&sqs, &q.poison_url).await, 2);
 }
 
@@ -581,12 +576,7 @@ async fn drain_without_configuration_names_the_variable_and_touches_nothing() {
     send_raw(&sqs, &q.dlq_url, "stays", &[]).await;
     // A DLQ and no poison queue (the source is optional: each message's own)
     let run = redrive(&["drain", "--dlq", &q.dlq_url], &[]);
-    assert_eq!(run.code, 2, "{}", run.stdout);
-    assert!(
-        run.stderr.contains("POISON_QUEUE_URL") && run.stderr.contains("--poison"),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_names(2, &["POISON_QUEUE_URL", "--poison"]);
     assert_eq!(visible(&sqs, &q.dlq_url).await, 1);
 }
 
@@ -737,8 +727,7 @@ async fn discard_refuses_without_yes_and_says_what_it_deleted() {
     assert!(run.stdout.contains(&others[0]), "{}", run.stdout);
 
     // THEN only the last one is left, visible
-    let left = drain_all(&sqs, &q.poison_url).await;
-    assert_eq!(bodies(&left), ["y"]);
+    assert_eq!(drained_bodies(&sqs, &q.poison_url).await, ["y"]);
 }
 
 #[tokio::test]
@@ -922,7 +911,7 @@ async fn unstamped_replay_is_refused_without_allow_unstamped() {
         unstamped.as_str()
     );
     assert_eq!(report["unstamped"], json!([]));
-    assert_eq!(bodies(&drain_all(&sqs, &q.source_url).await), ["stamped"]);
+    assert_eq!(drained_bodies(&sqs, &q.source_url).await, ["stamped"]);
     assert_eq!(visible(&sqs, &q.poison_url).await, 1);
 
     // WHEN a text run says why
@@ -1218,6 +1207,8 @@ async fn replay_without_to_never_sends_an_unknown_source_message_to_the_queue_it
         );
     }
     assert!(drain_all(&sqs, &q.source_url).await.is_empty());
-    let left = drain_all(&sqs, &q.poison_url).await;
-    assert_eq!(bodies(&left), ["claimed", "clue"]);
+    assert_eq!(
+        drained_bodies(&sqs, &q.poison_url).await,
+        ["claimed", "clue"]
+    );
 }

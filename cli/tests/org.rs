@@ -11,7 +11,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use redrive_tests::{QueueSet, moto, put_queue_metric, send_raw, unique_name};
 use serde_json::{Value, json};
 
-use common::{Run, bodies, run_redrive, run_redrive_granted};
+use common::{Run, bodies, drained_bodies, run_redrive, run_redrive_granted};
 
 /// What the operator's own identity holds beyond the stack's managed policy here. The stack's
 /// `OperatorPolicy` grants these calls on the queues it protects (`FindQueues`, `ListQueues`,
@@ -56,6 +56,23 @@ fn temp_dir(prefix: &str) -> std::path::PathBuf {
     dir
 }
 
+/// Writes the AWS config file `name` in `dir` holding `text`; its path.
+fn aws_config_file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// The queues a `status --json` run reports on, in its order.
+fn queue_names(run: &Run) -> Vec<String> {
+    run.json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["queue"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The queue's ARN as the CLI takes it.
 fn arn(q: &QueueSet, name: &str) -> String {
     format!("arn:aws:sqs:us-east-1:{}:{name}", q.account())
@@ -97,8 +114,7 @@ async fn a_queue_is_taken_by_name_arn_or_url() {
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.json()["to"], q.source_url.as_str());
-    let moved = redrive_tests::drain_all(&sqs, &q.source_url).await;
-    assert_eq!(bodies(&moved), ["parked"]);
+    assert_eq!(drained_bodies(&sqs, &q.source_url).await, ["parked"]);
 }
 
 #[tokio::test]
@@ -123,16 +139,10 @@ async fn a_queue_that_does_not_exist_or_is_in_another_region_is_named() {
     let elsewhere = format!("arn:aws:sqs:eu-west-1:{}:{}", q.account(), q.dlq_name);
     let run = redrive(&["stats", "--queue", &elsewhere], &[]);
     // THEN it is a usage error, naming both regions
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("eu-west-1") && run.stderr.contains("us-east-1"),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_names(2, &["eu-west-1", "us-east-1"]);
     // WHEN a value is no queue at all: clap's usage error
     let run = redrive(&["stats", "--queue", "not a queue"], &[]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("queue name"), "{}", run.stderr);
+    run.assert_stderr_has(2, "queue name");
 }
 
 #[tokio::test]
@@ -140,13 +150,12 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 3).await;
     let dir = temp_dir("aws-config");
-    let config = dir.join("config");
-    std::fs::write(
-        &config,
+    let config = aws_config_file(
+        &dir,
+        "config",
         "[profile ops]\nregion = us-east-1\n[profile bare]\noutput = json\n",
-    )
-    .unwrap();
-    let config = config.to_str().unwrap();
+    );
+    let config = config.as_str();
 
     // WHEN the profile has no credentials and the environment none either
     let run = stats_without_keys(&q, "ops", config, &[]);
@@ -186,13 +195,12 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
     run.assert_stderr_starts(2, "redrive: no AWS region");
 
     // WHEN the profile's credential_process fails
-    let failing = dir.join("failing-config");
-    std::fs::write(
-        &failing,
+    let failing = aws_config_file(
+        &dir,
+        "failing-config",
         "[profile broken]\nregion = us-east-1\ncredential_process = /bin/false\n",
-    )
-    .unwrap();
-    let run = stats_without_keys(&q, "broken", failing.to_str().unwrap(), &[]);
+    );
+    let run = stats_without_keys(&q, "broken", &failing, &[]);
     // THEN one line names the profile, and no SDK log line comes with it
     run.assert_stderr_starts(
         2,
@@ -202,18 +210,12 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
 
     // WHEN an IAM Identity Center (SSO) profile has no cached token (never logged in)
     let home = temp_dir("home");
-    let sso = dir.join("sso-config");
-    std::fs::write(
-        &sso,
+    let sso = aws_config_file(
+        &dir,
+        "sso-config",
         "[profile sso]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = Ops\nregion = us-east-1\n\n[sso-session corp]\nsso_start_url = https://example.awsapps.com/start\nsso_region = us-east-1\n",
-    )
-    .unwrap();
-    let run = stats_without_keys(
-        &q,
-        "sso",
-        sso.to_str().unwrap(),
-        &[("HOME", home.to_str().unwrap())],
     );
+    let run = stats_without_keys(&q, "sso", &sso, &[("HOME", home.to_str().unwrap())]);
     // THEN the SSO provider (built in) says so, with the way out; a configuration error
     assert_eq!(run.code, 2, "{}", run.stderr);
     let line = run.stderr.trim_end();
@@ -559,13 +561,7 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
         let run = redrive(&args, &env);
         // THEN exactly the tagged ones
         assert_eq!(run.code, 0, "{}", run.stderr);
-        let mut names: Vec<String> = run
-            .json()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["queue"].as_str().unwrap().to_string())
-            .collect();
+        let mut names = queue_names(&run);
         names.sort();
         assert_eq!(
             names,
@@ -581,8 +577,7 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
 
     // WHEN nothing says which DLQs: a usage error
     let run = redrive(&["status"], &[]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("PROTECT_DLQS"), "{}", run.stderr);
+    run.assert_stderr_has(2, "PROTECT_DLQS");
 }
 
 #[tokio::test]
@@ -612,10 +607,8 @@ async fn replay_without_to_sends_each_message_to_its_recorded_source() {
     let stray = report["noSource"].as_array().unwrap();
     assert_eq!(stray.len(), 1, "{report}");
     assert_eq!(stray[0]["message"]["originalMessageId"], "orig-stray");
-    let moved = redrive_tests::drain_all(&sqs, &q.source_url).await;
-    assert_eq!(bodies(&moved), ["known"]);
-    let left = redrive_tests::drain_all(&sqs, &q.poison_url).await;
-    assert_eq!(bodies(&left), ["stray"]);
+    assert_eq!(drained_bodies(&sqs, &q.source_url).await, ["known"]);
+    assert_eq!(drained_bodies(&sqs, &q.poison_url).await, ["stray"]);
 }
 
 #[tokio::test]
@@ -647,8 +640,7 @@ async fn drain_without_source_sends_each_message_back_to_its_own() {
     let summary = run.json();
     assert_eq!(summary["redriven"], 1, "{summary}");
     assert_eq!(summary["isolated"], 1, "{summary}");
-    let moved = redrive_tests::drain_all(&sqs, &q.source_url).await;
-    assert_eq!(bodies(&moved), ["known"]);
+    assert_eq!(drained_bodies(&sqs, &q.source_url).await, ["known"]);
     let parked = redrive_tests::drain_all(&sqs, &q.poison_url).await;
     assert_eq!(bodies(&parked), ["stray"]);
     assert_eq!(
@@ -695,12 +687,6 @@ async fn status_by_tag_under_the_operator_policy_alone_skips_the_queues_it_may_n
 
     // THEN it answers with the stack's DLQ; the queue it may not read is no DLQ of this install
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let names: Vec<String> = run
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["queue"].as_str().unwrap().to_string())
-        .collect();
+    let names = queue_names(&run);
     assert_eq!(names, [q.dlq_url.rsplit('/').next().unwrap().to_string()]);
 }

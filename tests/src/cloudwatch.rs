@@ -8,6 +8,14 @@ use aws_sdk_cloudwatch::types::{
     ComparisonOperator, Datapoint, Dimension, MetricDatum, StandardUnit, StateValue, Statistic,
 };
 
+/// The dimension the re-driver's and SQS's queue metrics carry: `QueueName`.
+fn queue_dimension(queue_name: &str) -> Dimension {
+    Dimension::builder()
+        .name("QueueName")
+        .value(queue_name)
+        .build()
+}
+
 /// Creates (or replaces) the metric alarm `name` on the visible depth of queue `queue` (period
 /// 60 s, as the stack's DLQ alarm) and sets it to `state`.
 pub async fn put_queue_alarm(cw: &Client, name: &str, queue: &str, state: StateValue) {
@@ -15,7 +23,7 @@ pub async fn put_queue_alarm(cw: &Client, name: &str, queue: &str, state: StateV
         .alarm_name(name)
         .namespace("AWS/SQS")
         .metric_name("ApproximateNumberOfMessagesVisible")
-        .dimensions(Dimension::builder().name("QueueName").value(queue).build())
+        .dimensions(queue_dimension(queue))
         .statistic(Statistic::Maximum)
         .period(60)
         .evaluation_periods(1)
@@ -51,12 +59,7 @@ pub async fn put_queue_metric(
         .metric_data(
             MetricDatum::builder()
                 .metric_name(name)
-                .dimensions(
-                    Dimension::builder()
-                        .name("QueueName")
-                        .value(queue_name)
-                        .build(),
-                )
+                .dimensions(queue_dimension(queue_name))
                 .unit(unit)
                 .value(value)
                 .build(),
@@ -95,12 +98,7 @@ pub async fn metric_points(
         .get_metric_statistics()
         .namespace(namespace)
         .metric_name(name)
-        .dimensions(
-            Dimension::builder()
-                .name("QueueName")
-                .value(queue_name)
-                .build(),
-        )
+        .dimensions(queue_dimension(queue_name))
         .start_time(DateTime::from(now - Duration::from_secs(600)))
         .end_time(DateTime::from(now + Duration::from_secs(600)))
         .period(60)

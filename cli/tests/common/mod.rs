@@ -48,6 +48,14 @@ impl Run {
         assert!(self.stderr.contains(text), "{}", self.stderr);
     }
 
+    /// Asserts the run ended with `code` and its stderr names each of `texts`.
+    pub fn assert_stderr_names(&self, code: i32, texts: &[&str]) {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        for text in texts {
+            assert!(self.stderr.contains(text), "{text:?} in {}", self.stderr);
+        }
+    }
+
     /// Asserts the run ended with `code` and its stdout contains `text`.
     pub fn assert_stdout_has(&self, code: i32, text: &str) {
         assert_eq!(self.code, code, "{}", self.stderr);
@@ -224,6 +232,11 @@ pub fn bodies(messages: &[Message]) -> Vec<String> {
         .collect();
     b.sort();
     b
+}
+
+/// The bodies `url` held, sorted, drained (see [`redrive_tests::drain_all`]).
+pub async fn drained_bodies(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    bodies(&redrive_tests::drain_all(sqs, url).await)
 }
 
 /// (visible, in flight)

@@ -473,8 +473,7 @@ async fn a_hold_is_recorded_with_its_end_and_bad_actions_are_refused_by_name() {
     let (group, pass) = w.triage();
     // A hold needs an end.
     let run = w.redrive(&["triage", "hold", &group, &w.q.dlq_url], None);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("a hold needs an end"), "{}", run.stderr);
+    run.assert_stderr_has(2, "a hold needs an end");
     let run = w.redrive(
         &[
             "triage",
