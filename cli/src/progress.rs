@@ -1,6 +1,6 @@
 //! Progress bars on stderr (indicatif), drawn only when stderr is a terminal: `redrive drain`'s,
-//! fed by a tap on the engine's queue port that counts what it receives, sends and deletes, and the
-//! one of the commands that count what they did themselves (`export`, `import`).
+//! fed by a tap on the engine's queue port that counts what it receives, sends and deletes, and
+//! the one of the commands that count what they did themselves (`export`, `import`).
 
 use std::io::IsTerminal;
 use std::sync::Arc;
