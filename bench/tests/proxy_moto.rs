@@ -194,14 +194,7 @@ async fn failed_batch_entries_were_not_applied() {
     proxy.set_faults(None, 3);
     let got = q.receive(&queues.dlq_url, 10, 0, 60).await.unwrap();
     proxy.set_faults(only(FaultKind::BatchEntries), 4);
-    let handles: Vec<HandleEntry> = got
-        .iter()
-        .enumerate()
-        .map(|(i, m)| HandleEntry {
-            id: i.to_string(),
-            receipt_handle: m.receipt_handle.clone(),
-        })
-        .collect();
+    let handles = HandleEntry::numbered(got.iter().map(|m| m.receipt_handle.clone()));
     let deleted = q.delete_batch(&queues.dlq_url, &handles).await.unwrap();
     assert!(!deleted.failed.is_empty());
     assert_eq!(

@@ -6,14 +6,14 @@ use serde_json::{Value, json};
 
 use super::queues::QueueRef;
 use super::replay::{line, outcome};
-use super::scan::{Reach, Scanner, Status, numbered};
+use super::scan::{Reach, Scanner, Status};
 use super::select::Filter;
 use super::select::Selection;
 use super::view::MessageView;
 use super::{CliError, Ctx, Outcome, now_ms};
 use clap::Args;
 use redrive_engine::engine::Transfer;
-use redrive_engine::ports::{PortError, Queue, Received};
+use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
 use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
@@ -82,7 +82,7 @@ async fn walk<Q: Queue>(
                 .extend(chosen.iter().map(|m| MessageView::new(m, now, None)));
             continue;
         }
-        let entries = numbered(chosen.iter().map(|m| m.receipt_handle.clone()));
+        let entries = HandleEntry::numbered(chosen.iter().map(|m| m.receipt_handle.clone()));
         if entries.is_empty() {
             continue;
         }

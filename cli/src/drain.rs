@@ -13,6 +13,7 @@ use clap::Args;
 use redrive_engine::aws::CloudWatch;
 use redrive_engine::circuit::CircuitStore;
 use redrive_engine::ports::Queue;
+use redrive_engine::tap::Tapped;
 use redrive_engine::{DrainRequest, Engine, StopReason, Summary};
 use redrive_shared::circuit::{CircuitSettings, State};
 use std::time::Duration;
@@ -98,11 +99,13 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     let circuit_store = ctx.clients.circuit_store(&config);
     let triage = ctx.clients.triage_books(&config);
     let counters = Arc::new(Counters::default());
-    let queue = Counting {
+    let queue = Tapped {
         inner: ctx.queue(),
-        dlq: config.dlq_url.to_string(),
-        poison: config.poison_queue_url.to_string(),
-        counters: counters.clone(),
+        tap: Counting {
+            dlq: config.dlq_url.to_string(),
+            poison: config.poison_queue_url.to_string(),
+            counters: counters.clone(),
+        },
     };
     let cloudwatch = ctx.clients.cloudwatch.clone();
     let request = DrainRequest {

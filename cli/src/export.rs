@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::filter::{FilterArgs, MessageFilter};
 use super::progress::Progress;
-use super::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop, numbered};
+use super::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop};
 use super::{CliError, Ctx, Outcome, now_ms};
 use redrive_engine::engine::Transfer;
 use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
@@ -371,7 +371,7 @@ async fn settle<Q: Queue>(
     }
     // The scan's latest handle: the message may have come back and been received again by
     // the scan itself since its line was made.
-    let entries = numbered(stored.iter().map(|m| {
+    let entries = HandleEntry::numbered(stored.iter().map(|m| {
         scan.handle(&m.message_id)
             .unwrap_or(&m.receipt_handle)
             .to_string()

@@ -1,6 +1,6 @@
 //! Progress bars on stderr (indicatif), drawn only when stderr is a terminal: `redrive drain`'s,
-//! fed by the engine's queue port wrapped to count what it receives, sends and deletes, and the
-//! one of the commands that count what they did themselves (`export`, `import`).
+//! fed by a tap on the engine's queue port that counts what it receives, sends and deletes, and
+//! the one of the commands that count what they did themselves (`export`, `import`).
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use redrive_engine::ports::{
-    BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry,
-};
+use redrive_engine::ports::BatchOutcome;
+use redrive_engine::tap::Tap;
 
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -21,95 +20,38 @@ pub struct Counters {
     pub deleted: AtomicU64,
 }
 
-/// A [`Queue`] that counts what passes through it.
-pub struct Counting<Q> {
-    pub inner: Q,
+/// Counts what passes through the drain's queue port: received from and deleted on the DLQ,
+/// sent to the poison queue or to a source.
+pub struct Counting {
     pub dlq: String,
     pub poison: String,
     pub counters: Arc<Counters>,
 }
 
-impl<Q: Queue> Queue for Counting<Q> {
-    async fn receive(
-        &self,
-        queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
-    ) -> Result<Vec<Received>, PortError> {
-        let got = self
-            .inner
-            .receive(queue_url, max_messages, wait_seconds, visibility_seconds)
-            .await?;
+impl Tap for Counting {
+    fn received(&self, queue_url: &str, count: usize) {
         if queue_url == self.dlq {
             self.counters
                 .received
-                .fetch_add(got.len() as u64, Ordering::Relaxed);
+                .fetch_add(count as u64, Ordering::Relaxed);
         }
-        Ok(got)
     }
 
-    async fn send_batch(
-        &self,
-        queue_url: &str,
-        entries: &[SendEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        let out = self.inner.send_batch(queue_url, entries).await?;
+    fn sent(&self, queue_url: &str, outcome: &BatchOutcome) {
         let counter = if queue_url == self.poison {
             &self.counters.to_poison
         } else {
             &self.counters.to_source
         };
-        counter.fetch_add(out.succeeded.len() as u64, Ordering::Relaxed);
-        Ok(out)
+        counter.fetch_add(outcome.succeeded.len() as u64, Ordering::Relaxed);
     }
 
-    async fn delete_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        let out = self.inner.delete_batch(queue_url, entries).await?;
+    fn deleted(&self, queue_url: &str, outcome: &BatchOutcome) {
         if queue_url == self.dlq {
             self.counters
                 .deleted
-                .fetch_add(out.succeeded.len() as u64, Ordering::Relaxed);
+                .fetch_add(outcome.succeeded.len() as u64, Ordering::Relaxed);
         }
-        Ok(out)
-    }
-
-    async fn change_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-        visibility_seconds: i32,
-    ) -> Result<BatchOutcome, PortError> {
-        self.inner
-            .change_visibility_batch(queue_url, entries, visibility_seconds)
-            .await
-    }
-
-    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
-        self.inner.depth(queue_url).await
-    }
-
-    async fn max_message_size(&self, queue_url: &str) -> Result<Option<usize>, PortError> {
-        self.inner.max_message_size(queue_url).await
-    }
-
-    async fn tags(
-        &self,
-        queue_url: &str,
-    ) -> Result<std::collections::HashMap<String, String>, PortError> {
-        self.inner.tags(queue_url).await
-    }
-
-    async fn dead_letter_sources(&self, dlq_url: &str) -> Result<Vec<String>, PortError> {
-        self.inner.dead_letter_sources(dlq_url).await
-    }
-
-    async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
-        self.inner.retention_seconds(queue_url).await
     }
 }
 

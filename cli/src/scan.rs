@@ -48,7 +48,7 @@ pub async fn release_all<Q: Queue>(queue: &Q) -> usize {
     let all = std::mem::take(&mut *held());
     let mut released = 0;
     for (url, messages) in all {
-        let entries = numbered(messages.into_values());
+        let entries = HandleEntry::numbered(messages.into_values());
         released += Transfer::new(queue).hold(&url, entries, 0).await.ok.len();
     }
     released
@@ -197,7 +197,7 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
                 q.remove(id);
             }
         }
-        let entries = numbered(self.held.into_values());
+        let entries = HandleEntry::numbered(self.held.into_values());
         let asked = entries.len();
         let released = Transfer::new(self.queue).hold(self.url, entries, 0).await;
         let unreleased = asked - released.ok.len();
@@ -209,19 +209,6 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
         }
         unreleased
     }
-}
-
-/// Receipt handles as batch entries, numbered from 0 in the order given: an entry's id is its
-/// index, so a caller finds what became of its `i`th message under `i.to_string()`.
-pub fn numbered(handles: impl IntoIterator<Item = String>) -> Vec<HandleEntry> {
-    handles
-        .into_iter()
-        .enumerate()
-        .map(|(i, receipt_handle)| HandleEntry {
-            id: i.to_string(),
-            receipt_handle,
-        })
-        .collect()
 }
 
 /// Why a walk over a queue stopped.

@@ -15,8 +15,8 @@ use redrive_tests::{
 use serde_json::{Value, json};
 
 use common::{
-    Run, meta_attr, meta_of, out_of_attempts, parked, permanent, rejected_on_the_way, run_redrive,
-    send_with_meta, visible,
+    Run, bodies, drained_bodies, meta_attr, meta_of, out_of_attempts, parked, permanent,
+    rejected_on_the_way, run_redrive, send_with_meta, visible,
 };
 
 /// The binary against moto (see [`common::run_redrive`]) with `env` on top.
@@ -29,15 +29,6 @@ fn replay_to_source(q: &QueueSet, flags: &[&str]) -> Run {
     let mut args = vec!["replay", "--from", &q.poison_url, "--to", &q.source_url];
     args.extend_from_slice(flags);
     redrive(&args, &[])
-}
-
-fn bodies(messages: &[Message]) -> Vec<String> {
-    let mut b: Vec<String> = messages
-        .iter()
-        .map(|m| m.body().unwrap().to_string())
-        .collect();
-    b.sort();
-    b
 }
 
 #[test]
@@ -306,13 +297,7 @@ async fn stats_reports_depth_policy_and_histograms_and_releases_its_sample() {
     send_raw(&sqs, &q.source_url, "x", &[]).await;
     let run = redrive(&["stats", "--queue", &q.source_url], &[]);
     // THEN it names the DLQ of the redrive policy and warns that its sample counts as a receive
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(
-        run.stdout
-            .contains(&format!("to {} after 3 receives", q.dlq_name)),
-        "{}",
-        run.stdout
-    );
+    run.assert_stdout_has(0, &format!("to {} after 3 receives", q.dlq_name));
     assert!(run.stdout.contains("attempts"), "{}", run.stdout);
     assert!(run.stderr.contains("maxReceiveCount 3"), "{}", run.stderr);
     assert!(
@@ -475,19 +460,8 @@ async fn output_is_one_setting_for_every_command_table_json_or_text() {
     let both = with(&["--json", "--output", "text"]);
     let bad = with(&["--output", "yaml"]);
     // THEN each is a usage error naming what was wrong, and nothing was received
-    assert_eq!(both.code, 2, "{}", both.stderr);
-    assert!(
-        both.stderr
-            .contains("--json asks for --output json, not --output text"),
-        "{}",
-        both.stderr
-    );
-    assert_eq!(bad.code, 2, "{}", bad.stderr);
-    assert!(
-        bad.stderr.contains("yaml") && bad.stderr.contains("table, json, text"),
-        "{}",
-        bad.stderr
-    );
+    both.assert_stderr_has(2, "--json asks for --output json, not --output text");
+    bad.assert_stderr_names(2, &["yaml", "table, json, text"]);
     assert_eq!(visible(&sqs, &q.poison_url).await, 2);
 }
 
@@ -602,12 +576,7 @@ async fn drain_without_configuration_names_the_variable_and_touches_nothing() {
     send_raw(&sqs, &q.dlq_url, "stays", &[]).await;
     // A DLQ and no poison queue (the source is optional: each message's own)
     let run = redrive(&["drain", "--dlq", &q.dlq_url], &[]);
-    assert_eq!(run.code, 2, "{}", run.stdout);
-    assert!(
-        run.stderr.contains("POISON_QUEUE_URL") && run.stderr.contains("--poison"),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_names(2, &["POISON_QUEUE_URL", "--poison"]);
     assert_eq!(visible(&sqs, &q.dlq_url).await, 1);
 }
 
@@ -671,31 +640,16 @@ async fn replay_sends_back_with_manual_reason_and_deletes_only_what_was_sent() {
     // WHEN the replayed copy fails again on its way and lands in the DLQ, the re-driver
     // redrives it instead of isolating it (its lastError is gone)
     send_with_meta(&sqs, &q.dlq_url, copy.body().unwrap(), &meta).await;
-    let drained = redrive(
-        &[
-            "drain",
-            "--json",
-            "--dlq",
-            &q.dlq_url,
-            "--source",
-            &q.source_url,
-            "--poison",
-            &q.poison_url,
-        ],
-        &[("BACKOFF_BASE_SECONDS", "0")],
-    );
+    let mut drain = q.drain_args();
+    drain.push("--json");
+    let drained = redrive(&drain, &[("BACKOFF_BASE_SECONDS", "0")]);
     assert_eq!(drained.json()["redriven"], 1, "{}", drained.stdout);
     assert_eq!(drained.json()["isolated"], 0);
     assert_eq!(meta_of(&drain_all(&sqs, &q.source_url).await[0]).attempt, 1);
 
     // WHEN one of the max-attempts messages is replayed in a batch of one
     let run = replay(&["--all", "--reason", "max-attempts", "--max", "1"]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(
-        run.stdout.contains("replayed 1 message(s)"),
-        "{}",
-        run.stdout
-    );
+    run.assert_stdout_has(0, "replayed 1 message(s)");
     assert_eq!(queue_depth(&sqs, &q.source_url).await, 1);
     assert_eq!(queue_depth(&sqs, &q.poison_url).await, 1);
 
@@ -769,17 +723,11 @@ async fn discard_refuses_without_yes_and_says_what_it_deleted() {
         ],
         &[],
     );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(
-        run.stdout.contains("deleted 1 message(s)"),
-        "{}",
-        run.stdout
-    );
+    run.assert_stdout_has(0, "deleted 1 message(s)");
     assert!(run.stdout.contains(&others[0]), "{}", run.stdout);
 
     // THEN only the last one is left, visible
-    let left = drain_all(&sqs, &q.poison_url).await;
-    assert_eq!(bodies(&left), ["y"]);
+    assert_eq!(drained_bodies(&sqs, &q.poison_url).await, ["y"]);
 }
 
 #[tokio::test]
@@ -856,12 +804,7 @@ async fn colour_is_forced_by_clicolor_force_and_no_color_wins() {
     );
 
     let plain = redrive(&args, &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]);
-    assert_eq!(plain.code, 0, "{}", plain.stderr);
-    assert!(
-        plain.stdout.contains("reason permanent-failure"),
-        "{}",
-        plain.stdout
-    );
+    plain.assert_stdout_has(0, "reason permanent-failure");
     assert!(!plain.stdout.contains('\x1b'), "{:?}", plain.stdout);
     // --json is never coloured
     let json = redrive(
@@ -968,7 +911,7 @@ async fn unstamped_replay_is_refused_without_allow_unstamped() {
         unstamped.as_str()
     );
     assert_eq!(report["unstamped"], json!([]));
-    assert_eq!(bodies(&drain_all(&sqs, &q.source_url).await), ["stamped"]);
+    assert_eq!(drained_bodies(&sqs, &q.source_url).await, ["stamped"]);
     assert_eq!(visible(&sqs, &q.poison_url).await, 1);
 
     // WHEN a text run says why
@@ -1264,6 +1207,8 @@ async fn replay_without_to_never_sends_an_unknown_source_message_to_the_queue_it
         );
     }
     assert!(drain_all(&sqs, &q.source_url).await.is_empty());
-    let left = drain_all(&sqs, &q.poison_url).await;
-    assert_eq!(bodies(&left), ["claimed", "clue"]);
+    assert_eq!(
+        drained_bodies(&sqs, &q.poison_url).await,
+        ["claimed", "clue"]
+    );
 }

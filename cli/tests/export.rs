@@ -20,7 +20,7 @@ use redrive_tests::{
 };
 use serde_json::Value;
 
-use common::{Run, counts, run_redrive};
+use common::{Run, counts, drained_bodies, run_redrive};
 
 /// The binary with moto's environment and nothing of the caller's AWS_* variables, under the
 /// operator's managed policy for the queues `args` name (`iam::cli_env`).
@@ -580,8 +580,7 @@ async fn an_archive_older_than_the_idempotency_ttl_is_refused_unless_allowed() {
         "--idempotency-ttl-seconds",
         "1800",
     ]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("2 message(s)"), "{}", run.stderr);
+    run.assert_stderr_has(2, "2 message(s)");
     // Forced: both are sent.
     let run = redrive(&["import", "--from", from, "--to", &dest, "--allow-past-ttl"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -822,9 +821,7 @@ async fn the_filters_select_the_same_messages_on_every_command() {
     );
     let run = import(&all, &source, &["--attribute", "tenant=other"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let got = drain_all(&sqs, &source).await;
-    assert_eq!(got.len(), 1);
-    assert_eq!(got[0].body(), Some("tier=gold"));
+    assert_eq!(drained_bodies(&sqs, &source).await, ["tier=gold"]);
 
     // Nothing was consumed by looking.
     assert_eq!(counts(&sqs, &poison).await, (3, 0));

@@ -6,12 +6,12 @@ use crate::common;
 
 use std::collections::HashMap;
 
-use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
+use aws_sdk_cloudwatch::types::StandardUnit;
 use aws_sdk_sqs::types::QueueAttributeName;
-use redrive_tests::{QueueSet, moto, send_raw, unique_name};
+use redrive_tests::{QueueSet, moto, put_queue_metric, send_raw, unique_name};
 use serde_json::{Value, json};
 
-use common::{Run, run_redrive, run_redrive_granted};
+use common::{Run, bodies, drained_bodies, run_redrive, run_redrive_granted};
 
 /// What the operator's own identity holds beyond the stack's managed policy here. The stack's
 /// `OperatorPolicy` grants these calls on the queues it protects (`FindQueues`, `ListQueues`,
@@ -34,11 +34,43 @@ fn redrive(args: &[&str], env: &[(&str, &str)]) -> Run {
     run_redrive_granted(args, env, &[org_statement()])
 }
 
+/// `stats` on `q`'s DLQ as `profile` of the config file `config`, with no keys in the
+/// environment, and `env` besides.
+fn stats_without_keys(q: &QueueSet, profile: &str, config: &str, env: &[(&str, &str)]) -> Run {
+    let mut all = vec![
+        ("AWS_CONFIG_FILE", config),
+        ("AWS_ACCESS_KEY_ID", ""),
+        ("AWS_SECRET_ACCESS_KEY", ""),
+    ];
+    all.extend_from_slice(env);
+    redrive(
+        &["--profile", profile, "stats", "--queue", &q.dlq_url],
+        &all,
+    )
+}
+
 /// A directory of its own under the system's temporary one.
 fn temp_dir(prefix: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(unique_name(prefix));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Writes the AWS config file `name` in `dir` holding `text`; its path.
+fn aws_config_file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// The queues a `status --json` run reports on, in its order.
+fn queue_names(run: &Run) -> Vec<String> {
+    run.json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["queue"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// The queue's ARN as the CLI takes it.
@@ -82,9 +114,7 @@ async fn a_queue_is_taken_by_name_arn_or_url() {
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.json()["to"], q.source_url.as_str());
-    let moved = redrive_tests::drain_all(&sqs, &q.source_url).await;
-    assert_eq!(moved.len(), 1);
-    assert_eq!(moved[0].body(), Some("parked"));
+    assert_eq!(drained_bodies(&sqs, &q.source_url).await, ["parked"]);
 }
 
 #[tokio::test]
@@ -109,16 +139,10 @@ async fn a_queue_that_does_not_exist_or_is_in_another_region_is_named() {
     let elsewhere = format!("arn:aws:sqs:eu-west-1:{}:{}", q.account(), q.dlq_name);
     let run = redrive(&["stats", "--queue", &elsewhere], &[]);
     // THEN it is a usage error, naming both regions
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("eu-west-1") && run.stderr.contains("us-east-1"),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_names(2, &["eu-west-1", "us-east-1"]);
     // WHEN a value is no queue at all: clap's usage error
     let run = redrive(&["stats", "--queue", "not a queue"], &[]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("queue name"), "{}", run.stderr);
+    run.assert_stderr_has(2, "queue name");
 }
 
 #[tokio::test]
@@ -126,31 +150,17 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
     let sqs = moto().sqs().await;
     let q = QueueSet::create(&sqs, false, 3).await;
     let dir = temp_dir("aws-config");
-    let config = dir.join("config");
-    std::fs::write(
-        &config,
+    let config = aws_config_file(
+        &dir,
+        "config",
         "[profile ops]\nregion = us-east-1\n[profile bare]\noutput = json\n",
-    )
-    .unwrap();
-    let config = config.to_str().unwrap();
+    );
+    let config = config.as_str();
 
     // WHEN the profile has no credentials and the environment none either
-    let run = redrive(
-        &["--profile", "ops", "stats", "--queue", &q.dlq_url],
-        &[
-            ("AWS_CONFIG_FILE", config),
-            ("AWS_ACCESS_KEY_ID", ""),
-            ("AWS_SECRET_ACCESS_KEY", ""),
-        ],
-    );
+    let run = stats_without_keys(&q, "ops", config, &[]);
     // THEN one line names the profile; a configuration error: exit 2
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr
-            .starts_with("redrive: no credentials found (profile 'ops')"),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_starts(2, "redrive: no credentials found (profile 'ops')");
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
 
     // WHEN the profile does not exist (by flag, or by AWS_PROFILE)
@@ -182,55 +192,30 @@ async fn errors_read_like_the_aws_clis_with_their_exit_codes() {
         ],
     );
     // THEN a configuration error too
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.starts_with("redrive: no AWS region"),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_starts(2, "redrive: no AWS region");
 
     // WHEN the profile's credential_process fails
-    let failing = dir.join("failing-config");
-    std::fs::write(
-        &failing,
+    let failing = aws_config_file(
+        &dir,
+        "failing-config",
         "[profile broken]\nregion = us-east-1\ncredential_process = /bin/false\n",
-    )
-    .unwrap();
-    let run = redrive(
-        &["--profile", "broken", "stats", "--queue", &q.dlq_url],
-        &[
-            ("AWS_CONFIG_FILE", failing.to_str().unwrap()),
-            ("AWS_ACCESS_KEY_ID", ""),
-            ("AWS_SECRET_ACCESS_KEY", ""),
-        ],
     );
+    let run = stats_without_keys(&q, "broken", &failing, &[]);
     // THEN one line names the profile, and no SDK log line comes with it
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr
-            .starts_with("redrive: could not load credentials (profile 'broken'): "),
-        "{}",
-        run.stderr
+    run.assert_stderr_starts(
+        2,
+        "redrive: could not load credentials (profile 'broken'): ",
     );
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
 
     // WHEN an IAM Identity Center (SSO) profile has no cached token (never logged in)
     let home = temp_dir("home");
-    let sso = dir.join("sso-config");
-    std::fs::write(
-        &sso,
+    let sso = aws_config_file(
+        &dir,
+        "sso-config",
         "[profile sso]\nsso_session = corp\nsso_account_id = 123456789012\nsso_role_name = Ops\nregion = us-east-1\n\n[sso-session corp]\nsso_start_url = https://example.awsapps.com/start\nsso_region = us-east-1\n",
-    )
-    .unwrap();
-    let run = redrive(
-        &["--profile", "sso", "stats", "--queue", &q.dlq_url],
-        &[
-            ("AWS_CONFIG_FILE", sso.to_str().unwrap()),
-            ("HOME", home.to_str().unwrap()),
-            ("AWS_ACCESS_KEY_ID", ""),
-            ("AWS_SECRET_ACCESS_KEY", ""),
-        ],
     );
+    let run = stats_without_keys(&q, "sso", &sso, &[("HOME", home.to_str().unwrap())]);
     // THEN the SSO provider (built in) says so, with the way out; a configuration error
     assert_eq!(run.code, 2, "{}", run.stderr);
     let line = run.stderr.trim_end();
@@ -427,44 +412,26 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     // AND the re-driver drained the tuned DLQ once (its Received metric), in a namespace of
     // this test's
     let namespace = unique_name("ns");
-    cw.put_metric_data()
-        .namespace(&namespace)
-        .metric_data(
-            MetricDatum::builder()
-                .metric_name("Received")
-                .dimensions(
-                    Dimension::builder()
-                        .name("QueueName")
-                        .value(format!("{base}-tuned-dlq"))
-                        .build(),
-                )
-                .unit(StandardUnit::Count)
-                .value(4.0)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let queue = format!("{base}-tuned-dlq");
+    put_queue_metric(
+        &cw,
+        &namespace,
+        "Received",
+        &queue,
+        (StandardUnit::Count, 4.0),
+    )
+    .await;
 
     // AND the lone one was drained too (the contract's SuccessfulRedrives, zeros included)
-    cw.put_metric_data()
-        .namespace(&namespace)
-        .metric_data(
-            MetricDatum::builder()
-                .metric_name("SuccessfulRedrives")
-                .dimensions(
-                    Dimension::builder()
-                        .name("QueueName")
-                        .value(format!("{base}-lone-dlq"))
-                        .build(),
-                )
-                .unit(StandardUnit::Count)
-                .value(0.0)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let queue = format!("{base}-lone-dlq");
+    put_queue_metric(
+        &cw,
+        &namespace,
+        "SuccessfulRedrives",
+        &queue,
+        (StandardUnit::Count, 0.0),
+    )
+    .await;
     // AND the operator holds the tuned one's circuit open
     let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
     let tuned_name = format!("{base}-tuned-dlq");
@@ -482,24 +449,15 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
     assert_eq!(run.code, 0, "{}", run.stderr);
 
     // AND SQS's own metric says how old the shared DLQ's oldest message is
-    cw.put_metric_data()
-        .namespace("AWS/SQS")
-        .metric_data(
-            MetricDatum::builder()
-                .metric_name("ApproximateAgeOfOldestMessage")
-                .dimensions(
-                    Dimension::builder()
-                        .name("QueueName")
-                        .value(format!("{base}-shared-dlq"))
-                        .build(),
-                )
-                .unit(StandardUnit::Seconds)
-                .value(120.0)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let queue = format!("{base}-shared-dlq");
+    put_queue_metric(
+        &cw,
+        "AWS/SQS",
+        "ApproximateAgeOfOldestMessage",
+        &queue,
+        (StandardUnit::Seconds, 120.0),
+    )
+    .await;
 
     // WHEN status is asked for the three, by name, ARN and URL
     let name = format!("{base}-shared-dlq");
@@ -603,13 +561,7 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
         let run = redrive(&args, &env);
         // THEN exactly the tagged ones
         assert_eq!(run.code, 0, "{}", run.stderr);
-        let mut names: Vec<String> = run
-            .json()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["queue"].as_str().unwrap().to_string())
-            .collect();
+        let mut names = queue_names(&run);
         names.sort();
         assert_eq!(
             names,
@@ -625,8 +577,7 @@ async fn status_shows_every_protected_dlq_in_a_table_and_in_json() {
 
     // WHEN nothing says which DLQs: a usage error
     let run = redrive(&["status"], &[]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("PROTECT_DLQS"), "{}", run.stderr);
+    run.assert_stderr_has(2, "PROTECT_DLQS");
 }
 
 #[tokio::test]
@@ -656,12 +607,8 @@ async fn replay_without_to_sends_each_message_to_its_recorded_source() {
     let stray = report["noSource"].as_array().unwrap();
     assert_eq!(stray.len(), 1, "{report}");
     assert_eq!(stray[0]["message"]["originalMessageId"], "orig-stray");
-    let moved = redrive_tests::drain_all(&sqs, &q.source_url).await;
-    assert_eq!(moved.len(), 1);
-    assert_eq!(moved[0].body(), Some("known"));
-    let left = redrive_tests::drain_all(&sqs, &q.poison_url).await;
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0].body(), Some("stray"));
+    assert_eq!(drained_bodies(&sqs, &q.source_url).await, ["known"]);
+    assert_eq!(drained_bodies(&sqs, &q.poison_url).await, ["stray"]);
 }
 
 #[tokio::test]
@@ -693,12 +640,9 @@ async fn drain_without_source_sends_each_message_back_to_its_own() {
     let summary = run.json();
     assert_eq!(summary["redriven"], 1, "{summary}");
     assert_eq!(summary["isolated"], 1, "{summary}");
-    let moved = redrive_tests::drain_all(&sqs, &q.source_url).await;
-    assert_eq!(moved.len(), 1);
-    assert_eq!(moved[0].body(), Some("known"));
+    assert_eq!(drained_bodies(&sqs, &q.source_url).await, ["known"]);
     let parked = redrive_tests::drain_all(&sqs, &q.poison_url).await;
-    assert_eq!(parked.len(), 1);
-    assert_eq!(parked[0].body(), Some("stray"));
+    assert_eq!(bodies(&parked), ["stray"]);
     assert_eq!(
         common::meta_of(&parked[0])
             .reason
@@ -743,12 +687,6 @@ async fn status_by_tag_under_the_operator_policy_alone_skips_the_queues_it_may_n
 
     // THEN it answers with the stack's DLQ; the queue it may not read is no DLQ of this install
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let names: Vec<String> = run
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["queue"].as_str().unwrap().to_string())
-        .collect();
+    let names = queue_names(&run);
     assert_eq!(names, [q.dlq_url.rsplit('/').next().unwrap().to_string()]);
 }

@@ -504,6 +504,7 @@ fn invalid(operation: &'static str, message: String) -> PortError {
 pub mod clock;
 mod cloudwatch;
 mod ops;
+pub mod orders;
 mod port;
 pub use cloudwatch::FakeCloudWatch;
 

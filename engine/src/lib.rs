@@ -12,6 +12,7 @@ pub mod fleet;
 pub mod ports;
 #[cfg(feature = "s3")]
 pub mod s3;
+pub mod tap;
 pub mod triage_store;
 
 pub use engine::{DrainRequest, Engine, InvocationError, Settings, StopReason, Summary};

@@ -48,6 +48,21 @@ pub struct HandleEntry {
     pub receipt_handle: String,
 }
 
+impl HandleEntry {
+    /// Receipt handles as batch entries, numbered from 0 in the order given: an entry's id is
+    /// its index, so a caller finds what became of its `i`th message under `i.to_string()`.
+    pub fn numbered(handles: impl IntoIterator<Item = String>) -> Vec<HandleEntry> {
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, receipt_handle)| HandleEntry {
+                id: i.to_string(),
+                receipt_handle,
+            })
+            .collect()
+    }
+}
+
 /// Per-entry result of a batch call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchOutcome {

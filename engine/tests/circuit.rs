@@ -124,14 +124,7 @@ async fn bounce_back(sqs: &Arc<FakeSqs>) -> usize {
         if got.is_empty() {
             return moved;
         }
-        let entries: Vec<HandleEntry> = got
-            .iter()
-            .enumerate()
-            .map(|(i, m)| HandleEntry {
-                id: i.to_string(),
-                receipt_handle: m.receipt_handle.clone(),
-            })
-            .collect();
+        let entries = HandleEntry::numbered(got.iter().map(|m| m.receipt_handle.clone()));
         for m in &got {
             sqs.push(DLQ, &m.body, m.attributes.clone(), None);
         }
@@ -1209,16 +1202,8 @@ async fn bounce_source_to_dlq(sqs: aws_sdk_sqs::Client, source: String, dlq: Str
 }
 
 fn drain_args<'a>(q: &'a QueueSet, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "--json",
-        "drain",
-        "--dlq",
-        &q.dlq_url,
-        "--source",
-        &q.source_url,
-        "--poison",
-        &q.poison_url,
-    ];
+    let mut args = vec!["--json"];
+    args.extend(q.drain_args());
     args.extend_from_slice(extra);
     args
 }

@@ -11,7 +11,7 @@ use crate::common;
 use common::{DLQ, POISON, SRC, config, permanent_failure, queues, settings};
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs, throttled};
 use redrive_engine::ports::{EntryFailure, SendEntry};
-use redrive_engine::{DrainRequest, Engine, Settings, StopReason};
+use redrive_engine::{DrainRequest, Engine, Settings, StopReason, now_ms};
 use redrive_shared::meta::{IsolationReason, RedriveMeta};
 use redrive_shared::{Attributes, MessageAttribute, TraceHeader};
 use serde_json::json;
@@ -906,13 +906,6 @@ fn waiting_on_dlq(sqs: &FakeSqs, original: &str, attempt: u32, not_before_ms: i6
     let mut a = Attributes::new();
     meta.write_into(&mut a);
     sqs.push(DLQ, &format!("waiting {original}"), a, None)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[tokio::test]

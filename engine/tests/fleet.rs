@@ -111,6 +111,11 @@ fn left_alone(cw: &FakeCloudWatch, queue: &str) -> usize {
         .count()
 }
 
+/// The fleet's summary of its answer to `queue`'s alarm.
+async fn answer_alarm(fleet: &TestFleet, queue: &str) -> Value {
+    fleet.handle(&alarm_for(queue), None).await.unwrap()
+}
+
 fn alarm_for(queue: &str) -> Value {
     let mut event = redrive_tests::fixture("sns-cloudwatch-alarm.json");
     let record = &mut event["Records"][0]["Sns"];
@@ -207,10 +212,7 @@ async fn three_protected_dlqs_incidents_on_two_at_once_each_message_home_setting
     );
     // The ledger's alarm did not fire: its DLQ was not touched.
     assert_eq!(bodies(&sqs, LEDGER_DLQ), ["entry-0"]);
-    let s = fleet
-        .handle(&alarm_for("ledger-dlq.fifo"), None)
-        .await
-        .unwrap();
+    let s = answer_alarm(&fleet, "ledger-dlq.fifo").await;
     assert_eq!(s["redriven"].as_u64(), Some(1));
     assert_eq!(bodies(&sqs, LEDGER), ["entry-0"]);
     // Lost: none.
@@ -256,10 +258,7 @@ async fn a_bad_tag_leaves_its_dlq_alone_and_the_other_two_working_until_it_is_fi
     assert_eq!(bodies(&sqs, ORDERS), ["order-0"]);
     assert_eq!(bodies(&sqs, MAIL), ["mail-0"]);
     // Its alarm is answered without touching it.
-    let s = fleet
-        .handle(&alarm_for("ledger-dlq.fifo"), None)
-        .await
-        .unwrap();
+    let s = answer_alarm(&fleet, "ledger-dlq.fifo").await;
     assert_eq!(s["stoppedBecause"], "bad-settings");
     // Each invocation that leaves it alone says so, for it alone: the fleet's alarm pages.
     assert_eq!(left_alone(&cw, "ledger-dlq.fifo"), 2);
@@ -269,10 +268,7 @@ async fn a_bad_tag_leaves_its_dlq_alone_and_the_other_two_working_until_it_is_fi
     );
     // Fixed on the queue: the next invocation serves it.
     sqs.tag_queue(LEDGER_DLQ, "redrive:max-attempts", "4");
-    let s = fleet
-        .handle(&alarm_for("ledger-dlq.fifo"), None)
-        .await
-        .unwrap();
+    let s = answer_alarm(&fleet, "ledger-dlq.fifo").await;
     assert_eq!(s["redriven"].as_u64(), Some(1));
     assert_eq!(bodies(&sqs, LEDGER), ["entry-0"]);
     assert_eq!(
@@ -323,10 +319,7 @@ async fn an_alarm_for_a_queue_outside_the_fleet_touches_nothing() {
     let sqs = accounts_queues();
     let fleet = fleet(&sqs, &[]).await;
     moved(&sqs, ORDERS_DLQ, ORDERS, "order-0");
-    let s = fleet
-        .handle(&alarm_for("payments-dlq"), None)
-        .await
-        .unwrap();
+    let s = answer_alarm(&fleet, "payments-dlq").await;
     assert_eq!(s["stoppedBecause"], "other-queue");
     assert_eq!(s["received"].as_u64(), Some(0));
     assert_eq!(bodies(&sqs, ORDERS_DLQ), ["order-0"]);

@@ -44,17 +44,10 @@ fn message_parts() -> (String, Attributes) {
 
 fn bench_decide(c: &mut Criterion) {
     let (body, attributes) = message_parts();
-    let policy = Policy {
-        max_attempts: 5,
-        backoff: Backoff::new(60.0, 2.0, 900, Jitter::Full).expect("valid backoff"),
-        source_fifo: false,
-        poison_fifo: false,
-        source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
-        poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
-        max_delay_seconds: 900,
-        max_hop_seconds: 900,
-        source_arn: None,
-    };
+    let policy = Policy::standard(
+        5,
+        Backoff::new(60.0, 2.0, 900, Jitter::Full).expect("valid backoff"),
+    );
     let mut rng = seeded_rng(1);
     let mut group = c.benchmark_group("decide");
     group.bench_function("redrive", |b| {

@@ -38,6 +38,22 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// A policy between standard queues at SQS's limits: messages up to 1 MiB, copies delayed
+    /// up to 900 s, one configured source.
+    pub fn standard(max_attempts: u32, backoff: Backoff) -> Self {
+        Self {
+            max_attempts,
+            backoff,
+            source_fifo: false,
+            poison_fifo: false,
+            source_max_bytes: crate::limits::MAX_MESSAGE_BYTES,
+            poison_max_bytes: crate::limits::MAX_MESSAGE_BYTES,
+            max_delay_seconds: crate::limits::MAX_DELAY_SECONDS,
+            max_hop_seconds: crate::limits::MAX_DELAY_SECONDS,
+            source_arn: None,
+        }
+    }
+
     /// One hop of a wait: at least 1 s, at most the delay cap and the retention's cap.
     pub fn hop_seconds(&self) -> u32 {
         self.max_delay_seconds.min(self.max_hop_seconds).max(1)
@@ -498,17 +514,7 @@ mod tests {
     const ORIG: &str = "5fea7756-0ea4-451a-a703-a558b933e274";
 
     fn policy() -> Policy {
-        Policy {
-            max_attempts: 3,
-            backoff: Backoff::new(60.0, 2.0, 900, Jitter::None).unwrap(),
-            source_fifo: false,
-            poison_fifo: false,
-            source_max_bytes: MAX_MESSAGE_BYTES,
-            poison_max_bytes: MAX_MESSAGE_BYTES,
-            max_delay_seconds: 900,
-            max_hop_seconds: 900,
-            source_arn: None,
-        }
+        Policy::standard(3, Backoff::new(60.0, 2.0, 900, Jitter::None).unwrap())
     }
 
     /// An owned message for tests; `view` lends it to `decide`.

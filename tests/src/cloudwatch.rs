@@ -1,10 +1,20 @@
-//! CloudWatch alarms on the emulator (moto, or LocalStack under REDRIVE_SQS_EMULATOR): a depth alarm on a queue, put in a given state, and its state; the datapoints a queue's metric got.
+//! CloudWatch alarms on the emulator (moto, or LocalStack under REDRIVE_SQS_EMULATOR): a depth alarm on a queue, put in a given state, and its state; a datapoint put for a queue's metric, and the datapoints a queue's metric got.
 
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_cloudwatch::Client;
 use aws_sdk_cloudwatch::primitives::DateTime;
-use aws_sdk_cloudwatch::types::{ComparisonOperator, Datapoint, Dimension, StateValue, Statistic};
+use aws_sdk_cloudwatch::types::{
+    ComparisonOperator, Datapoint, Dimension, MetricDatum, StandardUnit, StateValue, Statistic,
+};
+
+/// The dimension the re-driver's and SQS's queue metrics carry: `QueueName`.
+fn queue_dimension(queue_name: &str) -> Dimension {
+    Dimension::builder()
+        .name("QueueName")
+        .value(queue_name)
+        .build()
+}
 
 /// Creates (or replaces) the metric alarm `name` on the visible depth of queue `queue` (period
 /// 60 s, as the stack's DLQ alarm) and sets it to `state`.
@@ -13,7 +23,7 @@ pub async fn put_queue_alarm(cw: &Client, name: &str, queue: &str, state: StateV
         .alarm_name(name)
         .namespace("AWS/SQS")
         .metric_name("ApproximateNumberOfMessagesVisible")
-        .dimensions(Dimension::builder().name("QueueName").value(queue).build())
+        .dimensions(queue_dimension(queue))
         .statistic(Statistic::Maximum)
         .period(60)
         .evaluation_periods(1)
@@ -33,6 +43,30 @@ pub async fn put_queue_alarm(cw: &Client, name: &str, queue: &str, state: StateV
         .send()
         .await
         .expect("SetAlarmState");
+}
+
+/// Puts one datapoint of metric `name` in `namespace` for queue `queue_name` (dimension
+/// `QueueName`), as the re-driver (or SQS itself, in `AWS/SQS`) publishes it.
+pub async fn put_queue_metric(
+    cw: &Client,
+    namespace: &str,
+    name: &str,
+    queue_name: &str,
+    (unit, value): (StandardUnit, f64),
+) {
+    cw.put_metric_data()
+        .namespace(namespace)
+        .metric_data(
+            MetricDatum::builder()
+                .metric_name(name)
+                .dimensions(queue_dimension(queue_name))
+                .unit(unit)
+                .value(value)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("PutMetricData");
 }
 
 /// The state of metric alarm `name`.
@@ -64,12 +98,7 @@ pub async fn metric_points(
         .get_metric_statistics()
         .namespace(namespace)
         .metric_name(name)
-        .dimensions(
-            Dimension::builder()
-                .name("QueueName")
-                .value(queue_name)
-                .build(),
-        )
+        .dimensions(queue_dimension(queue_name))
         .start_time(DateTime::from(now - Duration::from_secs(600)))
         .end_time(DateTime::from(now + Duration::from_secs(600)))
         .period(60)

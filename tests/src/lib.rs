@@ -38,7 +38,7 @@ mod sqs;
 
 use std::path::{Path, PathBuf};
 
-pub use cloudwatch::{alarm_state, metric_points, put_queue_alarm};
+pub use cloudwatch::{alarm_state, metric_points, put_queue_alarm, put_queue_metric};
 pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::{create_circuit_table, create_idempotency_table};
 pub use lambda_watch::{LambdaWatch, WatchOptions, invocation_ids};

@@ -43,6 +43,19 @@ pub struct QueueSet {
 }
 
 impl QueueSet {
+    /// The CLI's drain of this set: `drain --dlq … --source … --poison …`.
+    pub fn drain_args(&self) -> Vec<&str> {
+        vec![
+            "drain",
+            "--dlq",
+            &self.dlq_url,
+            "--source",
+            &self.source_url,
+            "--poison",
+            &self.poison_url,
+        ]
+    }
+
     /// Creates the three queues under a fresh unique base name (`qs-<uuid>`, `…-dlq`,
     /// `…-poison`, each with `.fifo` when `fifo`; FIFO queues have ContentBasedDeduplication
     /// off).

@@ -42,6 +42,32 @@ pub struct Run {
 }
 
 impl Run {
+    /// Asserts the run ended with `code` and its stderr contains `text`.
+    pub fn assert_stderr_has(&self, code: i32, text: &str) {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        assert!(self.stderr.contains(text), "{}", self.stderr);
+    }
+
+    /// Asserts the run ended with `code` and its stderr names each of `texts`.
+    pub fn assert_stderr_names(&self, code: i32, texts: &[&str]) {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        for text in texts {
+            assert!(self.stderr.contains(text), "{text:?} in {}", self.stderr);
+        }
+    }
+
+    /// Asserts the run ended with `code` and its stdout contains `text`.
+    pub fn assert_stdout_has(&self, code: i32, text: &str) {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        assert!(self.stdout.contains(text), "{}", self.stdout);
+    }
+
+    /// Asserts the run ended with `code` and its stderr begins with `prefix`.
+    pub fn assert_stderr_starts(&self, code: i32, prefix: &str) {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        assert!(self.stderr.starts_with(prefix), "{}", self.stderr);
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
             panic!(
@@ -196,6 +222,21 @@ pub fn meta_of(m: &Message) -> RedriveMeta {
         .string_value()
         .unwrap();
     RedriveMeta::parse(text).unwrap()
+}
+
+/// The bodies of `messages`, sorted.
+pub fn bodies(messages: &[Message]) -> Vec<String> {
+    let mut b: Vec<String> = messages
+        .iter()
+        .map(|m| m.body().unwrap().to_string())
+        .collect();
+    b.sort();
+    b
+}
+
+/// The bodies `url` held, sorted, drained (see [`redrive_tests::drain_all`]).
+pub async fn drained_bodies(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    bodies(&redrive_tests::drain_all(sqs, url).await)
 }
 
 /// (visible, in flight)

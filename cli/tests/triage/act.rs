@@ -158,6 +158,20 @@ impl World {
         run_redrive_granted(&full, &[], &extra)
     }
 
+    /// `triage replay GROUP` on the DLQ with a verdict `window`, then the flags `extra`.
+    fn replay(&self, group: &str, window: &str, extra: &[&str]) -> Run {
+        let mut args = vec![
+            "triage",
+            "replay",
+            group,
+            &self.q.dlq_url,
+            "--window",
+            window,
+        ];
+        args.extend_from_slice(extra);
+        self.redrive(&args, None)
+    }
+
     /// The alerts published so far, as (kind, group).
     async fn alerts(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
@@ -180,6 +194,16 @@ impl World {
         let groups = out["groups"].as_array().unwrap();
         assert_eq!(groups.len(), 1, "{out:#}");
         (groups[0]["id"].as_str().unwrap().to_string(), out)
+    }
+}
+
+/// Waits until `done`, checking every tenth of a second, `tries` times at most.
+async fn wait_for(tries: u32, done: impl Fn() -> bool) {
+    for _ in 0..tries {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -220,18 +244,7 @@ async fn a_canary_replay_stops_while_the_consumer_fails_and_completes_once_it_is
     );
 
     // WHEN the group is replayed canary first while the consumer still fails
-    let run = w.redrive(
-        &[
-            "triage",
-            "replay",
-            &group,
-            &w.q.dlq_url,
-            "--window",
-            "3s",
-            "--json",
-        ],
-        None,
-    );
+    let run = w.replay(&group, "3s", &["--json"]);
     // THEN the replay stops by itself after one message, and the group is replay-failed
     assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
     let out = run.json();
@@ -278,12 +291,7 @@ async fn a_canary_replay_stops_while_the_consumer_fails_and_completes_once_it_is
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..300 {
-        if effects.lock().unwrap().len() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(300, || effects.lock().unwrap().len() == 1).await;
     assert_eq!(effects.lock().unwrap().len(), 1, "the canary was processed");
     child.kill().unwrap();
     child.wait().unwrap();
@@ -293,30 +301,14 @@ async fn a_canary_replay_stops_while_the_consumer_fails_and_completes_once_it_is
     assert_eq!(history["record"]["state"], "replaying", "{history:#}");
 
     // AND is run again: it resumes the same plan
-    let run = w.redrive(
-        &[
-            "triage",
-            "replay",
-            &group,
-            &w.q.dlq_url,
-            "--window",
-            "2s",
-            "--json",
-        ],
-        None,
-    );
+    let run = w.replay(&group, "2s", &["--json"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let out = run.json();
 
     // THEN the group is resolved, the DLQ empty, and each of the five messages reached its
     // side effect exactly once: lost 0, duplicated 0
     assert_eq!(out["record"]["state"], "resolved", "{out:#}");
-    for _ in 0..50 {
-        if effects.lock().unwrap().len() == 5 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(50, || effects.lock().unwrap().len() == 5).await;
     task.abort();
     let fx = effects.lock().unwrap().clone();
     assert_eq!(fx.len(), 5, "{fx:?}");
@@ -386,12 +378,7 @@ async fn a_discard_archives_what_it_deletes_and_an_import_restores_the_group() {
         ],
         Some(&bucket),
     );
-    assert_eq!(dry.code, 0, "{}", dry.stderr);
-    assert!(
-        dry.stderr.contains("would discard 3 of plan"),
-        "{}",
-        dry.stderr
-    );
+    dry.assert_stderr_has(0, "would discard 3 of plan");
     assert_eq!(
         visible(&w.sqs, &w.q.dlq_url).await,
         3,
@@ -486,8 +473,7 @@ async fn a_hold_is_recorded_with_its_end_and_bad_actions_are_refused_by_name() {
     let (group, pass) = w.triage();
     // A hold needs an end.
     let run = w.redrive(&["triage", "hold", &group, &w.q.dlq_url], None);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("a hold needs an end"), "{}", run.stderr);
+    run.assert_stderr_has(2, "a hold needs an end");
     let run = w.redrive(
         &[
             "triage",
@@ -524,16 +510,8 @@ async fn a_hold_is_recorded_with_its_end_and_bad_actions_are_refused_by_name() {
         run.stderr
     );
     // Twelve messages need --yes: without it nothing moves.
-    let run = w.redrive(
-        &["triage", "replay", &group, &w.q.dlq_url, "--window", "1s"],
-        None,
-    );
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("pass --yes to act on 12 messages"),
-        "{}",
-        run.stderr
-    );
+    let run = w.replay(&group, "1s", &[]);
+    run.assert_stderr_has(2, "pass --yes to act on 12 messages");
     assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 12);
     let run = w.redrive(&["triage", "release", &group, &w.q.dlq_url, "--json"], None);
     assert_eq!(run.json()["record"]["state"], "acknowledged");
@@ -622,29 +600,15 @@ async fn a_fifo_replay_never_lets_a_group_overtake_another_cause_in_its_message_
     let (schema, rate) = (id("SCHEMA_INVALID"), id("RATE_LIMITED"));
 
     // WHEN the schema errors are replayed first
-    let run = w.redrive(
-        &["triage", "replay", &schema, &w.q.dlq_url, "--window", "1s"],
-        None,
-    );
+    let run = w.replay(&schema, "1s", &[]);
     // THEN it is refused, naming the message group: they would overtake the 429
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("message group(s) default"),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_has(2, "message group(s) default");
     assert_eq!(visible(&sqs, &w.q.dlq_url).await, 3, "nothing moved");
 
     // WHEN the 429 goes first, the schema errors may follow, in their order
-    let run = w.redrive(
-        &["triage", "replay", &rate, &w.q.dlq_url, "--window", "1s"],
-        None,
-    );
+    let run = w.replay(&rate, "1s", &[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let run = w.redrive(
-        &["triage", "replay", &schema, &w.q.dlq_url, "--window", "1s"],
-        None,
-    );
+    let run = w.replay(&schema, "1s", &[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let order: Vec<String> = redrive_tests::drain_all(&sqs, &w.q.source_url)
         .await

@@ -10,7 +10,7 @@ use redrive_tests::{
 };
 use serde_json::Value;
 
-use super::{by_code, redrive, uuid};
+use super::{by_code, redrive, show_json, uuid};
 
 /// The shipped consumer, the `consumer` binary under `cargo lambda watch` as on AWS (its records
 /// namespaced by its function name, `consumer`), fed the source queue's messages as the event
@@ -187,12 +187,9 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
         "--causes-namespace",
         "consumer",
     ]);
-    assert_eq!(text.code, 0, "{}", text.stderr);
-    assert!(
-        text.stdout
-            .contains("13 message(s) carried no cause: 9 found in the consumer's records"),
-        "{}",
-        text.stdout
+    text.assert_stdout_has(
+        0,
+        "13 message(s) carried no cause: 9 found in the consumer's records",
     );
     assert!(
         text.stdout
@@ -227,17 +224,11 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
 
     // AND `triage show` of a recorded cause's group finds its messages with the same table
     let id = outage["id"].as_str().unwrap();
-    let show = redrive(&[
-        "triage",
-        "show",
+    let show = show_json(
         id,
         &q.dlq_url,
-        "--causes-table",
-        &table,
-        "--causes-namespace",
-        "consumer",
-        "--json",
-    ]);
+        &["--causes-table", &table, "--causes-namespace", "consumer"],
+    );
     assert_eq!(show.code, 0, "{}", show.stderr);
     assert_eq!(show.json()["found"], 6);
 }

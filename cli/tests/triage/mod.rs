@@ -17,6 +17,14 @@ fn redrive(args: &[&str]) -> Run {
     run_redrive(args, &[], None)
 }
 
+/// `redrive triage show GROUP DLQ ... --json`, with the flags `extra` between.
+fn show_json(group: &str, dlq: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["triage", "show", group, dlq];
+    args.extend_from_slice(extra);
+    args.push("--json");
+    redrive(&args)
+}
+
 /// A UUID-shaped id, different for each `n`.
 fn uuid(n: u64) -> String {
     let h = format!(
@@ -33,24 +41,22 @@ fn uuid(n: u64) -> String {
     )
 }
 
-/// Stamped by a consumer that recorded `class`/`code`/`message` at `at`, on `attempt`, with the
-/// source queue recorded.
-fn stamped(
-    n: u64,
-    attempt: u32,
-    class: ErrorClass,
-    code: &str,
-    message: &str,
-    at: String,
-    source_arn: &str,
-) -> RedriveMeta {
+/// Sends `body` to `q`'s DLQ stamped by a consumer that recorded `error`, on `attempt`, with
+/// `q`'s source queue recorded; the `n`th original message id.
+async fn send_stamped(
+    sqs: &aws_sdk_sqs::Client,
+    q: &QueueSet,
+    body: &str,
+    (n, attempt): (u64, u32),
+    error: LastError,
+) {
     let mut meta = RedriveMeta {
         attempt,
-        last_error: Some(LastError::new(class, code, message, at)),
+        last_error: Some(error),
         ..RedriveMeta::fresh(&uuid(n))
     };
-    meta.set_source(source_arn);
-    meta
+    meta.set_source(&q.source_arn);
+    send_with_meta(sqs, &q.dlq_url, body, &meta).await;
 }
 
 /// The DLQ of a fresh queue set, holding: twelve 503s of the orders API over ten minutes (ids,
@@ -66,22 +72,9 @@ async fn dlq_with_three_causes(sqs: &aws_sdk_sqs::Client) -> QueueSet {
             900 + 37 * i
         );
         let at = format!("2026-11-21T10:{:02}:{:02}Z", (i * 50) / 60, (i * 50) % 60);
-        let meta = stamped(
-            i,
-            (i % 3) as u32 + 1,
-            ErrorClass::Transient,
-            "HTTP_503",
-            &text,
-            at,
-            &q.source_arn,
-        );
-        send_with_meta(
-            sqs,
-            &q.dlq_url,
-            &format!("{{\"orderId\":\"{order}\"}}"),
-            &meta,
-        )
-        .await;
+        let error = LastError::new(ErrorClass::Transient, "HTTP_503", &text, at);
+        let body = format!("{{\"orderId\":\"{order}\"}}");
+        send_stamped(sqs, &q, &body, (i, (i % 3) as u32 + 1), error).await;
     }
     let fields = [
         ("amount", "12,50"),
@@ -96,22 +89,9 @@ async fn dlq_with_three_causes(sqs: &aws_sdk_sqs::Client) -> QueueSet {
             81_700 + i
         );
         let at = format!("2026-11-21T11:0{i}:00Z");
-        let meta = stamped(
-            50 + i as u64,
-            0,
-            ErrorClass::Permanent,
-            "SCHEMA_INVALID",
-            &text,
-            at,
-            &q.source_arn,
-        );
-        send_with_meta(
-            sqs,
-            &q.dlq_url,
-            "{\"orderId\":\"x\",\"amount\":\"12,50\"}",
-            &meta,
-        )
-        .await;
+        let error = LastError::new(ErrorClass::Permanent, "SCHEMA_INVALID", &text, at);
+        let body = "{\"orderId\":\"x\",\"amount\":\"12,50\"}";
+        send_stamped(sqs, &q, body, (50 + i as u64, 0), error).await;
     }
     for i in 0..4 {
         send_raw(
@@ -269,15 +249,7 @@ async fn triage_show_lists_a_groups_messages_with_their_x_redrive_and_bodies_on_
     let outage = g["HTTP_503"]["id"].as_str().unwrap().to_string();
 
     // WHEN show lists it
-    let run = redrive(&[
-        "triage",
-        "show",
-        &outage,
-        &q.dlq_url,
-        "--samples",
-        "3",
-        "--json",
-    ]);
+    let run = show_json(&outage, &q.dlq_url, &["--samples", "3"]);
 
     // THEN all twelve are found, three shown with their x-redrive and without their bodies
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -295,16 +267,7 @@ async fn triage_show_lists_a_groups_messages_with_their_x_redrive_and_bodies_on_
     assert_eq!(visible(&sqs, &q.dlq_url).await, 21);
 
     // WHEN bodies are asked for
-    let run = redrive(&[
-        "triage",
-        "show",
-        &outage,
-        &q.dlq_url,
-        "--samples",
-        "1",
-        "--bodies",
-        "--json",
-    ]);
+    let run = show_json(&outage, &q.dlq_url, &["--samples", "1", "--bodies"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.json()["samples"][0]["body"]
@@ -357,16 +320,7 @@ async fn triage_show_lists_a_groups_messages_with_their_x_redrive_and_bodies_on_
     assert_eq!(groups[0]["count"], 17);
     assert_eq!(groups[0]["computedIds"].as_array().unwrap().len(), 2);
     // AND the old computed id still finds its messages
-    let again = redrive(&[
-        "triage",
-        "show",
-        &outage,
-        &q.dlq_url,
-        "--rules",
-        rules.to_str().unwrap(),
-        "--json",
-    ])
-    .json();
+    let again = show_json(&outage, &q.dlq_url, &["--rules", rules.to_str().unwrap()]).json();
     assert_eq!(again["found"], 12);
 }
 
@@ -376,16 +330,9 @@ async fn triage_html_writes_the_groups_as_a_standalone_page_with_markup_shown_as
     let sqs = moto().sqs().await;
     let q = dlq_with_three_causes(&sqs).await;
     let hostile = r#"<script>document.title='x'</script> "><img src=x onerror=alert(1)>"#;
-    let meta = stamped(
-        90,
-        1,
-        ErrorClass::Permanent,
-        "BAD_INPUT",
-        hostile,
-        "2026-11-21T11:30:00Z".into(),
-        &q.source_arn,
-    );
-    send_with_meta(&sqs, &q.dlq_url, "{\"orderId\":\"h\"}", &meta).await;
+    let at = "2026-11-21T11:30:00Z".to_string();
+    let error = LastError::new(ErrorClass::Permanent, "BAD_INPUT", hostile, at);
+    send_stamped(&sqs, &q, "{\"orderId\":\"h\"}", (90, 1), error).await;
     let dir = std::env::temp_dir().join(unique_name("redrive-triage-html"));
     std::fs::create_dir_all(&dir).unwrap();
     let page = dir.join("orders-dlq.html");
@@ -469,12 +416,7 @@ async fn triage_html_writes_the_groups_as_a_standalone_page_with_markup_shown_as
         "--html",
         dir.join("no-such-dir/page.html").to_str().unwrap(),
     ]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("cannot write the page"),
-        "{}",
-        run.stderr
-    );
+    run.assert_stderr_has(2, "cannot write the page");
 
     // WHEN the queue cannot be read, THEN the AWS error, and no page (not an empty one)
     let missing = dir.join("missing.html");

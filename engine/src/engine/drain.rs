@@ -190,14 +190,11 @@ impl Drain<'_> {
     /// The latest handles of the messages among `ids` still being handled.
     fn in_hand(&self, ids: &[String]) -> Vec<HandleEntry> {
         let claims = lock(&self.claims);
-        ids.iter()
-            .filter_map(|id| claims.get(id).filter(|c| !c.moved))
-            .enumerate()
-            .map(|(i, c)| HandleEntry {
-                id: i.to_string(),
-                receipt_handle: c.handle.clone(),
-            })
-            .collect()
+        HandleEntry::numbered(
+            ids.iter()
+                .filter_map(|id| claims.get(id).filter(|c| !c.moved))
+                .map(|c| c.handle.clone()),
+        )
     }
 
     /// Whether the source at `url` refused this run's sends (see [`Self::deny`]).
@@ -556,14 +553,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let dlq = self.config.dlq_url.as_str();
         let end = drain.calls_end;
         for chunk in held.chunks(10) {
-            let entries: Vec<HandleEntry> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, e)| HandleEntry {
-                    id: i.to_string(),
-                    receipt_handle: e.receipt_handle.clone(),
-                })
-                .collect();
+            let entries = HandleEntry::numbered(chunk.iter().map(|e| e.receipt_handle.clone()));
             match self
                 .bounded(
                     end,

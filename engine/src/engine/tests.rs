@@ -1,34 +1,20 @@
 //! The drain on the ordering fake when SQS delivers a message twice: no second copy, deletes
 //! with the latest receipt handle, and a hold renewed before it lapses.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_shared::Attributes;
-use redrive_shared::config::{Env, RedriverConfig};
 
 use super::{DrainRequest, Engine, Settings};
+use crate::fake::orders::{self, DLQ, POISON, SRC};
 use crate::fake::{FakeCloudWatch, FakeSqs};
 use crate::ports::PortError;
-
-const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
-const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
-const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
 
 type FakeEngine = Engine<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>;
 
 fn engine(sqs: &Arc<FakeSqs>, pairs: &[(&str, &str)], settings: Settings) -> FakeEngine {
-    let map: HashMap<String, String> = [
-        ("DLQ_URL", DLQ),
-        ("SOURCE_QUEUE_URL", SRC),
-        ("POISON_QUEUE_URL", POISON),
-    ]
-    .iter()
-    .chain(pairs)
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let config = RedriverConfig::from_env(&Env(move |k: &str| map.get(k).cloned())).unwrap();
+    let config = orders::config(pairs);
     for q in [DLQ, SRC, POISON] {
         sqs.create_queue(q);
     }

@@ -2,32 +2,15 @@
 //! the fast settings. Each test file uses its own share of them.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_engine::Settings;
 use redrive_engine::fake::FakeSqs;
 use redrive_shared::Attributes;
-use redrive_shared::config::{Env, RedriverConfig};
+use redrive_shared::config::RedriverConfig;
 
-pub const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
-pub const SRC: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders";
-pub const POISON: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison";
-
-/// The re-driver's configuration over [`DLQ`], [`SRC`] and [`POISON`], then `pairs`.
-pub fn config(pairs: &[(&str, &str)]) -> RedriverConfig {
-    let map: HashMap<String, String> = [
-        ("DLQ_URL", DLQ),
-        ("SOURCE_QUEUE_URL", SRC),
-        ("POISON_QUEUE_URL", POISON),
-    ]
-    .iter()
-    .chain(pairs)
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    RedriverConfig::from_env(&Env(move |k: &str| map.get(k).cloned())).expect("valid test config")
-}
+pub use redrive_engine::fake::orders::{DLQ, POISON, SRC, config};
 
 /// A fake SQS holding the queues of `config`.
 pub fn queues(config: &RedriverConfig) -> Arc<FakeSqs> {

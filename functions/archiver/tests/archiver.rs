@@ -14,10 +14,8 @@ use redrive_archiver::{
     Archiver, ArchiverConfig, ArchiverInitError, RunSummary, S3Store, SweepStop, sha256_base64,
 };
 use redrive_engine::aws::{Clients, CloudWatch, SqsQueue};
-use redrive_engine::ports::{
-    BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry,
-};
-use redrive_shared::archive::SystemAttributes;
+use redrive_engine::ports::{HandleEntry, PortError};
+use redrive_engine::tap::{Tap, Tapped};
 use redrive_shared::archive::{ArchivedMessage, parse_jsonl};
 use redrive_shared::config::Env;
 use redrive_shared::sdk::attributes_from_sdk;
@@ -483,52 +481,15 @@ async fn a_put_failure_leaves_every_message_on_its_queue() {
     );
 }
 
-/// The real SQS adapter whose deletes never happen: the process "dies" after S3 acknowledged
+/// On the real SQS adapter, deletes never happen: the process "dies" after S3 acknowledged
 /// the object. The receipt handles it was given are kept, so the test can end their
 /// visibility as the visibility timeout would.
 struct CrashBeforeDelete {
-    inner: SqsQueue,
     handles: Mutex<Vec<HandleEntry>>,
 }
 
-impl Queue for CrashBeforeDelete {
-    async fn retention_seconds(&self, queue_url: &str) -> Result<u64, PortError> {
-        self.inner.retention_seconds(queue_url).await
-    }
-    async fn receive_with_system(
-        &self,
-        queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
-    ) -> Result<Vec<(Received, SystemAttributes)>, PortError> {
-        self.inner
-            .receive_with_system(queue_url, max_messages, wait_seconds, visibility_seconds)
-            .await
-    }
-    async fn receive(
-        &self,
-        queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
-    ) -> Result<Vec<Received>, PortError> {
-        self.inner
-            .receive(queue_url, max_messages, wait_seconds, visibility_seconds)
-            .await
-    }
-    async fn send_batch(
-        &self,
-        queue_url: &str,
-        entries: &[SendEntry],
-    ) -> Result<BatchOutcome, PortError> {
-        self.inner.send_batch(queue_url, entries).await
-    }
-    async fn delete_batch(
-        &self,
-        _: &str,
-        entries: &[HandleEntry],
-    ) -> Result<BatchOutcome, PortError> {
+impl Tap for CrashBeforeDelete {
+    fn deleting(&self, _: &str, entries: &[HandleEntry]) -> Result<(), PortError> {
         self.handles.lock().unwrap().extend(entries.iter().cloned());
         Err(PortError {
             operation: "DeleteMessageBatch",
@@ -537,19 +498,6 @@ impl Queue for CrashBeforeDelete {
             retryable: false,
             source: None,
         })
-    }
-    async fn change_visibility_batch(
-        &self,
-        queue_url: &str,
-        entries: &[HandleEntry],
-        visibility_seconds: i32,
-    ) -> Result<BatchOutcome, PortError> {
-        self.inner
-            .change_visibility_batch(queue_url, entries, visibility_seconds)
-            .await
-    }
-    async fn depth(&self, queue_url: &str) -> Result<Depth, PortError> {
-        self.inner.depth(queue_url).await
     }
 }
 
@@ -560,9 +508,11 @@ async fn a_crash_between_the_put_and_the_delete_gives_a_duplicate_object_never_a
     let cfg = queue_config(&queues, &bucket, "0");
 
     // Run 1 dies after the put: the messages are in S3 AND still on their queue.
-    let crashing = CrashBeforeDelete {
+    let crashing = Tapped {
         inner: sqs_port().await,
-        handles: Mutex::new(Vec::new()),
+        tap: CrashBeforeDelete {
+            handles: Mutex::new(Vec::new()),
+        },
     };
     let first = Archiver::init(
         crashing,
@@ -614,9 +564,9 @@ async fn a_crash_between_the_put_and_the_delete_gives_a_duplicate_object_never_a
 }
 
 fn first_handles<'a>(
-    a: &'a Archiver<CrashBeforeDelete, S3Store, CloudWatch>,
+    a: &'a Archiver<Tapped<SqsQueue, CrashBeforeDelete>, S3Store, CloudWatch>,
 ) -> std::sync::MutexGuard<'a, Vec<HandleEntry>> {
-    a.queue().handles.lock().unwrap()
+    a.queue().tap.handles.lock().unwrap()
 }
 
 async fn queue_with_retention(sqs: &aws_sdk_sqs::Client, seconds: &str) -> String {

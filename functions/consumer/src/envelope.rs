@@ -310,10 +310,63 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A payload with a secret in it, delivered raw (no envelope).
+    const RAW_SECRET: &str = r#"{"order_id":"o-secret","amount_cents":4200}"#;
+
+    /// `good` without its `field`, as a body.
+    fn without(good: &Value, field: &str) -> String {
+        let mut body = good.clone();
+        body.as_object_mut().unwrap().remove(field);
+        body.to_string()
+    }
+
+    /// `good` with its `field` set to `value`, as a body.
+    fn with_field(good: &Value, field: &str, value: Value) -> String {
+        let mut body = good.clone();
+        body[field] = value;
+        body.to_string()
+    }
+
+    /// `good` without each of `fields` in turn, and what its refusal names: `{not_a}: missing
+    /// field `{field}``.
+    fn missing_field_cases(good: &Value, not_a: &str, fields: &[&str]) -> Vec<(String, String)> {
+        fields
+            .iter()
+            .map(|field| {
+                let named = format!("{not_a}: missing field `{field}`");
+                (without(good, field), named)
+            })
+            .collect()
+    }
+
+    /// Each body is refused with a reason that names what is wrong and quotes none of `secrets`.
+    fn assert_refused_unquoted(
+        refuse: &impl Fn(&str) -> Option<String>,
+        cases: Vec<(String, impl AsRef<str>)>,
+        secrets: &[&str],
+    ) {
+        for (body, named) in cases {
+            let named = named.as_ref();
+            let reason = refuse(&body).unwrap();
+            assert!(reason.contains(named), "{reason:?} should name {named:?}");
+            for secret in secrets {
+                assert!(!reason.contains(secret), "{secret} in {reason:?}");
+            }
+        }
+    }
+
     #[derive(Debug, PartialEq, Deserialize)]
     struct Order {
         order_id: String,
         amount_cents: u64,
+    }
+
+    /// The order the well-formed bodies carry.
+    fn order_o1() -> Order {
+        Order {
+            order_id: "o-1".into(),
+            amount_cents: 4200,
+        }
     }
 
     /// The body of an SQS message from an SNS subscription with raw message delivery off, as
@@ -359,13 +412,7 @@ mod tests {
     fn an_sns_notification_gives_the_typed_message_and_its_metadata() {
         let body = sns_body(r#"{"order_id":"o-1","amount_cents":4200}"#);
         let sns = SnsSqsEnvelope::<Order>::from_body(&body).unwrap();
-        assert_eq!(
-            sns.message,
-            Order {
-                order_id: "o-1".into(),
-                amount_cents: 4200
-            }
-        );
+        assert_eq!(sns.message, order_o1());
         assert_eq!(sns.message_id, "d7a5c7e2-6f1a-5b8e-9c3d-2a1b0c9d8e7f");
         assert_eq!(sns.topic_arn, "arn:aws:sns:us-east-1:123456789012:orders");
         assert_eq!(sns.subject.as_deref(), Some("New order"));
@@ -409,55 +456,26 @@ mod tests {
     fn a_body_that_is_not_an_sns_notification_names_what_is_wrong_and_never_quotes_it() {
         let good: Value =
             serde_json::from_str(&sns_body(r#"{"order_id":"o-1","amount_cents":4200}"#)).unwrap();
-        let without = |field: &str| {
-            let mut body = good.clone();
-            body.as_object_mut().unwrap().remove(field);
-            body.to_string()
-        };
-        for (body, named) in [
+        let cases = vec![
             // Raw message delivery on: the body is the payload itself.
             (
-                r#"{"order_id":"o-secret","amount_cents":4200}"#.to_string(),
+                RAW_SECRET.to_string(),
                 "the body is not an SNS notification: missing field `Type`",
-            ),
-            (
-                without("Message"),
-                "the body is not an SNS notification: missing field `Message`",
-            ),
-            (
-                without("TopicArn"),
-                "the body is not an SNS notification: missing field `TopicArn`",
-            ),
-            (
-                without("MessageId"),
-                "the body is not an SNS notification: missing field `MessageId`",
             ),
             (
                 "o-secret, not json".to_string(),
                 "the body is not an SNS notification: expected value at line 1 column 1",
             ),
             (
-                {
-                    let mut body = good.clone();
-                    body["Message"] = json!({"order_id": "o-secret"});
-                    body.to_string()
-                },
+                with_field(&good, "Message", json!({"order_id": "o-secret"})),
                 "the body is not an SNS notification: invalid type: map, expected a string",
             ),
             (
-                {
-                    let mut body = good.clone();
-                    body["Type"] = json!("SubscriptionConfirmation");
-                    body.to_string()
-                },
+                with_field(&good, "Type", json!("SubscriptionConfirmation")),
                 "the body is an SNS SubscriptionConfirmation, not a Notification",
             ),
             (
-                {
-                    let mut body = good.clone();
-                    body["Type"] = json!("o-secret");
-                    body.to_string()
-                },
+                with_field(&good, "Type", json!("o-secret")),
                 "its `Type` is not `Notification`",
             ),
             // The envelope is right, the payload inside it is not an Order.
@@ -473,15 +491,15 @@ mod tests {
                 sns_body("o-secret"),
                 "the SNS notification's Message does not parse: expected value",
             ),
-        ] {
-            let reason = SnsSqsEnvelope::<Order>::from_body(&body).err().unwrap();
-            assert!(reason.contains(named), "{reason:?} should name {named:?}");
-            for secret in ["o-secret", "4111", "acme"] {
-                assert!(!reason.contains(secret), "{secret} in {reason:?}");
-            }
-        }
+        ];
+        let refuse = |body: &str| SnsSqsEnvelope::<Order>::from_body(body).err();
+        let not_a = "the body is not an SNS notification";
+        let missing = missing_field_cases(&good, not_a, &["Message", "TopicArn", "MessageId"]);
+        let secrets = ["o-secret", "4111", "acme"];
+        assert_refused_unquoted(&refuse, missing, &secrets);
+        assert_refused_unquoted(&refuse, cases, &secrets);
         // The raw envelope holds its payload to the same shape rules.
-        let reason = SnsSqsEnvelope::<RawBody>::from_body(&without("Timestamp"))
+        let reason = SnsSqsEnvelope::<RawBody>::from_body(&without(&good, "Timestamp"))
             .err()
             .unwrap();
         assert!(reason.contains("missing field `Timestamp`"), "{reason}");
@@ -508,13 +526,7 @@ mod tests {
     fn an_eventbridge_event_gives_the_typed_detail_and_its_metadata() {
         let body = eventbridge_body(json!({"order_id": "o-1", "amount_cents": 4200}));
         let event = EventBridgeEnvelope::<Order>::from_body(&body).unwrap();
-        assert_eq!(
-            event.detail,
-            Order {
-                order_id: "o-1".into(),
-                amount_cents: 4200
-            }
-        );
+        assert_eq!(event.detail, order_o1());
         assert_eq!(event.id, "6a7e8feb-b491-4cf7-a9f1-bf3703467718");
         assert_eq!(event.detail_type, "OrderPlaced");
         assert_eq!(event.source, "com.example.orders");
@@ -541,34 +553,13 @@ mod tests {
             json!({"order_id": "o-1", "amount_cents": 1}),
         ))
         .unwrap();
-        let without = |field: &str| {
-            let mut body = good.clone();
-            body.as_object_mut().unwrap().remove(field);
-            body.to_string()
-        };
-        for (body, named) in [
+        let cases = vec![
             (
-                r#"{"order_id":"o-secret","amount_cents":4200}"#.to_string(),
+                RAW_SECRET.to_string(),
                 "the body is not an EventBridge event: missing field `version`",
             ),
             (
-                without("detail"),
-                "the body is not an EventBridge event: missing field `detail`",
-            ),
-            (
-                without("detail-type"),
-                "the body is not an EventBridge event: missing field `detail-type`",
-            ),
-            (
-                without("source"),
-                "the body is not an EventBridge event: missing field `source`",
-            ),
-            (
-                {
-                    let mut body = good.clone();
-                    body["resources"] = json!("o-secret");
-                    body.to_string()
-                },
+                with_field(&good, "resources", json!("o-secret")),
                 "the body is not an EventBridge event: invalid type: string, expected a sequence",
             ),
             (
@@ -585,14 +576,11 @@ mod tests {
                 eventbridge_body(json!(null)),
                 "the EventBridge event's detail does not parse: invalid type: null",
             ),
-        ] {
-            let reason = EventBridgeEnvelope::<Order>::from_body(&body)
-                .err()
-                .unwrap();
-            assert!(reason.contains(named), "{reason:?} should name {named:?}");
-            for secret in ["o-secret", "4111"] {
-                assert!(!reason.contains(secret), "{secret} in {reason:?}");
-            }
-        }
+        ];
+        let refuse = |body: &str| EventBridgeEnvelope::<Order>::from_body(body).err();
+        let not_a = "the body is not an EventBridge event";
+        let missing = missing_field_cases(&good, not_a, &["detail", "detail-type", "source"]);
+        assert_refused_unquoted(&refuse, missing, &["o-secret", "4111"]);
+        assert_refused_unquoted(&refuse, cases, &["o-secret", "4111"]);
     }
 }

@@ -395,17 +395,7 @@ async fn a_permanent_failure_is_fast_tracked_to_the_dlq_with_the_stamp_and_the_o
     assert!(!unstamped_attrs.contains_key("x-redrive"));
 
     // AND the re-driver's decision isolates both instead of replaying them
-    let policy = Policy {
-        max_attempts: 5,
-        backoff: Backoff::new(60.0, 2.0, 900, Jitter::None).unwrap(),
-        source_fifo: false,
-        poison_fifo: false,
-        source_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
-        poison_max_bytes: redrive_shared::limits::MAX_MESSAGE_BYTES,
-        max_delay_seconds: 900,
-        max_hop_seconds: 900,
-        source_arn: None,
-    };
+    let policy = Policy::standard(5, Backoff::new(60.0, 2.0, 900, Jitter::None).unwrap());
     for (m, want) in [
         (copy, IsolationReason::PermanentFailure),
         (unstamped, IsolationReason::AttributeLimit),
