@@ -39,7 +39,7 @@ pub struct CircuitArgs {
     pub action: CircuitAction,
     /// The DLQ whose circuit this is: name, ARN or URL (one record whichever: its key is the ARN).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
-    pub dlq: QueueRef,
+    pub dlq: Option<QueueRef>,
     /// The circuit table (the stack's output CircuitTableName).
     #[arg(long, value_name = "NAME", env = "CIRCUIT_TABLE")]
     pub circuit_table: Option<String>,
@@ -82,7 +82,7 @@ pub async fn run(ctx: &Ctx, args: CircuitArgs) -> Result<Outcome, CliError> {
         client: ctx.clients.dynamodb.clone(),
         table: cfg.table.clone(),
     };
-    let dlq_url = ctx.resolve(&args.dlq).await?;
+    let dlq_url = ctx.resolve(crate::required(&args.dlq, "--dlq")?).await?;
     let dlq = dlq_url.as_str();
     let now = now_ms();
     let mode = match args.action {
