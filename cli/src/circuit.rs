@@ -37,7 +37,8 @@ pub enum CircuitAction {
 pub struct CircuitArgs {
     #[arg(value_enum)]
     pub action: CircuitAction,
-    /// The DLQ whose circuit this is: name, ARN or URL (one record whichever: its key is the ARN).
+    /// The DLQ whose circuit this is: name, ARN or URL (one record whichever: its key is the ARN;
+    /// with --stack: its DLQ).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
     pub dlq: Option<QueueRef>,
     /// The circuit table (the stack's output CircuitTableName).

@@ -18,7 +18,7 @@ use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct DiscardArgs {
-    /// The queue to delete from: name, ARN or URL.
+    /// The queue to delete from: name, ARN or URL (with --stack: its poison queue).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
     pub queue: Option<QueueRef>,
     #[command(flatten)]

@@ -14,7 +14,7 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 pub struct PeekArgs {
-    /// The queue: name, ARN or URL.
+    /// The queue: name, ARN or URL (with --stack: its DLQ).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
     pub queue: Option<QueueRef>,
     /// How many messages to show.

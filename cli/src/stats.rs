@@ -16,7 +16,7 @@ use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// The queue (DLQ, poison or source queue): name, ARN or URL.
+    /// The queue (DLQ, poison or source queue): name, ARN or URL (with --stack: its DLQ).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
     pub queue: Option<QueueRef>,
     /// Messages sampled for the histograms (received and released at once); 0 skips the sample.

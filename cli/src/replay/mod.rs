@@ -32,7 +32,7 @@ use walk::{Plan, destination, walk};
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The poison queue to take messages from: name, ARN or URL.
+    /// The poison queue to take messages from: name, ARN or URL (with --stack: its poison queue).
     #[arg(long, value_name = "QUEUE", value_parser = parse_queue)]
     pub from: Option<QueueRef>,
     /// The queue to send them to: name, ARN or URL. Default: each message's own source
