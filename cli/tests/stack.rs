@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use aws_sdk_cloudformation::types::{Capability, Parameter};
 use redrive_tests::{QueueSet, moto, queue_depth, unique_name, venv_bin, workspace_root};
 
-use crate::common::{run_redrive, visible};
+use crate::common::{run_redrive, run_redrive_as, visible};
 
 /// CloudFormation refuses a TemplateBody above this many bytes.
 const TEMPLATE_BODY_LIMIT: usize = 51_200;
@@ -178,6 +178,17 @@ async fn a_command_run_with_only_the_stack_acts_on_its_queues_and_a_flag_given_w
     assert_eq!(queue_depth(&sqs, &dlq).await, 0);
     assert_eq!(queue_depth(&sqs, &source).await, 2, "lost 0");
     assert_eq!(visible(&sqs, &other.dlq_url).await, 1);
+
+    // WHEN an operator who holds the operator's policy but not the stack's runs with --stack,
+    // THEN DescribeStacks is refused, as AWS would refuse it: exit 1, nothing touched
+    let run = run_redrive_as(
+        "OperatorPolicy",
+        &["--stack", &stack, "stats", "--json"],
+        &[],
+        &[],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("DescribeStacks"), "{}", run.stderr);
 
     // WHEN circuit status runs with only --stack, THEN it reads the stack's table for its DLQ
     let run = run_redrive(
