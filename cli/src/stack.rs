@@ -187,7 +187,9 @@ pub async fn apply(
             }
         }
         Command::Status(a) => {
-            if unless_given("dlq") && unless_given("tag") {
+            // A stack that protects existing DLQs (attach mode) has no DLQ of its own: status
+            // then reads PROTECT_DLQS or PROTECT_TAG, as deploy was given them.
+            if unless_given("dlq") && unless_given("tag") && stack.get(output::DLQ).is_some() {
                 a.dlq = vec![stack.queue(output::DLQ, "--dlq")?];
             }
             if unless_given("circuit_table") {

@@ -190,6 +190,19 @@ async fn a_command_run_with_only_the_stack_acts_on_its_queues_and_a_flag_given_w
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("DescribeStacks"), "{}", run.stderr);
 
+    // WHEN status runs with only --stack, PROTECT_DLQS naming the other DLQ, THEN its one row
+    // is the stack's DLQ, with the circuit of the stack's table
+    let run = run_redrive(
+        &["--stack", &stack, "status", "--json"],
+        &[("PROTECT_DLQS", &other.dlq_url)],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rows = run.json();
+    assert_eq!(rows.as_array().map(Vec::len), Some(1), "{rows:#}");
+    assert_eq!(rows[0]["url"], dlq.as_str(), "{rows:#}");
+    assert!(rows[0]["circuit"].is_string(), "{rows:#}");
+
     // WHEN circuit status runs with only --stack, THEN it reads the stack's table for its DLQ
     let run = run_redrive(
         &["--stack", &stack, "circuit", "status", "--json"],
