@@ -159,6 +159,27 @@ async fn a_command_run_with_only_the_stack_acts_on_its_queues_and_a_flag_given_w
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.json()["queue"], other.dlq_url.as_str());
 
+    // WHEN a triage pass runs with --stack, THEN it records the DLQ's groups in the book in
+    // the stack's circuit table, under the DLQ's ARN
+    let run = run_redrive(&["--stack", &stack, "triage", &dlq, "--json"], &[], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let ddb = moto().dynamodb().await;
+    let key = format!(
+        "triage#arn:aws:sqs:us-east-1:{}:{stack}-dlq",
+        other.account()
+    );
+    let book = ddb
+        .get_item()
+        .table_name(&outputs["CircuitTableName"])
+        .key(
+            "queue",
+            aws_sdk_dynamodb::types::AttributeValue::S(key.clone()),
+        )
+        .send()
+        .await
+        .expect("GetItem");
+    assert!(book.item.is_some(), "no book {key} in the stack's table");
+
     // WHEN drain runs with only --stack, DLQ_URL naming the other DLQ in the environment
     let run = run_redrive(
         &["--stack", &stack, "drain", "--json"],
