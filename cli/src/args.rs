@@ -11,7 +11,9 @@ Queues:
 Configuration:
   AWS region, credentials and profile come from the standard chain (AWS_REGION, AWS_PROFILE,
   ~/.aws/config with SSO and credential_process profiles, ...); AWS_ENDPOINT_URL (or
-  --endpoint-url) points every call at an emulator or an endpoint of your own. `drain` reads the
+  --endpoint-url) points every call at an emulator or an endpoint of your own. --stack NAME
+  takes the queues, tables and topics from a deployed stack's outputs (a flag given wins, and
+  the stack wins over a variable). `drain` reads the
   re-driver Lambda's variables (DLQ_URL, SOURCE_QUEUE_URL, POISON_QUEUE_URL,
   MAX_REDRIVE_ATTEMPTS, BACKOFF_*, GUARD_ALARM_NAMES, METRIC_NAMESPACE, ...); its flags win.
   NO_COLOR turns colour off (CLICOLOR_FORCE turns it on when stdout is not a terminal);
@@ -56,6 +58,14 @@ pub struct Cli {
     /// standard chain, e.g. AWS_ENDPOINT_URL; an emulator, a VPC endpoint).
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint_url: Option<String>,
+    /// Take the queues, tables and topics a command needs from the outputs of this deployed
+    /// stack (the STACK_NAME of `make deploy`; DescribeStacks); a flag given wins.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub stack: Option<String>,
+    /// The arguments given on the command line (not by a variable or a default): those
+    /// `--stack` does not replace.
+    #[arg(skip)]
+    pub given: std::collections::HashSet<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -216,6 +226,19 @@ mod tests {
         };
         assert_eq!(r.selection.id, ["a", "b", "c"]);
         assert_eq!(r.selection.filters.reason, [IsolationReason::MaxAttempts]);
+    }
+
+    #[test]
+    fn the_stack_is_global_and_stands_in_for_the_queue_flags() {
+        for args in [
+            &["redrive", "--stack", "orders", "stats"][..],
+            &["redrive", "stats", "--stack", "orders"],
+            &["redrive", "--stack", "orders", "circuit", "status"],
+            &["redrive", "--stack", "orders", "replay", "--all"],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            assert_eq!(cli.stack.as_deref(), Some("orders"), "{args:?}");
+        }
     }
 
     #[test]

@@ -37,9 +37,10 @@ pub enum CircuitAction {
 pub struct CircuitArgs {
     #[arg(value_enum)]
     pub action: CircuitAction,
-    /// The DLQ whose circuit this is: name, ARN or URL (one record whichever: its key is the ARN).
+    /// The DLQ whose circuit this is: name, ARN or URL (one record whichever: its key is the ARN;
+    /// with --stack: its DLQ).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
-    pub dlq: QueueRef,
+    pub dlq: Option<QueueRef>,
     /// The circuit table (the stack's output CircuitTableName).
     #[arg(long, value_name = "NAME", env = "CIRCUIT_TABLE")]
     pub circuit_table: Option<String>,
@@ -82,7 +83,7 @@ pub async fn run(ctx: &Ctx, args: CircuitArgs) -> Result<Outcome, CliError> {
         client: ctx.clients.dynamodb.clone(),
         table: cfg.table.clone(),
     };
-    let dlq_url = ctx.resolve(&args.dlq).await?;
+    let dlq_url = ctx.resolve(crate::required(&args.dlq, "--dlq")?).await?;
     let dlq = dlq_url.as_str();
     let now = now_ms();
     let mode = match args.action {

@@ -18,9 +18,9 @@ use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct DiscardArgs {
-    /// The queue to delete from: name, ARN or URL.
+    /// The queue to delete from: name, ARN or URL (with --stack: its poison queue).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
-    pub queue: QueueRef,
+    pub queue: Option<QueueRef>,
     #[command(flatten)]
     pub selection: Selection,
     /// Really delete. Without it, `discard` lists what it would delete and exits with code 2.
@@ -35,7 +35,9 @@ struct Report {
 }
 
 pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<Outcome, CliError> {
-    let target = ctx.resolve(&args.queue).await?;
+    let target = ctx
+        .resolve(crate::required(&args.queue, "--queue")?)
+        .await?;
     let queue = ctx.queue();
     let url = target.as_str();
     let mut filter = Filter::new(&args.selection, now_ms());

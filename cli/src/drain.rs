@@ -78,7 +78,15 @@ pub async fn config(ctx: &Ctx, args: &DrainArgs) -> Result<RedriverConfig, CliEr
     if args.dry_run {
         overrides.insert("DRY_RUN", "true".into());
     }
-    let env = Env(move |k: &str| overrides.get(k).cloned().or_else(|| std::env::var(k).ok()));
+    // `--stack` wins over the process environment (it was given on the command line).
+    let stack = ctx.stack_env.0.clone();
+    let env = Env(move |k: &str| {
+        overrides
+            .get(k)
+            .or_else(|| stack.get(k))
+            .cloned()
+            .or_else(|| std::env::var(k).ok())
+    });
     RedriverConfig::from_env(&env).map_err(|e| {
         let hint = FLAGS
             .iter()

@@ -25,6 +25,7 @@ pub mod queues;
 mod replay;
 pub mod scan;
 mod select;
+pub mod stack;
 mod stats;
 mod status;
 pub mod triage;
@@ -91,6 +92,17 @@ pub struct Ctx {
     pub style: Style,
     /// Queue names and ARNs to URLs, once per run.
     pub queues: Resolver,
+    /// What `--stack` sets that no flag holds (the re-driver's variables of `drain`).
+    pub stack_env: stack::StackEnv,
+}
+
+/// The value of a flag a command needs, which `--stack` may have given.
+pub fn required<'a, T>(value: &'a Option<T>, flag: &str) -> Result<&'a T, CliError> {
+    value.as_ref().ok_or_else(|| {
+        CliError::Config(format!(
+            "the following required argument was not provided: {flag} (or --stack NAME)"
+        ))
+    })
 }
 
 impl Ctx {
@@ -183,8 +195,18 @@ pub async fn sdk_config(
     Ok(sdk)
 }
 
+/// Parses the command line (exiting with code 2 on a usage error, 0 for `--help`), keeping
+/// which arguments it gave.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cli.given = stack::given_on_command_line(&matches);
+    cli
+}
+
 /// Runs one parsed command line; the exit code follows [`exit`].
-pub async fn run(cli: Cli) -> ExitCode {
+pub async fn run(mut cli: Cli) -> ExitCode {
     match &cli.command {
         Command::Completions(a) => {
             generate::print(&generate::completions(a.shell));
@@ -243,6 +265,14 @@ pub async fn run(cli: Cli) -> ExitCode {
     setting.region = sdk.region().map(|r| r.to_string());
     setting.endpoint = sdk.endpoint_url().map(str::to_string);
     errors::remember(&setting);
+    // The stack's outputs are read before any queue is touched.
+    let stack_env = match &cli.stack {
+        Some(name) => match stack::apply(&sdk, name, &mut cli.command, &cli.given).await {
+            Ok(env) => env,
+            Err(e) => return fail(&e, &setting),
+        },
+        None => stack::StackEnv::default(),
+    };
     let clients = Clients::from_sdk(&sdk);
     let ctx = Ctx {
         queues: Resolver::new(
@@ -251,6 +281,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         ),
         clients,
         sdk,
+        stack_env,
         json: format.is_document(),
         style: if format.is_document() {
             Style::plain()

@@ -2,13 +2,12 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use redrive_cli::{Cli, init_logging, run};
+use redrive_cli::{init_logging, parse, run};
 
 #[tokio::main]
 async fn main() -> ExitCode {
     // Usage errors exit with code 2 here, `--help` and `--version` with 0.
-    let cli = Cli::parse();
+    let cli = parse();
     init_logging();
     run(cli).await
 }

@@ -14,9 +14,9 @@ use clap::Args;
 
 #[derive(Debug, Args)]
 pub struct PeekArgs {
-    /// The queue: name, ARN or URL.
+    /// The queue: name, ARN or URL (with --stack: its DLQ).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
-    pub queue: QueueRef,
+    pub queue: Option<QueueRef>,
     /// How many messages to show.
     #[arg(short = 'n', long = "max", value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max: u32,
@@ -32,7 +32,9 @@ pub struct PeekArgs {
 }
 
 pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
-    let target = ctx.resolve(&args.queue).await?;
+    let target = ctx
+        .resolve(crate::required(&args.queue, "--queue")?)
+        .await?;
     let queue = ctx.queue();
     let url = target.as_str();
     let before = facts(&queue, url).await?;

@@ -16,9 +16,9 @@ use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// The queue (DLQ, poison or source queue): name, ARN or URL.
+    /// The queue (DLQ, poison or source queue): name, ARN or URL (with --stack: its DLQ).
     #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
-    pub queue: QueueRef,
+    pub queue: Option<QueueRef>,
     /// Messages sampled for the histograms (received and released at once); 0 skips the sample.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub sample: u32,
@@ -65,7 +65,9 @@ impl Sample {
 }
 
 pub async fn run(ctx: &Ctx, args: StatsArgs) -> Result<Outcome, CliError> {
-    let target = ctx.resolve(&args.queue).await?;
+    let target = ctx
+        .resolve(crate::required(&args.queue, "--queue")?)
+        .await?;
     let queue = ctx.queue();
     let url = target.as_str();
     let facts = facts(&queue, url).await?;

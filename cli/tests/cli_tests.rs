@@ -7,5 +7,7 @@ mod common;
 mod export;
 mod interrupt;
 mod org;
+/// `--stack NAME`: a deployed stack's outputs.
+mod stack;
 /// `redrive triage`, run on both emulators.
 mod triage;

@@ -6,8 +6,15 @@
 //!
 //! | `queue` (key)                   | attributes                                         |
 //! |---------------------------------|----------------------------------------------------|
-//! | `triage#<queue URL>`            | `version` N (each write conditional on it), `record` S (the book as JSON), `updatedAt` S |
+//! | `triage#<queue ARN>`            | `version` N (each write conditional on it), `record` S (the book as JSON), `updatedAt` S |
 //! | `triage-plan#<plan id>#<chunk>` | `ids` S (newline-separated MessageIds), `chunks` N, `size` N |
+//!
+//! One queue has one book however it is named, as it has one circuit record: the re-driver (its
+//! configured URL), the CLI (a name, an ARN or a URL) and the triage console all reach it under
+//! the queue's ARN, rebuilt from the URL ([`crate::circuit::record_key`]). A book written under
+//! the URL as given (the key before) is found there when the ARN has none, and copied under the
+//! ARN at that first read, its version kept: no hold, acknowledgement or note is lost on an
+//! upgrade. The old item is left as it was and read no more.
 //!
 //! A plan never changes: its id is a digest of the group and its sorted ids. Writers of a book
 //! go through [`update`]: load, apply, save on the version read, and on a conflict load again
@@ -31,8 +38,10 @@ pub const PLAN_CHUNK: usize = 4000;
 /// Loads before an update gives up on a book others keep writing.
 pub const UPDATE_TRIES: u32 = 8;
 
-pub fn book_key(queue_url: &str) -> String {
-    format!("triage#{queue_url}")
+/// The item key of a book stored under `queue` as it is (a URL as given: the key before books
+/// were keyed by the queue's ARN; an ARN: the key now).
+pub fn book_key(queue: &str) -> String {
+    format!("triage#{queue}")
 }
 
 fn plan_key(plan_id: &str, chunk: usize) -> String {
@@ -140,6 +149,53 @@ fn bad_item(key: &str, problem: String) -> PortError {
 }
 
 impl DynamoDbTriageStore {
+    /// The key of `queue`'s book: `triage#` and the queue's ARN ([`crate::circuit::record_key`],
+    /// in the client's region), whichever form names it.
+    pub fn key(&self, queue: &str) -> String {
+        let region = self
+            .client
+            .config()
+            .region()
+            .map_or("us-east-1", |r| r.as_ref());
+        book_key(&crate::circuit::record_key(queue, region))
+    }
+
+    /// The book an item holds, with its version.
+    fn book_of(
+        key: &str,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<(u64, Book), PortError> {
+        let version = number(item, key, "version")?;
+        let text = item
+            .get("record")
+            .and_then(|v| v.as_s().ok())
+            .ok_or_else(|| bad_item(key, "record is missing".into()))?;
+        let book = serde_json::from_str(text)
+            .map_err(|e| bad_item(key, format!("record is not a triage book: {e}")))?;
+        Ok((version, book))
+    }
+
+    /// The PutItem of `book` under `key` at `version` (for [`crate::circuit::put_if_version`]).
+    fn put_book(
+        &self,
+        key: &str,
+        book: &Book,
+        version: u64,
+    ) -> Result<aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder, PortError>
+    {
+        let json = serde_json::to_string(book).map_err(|e| {
+            PortError::new("PutItem", "Serialization", e.to_string(), false).with_source(e)
+        })?;
+        Ok(self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("queue", s(key))
+            .item("version", AttributeValue::N(version.to_string()))
+            .item("record", s(json))
+            .item("updatedAt", s(rfc3339_from_millis(crate::now_ms()))))
+    }
+
     async fn get(&self, key: &str) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
         let out = self
             .client
@@ -162,19 +218,39 @@ fn number(item: &HashMap<String, AttributeValue>, key: &str, name: &str) -> Resu
 }
 
 impl TriageStore for DynamoDbTriageStore {
+    /// The book under the queue's ARN; when there is none, the one an earlier version wrote
+    /// under `queue_url` as given, copied under the ARN (its version kept) before it is returned.
     async fn load(&self, queue_url: &str) -> Result<Option<(u64, Book)>, PortError> {
-        let key = book_key(queue_url);
-        let Some(item) = self.get(&key).await? else {
+        let key = self.key(queue_url);
+        if let Some(item) = self.get(&key).await? {
+            return Self::book_of(&key, &item).map(Some);
+        }
+        let old_key = book_key(queue_url);
+        if key == old_key {
+            return Ok(None);
+        }
+        let Some(item) = self.get(&old_key).await? else {
             return Ok(None);
         };
-        let version = number(&item, &key, "version")?;
-        let text = item
-            .get("record")
-            .and_then(|v| v.as_s().ok())
-            .ok_or_else(|| bad_item(&key, "record is missing".into()))?;
-        let book = serde_json::from_str(text)
-            .map_err(|e| bad_item(&key, format!("record is not a triage book: {e}")))?;
-        Ok(Some((version, book)))
+        let (version, book) = Self::book_of(&old_key, &item)?;
+        let put = self.put_book(&key, &book, version)?;
+        match crate::circuit::put_if_version(put, None, version).await? {
+            SaveOutcome::Saved { .. } => {
+                tracing::info!(
+                    queue = queue_url,
+                    key = %key,
+                    version,
+                    "triage book found under the queue's URL: copied under its ARN, where every reader finds it"
+                );
+                Ok(Some((version, book)))
+            }
+            // Another reader or writer made the book under the ARN meanwhile: that one is the
+            // truth.
+            SaveOutcome::Conflict => match self.get(&key).await? {
+                Some(item) => Self::book_of(&key, &item).map(Some),
+                None => Ok(None),
+            },
+        }
     }
 
     async fn save(
@@ -184,17 +260,7 @@ impl TriageStore for DynamoDbTriageStore {
         expected: Option<u64>,
     ) -> Result<SaveOutcome, PortError> {
         let version = expected.map_or(1, |v| v + 1);
-        let json = serde_json::to_string(book).map_err(|e| {
-            PortError::new("PutItem", "Serialization", e.to_string(), false).with_source(e)
-        })?;
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item("queue", s(book_key(queue_url)))
-            .item("version", AttributeValue::N(version.to_string()))
-            .item("record", s(json))
-            .item("updatedAt", s(rfc3339_from_millis(crate::now_ms())));
+        let put = self.put_book(&self.key(queue_url), book, version)?;
         crate::circuit::put_if_version(put, expected, version).await
     }
 

@@ -203,3 +203,76 @@ async fn a_book_that_cannot_be_read_drains_nothing() {
     let s = w.engine(None).await.drain(&request()).await;
     assert_eq!(s.redriven, 5, "{s:?}");
 }
+
+#[tokio::test]
+async fn a_book_kept_under_the_dlqs_url_is_found_and_copied_under_its_arn() {
+    // GIVEN the 503 group held in a book stored under the DLQ's URL (the key before), at
+    // version 4, and none under its ARN
+    let w = World::new().await;
+    let text = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_string());
+    let arn_key = format!("triage#{}", w.q.dlq_arn);
+    let (_, mut book) = redrive_engine::triage_store::TriageStore::load(&w.store, &w.q.dlq_url)
+        .await
+        .unwrap()
+        .unwrap();
+    book.hold(&w.held, "ops", None, Some(3), 0).unwrap();
+    w.store
+        .client
+        .delete_item()
+        .table_name(&w.store.table)
+        .key("queue", text(&arn_key))
+        .send()
+        .await
+        .expect("DeleteItem");
+    let url_key = format!("triage#{}", w.q.dlq_url);
+    w.store
+        .client
+        .put_item()
+        .table_name(&w.store.table)
+        .item("queue", text(&url_key))
+        .item(
+            "version",
+            aws_sdk_dynamodb::types::AttributeValue::N("4".into()),
+        )
+        .item("record", text(&serde_json::to_string(&book).unwrap()))
+        .item("updatedAt", text("2026-01-01T00:00:00Z"))
+        .send()
+        .await
+        .expect("PutItem");
+
+    // WHEN the upgraded re-driver drains
+    let s = w.engine(w.books()).await.drain(&request()).await;
+
+    // THEN the hold is honoured: the 503s stay on the DLQ, the 429s drain
+    assert_eq!((s.redriven, s.on_hold), (2, 3), "{s:?}");
+    assert_eq!(queue_depth(&w.sqs, &w.q.dlq_url).await, 3);
+    // AND the book is under the ARN now, written on from version 4 (the count reached ended
+    // the hold), found by the ARN as by the URL; the old item is left as it was
+    let (version, book) = redrive_engine::triage_store::TriageStore::load(&w.store, &w.q.dlq_arn)
+        .await
+        .unwrap()
+        .expect("copied under the ARN");
+    assert!(
+        version > 4,
+        "written on from the copy's version 4: {version}"
+    );
+    assert_eq!(book.get(&w.held).unwrap().state, State::Acknowledged);
+    assert_eq!(w.state().await, State::Acknowledged);
+    let old = w
+        .store
+        .client
+        .get_item()
+        .table_name(&w.store.table)
+        .key("queue", text(&url_key))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the old item is left");
+    assert_eq!(
+        old.get("version")
+            .and_then(|v| v.as_n().ok())
+            .map(String::as_str),
+        Some("4")
+    );
+}

@@ -56,8 +56,17 @@ pub const OPERATOR_POLICY: &str = "OperatorPolicy";
 /// The managed policies a `redrive` command line runs under (`A+B`: both): `triage` commands
 /// under the triage policies that name what they do, which add up (a reader holds read; an
 /// actor read and act; a discarder read and discard; a pass with `--table` records the book,
-/// which is acting), every other command under the operator's.
+/// which is acting), every other command under the operator's; with `--stack NAME`, the
+/// stack's policy too.
 pub fn cli_policy(args: &[&str]) -> &'static str {
+    // `--stack NAME` reads the stack's outputs: the operator holds the stack's policy too.
+    if args.contains(&"--stack") {
+        return if args.contains(&"triage") {
+            "TriageReadPolicy+TriageActPolicy+StackOutputsPolicy"
+        } else {
+            "OperatorPolicy+StackOutputsPolicy"
+        };
+    }
     if args.first() != Some(&"triage") {
         return OPERATOR_POLICY;
     }
@@ -127,7 +136,8 @@ pub fn env_for_binary(env: &[(String, String)], binary: &str) -> Vec<(String, St
 /// `QueueSet` name (`<base>-dlq`, `<base>-poison`, `<base>`), and names its siblings too: the
 /// operator's policy covers the stack's three queues whichever the command is given.
 /// `--circuit-table`, an `s3://BUCKET/...` location and `--state-machine` name the table, the
-/// archive bucket and the state machine.
+/// archive bucket and the state machine; `--stack NAME` the resources of the stack `NAME`, as
+/// the template names them.
 pub fn cli_env(env: &[(String, String)], args: &[&str]) -> Vec<(String, String)> {
     cli_env_with(env, args, &[])
 }
@@ -182,6 +192,19 @@ pub fn cli_env_as(
         } else if flag == "--state-machine" {
             let name = arg.rsplit(':').next().unwrap_or_default();
             resources.insert("StateMachine".into(), name.to_string());
+        } else if flag == "--stack" {
+            // The names the template gives a stack's resources.
+            for (id, suffix) in [
+                ("DeadLetterQueue", "-dlq"),
+                ("SourceQueue", "-source"),
+                ("PoisonQueue", "-poison"),
+                ("CircuitTable", "-circuit"),
+                ("IdempotencyTable", "-idempotency"),
+                ("AlertsTopic", "-alerts"),
+            ] {
+                resources.insert(id.to_string(), format!("{arg}{suffix}"));
+            }
+            resources.insert("AWS::StackName".into(), arg.to_string());
         }
     }
     let known = ["DeadLetterQueue", "SourceQueue", "PoisonQueue"]

@@ -32,9 +32,9 @@ use walk::{Plan, destination, walk};
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The poison queue to take messages from: name, ARN or URL.
+    /// The poison queue to take messages from: name, ARN or URL (with --stack: its poison queue).
     #[arg(long, value_name = "QUEUE", value_parser = parse_queue)]
-    pub from: QueueRef,
+    pub from: Option<QueueRef>,
     /// The queue to send them to: name, ARN or URL. Default: each message's own source
     /// queue, recorded in its x-redrive (`source`) when it was parked; a message with no
     /// recorded source is left where it is and listed.
@@ -60,7 +60,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
 
 /// Replays what `args` selects, printing nothing.
 pub async fn execute(ctx: &Ctx, args: &ReplayArgs) -> Result<Replayed, CliError> {
-    let from = ctx.resolve(&args.from).await?;
+    let from = ctx.resolve(crate::required(&args.from, "--from")?).await?;
     let to = match &args.to {
         Some(to) => Some(ctx.resolve(to).await?),
         None => None,

@@ -157,7 +157,7 @@ const SOURCE_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orde
 
 async fn replay_all(sqs: &std::sync::Arc<FakeSqs>, from: &str, to: &str) -> Report {
     let args = ReplayArgs {
-        from: QueueRef::parse(from).unwrap(),
+        from: Some(QueueRef::parse(from).unwrap()),
         to: Some(QueueRef::parse(to).unwrap()),
         selection: super::super::select::Selection {
             id: vec![],

@@ -51,6 +51,51 @@ pub struct TriageArgs {
     pub html_theme: String,
 }
 
+impl TriageArgs {
+    /// `--stack`: the book's table and alerts topic, and the consumer's table of causes, where
+    /// no flag names them. An action on a group needs the book; a pass records in it when the
+    /// stack has one.
+    pub fn apply_stack(
+        &mut self,
+        stack: &crate::stack::Stack,
+        given: &HashSet<String>,
+    ) -> Result<(), CliError> {
+        use crate::stack::output;
+        let pass = match &mut self.command {
+            None => &mut self.pass,
+            Some(TriageCommand::Show(a)) => &mut a.pass,
+            Some(TriageCommand::Ack(g) | TriageCommand::Release(g) | TriageCommand::History(g)) => {
+                return g.book.fill_from_stack(stack, given, true);
+            }
+            Some(TriageCommand::Hold(a)) => {
+                return a.target.book.fill_from_stack(stack, given, true);
+            }
+            Some(TriageCommand::Note(a)) => {
+                return a.target.book.fill_from_stack(stack, given, true);
+            }
+            Some(TriageCommand::Replay(a)) => {
+                return a.target.book.fill_from_stack(stack, given, true);
+            }
+            Some(TriageCommand::Discard(a)) => {
+                return a.target.book.fill_from_stack(stack, given, true);
+            }
+        };
+        pass.book.fill_from_stack(stack, given, false)?;
+        if !given.contains("causes_table")
+            && let Some(table) = stack.get(output::IDEMPOTENCY_TABLE)
+        {
+            pass.causes.causes_table = Some(table.to_string());
+        }
+        // The deployed consumer keys its records under its function's name.
+        if !given.contains("causes_namespace")
+            && let Some(name) = stack.get(output::CONSUMER_FUNCTION)
+        {
+            pass.causes.causes_namespace = Some(name.to_string());
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TriageCommand {
     /// One group's messages: samples with their x-redrive (bodies only with --bodies)

@@ -1,5 +1,6 @@
 //! The arguments of triage's group actions and the thresholds of their confirmation.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use clap::Args;
@@ -8,6 +9,7 @@ use redrive_engine::triage_store::DynamoDbTriageStore;
 use redrive_shared::triage::GroupId;
 
 use crate::queues::{QueueRef, parse_queue};
+use crate::stack::{Stack, output};
 use crate::{CliError, Ctx};
 
 /// Above this many messages an action needs `--yes` (or a typed yes at a terminal).
@@ -43,6 +45,29 @@ impl BookArgs {
                 "triage's book needs a table: pass --table TABLE or set TRIAGE_TABLE".into(),
             )),
         }
+    }
+
+    /// `--stack`: the book's table (the stack's circuit table, which `needed` commands must
+    /// have) and the alerts topic, where no flag names them.
+    pub fn fill_from_stack(
+        &mut self,
+        stack: &Stack,
+        given: &HashSet<String>,
+        needed: bool,
+    ) -> Result<(), CliError> {
+        if !given.contains("table") {
+            self.table = if needed {
+                Some(stack.need(output::CIRCUIT_TABLE, "--table")?.to_string())
+            } else {
+                stack.get(output::CIRCUIT_TABLE).map(str::to_string)
+            };
+        }
+        if !given.contains("alert_topic")
+            && let Some(topic) = stack.get(output::ALERTS_TOPIC)
+        {
+            self.alert_topic = Some(topic.to_string());
+        }
+        Ok(())
     }
 
     pub(super) fn who(&self) -> String {

@@ -154,7 +154,7 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
         }
         let started = Instant::now();
         let args = ReplayArgs {
-            from: a.target.queue.clone(),
+            from: Some(a.target.queue.clone()),
             to: Some(to.clone()),
             selection: Selection {
                 id: Vec::new(),

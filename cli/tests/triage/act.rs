@@ -676,3 +676,93 @@ async fn redrive_drain_leaves_a_held_group_on_the_dlq_as_the_lambda_does() {
     let run = run_redrive_granted(&["drain", "--json"], &env, &[]);
     assert_eq!(run.json()["redriven"], 3, "{}", run.stdout);
 }
+
+#[tokio::test]
+async fn a_hold_set_with_the_queues_url_holds_whatever_form_names_the_queue() {
+    // GIVEN a DLQ of one transient cause, its group held by the queue's URL as moto answers it
+    let w = World::new().await;
+    for n in 0..3 {
+        let mut meta = RedriveMeta {
+            attempt: 1,
+            last_error: Some(LastError::new(
+                ErrorClass::Transient,
+                "HTTP_503",
+                &format!("order {n}: downstream said 503"),
+                "2026-11-28T09:00:00Z".into(),
+            )),
+            ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
+        };
+        meta.set_source(&w.q.source_arn);
+        send_with_meta(&w.sqs, &w.q.dlq_url, "{}", &meta).await;
+    }
+    let (group, _) = w.triage();
+    let hold = w.redrive(
+        &["triage", "hold", &group, &w.q.dlq_url, "--for", "1h"],
+        None,
+    );
+    assert_eq!(hold.code, 0, "{}", hold.stderr);
+
+    // WHEN the operator reads the group by the queue's name and by its ARN
+    // THEN both find the hold: one book per queue
+    for form in [w.q.dlq_name.as_str(), w.q.dlq_arn.as_str()] {
+        // The reader's policy for this stack's queues, whichever form names them.
+        let run = run_redrive_granted(
+            &[
+                "triage", "history", &group, form, "--json", "--table", &w.table,
+            ],
+            &[("DLQ_URL", w.q.dlq_url.as_str())],
+            &[],
+        );
+        assert_eq!(run.code, 0, "{form}: {}", run.stderr);
+        let out = run.json();
+        assert_eq!(out["record"]["state"], "held", "{form}: {out:#}");
+    }
+
+    // WHEN a drain names the DLQ by its URL in AWS's host form (as a Lambda's DLQ_URL may), by
+    // its name and by its ARN
+    let aws_form = format!(
+        "https://sqs.us-east-1.amazonaws.com/{}/{}",
+        w.q.account(),
+        w.q.dlq_name
+    );
+    assert_ne!(aws_form, w.q.dlq_url, "two host forms of one queue");
+    for form in [
+        aws_form.as_str(),
+        w.q.dlq_name.as_str(),
+        w.q.dlq_arn.as_str(),
+    ] {
+        let env = [
+            ("SOURCE_QUEUE_URL", w.q.source_url.as_str()),
+            ("POISON_QUEUE_URL", w.q.poison_url.as_str()),
+            ("BACKOFF_BASE_SECONDS", "0"),
+            ("CIRCUIT_TABLE", w.table.as_str()),
+        ];
+        let run = run_redrive_granted(&["drain", "--json", "--dlq", form], &env, &[]);
+
+        // THEN each leaves the held group where it is, counted on hold
+        assert_eq!(run.code, 0, "{form}: {}", run.stderr);
+        let out = run.json();
+        assert_eq!(
+            (out["redriven"].clone(), out["onHold"].clone()),
+            (0.into(), 3.into()),
+            "{form}: {out:#}"
+        );
+    }
+    assert_eq!(visible(&w.sqs, &w.q.dlq_url).await, 3, "lost 0");
+    assert_eq!(redrive_tests::queue_depth(&w.sqs, &w.q.source_url).await, 0);
+
+    // AND the table holds one book for the queue, under its ARN
+    let ddb = moto().dynamodb().await;
+    let keys: Vec<String> = ddb
+        .scan()
+        .table_name(&w.table)
+        .send()
+        .await
+        .unwrap()
+        .items()
+        .iter()
+        .filter_map(|i| i.get("queue").and_then(|v| v.as_s().ok()).cloned())
+        .filter(|k| k.starts_with("triage#"))
+        .collect();
+    assert_eq!(keys, [format!("triage#{}", w.q.dlq_arn)]);
+}

@@ -25,6 +25,9 @@ pub struct StepTotals {
     pub started_at: i64,
     /// Redriven copies the steps saw back on the DLQ.
     pub bounced: u64,
+    /// Messages the steps left on the DLQ untouched because their source refused the sender
+    /// ([`Summary::ungranted`]): reported, and `DlqLeftAlone` published, as the Lambda does.
+    pub ungranted: u64,
 }
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
@@ -37,6 +40,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             redriven: totals.redriven,
             isolated: totals.isolated,
             failed: totals.failed,
+            ungranted: totals.ungranted,
             circuit: self.circuit_since(totals.started_at, totals.bounced).await,
             ..Summary::new(request.dry_run, totals.stopped_because)
         };

@@ -56,6 +56,10 @@ pub struct Totals {
     /// later execution redrives them when they are due.
     #[serde(default)]
     pub waiting: u64,
+    /// Messages left on the DLQ untouched because their source refused the re-driver's send
+    /// (each round's `ungranted`); not counted in `received`.
+    #[serde(default)]
+    pub ungranted: u64,
     /// Messages the execution may still receive.
     pub remaining: u32,
     pub queue_empty: bool,

@@ -44,6 +44,7 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Value>, results: &[Va
         totals.isolated += count(r, "isolated");
         totals.failed += count(r, "failed");
         totals.waiting += count(r, "waiting");
+        totals.ungranted += count(r, "ungranted");
         // A message sent back to wait has left the DLQ's visible set: the round moved it.
         progress += count(r, "redriven") + count(r, "isolated") + count(r, "waiting");
         let stopped = r

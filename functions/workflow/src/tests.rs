@@ -1510,3 +1510,105 @@ async fn a_message_that_arrives_waiting_hops_within_the_dlqs_retention_in_a_drai
     );
     assert_one_hop_within(&sqs, 600);
 }
+
+/// A workflow on a protected DLQ (no `SOURCE_QUEUE_URL`) fed by one source, whose sends the
+/// fake refuses with AccessDenied once: a source added after the deploy, not yet granted.
+fn setup_ungranted() -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestWorkflow) {
+    let map: HashMap<String, String> = [("DLQ_URL", DLQ), ("POISON_QUEUE_URL", POISON)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cfg = WorkflowConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
+        .expect("a protected DLQ's config");
+    let sqs = FakeSqs::new();
+    for q in [DLQ, SRC, POISON] {
+        sqs.create_queue(q);
+    }
+    sqs.set_redrive_policy(SRC, DLQ, 3);
+    for i in 0..2 {
+        sqs.push_moved(DLQ, SRC, &format!("m{i}"), Attributes::new(), None);
+    }
+    sqs.fail_next(
+        "SendMessageBatch",
+        redrive_engine::ports::PortError::new(
+            "SendMessageBatch",
+            "AccessDenied",
+            "not authorized",
+            false,
+        ),
+    );
+    let cw = FakeCloudWatch::new();
+    let wf = Workflow::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
+        .with_settings(redrive_engine::engine::Settings {
+            retry_base: Duration::from_millis(1),
+            receive_wait_seconds: 0,
+            ..redrive_engine::engine::Settings::default()
+        })
+        .with_seed(7);
+    (sqs, cw, wf)
+}
+
+/// Tallies `rounds` answers and ends the execution with `summary`: its answer.
+async fn tally_and_summarize(
+    wf: &TestWorkflow,
+    run: &Run,
+    batch: Option<&Value>,
+    results: &[Value],
+) -> Value {
+    let totals = Totals {
+        remaining: run.max_messages,
+        ..Totals::default()
+    };
+    let totals = tally(run, totals, batch, results);
+    assert_eq!(
+        totals.ungranted, 2,
+        "the round's ungranted lands in the totals"
+    );
+    wf.handle(
+        json!({"action": "summary", "run": run, "totals": to_value(&totals)}),
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_executions_answer_reports_messages_left_for_an_ungranted_source() {
+    for mode in [Mode::Messages, Mode::ScaleOut] {
+        // GIVEN a protected DLQ whose source refuses the re-driver's sends (not granted yet)
+        let (sqs, cw, wf) = setup_ungranted();
+        let run = Run {
+            max_messages: 10,
+            dry_run: false,
+            mode,
+            drains: 1,
+            fifo: false,
+            trigger_alarm: None,
+        };
+        // WHEN a round runs and the execution ends
+        let answer = match mode {
+            Mode::Messages => {
+                let round = to_value(wf.redrive_batch(10, false, None).await.unwrap());
+                tally_and_summarize(&wf, &run, Some(&round), &[]).await
+            }
+            Mode::ScaleOut => {
+                let d = json!({"action": "drain", "index": 0, "drains": 1, "maxMessages": 10, "dryRun": false, "circuit": null});
+                let result = wf.handle(d, None).await.unwrap();
+                tally_and_summarize(&wf, &run, None, &[result]).await
+            }
+        };
+        // THEN its answer says how many were left on the DLQ for that source, as the
+        // Lambda's does, and DlqLeftAlone is published once; nothing is lost
+        assert_eq!(answer["ungranted"], 2, "{mode:?}: {answer}");
+        assert_eq!(
+            (answer["received"].as_u64(), answer["failed"].as_u64()),
+            (Some(0), Some(0)),
+            "{mode:?}: left alone, neither received nor failed: {answer}"
+        );
+        assert_eq!(sqs.len(DLQ), 2, "{mode:?}: lost 0");
+        assert!(sqs.is_empty(POISON), "{mode:?}: never isolated");
+        let published = cw.published.lock().unwrap();
+        assert_eq!(published.len(), 1, "{mode:?}");
+        assert_eq!(published[0].2.dlq_left_alone, 1, "{mode:?}");
+    }
+}

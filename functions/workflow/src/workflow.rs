@@ -195,6 +195,7 @@ impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + 
                     stopped_because: totals.stopped_because,
                     started_at: totals.started_at,
                     bounced: totals.bounced,
+                    ungranted: totals.ungranted,
                 },
             )
             .await;
