@@ -467,16 +467,22 @@ pub fn record_key(queue: &str, default_region: &str) -> String {
     format!("arn:{partition}:sqs:{region}:{account}:{}", location.name)
 }
 
-fn s(v: &str) -> AttributeValue {
-    AttributeValue::S(v.to_string())
+/// A string attribute of a stored item (the circuit records, the triage books).
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+/// A stored item that does not read as what it should be: `code` names the kind of item,
+/// `what` the item; never retried.
+pub(crate) fn unreadable_item(code: &str, what: String, problem: String) -> PortError {
+    PortError::new("GetItem", code, format!("{what}: {problem}"), false)
 }
 
 fn bad_item(queue_url: &str, problem: String) -> PortError {
-    PortError::new(
-        "GetItem",
+    unreadable_item(
         "BadCircuitItem",
-        format!("the circuit item of {queue_url}: {problem}"),
-        false,
+        format!("the circuit item of {queue_url}"),
+        problem,
     )
 }
 
@@ -582,7 +588,7 @@ impl DynamoDbCircuitStore {
             .item(item::RECORD, AttributeValue::S(json))
             .item(
                 item::UPDATED_AT,
-                s(&redrive_shared::timefmt::rfc3339_from_millis(now_ms)),
+                s(redrive_shared::timefmt::rfc3339_from_millis(now_ms)),
             );
         put_if_version(put, expected, version).await
     }

@@ -29,7 +29,7 @@ use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_shared::triage::state::{Book, Refused};
 
 use crate::aws::port_error;
-use crate::circuit::SaveOutcome;
+use crate::circuit::{SaveOutcome, s, unreadable_item};
 use crate::lock;
 use crate::ports::PortError;
 
@@ -135,17 +135,8 @@ impl DynamoDbTriageStore {
     }
 }
 
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
-
 fn bad_item(key: &str, problem: String) -> PortError {
-    PortError::new(
-        "GetItem",
-        "BadTriageItem",
-        format!("the triage item {key}: {problem}"),
-        false,
-    )
+    unreadable_item("BadTriageItem", format!("the triage item {key}"), problem)
 }
 
 impl DynamoDbTriageStore {

@@ -116,15 +116,8 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     assert!(out["coverage"].get("records").is_none());
 
     // WHEN triage reads the consumer's records
-    let run = redrive(&[
-        "triage",
-        &q.dlq_url,
-        "--causes-table",
-        &table,
-        "--causes-namespace",
-        "consumer",
-        "--json",
-    ]);
+    let causes = ["--causes-table", &table, "--causes-namespace", "consumer"];
+    let run = redrive(&[&["triage", &q.dlq_url, "--json"][..], &causes].concat());
 
     // THEN exactly three groups: the two recorded causes, and the hand-sent messages
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -179,14 +172,7 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     );
 
     // AND the text output says where the causes were read
-    let text = redrive(&[
-        "triage",
-        &q.dlq_url,
-        "--causes-table",
-        &table,
-        "--causes-namespace",
-        "consumer",
-    ]);
+    let text = redrive(&[&["triage", &q.dlq_url][..], &causes].concat());
     text.assert_stdout_has(
         0,
         "13 message(s) carried no cause: 9 found in the consumer's records",
@@ -224,11 +210,7 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
 
     // AND `triage show` of a recorded cause's group finds its messages with the same table
     let id = outage["id"].as_str().unwrap();
-    let show = show_json(
-        id,
-        &q.dlq_url,
-        &["--causes-table", &table, "--causes-namespace", "consumer"],
-    );
+    let show = show_json(id, &q.dlq_url, &causes);
     assert_eq!(show.code, 0, "{}", show.stderr);
     assert_eq!(show.json()["found"], 6);
 }
