@@ -215,7 +215,7 @@ def attach_env_files(dlqs: list[dict], workdir: Path, url_prefix: str = QUEUE_UR
 def figures_for(resources_yaml: Path, dlqs: list[dict], workdir: Path,
                 url_prefix: str = QUEUE_URL_PREFIX) -> list[tuple[str, int, int]]:
     try:
-        template = attach_template.build(cfn_yaml.load(resources_yaml), dlqs)
+        template = attach_template.build(cfn_yaml.load(resources_yaml), dlqs, LONGEST["AWS::StackName"])
     except SystemExit as refused:  # the resource limit: its own message
         return [(str(refused), 1, 0)]
     figures = check_template(template, len(cfn_yaml.compact(template).encode("utf-8")))
