@@ -331,7 +331,9 @@ class AttachDeploy(support.DeployTestCase):
                 self.user_queue(f"{stem}{j}" + "s" * (80 - len(stem) - 1), dlq)
             names.append(dlq.rsplit("/", 1)[1])
         before = self.queue_urls()
-        result = self.run_script(DEPLOY, self.settings(stack, PROTECT_DLQS=",".join(names)))
+        # Resolving each DLQ and its sources takes some AWS CLI calls each: more time than
+        # support.run's default allows at this size.
+        result = support.run(DEPLOY, self.settings(stack, PROTECT_DLQS=",".join(names)), timeout=1800)
         self.assertNotEqual(result.returncode, 0, result.stderr)
         self.assertIn("quota exceeded:", result.stderr)
         self.assertIn("this deploy would exceed an AWS quota", result.stderr)
