@@ -83,6 +83,10 @@ template_body "$WORK/precheck/wiring.yaml" "$WORK/precheck/wiring.json"
 for template in resources wiring; do
     envs=()
     [ "$template" = resources ] && envs=("$WORK/precheck/redriver.env" "$WORK/precheck/archiver.env")
+    if [ "$template" = resources ] && attach_mode; then
+        printf '%s' "$PROTECTED_DLQ_URLS" >"$WORK/precheck/dlq-urls.list"
+        envs+=("$WORK/precheck/dlq-urls.list")
+    fi
     QUOTAS_QUIET=1 "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/quotas.py" check \
         "$WORK/precheck/$template.json" ${envs[@]+"${envs[@]}"} ||
         die "this deploy would exceed an AWS quota (above)." \
@@ -168,6 +172,8 @@ if [ "$ORCHESTRATOR" = stepfunctions ]; then
 fi
 
 # ---------------------------------------------------------------- 4. functions
+# Attach mode: the functions read the protected DLQs' list at init, from the circuit table.
+if attach_mode; then write_dlq_list "$OUT_CircuitTableName" "$WORK/dlq-list.json"; fi
 write_redriver_env "$WORK/redriver.env"
 consumer_env=(
     "IDEMPOTENCY_TABLE=${OUT_IdempotencyTableName-}"

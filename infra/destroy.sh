@@ -54,9 +54,10 @@ else
     POISON_URL=$(queue_url "$STACK_NAME-poison")
 fi
 CIRCUIT_TABLE=$STACK_NAME-circuit
+# Items without an operator (the protected DLQs' list of attach mode) are no override.
 circuit_overrides() { # the circuit records whose operator override is not auto (0 when no table)
     if aws_ dynamodb describe-table --table-name "$CIRCUIT_TABLE" >/dev/null 2>&1; then
-        aws_ dynamodb scan --table-name "$CIRCUIT_TABLE" --select COUNT --filter-expression "#o <> :auto" \
+        aws_ dynamodb scan --table-name "$CIRCUIT_TABLE" --select COUNT --filter-expression "attribute_exists(#o) AND #o <> :auto" \
             --expression-attribute-names '{"#o":"operator"}' --expression-attribute-values '{":auto":{"S":"auto"}}' \
             --query Count --output text
     else

@@ -506,7 +506,9 @@ write_env_file() {
 write_redriver_env() { # FILE
     local file=$1 queue_env guard name
     if attach_mode; then
-        queue_env=("DLQ_URLS=$PROTECTED_DLQ_URLS" "TRIGGER_ALARM_NAME=$STACK_NAME-dlq-not-empty-{queue}")
+        # The protected DLQs' list is in the circuit table (write_dlq_list): Lambda's 4 KB of
+        # environment would hold some 25 URLs.
+        queue_env=("DLQ_LIST_TABLE=$OUT_CircuitTableName" "TRIGGER_ALARM_NAME=$STACK_NAME-dlq-not-empty-{queue}")
     else
         queue_env=("DLQ_URL=$OUT_DeadLetterQueueUrl" "SOURCE_QUEUE_URL=$OUT_SourceQueueUrl"
             "TRIGGER_ALARM_NAME=$STACK_NAME-dlq-not-empty")
@@ -547,7 +549,7 @@ write_redriver_env() { # FILE
 # The archiver: its own role, the only one that may write the archive bucket.
 write_archiver_env() { # FILE
     local dlqs="DLQ_URL=${OUT_DeadLetterQueueUrl-}"
-    if attach_mode; then dlqs="DLQ_URLS=$PROTECTED_DLQ_URLS"; fi
+    if attach_mode; then dlqs="DLQ_LIST_TABLE=$OUT_CircuitTableName"; fi
     write_env_file "$1" \
         "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
         "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
@@ -557,6 +559,16 @@ write_archiver_env() { # FILE
         "ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS" \
         "METRIC_NAMESPACE=$OUT_MetricNamespace" \
         "RUST_LOG=$RUST_LOG"
+}
+
+# Attach mode: the protected DLQs' URLs (PROTECTED_DLQ_URLS, comma separated) as the item the
+# re-driver and the archiver read at init (DLQ_LIST_TABLE; redrive_engine::fleet_list): partition
+# key `queue` = redrive:fleet:dlq-urls, attribute dlq_urls. DynamoDB holds 400 KB an item
+# (infra/quotas.py checks it before any change).
+write_dlq_list() { # TABLE FILE
+    printf '{"queue":{"S":"redrive:fleet:dlq-urls"},"dlq_urls":{"S":"%s"}}' "$PROTECTED_DLQ_URLS" >"$2"
+    aws_ dynamodb put-item --table-name "$1" --item "file://$2" ||
+        die "could not write the protected DLQs' list to $1 (dynamodb:PutItem). No function was changed."
 }
 
 # The resources stack's outputs that the environments name, each at its longest, for the

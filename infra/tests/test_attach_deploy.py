@@ -3,7 +3,8 @@
 Three setups of queues a user already has, made before the deploy the way their own Terraform
 would: a DLQ fed by two sources, a FIFO DLQ with its FIFO source, and a DLQ selected by a tag.
 The deploy must create none of them (only our poison queue appears), tag exactly them and
-their sources with the install's tag the roles grant on (and untag them at destroy), give the re-driver DLQ_URLS and no SOURCE_QUEUE_URL; destroy must
+their sources with the install's tag the roles grant on (and untag them at destroy), write the DLQs' list where both functions read it at init (DLQ_LIST_TABLE, no DLQ_URLS) and
+give the re-driver no SOURCE_QUEUE_URL; destroy must
 leave them and their messages. As in test_deploy_script.py, `make deploy` runs as a user runs it,
 its real build step included.
 """
@@ -149,8 +150,16 @@ class AttachDeploy(support.DeployTestCase):
         # The re-driver: every protected DLQ, no source of its own.
         lam = self.moto.client("lambda")
         variables = lam.get_function_configuration(FunctionName=f"{stack}-redriver")["Environment"]["Variables"]
-        self.assertEqual(set(variables["DLQ_URLS"].split(",")), dlqs)
-        self.assertEqual(len(variables["DLQ_URLS"].split(",")), 3)
+        archiver_variables = lam.get_function_configuration(
+            FunctionName=f"{stack}-archiver")["Environment"]["Variables"]
+        # The list is out of the environment: the circuit table's item both functions read at init.
+        for names in (variables, archiver_variables):
+            self.assertNotIn("DLQ_URLS", names)
+            self.assertEqual(names["DLQ_LIST_TABLE"], out["CircuitTableName"])
+        item = self.moto.client("dynamodb").get_item(
+            TableName=out["CircuitTableName"], Key={"queue": {"S": "redrive:fleet:dlq-urls"}})["Item"]
+        self.assertEqual(set(item["dlq_urls"]["S"].split(",")), dlqs)
+        self.assertEqual(len(item["dlq_urls"]["S"].split(",")), 3)
         for absent in ("SOURCE_QUEUE_URL", "DLQ_URL"):
             self.assertNotIn(absent, variables)
         # Each DLQ's trigger alarm, re-armed by scheduled drains: {queue} is each DLQ's name.
