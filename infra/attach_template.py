@@ -453,7 +453,9 @@ def check_references(template: dict) -> None:
                                  "which attach mode does not create")
 
 
-def build(template: dict, dlqs: list[dict], stack: str = "redrive") -> dict:
+def build(template: dict, dlqs: list[dict], stack: str = "redrive", resource_limit: bool = True) -> dict:
+    """The attach template for `dlqs`. `resource_limit=False` (deploy's quota check, which names
+    every quota exceeded itself) renders above CloudFormation's 500 resources too."""
     resources = template["Resources"]
     for logical in MANAGED_ONLY:
         resources.pop(logical, None)
@@ -483,7 +485,7 @@ def build(template: dict, dlqs: list[dict], stack: str = "redrive") -> dict:
     drop_unused(template)
     check_references(template)
     count = len(resources)
-    if count > TEMPLATE_RESOURCE_LIMIT:
+    if resource_limit and count > TEMPLATE_RESOURCE_LIMIT:
         fixed = count - PER_DLQ_RESOURCES * len(dlqs)
         raise SystemExit(
             f"attach_template.py: {len(dlqs)} DLQs make {count} resources, above CloudFormation's "
@@ -513,7 +515,7 @@ def tagged_queues(template_path: Path) -> list[tuple[str, str, str]]:
     return [(record["TagKey"], name, value) for name, value in sorted(record["Queues"].items())]
 
 
-USAGE = ("usage: attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME\n"
+USAGE = ("usage: attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME [--quota-check]\n"
          "       attach_template.py max-dlqs RESOURCES_YAML\n"
          "       attach_template.py tagged-queues TEMPLATE_JSON   (KEY<TAB>QUEUE_NAME<TAB>VALUE lines)")
 
@@ -527,6 +529,9 @@ def main(argv: list[str]) -> int:
             print(f"{key}\t{name}\t{value}")
         return 0
     stack = "redrive"
+    # --quota-check: the rendering deploy checks with quotas.py, which names the resources quota.
+    resource_limit = "--quota-check" not in argv
+    argv = [a for a in argv if a != "--quota-check"]
     if "--stack" in argv:
         at = argv.index("--stack")
         if at + 1 >= len(argv):
@@ -537,7 +542,7 @@ def main(argv: list[str]) -> int:
     if len(argv) not in (3, 4):
         print(USAGE, file=sys.stderr)
         return 2
-    template = build(cfn_yaml.load(Path(argv[0])), read_dlqs(Path(argv[1])), stack)
+    template = build(cfn_yaml.load(Path(argv[0])), read_dlqs(Path(argv[1])), stack, resource_limit)
     Path(argv[2]).write_bytes(cfn_yaml.compact(template).encode("utf-8"))
     if len(argv) == 4:
         filter_params(Path(argv[3]), template)

@@ -68,7 +68,7 @@ fi
 mkdir -p "$WORK/precheck"
 if attach_mode; then
     "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
-        "$WORK/dlqs.tsv" "$WORK/precheck/resources.json" --stack "$STACK_NAME" ||
+        "$WORK/dlqs.tsv" "$WORK/precheck/resources.json" --stack "$STACK_NAME" --quota-check ||
         die "could not render the attach-mode template (see above). Nothing was changed."
 else
     template_body "$INFRA_DIR/templates/resources.yaml" "$WORK/precheck/resources.json"

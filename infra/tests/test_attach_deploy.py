@@ -376,6 +376,12 @@ class AttachTemplate(unittest.TestCase):
         with self.assertRaises(SystemExit) as refused:
             attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(ceiling + 1))
         self.assertIn(f"at most {ceiling} DLQs", str(refused.exception))
+        # Deploy's quota check renders it anyway, so that quotas.py names the quota it exceeds.
+        import quotas
+
+        above = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(ceiling + 1),
+                                      resource_limit=False)
+        self.assertEqual([what for what, _, _ in quotas.over(quotas.check_template(above, 0))], ["resources"])
 
     def test_grants_on_the_protected_queues_do_not_grow_with_the_fleet(self):
         """Every policy has the same size at 1 DLQ and at 100: the protected queues are granted
