@@ -1,7 +1,7 @@
 """The resources template of attach mode (PROTECT_DLQS / PROTECT_TAG), made from
 infra/templates/resources.yaml and the DLQs deploy.sh resolved.
 
-`python infra/attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON`
+`python infra/attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME`
 
 DLQS_TSV holds one protected DLQ a line: `NAME<TAB>ARN<TAB>SOURCE_ARNS<TAB>KEY_ARN<TAB>SOURCE_KEY_ARNS`
 (SOURCE_ARNS comma separated, empty for a DLQ that no queue names in its RedrivePolicy; KEY_ARN
@@ -10,9 +10,13 @@ template without the user's queues and what hangs on them:
 
 - removed: the source queue and the DLQ we would create, the shipped consumer (role, log group,
   idempotency table, alarms), and every alarm and dashboard that names our DLQ or source;
-- the roles name exactly the protected DLQs' ARNs where the managed template names our DLQ, and
-  exactly their sources' ARNs where it names our source queue; SetAlarmState names the per-DLQ
-  trigger alarms;
+- where the managed template's roles name our DLQ, they grant the same actions on the queues of
+  the account and region tagged `redrive-install:STACK_NAME` = `dlq` (or `dlq+source`); where
+  they name our source queue, on those tagged `source` (or `dlq+source`): no policy grows with
+  the fleet. deploy.sh tags exactly the protected DLQs and their sources (the template's
+  Metadata lists them, `tagged-queues` prints them) and untags those no longer protected;
+  make destroy untags them all. SetAlarmState names the per-DLQ trigger alarms by one pattern;
+  customer managed KMS keys stay listed (the distinct keys, usually few);
 - added per protected DLQ: its trigger alarm (depth > 0, to the trigger topic; the re-driver
   drains the DLQ the alarm's QueueName dimension names), its two age alarms (first stage and
   last call, to the alerts topic) and its count-based daily reminder (visible or in flight at
@@ -94,24 +98,83 @@ def _is_getatt(node, logical: str) -> bool:
     return isinstance(node, dict) and node.get("Fn::GetAtt") == [logical, "Arn"]
 
 
-def rewrite_resources(value, dlq_arns: list[str], source_arns: list[str]):
-    """A statement's Resource with our DLQ replaced by the protected DLQs, our source queue by
-    their sources (nothing, when no DLQ has a source) and any other resource attach mode does not
-    create left out; as it was when it names none of them."""
+# Attach mode grants on the protected queues by tag, not by ARN, so that no policy grows with
+# the fleet: deploy tags each protected DLQ and each of its sources with this install's key
+# (redrive-install:STACK_NAME; outside the redrive: prefix, whose tags configure a DLQ), and the
+# roles grant on any queue of the account and region that carries it. IAM evaluates
+# aws:ResourceTag for SQS's queue resource operations in identity policies (SQS Developer Guide,
+# "ABAC condition keys for Amazon SQS"); ListQueues has no resource and is never tag-conditioned.
+TAG_KEY_PREFIX = "redrive-install:"
+DLQ = "dlq"
+SOURCE = "source"
+DLQ_AND_SOURCE = "dlq+source"  # a protected DLQ that is also a protected DLQ's source
+DLQ_VALUES = [DLQ, DLQ_AND_SOURCE]
+SOURCE_VALUES = [SOURCE, DLQ_AND_SOURCE]
+# The actions of the queue resource type (Service Authorization Reference, Amazon SQS), the
+# operations aws:ResourceTag applies to. CreateQueue is left out: a queue not created yet has no tag.
+QUEUE_RESOURCE_ACTIONS = frozenset("sqs:" + a for a in (
+    "AddPermission", "CancelMessageMoveTask", "ChangeMessageVisibility", "DeleteMessage", "DeleteQueue",
+    "GetQueueAttributes", "GetQueueUrl", "ListDeadLetterSourceQueues", "ListMessageMoveTasks",
+    "ListQueueTags", "PurgeQueue", "ReceiveMessage", "RemovePermission", "SendMessage",
+    "SetQueueAttributes", "StartMessageMoveTask", "TagQueue", "UntagQueue"))
+METADATA_KEY = "RedriveProtectedQueues"
+ANY_QUEUE = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:*"}
+
+
+def tag_key(stack: str) -> str:
+    """The tag that makes a queue one of this install's protected queues."""
+    return TAG_KEY_PREFIX + stack
+
+
+def queue_tags(dlqs: list[dict]) -> dict[str, str]:
+    """Queue ARN -> the value of this install's tag deploy gives it."""
+    roles: dict[str, set] = {}
+    for dlq in dlqs:
+        roles.setdefault(dlq["arn"], set()).add(DLQ)
+        for source in dlq["sources"]:
+            roles.setdefault(source, set()).add(SOURCE)
+    return {arn: DLQ_AND_SOURCE if len(r) == 2 else next(iter(r)) for arn, r in sorted(roles.items())}
+
+
+def tagged_statement(statement: dict, sid_suffix: str, key: str, values: list[str]) -> dict:
+    """`statement` on every queue of the account and region that carries `key` with one of `values`."""
+    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+    unsupported = [a for a in actions if a not in QUEUE_RESOURCE_ACTIONS]
+    if unsupported or "Condition" in statement:
+        raise SystemExit(f"attach_template.py: statement {statement.get('Sid', actions)} cannot be granted by tag "
+                         f"({'a condition of its own' if not unsupported else sorted(unsupported)}: "
+                         "aws:ResourceTag applies to SQS queue resource operations only)")
+    out = dict(statement)
+    if "Sid" in out and sid_suffix:
+        out["Sid"] += sid_suffix
+    out["Resource"] = ANY_QUEUE
+    out["Condition"] = {"StringEquals": {f"aws:ResourceTag/{key}": values}}
+    return out
+
+
+def rewrite_statement(statement: dict, key: str, any_sources: bool) -> list[dict]:
+    """A statement that names our DLQ or our source queue becomes the same grant on the queues
+    tagged as protected DLQs or as their sources (none for sources when no DLQ has one), and
+    its other resources as they were; any other resource attach mode does not create is left
+    out. A statement that names none of them stays as it is."""
+    value = statement.get("Resource")
     items = value if isinstance(value, list) else [value]
     gone = [i for i in items if any(_is_getatt(i, logical) for logical in MANAGED_ONLY)]
     if not gone:
-        return value
+        return [statement]
+    names_dlq = any(_is_getatt(i, "DeadLetterQueue") for i in items)
+    names_source = any(_is_getatt(i, "SourceQueue") for i in items)
+    # Else a resource of managed mode only (the consumer's idempotency table): attach mode
+    # deploys no consumer, so the grant goes (with its statement, when it was alone).
+    rest = [i for i in items if i not in gone]
     out = []
-    for item in items:
-        if _is_getatt(item, "DeadLetterQueue"):
-            out.extend(dlq_arns)
-        elif _is_getatt(item, "SourceQueue"):
-            out.extend(source_arns)
-        elif item not in gone:
-            out.append(item)
-        # Else a resource of managed mode only (the consumer's idempotency table): attach
-        # mode deploys no consumer, so the grant goes (with its statement, when it was alone).
+    if rest:
+        out.append({**statement, "Resource": rest})
+    alone = not rest and not (names_dlq and names_source)
+    if names_dlq:
+        out.append(tagged_statement(statement, "" if alone else "ProtectedDlqs", key, DLQ_VALUES))
+    if names_source and any_sources:
+        out.append(tagged_statement(statement, "" if alone else "ProtectedSources", key, SOURCE_VALUES))
     return out
 
 
@@ -133,9 +196,9 @@ def kms_statements(dlqs: list[dict], send_to_dlqs: bool, send_to_sources: bool) 
     return statements
 
 
-def rewrite_policies(resources: dict, dlqs: list[dict]) -> None:
-    dlq_arns = [d["arn"] for d in dlqs]
-    source_arns = sorted({s for d in dlqs for s in d["sources"]})
+def rewrite_policies(resources: dict, dlqs: list[dict], stack: str) -> None:
+    key = tag_key(stack)
+    any_sources = any(d["sources"] for d in dlqs)
     # Every per-DLQ trigger alarm of this stack (STACK-dlq-not-empty-<queue name>): one pattern,
     # whatever the number of DLQs; the stack creates every alarm of that prefix.
     trigger_arns = [alarm_arn("dlq-not-empty", "*")]
@@ -149,17 +212,17 @@ def rewrite_policies(resources: dict, dlqs: list[dict]) -> None:
             for statement in document["Statement"]:
                 if statement.get("Sid") in ("RearmTriggerAlarm",):
                     statement["Resource"] = trigger_arns
+                    kept.append(statement)
                 elif "Resource" in statement:
-                    statement["Resource"] = rewrite_resources(statement["Resource"], dlq_arns, source_arns)
-                if statement.get("Resource") == []:
-                    continue  # only our source queue was named, and no DLQ has a source
-                kept.append(statement)
+                    kept.extend(rewrite_statement(statement, key, any_sources))
+                else:
+                    kept.append(statement)
             document["Statement"] = kept
     # The archiver reads each protected DLQ's redrive:archive-after-days tag at init.
     archiver = resources.get("ArchiverRole")
     if archiver:
-        archiver["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].append(
-            {"Sid": "ReadProtectedDlqTags", "Effect": "Allow", "Action": "sqs:ListQueueTags", "Resource": dlq_arns})
+        archiver["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].append(tagged_statement(
+            {"Sid": "ReadProtectedDlqTags", "Effect": "Allow", "Action": "sqs:ListQueueTags"}, "", key, DLQ_VALUES))
     # Queues under a customer managed KMS key: the re-driver and the operator send to sources
     # and back to the DLQs; the archiver only receives from the DLQs.
     for logical, send in (("RedriverRole", True), ("ArchiverRole", False), ("OperatorPolicy", True)):
@@ -390,7 +453,9 @@ def check_references(template: dict) -> None:
                                  "which attach mode does not create")
 
 
-def build(template: dict, dlqs: list[dict]) -> dict:
+def build(template: dict, dlqs: list[dict], stack: str = "redrive", resource_limit: bool = True) -> dict:
+    """The attach template for `dlqs`. `resource_limit=False` (deploy's quota check, which names
+    every quota exceeded itself) renders above CloudFormation's 500 resources too."""
     resources = template["Resources"]
     for logical in MANAGED_ONLY:
         resources.pop(logical, None)
@@ -403,7 +468,7 @@ def build(template: dict, dlqs: list[dict]) -> dict:
     xray = resources.get("XRayWrites")
     if xray and isinstance(xray["Properties"]["Roles"], dict):
         xray["Properties"]["Roles"] = xray["Properties"]["Roles"]["Fn::If"][2]
-    rewrite_policies(resources, dlqs)
+    rewrite_policies(resources, dlqs, stack)
     for logical, (kind, metric, stat, description) in FLEET_ALARMS.items():
         resources["Fleet" + logical] = fleet_alarm(kind, metric, stat, description)
     resources["ArchiverErrorsAlarm"] = archiver_errors_alarm()
@@ -413,10 +478,14 @@ def build(template: dict, dlqs: list[dict]) -> dict:
     template["Description"] = ("redrive, part 1 of 2, attach mode: poison queue, circuit table, topics, "
                                "alarms per protected DLQ, log groups and roles; none of the protected queues.")
     template["Outputs"]["ProtectedDlqCount"] = {"Value": str(len(dlqs))}
+    # The queues deploy tags for this stack, read back by the next deploy (to untag those no
+    # longer protected) and by make destroy (to untag them all).
+    template.setdefault("Metadata", {})[METADATA_KEY] = {
+        "TagKey": tag_key(stack), "Queues": {arn.rsplit(":", 1)[1]: v for arn, v in queue_tags(dlqs).items()}}
     drop_unused(template)
     check_references(template)
     count = len(resources)
-    if count > TEMPLATE_RESOURCE_LIMIT:
+    if resource_limit and count > TEMPLATE_RESOURCE_LIMIT:
         fixed = count - PER_DLQ_RESOURCES * len(dlqs)
         raise SystemExit(
             f"attach_template.py: {len(dlqs)} DLQs make {count} resources, above CloudFormation's "
@@ -433,15 +502,47 @@ def max_dlqs(template: dict) -> int:
     return (TEMPLATE_RESOURCE_LIMIT - fixed) // PER_DLQ_RESOURCES
 
 
+def tagged_queues(template_path: Path) -> list[tuple[str, str, str]]:
+    """(tag key, queue name, value) of every queue a rendered attach template (as deploy sent it,
+    or as `aws cloudformation get-template` returns it) has deploy tag; none for another template."""
+    text = Path(template_path).read_text(encoding="utf-8").strip()
+    body = json.loads(text) if text else {}
+    if isinstance(body, str):  # get-template's TemplateBody of a template sent as a string
+        body = json.loads(body) if body.lstrip().startswith("{") else {}
+    record = (body.get("Metadata") or {}).get(METADATA_KEY) if isinstance(body, dict) else None
+    if not record:
+        return []
+    return [(record["TagKey"], name, value) for name, value in sorted(record["Queues"].items())]
+
+
+USAGE = ("usage: attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME [--quota-check]\n"
+         "       attach_template.py max-dlqs RESOURCES_YAML\n"
+         "       attach_template.py tagged-queues TEMPLATE_JSON   (KEY<TAB>QUEUE_NAME<TAB>VALUE lines)")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "max-dlqs":
         print(max_dlqs(cfn_yaml.load(Path(argv[1]))))
         return 0
+    if len(argv) == 2 and argv[0] == "tagged-queues":
+        for key, name, value in tagged_queues(Path(argv[1])):
+            print(f"{key}\t{name}\t{value}")
+        return 0
+    stack = "redrive"
+    # --quota-check: the rendering deploy checks with quotas.py, which names the resources quota.
+    resource_limit = "--quota-check" not in argv
+    argv = [a for a in argv if a != "--quota-check"]
+    if "--stack" in argv:
+        at = argv.index("--stack")
+        if at + 1 >= len(argv):
+            print(USAGE, file=sys.stderr)
+            return 2
+        stack = argv[at + 1]
+        argv = argv[:at] + argv[at + 2:]
     if len(argv) not in (3, 4):
-        print("usage: attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON]\n"
-              "       attach_template.py max-dlqs RESOURCES_YAML", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
-    template = build(cfn_yaml.load(Path(argv[0])), read_dlqs(Path(argv[1])))
+    template = build(cfn_yaml.load(Path(argv[0])), read_dlqs(Path(argv[1])), stack, resource_limit)
     Path(argv[2]).write_bytes(cfn_yaml.compact(template).encode("utf-8"))
     if len(argv) == 4:
         filter_params(Path(argv[3]), template)

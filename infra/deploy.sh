@@ -68,7 +68,7 @@ fi
 mkdir -p "$WORK/precheck"
 if attach_mode; then
     "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
-        "$WORK/dlqs.tsv" "$WORK/precheck/resources.json" ||
+        "$WORK/dlqs.tsv" "$WORK/precheck/resources.json" --stack "$STACK_NAME" --quota-check ||
         die "could not render the attach-mode template (see above). Nothing was changed."
 else
     template_body "$INFRA_DIR/templates/resources.yaml" "$WORK/precheck/resources.json"
@@ -83,6 +83,10 @@ template_body "$WORK/precheck/wiring.yaml" "$WORK/precheck/wiring.json"
 for template in resources wiring; do
     envs=()
     [ "$template" = resources ] && envs=("$WORK/precheck/redriver.env" "$WORK/precheck/archiver.env")
+    if [ "$template" = resources ] && attach_mode; then
+        printf '%s' "$PROTECTED_DLQ_URLS" >"$WORK/precheck/dlq-urls.list"
+        envs+=("$WORK/precheck/dlq-urls.list")
+    fi
     QUOTAS_QUIET=1 "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/quotas.py" check \
         "$WORK/precheck/$template.json" ${envs[@]+"${envs[@]}"} ||
         die "this deploy would exceed an AWS quota (above)." \
@@ -136,9 +140,15 @@ write_params "$WORK/resources.json" \
 if attach_mode; then
     # resources.yaml without the user's queues, with the protected ones in the roles and alarms.
     "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
-        "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" ||
+        "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" ||
         die "could not render the attach-mode template (see above). Nothing was changed."
+    # The queues the deployed stack's roles grant on by tag, before this deploy changes them.
+    stack_template "$RESOURCES" "$WORK/resources.previous.json"
     deploy_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json"
+    # The roles grant on this install's tag: the protected DLQs and their sources get it now,
+    # before any function runs; those no longer protected lose it once the deploy is done.
+    PROTECTED_QUEUE_URL_PREFIX=${PROTECTED_DLQ_URLS%%,*}
+    tag_protected_queues "$WORK/resources.attach.json" "${PROTECTED_QUEUE_URL_PREFIX%/*}"
     required_outputs=(PoisonQueueUrl TriggerTopicArn MetricNamespace RedriverFunctionName RedriverRoleArn
         DashboardUrl CircuitTableName ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn)
 else
@@ -162,6 +172,8 @@ if [ "$ORCHESTRATOR" = stepfunctions ]; then
 fi
 
 # ---------------------------------------------------------------- 4. functions
+# Attach mode: the functions read the protected DLQs' list at init, from the circuit table.
+if attach_mode; then write_dlq_list "$OUT_CircuitTableName" "$WORK/dlq-list.json"; fi
 write_redriver_env "$WORK/redriver.env"
 consumer_env=(
     "IDEMPOTENCY_TABLE=${OUT_IdempotencyTableName-}"
@@ -364,6 +376,7 @@ if [ "$ORCHESTRATOR" = lambda ] &&
 fi
 
 if attach_mode; then
+    untag_queues "$WORK/resources.previous.json" "$WORK/resources.attach.json"
     cat <<EOF
 
 redrive protects ${OUT_ProtectedDlqCount:-?} DLQs (stacks $RESOURCES and $WIRING, region $AWS_REGION); none of your queues was created or changed.

@@ -7,8 +7,8 @@
 # (parked messages) holds messages, or the circuit table an operator's override, unless
 # FORCE=1. Keeps the archive bucket. Turns the stacks' termination protection off first.
 # Attach mode (PROTECT_DLQS / PROTECT_TAG): the queues are those the resources stack created
-# (the poison queue); the protected DLQs and their sources are the user's and are never read,
-# checked or deleted here.
+# (the poison queue); the protected DLQs and their sources are the user's: never read, checked
+# or deleted here; only this install's tag (redrive-install:STACK_NAME) is removed from them.
 # Re-runnable: what is already gone is skipped.
 set -euo pipefail
 # shellcheck source=infra/lib.sh
@@ -54,9 +54,10 @@ else
     POISON_URL=$(queue_url "$STACK_NAME-poison")
 fi
 CIRCUIT_TABLE=$STACK_NAME-circuit
+# Items without an operator (the protected DLQs' list of attach mode) are no override.
 circuit_overrides() { # the circuit records whose operator override is not auto (0 when no table)
     if aws_ dynamodb describe-table --table-name "$CIRCUIT_TABLE" >/dev/null 2>&1; then
-        aws_ dynamodb scan --table-name "$CIRCUIT_TABLE" --select COUNT --filter-expression "#o <> :auto" \
+        aws_ dynamodb scan --table-name "$CIRCUIT_TABLE" --select COUNT --filter-expression "attribute_exists(#o) AND #o <> :auto" \
             --expression-attribute-names '{"#o":"operator"}' --expression-attribute-values '{":auto":{"S":"auto"}}' \
             --query Count --output text
     else
@@ -134,6 +135,14 @@ delete_function "$STACK_NAME-redriver"
 delete_function "$STACK_NAME-consumer"
 delete_function "$STACK_NAME-archiver"
 delete_function "$STACK_NAME-workflow-tasks" # the Step Functions task function, when deployed
+# Attach mode: this install's tag comes off the protected queues (the stack's template lists
+# them), before the stack that lists them goes; the queues themselves are left as they are.
+if [ "$(stack_status "$RESOURCES")" != NONE ]; then
+    PREVIOUS_TEMPLATE=$(mktemp)
+    trap 'rm -f "$PREVIOUS_TEMPLATE"' EXIT
+    stack_template "$RESOURCES" "$PREVIOUS_TEMPLATE"
+    untag_queues "$PREVIOUS_TEMPLATE"
+fi
 delete_stack "$RESOURCES"
 # Retained by the stack (DeletionPolicy Retain): deleted here, after the checks above.
 for url in $SOURCE_URL $DLQ_URL $POISON_URL; do

@@ -222,6 +222,47 @@ resolve_protected_dlqs() { # FILE
     say "$count DLQs protected"
 }
 
+# ---- attach mode: this install's tag on the protected queues (infra/attach_template.py).
+# The roles grant on the queues that carry redrive-install:STACK_NAME; the template's Metadata
+# lists them. tagged_queues TEMPLATE_JSON prints KEY<TAB>NAME<TAB>VALUE lines (none for a
+# template without the list: managed mode, or a stack from before).
+tagged_queues() { # TEMPLATE_JSON
+    "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" tagged-queues "$1"
+}
+# The template a stack was deployed with, as CloudFormation returns it (nothing without the stack).
+stack_template() { # STACK OUT
+    aws_ cloudformation get-template --stack-name "$1" --query TemplateBody --output json >"$2" 2>/dev/null || : >"$2"
+}
+tag_protected_queues() { # TEMPLATE_JSON URL_PREFIX: tags every queue the template lists
+    local key name value listed
+    listed=$(tagged_queues "$1") || die "could not read the protected queues of $1."
+    while IFS=$'\t' read -r key name value; do
+        [ -n "$name" ] || continue
+        aws_ sqs tag-queue --queue-url "$2/$name" --tags "$key=$value" ||
+            die "could not tag $name with $key=$value (sqs:TagQueue): the roles grant on this tag only." \
+                "Grant sqs:TagQueue to the deploying identity and run make deploy again."
+    done <<<"$listed"
+}
+# Removes this install's tag from the queues OLD_TEMPLATE lists and NEW_TEMPLATE does not (all of
+# them without NEW_TEMPLATE). A queue that is gone is skipped.
+untag_queues() { # OLD_TEMPLATE_JSON [NEW_TEMPLATE_JSON]
+    local key name value url listed kept=' '
+    if [ -n "${2-}" ]; then
+        listed=$(tagged_queues "$2") || die "could not read the protected queues of $2."
+        while IFS=$'\t' read -r key name value; do kept+="$name "; done <<<"$listed"
+    fi
+    listed=$(tagged_queues "$1") || die "could not read the protected queues of $1."
+    while IFS=$'\t' read -r key name value; do
+        [ -n "$name" ] || continue
+        case $kept in *" $name "*) continue ;; esac
+        url=$(aws_ sqs get-queue-url --queue-name "$name" --query QueueUrl --output text 2>/dev/null) || continue
+        aws_ sqs untag-queue --queue-url "$url" --tag-keys "$key" ||
+            die "could not remove the tag $key from $name (sqs:UntagQueue): this install's roles still grant on it." \
+                "Remove it by hand: aws sqs untag-queue --queue-url $url --tag-keys $key"
+        say "$name: no longer protected, tag $key removed"
+    done <<<"$listed"
+}
+
 validate_deploy_config() {
     validate_common_config
     validate_attach_config
@@ -465,7 +506,9 @@ write_env_file() {
 write_redriver_env() { # FILE
     local file=$1 queue_env guard name
     if attach_mode; then
-        queue_env=("DLQ_URLS=$PROTECTED_DLQ_URLS" "TRIGGER_ALARM_NAME=$STACK_NAME-dlq-not-empty-{queue}")
+        # The protected DLQs' list is in the circuit table (write_dlq_list): Lambda's 4 KB of
+        # environment would hold some 25 URLs.
+        queue_env=("DLQ_LIST_TABLE=$OUT_CircuitTableName" "TRIGGER_ALARM_NAME=$STACK_NAME-dlq-not-empty-{queue}")
     else
         queue_env=("DLQ_URL=$OUT_DeadLetterQueueUrl" "SOURCE_QUEUE_URL=$OUT_SourceQueueUrl"
             "TRIGGER_ALARM_NAME=$STACK_NAME-dlq-not-empty")
@@ -506,7 +549,7 @@ write_redriver_env() { # FILE
 # The archiver: its own role, the only one that may write the archive bucket.
 write_archiver_env() { # FILE
     local dlqs="DLQ_URL=${OUT_DeadLetterQueueUrl-}"
-    if attach_mode; then dlqs="DLQ_URLS=$PROTECTED_DLQ_URLS"; fi
+    if attach_mode; then dlqs="DLQ_LIST_TABLE=$OUT_CircuitTableName"; fi
     write_env_file "$1" \
         "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
         "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
@@ -516,6 +559,16 @@ write_archiver_env() { # FILE
         "ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS" \
         "METRIC_NAMESPACE=$OUT_MetricNamespace" \
         "RUST_LOG=$RUST_LOG"
+}
+
+# Attach mode: the protected DLQs' URLs (PROTECTED_DLQ_URLS, comma separated) as the item the
+# re-driver and the archiver read at init (DLQ_LIST_TABLE; redrive_engine::fleet_list): partition
+# key `queue` = redrive:fleet:dlq-urls, attribute dlq_urls. DynamoDB holds 400 KB an item
+# (infra/quotas.py checks it before any change).
+write_dlq_list() { # TABLE FILE
+    printf '{"queue":{"S":"redrive:fleet:dlq-urls"},"dlq_urls":{"S":"%s"}}' "$PROTECTED_DLQ_URLS" >"$2"
+    aws_ dynamodb put-item --table-name "$1" --item "file://$2" ||
+        die "could not write the protected DLQs' list to $1 (dynamodb:PutItem). No function was changed."
 }
 
 # The resources stack's outputs that the environments name, each at its longest, for the

@@ -1,8 +1,8 @@
 """The AWS quotas a deploy can hit, checked on what deploy.sh sends, before anything is changed.
 
-`python infra/quotas.py check TEMPLATE_JSON [ENV_FILE ...]`
-    Checks one template as deploy_stack sends it (compact JSON) and the functions' environment
-    files as deploy.sh writes them. Prints each figure against its quota; exits 1 naming every
+`python infra/quotas.py check TEMPLATE_JSON [ENV_FILE ...] [DLQS.list]`
+    Checks one template as deploy_stack sends it (compact JSON), the functions' environment
+    files as deploy.sh writes them and attach mode's list of protected DLQs. Prints each figure against its quota; exits 1 naming every
     quota exceeded.
 `python infra/quotas.py ceiling RESOURCES_YAML [--name-length N] [--sources K]`
     The largest number of protected DLQs one attach-mode install deploys within every quota,
@@ -16,7 +16,9 @@ The quotas (IAM counts policy characters without whitespace):
 - a Lambda function's environment variables together (keys and values): 4 KB;
 - a template: 51,200 bytes as a TemplateBody, 1 MB through S3 (deploy_stack switches to S3
   above the first; the check is the second); 500 resources, 200 outputs, 200 parameters;
-- an alarm's actions: 5 per state.
+- an alarm's actions: 5 per state;
+- attach mode's list of protected DLQs, one DynamoDB item in the circuit table: 400 KB
+  (`check` takes it as a file ending in `.list`, the comma-separated URLs deploy writes).
 
 A template names ARNs through intrinsic functions; each is measured at its longest value
 (partition aws-iso-b, a 14-character region, STACK_NAME's 40 characters), so that a template
@@ -45,6 +47,10 @@ RESOURCES = 500
 OUTPUTS = 200
 PARAMETERS = 200
 ALARM_ACTIONS = 5
+DYNAMODB_ITEM_BYTES = 400 * 1024
+# The item deploy writes (infra/lib.sh write_dlq_list; redrive_engine::fleet_list).
+DLQ_LIST_ITEM_KEY = ("queue", "redrive:fleet:dlq-urls")
+DLQ_LIST_ATTRIBUTE = "dlq_urls"
 
 # The longest value of each pseudo parameter and of what the templates name through them.
 LONGEST = {
@@ -184,6 +190,15 @@ def check_env(name: str, variables: dict[str, str]) -> tuple[str, int, int]:
     return (f"environment of {name} (bytes)", env_bytes(variables), LAMBDA_ENV_BYTES)
 
 
+def dlq_list_item_bytes(urls: str) -> int:
+    """DynamoDB's measure of the list's item: every attribute's name and value, in bytes."""
+    return sum(len(s.encode("utf-8")) for s in (*DLQ_LIST_ITEM_KEY, DLQ_LIST_ATTRIBUTE, urls))
+
+
+def check_dlq_list(urls: str) -> tuple[str, int, int]:
+    return ("protected DLQs' list item (bytes)", dlq_list_item_bytes(urls), DYNAMODB_ITEM_BYTES)
+
+
 def over(figures: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
     return [f for f in figures if f[1] > f[2]]
 
@@ -215,12 +230,13 @@ def attach_env_files(dlqs: list[dict], workdir: Path, url_prefix: str = QUEUE_UR
 def figures_for(resources_yaml: Path, dlqs: list[dict], workdir: Path,
                 url_prefix: str = QUEUE_URL_PREFIX) -> list[tuple[str, int, int]]:
     try:
-        template = attach_template.build(cfn_yaml.load(resources_yaml), dlqs)
+        template = attach_template.build(cfn_yaml.load(resources_yaml), dlqs, LONGEST["AWS::StackName"])
     except SystemExit as refused:  # the resource limit: its own message
         return [(str(refused), 1, 0)]
     figures = check_template(template, len(cfn_yaml.compact(template).encode("utf-8")))
     for path in attach_env_files(dlqs, workdir, url_prefix):
         figures.append(check_env(path.stem, read_env_file(path)))
+    figures.append(check_dlq_list(",".join(url_prefix + d["name"] for d in dlqs)))
     return figures
 
 
@@ -264,7 +280,10 @@ def main(argv: list[str]) -> int:
         template = json.loads(body)
         figures = check_template(template, len(body))
         for env_path in argv[2:]:
-            figures.append(check_env(Path(env_path).stem, read_env_file(Path(env_path))))
+            if env_path.endswith(".list"):
+                figures.append(check_dlq_list(Path(env_path).read_text(encoding="utf-8").strip()))
+            else:
+                figures.append(check_env(Path(env_path).stem, read_env_file(Path(env_path))))
         return report(figures, quiet="QUOTAS_QUIET" in __import__("os").environ)
     if len(argv) >= 2 and argv[0] == "ceiling":
         import argparse

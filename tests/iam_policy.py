@@ -19,7 +19,12 @@ What moto can check, and so what the rendered documents keep:
 - Every other statement's resources become `*` (actions kept exact): moto authorizes those
   services on the resource `*` only, so a table or alarm ARN would never match.
 - Conditions are dropped: moto has no request context for their keys, and refuses a statement
-  whose condition it cannot evaluate.
+  whose condition it cannot evaluate. Except `aws:ResourceTag/KEY` (attach mode grants on the
+  queues carrying its install's tag): dropping it would grant every queue, so the statement's
+  resources become the exact ARNs of the queues that carry the tag when the policy is rendered
+  (`tagged`, e.g. read from moto with ListQueueTags), and a statement no queue matches goes. A
+  queue without the tag is then denied, as AWS would deny it. Without `tagged`, such a
+  statement is refused.
 """
 
 from __future__ import annotations
@@ -118,12 +123,43 @@ class Renderer(cfn_yaml.Intrinsics):
         raise KeyError(f"Fn::GetAtt {logical_id}.{attribute} is not rendered")
 
 
-def for_moto(document: dict) -> dict:
-    """The document as moto can check it (see the module's docstring)."""
+RESOURCE_TAG = "aws:ResourceTag/"
+
+
+def tag_condition(statement: dict) -> dict[str, list[str]] | None:
+    """Tag key -> the values a statement's aws:ResourceTag condition allows (None without one)."""
+    found: dict[str, list[str]] = {}
+    for operator, keys in statement.get("Condition", {}).items():
+        for key, values in keys.items():
+            if key.startswith(RESOURCE_TAG):
+                if operator != "StringEquals":
+                    raise ValueError(f"{operator} on {key} is not rendered (StringEquals only)")
+                found[key[len(RESOURCE_TAG):]] = values if isinstance(values, list) else [values]
+    return found or None
+
+
+def tagged_arns(condition: dict[str, list[str]], tagged: dict[str, dict[str, str]]) -> list[str]:
+    """The ARNs (of `tagged`: queue ARN -> its tags) whose tags meet every key of `condition`."""
+    return sorted(arn for arn, tags in tagged.items()
+                  if all(tags.get(key) in values for key, values in condition.items()))
+
+
+def for_moto(document: dict, tagged: dict[str, dict[str, str]] | None = None) -> dict:
+    """The document as moto can check it (see the module's docstring). `tagged`: queue ARN ->
+    its tags, for the statements granted by aws:ResourceTag."""
     statements = document["Statement"]
     statements = statements if isinstance(statements, list) else [statements]
     out = []
     for statement in statements:
+        condition = tag_condition(statement)
+        if condition is not None:
+            if tagged is None:
+                raise ValueError(f"statement {statement.get('Sid', '')} grants by aws:ResourceTag: "
+                                 "render it with the queues' tags (tagged=...)")
+            arns = tagged_arns(condition, tagged)
+            if not arns:
+                continue  # no queue carries the tag: nothing is granted
+            statement = {**statement, "Resource": arns}
         statement = {k: v for k, v in statement.items() if k != "Condition"}
         actions = statement.get("Action", [])
         actions = [actions] if isinstance(actions, str) else actions
@@ -154,6 +190,20 @@ def render(role: str, values: dict[str, str]) -> dict[str, dict]:
         name: for_moto(renderer.resolve(copy.deepcopy(document)))
         for name, document in policies.items()
     }
+
+
+def render_template_policies(template: dict, role: str, values: dict[str, str],
+                             tagged: dict[str, dict[str, str]] | None = None) -> dict[str, dict]:
+    """As `render`, for a role of a template given whole (attach mode's, which deploy renders)."""
+    resource = template["Resources"][role]
+    renderer = Renderer(template, values)
+    properties = resource.get("Properties", {})
+    if resource["Type"] == "AWS::IAM::Role":
+        policies = {p["PolicyName"]: p["PolicyDocument"] for p in properties.get("Policies", [])}
+    else:
+        policies = {role: properties["PolicyDocument"]}
+    return {name: for_moto(renderer.resolve(copy.deepcopy(document)), tagged)
+            for name, document in policies.items()}
 
 
 def main() -> None:

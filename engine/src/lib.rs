@@ -9,6 +9,7 @@ pub mod engine;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod fleet;
+pub mod fleet_list;
 pub mod ports;
 #[cfg(feature = "s3")]
 pub mod s3;
@@ -37,6 +38,41 @@ pub fn init_logging() {
 /// queue is touched), then the SDK configuration with attempt and operation timeouts on every
 /// client, so that a stalled call cannot outlive the deadline margin, and the one retry
 /// configuration of whole calls ([`aws::retry_config`]).
+/// [`lambda_init`] for a function that serves the protected DLQs (the re-driver, the archiver):
+/// when `DLQ_LIST_TABLE` is set, the SDK is loaded first and the DLQs' list read from that table
+/// ([`fleet_list`]); `config` then reads the process environment with `DLQ_URLS` set to it. A
+/// list that is missing or unreadable fails init, naming `DLQ_LIST_TABLE`, the table and why.
+pub async fn lambda_init_fleet<
+    T,
+    E: std::fmt::Display + From<redrive_shared::config::ConfigError>,
+>(
+    config: impl FnOnce(
+        &redrive_shared::config::Env<Box<dyn Fn(&str) -> Option<String>>>,
+    ) -> Result<T, E>,
+) -> Result<(T, aws_config::SdkConfig), E> {
+    redrive_shared::logging::init_lambda_logging("info")?;
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(redrive_shared::sdk::timeout_config())
+        .retry_config(aws::retry_config())
+        .load()
+        .await;
+    let listed = fleet_list::dlq_urls(
+        |k| std::env::var(k).ok(),
+        || aws_sdk_dynamodb::Client::new(&sdk),
+    )
+    .await
+    .map_err(|e| {
+        tracing::error!(error = %e, "invalid configuration");
+        E::from(e)
+    })?;
+    let env = redrive_shared::config::Env::process_with_dlq_urls(listed);
+    let config = config(&env).map_err(|e| {
+        tracing::error!(error = %e, "invalid configuration");
+        e
+    })?;
+    Ok((config, sdk))
+}
+
 pub async fn lambda_init<T, E: std::fmt::Display + From<redrive_shared::config::ConfigError>>(
     config: impl FnOnce() -> Result<T, E>,
 ) -> Result<(T, aws_config::SdkConfig), E> {

@@ -6,6 +6,7 @@ mod circuit;
 mod common;
 mod faults;
 mod fleet;
+mod fleet_list;
 mod moto;
 mod onhold;
 mod protected;

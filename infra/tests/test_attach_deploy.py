@@ -2,8 +2,9 @@
 
 Three setups of queues a user already has, made before the deploy the way their own Terraform
 would: a DLQ fed by two sources, a FIFO DLQ with its FIFO source, and a DLQ selected by a tag.
-The deploy must create none of them (only our poison queue appears), name exactly them and
-their sources in the roles, give the re-driver DLQ_URLS and no SOURCE_QUEUE_URL; destroy must
+The deploy must create none of them (only our poison queue appears), tag exactly them and
+their sources with the install's tag the roles grant on (and untag them at destroy), write the DLQs' list where both functions read it at init (DLQ_LIST_TABLE, no DLQ_URLS) and
+give the re-driver no SOURCE_QUEUE_URL; destroy must
 leave them and their messages. As in test_deploy_script.py, `make deploy` runs as a user runs it,
 its real build step included.
 """
@@ -76,6 +77,9 @@ class AttachDeploy(support.DeployTestCase):
         q["tagged"] = self.user_queue(f"{prefix}-tagged", q["tagged-dlq"])
         return q
 
+    def tags(self, url: str) -> dict:
+        return self.moto.client("sqs").list_queue_tags(QueueUrl=url).get("Tags", {})
+
     def role_statements(self, role_arn: str) -> list[dict]:
         iam = self.moto.client("iam")
         role = role_arn.rsplit("/", 1)[1]
@@ -146,8 +150,16 @@ class AttachDeploy(support.DeployTestCase):
         # The re-driver: every protected DLQ, no source of its own.
         lam = self.moto.client("lambda")
         variables = lam.get_function_configuration(FunctionName=f"{stack}-redriver")["Environment"]["Variables"]
-        self.assertEqual(set(variables["DLQ_URLS"].split(",")), dlqs)
-        self.assertEqual(len(variables["DLQ_URLS"].split(",")), 3)
+        archiver_variables = lam.get_function_configuration(
+            FunctionName=f"{stack}-archiver")["Environment"]["Variables"]
+        # The list is out of the environment: the circuit table's item both functions read at init.
+        for names in (variables, archiver_variables):
+            self.assertNotIn("DLQ_URLS", names)
+            self.assertEqual(names["DLQ_LIST_TABLE"], out["CircuitTableName"])
+        item = self.moto.client("dynamodb").get_item(
+            TableName=out["CircuitTableName"], Key={"queue": {"S": "redrive:fleet:dlq-urls"}})["Item"]
+        self.assertEqual(set(item["dlq_urls"]["S"].split(",")), dlqs)
+        self.assertEqual(len(item["dlq_urls"]["S"].split(",")), 3)
         for absent in ("SOURCE_QUEUE_URL", "DLQ_URL"):
             self.assertNotIn(absent, variables)
         # Each DLQ's trigger alarm, re-armed by scheduled drains: {queue} is each DLQ's name.
@@ -161,21 +173,37 @@ class AttachDeploy(support.DeployTestCase):
         self.assertEqual([m for m in lam.list_event_source_mappings()["EventSourceMappings"]
                           if stack in m["FunctionArn"]], [])
 
-        # The roles name exactly the protected DLQs and their sources (and our poison queue).
+        # The roles grant on the queues carrying this install's tag (no policy grows with the
+        # fleet), and the deploy tagged exactly the protected DLQs and their sources.
         dlq_arns = {self.arn(u) for u in dlqs}
         source_arns = {self.arn(u) for u in sources}
+        key = f"redrive-install:{stack}"
+        any_queue = f"arn:aws:sqs:{support.REGION}:{self.moto.account_id()}:*"
+        dlq_condition = {"StringEquals": {f"aws:ResourceTag/{key}": ["dlq", "dlq+source"]}}
+        source_condition = {"StringEquals": {f"aws:ResourceTag/{key}": ["source", "dlq+source"]}}
+        for url in dlqs:
+            self.assertEqual(self.tags(url).get(key), "dlq", url)
+        for url in sources:
+            self.assertEqual(self.tags(url).get(key), "source", url)
+        self.assertEqual(self.tags(q["tagged-dlq"])[tag_key], "true")  # the user's tags stay
         redriver = self.role_statements(out["RedriverRoleArn"])
         drain = self.statement(redriver, "DrainDlq")
-        self.assertEqual(set(support.as_list(drain["Resource"])), dlq_arns)
+        self.assertEqual((drain["Resource"], drain["Condition"]), (any_queue, dlq_condition))
         for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ListDeadLetterSourceQueues", "sqs:ListQueueTags"):
             self.assertIn(action, support.as_list(drain["Action"]))
         send = self.statement(redriver, "SendToSourceAndPoison")
-        self.assertEqual(set(support.as_list(send["Resource"])), source_arns | {poison_arn})
-        self.assertEqual(self.sqs_arns(redriver), dlq_arns | source_arns | {poison_arn})
+        self.assertEqual(support.as_list(send["Resource"]), [poison_arn])
+        send_sources = self.statement(redriver, "SendToSourceAndPoisonProtectedSources")
+        self.assertEqual((send_sources["Resource"], send_sources["Condition"]), (any_queue, source_condition))
+        self.assertEqual(self.sqs_arns(redriver), {any_queue, poison_arn})
+        self.assertFalse(set(json.dumps(redriver).split('"')) & (dlq_arns | source_arns))
         archiver = self.role_statements(out["ArchiverRoleArn"])
-        self.assertEqual(self.sqs_arns(archiver), dlq_arns | {poison_arn})
+        self.assertEqual(self.sqs_arns(archiver), {any_queue, poison_arn})
+        self.assertEqual([s.get("Condition") for s in archiver if any_queue in support.as_list(s.get("Resource", []))],
+                         [dlq_condition, dlq_condition])
         tags = self.statement(archiver, "ReadProtectedDlqTags")
-        self.assertEqual((tags["Action"], set(support.as_list(tags["Resource"]))), ("sqs:ListQueueTags", dlq_arns))
+        self.assertEqual((tags["Action"], tags["Resource"], tags["Condition"]),
+                         ("sqs:ListQueueTags", any_queue, dlq_condition))
         # SetAlarmState: this stack's per-DLQ trigger alarms, one pattern whatever their number.
         rearm = self.statement(redriver, "RearmTriggerAlarm")
         account = self.moto.account_id()
@@ -189,9 +217,20 @@ class AttachDeploy(support.DeployTestCase):
         for name, url in q.items():
             fifo = {"MessageGroupId": "g", "MessageDeduplicationId": name} if url.endswith(".fifo") else {}
             sqs.send_message(QueueUrl=url, MessageBody=f"kept {name}", **fifo)
+        # A redeploy without one DLQ takes the tag off it and its sources, and only theirs.
+        redeployed = self.run_script(DEPLOY, {**env, "PROTECT_DLQS": f"{prefix}-orders-dlq"})
+        self.assertEqual(redeployed.returncode, 0, redeployed.stderr)
+        for url in (q["pay-dlq.fifo"], q["pay.fifo"]):
+            self.assertNotIn(key, self.tags(url), url)
+        self.assertEqual(self.tags(q["orders-dlq"]).get(key), "dlq")
+        self.assertEqual(self.tags(q["tagged"]).get(key), "source")
         destroyed = self.run_script(DESTROY, env)
         self.assertEqual(destroyed.returncode, 0, destroyed.stderr)
         self.assertIsNone(self.stack_status(stack))
+        # Destroy takes this install's tag off every queue, and leaves the user's own.
+        for url in dlqs | sources:
+            self.assertNotIn(key, self.tags(url), url)
+        self.assertEqual(self.tags(q["tagged-dlq"])[tag_key], "true")
         self.assertIsNone(self.stack_status(f"{stack}-wiring"))
         self.assertEqual(self.queue_urls(), before)
         for name, url in q.items():
@@ -301,7 +340,9 @@ class AttachDeploy(support.DeployTestCase):
                 self.user_queue(f"{stem}{j}" + "s" * (80 - len(stem) - 1), dlq)
             names.append(dlq.rsplit("/", 1)[1])
         before = self.queue_urls()
-        result = self.run_script(DEPLOY, self.settings(stack, PROTECT_DLQS=",".join(names)))
+        # Resolving each DLQ and its sources takes some AWS CLI calls each: more time than
+        # support.run's default allows at this size.
+        result = support.run(DEPLOY, self.settings(stack, PROTECT_DLQS=",".join(names)), timeout=1800)
         self.assertNotEqual(result.returncode, 0, result.stderr)
         self.assertIn("quota exceeded:", result.stderr)
         self.assertIn("this deploy would exceed an AWS quota", result.stderr)
@@ -335,6 +376,178 @@ class AttachTemplate(unittest.TestCase):
         with self.assertRaises(SystemExit) as refused:
             attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(ceiling + 1))
         self.assertIn(f"at most {ceiling} DLQs", str(refused.exception))
+        # Deploy's quota check renders it anyway, so that quotas.py names the quota it exceeds.
+        import quotas
+
+        above = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(ceiling + 1),
+                                      resource_limit=False)
+        self.assertEqual([what for what, _, _ in quotas.over(quotas.check_template(above, 0))], ["resources"])
+
+    def test_grants_on_the_protected_queues_do_not_grow_with_the_fleet(self):
+        """Every policy has the same size at 1 DLQ and at 100: the protected queues are granted
+        by this install's tag, not by ARN."""
+        def sizes(n: int) -> dict:
+            template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(n), "rdx")
+            return {k: len(json.dumps(r["Properties"].get("Policies", r["Properties"].get("PolicyDocument"))))
+                    for k, r in template["Resources"].items() if r["Type"].startswith("AWS::IAM::")}
+
+        self.assertEqual(sizes(1), sizes(100))
+
+    def test_every_tag_conditioned_statement_is_one_aws_evaluates_the_tag_for(self):
+        """IAM evaluates aws:ResourceTag for SQS's queue resource operations only (ListQueues has
+        no resource); a statement granted by tag holds those actions and nothing else, and one
+        that would hold another is refused at rendering."""
+        template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(2), "rdx")
+        key = "aws:ResourceTag/redrive-install:rdx"
+        conditioned = []
+        for logical, resource in template["Resources"].items():
+            props = resource.get("Properties", {})
+            documents = [p["PolicyDocument"] for p in props.get("Policies", [])]
+            if "PolicyDocument" in props and resource["Type"].startswith("AWS::IAM::"):
+                documents.append(props["PolicyDocument"])
+            for document in documents:
+                for statement in document["Statement"]:
+                    text = json.dumps(statement)
+                    if "aws:ResourceTag" in text:
+                        conditioned.append((logical, statement))
+                    # No statement names a protected queue by ARN any more.
+                    self.assertNotIn(":q0-dlq", text)
+                    self.assertNotIn(":q0\"", text)
+        self.assertGreaterEqual({logical for logical, _ in conditioned},
+                                {"RedriverRole", "ArchiverRole", "OperatorPolicy", "TriageReadPolicy"})
+        for logical, statement in conditioned:
+            actions = support.as_list(statement["Action"])
+            self.assertTrue(set(actions) <= attach_template.QUEUE_RESOURCE_ACTIONS, (logical, actions))
+            self.assertNotIn("sqs:ListQueues", actions)
+            self.assertEqual(list(statement["Condition"]), ["StringEquals"])
+            self.assertEqual(list(statement["Condition"]["StringEquals"]), [key])
+            self.assertEqual(statement["Resource"],
+                             {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:*"})
+        with self.assertRaises(SystemExit) as refused:
+            attach_template.tagged_statement({"Sid": "X", "Effect": "Allow", "Action": ["sqs:ListQueues"]},
+                                             "", "k", ["dlq"])
+        self.assertIn("sqs:ListQueues", str(refused.exception))
+
+    def test_a_queue_both_dlq_and_source_gets_both_roles_and_the_template_lists_what_deploy_tags(self):
+        dlqs = [{"name": "a-dlq", "arn": "arn:aws:sqs:eu-west-1:123456789012:a-dlq", "sources": [
+                    "arn:aws:sqs:eu-west-1:123456789012:b-dlq", "arn:aws:sqs:eu-west-1:123456789012:a"]},
+                {"name": "b-dlq", "arn": "arn:aws:sqs:eu-west-1:123456789012:b-dlq",
+                 "sources": ["arn:aws:sqs:eu-west-1:123456789012:b"]}]
+        template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), dlqs, "rdx")
+        with tempfile.TemporaryDirectory() as work:
+            path = Path(work) / "t.json"
+            path.write_text(json.dumps(template))
+            listed = attach_template.tagged_queues(path)
+            # As get-template returns a body sent as a string.
+            path.write_text(json.dumps(json.dumps(template)))
+            self.assertEqual(attach_template.tagged_queues(path), listed)
+            path.write_text(json.dumps(support.load_template(support.RESOURCES_TEMPLATE)))
+            self.assertEqual(attach_template.tagged_queues(path), [])
+        self.assertEqual(listed, [("redrive-install:rdx", "a", "source"), ("redrive-install:rdx", "a-dlq", "dlq"),
+                                  ("redrive-install:rdx", "b", "source"),
+                                  ("redrive-install:rdx", "b-dlq", "dlq+source")])
+
+
+class AttachGrantsUnderIam(unittest.TestCase):
+    """The attach roles as AWS enforces them: rendered by tests/iam_policy.py (the renderer the
+    IAM-enforced Lambda tests use) into the moto of tests/moto_launcher.py, which authorizes every
+    call. moto does not evaluate conditions: the renderer turns each aws:ResourceTag condition
+    into the queues that carry the tag, so a queue without this install's tag is denied."""
+
+    STACK = "rdi"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        import subprocess
+
+        import boto3
+
+        cls.launcher = subprocess.Popen([sys.executable, str(support.REPO / "tests" / "moto_launcher.py")],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        port = cls.launcher.stdout.readline().strip()
+        cls.endpoint = f"http://127.0.0.1:{port}"
+        cls.boto3 = boto3
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.launcher.stdin.close()
+        cls.launcher.wait(timeout=30)
+
+    def client(self, service: str, key: tuple[str, str] = ("testing", "testing")):
+        return self.boto3.client(service, endpoint_url=self.endpoint, region_name="us-east-1",
+                                 aws_access_key_id=key[0], aws_secret_access_key=key[1])
+
+    def user(self, name: str, policies: dict) -> tuple[str, str]:
+        iam = self.client("iam")
+        iam.create_user(UserName=name)
+        for policy_name, document in policies.items():
+            iam.put_user_policy(UserName=name, PolicyName=policy_name, PolicyDocument=json.dumps(document))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return key["AccessKeyId"], key["SecretAccessKey"]
+
+    def denied(self, call) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            call()
+        except ClientError as error:
+            return "AccessDenied" in error.response["Error"]["Code"]
+        return False
+
+    def test_a_role_reaches_the_queues_tagged_for_its_install_and_no_other(self):
+        sys.path.insert(0, str(support.REPO / "tests"))
+        import iam_policy
+
+        sqs = self.client("sqs")
+        url = {name: sqs.create_queue(QueueName=name)["QueueUrl"]
+               for name in ("orders-dlq", "orders", "chain-dlq", "stranger", "other-dlq", f"{self.STACK}-poison")}
+        arn = {name: f"arn:aws:sqs:us-east-1:123456789012:{name}" for name in url}
+        dlqs = [{"name": "orders-dlq", "arn": arn["orders-dlq"], "sources": [arn["orders"], arn["chain-dlq"]]},
+                {"name": "chain-dlq", "arn": arn["chain-dlq"], "sources": []}]
+        template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), dlqs, self.STACK)
+        # What deploy does: this install's tag on the protected queues; another install's on one more.
+        for key, name, value in attach_template.tagged_queues(self.write(template)):
+            sqs.tag_queue(QueueUrl=url[name], Tags={key: value})
+        sqs.tag_queue(QueueUrl=url["other-dlq"], Tags={"redrive-install:other": "dlq"})
+        tagged = {arn[n]: sqs.list_queue_tags(QueueUrl=u).get("Tags", {}) for n, u in url.items()}
+        values = {"AWS::StackName": self.STACK, "PoisonQueue": f"{self.STACK}-poison"}
+
+        redriver = self.client("sqs", self.user("attach-redriver", iam_policy.render_template_policies(
+            template, "RedriverRole", values, tagged)))
+        for dlq in ("orders-dlq", "chain-dlq"):
+            redriver.receive_message(QueueUrl=url[dlq], WaitTimeSeconds=0)
+            redriver.list_queue_tags(QueueUrl=url[dlq])
+        redriver.send_message(QueueUrl=url["orders"], MessageBody="copy")
+        redriver.send_message(QueueUrl=url["chain-dlq"], MessageBody="copy")  # a DLQ that is a source
+        for name in ("stranger", "other-dlq"):
+            self.assertTrue(self.denied(lambda: redriver.receive_message(QueueUrl=url[name])), name)
+            self.assertTrue(self.denied(lambda: redriver.send_message(QueueUrl=url[name], MessageBody="x")), name)
+        # A source is sent to, never drained.
+        self.assertTrue(self.denied(lambda: redriver.receive_message(QueueUrl=url["orders"])))
+
+        archiver = self.client("sqs", self.user("attach-archiver", iam_policy.render_template_policies(
+            template, "ArchiverRole", values, tagged)))
+        archiver.receive_message(QueueUrl=url["orders-dlq"], WaitTimeSeconds=0)
+        archiver.list_queue_tags(QueueUrl=url["orders-dlq"])
+        self.assertTrue(self.denied(lambda: archiver.receive_message(QueueUrl=url["orders"])))
+        self.assertTrue(self.denied(lambda: archiver.receive_message(QueueUrl=url["stranger"])))
+
+        operator = self.client("sqs", self.user("attach-operator", iam_policy.render_template_policies(
+            template, "OperatorPolicy", values, tagged)))
+        operator.get_queue_attributes(QueueUrl=url["orders-dlq"], AttributeNames=["All"])
+        operator.send_message(QueueUrl=url["orders"], MessageBody="replay")
+        self.assertTrue(self.denied(lambda: operator.get_queue_attributes(QueueUrl=url["stranger"],
+                                                                          AttributeNames=["All"])))
+        # Without the queues' tags the renderer refuses, rather than grant every queue.
+        with self.assertRaises(ValueError):
+            iam_policy.render_template_policies(template, "RedriverRole", values)
+
+    def write(self, template: dict) -> Path:
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(__import__("shutil").rmtree, directory, True)
+        path = directory / "template.json"
+        path.write_text(json.dumps(template), encoding="utf-8")
+        return path
 
 
 if __name__ == "__main__":

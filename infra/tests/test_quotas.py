@@ -81,6 +81,19 @@ class EachQuota(unittest.TestCase):
         variables["X"] = ""
         self.assertEqual(len(quotas.over([quotas.check_env("redriver", variables)])), 1)
 
+    def test_the_protected_dlqs_list_item_passes_at_400_kb_and_fails_above(self):
+        fixed = quotas.dlq_list_item_bytes("")
+        self.assertEqual(fixed, len("queue") + len("redrive:fleet:dlq-urls") + len("dlq_urls"))
+        self.assertEqual(quotas.over([quotas.check_dlq_list("u" * (400 * 1024 - fixed))]), [])
+        self.assertEqual(len(quotas.over([quotas.check_dlq_list("u" * (400 * 1024 - fixed + 1))])), 1)
+        work = Path(tempfile.mkdtemp())
+        (work / "t.json").write_text(json.dumps({"Resources": {}}))
+        (work / "dlq-urls.list").write_text("u" * (400 * 1024))
+        result = subprocess.run([sys.executable, str(support.INFRA / "quotas.py"), "check", str(work / "t.json"),
+                                 str(work / "dlq-urls.list")], capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f"quota exceeded: protected DLQs' list item (bytes): {400 * 1024 + fixed}", result.stderr)
+
     def test_the_command_names_what_is_exceeded_and_exits_1(self):
         work = Path(tempfile.mkdtemp())
         (work / "t.json").write_text(json.dumps({"Resources": {"Op": managed(6145)}}))
@@ -110,16 +123,22 @@ class Ceiling(unittest.TestCase):
         measured = {what for what, _, _ in at}
         for expected in ("managed policy OperatorPolicy (characters)", "role RedriverRole inline policies (characters)",
                          "role ArchiverRole inline policies (characters)", "environment of redriver (bytes)",
-                         "environment of archiver (bytes)", "resources", "template size through S3 (bytes)"):
+                         "environment of archiver (bytes)", "resources", "template size through S3 (bytes)",
+                         "protected DLQs' list item (bytes)"):
             self.assertIn(expected, measured)
 
     def test_the_environment_is_the_one_deploy_writes(self):
         redriver, archiver = quotas.attach_env_files(quotas.synthetic_dlqs(2, 80, 3), self.work)
         variables = quotas.read_env_file(redriver)
-        self.assertEqual(len(variables["DLQ_URLS"].split(",")), 2)
+        # The protected DLQs' list is in the circuit table, which both environments name.
+        self.assertNotIn("DLQ_URLS", variables)
+        self.assertEqual(variables["DLQ_LIST_TABLE"], variables["CIRCUIT_TABLE"])
         for name in ("POISON_QUEUE_URL", "CIRCUIT_TABLE", "METRIC_NAMESPACE", "TRIGGER_ALARM_NAME", "BACKOFF_JITTER"):
             self.assertIn(name, variables)
-        self.assertIn("ARCHIVE_BUCKET", quotas.read_env_file(archiver))
+        archiver_variables = quotas.read_env_file(archiver)
+        self.assertIn("ARCHIVE_BUCKET", archiver_variables)
+        self.assertNotIn("DLQ_URLS", archiver_variables)
+        self.assertEqual(archiver_variables["DLQ_LIST_TABLE"], variables["CIRCUIT_TABLE"])
 
     def test_the_readme_states_this_ceiling(self):
         text = (support.REPO / "infra" / "README.md").read_text(encoding="utf-8")
@@ -127,9 +146,15 @@ class Ceiling(unittest.TestCase):
         self.assertIsNotNone(match, "infra/README.md states the ceiling as 'at most **N DLQs** per install'")
         self.assertEqual(int(match.group(1)), self.ceiling)
 
-    def test_the_resource_limit_alone_would_allow_more(self):
-        # The resource count is not what binds: the policies' and the environment's sizes are.
-        self.assertGreater(attach_template.max_dlqs(support.load_template(support.RESOURCES_TEMPLATE)), self.ceiling)
+    def test_no_policy_and_no_environment_grows_with_the_fleet(self):
+        # Grants by tag and the list in the circuit table: the policies and the environments
+        # are as large at the ceiling as at one DLQ.
+        def sizes(n: int) -> dict:
+            figures = quotas.figures_for(support.RESOURCES_TEMPLATE, quotas.synthetic_dlqs(n, 80, 3), self.work)
+            return {what: figure for what, figure, _ in figures
+                    if what.startswith(("managed policy", "role ", "environment of"))}
+
+        self.assertEqual(sizes(1), sizes(self.ceiling))
 
 
 if __name__ == "__main__":

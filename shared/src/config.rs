@@ -31,6 +31,25 @@ impl Env<fn(&str) -> Option<String>> {
     }
 }
 
+impl Env<Box<dyn Fn(&str) -> Option<String>>> {
+    /// The process environment, with `DLQ_URLS` replaced by `dlq_urls` when it is `Some` (the
+    /// protected DLQs' list read from `DLQ_LIST_TABLE` at init).
+    pub fn process_with_dlq_urls(dlq_urls: Option<String>) -> Self {
+        Self::with_dlq_urls(|k| std::env::var(k).ok(), dlq_urls)
+    }
+
+    /// `lookup`, with `DLQ_URLS` replaced by `dlq_urls` when it is `Some`.
+    pub fn with_dlq_urls(
+        lookup: impl Fn(&str) -> Option<String> + 'static,
+        dlq_urls: Option<String>,
+    ) -> Self {
+        Env(Box::new(move |k: &str| match (&dlq_urls, k) {
+            (Some(list), "DLQ_URLS") => Some(list.clone()),
+            _ => lookup(k),
+        }))
+    }
+}
+
 impl<F: Fn(&str) -> Option<String>> Env<F> {
     /// The value, or `None` when unset or blank.
     pub fn get(&self, variable: &str) -> Option<String> {

@@ -4,15 +4,13 @@
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use redrive_archiver::{Archiver, ArchiverConfig, S3Store};
 use redrive_engine::aws::Clients;
-use redrive_shared::config::Env;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // Logs, then the configuration (errors fail init before any queue is touched), then the
     // SDK with timeouts on every client.
-    let (config, sdk) =
-        redrive_engine::lambda_init(|| ArchiverConfig::from_env(&Env::process())).await?;
+    let (config, sdk) = redrive_engine::lambda_init_fleet(ArchiverConfig::from_env).await?;
     let clients = Clients::from_sdk(&sdk);
     // Path-style, as the CLI's export and import use it (see redrive_engine::s3), with the
     // longer timeouts of an upload.

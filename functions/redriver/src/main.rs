@@ -6,15 +6,14 @@ use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use redrive_engine::InvocationError;
 use redrive_engine::aws::Clients;
 use redrive_engine::fleet::Fleet;
-use redrive_shared::config::{Env, RedriverConfig};
+use redrive_shared::config::RedriverConfig;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // Logs, then the configuration (errors fail init before any queue is touched), then the
     // SDK with timeouts and retries on every client.
-    let (configs, sdk) =
-        redrive_engine::lambda_init(|| RedriverConfig::fleet_from_env(&Env::process())).await?;
+    let (configs, sdk) = redrive_engine::lambda_init_fleet(RedriverConfig::fleet_from_env).await?;
     let clients = Clients::from_sdk(&sdk);
     let queue = clients.sqs.clone();
     let cloudwatch = clients.cloudwatch.clone();

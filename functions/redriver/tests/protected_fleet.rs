@@ -166,16 +166,32 @@ impl Account {
         event
     }
 
-    /// The re-driver as `make deploy` configures it in attach mode.
+    /// The re-driver as `make deploy` configures it in attach mode: the DLQs' list in the
+    /// table `DLQ_LIST_TABLE` names (the stack's circuit table), read at init.
     async fn redriver(&self) -> LambdaWatch {
+        let ddb = moto().dynamodb().await;
+        let table = redrive_tests::create_circuit_table(&ddb).await;
+        ddb.put_item()
+            .table_name(&table)
+            .item(
+                "queue",
+                aws_sdk_dynamodb::types::AttributeValue::S("redrive:fleet:dlq-urls".into()),
+            )
+            .item(
+                "dlq_urls",
+                aws_sdk_dynamodb::types::AttributeValue::S(format!(
+                    "{},{},{}",
+                    self.orders_dlq, self.ledger_dlq, self.mail_dlq
+                )),
+            )
+            .send()
+            .await
+            .expect("PutItem");
         let mut env = moto().env();
         env.extend(localstack().service_endpoints());
         env.extend(
             [
-                (
-                    "DLQ_URLS",
-                    format!("{},{},{}", self.orders_dlq, self.ledger_dlq, self.mail_dlq),
-                ),
+                ("DLQ_LIST_TABLE", table),
                 ("POISON_QUEUE_URL", self.poison.clone()),
                 ("BACKOFF_BASE_SECONDS", "0".into()),
                 ("METRIC_NAMESPACE", unique_name("ns")),
