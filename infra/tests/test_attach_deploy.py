@@ -218,9 +218,23 @@ class AttachDeploy(support.DeployTestCase):
         for name, url in q.items():
             fifo = {"MessageGroupId": "g", "MessageDeduplicationId": name} if url.endswith(".fifo") else {}
             sqs.send_message(QueueUrl=url, MessageBody=f"kept {name}", **fifo)
-        # A redeploy without one DLQ takes the tag off it and its sources, and only theirs.
-        redeployed = self.run_script(DEPLOY, {**env, "PROTECT_DLQS": f"{prefix}-orders-dlq"})
+        # A redeploy without one DLQ takes the tag off it and its sources, and only theirs. Its
+        # AWS CLI calls are recorded: the queues it protects carry the tag before the roles that
+        # grant on it change (an upgrade from roles naming ARNs is never denied in between).
+        calls = Path(tempfile.mkdtemp()) / "calls.log"
+        recorder = calls.with_name("aws")
+        real_aws = support.REPO / ".venv" / "bin" / "aws"
+        recorder.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >>"{calls}"\nexec "{real_aws}" "$@"\n')
+        recorder.chmod(0o755)
+        redeployed = self.run_script(DEPLOY, {**env, "PROTECT_DLQS": f"{prefix}-orders-dlq", "AWS_CLI": str(recorder)})
         self.assertEqual(redeployed.returncode, 0, redeployed.stderr)
+        log = calls.read_text().splitlines()
+        tagged = [i for i, line in enumerate(log) if "sqs tag-queue" in line]
+        updated = [i for i, line in enumerate(log)
+                   if "cloudformation update-stack" in line and f"--stack-name {stack} " in line + " "]
+        self.assertEqual(len(tagged), 5, log)  # orders-dlq, tagged-dlq (PROTECT_TAG) and their sources
+        self.assertEqual(len(updated), 1, log)
+        self.assertLess(max(tagged), updated[0], log)
         for url in (q["pay-dlq.fifo"], q["pay.fifo"]):
             self.assertNotIn(key, self.tags(url), url)
         self.assertEqual(self.tags(q["orders-dlq"]).get(key), "dlq")
