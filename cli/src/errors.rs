@@ -9,7 +9,7 @@ use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_types::error::ErrorMetadata;
 use redrive_engine::ports::PortError;
 
-use super::{CliError, exit};
+use crate::context::{CliError, exit};
 
 /// What an error message names beyond the error itself: the profile in use and where each
 /// service's calls go.

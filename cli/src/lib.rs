@@ -6,119 +6,33 @@
 //! (`replay`, `drain`) or when the operator said `--yes` (`discard`).
 
 pub mod args;
-pub mod circuit;
-mod discard;
-mod drain;
+pub mod commands;
+pub mod context;
 pub mod errors;
-mod export;
 pub mod filter;
 #[cfg(test)]
 mod fixtures;
-mod generate;
-pub mod history;
-mod import;
 mod inspect;
 pub mod output;
-mod peek;
 mod progress;
 pub mod queues;
-mod replay;
 pub mod scan;
 mod select;
 pub mod stack;
-mod stats;
-mod status;
-pub mod triage;
-pub mod triage_act;
 pub mod view;
 
 use std::process::ExitCode;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
-use queues::{QueueRef, Resolver};
-use redrive_shared::config::QueueUrl;
+use queues::Resolver;
 
 pub use args::Cli;
 use args::Command;
+use commands::generate;
+pub use commands::replay::replay_entry;
+use context::{CliError, Ctx, Outcome, exit};
 use output::Style;
-use redrive_engine::aws::{Clients, SqsQueue};
-use redrive_engine::ports::PortError;
-pub use replay::replay_entry;
-
-/// Exit codes (also in `redrive --help`).
-pub mod exit {
-    pub const OK: u8 = 0;
-    /// An AWS call failed; the command did not complete.
-    pub const ERROR: u8 = 1;
-    /// Usage or configuration error (clap uses 2 too), or `discard` without `--yes`.
-    pub const USAGE: u8 = 2;
-    /// Some messages failed, were not found, or the circuit was open.
-    pub const INCOMPLETE: u8 = 3;
-    /// Interrupted (Ctrl-C, SIGTERM): what the command held was made visible again.
-    pub const INTERRUPTED: u8 = 130;
-}
-
-/// Why a command stopped early.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// Invalid or missing configuration: nothing was touched.
-    #[error("{0}")]
-    Config(String),
-    /// A queue named by its name or ARN that SQS does not know.
-    #[error("queue '{queue}' does not exist ({code})")]
-    NoSuchQueue { queue: String, code: String },
-    #[error(transparent)]
-    Aws(#[from] PortError),
-}
-
-/// How a command that ran to its end went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Done,
-    /// Some of the work was not done (failed, not found, circuit open).
-    Incomplete,
-    /// Refused (e.g. `discard` without `--yes`): nothing was changed.
-    Refused,
-    /// An AWS call failed part-way; the report says what was done.
-    Failed,
-}
-
-/// What every command gets: the SDK configuration, the engine's clients built from it once
-/// (whole calls are retried by the SDK, as its retry configuration says), output mode, colours.
-pub struct Ctx {
-    pub sdk: SdkConfig,
-    pub clients: Clients,
-    pub json: bool,
-    pub style: Style,
-    /// Queue names and ARNs to URLs, once per run.
-    pub queues: Resolver,
-    /// What `--stack` sets that no flag holds (the re-driver's variables of `drain`).
-    pub stack_env: stack::StackEnv,
-}
-
-/// The value of a flag a command needs, which `--stack` may have given.
-pub fn required<'a, T>(value: &'a Option<T>, flag: &str) -> Result<&'a T, CliError> {
-    value.as_ref().ok_or_else(|| {
-        CliError::Config(format!(
-            "the following required argument was not provided: {flag} (or --stack NAME)"
-        ))
-    })
-}
-
-impl Ctx {
-    pub fn queue(&self) -> SqsQueue {
-        self.clients.sqs.clone()
-    }
-
-    /// The URL of a queue given by name, ARN or URL.
-    pub async fn resolve(&self, queue: &QueueRef) -> Result<QueueUrl, CliError> {
-        self.queues.resolve(queue).await
-    }
-
-    pub fn region(&self) -> &str {
-        self.sdk.region().map_or("", |r| r.as_ref())
-    }
-}
+use redrive_engine::aws::Clients;
 
 /// Logs of the engine go to stderr as JSON lines, `warn` and above unless `RUST_LOG` says
 /// otherwise: stdout is the command's output. The SDK's own warnings (a credentials provider
@@ -296,7 +210,7 @@ pub async fn run(mut cli: Cli) -> ExitCode {
     let _ = ctrlc::set_handler(move || {
         let _ = interrupted.send(());
     });
-    let command = dispatch(&ctx, cli.command);
+    let command = commands::run(&ctx, cli.command);
     tokio::pin!(command);
     let result = tokio::select! {
         result = &mut command => result,
@@ -320,24 +234,6 @@ pub async fn run(mut cli: Cli) -> ExitCode {
         Ok(Outcome::Refused) => ExitCode::from(exit::USAGE),
         Ok(Outcome::Failed) => ExitCode::from(exit::ERROR),
         Err(e) => fail(&e, &setting),
-    }
-}
-
-/// Runs one command.
-async fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome, CliError> {
-    match command {
-        Command::Stats(a) => stats::run(ctx, a).await,
-        Command::Peek(a) => peek::run(ctx, a).await,
-        Command::Drain(a) => drain::run(ctx, a).await,
-        Command::Replay(a) => replay::run(ctx, a).await,
-        Command::Discard(a) => discard::run(ctx, a).await,
-        Command::Export(a) => export::run(ctx, a).await,
-        Command::Import(a) => import::run(ctx, a).await,
-        Command::Circuit(a) => circuit::run(ctx, a).await,
-        Command::History(a) => history::run(ctx, a).await,
-        Command::Status(a) => status::run(ctx, a).await,
-        Command::Triage(a) => triage::run(ctx, *a).await,
-        Command::Completions(_) | Command::Man(_) => Ok(Outcome::Done),
     }
 }
 

@@ -6,7 +6,7 @@ use std::io::Write;
 use clap::{Args, CommandFactory};
 use clap_complete::Shell;
 
-use super::Cli;
+use crate::Cli;
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
