@@ -244,10 +244,3 @@ fn fail(e: &CliError, setting: &errors::Setting) -> ExitCode {
     eprintln!("redrive: {line}");
     ExitCode::from(code)
 }
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}

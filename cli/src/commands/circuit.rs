@@ -14,12 +14,12 @@ use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::json;
 
 use crate::context::{CliError, Ctx, Outcome};
-use crate::now_ms;
 use crate::queues::QueueRef;
 use crate::scan::Scanner;
 use redrive_engine::circuit::{
     CircuitError, CircuitStore, DynamoDbCircuitStore, load_or_new, set_override,
 };
+use redrive_engine::now_ms;
 use redrive_engine::ports::{PortError, Queue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

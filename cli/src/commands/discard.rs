@@ -6,7 +6,6 @@ use serde_json::{Value, json};
 
 use crate::commands::replay::{line, outcome};
 use crate::context::{CliError, Ctx, Outcome};
-use crate::now_ms;
 use crate::queues::QueueRef;
 use crate::scan::{Reach, Scanner, Status};
 use crate::select::Filter;
@@ -14,6 +13,7 @@ use crate::select::Selection;
 use crate::view::MessageView;
 use clap::Args;
 use redrive_engine::engine::Transfer;
+use redrive_engine::now_ms;
 use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
 use redrive_shared::config::QueueUrl;
 

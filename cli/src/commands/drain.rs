@@ -7,12 +7,12 @@ use std::sync::Arc;
 use redrive_shared::config::{Env, RedriverConfig};
 
 use crate::context::{CliError, Ctx, Outcome};
-use crate::now_ms;
 use crate::progress::{Bar, Counters, Counting};
 use crate::queues::QueueRef;
 use clap::Args;
 use redrive_engine::aws::CloudWatch;
 use redrive_engine::circuit::CircuitStore;
+use redrive_engine::now_ms;
 use redrive_engine::ports::Queue;
 use redrive_engine::tap::Tapped;
 use redrive_engine::{DrainRequest, Engine, StopReason, Summary};

@@ -24,10 +24,10 @@ use serde_json::json;
 
 use crate::context::{CliError, Ctx, Outcome};
 use crate::filter::{FilterArgs, MessageFilter};
-use crate::now_ms;
 use crate::progress::Progress;
 use crate::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop};
 use redrive_engine::engine::Transfer;
+use redrive_engine::now_ms;
 use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
 
 /// Messages per S3 object at most; an object is written (and, with `--delete`, its messages

@@ -28,10 +28,10 @@ use serde_json::{Value, json};
 use crate::commands::replay::{copy_entry, fifo_group, line};
 use crate::context::{CliError, Ctx, Outcome};
 use crate::filter::{FilterArgs, MessageFilter};
-use crate::now_ms;
 use crate::progress::Progress;
 use crate::view::MessageView;
 use redrive_engine::engine::Transfer;
+use redrive_engine::now_ms;
 use redrive_engine::ports::{Queue, Received, SendEntry};
 
 /// `kind` of the FIFO deduplication id of an imported copy: a retried import of the same

@@ -7,11 +7,11 @@ use serde_json::json;
 use crate::context::{CliError, Ctx, Outcome};
 use crate::filter::MessageFilter;
 use crate::inspect::{facts, warn_if_receives_count};
-use crate::now_ms;
 use crate::queues::QueueRef;
 use crate::scan::Scanner;
 use crate::view::MessageView;
 use clap::Args;
+use redrive_engine::now_ms;
 
 #[derive(Debug, Args)]
 pub struct PeekArgs {

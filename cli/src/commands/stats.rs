@@ -7,12 +7,12 @@ use serde_json::json;
 
 use crate::context::{CliError, Ctx, Outcome};
 use crate::inspect::{QueueFacts, facts, warn_if_receives_count};
-use crate::now_ms;
 use crate::output::{Style, age, bytes};
 use crate::queues::QueueRef;
 use crate::scan::Scanner;
 use crate::view::MessageView;
 use clap::Args;
+use redrive_engine::now_ms;
 use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]

@@ -15,8 +15,8 @@ use redrive_shared::config::{CircuitConfig, Env, QueueUrl, RedriverConfig};
 use serde::Serialize;
 
 use crate::context::{CliError, Ctx, Outcome};
-use crate::now_ms;
 use crate::queues::QueueRef;
+use redrive_engine::now_ms;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {

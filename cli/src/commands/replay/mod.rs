@@ -21,10 +21,10 @@ mod walk;
 use clap::Args;
 
 use crate::context::{CliError, Ctx, Outcome};
-use crate::now_ms;
 use crate::queues::{QueueRef, parse_queue};
 use crate::scan::{Reach, Scanner, Status};
 use crate::select::{Filter, Selection};
+use redrive_engine::now_ms;
 
 pub use entry::{copy_entry, fifo_group, replay_entry};
 use report::Report;

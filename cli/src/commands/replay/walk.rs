@@ -13,11 +13,11 @@ use super::ReplayArgs;
 use super::entry::replay_entry;
 use super::report::Report;
 use crate::context::CliError;
-use crate::now_ms;
 use crate::queues::{QueueRef, Resolver};
 use crate::scan::Scanner;
 use crate::select::Filter;
 use crate::view::MessageView;
+use redrive_engine::now_ms;
 
 /// Where copies go: a queue and its `MaximumMessageSize`.
 #[derive(Debug, Clone)]

@@ -9,8 +9,8 @@ use redrive_shared::triage::Group;
 use super::Coverage;
 use super::causes::{Origins, origin_note};
 use crate::context::CliError;
-use crate::now_ms;
 use crate::output::Style;
+use redrive_engine::now_ms;
 
 pub(super) fn print_groups(
     s: &Style,

@@ -14,8 +14,8 @@ use super::causes::Origins;
 use super::render::print_group;
 use super::{PassArgs, config, outcome, pass};
 use crate::context::{CliError, Ctx, Outcome};
-use crate::now_ms;
 use crate::view::MessageView;
+use redrive_engine::now_ms;
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {

@@ -10,8 +10,8 @@ use redrive_shared::triage::state::{Alert, Book, GroupRecord, PassFacts, Refused
 
 use super::args::{BookArgs, GroupArgs, HoldArgs, NoteArgs, parse_duration};
 use crate::context::{CliError, Ctx, Outcome};
-use crate::now_ms;
 use crate::output::print_json;
+use redrive_engine::now_ms;
 
 pub(super) fn refused(e: TriageError) -> CliError {
     match e {
