@@ -3,7 +3,14 @@
 use clap::{ArgGroup, Parser, Subcommand};
 use redrive_shared::config::QueueUrl;
 
-pub const AFTER_HELP: &str = "\
+use crate::context::Exit;
+
+/// What `redrive --help` shows after the options: the exit codes come from [`Exit`].
+pub fn after_help() -> String {
+    format!("{AFTER_HELP_TOP}\n{}\n{AFTER_HELP_WORKFLOW}", Exit::help())
+}
+
+const AFTER_HELP_TOP: &str = "\
 Queues:
   Wherever a queue is taken, it may be a name (orders-dlq), an ARN
   (arn:aws:sqs:REGION:ACCOUNT:orders-dlq; REGION must be the client's) or a URL.
@@ -18,26 +25,14 @@ Configuration:
   MAX_REDRIVE_ATTEMPTS, BACKOFF_*, GUARD_ALARM_NAMES, METRIC_NAMESPACE, ...); its flags win.
   NO_COLOR turns colour off (CLICOLOR_FORCE turns it on when stdout is not a terminal);
   RUST_LOG=info shows the engine's JSON log lines on stderr.
+";
 
-Exit codes:
-  0  done
-  1  an AWS call failed (including a queue that does not exist, or an endpoint that cannot
-     be reached); the command did not complete (nothing is lost: a message is deleted
-     only after its copy was acknowledged, and held messages reappear after their timeout)
-  2  usage or configuration error (bad flags or values, missing settings, an unknown
-     profile, no credentials), or `discard` without --yes; nothing was changed
-  3  incomplete: some messages failed, were refused or not found, a guard alarm or the
-     adaptive circuit (CIRCUIT_TABLE) kept the circuit open, a `drain --canary` bounced, or `replay`/`discard` did not reach the end of the queue (the report says
-     how many were not reached; --max reached is not an error), a `triage` pass did not
-     reach the end of the queue, or `triage show` found no message of the group
-  130 interrupted (Ctrl-C, SIGTERM): every message the command held was made visible again
-     at once (a copy already sent may be delivered again; the consumer's key absorbs it)
-
+const AFTER_HELP_WORKFLOW: &str = "\
 Workflow: triage -> stats -> peek -> fix the cause -> replay in batches (--max) -> stats -> discard.";
 
 /// Operate a redrive dead-letter queue by hand: inspect, drain, replay, discard.
 #[derive(Debug, Parser)]
-#[command(name = "redrive", version, after_help = AFTER_HELP)]
+#[command(name = "redrive", version, after_help = after_help())]
 pub struct Cli {
     /// Print one JSON document on stdout instead of text (for scripts); the same as
     /// `--output json`.

@@ -1,5 +1,5 @@
 //! `redrive`, the operator CLI: the replay workflow (inspect, fix, replay in batches, verify,
-//! discard) on the same engine and ports as the Lambda. See the README, "Operator CLI".
+//! discard) on the same engine and ports as the Lambda. The reference is docs/cli.md.
 //!
 //! Every command that reads messages holds them (invisible) only while it runs and releases
 //! them at once when it ends; a message is deleted only after its copy was acknowledged
@@ -30,7 +30,7 @@ pub use args::Cli;
 use args::Command;
 use commands::generate;
 pub use commands::replay::replay_entry;
-use context::{CliError, Ctx, Outcome, exit};
+use context::{CliError, Ctx, Exit};
 use output::Style;
 use redrive_engine::aws::Clients;
 
@@ -119,12 +119,12 @@ pub fn parse() -> Cli {
     cli
 }
 
-/// Runs one parsed command line; the exit code follows [`exit`].
+/// Runs one parsed command line; the exit code is one of [`Exit`].
 pub async fn run(mut cli: Cli) -> ExitCode {
     match &cli.command {
         Command::Completions(a) => {
             generate::print(&generate::completions(a.shell));
-            return ExitCode::from(exit::OK);
+            return Exit::Ok.into();
         }
         Command::Man(generate::ManArgs { dir: Some(dir) }) => {
             return match generate::man_pages(dir) {
@@ -132,11 +132,11 @@ pub async fn run(mut cli: Cli) -> ExitCode {
                     for page in pages {
                         println!("{}", page.display());
                     }
-                    ExitCode::from(exit::OK)
+                    Exit::Ok.into()
                 }
                 Err(e) => {
                     eprintln!("error: writing the man pages to {}: {e}", dir.display());
-                    ExitCode::from(exit::ERROR)
+                    Exit::Error.into()
                 }
             };
         }
@@ -144,11 +144,11 @@ pub async fn run(mut cli: Cli) -> ExitCode {
             return match generate::man() {
                 Ok(page) => {
                     generate::print(&page);
-                    ExitCode::from(exit::OK)
+                    Exit::Ok.into()
                 }
                 Err(e) => {
                     eprintln!("error: writing the man page: {e}");
-                    ExitCode::from(exit::ERROR)
+                    Exit::Error.into()
                 }
             };
         }
@@ -158,7 +158,7 @@ pub async fn run(mut cli: Cli) -> ExitCode {
         Ok(format) => format,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(exit::USAGE);
+            return Exit::Usage.into();
         }
     };
     output::set_format(format);
@@ -225,14 +225,11 @@ pub async fn run(mut cli: Cli) -> ExitCode {
                 "redrive: interrupted; the messages it held are visible again{}",
                 if released > 0 { format!(" ({released} released at the interrupt)") } else { String::new() }
             );
-            return ExitCode::from(exit::INTERRUPTED);
+            return Exit::Interrupted.into();
         }
     };
     match result {
-        Ok(Outcome::Done) => ExitCode::from(exit::OK),
-        Ok(Outcome::Incomplete) => ExitCode::from(exit::INCOMPLETE),
-        Ok(Outcome::Refused) => ExitCode::from(exit::USAGE),
-        Ok(Outcome::Failed) => ExitCode::from(exit::ERROR),
+        Ok(outcome) => outcome.exit().into(),
         Err(e) => fail(&e, &setting),
     }
 }
@@ -242,5 +239,5 @@ pub async fn run(mut cli: Cli) -> ExitCode {
 fn fail(e: &CliError, setting: &errors::Setting) -> ExitCode {
     let (line, code) = errors::report(e, setting);
     eprintln!("redrive: {line}");
-    ExitCode::from(code)
+    code.into()
 }
