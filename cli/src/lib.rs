@@ -27,7 +27,6 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use queues::Resolver;
 
 pub use args::Cli;
-use args::Command;
 use commands::generate;
 pub use commands::replay::replay_entry;
 use context::{CliError, Ctx, Exit};
@@ -121,38 +120,9 @@ pub fn parse() -> Cli {
 
 /// Runs one parsed command line; the exit code is one of [`Exit`].
 pub async fn run(mut cli: Cli) -> ExitCode {
-    match &cli.command {
-        Command::Completions(a) => {
-            generate::print(&generate::completions(a.shell));
-            return Exit::Ok.into();
-        }
-        Command::Man(generate::ManArgs { dir: Some(dir) }) => {
-            return match generate::man_pages(dir) {
-                Ok(pages) => {
-                    for page in pages {
-                        println!("{}", page.display());
-                    }
-                    Exit::Ok.into()
-                }
-                Err(e) => {
-                    eprintln!("error: writing the man pages to {}: {e}", dir.display());
-                    Exit::Error.into()
-                }
-            };
-        }
-        Command::Man(_) => {
-            return match generate::man() {
-                Ok(page) => {
-                    generate::print(&page);
-                    Exit::Ok.into()
-                }
-                Err(e) => {
-                    eprintln!("error: writing the man page: {e}");
-                    Exit::Error.into()
-                }
-            };
-        }
-        _ => {}
+    // Completions and man pages need no AWS: they are generated from the command definition.
+    if let Some(exit) = generate::run(&cli.command) {
+        return exit.into();
     }
     let format = match output::Format::choose(cli.output, cli.json) {
         Ok(format) => format,
