@@ -58,7 +58,7 @@ impl KillSwitch {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Kill>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        redrive_shared::sync::lock(&self.0)
     }
 }
 

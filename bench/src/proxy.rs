@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -25,6 +25,7 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use redrive_shared::backoff::{JitterRng, seeded_rng};
+use redrive_shared::sync::lock;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -32,10 +33,6 @@ use tokio::sync::oneshot;
 
 use crate::faults::{FaultCounts, FaultKind, FaultPlan, KillSwitch, failing_entries};
 use crate::loopback::{Answer, Call, Server, respond};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Which service a call is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

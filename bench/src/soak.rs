@@ -17,8 +17,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -28,6 +28,7 @@ use redrive_consumer::{Message, Processor};
 use redrive_engine::ports::{Alarms, Metrics, Queue};
 use redrive_engine::{DrainRequest, Engine};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
+use redrive_shared::sync::lock;
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -45,10 +46,6 @@ pub mod workflow;
 
 pub use reconcile::{Depths, LayerStats, Parked, Place, Reconciliation, reconcile};
 use reconcile::{by_chain, record_id_of};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The soak's knobs.
 #[derive(Debug, Clone, Serialize)]

@@ -15,7 +15,7 @@
 //!   drops the drain there.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_consumer::fake::FakeStore;
@@ -27,15 +27,12 @@ use redrive_engine::ports::{
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::Outgoing;
+use redrive_shared::sync::lock;
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::faults::{FaultCounts, FaultKind, FaultPlan, KillSwitch, failing_entries};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// What the fault layer did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -112,10 +109,7 @@ pub struct World {
 
 impl World {
     pub fn new(seed: u64) -> Arc<Self> {
-        let wall_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let wall_ms = redrive_shared::clock::now_ms();
         Arc::new(Self {
             sqs: FakeSqs::seeded(seed),
             plan: Mutex::new(None),

@@ -68,7 +68,7 @@ pub fn workspace_root() -> &'static Path {
 /// For a test that runs another package's binary, where `CARGO_BIN_EXE_<name>` is not set.
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = redrive_shared::sync::lock(&BUILT);
     if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
         return path.clone();
     }

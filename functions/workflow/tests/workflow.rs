@@ -642,10 +642,7 @@ async fn the_operator_flag_opens_the_circuit_and_nothing_is_touched() {
         client: ddb.clone(),
         table: table.clone(),
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = redrive_shared::clock::now_ms();
     redrive_engine::circuit::set_override(
         &store,
         &wf.queues.dlq_url,
