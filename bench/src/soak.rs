@@ -37,6 +37,7 @@ use redrive_tests::event_source::{self, Source};
 
 use crate::downstream::{DOOMED_MARKER, Flaky, POISON_MARKER};
 use crate::event_source::InProcess;
+use crate::faults::FaultLayer;
 
 pub mod fake;
 pub mod moto;
@@ -135,10 +136,19 @@ pub trait Emulator: Sync {
     fn source_depth(&self) -> impl Future<Output = u64> + Send;
     /// Every message left in the three queues.
     fn inventory(&self) -> impl Future<Output = Vec<Parked>> + Send;
+    /// The fault layer between the loop and the queues.
+    type Layer: FaultLayer;
+    fn layer(&self) -> &Self::Layer;
     /// Kills the re-driver at its `nth` next call of one of `operations`.
-    fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()>;
-    fn disarm_kill(&self);
-    fn layer_stats(&self) -> LayerStats;
+    fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
+        self.layer().kill_switch().arm(operations, nth)
+    }
+    fn disarm_kill(&self) {
+        self.layer().kill_switch().disarm();
+    }
+    fn layer_stats(&self) -> LayerStats {
+        LayerStats::from(&self.layer().fault_stats())
+    }
 }
 
 /// The re-driver's tunables in the soak: no long poll (an empty receive ends the drain at

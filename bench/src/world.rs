@@ -14,7 +14,6 @@
 //!   DeleteMessageBatch: between send and delete): the call never returns and the harness
 //!   drops the drain there.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,27 +27,10 @@ use redrive_shared::Attributes;
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::Outgoing;
 use redrive_shared::sync::lock;
-use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::faults::{FaultCounts, FaultKind, FaultPlan, KillSwitch, failing_entries};
-
-/// What the fault layer did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct WorldStats {
-    /// Attempts by operation (what the service would bill).
-    pub calls: BTreeMap<String, u64>,
-    pub sdk_retries: u64,
-    pub faults: FaultCounts,
-    pub failed_entries: u64,
-    /// Keys whose COMPLETED write met a fault.
-    pub completion_faulted: std::collections::BTreeSet<String>,
-    /// Keys whose claim took effect but whose answer was lost (reset after, timeout).
-    pub claim_lost: std::collections::BTreeSet<String>,
-    /// Calls a kill landed on, by operation.
-    pub kills: BTreeMap<String, u64>,
-}
+use crate::faults::{FaultKind, FaultLayer, FaultPlan, FaultStats, KillSwitch, failing_entries};
 
 /// An injected failure as the caller sees it.
 #[derive(Debug, Clone)]
@@ -94,7 +76,7 @@ pub struct World {
     sqs: Arc<FakeSqs>,
     plan: Mutex<Option<FaultPlan>>,
     rng: Mutex<JitterRng>,
-    stats: Mutex<WorldStats>,
+    stats: Mutex<FaultStats>,
     kill: KillSwitch,
     /// Share of the re-driver's sent entries acknowledged but never stored: a deliberately
     /// broken service, to prove that the soak's reconciliation catches a loss.
@@ -114,7 +96,7 @@ impl World {
             sqs: FakeSqs::seeded(seed),
             plan: Mutex::new(None),
             rng: Mutex::new(seeded_rng(seed)),
-            stats: Mutex::new(WorldStats::default()),
+            stats: Mutex::new(FaultStats::default()),
             kill: KillSwitch::default(),
             lossy_sends: Mutex::new(0.0),
             max_attempts: 3,
@@ -132,7 +114,7 @@ impl World {
         *lock(&self.lossy_sends) = share;
     }
 
-    pub fn stats(&self) -> WorldStats {
+    pub fn stats(&self) -> FaultStats {
         lock(&self.stats).clone()
     }
 
@@ -161,7 +143,19 @@ impl World {
     pub fn disarm_kill(&self) {
         self.kill.disarm();
     }
+}
 
+impl FaultLayer for World {
+    fn kill_switch(&self) -> &KillSwitch {
+        &self.kill
+    }
+
+    fn fault_stats(&self) -> FaultStats {
+        self.stats()
+    }
+}
+
+impl World {
     pub fn create_queue(&self, url: &str, redrive: Option<(&str, u32)>) {
         self.sqs.create_queue(url);
         if let Some((dlq, max_receives)) = redrive {
