@@ -43,11 +43,13 @@ pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::{create_circuit_table, create_idempotency_table};
 pub use lambda_watch::{LambdaWatch, WatchOptions, invocation_ids};
 pub use localstack::{
-    LOCALSTACK_SERVICES, LocalStack, SQS_EMULATOR_VARIABLE, localstack, sqs_emulator,
+    LOCALSTACK_SERVICES, LocalStack, LocalStackServer, SQS_EMULATOR_VARIABLE, localstack,
+    sqs_emulator,
 };
 pub use meta::permanently_failed;
-pub use moto::{Moto, REGION, moto, moto_fast_clock, moto_sfn};
+pub use moto::{Moto, MotoServer, REGION, moto, moto_fast_clock, moto_sfn};
 pub use names::unique_name;
+pub use process::Launched;
 pub use sqs::{
     QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string,
     batch_sends_keep_trace_headers, drain_all, producer_trace_header, queue_attributes,
