@@ -250,27 +250,32 @@ def per_dlq_alarms(dlq: dict) -> dict:
     common = {"Namespace": "AWS/SQS", "Dimensions": dims, "EvaluationPeriods": 1,
               "TreatMissingData": "notBreaching"}
 
-    def age_alarm(kind: str, threshold: str, description: str) -> dict:
-        """An alarm on the age of the DLQ's oldest message reaching the parameter `threshold`
-        (seconds), to the alerts topic, and to the recovery topic when it is over."""
+    def alarm(kind: str, description: str, properties: dict) -> dict:
+        """The DLQ's alarm `kind`: its name and description (where ${Queue} is the DLQ's name),
+        then `properties`."""
         return {"Type": "AWS::CloudWatch::Alarm", "Properties": {
             "AlarmName": alarm_name(kind, name),
             "AlarmDescription": {"Fn::Sub": [description, {"Queue": name}]},
+            **properties}}
+
+    def age_alarm(kind: str, threshold: str, description: str) -> dict:
+        """An alarm on the age of the DLQ's oldest message reaching the parameter `threshold`
+        (seconds), to the alerts topic, and to the recovery topic when it is over."""
+        return alarm(kind, description, {
             **common, "MetricName": "ApproximateAgeOfOldestMessage", "Statistic": "Maximum",
             "Period": 300, "Threshold": {"Ref": threshold},
             "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-            "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}}
+            "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]})
 
     return {
-        logical_id(name, "NotEmpty"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
-            "AlarmName": alarm_name("dlq-not-empty", name),
-            "AlarmDescription": {"Fn::Sub": [
-                "redrive trigger: the protected DLQ ${Queue} holds messages. Notifies the re-driver "
-                "(trigger topic), which drains the DLQ this alarm's QueueName names and sets the "
-                "alarm back to OK.", {"Queue": name}]},
-            **common, "MetricName": "ApproximateNumberOfMessagesVisible", "Statistic": "Maximum",
-            "Period": 60, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold",
-            "AlarmActions": [{"Ref": "TriggerTopic"}]}},
+        logical_id(name, "NotEmpty"): alarm(
+            "dlq-not-empty",
+            "redrive trigger: the protected DLQ ${Queue} holds messages. Notifies the re-driver "
+            "(trigger topic), which drains the DLQ this alarm's QueueName names and sets the "
+            "alarm back to OK.", {
+                **common, "MetricName": "ApproximateNumberOfMessagesVisible", "Statistic": "Maximum",
+                "Period": 60, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold",
+                "AlarmActions": [{"Ref": "TriggerTopic"}]}),
         logical_id(name, "Age"): age_alarm(
             "dlq-oldest-message-age", "DlqAgeAlarmSeconds",
             "First stage: a message has waited in the protected DLQ ${Queue} for "
@@ -278,12 +283,11 @@ def per_dlq_alarms(dlq: dict) -> dict:
             "guards and the circuit (redrive status)."),
         # Count-based, as managed mode's dlq-not-empty-daily: visible or in flight, so that no
         # receive (the archiver's hourly sweep, an operator's peek) hides the backlog it holds.
-        logical_id(name, "Daily"): {"Type": "AWS::CloudWatch::Alarm", "Properties": {
-            "AlarmName": alarm_name("dlq-not-empty-daily", name),
-            "AlarmDescription": {"Fn::Sub": [
-                "Daily reminder: the protected DLQ ${Queue} held messages through the hour starting "
-                "${PoisonReminderHourUtc}:00 UTC (visible or in flight). Nothing drained them: check the "
-                "re-driver, its guards, the circuit and the DLQ's redrive: tags (redrive status).", {"Queue": name}]},
+        logical_id(name, "Daily"): alarm(
+            "dlq-not-empty-daily",
+            "Daily reminder: the protected DLQ ${Queue} held messages through the hour starting "
+            "${PoisonReminderHourUtc}:00 UTC (visible or in flight). Nothing drained them: check the "
+            "re-driver, its guards, the circuit and the DLQ's redrive: tags (redrive status).", {
             "Metrics": [
                 {"Id": "visible", "ReturnData": False, "MetricStat": {"Metric": {
                     "Namespace": "AWS/SQS", "MetricName": "ApproximateNumberOfMessagesVisible", "Dimensions": dims},
@@ -295,7 +299,7 @@ def per_dlq_alarms(dlq: dict) -> dict:
                  "Expression": {"Fn::Sub": "IF(HOUR(visible) == ${PoisonReminderHourUtc} AND visible + FILL(inflight, 0) > 0, 1, 0)"}},
             ],
             "EvaluationPeriods": 1, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold",
-            "TreatMissingData": "notBreaching", "AlarmActions": [{"Ref": "AlertsTopic"}]}},
+            "TreatMissingData": "notBreaching", "AlarmActions": [{"Ref": "AlertsTopic"}]}),
         logical_id(name, "FinalAge"): age_alarm(
             "dlq-oldest-message-age-final", "DlqFinalAgeAlarmSeconds",
             "Last call: a message has waited in the protected DLQ ${Queue} for "
@@ -304,9 +308,11 @@ def per_dlq_alarms(dlq: dict) -> dict:
     }
 
 
-def fleet_alarm(kind: str, metric: str, stat: str, description: str) -> dict:
+def fleet_alarm(metric: str, stat: str, description: str) -> dict:
     """One Metrics Insights alarm over every QueueName of our namespace: the re-driver and the
-    archiver publish these metrics for the protected DLQs and the poison queue only."""
+    archiver publish these metrics for the protected DLQs and the poison queue only. Its name
+    is the metric's in kebab case (`RedriveFailures`: `STACK-redrive-failures`)."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "-", metric).lower()
     return {"Type": "AWS::CloudWatch::Alarm", "Properties": {
         "AlarmName": {"Fn::Sub": "${AWS::StackName}-" + kind},
         "AlarmDescription": description,
@@ -319,27 +325,15 @@ def fleet_alarm(kind: str, metric: str, stat: str, description: str) -> dict:
         "AlarmActions": [{"Ref": "AlertsTopic"}], "OKActions": [{"Ref": "RecoveryTopic"}]}}
 
 
+# The fleet alarms, one a line: metric (the resource is `FleetMETRICAlarm`), statistic over
+# the fleet, description.
 FLEET_ALARMS = {
-    "RedriveFailuresAlarm": ("redrive-failures", "RedriveFailures", "SUM",
-                             "SQS refused copies the re-driver sent, on some protected DLQ. The messages stayed on "
-                             "their DLQ; the re-driver's log names the DLQ and the SQS error codes."),
-    "DlqReceiveFailuresAlarm": ("dlq-receive-failures", "DlqReceiveFailures", "SUM",
-                                "A drain could not read a protected DLQ at all (AccessDenied, KMS, deleted queue). "
-                                "Was the queue re-created or its key changed? Run make deploy; see the re-driver's log."),
-    "UnplaceableMessagesAlarm": ("unplaceable-messages", "UnplaceableMessages", "SUM",
-                                 "Neither a message's source nor the poison queue accepts it: it stays on its DLQ, "
-                                 "where retention will delete it. See the re-driver's ERROR log."),
-    "CircuitOpenAlarm": ("circuit-open", "CircuitOpen", "MAX",
-                         "The adaptive circuit of a protected DLQ is open: its copies kept bouncing back, so its "
-                         "replays stopped. redrive status names the DLQ; redrive circuit close|auto overrides it."),
-    "DlqLeftAloneAlarm": ("dlq-left-alone", "DlqLeftAlone", "SUM",
-                          "A protected DLQ is left alone: its redrive: tags are invalid, a source may not be sent to "
-                          "(added after the deploy: run make deploy), or its retention cannot be read or "
-                          "is not above the archive threshold. Its messages are neither drained nor archived; the "
-                          "re-driver's or the archiver's ERROR log (action left-alone:...) names the DLQ and why."),
-    "ArchiveFailuresAlarm": ("archive-failures", "ArchiveFailures", "SUM",
-                             "The archiver could not move old messages to S3 (poison queue or a protected DLQ). "
-                             "They are still on their queue; see the archiver's log."),
+    "RedriveFailures": ("SUM", "SQS refused copies the re-driver sent, on some protected DLQ. The messages stayed on their DLQ; the re-driver's log names the DLQ and the SQS error codes."),
+    "DlqReceiveFailures": ("SUM", "A drain could not read a protected DLQ at all (AccessDenied, KMS, deleted queue). Was the queue re-created or its key changed? Run make deploy; see the re-driver's log."),
+    "UnplaceableMessages": ("SUM", "Neither a message's source nor the poison queue accepts it: it stays on its DLQ, where retention will delete it. See the re-driver's ERROR log."),
+    "CircuitOpen": ("MAX", "The adaptive circuit of a protected DLQ is open: its copies kept bouncing back, so its replays stopped. redrive status names the DLQ; redrive circuit close|auto overrides it."),
+    "DlqLeftAlone": ("SUM", "A protected DLQ is left alone: its redrive: tags are invalid, a source may not be sent to (added after the deploy: run make deploy), or its retention cannot be read or is not above the archive threshold. Its messages are neither drained nor archived; the re-driver's or the archiver's ERROR log (action left-alone:...) names the DLQ and why."),
+    "ArchiveFailures": ("SUM", "The archiver could not move old messages to S3 (poison queue or a protected DLQ). They are still on their queue; see the archiver's log."),
 }
 
 
@@ -469,8 +463,8 @@ def build(template: dict, dlqs: list[dict], stack: str = "redrive", resource_lim
     if xray and isinstance(xray["Properties"]["Roles"], dict):
         xray["Properties"]["Roles"] = xray["Properties"]["Roles"]["Fn::If"][2]
     rewrite_policies(resources, dlqs, stack)
-    for logical, (kind, metric, stat, description) in FLEET_ALARMS.items():
-        resources["Fleet" + logical] = fleet_alarm(kind, metric, stat, description)
+    for metric, (stat, description) in FLEET_ALARMS.items():
+        resources["Fleet" + metric + "Alarm"] = fleet_alarm(metric, stat, description)
     resources["ArchiverErrorsAlarm"] = archiver_errors_alarm()
     resources["Dashboard"] = fleet_dashboard(dlqs)
     for dlq in dlqs:

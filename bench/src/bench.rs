@@ -201,7 +201,7 @@ pub async fn moto_ours(direct: &Client, proxy: &Proxy, n: u64, pipelines: u32) -
         messages: n,
         moved: n,
         seconds,
-        calls: stats.calls,
+        calls: stats.layer.calls,
         empty_receives: stats.empty_receives,
         emulator_seconds: stats.upstream_seconds,
     }
@@ -228,7 +228,7 @@ pub async fn moto_baseline(direct: &Client, proxy: &Proxy, n: u64) -> DrainRun {
         messages: n,
         moved,
         seconds,
-        calls: stats.calls,
+        calls: stats.layer.calls,
         empty_receives: stats.empty_receives,
         emulator_seconds: stats.upstream_seconds,
     }

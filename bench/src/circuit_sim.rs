@@ -38,6 +38,7 @@ use redrive_engine::Engine;
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore, NoCircuit};
 use redrive_shared::config::DownstreamConfig;
+use redrive_shared::sync::lock;
 use redrive_tests::event_source;
 use redrive_tests::{
     Downstream, Mode, QueueSet, create_circuit_table, create_idempotency_table, queue_counts,
@@ -53,10 +54,6 @@ mod settings;
 use report::reconcile;
 pub use report::{Side, SideReport, SimReport};
 pub use settings::SimSettings;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The re-driver invocation's deadline (a 30 s Lambda timeout).
 const REDRIVER_TIMEOUT: Duration = Duration::from_secs(30);

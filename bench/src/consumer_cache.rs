@@ -10,11 +10,12 @@
 //! claim without the cache and nothing with it once the instance has seen the key completed.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redrive_consumer::Consumer;
 use redrive_consumer::fake::{FakeQueue, FakeStore, Record, ScriptedProcessor, Status};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
+use redrive_shared::clock::now_ms;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -64,13 +65,6 @@ impl CacheRun {
     pub fn calls_per_record(&self) -> f64 {
         self.calls() as f64 / self.records as f64
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 fn record_json(id: &str, key: &str) -> Value {

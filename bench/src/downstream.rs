@@ -5,17 +5,14 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_consumer::{ProcessError, Processor, RawBody, Record};
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
+use redrive_shared::sync::lock;
 
 use crate::loopback::{Answer, Server, respond};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Marks a message the downstream always rejects (400): a poison payload.
 pub const POISON_MARKER: &str = "\"kind\":\"poison\"";

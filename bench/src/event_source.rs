@@ -11,6 +11,7 @@ use redrive_consumer::message::{QueueArn, record_to_event_json};
 use redrive_consumer::ports::{IdempotencyStore, QueueOps};
 use redrive_consumer::{Consumer, FailedIds, Message, Processor};
 use redrive_shared::sdk::attributes_from_sdk;
+use redrive_shared::sync::lock;
 use redrive_tests::event_source::{Function, Source, SqsSource, receive_count};
 use serde_json::{Value, json};
 
@@ -21,10 +22,7 @@ pub const CONSUMER_TIMEOUT_MS: u64 = 15_000;
 
 /// Wall-clock epoch milliseconds (the consumer's deadlines are wall-clock, as Lambda's are).
 pub fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    u64::try_from(redrive_shared::clock::now_ms()).unwrap_or(0)
 }
 
 /// An SQS source queue whose messages are read as the consumer reads a Lambda SQS event's
@@ -117,7 +115,7 @@ where
             .await
             .unwrap_or_else(|e| panic!("the consumer rejected an SQS event: {e}"));
         if let Some(outcomes) = self.outcomes {
-            let mut outcomes = outcomes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut outcomes = lock(outcomes);
             for r in &handled.records {
                 *outcomes.entry(r.outcome.as_str().to_string()).or_default() += 1;
             }

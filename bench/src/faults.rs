@@ -1,7 +1,7 @@
 //! What the fault layers inject, and how often. One plan drives both layers: the loopback
 //! proxy in front of moto and the in-memory world of the port-fake soak.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -13,6 +13,33 @@ struct Kill {
     operations: Vec<String>,
     remaining: u32,
     fire: oneshot::Sender<()>,
+}
+
+/// What a fault layer (the in-memory world, or the proxy in front of moto) counted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FaultStats {
+    /// Calls by operation name (`ReceiveMessage`, `PutItem`, `PutMetricData`...), retries
+    /// included: what the service would bill.
+    pub calls: BTreeMap<String, u64>,
+    /// Calls that were an SDK retry of an earlier attempt.
+    pub sdk_retries: u64,
+    pub faults: FaultCounts,
+    /// Batch entries reported failed by a `BatchEntries` fault.
+    pub failed_entries: u64,
+    /// Idempotency keys whose COMPLETED write met a fault (a repeat of such a key's side
+    /// effect is the contract's documented window, see the consumer's `Processor`).
+    pub completion_faulted: BTreeSet<String>,
+    /// Idempotency keys whose claim (`PutItem` with `status` = `IN_PROGRESS`) took effect while
+    /// its answer was lost (a reset after the call, a timeout).
+    pub claim_lost: BTreeSet<String>,
+    /// Calls a kill landed on, by operation.
+    pub kills: BTreeMap<String, u64>,
+}
+
+/// One of the two fault layers the soak runs on: its kill switch and its counts.
+pub trait FaultLayer {
+    fn kill_switch(&self) -> &KillSwitch;
+    fn fault_stats(&self) -> FaultStats;
 }
 
 /// A kill armed at the n-th next call of chosen operations, shared by both fault layers: the
@@ -58,7 +85,7 @@ impl KillSwitch {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Kill>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        redrive_shared::sync::lock(&self.0)
     }
 }
 

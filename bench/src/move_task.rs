@@ -104,7 +104,7 @@ pub async fn side_by_side(
     let started = Instant::now();
     run_move_task(&through_proxy, &queues).await;
     let seconds = started.elapsed().as_secs_f64();
-    let calls = proxy.take_stats().calls;
+    let calls = proxy.take_stats().layer.calls;
     let move_task = read_back(
         "StartMessageMoveTask",
         direct,
@@ -137,7 +137,7 @@ pub async fn side_by_side(
     let started = Instant::now();
     let summary = engine.run(&drain_request(u64::MAX)).await;
     let seconds = started.elapsed().as_secs_f64();
-    let calls = proxy.take_stats().calls;
+    let calls = proxy.take_stats().layer.calls;
     assert!(
         summary.failed == 0 && summary.dlq_remaining == Some(0),
         "the re-driver did not empty the DLQ: {summary:?}"

@@ -12,10 +12,10 @@
 //! - **Kills** on demand: [`Proxy::arm_kill`] holds the n-th call of an operation forever and
 //!   tells the harness, which then drops the caller mid-call (a process killed there).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -25,17 +25,14 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use redrive_shared::backoff::{JitterRng, seeded_rng};
+use redrive_shared::sync::lock;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-use crate::faults::{FaultCounts, FaultKind, FaultPlan, KillSwitch, failing_entries};
+use crate::faults::{FaultKind, FaultLayer, FaultPlan, FaultStats, KillSwitch, failing_entries};
 use crate::loopback::{Answer, Call, Server, respond};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Which service a call is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,24 +46,11 @@ pub enum Service {
 /// What the proxy saw.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ProxyStats {
-    /// Calls by operation name (`ReceiveMessage`, `PutItem`, `PutMetricData`...), retries
-    /// included: what the service would bill.
-    pub calls: BTreeMap<String, u64>,
+    /// Calls, retries, faults and kills (a kill holds its call forever).
+    #[serde(flatten)]
+    pub layer: FaultStats,
     /// ReceiveMessage calls answered with no message.
     pub empty_receives: u64,
-    /// Calls that were an SDK retry of an earlier attempt.
-    pub sdk_retries: u64,
-    pub faults: FaultCounts,
-    /// Batch entries reported failed by a `BatchEntries` fault.
-    pub failed_entries: u64,
-    /// Idempotency keys whose COMPLETED write met a fault (a repeat of such a key's side
-    /// effect is the contract's documented window, see the consumer's `Processor`).
-    pub completion_faulted: BTreeSet<String>,
-    /// Idempotency keys whose claim (`PutItem` with `status` = `IN_PROGRESS`) took effect while
-    /// its answer was lost (a reset after the call, a timeout).
-    pub claim_lost: BTreeSet<String>,
-    /// Calls held by an armed kill, by operation.
-    pub kills: BTreeMap<String, u64>,
     /// Time the upstream (the emulator) took to answer, by operation, in seconds: the
     /// emulator's own cost, which the real service does not have.
     pub upstream_seconds: BTreeMap<String, f64>,
@@ -78,11 +62,11 @@ pub struct ProxyStats {
 
 impl ProxyStats {
     pub fn calls_of(&self, operation: &str) -> u64 {
-        self.calls.get(operation).copied().unwrap_or(0)
+        self.layer.calls.get(operation).copied().unwrap_or(0)
     }
 
     pub fn total_calls(&self) -> u64 {
-        self.calls.values().sum()
+        self.layer.calls.values().sum()
     }
 
     /// Calls of the given operations.
@@ -191,6 +175,16 @@ impl Proxy {
 
     pub fn disarm_kill(&self) {
         self.shared.kill.disarm();
+    }
+}
+
+impl FaultLayer for Proxy {
+    fn kill_switch(&self) -> &KillSwitch {
+        &self.shared.kill
+    }
+
+    fn fault_stats(&self) -> FaultStats {
+        self.stats().layer
     }
 }
 
@@ -313,7 +307,11 @@ enum Decision {
 impl Shared {
     fn decide(&self, service: Service, op: &str, write: Option<&RecordWrite>) -> Decision {
         if self.kill.lands(op) {
-            *lock(&self.stats).kills.entry(op.to_string()).or_default() += 1;
+            *lock(&self.stats)
+                .layer
+                .kills
+                .entry(op.to_string())
+                .or_default() += 1;
             return Decision::Kill;
         }
         if !matches!(service, Service::Sqs | Service::DynamoDb) {
@@ -330,13 +328,13 @@ impl Shared {
             None => Decision::Forward,
             Some(kind) => {
                 let mut stats = lock(&self.stats);
-                stats.faults.add(kind);
+                stats.layer.faults.add(kind);
                 match write {
                     Some(RecordWrite::Completion(key)) => {
-                        stats.completion_faulted.insert(key.clone());
+                        stats.layer.completion_faulted.insert(key.clone());
                     }
                     Some(RecordWrite::Claim(key)) if kind.applies() => {
-                        stats.claim_lost.insert(key.clone());
+                        stats.layer.claim_lost.insert(key.clone());
                     }
                     _ => {}
                 }
@@ -435,9 +433,9 @@ async fn serve(call: Call, shared: Arc<Shared>) -> Answer {
     let write = record_write(service, &op, &call.body);
     {
         let mut stats = lock(&shared.stats);
-        *stats.calls.entry(op.clone()).or_default() += 1;
+        *stats.layer.calls.entry(op.clone()).or_default() += 1;
         if sdk_attempt(&call.head) > 1 {
-            stats.sdk_retries += 1;
+            stats.layer.sdk_retries += 1;
         }
     }
     let mut delay = *lock(&shared.latency);
@@ -514,7 +512,7 @@ async fn handle(
             let Some((rest, failed_ids)) = split else {
                 return relay(forward(upstream, &call.head, call.body).await);
             };
-            lock(&shared.stats).failed_entries += failed_ids.len() as u64;
+            lock(&shared.stats).layer.failed_entries += failed_ids.len() as u64;
             let Some(rest) = rest else {
                 let body = merge_failed(b"{\"Successful\":[]}", &failed_ids);
                 return respond(200, &[("content-type", JSON_1_0)], body);

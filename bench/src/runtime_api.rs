@@ -7,18 +7,15 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use redrive_shared::sync::lock;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::loopback::{Answer, Call, Server, respond};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 const PREFIX: &str = "/2018-06-01/runtime";
 
@@ -159,10 +156,7 @@ impl RuntimeApi {
 }
 
 fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    u64::try_from(redrive_shared::clock::now_ms()).unwrap_or(0)
 }
 
 async fn next_event(shared: &Shared) -> (String, Value) {

@@ -17,8 +17,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -28,6 +28,7 @@ use redrive_consumer::{Message, Processor};
 use redrive_engine::ports::{Alarms, Metrics, Queue};
 use redrive_engine::{DrainRequest, Engine};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
+use redrive_shared::sync::lock;
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -36,6 +37,7 @@ use redrive_tests::event_source::{self, Source};
 
 use crate::downstream::{DOOMED_MARKER, Flaky, POISON_MARKER};
 use crate::event_source::InProcess;
+use crate::faults::FaultLayer;
 
 pub mod fake;
 pub mod moto;
@@ -45,10 +47,6 @@ pub mod workflow;
 
 pub use reconcile::{Depths, LayerStats, Parked, Place, Reconciliation, reconcile};
 use reconcile::{by_chain, record_id_of};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The soak's knobs.
 #[derive(Debug, Clone, Serialize)]
@@ -138,10 +136,19 @@ pub trait Emulator: Sync {
     fn source_depth(&self) -> impl Future<Output = u64> + Send;
     /// Every message left in the three queues.
     fn inventory(&self) -> impl Future<Output = Vec<Parked>> + Send;
+    /// The fault layer between the loop and the queues.
+    type Layer: FaultLayer;
+    fn layer(&self) -> &Self::Layer;
     /// Kills the re-driver at its `nth` next call of one of `operations`.
-    fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()>;
-    fn disarm_kill(&self);
-    fn layer_stats(&self) -> LayerStats;
+    fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
+        self.layer().kill_switch().arm(operations, nth)
+    }
+    fn disarm_kill(&self) {
+        self.layer().kill_switch().disarm();
+    }
+    fn layer_stats(&self) -> LayerStats {
+        LayerStats::from(&self.layer().fault_stats())
+    }
 }
 
 /// The re-driver's tunables in the soak: no long poll (an empty receive ends the drain at
@@ -263,157 +270,169 @@ pub const REDRIVER_CALLS: [&str; 4] = [
 /// The re-driver invocation's deadline.
 const REDRIVER_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn producer<E: Emulator>(env: &E, settings: &SoakSettings, progress: &Progress) {
-    let mut rng = seeded_rng(settings.seed ^ 0xa11ce);
-    let mut next = 0;
-    while next < settings.messages && !progress.stopped() {
-        if env.source_depth().await >= settings.high_water {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        }
-        let wave = (settings.messages - next).min(50);
-        let kinds: Vec<Kind> = (0..wave)
-            .map(|_| {
-                let r = rng.next_unit();
-                if r < settings.poison_share {
-                    Kind::Poison
-                } else if r < settings.poison_share + settings.doomed_share {
-                    Kind::Doomed
-                } else {
-                    Kind::Normal
-                }
-            })
-            .collect();
-        let bodies: Vec<String> = kinds
-            .iter()
-            .enumerate()
-            .map(|(i, k)| payload(next + i as u64, *k))
-            .collect();
-        let ids = env.produce(bodies.clone()).await;
-        assert_eq!(ids.len(), kinds.len(), "the producer lost a send");
-        lock(&progress.chains).extend(
-            ids.iter()
-                .zip(&bodies)
-                .map(|(id, body)| (record_id_of(id, body), id.clone())),
-        );
-        lock(&progress.produced).extend(ids.into_iter().zip(kinds));
-        next += wave;
-    }
-    progress.produced_all.store(true, Ordering::SeqCst);
+/// The loop's tasks, each with the emulator, the settings and the shared progress.
+struct Soak<'a, E> {
+    env: &'a E,
+    settings: &'a SoakSettings,
+    progress: &'a Progress,
 }
 
-/// One poller of the event source mapping, in front of the consumer.
-async fn poller<E, S, Q, P>(
-    env: &E,
-    consumer: &Consumer<S, Q, P>,
-    settings: &SoakSettings,
-    progress: &Progress,
-) where
-    E: Emulator,
-    S: IdempotencyStore,
-    Q: QueueOps,
-    P: Processor,
-{
-    let source = env.source(settings.esm_visibility);
-    let consumer = InProcess {
-        consumer,
-        outcomes: Some(&progress.outcomes),
-    };
-    event_source::poll(&source, &consumer, || progress.stopped()).await;
-}
-
-async fn redriver<E, Q, A, M>(
-    env: &E,
-    engine: &Engine<Q, A, M>,
-    settings: &SoakSettings,
-    progress: &Progress,
-) where
-    E: Emulator,
-    Q: Queue,
-    A: Alarms,
-    M: Metrics,
-{
-    let mut rng = seeded_rng(settings.seed ^ 0xdead);
-    while !progress.stopped() {
-        tokio::time::sleep(settings.redriver_tick).await;
-        if env.depths().await.dlq == 0 {
-            continue;
-        }
-        let request = DrainRequest {
-            deadline: Some(Instant::now() + REDRIVER_TIMEOUT),
-            ..DrainRequest::new(100)
-        };
-        progress.invocations.fetch_add(1, Ordering::SeqCst);
-        let summary = if rng.next_unit() >= settings.kill_share {
-            Some(engine.run(&request).await)
-        } else {
-            // Most kills land exactly between send and delete; the rest at a random call.
-            let fired = if rng.next_unit() < 0.6 {
-                env.arm_kill(&["DeleteMessageBatch"], 1)
-            } else {
-                env.arm_kill(&REDRIVER_CALLS, 1 + (rng.next_unit() * 4.0) as u32)
-            };
-            let summary = tokio::select! {
-                s = engine.run(&request) => Some(s),
-                _ = fired => None,
-            };
-            env.disarm_kill();
-            summary
-        };
-        match summary {
-            Some(s) => {
-                progress.redriven.fetch_add(s.redriven, Ordering::SeqCst);
-                progress.isolated.fetch_add(s.isolated, Ordering::SeqCst);
-                progress
-                    .redrive_failures
-                    .fetch_add(s.failed, Ordering::SeqCst);
-            }
-            None => {
-                progress.kills.fetch_add(1, Ordering::SeqCst);
-            }
-        }
+impl<E> Clone for Soak<'_, E> {
+    fn clone(&self) -> Self {
+        *self
     }
 }
 
-async fn monitor<E: Emulator>(env: &E, settings: &SoakSettings, progress: &Progress) -> bool {
-    let started = Instant::now();
-    let mut next_report = started + Duration::from_secs(15);
-    let mut calm = 0;
-    let quiesced = loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if started.elapsed() > settings.max_duration {
-            break false;
-        }
-        let produced_all = progress.produced_all.load(Ordering::SeqCst);
-        let depths = if produced_all || settings.progress {
-            Some(env.depths().await)
-        } else {
-            None
-        };
-        if settings.progress && Instant::now() >= next_report {
-            next_report += Duration::from_secs(15);
-            let d = depths.unwrap_or_default();
-            eprintln!(
-                "soak: {:>4} s  produced {:>6}  source {:>5}  dlq {:>4}  poison {:>4}",
-                started.elapsed().as_secs(),
-                lock(&progress.produced).len(),
-                d.source,
-                d.dlq,
-                d.poison
+impl<E> Copy for Soak<'_, E> {}
+
+impl<E: Emulator> Soak<'_, E> {
+    async fn producer(self) {
+        let mut rng = seeded_rng(self.settings.seed ^ 0xa11ce);
+        let mut next = 0;
+        while next < self.settings.messages && !self.progress.stopped() {
+            if self.env.source_depth().await >= self.settings.high_water {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            let wave = (self.settings.messages - next).min(50);
+            let kinds: Vec<Kind> = (0..wave)
+                .map(|_| {
+                    let r = rng.next_unit();
+                    if r < self.settings.poison_share {
+                        Kind::Poison
+                    } else if r < self.settings.poison_share + self.settings.doomed_share {
+                        Kind::Doomed
+                    } else {
+                        Kind::Normal
+                    }
+                })
+                .collect();
+            let bodies: Vec<String> = kinds
+                .iter()
+                .enumerate()
+                .map(|(i, k)| payload(next + i as u64, *k))
+                .collect();
+            let ids = self.env.produce(bodies.clone()).await;
+            assert_eq!(ids.len(), kinds.len(), "the producer lost a send");
+            lock(&self.progress.chains).extend(
+                ids.iter()
+                    .zip(&bodies)
+                    .map(|(id, body)| (record_id_of(id, body), id.clone())),
             );
+            lock(&self.progress.produced).extend(ids.into_iter().zip(kinds));
+            next += wave;
         }
-        match depths {
-            Some(d) if produced_all && d.source == 0 && d.dlq == 0 => {
-                calm += 1;
-                if calm >= 3 {
-                    break true;
+        self.progress.produced_all.store(true, Ordering::SeqCst);
+    }
+
+    /// One poller of the event source mapping, in front of the consumer.
+    async fn poller<S, Q, P>(self, consumer: &Consumer<S, Q, P>)
+    where
+        S: IdempotencyStore,
+        Q: QueueOps,
+        P: Processor,
+    {
+        let source = self.env.source(self.settings.esm_visibility);
+        let consumer = InProcess {
+            consumer,
+            outcomes: Some(&self.progress.outcomes),
+        };
+        event_source::poll(&source, &consumer, || self.progress.stopped()).await;
+    }
+
+    async fn redriver<Q, A, M>(self, engine: &Engine<Q, A, M>)
+    where
+        Q: Queue,
+        A: Alarms,
+        M: Metrics,
+    {
+        let mut rng = seeded_rng(self.settings.seed ^ 0xdead);
+        while !self.progress.stopped() {
+            tokio::time::sleep(self.settings.redriver_tick).await;
+            if self.env.depths().await.dlq == 0 {
+                continue;
+            }
+            let request = DrainRequest {
+                deadline: Some(Instant::now() + REDRIVER_TIMEOUT),
+                ..DrainRequest::new(100)
+            };
+            self.progress.invocations.fetch_add(1, Ordering::SeqCst);
+            let summary = if rng.next_unit() >= self.settings.kill_share {
+                Some(engine.run(&request).await)
+            } else {
+                // Most kills land exactly between send and delete; the rest at a random call.
+                let fired = if rng.next_unit() < 0.6 {
+                    self.env.arm_kill(&["DeleteMessageBatch"], 1)
+                } else {
+                    self.env
+                        .arm_kill(&REDRIVER_CALLS, 1 + (rng.next_unit() * 4.0) as u32)
+                };
+                let summary = tokio::select! {
+                    s = engine.run(&request) => Some(s),
+                    _ = fired => None,
+                };
+                self.env.disarm_kill();
+                summary
+            };
+            match summary {
+                Some(s) => {
+                    self.progress
+                        .redriven
+                        .fetch_add(s.redriven, Ordering::SeqCst);
+                    self.progress
+                        .isolated
+                        .fetch_add(s.isolated, Ordering::SeqCst);
+                    self.progress
+                        .redrive_failures
+                        .fetch_add(s.failed, Ordering::SeqCst);
+                }
+                None => {
+                    self.progress.kills.fetch_add(1, Ordering::SeqCst);
                 }
             }
-            _ => calm = 0,
         }
-    };
-    progress.stop.store(true, Ordering::SeqCst);
-    quiesced
+    }
+
+    async fn monitor(self) -> bool {
+        let started = Instant::now();
+        let mut next_report = started + Duration::from_secs(15);
+        let mut calm = 0;
+        let quiesced = loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if started.elapsed() > self.settings.max_duration {
+                break false;
+            }
+            let produced_all = self.progress.produced_all.load(Ordering::SeqCst);
+            let depths = if produced_all || self.settings.progress {
+                Some(self.env.depths().await)
+            } else {
+                None
+            };
+            if self.settings.progress && Instant::now() >= next_report {
+                next_report += Duration::from_secs(15);
+                let d = depths.unwrap_or_default();
+                eprintln!(
+                    "soak: {:>4} s  produced {:>6}  source {:>5}  dlq {:>4}  poison {:>4}",
+                    started.elapsed().as_secs(),
+                    lock(&self.progress.produced).len(),
+                    d.source,
+                    d.dlq,
+                    d.poison
+                );
+            }
+            match depths {
+                Some(d) if produced_all && d.source == 0 && d.dlq == 0 => {
+                    calm += 1;
+                    if calm >= 3 {
+                        break true;
+                    }
+                }
+                _ => calm = 0,
+            }
+        };
+        self.progress.stop.store(true, Ordering::SeqCst);
+        quiesced
+    }
 }
 
 /// Runs the loop to the end and reconciles.
@@ -436,13 +455,17 @@ where
 {
     let progress = Progress::default();
     let started = Instant::now();
-    let pollers =
-        join_all((0..settings.pollers.max(1)).map(|_| poller(env, consumer, settings, &progress)));
+    let soak = Soak {
+        env,
+        settings,
+        progress: &progress,
+    };
+    let pollers = join_all((0..settings.pollers.max(1)).map(|_| soak.poller(consumer)));
     let (_, _, _, quiesced) = tokio::join!(
-        producer(env, settings, &progress),
+        soak.producer(),
         pollers,
-        redriver(env, engine, settings, &progress),
-        monitor(env, settings, &progress),
+        soak.redriver(engine),
+        soak.monitor(),
     );
     // Calls answered late (timeouts) may still land: let them, then count.
     tokio::time::sleep(settings.settle_grace).await;

@@ -14,8 +14,7 @@
 //!   DeleteMessageBatch: between send and delete): the call never returns and the harness
 //!   drops the drain there.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redrive_consumer::fake::FakeStore;
@@ -27,31 +26,11 @@ use redrive_engine::ports::{
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
 use redrive_shared::limits::Outgoing;
-use serde::Serialize;
+use redrive_shared::sync::lock;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::faults::{FaultCounts, FaultKind, FaultPlan, KillSwitch, failing_entries};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// What the fault layer did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct WorldStats {
-    /// Attempts by operation (what the service would bill).
-    pub calls: BTreeMap<String, u64>,
-    pub sdk_retries: u64,
-    pub faults: FaultCounts,
-    pub failed_entries: u64,
-    /// Keys whose COMPLETED write met a fault.
-    pub completion_faulted: std::collections::BTreeSet<String>,
-    /// Keys whose claim took effect but whose answer was lost (reset after, timeout).
-    pub claim_lost: std::collections::BTreeSet<String>,
-    /// Calls a kill landed on, by operation.
-    pub kills: BTreeMap<String, u64>,
-}
+use crate::faults::{FaultKind, FaultLayer, FaultPlan, FaultStats, KillSwitch, failing_entries};
 
 /// An injected failure as the caller sees it.
 #[derive(Debug, Clone)]
@@ -97,7 +76,7 @@ pub struct World {
     sqs: Arc<FakeSqs>,
     plan: Mutex<Option<FaultPlan>>,
     rng: Mutex<JitterRng>,
-    stats: Mutex<WorldStats>,
+    stats: Mutex<FaultStats>,
     kill: KillSwitch,
     /// Share of the re-driver's sent entries acknowledged but never stored: a deliberately
     /// broken service, to prove that the soak's reconciliation catches a loss.
@@ -112,15 +91,12 @@ pub struct World {
 
 impl World {
     pub fn new(seed: u64) -> Arc<Self> {
-        let wall_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let wall_ms = redrive_shared::clock::now_ms();
         Arc::new(Self {
             sqs: FakeSqs::seeded(seed),
             plan: Mutex::new(None),
             rng: Mutex::new(seeded_rng(seed)),
-            stats: Mutex::new(WorldStats::default()),
+            stats: Mutex::new(FaultStats::default()),
             kill: KillSwitch::default(),
             lossy_sends: Mutex::new(0.0),
             max_attempts: 3,
@@ -138,7 +114,7 @@ impl World {
         *lock(&self.lossy_sends) = share;
     }
 
-    pub fn stats(&self) -> WorldStats {
+    pub fn stats(&self) -> FaultStats {
         lock(&self.stats).clone()
     }
 
@@ -167,7 +143,19 @@ impl World {
     pub fn disarm_kill(&self) {
         self.kill.disarm();
     }
+}
 
+impl FaultLayer for World {
+    fn kill_switch(&self) -> &KillSwitch {
+        &self.kill
+    }
+
+    fn fault_stats(&self) -> FaultStats {
+        self.stats()
+    }
+}
+
+impl World {
     pub fn create_queue(&self, url: &str, redrive: Option<(&str, u32)>) {
         self.sqs.create_queue(url);
         if let Some((dlq, max_receives)) = redrive {

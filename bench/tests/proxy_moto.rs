@@ -65,7 +65,7 @@ async fn calls_are_counted_by_operation_and_delayed_by_the_latency() {
     assert_eq!(stats.calls_of("SendMessageBatch"), 1);
     assert_eq!(stats.calls_of("ReceiveMessage"), 2);
     assert_eq!(stats.empty_receives, 1);
-    assert_eq!(stats.sdk_retries, 0);
+    assert_eq!(stats.layer.sdk_retries, 0);
     assert_eq!(stats.total_calls(), 3);
     // the callers waited at least the latency on each call, and not longer than they ran
     assert!(stats.held_seconds >= 3.0 * 0.050, "{}", stats.held_seconds);
@@ -100,8 +100,8 @@ async fn throttling_is_retried_by_the_sdk_then_reported_retryable() {
     assert!(err.retryable);
     let stats = proxy.stats();
     assert_eq!(stats.calls_of("SendMessageBatch"), 3, "three SDK attempts");
-    assert_eq!(stats.sdk_retries, 2);
-    assert_eq!(stats.faults.get(FaultKind::Throttle), 3);
+    assert_eq!(stats.layer.sdk_retries, 2);
+    assert_eq!(stats.layer.faults.get(FaultKind::Throttle), 3);
     assert_eq!(
         queue_depth(&direct, &queues.dlq_url).await,
         0,
@@ -218,7 +218,7 @@ async fn an_armed_kill_holds_the_call_and_never_forwards_it() {
         r = q.delete_batch(&queues.dlq_url, &handles) => panic!("the held call returned: {r:?}"),
         _ = fired => {}
     }
-    assert_eq!(proxy.stats().kills["DeleteMessageBatch"], 1);
+    assert_eq!(proxy.stats().layer.kills["DeleteMessageBatch"], 1);
     assert_eq!(
         queue_depth(&direct, &queues.dlq_url).await,
         1,

@@ -1,9 +1,11 @@
-//! Pure logic shared by the redrive Lambdas: no I/O, no clocks, no global randomness.
+//! Pure logic shared by the redrive Lambdas: no I/O, no global randomness, and no clock but
+//! [`clock::now_ms`], which the logic modules never read (they take the time as an argument).
 //!
 //! - [`archive`]: the archive / export line format (JSON Lines) and its S3 key scheme.
 //! - [`attributes`]: the SQS message-attribute model and size accounting.
 //! - [`meta`]: the `x-redrive` attribute (parse, don't validate; reading is total).
 //! - [`backoff`]: exponential backoff with jitter, random source injectable (`rand`'s SmallRng).
+//! - [`clock`]: the wall clock in epoch milliseconds, for the Lambdas, the CLI and the harnesses.
 //! - [`circuit`]: the adaptive circuit (bounce-back rate, canary, cool-down), pure.
 //! - [`limits`]: SQS's documented limits, enforced here because emulators do not, and batching.
 //! - [`decision`]: redrive or isolate one received message.
@@ -13,6 +15,7 @@
 //! - [`key`]: idempotency keys for the consumer.
 //! - [`timefmt`]: RFC 3339 timestamps of epoch milliseconds (`aws_smithy_types::DateTime`).
 //! - [`triage`]: a DLQ grouped by cause (normaliser, group ids, actions, rules).
+//! - [`sync`]: a mutex lock that takes over a lock a panicking holder poisoned.
 //! - [`trace_header`]: SQS's `AWSTraceHeader` system attribute, carried onto every copy.
 //! - `sdk` (feature `aws`): conversions to and from `aws-sdk-sqs` types.
 //! - `logging` (feature `logging`): the JSON log setup of the Lambdas and the CLI.
@@ -21,6 +24,7 @@ pub mod archive;
 pub mod attributes;
 pub mod backoff;
 pub mod circuit;
+pub mod clock;
 pub mod config;
 pub mod decision;
 pub mod emf;
@@ -33,6 +37,7 @@ pub mod meta;
 #[cfg(feature = "aws")]
 pub mod sdk;
 pub mod source;
+pub mod sync;
 pub mod timefmt;
 pub mod trace_header;
 pub mod triage;

@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use redrive_shared::sync::lock;
+
 use crate::loopback::{Answer, Call, Server, respond};
 
 /// How the downstream answers every request (unless a body rule matches first).
@@ -153,11 +155,6 @@ impl Downstream {
         // A panic elsewhere while holding the lock must not hide this test's own failure.
         lock(&self.state)
     }
-}
-
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    // A panic elsewhere while holding the lock must not hide this test's own failure.
-    state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Decides the answer, waits if the mode says so, and records the request.

@@ -32,6 +32,7 @@ use std::sync::Mutex;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_sqs::config::Credentials;
+use redrive_shared::sync::lock;
 use serde_json::{Value, json};
 
 use crate::moto::Moto;
@@ -323,7 +324,7 @@ fn user_credentials(
         resources.clone(),
         Value::from(extra.to_vec()).to_string(),
     );
-    let mut cache = CREDENTIALS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cache = lock(&CREDENTIALS);
     if let Some(found) = cache.get_or_insert_with(HashMap::new).get(&key) {
         return found.clone();
     }

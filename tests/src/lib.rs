@@ -43,11 +43,13 @@ pub use downstream::{Downstream, Mode, ReceivedRequest};
 pub use dynamodb::{create_circuit_table, create_idempotency_table};
 pub use lambda_watch::{LambdaWatch, WatchOptions, invocation_ids};
 pub use localstack::{
-    LOCALSTACK_SERVICES, LocalStack, SQS_EMULATOR_VARIABLE, localstack, sqs_emulator,
+    LOCALSTACK_SERVICES, LocalStack, LocalStackServer, SQS_EMULATOR_VARIABLE, localstack,
+    sqs_emulator,
 };
 pub use meta::permanently_failed;
-pub use moto::{Moto, REGION, moto, moto_fast_clock, moto_sfn};
+pub use moto::{Moto, MotoServer, REGION, moto, moto_fast_clock, moto_sfn};
 pub use names::unique_name;
+pub use process::Launched;
 pub use sqs::{
     QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string,
     batch_sends_keep_trace_headers, drain_all, producer_trace_header, queue_attributes,
@@ -68,7 +70,7 @@ pub fn workspace_root() -> &'static Path {
 /// For a test that runs another package's binary, where `CARGO_BIN_EXE_<name>` is not set.
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = redrive_shared::sync::lock(&BUILT);
     if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
         return path.clone();
     }

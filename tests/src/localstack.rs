@@ -17,7 +17,6 @@
 //! siblings, in child processes as in the tests' own clients.
 
 use std::path::PathBuf;
-use std::process::ChildStdin;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ use aws_config::SdkConfig;
 use aws_types::origin::Origin;
 use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
 
-use crate::process::launch_announcing_port;
+use crate::process::{Launched, launch_announcing_port};
 use crate::{unique_name, workspace_root};
 
 /// The services a LocalStack of the harness serves, by the SDK's service id (the suffix of
@@ -37,14 +36,15 @@ pub const SQS_EMULATOR_VARIABLE: &str = "REDRIVE_SQS_EMULATOR";
 /// import of LocalStack's modules takes longer.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// A LocalStack gateway listening on 127.0.0.1, private to this test process.
+/// A LocalStack gateway listening on 127.0.0.1, private to this test process (the launcher
+/// stops LocalStack when this process ends).
+pub type LocalStack = Launched<LocalStackServer>;
+
+/// What is particular to a LocalStack gateway.
 #[derive(Debug)]
-pub struct LocalStack {
-    port: u16,
-    pid: u32,
+pub struct LocalStackServer {
+    /// Its own directory under `target/localstack/`: its log and state.
     dir: PathBuf,
-    // Held, never written: see `moto::Moto` (the launcher stops LocalStack at end of file).
-    _lifeline: ChildStdin,
 }
 
 static LOCALSTACK: OnceLock<LocalStack> = OnceLock::new();
@@ -93,31 +93,12 @@ impl LocalStack {
                 python.display()
             ),
         );
-        LocalStack {
-            port: announced.port,
-            pid: announced.pid,
-            dir,
-            _lifeline: announced.lifeline,
-        }
-    }
-
-    /// `http://127.0.0.1:PORT`
-    pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process id of the launcher (LocalStack runs as its child).
-    pub fn pid(&self) -> u32 {
-        self.pid
+        LocalStack::new(announced, LocalStackServer { dir })
     }
 
     /// LocalStack's own log (kept after the run, in `target/localstack/`).
     pub fn log_path(&self) -> PathBuf {
-        self.dir.join("localstack.log")
+        self.kind.dir.join("localstack.log")
     }
 
     /// An SDK config whose every client goes to this LocalStack: region us-east-1, static

@@ -3,7 +3,6 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::ChildStdin;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -11,7 +10,7 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_sqs::config::Credentials;
 
 use crate::localstack::{LocalStack, sqs_emulator};
-use crate::process::launch_announcing_port;
+use crate::process::{Launched, launch_announcing_port};
 
 /// The region every client and child process of the harness uses.
 pub const REGION: &str = "us-east-1";
@@ -38,13 +37,11 @@ pub(crate) async fn emulator_sdk_config(endpoint: &str) -> SdkConfig {
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A moto server listening on 127.0.0.1, private to this test process.
+pub type Moto = Launched<MotoServer>;
+
+/// What is particular to a moto server.
 #[derive(Debug)]
-pub struct Moto {
-    port: u16,
-    pid: u32,
-    // Held, never written: when this process ends the kernel closes the pipe, the launcher
-    // reads end of file and exits, so moto never outlives the tests that started it.
-    _lifeline: ChildStdin,
+pub struct MotoServer {
     /// `--sfn`: where the launcher looks up the `cargo lambda watch` route of a Lambda Task's
     /// function (see `crate::sfn`). None for the other servers.
     pub(crate) lambda_routes: Option<PathBuf>,
@@ -83,9 +80,9 @@ pub fn moto_sfn() -> &'static Moto {
         std::fs::create_dir_all(&routes)
             .unwrap_or_else(|e| panic!("creating {}: {e}", routes.display()));
         let mut moto = Moto::launch(&["--sfn".to_string(), routes.display().to_string()]);
-        moto.lambda_routes = Some(routes);
+        moto.kind.lambda_routes = Some(routes);
         let answer = http_request(
-            moto.port,
+            moto.port(),
             "POST",
             "/moto-api/config",
             r#"{"stepfunctions":{"execute_state_machine":true}}"#,
@@ -136,33 +133,18 @@ impl Moto {
             ),
         );
         wait_until_answers(announced.port);
-        let (port, pid, lifeline) = (announced.port, announced.pid, announced.lifeline);
-        Moto {
-            port,
-            pid,
-            _lifeline: lifeline,
-            lambda_routes: None,
-        }
-    }
-
-    /// `http://127.0.0.1:PORT`
-    pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process id of the launcher (the Python process serving moto).
-    pub fn pid(&self) -> u32 {
-        self.pid
+        Moto::new(
+            announced,
+            MotoServer {
+                lambda_routes: None,
+            },
+        )
     }
 
     /// `POST path` with a JSON `body` to this moto (the launcher's own endpoints):
     /// (status, body).
     pub(crate) fn post(&self, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-        http_exchange(self.port, "POST", path, body)
+        http_exchange(self.port(), "POST", path, body)
     }
 
     /// An SDK config for this moto: its endpoint as the standard `endpoint_url` (the same
@@ -216,7 +198,7 @@ impl Moto {
     /// (`AWS_ENDPOINT_URL_SQS` and its siblings), everything else (DynamoDB) stays here. Not
     /// for the Step Functions moto, whose state machines call its own SQS.
     pub fn sqs_on_localstack(&self) -> Option<&'static LocalStack> {
-        if self.lambda_routes.is_some() {
+        if self.kind.lambda_routes.is_some() {
             return None;
         }
         sqs_emulator()

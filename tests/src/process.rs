@@ -141,6 +141,44 @@ pub(crate) struct Announced {
     pub(crate) lifeline: ChildStdin,
 }
 
+/// A server a launcher started on 127.0.0.1 (moto, LocalStack), private to this test process;
+/// `K` holds what is particular to that server.
+#[derive(Debug)]
+pub struct Launched<K> {
+    port: u16,
+    pid: u32,
+    // Held, never written: when this process ends the kernel closes the pipe, the launcher
+    // reads end of file and exits, so the server never outlives the tests that started it.
+    _lifeline: ChildStdin,
+    pub(crate) kind: K,
+}
+
+impl<K> Launched<K> {
+    pub(crate) fn new(announced: Announced, kind: K) -> Self {
+        Launched {
+            port: announced.port,
+            pid: announced.pid,
+            _lifeline: announced.lifeline,
+            kind,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Process id of the launcher (the Python process serving moto; LocalStack runs as its
+    /// child).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
 /// Starts `python launcher args...` and waits up to `timeout` for its port. `name` names the
 /// server in panics and in its further stdout lines (`[name] ...` on our stderr); `hint` says
 /// what to check when the launcher exits before printing a port.

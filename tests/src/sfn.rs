@@ -124,7 +124,7 @@ impl Moto {
             .start_function(binary)
             .await
             .unwrap_or_else(|e| panic!("route_lambda: {e}"));
-        let dir = self.lambda_routes.as_ref().unwrap_or_else(|| {
+        let dir = self.kind.lambda_routes.as_ref().unwrap_or_else(|| {
             panic!("route_lambda: this moto does not run state machines; use moto_sfn()")
         });
         assert!(

@@ -12,9 +12,8 @@ use redrive_engine::Engine;
 use redrive_engine::fake::FakeCloudWatch;
 use redrive_shared::Attributes;
 use redrive_tests::event_source::Source;
-use tokio::sync::oneshot;
 
-use super::{Depths, Emulator, LayerStats, Parked, Place, Reconciliation, SoakSettings};
+use super::{Depths, Emulator, Parked, Place, Reconciliation, SoakSettings};
 use crate::downstream::{Flaky, FlakyProcessor};
 use crate::faults::FaultPlan;
 use crate::world::{World, WorldOps, WorldQueue, WorldStore, world_url};
@@ -98,25 +97,10 @@ impl Emulator for FakeEmulator {
         .collect()
     }
 
-    fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
-        self.world.arm_kill(operations, nth)
-    }
+    type Layer = World;
 
-    fn disarm_kill(&self) {
-        self.world.disarm_kill();
-    }
-
-    fn layer_stats(&self) -> LayerStats {
-        let s = self.world.stats();
-        LayerStats {
-            calls: s.calls.values().sum(),
-            faults: s.faults,
-            sdk_retries: s.sdk_retries,
-            failed_entries: s.failed_entries,
-            completion_faulted: s.completion_faulted,
-            claim_lost: s.claim_lost,
-            kills_between_send_and_delete: s.kills.get("DeleteMessageBatch").copied().unwrap_or(0),
-        }
+    fn layer(&self) -> &World {
+        &self.world
     }
 }
 

@@ -14,10 +14,9 @@ use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_shared::config::DownstreamConfig;
 use redrive_shared::sdk::attributes_from_sdk;
 use redrive_tests::{QueueSet, create_idempotency_table, drain_all, queue_depth, send_batch};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Depths, Emulator, LayerStats, Parked, Place, Reconciliation, SoakSettings};
+use super::{Depths, Emulator, Parked, Place, Reconciliation, SoakSettings};
 use crate::downstream::{Flaky, FlakyServer};
 use crate::event_source::SqsRecords;
 use crate::faults::FaultPlan;
@@ -75,25 +74,10 @@ impl Emulator for MotoEmulator<'_> {
         inventory(&self.direct, &self.queues, Duration::from_secs(60)).await
     }
 
-    fn arm_kill(&self, operations: &[&str], nth: u32) -> oneshot::Receiver<()> {
-        self.proxy.arm_kill(operations, nth)
-    }
+    type Layer = Proxy;
 
-    fn disarm_kill(&self) {
-        self.proxy.disarm_kill();
-    }
-
-    fn layer_stats(&self) -> LayerStats {
-        let s = self.proxy.stats();
-        LayerStats {
-            calls: s.total_calls(),
-            faults: s.faults,
-            sdk_retries: s.sdk_retries,
-            failed_entries: s.failed_entries,
-            completion_faulted: s.completion_faulted,
-            claim_lost: s.claim_lost,
-            kills_between_send_and_delete: s.kills.get("DeleteMessageBatch").copied().unwrap_or(0),
-        }
+    fn layer(&self) -> &Proxy {
+        self.proxy
     }
 }
 
@@ -184,7 +168,7 @@ pub async fn run(settings: &SoakSettings) -> Reconciliation {
         let s = proxy.stats();
         eprintln!(
             "calls {:?}\nupstream seconds {:?}",
-            s.calls, s.upstream_seconds
+            s.layer.calls, s.upstream_seconds
         );
     }
 

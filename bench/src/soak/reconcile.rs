@@ -7,7 +7,7 @@ use redrive_shared::meta::RedriveMeta;
 use serde::Serialize;
 
 use crate::downstream::chain_of;
-use crate::faults::FaultCounts;
+use crate::faults::{FaultCounts, FaultStats};
 
 use super::{Kind, SoakSettings};
 
@@ -68,6 +68,20 @@ pub struct LayerStats {
     pub claim_lost: BTreeSet<String>,
     /// Kills that landed on a DeleteMessageBatch: after the copies were acknowledged.
     pub kills_between_send_and_delete: u64,
+}
+
+impl From<&FaultStats> for LayerStats {
+    fn from(s: &FaultStats) -> Self {
+        LayerStats {
+            calls: s.calls.values().sum(),
+            faults: s.faults.clone(),
+            sdk_retries: s.sdk_retries,
+            failed_entries: s.failed_entries,
+            completion_faulted: s.completion_faulted.clone(),
+            claim_lost: s.claim_lost.clone(),
+            kills_between_send_and_delete: s.kills.get("DeleteMessageBatch").copied().unwrap_or(0),
+        }
+    }
 }
 
 /// The outcome: where every message ended, and what the loop went through.

@@ -2,13 +2,14 @@
 //! deleted, the others released, and the metrics of each queue.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redrive_engine::ports::{
     HandleEntry, MetricUnit, MetricValue, Metrics, PortError, Queue, Received,
 };
 use redrive_shared::Attributes;
 use redrive_shared::archive::{self, SystemAttributes};
+use redrive_shared::clock::now_ms;
 use redrive_shared::config::QueueUrl;
 use serde::Serialize;
 
@@ -93,13 +94,6 @@ impl ArchiveCounts {
         }
         values
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Why a queue's sweep ended.

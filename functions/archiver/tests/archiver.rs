@@ -112,6 +112,25 @@ async fn on_moto(
     init(s3, cfg).await.expect("init")
 }
 
+/// The archiver started on moto with `cfg`, run once: its summary.
+async fn run_once(s3: &aws_sdk_s3::Client, cfg: ArchiverConfig) -> RunSummary {
+    on_moto(s3, cfg).await.run(None).await
+}
+
+/// The archiver under cargo lambda watch on moto, sweeping `queues` into `bucket`, where every
+/// message is old enough to archive.
+async fn watch_archiver(queues: &QueueSet, bucket: &str) -> LambdaWatch {
+    let mut env = moto().env();
+    env.extend([
+        ("ARCHIVE_BUCKET".to_string(), bucket.to_string()),
+        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
+        ("DLQ_URL".to_string(), queues.dlq_url.clone()),
+        ("ARCHIVE_AFTER_SECONDS".to_string(), "0".to_string()),
+        ("METRIC_NAMESPACE".to_string(), unique_name("ns")),
+    ]);
+    LambdaWatch::start(&["archiver"], &env).await
+}
+
 /// Every version of every object in the bucket, in key order, each parsed.
 async fn archived(s3: &aws_sdk_s3::Client, bucket: &str) -> Vec<(String, Vec<ArchivedMessage>)> {
     let versions = s3
@@ -278,8 +297,7 @@ async fn old_messages_are_archived_byte_exactly_and_young_ones_stay() {
     let young_dlq = send_all(&sqs, &queues.dlq_url, &["young-dlq"], false).await;
 
     // WHEN the archiver runs
-    let archiver = on_moto(&s3, cfg).await;
-    let summary = archiver.run(None).await;
+    let summary = run_once(&s3, cfg).await;
 
     // THEN the old ones are in S3, exactly, and gone from their queues; the young ones stayed
     // and are visible again at once.
@@ -369,8 +387,7 @@ async fn fifo_group_and_deduplication_ids_and_sequence_numbers_are_archived() {
     let (sqs, s3, queues, bucket) = queues_and_bucket(true).await;
     let a = send_fifo(&sqs, &queues.poison_url, "first", "g1", "d1", &[]).await;
     let b = send_fifo(&sqs, &queues.poison_url, "second", "g1", "d2", &[]).await;
-    let archiver = on_moto(&s3, queue_config(&queues, &bucket, "0")).await;
-    let summary = archiver.run(None).await;
+    let summary = run_once(&s3, queue_config(&queues, &bucket, "0")).await;
     assert_eq!(summary.archived, 2, "{summary:?}");
     let lines: Vec<ArchivedMessage> = archived(&s3, &bucket)
         .await
@@ -406,10 +423,9 @@ async fn the_oldest_age_read_from_sent_timestamps_is_published_per_queue_zero_wh
     // (nothing is old enough to archive: the sweep only reads)
     let cfg = queue_config(&queues, &bucket, "3600");
     let namespace = cfg.metric_namespace.clone();
-    let archiver = on_moto(&s3, cfg).await;
 
     // WHEN the archiver runs
-    let summary = archiver.run(None).await;
+    let summary = run_once(&s3, cfg).await;
     assert_eq!((summary.kept, summary.archived), (2, 0), "{summary:?}");
 
     // THEN each queue it swept has one OldestMessageAgeSeconds datum, in seconds: the poison
@@ -452,9 +468,7 @@ async fn a_put_failure_leaves_every_message_on_its_queue() {
     send_all(&sqs, &queues.dlq_url, &["d1", "d2"], false).await;
     let cfg = queue_config(&queues, &missing, "0");
     let namespace = cfg.metric_namespace.clone();
-    let archiver = on_moto(&s3, cfg).await;
-
-    let summary = archiver.run(None).await;
+    let summary = run_once(&s3, cfg).await;
 
     assert_eq!(
         (summary.archived, summary.failed, summary.objects),
@@ -650,15 +664,7 @@ async fn the_archiver_runs_as_a_lambda_on_its_schedule_and_never_logs_bodies() {
         true,
     )
     .await;
-    let mut env = moto().env();
-    env.extend([
-        ("ARCHIVE_BUCKET".to_string(), bucket.clone()),
-        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
-        ("DLQ_URL".to_string(), queues.dlq_url.clone()),
-        ("ARCHIVE_AFTER_SECONDS".to_string(), "0".to_string()),
-        ("METRIC_NAMESPACE".to_string(), unique_name("ns")),
-    ]);
-    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let watch = watch_archiver(&queues, &bucket).await;
     let response = watch
         .invoke("archiver", &fixture("eventbridge-scheduled.json"))
         .await
@@ -688,15 +694,7 @@ async fn the_archiver_runs_as_a_lambda_on_its_schedule_and_never_logs_bodies() {
 async fn the_archivers_log_lines_carry_the_invocation_ids_and_its_archive_the_trace_header() {
     // GIVEN the archiver under cargo lambda watch, and a traced producer's message parked
     let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
-    let mut env = moto().env();
-    env.extend([
-        ("ARCHIVE_BUCKET".to_string(), bucket.clone()),
-        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
-        ("DLQ_URL".to_string(), queues.dlq_url.clone()),
-        ("ARCHIVE_AFTER_SECONDS".to_string(), "0".to_string()),
-        ("METRIC_NAMESPACE".to_string(), unique_name("ns")),
-    ]);
-    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let watch = watch_archiver(&queues, &bucket).await;
     let header = redrive_tests::producer_trace_header();
     let traced =
         redrive_tests::send_traced(&sqs, &queues.poison_url, "traced-body", &[], &header).await;
@@ -778,8 +776,7 @@ async fn every_protected_dlq_is_archived_under_its_own_prefix_at_its_own_tagged_
     ]);
     assert_eq!(cfg.queues.len(), 4, "the poison queue and the three DLQs");
     // A bad tag on one DLQ does not stop the archiver.
-    let archiver = on_moto(&s3, cfg).await;
-    let summary = archiver.run(None).await;
+    let summary = run_once(&s3, cfg).await;
     let swept: Vec<&str> = summary.queues.iter().map(|q| q.queue.as_str()).collect();
     let name = |url: &str| url.rsplit('/').next().unwrap().to_string();
     assert_eq!(
@@ -840,8 +837,7 @@ async fn a_protected_dlq_whose_retention_is_too_short_is_left_alone_and_said_the
     ]);
 
     // WHEN the archiver starts and runs
-    let archiver = on_moto(&s3, cfg).await;
-    let summary = archiver.run(None).await;
+    let summary = run_once(&s3, cfg).await;
 
     // THEN the poison queue and the tagged DLQ are swept, the other two are left alone, and each
     // of those says so in DlqLeftAlone at every run (the fleet's alarm pages on it)

@@ -56,7 +56,7 @@ impl CompletedCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Lru> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        redrive_shared::sync::lock(&self.inner)
     }
 
     /// The record of `key` if it is remembered and unexpired at `now_ms` (epoch ms); an

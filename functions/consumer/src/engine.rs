@@ -17,10 +17,10 @@
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use redrive_shared::backoff::{JitterRng, os_seeded_rng};
+pub(crate) use redrive_shared::clock::now_ms;
 use redrive_shared::config::ConsumerConfig;
 use serde_json::Value;
 
@@ -228,14 +228,6 @@ pub fn key_digest(key: &str) -> String {
 fn digest_of_record_id(id: &str) -> &str {
     let hash = id.rsplit('#').next().unwrap_or(id);
     hash.get(..8).unwrap_or(hash)
-}
-
-/// The wall clock in Unix epoch milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

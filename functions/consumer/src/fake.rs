@@ -3,13 +3,9 @@
 //! a send that is never acknowledged) and to count the calls the happy path costs.
 //!
 //! [`FakeStore`] evaluates the same claim condition as the DynamoDB adapter.
-use std::sync::{Mutex, MutexGuard};
+use redrive_shared::sync::lock;
 
 use crate::ports::PortError;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 pub fn unavailable(operation: &'static str) -> PortError {
     PortError {

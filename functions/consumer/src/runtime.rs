@@ -277,10 +277,7 @@ fn with_timeouts(sdk: SdkConfig) -> SdkConfig {
 /// emulator may send a duration (`cargo lambda watch` sends 600000), which is read as that
 /// long from now.
 pub fn deadline_ms(raw: u64) -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now = u64::try_from(redrive_shared::clock::now_ms()).unwrap_or(0);
     redrive_shared::timefmt::deadline_epoch_ms(raw, now)
 }
 

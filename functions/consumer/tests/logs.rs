@@ -2,12 +2,13 @@
 //! no other test's subscriber races it): never a raw key.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redrive_consumer::fake::{
     self, FakeQueue, FakeStore, Record, ScriptedProcessor, Status, Step, event, message,
 };
 use redrive_consumer::{Consumer, FailedIds, Message, ProcessError, key_digest};
+use redrive_shared::clock::now_ms;
 use redrive_shared::key::{IdempotencyKey, KeySource};
 use serde_json::json;
 
@@ -35,13 +36,6 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
     fn make_writer(&'a self) -> Self::Writer {
         self.clone()
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 fn keyed(id: &str, key: &str) -> Message {

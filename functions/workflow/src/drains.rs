@@ -15,6 +15,7 @@ use redrive_engine::circuit::CircuitStore;
 use redrive_engine::engine::{Admission, DrainCounts, DrainRequest, Engine};
 use redrive_engine::ports::{Alarms, Metrics, Queue};
 use redrive_shared::config::RedriverConfig;
+use redrive_shared::sync::lock;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -28,7 +29,7 @@ impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + 
     Workflow<Q, A, M, C>
 {
     pub(crate) fn drainer(&self, drains: u32) -> Drainer<Q, A, M, C> {
-        let mut map = self.drainers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.drainers);
         map.entry(drains)
             .or_insert_with(|| {
                 let cfg = &self.config.redriver;

@@ -25,19 +25,24 @@ const SRC_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders.
 
 type TestWorkflow = Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>;
 
+/// The configuration read from exactly these variables.
+fn config_of(vars: &[(&str, &str)]) -> Result<WorkflowConfig, ConfigError> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    WorkflowConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
+}
+
+/// The configuration of the DLQ, its source and its poison queue, with `pairs` on top.
 fn config(pairs: &[(&str, &str)]) -> Result<WorkflowConfig, ConfigError> {
-    let mut map: HashMap<String, String> = [
+    let mut vars = vec![
         ("DLQ_URL", DLQ),
         ("SOURCE_QUEUE_URL", SRC),
         ("POISON_QUEUE_URL", POISON),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    for (k, v) in pairs {
-        map.insert(k.to_string(), v.to_string());
-    }
-    WorkflowConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
+    ];
+    vars.extend_from_slice(pairs);
+    config_of(&vars)
 }
 
 fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestWorkflow) {
@@ -60,6 +65,14 @@ fn setup_on(
     ] {
         sqs.create_queue(q);
     }
+    workflow_on(sqs, cfg)
+}
+
+/// A workflow of `cfg` on `sqs` that retries at once and does not long-poll, its jitter seeded.
+fn workflow_on(
+    sqs: Arc<FakeSqs>,
+    cfg: WorkflowConfig,
+) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestWorkflow) {
     let cw = FakeCloudWatch::new();
     let wf = Workflow::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
         .with_settings(redrive_engine::engine::Settings {
@@ -69,6 +82,71 @@ fn setup_on(
         })
         .with_seed(7);
     (sqs, cw, wf)
+}
+
+/// A run of up to `max_messages` in `mode`: one drain, a standard queue, no trigger alarm.
+fn run_of(mode: Mode, max_messages: u32) -> Run {
+    Run {
+        max_messages,
+        dry_run: false,
+        mode,
+        drains: 1,
+        fifo: false,
+        trigger_alarm: None,
+    }
+}
+
+/// The totals `run` starts from: its whole budget remaining.
+fn start_totals(run: &Run) -> Totals {
+    Totals {
+        remaining: run.max_messages,
+        ..Totals::default()
+    }
+}
+
+type FakeWorkflow<C> = Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, C>;
+
+/// The `start` task of the execution `arn` with the operator's `input`, through the handler.
+async fn start_task<C: CircuitStore + Clone + Send>(
+    wf: &FakeWorkflow<C>,
+    arn: &str,
+    input: Value,
+) -> Value {
+    wf.handle(
+        json!({"action": "start", "input": input, "executionArn": arn, "stateMachineArn": "sm"}),
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+/// The `summary` task of `run` with `totals`, through the handler.
+async fn summary_task<C: CircuitStore + Clone + Send>(
+    wf: &FakeWorkflow<C>,
+    run: &Run,
+    totals: &Totals,
+) -> Value {
+    wf.handle(
+        json!({"action": "summary", "run": run, "totals": totals}),
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+/// The `checkCircuit` task, through the handler.
+async fn check_circuit<C: CircuitStore + Clone + Send>(wf: &FakeWorkflow<C>) -> Value {
+    wf.handle(json!({"action": "checkCircuit"}), None)
+        .await
+        .unwrap()
+}
+
+/// A workflow with the long backoff, and on its DLQ a message that will wait and a poison one.
+fn setup_waiting_and_poison() -> (Arc<FakeSqs>, TestWorkflow) {
+    let (sqs, _, wf) = setup(LONG);
+    sqs.push(DLQ, "later", Attributes::new(), None);
+    sqs.push(DLQ, "poison", permanent(), None);
+    (sqs, wf)
 }
 
 /// A fixed 2,000 s backoff: 900 s of DelaySeconds and 1,100 s held on the DLQ.
@@ -380,32 +458,13 @@ async fn a_copy_not_acknowledged_leaves_the_message_on_the_dlq() {
 #[tokio::test]
 async fn the_executions_answer_counts_the_messages_left_waiting() {
     // GIVEN a round that sent one message back to wait and isolated another
-    let (sqs, _, wf) = setup(LONG);
-    sqs.push(DLQ, "later", Attributes::new(), None);
-    sqs.push(DLQ, "poison", permanent(), None);
+    let (_, wf) = setup_waiting_and_poison();
     let round = wf.redrive_batch(10, false, None).await.unwrap();
-    let run = Run {
-        max_messages: 10,
-        dry_run: false,
-        mode: Mode::Messages,
-        drains: 1,
-        fifo: false,
-        trigger_alarm: None,
-    };
-    let totals = Totals {
-        remaining: 10,
-        ..Totals::default()
-    };
-    let totals = tally(&run, totals, Some(&to_value(&round)), &[]);
+    let run = run_of(Mode::Messages, 10);
+    let totals = tally(&run, start_totals(&run), Some(&to_value(&round)), &[]);
     assert_eq!(totals.waiting, 1);
     // WHEN the execution ends
-    let answer = wf
-        .handle(
-            json!({"action": "summary", "run": run, "totals": totals}),
-            None,
-        )
-        .await
-        .unwrap();
+    let answer = summary_task(&wf, &run, &totals).await;
     // THEN its answer accounts for every message received: the waiting one too
     let count = |k: &str| answer[k].as_u64().unwrap_or(0);
     assert_eq!(
@@ -423,9 +482,7 @@ async fn the_executions_answer_counts_the_messages_left_waiting() {
 
 #[tokio::test]
 async fn dry_run_plans_and_releases() {
-    let (sqs, _, wf) = setup(LONG);
-    sqs.push(DLQ, "a", Attributes::new(), None);
-    sqs.push(DLQ, "p", permanent(), None);
+    let (sqs, wf) = setup_waiting_and_poison();
     let round = wf.redrive_batch(10, true, None).await.unwrap();
     assert_eq!((round.received, round.waiting, round.isolated), (2, 1, 1));
     let mut outcomes: Vec<&str> = round.records.iter().map(|r| r.outcome.as_str()).collect();
@@ -434,38 +491,19 @@ async fn dry_run_plans_and_releases() {
     assert_eq!(sqs.depth_visible(DLQ), 2, "released at once");
     assert!(sqs.is_empty(SRC) && sqs.is_empty(POISON));
     let run = Run {
-        max_messages: 10,
         dry_run: true,
-        mode: Mode::Messages,
-        drains: 1,
-        fifo: false,
-        trigger_alarm: None,
+        ..run_of(Mode::Messages, 10)
     };
-    let totals = Totals {
-        remaining: 10,
-        ..Totals::default()
-    };
-    let t = tally(&run, totals, Some(&to_value(&round)), &[]);
+    let t = tally(&run, start_totals(&run), Some(&to_value(&round)), &[]);
     assert_eq!((t.received, t.waiting, t.isolated), (2, 1, 1));
     assert!(!t.more, "a dry run plans one round");
 }
 
 #[test]
 fn a_round_of_waits_only_is_progress_and_counts_apart() {
-    let run = Run {
-        max_messages: 100,
-        dry_run: false,
-        mode: Mode::Messages,
-        drains: 1,
-        fifo: false,
-        trigger_alarm: None,
-    };
-    let totals = Totals {
-        remaining: 100,
-        ..Totals::default()
-    };
+    let run = run_of(Mode::Messages, 100);
     let round = json!({"received": 40, "redriven": 0, "isolated": 0, "failed": 0, "waiting": 40, "stoppedBecause": "limit"});
-    let t = tally(&run, totals, Some(&round), &[]);
+    let t = tally(&run, start_totals(&run), Some(&round), &[]);
     assert_eq!((t.received, t.waiting, t.failed), (40, 40, 0));
     assert!(
         t.more,
@@ -479,15 +517,19 @@ async fn start_rejects_unknown_keys_and_plans_the_drains() {
     let (_, _, wf) = setup(&[]);
     let err = wf
         .handle(
-            json!({"action":"start","input":{"maxMesages":5},"executionArn":"e2","stateMachineArn":"sm"}),
+            json!({"action": "start", "input": {"maxMesages": 5}, "executionArn": "e2", "stateMachineArn": "sm"}),
             None,
         )
         .await
         .unwrap_err();
     assert_eq!(err.error_type(), "InvalidInput");
     assert!(err.to_string().contains("maxMesages"), "{err}");
-    let start = json!({"action":"start","input":{"maxMessages":5,"mode":"scaleOut","drains":2},"executionArn":"e1","stateMachineArn":"sm"});
-    let started = wf.handle(start, None).await.unwrap();
+    let started = start_task(
+        &wf,
+        "e1",
+        json!({"maxMessages": 5, "mode": "scaleOut", "drains": 2}),
+    )
+    .await;
     assert_eq!(started["proceed"], true);
     assert_eq!(started["run"]["drains"], 2);
     assert_eq!(
@@ -517,19 +559,6 @@ mod lease {
         wf.clock = clock;
         let store = MemoryCircuitStore::new();
         (cw, store.clone(), wf.with_circuit(store))
-    }
-
-    async fn start<C: CircuitStore + Clone + Send>(
-        wf: &Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, C>,
-        arn: &str,
-        input: Value,
-    ) -> Value {
-        wf.handle(
-            json!({"action": "start", "input": input, "executionArn": arn, "stateMachineArn": "sm"}),
-            None,
-        )
-        .await
-        .unwrap()
     }
 
     async fn check(wf: &LeaseWorkflow, arn: &str) -> Value {
@@ -565,13 +594,13 @@ mod lease {
     #[tokio::test]
     async fn the_first_of_two_starts_holds_the_dlq_and_the_second_is_already_running() {
         let (_, store, wf) = with_store();
-        let first = start(&wf, "e1", json!({})).await;
+        let first = start_task(&wf, "e1", json!({})).await;
         assert_eq!(first["proceed"], true, "{first}");
         assert_eq!(first["blockedBy"], Value::Null, "{first}");
         assert_eq!(holder(&store), Some(("e1".into(), T0 + TTL_MS)));
 
         advance(1000);
-        let second = start(&wf, "e2", json!({})).await;
+        let second = start_task(&wf, "e2", json!({})).await;
         assert_already_running(&second, "e1");
         assert_eq!(
             holder(&store),
@@ -581,7 +610,7 @@ mod lease {
 
         // A retried start of the holder (its answer lost) proceeds again, and renews.
         advance(1000);
-        let retried = start(&wf, "e1", json!({})).await;
+        let retried = start_task(&wf, "e1", json!({})).await;
         assert_eq!(retried["proceed"], true, "{retried}");
         assert_eq!(holder(&store), Some(("e1".into(), T0 + 2000 + TTL_MS)));
     }
@@ -627,12 +656,12 @@ mod lease {
     #[tokio::test]
     async fn an_expired_lease_goes_to_the_next_execution() {
         let (_, store, wf) = with_store();
-        assert_eq!(start(&wf, "e1", json!({})).await["proceed"], true);
+        assert_eq!(start_task(&wf, "e1", json!({})).await["proceed"], true);
         // e1 stopped without its summary: its lease lives for the TTL, then anyone takes it.
         advance(TTL_MS - 1);
-        assert_already_running(&start(&wf, "e2", json!({})).await, "e1");
+        assert_already_running(&start_task(&wf, "e2", json!({})).await, "e1");
         advance(1);
-        let e3 = start(&wf, "e3", json!({})).await;
+        let e3 = start_task(&wf, "e3", json!({})).await;
         assert_eq!(e3["proceed"], true, "{e3}");
         assert_eq!(holder(&store), Some(("e3".into(), T0 + 2 * TTL_MS)));
     }
@@ -640,9 +669,9 @@ mod lease {
     #[tokio::test]
     async fn the_summary_releases_the_lease_so_the_next_start_proceeds_at_once() {
         let (cw, store, wf) = with_store();
-        let first = start(&wf, "e1", json!({"triggerAlarm": "orders-dlq-depth"})).await;
+        let first = start_task(&wf, "e1", json!({"triggerAlarm": "orders-dlq-depth"})).await;
         // The blocked execution's summary re-arms the alarm and leaves the holder's lease.
-        let blocked = start(&wf, "e2", json!({"triggerAlarm": "orders-dlq-depth"})).await;
+        let blocked = start_task(&wf, "e2", json!({"triggerAlarm": "orders-dlq-depth"})).await;
         assert_already_running(&blocked, "e1");
         cw.set_state("orders-dlq-depth", "ALARM");
         let s = summary(&wf, "e2", &blocked).await;
@@ -656,14 +685,14 @@ mod lease {
 
         summary(&wf, "e1", &first).await;
         assert_eq!(holder(&store), None);
-        let next = start(&wf, "e3", json!({})).await;
+        let next = start_task(&wf, "e3", json!({})).await;
         assert_eq!(next["proceed"], true, "{next}");
     }
 
     #[tokio::test]
     async fn check_circuit_renews_the_lease_and_a_lost_lease_stops_the_round() {
         let (_, store, wf) = with_store();
-        start(&wf, "e1", json!({})).await;
+        start_task(&wf, "e1", json!({})).await;
         advance(600_000);
         let ok = check(&wf, "e1").await;
         assert_eq!(
@@ -679,7 +708,7 @@ mod lease {
 
         // e1 stalls past its lease; e2 takes over.
         advance(TTL_MS);
-        assert_eq!(start(&wf, "e2", json!({})).await["proceed"], true);
+        assert_eq!(start_task(&wf, "e2", json!({})).await["proceed"], true);
         let lost = check(&wf, "e1").await;
         assert_eq!(lost["open"], true, "{lost}");
         assert_eq!(lost["leaseLost"], true, "{lost}");
@@ -703,8 +732,8 @@ mod lease {
     #[tokio::test]
     async fn without_a_circuit_table_there_is_no_lease_and_executions_run_side_by_side() {
         let (_, _, wf) = setup(&[]);
-        assert_eq!(start(&wf, "e1", json!({})).await["proceed"], true);
-        assert_eq!(start(&wf, "e2", json!({})).await["proceed"], true);
+        assert_eq!(start_task(&wf, "e1", json!({})).await["proceed"], true);
+        assert_eq!(start_task(&wf, "e2", json!({})).await["proceed"], true);
         let out = wf
             .handle(
                 json!({"action": "checkCircuit", "executionArn": "e1"}),
@@ -719,15 +748,11 @@ mod lease {
 #[tokio::test]
 async fn a_scheduled_or_manual_execution_re_arms_the_configured_trigger_alarm() {
     let (_, _, wf) = setup(&[("TRIGGER_ALARM_NAME", "orders-dlq-not-empty")]);
-    let start = |input: Value| json!({"action":"start","input":input,"executionArn":"e","stateMachineArn":"sm"});
     // The schedule's input is {}; an operator's may name nothing either.
-    let scheduled = wf.handle(start(json!({})), None).await.unwrap();
+    let scheduled = start_task(&wf, "e", json!({})).await;
     assert_eq!(scheduled["run"]["triggerAlarm"], "orders-dlq-not-empty");
     // The alarm rule names the alarm that fired.
-    let alarmed = wf
-        .handle(start(json!({"triggerAlarm": "other-alarm"})), None)
-        .await
-        .unwrap();
+    let alarmed = start_task(&wf, "e", json!({"triggerAlarm": "other-alarm"})).await;
     assert_eq!(alarmed["run"]["triggerAlarm"], "other-alarm");
 }
 
@@ -735,13 +760,7 @@ async fn a_scheduled_or_manual_execution_re_arms_the_configured_trigger_alarm() 
 async fn an_execution_ends_after_its_rounds_with_limit_and_the_next_trigger_continues() {
     let (_, _, wf) = setup(&[]);
     // No cap on maxMessages itself: the rounds bound the execution.
-    let started = wf
-        .handle(
-            json!({"action":"start","input":{"maxMessages":5000},"executionArn":"e","stateMachineArn":"sm"}),
-            None,
-        )
-        .await
-        .unwrap();
+    let started = start_task(&wf, "e", json!({"maxMessages": 5000})).await;
     assert_eq!(started["proceed"], true);
     let run: Run = serde_json::from_value(started["run"].clone()).unwrap();
     let mut totals: Totals = serde_json::from_value(started["totals"].clone()).unwrap();
@@ -784,13 +803,7 @@ async fn an_execution_ends_after_its_rounds_with_limit_and_the_next_trigger_cont
 #[tokio::test]
 async fn fifo_runs_as_one_drain_and_refuses_the_per_message_path() {
     let (_, _, wf) = setup(&[("SOURCE_QUEUE_URL", SRC_FIFO)]);
-    let out = wf
-        .handle(
-            json!({"action":"start","input":{"mode":"messages","drains":4},"executionArn":"e","stateMachineArn":"sm"}),
-            None,
-        )
-        .await
-        .unwrap();
+    let out = start_task(&wf, "e", json!({"mode": "messages", "drains": 4})).await;
     assert_eq!(out["run"]["mode"], "scaleOut");
     assert_eq!(out["run"]["drains"], 1);
     assert!(wf.redrive_batch(10, false, None).await.is_err());
@@ -803,12 +816,8 @@ async fn scale_out_drains_share_the_budget_and_the_velocity_cap() {
         sqs.push(DLQ, &format!("m{i}"), Attributes::new(), None);
     }
     let run = Run {
-        max_messages: 30,
-        dry_run: false,
-        mode: Mode::ScaleOut,
         drains: 3,
-        fifo: false,
-        trigger_alarm: None,
+        ..run_of(Mode::ScaleOut, 30)
     };
     assert_eq!(
         wf.drainer(3).config.max_messages_per_second,
@@ -818,15 +827,7 @@ async fn scale_out_drains_share_the_budget_and_the_velocity_cap() {
     let plan = drain_plan(&run, 30);
     let results = futures_util::future::join_all(plan.iter().map(|d| wf.drain(d, None))).await;
     let results: Vec<Value> = results.into_iter().map(Result::unwrap).collect();
-    let totals = tally(
-        &run,
-        Totals {
-            remaining: 30,
-            ..Totals::default()
-        },
-        None,
-        &results,
-    );
+    let totals = tally(&run, start_totals(&run), None, &results);
     assert_eq!((totals.received, totals.redriven), (30, 30));
     assert_eq!(totals.remaining, 0);
     assert!(!totals.more);
@@ -845,16 +846,10 @@ async fn scale_out_drains_share_the_budget_and_the_velocity_cap() {
 async fn the_circuit_check_reads_the_guard_alarms() {
     let (_, cw, wf) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors")]);
     cw.set_state("downstream-errors", "OK");
-    let out = wf
-        .handle(json!({"action":"checkCircuit"}), None)
-        .await
-        .unwrap();
+    let out = check_circuit(&wf).await;
     assert_eq!(out["open"], false);
     cw.set_state("downstream-errors", "ALARM");
-    let out = wf
-        .handle(json!({"action":"checkCircuit"}), None)
-        .await
-        .unwrap();
+    let out = check_circuit(&wf).await;
     assert_eq!(out["open"], true);
     assert_eq!(out["guards"], json!(["downstream-errors"]));
 }
@@ -869,19 +864,13 @@ async fn the_operator_flag_opens_the_circuit() {
     record.operator = Override::Open;
     store.put(DLQ, record.clone());
     let wf = wf.with_circuit(store);
-    let out = wf
-        .handle(json!({"action":"checkCircuit"}), None)
-        .await
-        .unwrap();
+    let out = check_circuit(&wf).await;
     assert_eq!(out["open"], true);
     assert_eq!(out["operator"], "open");
     assert_eq!(out["guards"], json!([]));
     record.operator = Override::Auto;
     wf.engine.circuit.put(DLQ, record);
-    let out = wf
-        .handle(json!({"action":"checkCircuit"}), None)
-        .await
-        .unwrap();
+    let out = check_circuit(&wf).await;
     assert_eq!(out["open"], false);
     assert_eq!(out["operator"], "auto");
 }
@@ -894,10 +883,26 @@ mod adaptive_circuit {
     type CircuitWorkflow =
         Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, Arc<MemoryCircuitStore>>;
 
-    fn with_store() -> (Arc<FakeSqs>, Arc<MemoryCircuitStore>, CircuitWorkflow) {
-        let (sqs, _, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
+    /// A workflow of `pairs` on `sqs` with a circuit table, its records in memory.
+    fn with_store_on(
+        sqs: Arc<FakeSqs>,
+        pairs: &[(&str, &str)],
+    ) -> (
+        Arc<FakeSqs>,
+        Arc<FakeCloudWatch>,
+        Arc<MemoryCircuitStore>,
+        CircuitWorkflow,
+    ) {
+        let mut pairs = pairs.to_vec();
+        pairs.push(("CIRCUIT_TABLE", "redrive-circuit"));
+        let (sqs, cw, wf) = setup_on(sqs, &pairs);
         let store = MemoryCircuitStore::new();
-        (sqs, store.clone(), wf.with_circuit(store))
+        (sqs, cw, store.clone(), wf.with_circuit(store))
+    }
+
+    fn with_store() -> (Arc<FakeSqs>, Arc<MemoryCircuitStore>, CircuitWorkflow) {
+        let (sqs, _, store, wf) = with_store_on(FakeSqs::new(), &[]);
+        (sqs, store, wf)
     }
 
     /// [`with_store`] over an SQS whose every call takes a little while, so that drains run
@@ -905,11 +910,9 @@ mod adaptive_circuit {
     fn concurrent(
         pairs: &[(&str, &str)],
     ) -> (Arc<FakeSqs>, Arc<MemoryCircuitStore>, CircuitWorkflow) {
-        let mut pairs = pairs.to_vec();
-        pairs.push(("CIRCUIT_TABLE", "redrive-circuit"));
-        let (sqs, _, wf) = setup_on(FakeSqs::with_latency(Duration::from_millis(2)), &pairs);
-        let store = MemoryCircuitStore::new();
-        (sqs, store.clone(), wf.with_circuit(store))
+        let sqs = FakeSqs::with_latency(Duration::from_millis(2));
+        let (sqs, _, store, wf) = with_store_on(sqs, pairs);
+        (sqs, store, wf)
     }
 
     /// A redriven copy back on the DLQ just now (attempt 1, `lastRedrivenAt` now).
@@ -967,21 +970,11 @@ mod adaptive_circuit {
     }
 
     fn run(mode: Mode) -> Run {
-        Run {
-            max_messages: 100,
-            dry_run: false,
-            mode,
-            drains: 1,
-            fifo: false,
-            trigger_alarm: None,
-        }
+        run_of(mode, 100)
     }
 
     fn totals() -> Totals {
-        Totals {
-            remaining: 100,
-            ..Totals::default()
-        }
+        start_totals(&run(Mode::Messages))
     }
 
     fn state(store: &MemoryCircuitStore) -> State {
@@ -1045,14 +1038,7 @@ mod adaptive_circuit {
     #[tokio::test]
     async fn half_open_sends_only_the_canary_at_once_even_a_long_wait() {
         use redrive_shared::circuit::{CircuitRecord, CircuitSettings};
-        let (sqs, _, wf) = setup(&[
-            ("CIRCUIT_TABLE", "redrive-circuit"),
-            LONG[0],
-            LONG[1],
-            LONG[2],
-        ]);
-        let store = MemoryCircuitStore::new();
-        let wf = wf.with_circuit(store.clone());
+        let (sqs, _, store, wf) = with_store_on(FakeSqs::new(), LONG);
         let mut record = CircuitRecord::new(&CircuitSettings::default(), now_ms());
         record.state = State::HalfOpen;
         store.put(DLQ, record);
@@ -1112,18 +1098,22 @@ mod adaptive_circuit {
         wf: &Workflow<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>, C>,
         input: Value,
     ) -> (Run, Totals) {
-        let out = wf
-            .handle(
-                json!({"action": "start", "input": input, "executionArn": "exec-1", "stateMachineArn": "sm"}),
-                None,
-            )
-            .await
-            .unwrap();
+        let out = start_task(wf, "exec-1", input).await;
         assert_eq!(out["proceed"], true, "{out}");
         (
             serde_json::from_value(out["run"].clone()).unwrap(),
             serde_json::from_value(out["totals"].clone()).unwrap(),
         )
+    }
+
+    /// What one PutMetricData publishes of a run that opened the circuit and saw `bounced`
+    /// copies: CircuitOpen=1, CircuitTransitions=1, BouncedCopies.
+    fn opened_once(bounced: u64) -> Vec<Option<redrive_engine::ports::CircuitMetrics>> {
+        vec![Some(redrive_engine::ports::CircuitMetrics {
+            open: true,
+            transitions: 1,
+            bounced,
+        })]
     }
 
     fn published_circuit(
@@ -1135,9 +1125,7 @@ mod adaptive_circuit {
 
     #[tokio::test]
     async fn the_summary_of_an_execution_that_opened_the_circuit_reports_and_publishes_it() {
-        let (sqs, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
-        let store = MemoryCircuitStore::new();
-        let wf = wf.with_circuit(store.clone());
+        let (sqs, cw, store, wf) = with_store_on(FakeSqs::new(), &[]);
         // An earlier transition, before this execution started: not this execution's.
         let mut record = CircuitRecord::new(&CircuitSettings::default(), 0);
         record.set_override(1_000, Override::Open);
@@ -1159,13 +1147,7 @@ mod adaptive_circuit {
         assert_eq!(totals.bounced, 3);
         assert_eq!(state(&store), State::Open);
 
-        let out = wf
-            .handle(
-                json!({"action": "summary", "run": run, "totals": totals}),
-                None,
-            )
-            .await
-            .unwrap();
+        let out = summary_task(&wf, &run, &totals).await;
         assert_eq!(out["stoppedBecause"], "circuit-open", "{out}");
         let c = &out["circuit"];
         assert_eq!(c["state"], "open", "{out}");
@@ -1179,20 +1161,14 @@ mod adaptive_circuit {
         );
         assert_eq!(
             published_circuit(&cw),
-            vec![Some(redrive_engine::ports::CircuitMetrics {
-                open: true,
-                transitions: 1,
-                bounced: 3,
-            })],
+            opened_once(3),
             "CircuitOpen=1, CircuitTransitions=1, BouncedCopies=3 in the one PutMetricData"
         );
     }
 
     #[tokio::test]
     async fn the_summary_of_a_scale_out_execution_counts_the_drains_bounced_copies() {
-        let (sqs, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
-        let store = MemoryCircuitStore::new();
-        let wf = wf.with_circuit(store.clone());
+        let (sqs, cw, _, wf) = with_store_on(FakeSqs::new(), &[]);
         bounced_on_dlq(&sqs, 3);
         fresh_on_dlq(&sqs, 4);
         let (run, totals) = started(
@@ -1211,21 +1187,12 @@ mod adaptive_circuit {
             (c.state, c.plan, c.bounced, c.transitions),
             (State::Open, "hold", 3, 1)
         );
-        assert_eq!(
-            published_circuit(&cw),
-            vec![Some(redrive_engine::ports::CircuitMetrics {
-                open: true,
-                transitions: 1,
-                bounced: 3,
-            })]
-        );
+        assert_eq!(published_circuit(&cw), opened_once(3));
     }
 
     #[tokio::test]
     async fn an_unreadable_record_gives_no_circuit_in_the_summary() {
-        let (_, cw, wf) = setup(&[("CIRCUIT_TABLE", "redrive-circuit")]);
-        let store = MemoryCircuitStore::new();
-        let wf = wf.with_circuit(store.clone());
+        let (_, cw, store, wf) = with_store_on(FakeSqs::new(), &[]);
         let (run, totals) = started(&wf, json!({})).await;
         store.fail_next(redrive_engine::fake::throttled("GetItem"));
         let s = wf.summary(&run, &totals, None).await;
@@ -1257,13 +1224,7 @@ mod adaptive_circuit {
             let batch = wf.redrive_batch(5, false, None).await.unwrap();
             assert!(batch.circuit.is_none(), "{batch:?}");
             let totals = tally(&run, totals, Some(&to_value(&batch)), &[]);
-            let out = wf
-                .handle(
-                    json!({"action": "summary", "run": run, "totals": totals}),
-                    None,
-                )
-                .await
-                .unwrap();
+            let out = summary_task(&wf, &run, &totals).await;
             assert!(out.get("circuit").is_none(), "{out}");
             assert_eq!(published_circuit(&cw), vec![None]);
         }
@@ -1514,11 +1475,7 @@ async fn a_message_that_arrives_waiting_hops_within_the_dlqs_retention_in_a_drai
 /// A workflow on a protected DLQ (no `SOURCE_QUEUE_URL`) fed by one source, whose sends the
 /// fake refuses with AccessDenied once: a source added after the deploy, not yet granted.
 fn setup_ungranted() -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestWorkflow) {
-    let map: HashMap<String, String> = [("DLQ_URL", DLQ), ("POISON_QUEUE_URL", POISON)]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let cfg = WorkflowConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
+    let cfg = config_of(&[("DLQ_URL", DLQ), ("POISON_QUEUE_URL", POISON)])
         .expect("a protected DLQ's config");
     let sqs = FakeSqs::new();
     for q in [DLQ, SRC, POISON] {
@@ -1537,15 +1494,7 @@ fn setup_ungranted() -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestWorkflow) {
             false,
         ),
     );
-    let cw = FakeCloudWatch::new();
-    let wf = Workflow::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
-        .with_settings(redrive_engine::engine::Settings {
-            retry_base: Duration::from_millis(1),
-            receive_wait_seconds: 0,
-            ..redrive_engine::engine::Settings::default()
-        })
-        .with_seed(7);
-    (sqs, cw, wf)
+    workflow_on(sqs, cfg)
 }
 
 /// Tallies `rounds` answers and ends the execution with `summary`: its answer.
@@ -1555,11 +1504,7 @@ async fn tally_and_summarize(
     batch: Option<&Value>,
     results: &[Value],
 ) -> Value {
-    let totals = Totals {
-        remaining: run.max_messages,
-        ..Totals::default()
-    };
-    let totals = tally(run, totals, batch, results);
+    let totals = tally(run, start_totals(run), batch, results);
     assert_eq!(
         totals.ungranted, 2,
         "the round's ungranted lands in the totals"
@@ -1577,14 +1522,7 @@ async fn the_executions_answer_reports_messages_left_for_an_ungranted_source() {
     for mode in [Mode::Messages, Mode::ScaleOut] {
         // GIVEN a protected DLQ whose source refuses the re-driver's sends (not granted yet)
         let (sqs, cw, wf) = setup_ungranted();
-        let run = Run {
-            max_messages: 10,
-            dry_run: false,
-            mode,
-            drains: 1,
-            fifo: false,
-            trigger_alarm: None,
-        };
+        let run = run_of(mode, 10);
         // WHEN a round runs and the execution ends
         let answer = match mode {
             Mode::Messages => {

@@ -31,12 +31,7 @@ pub struct Workflow<Q, A, M, C = NoCircuit> {
     pub(crate) clock: fn() -> i64,
 }
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use redrive_shared::clock::now_ms;
 
 impl<Q, A, M> Workflow<Q, A, M>
 where

@@ -68,6 +68,16 @@ impl Finished {
             .unwrap_or(Value::Null)
     }
 
+    /// Fails the test, with the history, unless the execution succeeded.
+    fn assert_succeeded(&self) {
+        assert_eq!(
+            self.status(),
+            &ExecutionStatus::Succeeded,
+            "{}",
+            self.lines()
+        );
+    }
+
     fn lines(&self) -> String {
         self.history
             .iter()
@@ -323,12 +333,7 @@ async fn redrives_with_backoff_and_records_each_message_in_the_history_through_a
     let done = wf.run(json!({})).await;
 
     // THEN it succeeded at once (no state waited), each message's record in its history
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     assert_eq!(done.count(HistoryEventType::WaitStateEntered), 0);
     for original in [a.as_str(), b.as_str()] {
         let r = Workflow::records_of(&done, original);
@@ -352,12 +357,7 @@ async fn redrives_with_backoff_and_records_each_message_in_the_history_through_a
     loop {
         tokio::time::sleep(Duration::from_millis(700)).await;
         let next = wf.run(json!({})).await;
-        assert_eq!(
-            next.status(),
-            &ExecutionStatus::Succeeded,
-            "{}",
-            next.lines()
-        );
+        next.assert_succeeded();
         let redriven = Workflow::records_of(&next, "orig-103")
             .iter()
             .any(|r| r["outcome"] == json!("redriven"));
@@ -432,12 +432,7 @@ async fn a_long_wait_blocks_nothing_a_message_arriving_two_seconds_later_is_redr
     wf.to_dlq_at_attempt("order o-201", "orig-201", 1).await;
     let started = Instant::now();
     let first = wf.run(json!({})).await;
-    assert_eq!(
-        first.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        first.lines()
-    );
+    first.assert_succeeded();
     assert_eq!(
         Workflow::records_of(&first, "orig-201")[0]["outcome"],
         json!("waiting")
@@ -454,12 +449,7 @@ async fn a_long_wait_blocks_nothing_a_message_arriving_two_seconds_later_is_redr
             "never redriven"
         );
         let done = wf.run(json!({})).await;
-        assert_eq!(
-            done.status(),
-            &ExecutionStatus::Succeeded,
-            "{}",
-            done.lines()
-        );
+        done.assert_succeeded();
         for r in done.records() {
             if r["outcome"] == json!("redriven") {
                 let at = Some(started.elapsed());
@@ -510,12 +500,7 @@ async fn a_hop_never_outlasts_the_dlqs_retention() {
 
     // THEN the message waits on the DLQ in a hop of 30 s (half the retention period), a new
     // message whose retention starts again, so it is received before it could expire
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     let r = Workflow::records_of(&done, "orig-251");
     assert_eq!(r.len(), 1, "{r:#?}");
     assert_eq!(r[0]["outcome"], json!("waiting"), "{r:#?}");
@@ -537,12 +522,7 @@ async fn poison_pills_are_isolated_with_their_reason() {
 
     let done = wf.run(json!({})).await;
 
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     let records = done.records();
     let isolated: Vec<&Value> = records
         .iter()
@@ -573,12 +553,7 @@ async fn alarm(cw: &aws_sdk_cloudwatch::Client, prefix: &str, state: StateValue)
 /// The execution succeeded through its summary (no failed execution for the failures alarm)
 /// having received, sent and deleted nothing.
 async fn assert_circuit_open_ended_in_summary(wf: &Workflow, done: &Finished, messages: u64) {
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     let output = done.output();
     assert_eq!(
         output["stoppedBecause"],
@@ -642,10 +617,7 @@ async fn the_operator_flag_opens_the_circuit_and_nothing_is_touched() {
         client: ddb.clone(),
         table: table.clone(),
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = redrive_shared::clock::now_ms();
     redrive_engine::circuit::set_override(
         &store,
         &wf.queues.dlq_url,
@@ -676,12 +648,7 @@ async fn the_operator_flag_opens_the_circuit_and_nothing_is_touched() {
     .await
     .unwrap();
     let done = wf.run(json!({})).await;
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     let (_, source, _) = wf.settle_and_take_all(Duration::from_secs(10)).await;
     assert_each_once(&["order o-501"], &[&source]);
 }
@@ -699,12 +666,7 @@ async fn the_task_role_may_write_the_circuit_record() {
 
     let done = wf.run(json!({})).await;
 
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     let store = DynamoDbCircuitStore { client: ddb, table };
     let stored = store
         .load(&wf.queues.dlq_url)
@@ -745,12 +707,7 @@ async fn an_execution_that_finds_another_running_touches_nothing_and_its_summary
 
     // THEN the second succeeds through its summary (already-running), having received
     // nothing, and re-arms the trigger alarm
-    assert_eq!(
-        second.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        second.lines()
-    );
+    second.assert_succeeded();
     let output = second.output();
     assert_eq!(
         output["stoppedBecause"],
@@ -767,12 +724,7 @@ async fn an_execution_that_finds_another_running_touches_nothing_and_its_summary
     assert_eq!(alarm_state(&cw, &trigger).await, StateValue::Ok);
     // and the first redrives the message once its task succeeds
     let first = wf.finish(&first, started).await;
-    assert_eq!(
-        first.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        first.lines()
-    );
+    first.assert_succeeded();
     let (dlq, source, poison) = wf.settle_and_take_all(Duration::from_secs(10)).await;
     assert!(dlq.is_empty() && poison.is_empty());
     assert_each_once(&["order o-451"], &[&source]);
@@ -782,12 +734,7 @@ async fn an_execution_that_finds_another_running_touches_nothing_and_its_summary
 async fn an_empty_dlq_succeeds_having_done_nothing() {
     let wf = Workflow::new(false, &[]).await;
     let done = wf.run(json!({})).await;
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     let output = done.output();
     assert_eq!(output["received"], json!(0), "{output:#}");
     assert_eq!(output["redriven"], json!(0), "{output:#}");
@@ -827,12 +774,7 @@ async fn a_round_that_fails_is_retried_and_nothing_is_lost() {
     let done = wf.run(json!({})).await;
 
     // THEN the failures were retried by the definition's Retry, the execution succeeded
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     let lines = done.lines();
     let injected = lines
         .lines()
@@ -902,12 +844,7 @@ async fn a_body_near_1_mib_is_redriven_while_the_state_stays_small() {
 
     let done = wf.run(json!({})).await;
 
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     // no state input or output carries the body: each is a few KiB at most
     let largest = done
         .history
@@ -958,12 +895,7 @@ async fn fifo_with_two_groups_keeps_the_order_within_each_group() {
 
     let done = wf.run(json!({})).await;
 
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     let (dlq, source, poison) = wf.settle_and_take_all(Duration::from_secs(10)).await;
     assert!(dlq.is_empty() && poison.is_empty());
     let bodies: Vec<&str> = sent.iter().map(|(_, b)| *b).collect();
@@ -998,12 +930,7 @@ async fn a_dry_run_decides_and_moves_nothing() {
 
     let done = wf.run(json!({"dryRun": true})).await;
 
-    assert_eq!(
-        done.status(),
-        &ExecutionStatus::Succeeded,
-        "{}",
-        done.lines()
-    );
+    done.assert_succeeded();
     // the plan is in the history: one redrive after 30 s, one poison pill
     let records = done.records();
     let mut outcomes: Vec<&str> = records

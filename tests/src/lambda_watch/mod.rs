@@ -55,6 +55,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use redrive_shared::sync::lock;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
@@ -385,17 +386,14 @@ impl LambdaWatch {
             .expect("the build task does not panic");
             if let Some(built) = built {
                 let built = built.map_err(|e| format!("building the function failed: {e}"))?;
-                self.executables
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(built.executables);
+                lock(&self.executables).extend(built.executables);
                 executable = self.executable(function);
             }
         }
         let Some(executable) = executable else {
             return Ok(false);
         };
-        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        let mut instances = lock(&self.instances);
         let running = instances.entry(function.to_string()).or_default();
         if running.len() == self.concurrency && running.iter().all(Guarded::is_running) {
             return Ok(true);
@@ -434,11 +432,7 @@ impl LambdaWatch {
     }
 
     fn executable(&self, function: &str) -> Option<PathBuf> {
-        self.executables
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(function)
-            .cloned()
+        lock(&self.executables).get(function).cloned()
     }
 
     /// Resolves (with a description) once an instance of `function` ended, or cargo lambda
@@ -449,7 +443,7 @@ impl LambdaWatch {
                 return "cargo lambda watch exited".to_string();
             }
             if has_instances {
-                let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+                let instances = lock(&self.instances);
                 if let Some(ended) = instances
                     .get(function)
                     .into_iter()

@@ -204,10 +204,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
+    let now_ms = redrive_shared::clock::now_ms();
     let dirty = git(&["status", "--porcelain"]).is_some_and(|s| !s.is_empty());
     let mut report = Report {
         started_at: redrive_shared::timefmt::rfc3339_from_millis(now_ms),

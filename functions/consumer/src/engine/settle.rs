@@ -8,6 +8,7 @@ use redrive_shared::attributes::message_size;
 use redrive_shared::backoff::MAX_DELAY_SECONDS;
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
 use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
+use redrive_shared::sync::lock;
 use redrive_shared::timefmt::rfc3339_from_millis;
 
 use crate::message::Message;
@@ -41,7 +42,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S,
                 secs.min(u64::from(MAX_DELAY_SECONDS)) as u32
             }
             None => {
-                let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+                let mut rng = lock(&self.rng);
                 self.config
                     .retry
                     .delay_seconds(message.receive_count, None, &mut *rng)
@@ -190,20 +191,12 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S,
             );
             return None;
         };
-        if let Some(url) = self
-            .queue_urls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&arn.arn)
-        {
+        if let Some(url) = lock(&self.queue_urls).get(&arn.arn) {
             return Some(url.clone());
         }
         match self.queue.queue_url(&arn.name, &arn.account).await {
             Ok(url) => {
-                self.queue_urls
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(arn.arn.clone(), url.clone());
+                lock(&self.queue_urls).insert(arn.arn.clone(), url.clone());
                 Some(url)
             }
             Err(e) => {

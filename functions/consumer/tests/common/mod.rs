@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue};
@@ -287,12 +287,7 @@ pub async fn comes_back(
     got
 }
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+pub use redrive_shared::clock::now_ms;
 
 /// A Lambda deadline `secs` from now, epoch ms.
 pub fn deadline_in(secs: u64) -> u64 {
