@@ -135,6 +135,13 @@ struct BackoffVars {
     jitter: &'static str,
 }
 
+/// The items of a comma-separated setting (`DLQ_URLS`, `GUARD_ALARM_NAMES`, `PROTECT_DLQS`, ...):
+/// each trimmed, empty ones skipped, so `a, b,` is `a` and `b`. Every list setting of every
+/// front end is read through this one function.
+pub fn list_items(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
 pub fn parse_u64(v: &str) -> Result<u64, String> {
     v.parse::<u64>()
         .map_err(|_| "must be a whole number >= 0".to_string())

@@ -96,7 +96,7 @@ fn selection(args: &StatusArgs) -> Result<(Vec<QueueRef>, Option<Tag>), CliError
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     let mut dlqs = Vec::new();
     if let Some(list) = var("PROTECT_DLQS") {
-        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for item in redrive_shared::config::list_items(&list) {
             dlqs.push(
                 QueueRef::parse(item)
                     .map_err(|e| CliError::Config(format!("PROTECT_DLQS: '{item}' {e}")))?,

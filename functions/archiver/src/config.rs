@@ -127,7 +127,7 @@ impl ArchiverConfig {
                     format!("cannot be set with DLQ_URL ({one})"),
                 ));
             }
-            for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            for item in redrive_shared::config::list_items(&list) {
                 let url = QueueUrl::parse(item)
                     .map_err(|p| invalid("DLQ_URLS", &list, format!("{item:?}: {p}")))?;
                 if queues.contains(&url) {

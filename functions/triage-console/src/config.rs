@@ -21,7 +21,7 @@ pub struct ConsoleConfig {
 fn parse_queue_urls(v: &str) -> Result<Vec<QueueUrl>, String> {
     let mut urls = Vec::new();
     let mut names = BTreeSet::new();
-    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in redrive_shared::config::list_items(v) {
         let url = QueueUrl::parse(part).map_err(|e| format!("{part:?} {e}"))?;
         if !names.insert(url.name().to_string()) {
             return Err(format!(

@@ -65,7 +65,7 @@ impl RedriverConfig {
             }
         }
         let mut urls: Vec<QueueUrl> = Vec::new();
-        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for item in super::list_items(&list) {
             let url =
                 QueueUrl::parse(item).map_err(|p| env.err("DLQ_URLS", format!("{item:?}: {p}")))?;
             if urls.contains(&url) {
@@ -109,13 +109,7 @@ impl RedriverConfig {
         let max_messages_per_second = env.or("MAX_MESSAGES_PER_SECOND", 0.0, non_negative_f64)?;
         let guard_alarm_names = env
             .get("GUARD_ALARM_NAMES")
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
+            .map(|v| super::list_items(&v).map(str::to_string).collect())
             .unwrap_or_default();
         let rearm_alarm = env.or("REARM_ALARM", true, parse_bool)?;
         let trigger_alarm_name = env.optional("TRIGGER_ALARM_NAME", |v| {

@@ -487,3 +487,12 @@ fn downstream_config() {
     .unwrap_err();
     assert_eq!(err.variable, "DOWNSTREAM_TIMEOUT_SECONDS");
 }
+
+#[test]
+fn a_list_setting_is_its_trimmed_items_without_empty_ones() {
+    assert_eq!(
+        super::list_items(" a, b ,,c ,").collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
+    assert_eq!(super::list_items(" , ,").count(), 0);
+}
