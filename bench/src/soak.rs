@@ -26,7 +26,7 @@ use redrive_consumer::Consumer;
 use redrive_consumer::ports::{IdempotencyStore, QueueOps};
 use redrive_consumer::{Message, Processor};
 use redrive_engine::ports::{Alarms, Metrics, Queue};
-use redrive_engine::{DrainRequest, Engine};
+use redrive_engine::{DrainError, DrainRequest, Engine};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -360,7 +360,8 @@ async fn redriver<E, Q, A, M>(
             env.disarm_kill();
             summary
         };
-        match summary {
+        // A DLQ that could not be read still reports what it moved before.
+        match summary.map(|s| s.unwrap_or_else(DrainError::into_summary)) {
             Some(s) => {
                 progress.redriven.fetch_add(s.redriven, Ordering::SeqCst);
                 progress.isolated.fetch_add(s.isolated, Ordering::SeqCst);

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::circuit::CircuitStore;
 use crate::ports::{Alarms, MetricValue, Metrics, PortError, Queue};
-use crate::{Engine, InvocationError, StopReason, Summary};
+use crate::{DrainError, Engine, InvocationError, StopReason, Summary};
 
 type EnvFn = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 type Build<Q, A, M, C> = Box<dyn Fn(RedriverConfig) -> Engine<Q, A, M, C> + Send + Sync>;
@@ -228,7 +228,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
                     summary,
                     error,
                 }),
-                Err(InvocationError::DlqUnreadable { reason, summary }) => {
+                Err(InvocationError::Drain(DrainError::DlqUnreadable { reason, summary })) => {
                     let queue = self.members[i].0.clone();
                     unreadable.push(format!("{queue}: {reason}"));
                     queues.push(QueueSummary {
@@ -261,10 +261,10 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
             // Every other DLQ was served; the invocation still fails so that the function's
             // Errors alarm sees it.
             tracing::error!(unreadable = ?unreadable, "a DLQ of the fleet cannot be read");
-            return Err(InvocationError::DlqUnreadable {
+            return Err(InvocationError::Drain(DrainError::DlqUnreadable {
                 reason: PortError::new("ReceiveMessage", "FleetDlqUnreadable", first, false),
                 summary: Box::new(Summary::new(out.dry_run, StopReason::Other)),
-            });
+            }));
         }
         Ok(serde_json::to_value(out).unwrap_or_default())
     }

@@ -16,7 +16,9 @@ pub mod s3;
 pub mod tap;
 pub mod triage_store;
 
-pub use engine::{DrainRequest, Engine, InvocationError, Settings, StopReason, Summary};
+pub use engine::{
+    DrainError, DrainRequest, Engine, InvocationError, Settings, StopReason, Summary,
+};
 
 /// Locks `m`, taking over a lock a panicking holder poisoned: every value the engine guards
 /// stays consistent between its statements, so a panic elsewhere never leaves one half-written.

@@ -180,7 +180,7 @@ async fn redrives_with_metadata_and_passes_every_attribute_and_body_byte_for_byt
     let id2 = f.to_dlq(utf8, &[("price", attr_number("12.50"))]).await;
     f.seal().await;
 
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),
         (2, 2, 0, 0),
@@ -237,7 +237,7 @@ async fn redriven_and_isolated_copies_keep_the_producers_aws_trace_header() {
     f.seal().await;
 
     // WHEN the re-driver drains
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     f.assert_conserved().await;
 
@@ -259,7 +259,7 @@ async fn the_history_survives_a_second_redrive() {
     let id = f.to_dlq("order-1", &[]).await;
     f.seal().await;
     let engine = f.engine(&[]);
-    engine.run(&manual(10)).await;
+    engine.run(&manual(10)).await.unwrap();
     f.assert_conserved().await;
     // The consumer fails again: the copy lands in the DLQ (as SQS's move would put it there).
     let copy = drain_all(&f.sqs, &f.queues.source_url).await.remove(0);
@@ -273,7 +273,7 @@ async fn the_history_survives_a_second_redrive() {
     .await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     f.seal().await;
-    engine.run(&manual(10)).await;
+    engine.run(&manual(10)).await.unwrap();
     f.assert_conserved().await;
     let again = drain_all(&f.sqs, &f.queues.source_url).await.remove(0);
     let second = meta_of(&again);
@@ -304,7 +304,7 @@ async fn nine_attributes_get_the_tenth_slot_and_ten_are_isolated_unchanged() {
     f.to_dlq("ten", &as_refs(&ten)).await;
     f.seal().await;
 
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     f.assert_conserved().await;
 
@@ -349,7 +349,7 @@ async fn a_message_near_the_size_limit_is_isolated_when_the_stamp_would_not_fit(
     f.to_dlq(&fits, &[]).await;
     f.seal().await;
 
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     f.assert_conserved().await;
     let parked = drain_all(&f.sqs, &f.queues.poison_url).await;
@@ -380,7 +380,8 @@ async fn attempts_at_max_permanent_failures_legacy_and_garbled_metadata() {
     let s = f
         .engine(&[("MAX_REDRIVE_ATTEMPTS", "3")])
         .run(&manual(10))
-        .await;
+        .await
+        .unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),
         (5, 2, 3, 0),
@@ -431,7 +432,7 @@ async fn standard_redrives_are_delayed_by_the_backoff() {
     f.to_dlq_at_attempt("delayed", "orig-d", 1).await;
     f.seal().await;
     let engine = f.engine(&[("BACKOFF_BASE_SECONDS", "30"), ("BACKOFF_JITTER", "none")]);
-    let s = engine.run(&manual(10)).await;
+    let s = engine.run(&manual(10)).await.unwrap();
     assert_eq!(s.redriven, 1);
     let attrs = queue_attributes(&f.sqs, &f.queues.source_url).await;
     assert_eq!(
@@ -463,7 +464,7 @@ async fn a_message_that_exceeded_max_receive_count_is_redriven_from_the_real_dlq
     }
     assert_eq!(queue_depth(&f.sqs, &f.queues.dlq_url).await, 1);
     f.seal().await;
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!(s.redriven, 1);
     f.assert_conserved().await;
     let back = drain_all(&f.sqs, &f.queues.source_url).await;
@@ -498,7 +499,7 @@ async fn fifo_two_groups_keep_their_order_and_get_derived_dedup_ids() {
         .await;
     }
     f.seal().await;
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!((s.received, s.redriven, s.failed), (6, 6, 0), "{s:?}");
     f.assert_conserved().await;
     let mut out = Vec::new();
@@ -554,7 +555,8 @@ async fn dry_run_reports_the_plan_and_changes_nothing() {
             dry_run: true,
             ..manual(10)
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed, s.dry_run),
         (5, 4, 1, 0, true),
@@ -586,7 +588,7 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
     let other = unique_name("healthy");
     put_queue_alarm(&f.cw, &other, "downstream", StateValue::Ok).await;
     let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("{other},{guard}"))]);
-    let s = engine.run(&manual(10)).await;
+    let s = engine.run(&manual(10)).await.unwrap();
     assert_eq!(
         (s.received, s.stopped_because, s.dlq_remaining),
         (0, StopReason::CircuitOpen, Some(1))
@@ -600,7 +602,7 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
         .await
         .unwrap();
     assert_eq!(
-        engine.run(&manual(10)).await.redriven,
+        engine.run(&manual(10)).await.unwrap().redriven,
         1,
         "the circuit closes with the guard"
     );
@@ -724,7 +726,8 @@ async fn the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_alarm_in_a
             trigger_alarm: Some(alarm.clone()),
             ..manual(10)
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Alarm);
 }
 
@@ -739,7 +742,11 @@ async fn a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures()
         .await
         .expect("DeleteQueue");
     let err = engine.handle(&json!({}), None).await.unwrap_err();
-    let redrive_engine::InvocationError::DlqUnreadable { reason, summary } = &err else {
+    let redrive_engine::InvocationError::Drain(redrive_engine::DrainError::DlqUnreadable {
+        reason,
+        summary,
+    }) = &err
+    else {
         panic!("{err}")
     };
     assert_eq!(reason.operation, "ReceiveMessage", "{reason}");
@@ -757,7 +764,7 @@ async fn a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     f.seal().await;
     let misspelt = format!("{healthy}-typo");
     let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("{healthy},{misspelt}"))]);
-    let s = engine.run(&manual(10)).await;
+    let s = engine.run(&manual(10)).await.unwrap();
     assert_eq!(
         (s.received, s.stopped_because, s.dlq_remaining),
         (0, StopReason::CircuitOpen, Some(1))
@@ -765,7 +772,7 @@ async fn a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     f.assert_conserved().await;
     // INSUFFICIENT_DATA is not ALARM: a guard without data yet does not hold the drain.
     put_queue_alarm(&f.cw, &misspelt, "downstream", StateValue::InsufficientData).await;
-    assert_eq!(engine.run(&manual(10)).await.redriven, 1);
+    assert_eq!(engine.run(&manual(10)).await.unwrap().redriven, 1);
 }
 
 #[tokio::test]
@@ -838,7 +845,7 @@ async fn a_source_queue_smaller_than_the_stamped_copy_isolates_size_limit() {
     f.seal().await;
     let engine = f.engine(&[]);
     engine.warm_up().await.expect("warm-up");
-    let s = engine.run(&manual(10)).await;
+    let s = engine.run(&manual(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     f.assert_conserved().await;
     let parked = drain_all(&f.sqs, &f.queues.poison_url).await;

@@ -4,7 +4,10 @@
 use redrive_shared::event::{Trigger, recognize};
 use tokio::time::Instant;
 
-use super::{DestinationLimits, DrainRequest, Engine, InvocationError, StopReason, Summary};
+use super::request::summary_of_mut;
+use super::{
+    DestinationLimits, DrainError, DrainRequest, Engine, InvocationError, StopReason, Summary,
+};
 use crate::circuit::CircuitStore;
 use crate::ports::{Alarms, Metrics, PortError, Queue};
 
@@ -52,7 +55,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 if let Some(skip) = alarm.skip_for_dlq(self.config.dlq_url.as_str()) {
                     tracing::info!(alarm = %alarm.alarm_name, alarm_arn = ?alarm.alarm_arn, state = %alarm.new_state, queues = ?alarm.queue_names, action = skip.as_str(), "alarm ignored");
                     let summary = Summary::new(defaults.dry_run, skip.into());
-                    self.publish(&summary, deadline).await;
+                    self.publish(&summary, false, deadline).await;
                     log_summary(&summary);
                     return Ok(summary);
                 }
@@ -68,31 +71,27 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             },
             Trigger::Scheduled => defaults,
         };
-        let summary = self.run(&request).await;
-        match &summary.dlq_unreadable {
-            Some(reason) => Err(InvocationError::DlqUnreadable {
-                reason: reason.clone(),
-                summary: Box::new(summary),
-            }),
-            None => Ok(summary),
-        }
+        Ok(self.run(&request).await?)
     }
 
-    /// Circuit check, drain, metrics, re-arm, summary log.
-    pub async fn run(&self, request: &DrainRequest) -> Summary {
+    /// Circuit check, drain, metrics, re-arm, summary log. A DLQ that cannot be read fails
+    /// the run ([`DrainError`]); what it did before is still reported, metered and logged.
+    pub async fn run(&self, request: &DrainRequest) -> Result<Summary, DrainError> {
         let end = request.deadline;
         if let Err(e) = self.load_limits().await {
             tracing::warn!(error = %e, "cannot read the destinations' MaximumMessageSize; assuming 1 MiB");
         }
-        let mut summary = match self.open_guards(end).await {
+        let mut outcome = match self.open_guards(end).await {
             Some(open) => {
                 tracing::warn!(guards = ?open, action = "circuit-open", "guard alarm in ALARM: nothing received");
-                Summary::new(request.dry_run, StopReason::CircuitOpen)
+                Ok(Summary::new(request.dry_run, StopReason::CircuitOpen))
             }
             None => self.drain_with_circuit(request).await,
         };
-        self.end_run(request, &mut summary).await;
-        summary
+        let unreadable = outcome.is_err();
+        self.end_run(request, summary_of_mut(&mut outcome), unreadable)
+            .await;
+        outcome
     }
 }
 
@@ -114,7 +113,7 @@ impl InvocationError {
     pub fn error_type(&self) -> &'static str {
         match self {
             Self::Event(_) => "InvalidEvent",
-            Self::DlqUnreadable { .. } => "DlqUnreadable",
+            Self::Drain(DrainError::DlqUnreadable { .. }) => "DlqUnreadable",
         }
     }
 }

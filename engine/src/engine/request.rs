@@ -1,5 +1,5 @@
 //! What a drain is asked (`DrainRequest`, `Settings`) and what it answers (`Summary`,
-//! `StopReason`, `InvocationError`).
+//! `StopReason`, or `DrainError` when it failed; `InvocationError` for the Lambda's event).
 
 use std::time::Duration;
 
@@ -67,11 +67,10 @@ pub struct Summary {
     /// Messages left on the DLQ (visible, in flight and delayed) after the run; `null` when the
     /// queue could not be asked.
     pub dlq_remaining: Option<u64>,
-    /// Why the DLQ could not be read (ReceiveMessage failed for good); such a drain fails the
-    /// invocation. Not part of the response.
-    #[serde(skip)]
-    pub dlq_unreadable: Option<PortError>,
-    /// Messages neither the source nor the poison queue accepts; they stay on the DLQ.
+    /// Messages neither the source nor the poison queue accepts; they stay on the DLQ,
+    /// published as `UnplaceableMessages`. A count, not a [`DrainError`]: nothing failed and
+    /// nothing is lost (each such message is safe on the DLQ, its receive count rising until a
+    /// human looks), and the rest of the drain went on. Not part of the response.
     #[serde(skip)]
     pub unplaceable: u64,
     /// The adaptive circuit after the run; absent when the circuit is off.
@@ -134,7 +133,6 @@ impl Summary {
             dry_run,
             stopped_because,
             dlq_remaining: None,
-            dlq_unreadable: None,
             unplaceable: 0,
             circuit: None,
             waiting: 0,
@@ -145,20 +143,70 @@ impl Summary {
     }
 }
 
-/// Why an invocation fails.
-#[derive(Debug, thiserror::Error)]
-pub enum InvocationError {
-    /// An unrecognized event: nothing was touched.
-    #[error(transparent)]
-    Event(#[from] EventError),
-    /// The DLQ could not be read: published as `DlqReceiveFailures` and failed, so that the
-    /// Lambda `Errors` alarm sees it.
+/// Why a drain failed. What it did before the failure is still reported (and metered by the
+/// end of the run): the error carries that summary.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DrainError {
+    /// The DLQ could not be read (ReceiveMessage failed for good, or its sources could not be
+    /// listed): published as `DlqReceiveFailures`. What was moved before it is in `summary`.
     #[error("the DLQ cannot be read: {reason}")]
     DlqUnreadable {
         #[source]
         reason: PortError,
         summary: Box<Summary>,
     },
+}
+
+impl DrainError {
+    /// What the drain did before it failed.
+    pub fn summary(&self) -> &Summary {
+        match self {
+            Self::DlqUnreadable { summary, .. } => summary,
+        }
+    }
+
+    /// What the drain did before it failed, for a caller that reports it as it would a
+    /// summary (after it matched the error).
+    pub fn into_summary(self) -> Summary {
+        match self {
+            Self::DlqUnreadable { summary, .. } => *summary,
+        }
+    }
+
+    fn summary_mut(&mut self) -> &mut Summary {
+        match self {
+            Self::DlqUnreadable { summary, .. } => summary,
+        }
+    }
+}
+
+/// The summary of a drain's outcome, whether it failed or not (the counts, the circuit and
+/// the end of the run apply to both).
+pub(super) fn summary_of(outcome: &Result<Summary, DrainError>) -> &Summary {
+    match outcome {
+        Ok(s) => s,
+        Err(e) => e.summary(),
+    }
+}
+
+/// [`summary_of`], to change.
+pub(super) fn summary_of_mut(outcome: &mut Result<Summary, DrainError>) -> &mut Summary {
+    match outcome {
+        Ok(s) => s,
+        Err(e) => e.summary_mut(),
+    }
+}
+
+/// Why an invocation fails.
+#[derive(Debug, thiserror::Error)]
+pub enum InvocationError {
+    /// An unrecognized event: nothing was touched.
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The drain failed (the DLQ could not be read): metered, and the invocation fails so
+    /// that the Lambda `Errors` alarm sees it.
+    #[error(transparent)]
+    Drain(#[from] DrainError),
 }
 
 /// One drain, resolved from the trigger and the configuration.

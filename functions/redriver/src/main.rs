@@ -3,9 +3,9 @@
 //! names or of every DLQ in a fair order ([`redrive_engine::fleet`]).
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
-use redrive_engine::InvocationError;
 use redrive_engine::aws::Clients;
 use redrive_engine::fleet::Fleet;
+use redrive_engine::{DrainError, InvocationError};
 use redrive_shared::config::RedriverConfig;
 use serde_json::Value;
 
@@ -63,7 +63,7 @@ impl From<Failure> for Diagnostic {
             InvocationError::Event(_) => {
                 tracing::error!(error = %e, "rejected event; nothing was touched")
             }
-            InvocationError::DlqUnreadable { .. } => {
+            InvocationError::Drain(DrainError::DlqUnreadable { .. }) => {
                 tracing::error!(error = %e, "the drain could not read the DLQ; failing the invocation")
             }
         }
