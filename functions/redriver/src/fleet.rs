@@ -23,9 +23,9 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::circuit::CircuitStore;
-use crate::ports::{Alarms, MetricValue, Metrics, PortError, Queue};
-use crate::{DrainError, Engine, InvocationError, StopReason, Summary};
+use redrive_engine::circuit::CircuitStore;
+use redrive_engine::ports::{Alarms, MetricValue, Metrics, PortError, Queue};
+use redrive_engine::{DrainError, Engine, InvocationError, StopReason, Summary};
 
 type EnvFn = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 type Build<Q, A, M, C> = Box<dyn Fn(RedriverConfig) -> Engine<Q, A, M, C> + Send + Sync>;
@@ -56,7 +56,7 @@ pub struct Fleet<Q, A, M, C> {
 }
 
 /// The metric of a DLQ the fleet leaves alone (its tags invalid or unreadable), 1 per invocation.
-pub const LEFT_ALONE_METRIC: &str = "DlqLeftAlone";
+pub use redrive_engine::ports::LEFT_ALONE_METRIC;
 
 /// One DLQ's part of a fleet's drain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
