@@ -3,7 +3,7 @@
 //! acknowledged. Every front end (the re-driver Lambda, the Step Functions task Lambda, the
 //! archiver Lambda and the `redrive` CLI) runs on this crate and on nothing of another front end:
 //! each asks for a drain with a [`DrainRequest`] and [`Engine::run`]; the re-driver's fleet of
-//! protected DLQs is its own (`redrive_redriver::fleet`).
+//! protected DLQs and the events it answers are its own (`redrive_redriver`).
 
 pub mod aws;
 pub mod circuit;
@@ -17,9 +17,7 @@ pub mod s3;
 pub mod tap;
 pub mod triage_store;
 
-pub use engine::{
-    DrainError, DrainRequest, Engine, InvocationError, Settings, StopReason, Summary,
-};
+pub use engine::{DrainError, DrainRequest, Engine, Settings, StopReason, Summary};
 
 /// Locks `m`, taking over a lock a panicking holder poisoned: every value the engine guards
 /// stays consistent between its statements, so a panic elsewhere never leaves one half-written.

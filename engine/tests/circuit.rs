@@ -998,8 +998,7 @@ async fn circuit_items(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<(Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moto_the_alarm_the_manual_drain_and_the_cli_share_one_record_however_they_name_the_dlq() {
     // GIVEN a DLQ holding three messages, one re-driver configured with its URL in AWS's host
-    // form (the alarm's drain finds it by the alarm's QueueName) and one with the URL moto
-    // answers (a manual drain)
+    // form (the alarm's drain) and one with the URL moto answers (a manual drain)
     let sqs = moto().sqs().await;
     let ddb = moto().dynamodb().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
@@ -1047,26 +1046,27 @@ async fn moto_the_alarm_the_manual_drain_and_the_cli_share_one_record_however_th
         assert_eq!(run.code, 0, "{}", run.stderr);
         run.json()
     };
-    let alarm = queues.alarm_notification("dlq-depth", "ALARM", &queues.dlq_name);
-    let manual = serde_json::json!({"maxMessages": 10});
+    // The drains an alarm notification and a manual `{"maxMessages": 10}` ask for.
+    let alarm = DrainRequest {
+        trigger_alarm: Some("dlq-depth".to_string()),
+        ..DrainRequest::configured(&by_alarm.config, None)
+    };
+    let manual = DrainRequest {
+        max_messages: 10,
+        ..DrainRequest::configured(&by_hand.config, None)
+    };
 
     // WHEN the operator holds the circuit open by the queue's name
     cli("open", &queues.dlq_name);
 
     // THEN the alarm's drain and the manual drain both hold: nothing received
-    let s = by_alarm
-        .handle(&alarm, None)
-        .await
-        .expect("the alarm's drain");
+    let s = by_alarm.run(&alarm).await.expect("the alarm's drain");
     assert_eq!(
         (s.received, s.stopped_because),
         (0, StopReason::CircuitOpen),
         "{s:?}"
     );
-    let s = by_hand
-        .handle(&manual, None)
-        .await
-        .expect("the manual drain");
+    let s = by_hand.run(&manual).await.expect("the manual drain");
     assert_eq!(
         (s.received, s.stopped_because),
         (0, StopReason::CircuitOpen),
@@ -1083,10 +1083,7 @@ async fn moto_the_alarm_the_manual_drain_and_the_cli_share_one_record_however_th
     );
 
     // THEN the alarm's drain redrives, and its counts land in that same record
-    let s = by_alarm
-        .handle(&alarm, None)
-        .await
-        .expect("the alarm's drain");
+    let s = by_alarm.run(&alarm).await.expect("the alarm's drain");
     assert_eq!(s.redriven, 3, "{s:?}");
     let j = cli("status", &queues.dlq_url);
     assert_eq!(j["record"]["operator"], "closed", "{j}");

@@ -11,9 +11,7 @@ use crate::common;
 use common::{DLQ, POISON, SRC, config, permanent_failure, queues, settings};
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs, throttled};
 use redrive_engine::ports::{EntryFailure, SendEntry};
-use redrive_engine::{
-    DrainError, DrainRequest, Engine, InvocationError, Settings, StopReason, now_ms,
-};
+use redrive_engine::{DrainError, DrainRequest, Engine, Settings, StopReason, now_ms};
 use redrive_shared::meta::{IsolationReason, RedriveMeta};
 use redrive_shared::{Attributes, MessageAttribute, TraceHeader};
 use serde_json::json;
@@ -529,38 +527,6 @@ async fn poison_pills_are_isolated_with_their_reasons() {
 }
 
 #[tokio::test]
-async fn handle_rejects_bad_events_without_touching_anything() {
-    let (sqs, cw, engine) = setup(&[]);
-    fill(&sqs, 2);
-    let err = engine
-        .handle(&json!({"maxMesages": 5}), None)
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("maxMesages"));
-    assert_eq!(
-        sqs.calls.receive.load(std::sync::atomic::Ordering::SeqCst),
-        0
-    );
-    assert!(cw.published.lock().unwrap().is_empty());
-    assert_eq!(sqs.len(DLQ), 2);
-}
-
-#[tokio::test]
-async fn a_manual_drain_overrides_the_batch_and_dry_run() {
-    let (sqs, _cw, engine) = setup(&[("MAX_MESSAGES_PER_INVOCATION", "100")]);
-    fill(&sqs, 20);
-    let s = engine
-        .handle(&json!({"maxMessages": 5}), None)
-        .await
-        .unwrap();
-    assert_eq!((s.redriven, s.stopped_because), (5, StopReason::Limit));
-    let s = engine.handle(&json!({"dryRun": true}), None).await.unwrap();
-    assert!(s.dry_run);
-    assert_eq!((s.received, s.redriven), (15, 15));
-    assert_eq!(sqs.len(DLQ), 15);
-}
-
-#[tokio::test]
 async fn the_init_warm_up_reads_the_destinations_limits_only_and_moves_nothing() {
     let (sqs, _cw, engine) = setup(&[]);
     fill(&sqs, 3);
@@ -658,47 +624,6 @@ fn access_denied() -> redrive_engine::ports::PortError {
         "not authorized to perform sqs:receivemessage",
         false,
     )
-}
-
-#[tokio::test]
-async fn a_dlq_that_cannot_be_read_fails_the_invocation_and_says_so_in_a_metric() {
-    let (sqs, cw, engine) = setup(&[]);
-    fill(&sqs, 2);
-    sqs.fail_next("ReceiveMessage", access_denied());
-    let err = engine.handle(&json!({}), None).await.unwrap_err();
-    let InvocationError::Drain(DrainError::DlqUnreadable { reason, summary }) = &err else {
-        panic!("{err}")
-    };
-    assert_eq!(err.error_type(), "DlqUnreadable");
-    assert_eq!(reason.code, "AccessDenied", "{reason}");
-    assert_eq!(summary.received, 0);
-    assert!(err.to_string().contains("DLQ cannot be read"), "{err}");
-    let published = cw.published.lock().unwrap().clone();
-    assert_eq!(published.len(), 1, "one PutMetricData");
-    assert_eq!(published[0].2.dlq_receive_failures, 1);
-    assert_eq!(sqs.len(DLQ), 2);
-    // A readable DLQ publishes the metric as zero.
-    let s = engine.handle(&json!({}), None).await.unwrap();
-    assert_eq!(s.redriven, 2);
-    assert_eq!(cw.published.lock().unwrap()[1].2.dlq_receive_failures, 0);
-}
-
-#[tokio::test]
-async fn a_receive_that_keeps_being_throttled_fails_the_invocation_too() {
-    let (sqs, cw, engine) = setup(&[("MAX_CONCURRENT_BATCHES", "1")]);
-    fill(&sqs, 2);
-    for _ in 0..3 {
-        sqs.fail_next("ReceiveMessage", throttled("ReceiveMessage"));
-    }
-    let err = engine.handle(&json!({}), None).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            InvocationError::Drain(DrainError::DlqUnreadable { .. })
-        ),
-        "{err}"
-    );
-    assert_eq!(cw.published.lock().unwrap()[0].2.dlq_receive_failures, 1);
 }
 
 /// Arms an AccessDenied on the DLQ's next receive once the first batch was received.

@@ -90,36 +90,14 @@ impl Fixture {
         );
     }
 
-    /// Standard queues with one message, `body`, on the DLQ; sealed.
-    async fn holding_one(body: &str) -> Self {
-        let mut f = Self::new(false).await;
-        f.to_dlq(body, &[]).await;
-        f.seal().await;
-        f
-    }
-
-    /// Conserved, and the one message of [`Self::holding_one`] still visible on the DLQ.
-    async fn assert_not_even_received(&self) {
-        self.assert_conserved().await;
-        let visible = queue_attributes(&self.sqs, &self.queues.dlq_url).await;
-        assert_eq!(
-            visible
-                .get(&QueueAttributeName::ApproximateNumberOfMessages)
-                .map(String::as_str),
-            Some("1"),
-            "not even received"
-        );
-    }
-
-    /// The DLQ's `alarm` notifies `engine` that it is in ALARM; the drain's answer.
+    /// The drain the DLQ's `alarm` asks of `engine` when it notifies that it is in ALARM
+    /// (the configured drain, re-arming that alarm); its answer.
     async fn alarm_drains(&self, engine: &MotoEngine, alarm: &str) -> Summary {
-        let event = self
-            .queues
-            .alarm_notification(alarm, "ALARM", &self.queues.dlq_name);
-        engine
-            .handle(&event, None)
-            .await
-            .expect("the drain answers")
+        let request = DrainRequest {
+            trigger_alarm: Some(alarm.to_string()),
+            ..DrainRequest::configured(&engine.config, None)
+        };
+        engine.run(&request).await.expect("the drain answers")
     }
 
     /// A message on the DLQ whose chain `original` was redriven `attempt` times.
@@ -608,33 +586,6 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
     );
 }
 
-#[tokio::test]
-async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() {
-    let f = Fixture::holding_one("stay").await;
-    let engine = f.engine(&[]);
-    let dlq = f.queues.dlq_name.clone();
-    let s = engine
-        .handle(&f.queues.alarm_notification("a", "OK", &dlq), None)
-        .await
-        .unwrap();
-    assert_eq!((s.received, s.stopped_because), (0, StopReason::NotInAlarm));
-    let s = engine
-        .handle(
-            &f.queues
-                .alarm_notification("a", "ALARM", "someone-elses-dlq"),
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!((s.received, s.stopped_because), (0, StopReason::OtherQueue));
-    let err = engine
-        .handle(&json!({"maxMessage": 3}), None)
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("\"maxMessage\""), "{err}");
-    f.assert_not_even_received().await;
-}
-
 async fn metric_sum(f: &Fixture, name: &str) -> f64 {
     let points = metric_points(
         &f.cw,
@@ -732,7 +683,7 @@ async fn the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_alarm_in_a
 }
 
 #[tokio::test]
-async fn a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures() {
+async fn a_deleted_dlq_fails_the_run_and_publishes_dlq_receive_failures() {
     let f = Fixture::new(false).await;
     let engine = f.engine(&[]);
     f.sqs
@@ -741,14 +692,8 @@ async fn a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures()
         .send()
         .await
         .expect("DeleteQueue");
-    let err = engine.handle(&json!({}), None).await.unwrap_err();
-    let redrive_engine::InvocationError::Drain(redrive_engine::DrainError::DlqUnreadable {
-        reason,
-        summary,
-    }) = &err
-    else {
-        panic!("{err}")
-    };
+    let err = engine.run(&manual(10)).await.unwrap_err();
+    let redrive_engine::DrainError::DlqUnreadable { reason, summary } = &err;
     assert_eq!(reason.operation, "ReceiveMessage", "{reason}");
     assert_eq!((summary.received, summary.dlq_remaining), (0, None));
     assert_eq!(metric_sum(&f, "DlqReceiveFailures").await, 1.0);
@@ -799,32 +744,6 @@ async fn describe_alarms_asks_for_composite_and_metric_alarms() {
             && body.contains("AlarmTypes.member.2=CompositeAlarm"),
         "{body}"
     );
-}
-
-#[tokio::test]
-async fn another_queues_metric_math_alarm_touches_nothing() {
-    let f = Fixture::holding_one("stay").await;
-    let engine = f.engine(&[]);
-    for fixture in [
-        "sns-metric-math-alarm.json",
-        "sns-metric-math-alarm-api-casing.json",
-        "sns-cloudwatch-alarm-other-account.json",
-    ] {
-        let mut event = redrive_tests::fixture(fixture);
-        // Same DLQ name as ours where the fixture names orders-dlq: only account differs.
-        let message = event["Records"][0]["Sns"]["Message"]
-            .as_str()
-            .unwrap()
-            .replace("orders-dlq", &f.queues.dlq_name);
-        event["Records"][0]["Sns"]["Message"] = json!(message);
-        let s = engine.handle(&event, None).await.unwrap();
-        assert_eq!(
-            (s.received, s.stopped_because),
-            (0, StopReason::OtherQueue),
-            "{fixture}"
-        );
-    }
-    f.assert_not_even_received().await;
 }
 
 #[tokio::test]

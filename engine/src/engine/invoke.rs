@@ -1,13 +1,8 @@
-//! One invocation of the engine's own Lambda: the event recognised, the drain it asks for (a
-//! guard alarm in ALARM holds it), then the end of the run.
-
-use redrive_shared::event::{Trigger, recognize};
-use tokio::time::Instant;
+//! One run, as every front end asks for it: the guard alarms checked (one in ALARM holds it),
+//! the drain, then the end of the run; or a run that touches nothing ([`Engine::skip`]).
 
 use super::request::summary_of_mut;
-use super::{
-    DestinationLimits, DrainError, DrainRequest, Engine, InvocationError, StopReason, Summary,
-};
+use super::{DestinationLimits, DrainError, DrainRequest, Engine, StopReason, Summary};
 use crate::circuit::CircuitStore;
 use crate::ports::{Alarms, Metrics, PortError, Queue};
 
@@ -25,53 +20,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         })
     }
 
-    /// Handles one invocation payload. An unrecognized event is an error and touches nothing.
-    pub async fn handle(
-        &self,
-        event: &serde_json::Value,
-        deadline: Option<Instant>,
-    ) -> Result<Summary, InvocationError> {
-        self.handle_trigger(recognize(event)?, deadline).await
-    }
-
-    /// Handles one invocation whose event was recognised as `trigger` (by [`Self::handle`],
-    /// or by a fleet that recognised it once for all its DLQs).
-    pub async fn handle_trigger(
-        &self,
-        trigger: Trigger,
-        deadline: Option<Instant>,
-    ) -> Result<Summary, InvocationError> {
-        // Scheduled and manual drains re-arm the configured trigger alarm; an alarm's own
-        // drain re-arms the alarm that notified it.
-        let defaults = DrainRequest {
-            max_messages: self.config.max_messages_per_invocation,
-            dry_run: self.config.dry_run,
-            deadline,
-            trigger_alarm: self.config.trigger_alarm_name.clone(),
-            ..DrainRequest::new(self.config.max_messages_per_invocation)
-        };
-        let request = match trigger {
-            Trigger::Alarm(alarm) => {
-                if let Some(skip) = alarm.skip_for_dlq(self.config.dlq_url.as_str()) {
-                    tracing::info!(alarm = %alarm.alarm_name, alarm_arn = ?alarm.alarm_arn, state = %alarm.new_state, queues = ?alarm.queue_names, action = skip.as_str(), "alarm ignored");
-                    let summary = Summary::new(defaults.dry_run, skip.into());
-                    self.publish(&summary, false, deadline).await;
-                    log_summary(&summary);
-                    return Ok(summary);
-                }
-                DrainRequest {
-                    trigger_alarm: Some(alarm.alarm_name),
-                    ..defaults
-                }
-            }
-            Trigger::Manual(m) => DrainRequest {
-                max_messages: m.max_messages.unwrap_or(defaults.max_messages),
-                dry_run: m.dry_run.unwrap_or(defaults.dry_run),
-                ..defaults
-            },
-            Trigger::Scheduled => defaults,
-        };
-        Ok(self.run(&request).await?)
+    /// A run that touches no queue (an alarm that is not in ALARM or names another DLQ): its
+    /// zero counts published and its summary logged, `stopped_because` saying why.
+    pub async fn skip(&self, request: &DrainRequest, stopped_because: StopReason) -> Summary {
+        let summary = Summary::new(request.dry_run, stopped_because);
+        self.publish(&summary, false, request.deadline).await;
+        log_summary(&summary);
+        summary
     }
 
     /// Circuit check, drain, metrics, re-arm, summary log. A DLQ that cannot be read fails
@@ -106,14 +61,4 @@ pub(super) fn log_summary(s: &Summary) {
         dlq_remaining = s.dlq_remaining,
         "summary"
     );
-}
-
-impl InvocationError {
-    /// The Lambda `errorType` of this failure.
-    pub fn error_type(&self) -> &'static str {
-        match self {
-            Self::Event(_) => "InvalidEvent",
-            Self::Drain(DrainError::DlqUnreadable { .. }) => "DlqUnreadable",
-        }
-    }
 }

@@ -1,9 +1,10 @@
 //! What a drain is asked (`DrainRequest`, `Settings`) and what it answers (`Summary`,
-//! `StopReason`, or `DrainError` when it failed; `InvocationError` for the Lambda's event).
+//! `StopReason`, or `DrainError` when it failed).
 
 use std::time::Duration;
 
-use redrive_shared::event::{EventError, Skip};
+use redrive_shared::config::RedriverConfig;
+use redrive_shared::event::Skip;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -197,18 +198,6 @@ pub(super) fn summary_of_mut(outcome: &mut Result<Summary, DrainError>) -> &mut 
     }
 }
 
-/// Why an invocation fails.
-#[derive(Debug, thiserror::Error)]
-pub enum InvocationError {
-    /// An unrecognized event: nothing was touched.
-    #[error(transparent)]
-    Event(#[from] EventError),
-    /// The drain failed (the DLQ could not be read): metered, and the invocation fails so
-    /// that the Lambda `Errors` alarm sees it.
-    #[error(transparent)]
-    Drain(#[from] DrainError),
-}
-
 /// One drain, resolved from the trigger and the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrainRequest {
@@ -245,6 +234,18 @@ impl DrainRequest {
             no_delay: false,
             records: false,
             admission: None,
+        }
+    }
+
+    /// The drain `config` asks for when nothing else is said (a schedule, a manual `{}`): its
+    /// `MAX_MESSAGES_PER_INVOCATION` and `DRY_RUN`, its trigger alarm to re-arm, until
+    /// `deadline`.
+    pub fn configured(config: &RedriverConfig, deadline: Option<Instant>) -> Self {
+        Self {
+            dry_run: config.dry_run,
+            deadline,
+            trigger_alarm: config.trigger_alarm_name.clone(),
+            ..Self::new(config.max_messages_per_invocation)
         }
     }
 

@@ -25,7 +25,9 @@ use tokio::time::Instant;
 
 use redrive_engine::circuit::CircuitStore;
 use redrive_engine::ports::{Alarms, MetricValue, Metrics, PortError, Queue};
-use redrive_engine::{DrainError, Engine, InvocationError, StopReason, Summary};
+use redrive_engine::{DrainError, Engine, StopReason, Summary};
+
+use crate::InvocationError;
 
 type EnvFn = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 type Build<Q, A, M, C> = Box<dyn Fn(RedriverConfig) -> Engine<Q, A, M, C> + Send + Sync>;
@@ -283,7 +285,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
         }
         match &*member {
             Member::Ready(engine) => {
-                let summary = engine.handle_trigger(trigger.clone(), deadline).await?;
+                let summary = crate::handle_trigger(engine, trigger.clone(), deadline).await?;
                 Ok((queue.clone(), summary, None))
             }
             Member::Waiting { problem, .. } => {

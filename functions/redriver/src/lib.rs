@@ -4,5 +4,7 @@
 //! ([`redrive_engine::Engine`]), the library every front end uses.
 
 pub mod fleet;
+mod invoke;
 
 pub use fleet::{Fleet, FleetSummary, QueueSummary};
+pub use invoke::{InvocationError, handle, handle_trigger};

@@ -3,9 +3,9 @@
 //! names or of every DLQ in a fair order ([`redrive_redriver::fleet`]).
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
+use redrive_engine::DrainError;
 use redrive_engine::aws::Clients;
-use redrive_engine::{DrainError, InvocationError};
-use redrive_redriver::Fleet;
+use redrive_redriver::{Fleet, InvocationError};
 use redrive_shared::config::RedriverConfig;
 use serde_json::Value;
 

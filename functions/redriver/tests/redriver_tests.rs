@@ -6,6 +6,12 @@
 // The fleet's drains nest deep futures (fleet, engine, circuit, pipelines, port calls).
 #![recursion_limit = "256"]
 
+// The engine's fixtures on the port fake (queues, configuration, quick retries).
+#[path = "../../../engine/tests/common/mod.rs"]
+#[allow(unused_imports)]
+mod common;
+mod events;
 mod fleet;
+mod invoke;
 mod lambda;
 mod protected_fleet;
