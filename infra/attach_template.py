@@ -14,7 +14,7 @@ template without the user's queues and what hangs on them:
   the account and region tagged `redrive-install:STACK_NAME` = `dlq` (or `dlq+source`); where
   they name our source queue, on those tagged `source` (or `dlq+source`): no policy grows with
   the fleet. deploy.sh tags exactly the protected DLQs and their sources (the template's
-  Metadata lists them, `tagged-queues` prints them) and untags those no longer protected;
+  Metadata lists them, `tagged_queues` reads them; infra/attach_queues.py tags) and untags those no longer protected;
   make destroy untags them all. SetAlarmState names the per-DLQ trigger alarms by one pattern;
   customer managed KMS keys stay listed (the distinct keys, usually few);
 - added per protected DLQ: its trigger alarm (depth > 0, to the trigger topic; the re-driver
@@ -516,17 +516,12 @@ def tagged_queues(template_path: Path) -> list[tuple[str, str, str]]:
 
 
 USAGE = ("usage: attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME [--quota-check]\n"
-         "       attach_template.py max-dlqs RESOURCES_YAML\n"
-         "       attach_template.py tagged-queues TEMPLATE_JSON   (KEY<TAB>QUEUE_NAME<TAB>VALUE lines)")
+         "       attach_template.py max-dlqs RESOURCES_YAML")
 
 
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "max-dlqs":
         print(max_dlqs(cfn_yaml.load(Path(argv[1]))))
-        return 0
-    if len(argv) == 2 and argv[0] == "tagged-queues":
-        for key, name, value in tagged_queues(Path(argv[1])):
-            print(f"{key}\t{name}\t{value}")
         return 0
     stack = "redrive"
     # --quota-check: the rendering deploy checks with quotas.py, which names the resources quota.

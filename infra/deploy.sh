@@ -144,11 +144,13 @@ if attach_mode; then
         die "could not render the attach-mode template (see above). Nothing was changed."
     # The queues the deployed stack's roles grant on by tag, before this deploy changes them.
     stack_template "$RESOURCES" "$WORK/resources.previous.json"
-    deploy_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json"
-    # The roles grant on this install's tag: the protected DLQs and their sources get it now,
-    # before any function runs; those no longer protected lose it once the deploy is done.
+    # The roles grant on this install's tag: the protected DLQs and their sources get it before
+    # the roles change, so that an upgrade from roles that named each queue's ARN has no moment
+    # in which the new roles grant on a tag no queue carries yet. Those no longer protected lose
+    # it once the deploy is done.
     PROTECTED_QUEUE_URL_PREFIX=${PROTECTED_DLQ_URLS%%,*}
     tag_protected_queues "$WORK/resources.attach.json" "${PROTECTED_QUEUE_URL_PREFIX%/*}"
+    deploy_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json"
     required_outputs=(PoisonQueueUrl TriggerTopicArn MetricNamespace RedriverFunctionName RedriverRoleArn
         DashboardUrl CircuitTableName ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn)
 else

@@ -90,177 +90,36 @@ validate_attach_config() {
     export CONSUMER
 }
 
-# A protected DLQ keeps each message for its MessageRetentionPeriod (counted, for a standard
-# queue's DLQ, from the message's first enqueue): an archive threshold or an age alarm not below
-# it can never act before SQS deletes the message. Named at deploy; the archiver then leaves that
-# DLQ alone (and says so in DlqLeftAlone at every run), never the others.
-warn_short_retention() { # NAME URL RETENTION_SECONDS
-    local name=$1 url=$2 retention=$3 tagged threshold source
-    [[ $retention =~ ^[0-9]+$ ]] || return 0
-    tagged=$(aws_ sqs list-queue-tags --queue-url "$url" --query 'Tags."redrive:archive-after-days"' --output text 2>/dev/null || true)
-    if [[ $tagged =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
-        source="its tag redrive:archive-after-days=$tagged"
-    else
-        tagged=$ARCHIVE_AFTER_DAYS
-        source="ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS"
-    fi
-    threshold=$(awk -v d="$tagged" 'BEGIN { printf "%d", d * 86400 }')
-    if ((threshold >= retention)); then
-        printf '\nWARNING: %s keeps messages %s s (MessageRetentionPeriod), not above the archive threshold of %s s (%s):\n' \
-            "$name" "$retention" "$threshold" "$source" >&2
-        printf '         the archiver leaves this DLQ alone (its DlqLeftAlone metric pages) and SQS deletes its messages\n' >&2
-        printf '         unarchived. Raise its retention (aws sqs set-queue-attributes --attributes MessageRetentionPeriod=1209600)\n' >&2
-        printf '         or tag it redrive:archive-after-days below %s days.\n' "$(awk -v r="$retention" 'BEGIN { printf "%g", r / 86400 }')" >&2
-    fi
-    local alarm
-    for alarm in DLQ_AGE_ALARM_SECONDS DLQ_FINAL_AGE_ALARM_SECONDS; do
-        if ((${!alarm} >= retention)); then
-            printf '\nWARNING: %s keeps messages %s s (MessageRetentionPeriod), not above %s=%s:\n' "$name" "$retention" "$alarm" "${!alarm}" >&2
-            printf '         that age alarm can only fire after SQS has deleted the message. Raise the queue'"'"'s retention.\n' >&2
-        fi
-    done
-}
-
-# The ARN of the customer managed KMS key that encrypts a queue (its KmsMasterKeyId: a key id,
-# an alias or an ARN), which the roles must be granted: receiving needs kms:Decrypt, sending
-# kms:GenerateDataKey and kms:Decrypt. Nothing for a queue without SSE-KMS ("None", SSE-SQS) or
-# under the AWS managed key alias/aws/sqs, whose key policy lets the account's principals use it
-# through SQS. Stops naming the queue and the key where the key cannot be read (kms:DescribeKey):
-# its drains would all fail.
-queue_key_arn() { # QUEUE_NAME KMS_MASTER_KEY_ID
-    local queue=$1 key=$2 described arn manager
-    case $key in '' | None | alias/aws/sqs) return 0 ;; esac
-    described=$(aws_ kms describe-key --key-id "$key" --query '[KeyMetadata.Arn,KeyMetadata.KeyManager]' --output text 2>&1) ||
-        die "queue $queue is encrypted with the KMS key $key, which this deploy cannot read (kms:DescribeKey)." \
-            "The re-driver needs that key (kms:Decrypt to receive, kms:GenerateDataKey to send) and would fail every drain." \
-            "Let the deploying identity describe the key, or protect the queue from the key's account. Nothing was changed." \
-            "AWS CLI said: $(tr '\n' ' ' <<<"$described")"
-    read -r arn manager <<<"$described"
-    [ "$manager" = AWS ] && return 0
-    printf '%s' "$arn"
+# Attach mode's calls on the user's queues (infra/attach_queues.py): one process for the whole
+# fleet, where one AWS CLI call per queue (a Python start each) took minutes at the ceiling.
+attach_queues() { # COMMAND ARGS...
+    AWS_REGION=$AWS_REGION ACCOUNT_ID=${ACCOUNT_ID-} STACK_NAME=$STACK_NAME \
+        "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_queues.py" ${@+"$@"}
 }
 
 # Resolves the protected DLQs before anything is changed: writes NAME<TAB>ARN<TAB>SOURCE_ARNS
-# lines to FILE and sets PROTECTED_DLQ_URLS (comma separated). Stops naming a queue that does
-# not exist, an ARN of another region or account, a tag that selects nothing, our own poison queue.
+# <TAB>DLQ_KEY<TAB>SOURCE_KEYS lines to FILE and sets PROTECTED_DLQ_URLS (comma separated). Stops
+# naming a queue that does not exist, an ARN of another region or account, a tag that selects
+# nothing, our own poison queue, a KMS key the deploy cannot read; warns about a retention the
+# archive threshold or an age alarm does not stay below (the archiver then leaves that DLQ alone).
 resolve_protected_dlqs() { # FILE
-    local file=$1 item name names=() key value url urls tag arn src src_urls src_arn sources count=0 region account tagged=0
-    local dlq_key src_key src_keys retention
-    for item in ${PROTECT_DLQS//,/ }; do
-        if [[ $item == arn:* ]]; then
-            IFS=: read -r _ _ _ region account name <<<"$item"
-            if [ "$region" != "$AWS_REGION" ] || [ "$account" != "$ACCOUNT_ID" ]; then
-                die "PROTECT_DLQS names $item, a queue of $account in $region; this deploy is $ACCOUNT_ID in $AWS_REGION." \
-                    "One install protects the queues of its own account and region. Nothing was changed."
-            fi
-        else
-            name=$item
-        fi
-        names+=("$name")
-    done
-    if [ -n "${PROTECT_TAG-}" ]; then
-        key=${PROTECT_TAG%%=*}
-        value=${PROTECT_TAG#*=}
-        urls=$(aws_ sqs list-queues --query 'QueueUrls[]' --output text) ||
-            die "could not list the queues of $AWS_REGION (sqs:ListQueues) for PROTECT_TAG. Nothing was changed."
-        for url in $urls; do
-            [ "$url" != None ] || continue
-            tag=$(aws_ sqs list-queue-tags --queue-url "$url" --query "Tags.\"$key\"" --output text) ||
-                die "could not read the tags of $url (sqs:ListQueueTags) for PROTECT_TAG. Nothing was changed."
-            if [ "$tag" = "$value" ]; then
-                names+=("${url##*/}")
-                tagged=$((tagged + 1))
-            fi
-        done
-        if [ "$tagged" = 0 ]; then
-            die "PROTECT_TAG=$PROTECT_TAG selects no queue in $AWS_REGION." \
-                "Tag your DLQs first, e.g. aws sqs tag-queue --queue-url URL --tags '{\"$key\":\"$value\"}'. Nothing was changed."
-        fi
-    fi
-    : >"$file"
-    PROTECTED_DLQ_URLS=
-    local seen=' '
-    for name in ${names[@]+"${names[@]}"}; do
-        case $seen in *" $name "*) continue ;; esac
-        seen+="$name "
-        if [ "$name" = "$STACK_NAME-poison" ]; then
-            die "PROTECT_DLQS/PROTECT_TAG selects $name, this install's own poison queue; it cannot protect itself." \
-                "Nothing was changed."
-        fi
-        url=$(aws_ sqs get-queue-url --queue-name "$name" --query QueueUrl --output text 2>/dev/null) ||
-            die "queue $name does not exist in $AWS_REGION (account $ACCOUNT_ID): PROTECT_DLQS/PROTECT_TAG names it." \
-                "Check the name (aws sqs list-queues --queue-name-prefix ${name:0:20}). Nothing was changed."
-        read -r arn dlq_key retention < <(aws_ sqs get-queue-attributes --queue-url "$url" \
-            --attribute-names QueueArn KmsMasterKeyId MessageRetentionPeriod \
-            --query '[Attributes.QueueArn,Attributes.KmsMasterKeyId,Attributes.MessageRetentionPeriod]' --output text) ||
-            die "could not read the ARN of $url. Nothing was changed."
-        dlq_key=$(queue_key_arn "$name" "$dlq_key")
-        warn_short_retention "$name" "$url" "$retention"
-        sources=
-        src_keys=
-        src_urls=$(aws_ sqs list-dead-letter-source-queues --queue-url "$url" --query 'queueUrls[]' --output text) ||
-            die "could not list the source queues of $name (sqs:ListDeadLetterSourceQueues). Nothing was changed."
-        for src in $src_urls; do
-            [ "$src" != None ] || continue
-            read -r src_arn src_key < <(aws_ sqs get-queue-attributes --queue-url "$src" --attribute-names QueueArn KmsMasterKeyId \
-                --query '[Attributes.QueueArn,Attributes.KmsMasterKeyId]' --output text) ||
-                die "could not read the ARN of $src. Nothing was changed."
-            [ -n "$src_arn" ] || die "could not read the ARN of $src. Nothing was changed."
-            sources+=${sources:+,}$src_arn
-            src_key=$(queue_key_arn "${src##*/}" "$src_key")
-            if [ -n "$src_key" ]; then src_keys+=${src_keys:+,}$src_key; fi
-        done
-        if [ -z "$sources" ]; then
-            printf '\nWARNING: %s is no queue'"'"'s DLQ (ListDeadLetterSourceQueues is empty): protected, but a message\n' "$name" >&2
-            printf '         with no known source is isolated in the poison queue (reason unknown-source), never guessed.\n' >&2
-        fi
-        printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$arn" "$sources" "$dlq_key" "$src_keys" >>"$file"
-        PROTECTED_DLQ_URLS+=${PROTECTED_DLQ_URLS:+,}$url
-        count=$((count + 1))
-        say "protecting $name ($arn)${sources:+, sources ${sources//,/, }}"
-    done
-    say "$count DLQs protected"
+    PROTECTED_DLQ_URLS=$(attach_queues resolve "$1") || exit 1
 }
 
 # ---- attach mode: this install's tag on the protected queues (infra/attach_template.py).
 # The roles grant on the queues that carry redrive-install:STACK_NAME; the template's Metadata
-# lists them. tagged_queues TEMPLATE_JSON prints KEY<TAB>NAME<TAB>VALUE lines (none for a
-# template without the list: managed mode, or a stack from before).
-tagged_queues() { # TEMPLATE_JSON
-    "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" tagged-queues "$1"
-}
+# lists them (none for a template without the list: managed mode, or a stack from before).
 # The template a stack was deployed with, as CloudFormation returns it (nothing without the stack).
 stack_template() { # STACK OUT
     aws_ cloudformation get-template --stack-name "$1" --query TemplateBody --output json >"$2" 2>/dev/null || : >"$2"
 }
 tag_protected_queues() { # TEMPLATE_JSON URL_PREFIX: tags every queue the template lists
-    local key name value listed
-    listed=$(tagged_queues "$1") || die "could not read the protected queues of $1."
-    while IFS=$'\t' read -r key name value; do
-        [ -n "$name" ] || continue
-        aws_ sqs tag-queue --queue-url "$2/$name" --tags "$key=$value" ||
-            die "could not tag $name with $key=$value (sqs:TagQueue): the roles grant on this tag only." \
-                "Grant sqs:TagQueue to the deploying identity and run make deploy again."
-    done <<<"$listed"
+    attach_queues tag "$1" "$2" || exit 1
 }
 # Removes this install's tag from the queues OLD_TEMPLATE lists and NEW_TEMPLATE does not (all of
 # them without NEW_TEMPLATE). A queue that is gone is skipped.
 untag_queues() { # OLD_TEMPLATE_JSON [NEW_TEMPLATE_JSON]
-    local key name value url listed kept=' '
-    if [ -n "${2-}" ]; then
-        listed=$(tagged_queues "$2") || die "could not read the protected queues of $2."
-        while IFS=$'\t' read -r key name value; do kept+="$name "; done <<<"$listed"
-    fi
-    listed=$(tagged_queues "$1") || die "could not read the protected queues of $1."
-    while IFS=$'\t' read -r key name value; do
-        [ -n "$name" ] || continue
-        case $kept in *" $name "*) continue ;; esac
-        url=$(aws_ sqs get-queue-url --queue-name "$name" --query QueueUrl --output text 2>/dev/null) || continue
-        aws_ sqs untag-queue --queue-url "$url" --tag-keys "$key" ||
-            die "could not remove the tag $key from $name (sqs:UntagQueue): this install's roles still grant on it." \
-                "Remove it by hand: aws sqs untag-queue --queue-url $url --tag-keys $key"
-        say "$name: no longer protected, tag $key removed"
-    done <<<"$listed"
+    attach_queues untag ${@+"$@"} || exit 1
 }
 
 validate_deploy_config() {

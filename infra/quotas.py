@@ -17,6 +17,10 @@ The quotas (IAM counts policy characters without whitespace):
 - a template: 51,200 bytes as a TemplateBody, 1 MB through S3 (deploy_stack switches to S3
   above the first; the check is the second); 500 resources, 200 outputs, 200 parameters;
 - an alarm's actions: 5 per state;
+- a dashboard: 500 widgets, 500 metrics in one widget, 2,500 metrics in all its widgets;
+- a Metrics Insights query: 500 time series (above, an alarm on it evaluates `PARTIAL_DATA`);
+  the fleet alarms group by QueueName, so they see one series per protected DLQ and the poison
+  queue (the template's output `ProtectedDlqCount`, plus one);
 - attach mode's list of protected DLQs, one DynamoDB item in the circuit table: 400 KB
   (`check` takes it as a file ending in `.list`, the comma-separated URLs deploy writes).
 
@@ -47,6 +51,10 @@ RESOURCES = 500
 OUTPUTS = 200
 PARAMETERS = 200
 ALARM_ACTIONS = 5
+DASHBOARD_WIDGETS = 500
+WIDGET_METRICS = 500
+DASHBOARD_METRICS = 2_500
+INSIGHTS_SERIES = 500
 DYNAMODB_ITEM_BYTES = 400 * 1024
 # The item deploy writes (infra/lib.sh write_dlq_list; redrive_engine::fleet_list).
 DLQ_LIST_ITEM_KEY = ("queue", "redrive:fleet:dlq-urls")
@@ -162,9 +170,36 @@ def check_template(template: dict, body_bytes: int) -> list[tuple[str, int, int]
         elif kind == "AWS::CloudWatch::Alarm":
             for key in ("AlarmActions", "OKActions", "InsufficientDataActions"):
                 figures.append((f"alarm {logical} {key}", len(props.get(key, [])), ALARM_ACTIONS))
+            if any("SELECT" in json.dumps(m.get("Expression", "")) for m in props.get("Metrics", [])):
+                figures.append((f"alarm {logical} Metrics Insights series", insights_series(template),
+                                INSIGHTS_SERIES))
+        elif kind == "AWS::CloudWatch::Dashboard":
+            figures.extend(check_dashboard(logical, resolve(props["DashboardBody"], template)))
     for role, size in sorted(inline.items()):
         if role in template.get("Resources", {}):
             figures.append((f"role {role} inline policies (characters)", size, ROLE_INLINE_CHARS))
+    return figures
+
+
+def insights_series(template: dict) -> int:
+    """The time series a fleet Metrics Insights alarm (grouped by QueueName) sees: one per
+    protected DLQ and one for the poison queue."""
+    count = template.get("Outputs", {}).get("ProtectedDlqCount", {}).get("Value", "1")
+    return int(count) + 1
+
+
+def check_dashboard(logical: str, body: str) -> list[tuple[str, int, int]]:
+    """CloudWatch's limits on one dashboard: its widgets, each widget's metrics (a metric or an
+    expression row) and all its metrics together."""
+    widgets = json.loads(body).get("widgets", [])
+    figures = [(f"dashboard {logical} widgets", len(widgets), DASHBOARD_WIDGETS)]
+    total = 0
+    for i, widget in enumerate(widgets):
+        rows = len(widget.get("properties", {}).get("metrics", []))
+        total += rows
+        title = widget.get("properties", {}).get("title", f"#{i}")
+        figures.append((f"dashboard {logical} widget '{title}' metrics", rows, WIDGET_METRICS))
+    figures.append((f"dashboard {logical} metrics", total, DASHBOARD_METRICS))
     return figures
 
 

@@ -3,7 +3,14 @@
 use clap::{ArgGroup, Parser, Subcommand};
 use redrive_shared::config::QueueUrl;
 
-pub const AFTER_HELP: &str = "\
+use crate::context::Exit;
+
+/// What `redrive --help` shows after the options: the exit codes come from [`Exit`].
+pub fn after_help() -> String {
+    format!("{AFTER_HELP_TOP}\n{}\n{AFTER_HELP_WORKFLOW}", Exit::help())
+}
+
+const AFTER_HELP_TOP: &str = "\
 Queues:
   Wherever a queue is taken, it may be a name (orders-dlq), an ARN
   (arn:aws:sqs:REGION:ACCOUNT:orders-dlq; REGION must be the client's) or a URL.
@@ -18,26 +25,14 @@ Configuration:
   MAX_REDRIVE_ATTEMPTS, BACKOFF_*, GUARD_ALARM_NAMES, METRIC_NAMESPACE, ...); its flags win.
   NO_COLOR turns colour off (CLICOLOR_FORCE turns it on when stdout is not a terminal);
   RUST_LOG=info shows the engine's JSON log lines on stderr.
+";
 
-Exit codes:
-  0  done
-  1  an AWS call failed (including a queue that does not exist, or an endpoint that cannot
-     be reached); the command did not complete (nothing is lost: a message is deleted
-     only after its copy was acknowledged, and held messages reappear after their timeout)
-  2  usage or configuration error (bad flags or values, missing settings, an unknown
-     profile, no credentials), or `discard` without --yes; nothing was changed
-  3  incomplete: some messages failed, were refused or not found, a guard alarm or the
-     adaptive circuit (CIRCUIT_TABLE) kept the circuit open, a `drain --canary` bounced, or `replay`/`discard` did not reach the end of the queue (the report says
-     how many were not reached; --max reached is not an error), a `triage` pass did not
-     reach the end of the queue, or `triage show` found no message of the group
-  130 interrupted (Ctrl-C, SIGTERM): every message the command held was made visible again
-     at once (a copy already sent may be delivered again; the consumer's key absorbs it)
-
+const AFTER_HELP_WORKFLOW: &str = "\
 Workflow: triage -> stats -> peek -> fix the cause -> replay in batches (--max) -> stats -> discard.";
 
 /// Operate a redrive dead-letter queue by hand: inspect, drain, replay, discard.
 #[derive(Debug, Parser)]
-#[command(name = "redrive", version, after_help = AFTER_HELP)]
+#[command(name = "redrive", version, after_help = after_help())]
 pub struct Cli {
     /// Print one JSON document on stdout instead of text (for scripts); the same as
     /// `--output json`.
@@ -77,19 +72,19 @@ pub enum Command {
     /// Visible, in-flight and delayed counts, the queue's RedrivePolicy and retention, then a
     /// sample of messages (received and released at once) summarised by attempt, isolation
     /// reason and lastError code.
-    Stats(super::stats::StatsArgs),
+    Stats(crate::commands::stats::StatsArgs),
     /// Show messages without consuming them
     ///
     /// Id, originalMessageId, attempt, reason, lastError, age, size and attributes of each
     /// message; the body only with --body. The messages are visible again as soon as the
     /// command ends.
-    Peek(super::peek::PeekArgs),
+    Peek(crate::commands::peek::PeekArgs),
     /// Drain the DLQ once, as the re-driver Lambda does
     ///
     /// The same engine as the Lambda: DLQ -> source queue with backoff, poison pills -> poison
     /// queue, a message deleted from the DLQ only after its copy was acknowledged, metrics
     /// published, guard alarms honoured. Configured from the Lambda's variables; flags win.
-    Drain(super::drain::DrainArgs),
+    Drain(crate::commands::drain::DrainArgs),
     /// Send parked messages back to the source queue after a fix
     ///
     /// Each copy keeps its body, attributes and originalMessageId (the consumer's idempotency
@@ -99,14 +94,14 @@ pub enum Command {
     /// for the destination) is refused unless --allow-unstamped. Exit code 3 when anything
     /// was not replayed or the walk did not reach the end of the queue.
     #[command(group(ArgGroup::new("select").required(true).args(["id", "all"])))]
-    Replay(super::replay::ReplayArgs),
+    Replay(crate::commands::replay::ReplayArgs),
     /// Delete messages that cannot be recovered (needs --yes)
     ///
     /// Lists every message it deleted. Without --yes it lists what it would delete, deletes
     /// nothing, and exits with code 2. Exit code 3 when anything was not deleted or the walk
     /// did not reach the end of the queue.
     #[command(group(ArgGroup::new("select").required(true).args(["id", "all"])))]
-    Discard(super::discard::DiscardArgs),
+    Discard(crate::commands::discard::DiscardArgs),
     /// Write messages to a JSON Lines file or to S3, optionally deleting them
     ///
     /// One line per message in the archive format (body, every attribute with its type,
@@ -114,7 +109,7 @@ pub enum Command {
     /// messages are visible again when the command ends); with --delete a message is deleted
     /// only after its line was written and fsync'd, or its S3 object acknowledged with a
     /// SHA-256 checksum. Takes the filters of peek, replay and discard.
-    Export(super::export::ExportArgs),
+    Export(crate::commands::export::ExportArgs),
     /// Send the messages of an export or archive to a queue
     ///
     /// The whole input is read and validated first: a file with a bad line sends nothing, and
@@ -123,14 +118,14 @@ pub enum Command {
     /// however often the file is imported); a message without x-redrive gets one keyed on
     /// its archived MessageId. FIFO destinations keep the group id and get a deduplication id
     /// derived from the archived MessageId.
-    Import(super::import::ImportArgs),
+    Import(crate::commands::import::ImportArgs),
     /// Show or override the adaptive circuit of a DLQ
     ///
     /// status: the state (closed, open, half-open), the operator's override, the next run's
     /// plan, the bounce-back counts over the window and the last transitions. open: hold it
     /// open (nothing is redriven). close: force it closed (drain whatever the measurements
     /// say). auto: hand it back to the measurements. Needs CIRCUIT_TABLE or --circuit-table.
-    Circuit(super::circuit::CircuitArgs),
+    Circuit(crate::commands::circuit::CircuitArgs),
     /// What the Step Functions orchestrator did with one message, across executions
     ///
     /// Lists the state machine's newest executions and reads their histories
@@ -139,7 +134,7 @@ pub enum Command {
     /// DelaySeconds), found by its originalMessageId (the same across redrives and waits) or
     /// the SQS MessageId of any of its copies. Changes nothing. Exit code 3 when there is no
     /// record of it.
-    History(super::history::HistoryArgs),
+    History(crate::commands::history::HistoryArgs),
     /// One table of every protected DLQ
     ///
     /// Per DLQ: depth, in flight, the oldest message's age (CloudWatch
@@ -148,7 +143,7 @@ pub enum Command {
     /// (ListDeadLetterSourceQueues) and the settings its `redrive:*` tags put in force over the
     /// defaults. Which DLQs: --dlq (repeatable) and --tag, else PROTECT_DLQS and PROTECT_TAG
     /// as in infra/redrive.env. Changes nothing.
-    Status(super::status::StatusArgs),
+    Status(crate::commands::status::StatusArgs),
     /// Group a DLQ or poison queue by cause, with one recommended action per group
     ///
     /// One pass over the queue (held while it runs, released at once) or an export file
@@ -159,18 +154,18 @@ pub enum Command {
     /// they carry (source, body shape, attributes). `triage show GROUP QUEUE` lists a group's
     /// messages. Exit code 3 when the pass did not reach the end of the queue, or `show` found
     /// none of the group. See docs/triage.md.
-    Triage(Box<super::triage::TriageArgs>),
+    Triage(Box<crate::commands::triage::TriageArgs>),
     /// Print a shell completion script on stdout
     ///
     /// bash: `redrive completions bash > ~/.local/share/bash-completion/completions/redrive`;
     /// zsh: `redrive completions zsh > "${fpath[1]}/_redrive"`;
     /// fish: `redrive completions fish > ~/.config/fish/completions/redrive.fish`.
-    Completions(super::generate::CompletionsArgs),
+    Completions(crate::commands::generate::CompletionsArgs),
     /// Print the man page (roff) on stdout, or write one page per command with --dir
     ///
     /// `redrive man > ~/.local/share/man/man1/redrive.1`, then `man redrive`; or
     /// `redrive man --dir ~/.local/share/man/man1`, then `man redrive-triage-replay`.
-    Man(super::generate::ManArgs),
+    Man(crate::commands::generate::ManArgs),
 }
 
 pub fn parse_queue_url(v: &str) -> Result<QueueUrl, String> {

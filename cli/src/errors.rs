@@ -1,5 +1,5 @@
 //! Errors as the AWS CLI words them, not the SDK's debug dumps: what the operator reads on
-//! stderr, and the exit code that goes with it (see [`super::exit`]).
+//! stderr, and the exit code that goes with it (see [`crate::context::Exit`]).
 
 use std::error::Error as StdError;
 use std::sync::OnceLock;
@@ -9,7 +9,7 @@ use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_types::error::ErrorMetadata;
 use redrive_engine::ports::PortError;
 
-use super::{CliError, exit};
+use crate::context::{CliError, Exit};
 
 /// What an error message names beyond the error itself: the profile in use and where each
 /// service's calls go.
@@ -38,12 +38,12 @@ pub fn describe(e: &PortError) -> String {
 }
 
 /// The line printed on stderr (without the `redrive: ` prefix) and the exit code.
-pub fn report(e: &CliError, setting: &Setting) -> (String, u8) {
+pub fn report(e: &CliError, setting: &Setting) -> (String, Exit) {
     match e {
-        CliError::Config(message) => (message.clone(), exit::USAGE),
+        CliError::Config(message) => (message.clone(), Exit::Usage),
         CliError::NoSuchQueue { queue, code } => (
             format!("queue '{queue}' does not exist ({code})"),
-            exit::ERROR,
+            Exit::Error,
         ),
         CliError::Aws(p) => aws(p, setting),
     }
@@ -61,7 +61,7 @@ fn chain(p: &PortError) -> Vec<&(dyn StdError + 'static)> {
     errors
 }
 
-fn aws(p: &PortError, setting: &Setting) -> (String, u8) {
+fn aws(p: &PortError, setting: &Setting) -> (String, Exit) {
     if let Some(c) = chain(p)
         .into_iter()
         .find_map(|e| e.downcast_ref::<CredentialsError>())
@@ -72,7 +72,7 @@ fn aws(p: &PortError, setting: &Setting) -> (String, u8) {
                 format!(
                     "no credentials found (profile '{profile}'): configure the profile (`aws configure`, `aws configure sso`) or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
                 ),
-                exit::USAGE,
+                Exit::Usage,
             ),
             other => {
                 let why = causes(other);
@@ -84,7 +84,7 @@ fn aws(p: &PortError, setting: &Setting) -> (String, u8) {
                 };
                 (
                     format!("could not load credentials (profile '{profile}'): {why}{hint}"),
-                    exit::USAGE,
+                    Exit::Usage,
                 )
             }
         };
@@ -99,7 +99,7 @@ fn aws(p: &PortError, setting: &Setting) -> (String, u8) {
                 "could not connect to the endpoint URL: \"{}\"",
                 endpoint(p.operation, setting)
             ),
-            exit::ERROR,
+            Exit::Error,
         );
     }
     let message = chain(p)
@@ -113,7 +113,7 @@ fn aws(p: &PortError, setting: &Setting) -> (String, u8) {
             "An error occurred ({}) when calling the {} operation: {message}",
             p.code, p.operation
         ),
-        exit::ERROR,
+        Exit::Error,
     )
 }
 
@@ -202,7 +202,7 @@ mod tests {
             line,
             "An error occurred (Contended) when calling the PutItem operation: the record kept changing"
         );
-        assert_eq!(code, exit::ERROR);
+        assert_eq!(code, Exit::Error);
     }
 
     #[test]

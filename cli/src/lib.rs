@@ -1,124 +1,37 @@
 //! `redrive`, the operator CLI: the replay workflow (inspect, fix, replay in batches, verify,
-//! discard) on the same engine and ports as the Lambda. See the README, "Operator CLI".
+//! discard) on the same engine and ports as the Lambda. The reference is docs/cli.md.
 //!
 //! Every command that reads messages holds them (invisible) only while it runs and releases
 //! them at once when it ends; a message is deleted only after its copy was acknowledged
 //! (`replay`, `drain`) or when the operator said `--yes` (`discard`).
 
 pub mod args;
-pub mod circuit;
-mod discard;
-mod drain;
+pub mod commands;
+pub mod context;
 pub mod errors;
-mod export;
 pub mod filter;
 #[cfg(test)]
 mod fixtures;
-mod generate;
-pub mod history;
-mod import;
 mod inspect;
 pub mod output;
-mod peek;
 mod progress;
 pub mod queues;
-mod replay;
 pub mod scan;
 mod select;
 pub mod stack;
-mod stats;
-mod status;
-pub mod triage;
-pub mod triage_act;
 pub mod view;
 
 use std::process::ExitCode;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
-use queues::{QueueRef, Resolver};
-use redrive_shared::config::QueueUrl;
+use queues::Resolver;
 
 pub use args::Cli;
-use args::Command;
+use commands::generate;
+pub use commands::replay::replay_entry;
+use context::{CliError, Ctx, Exit};
 use output::Style;
-use redrive_engine::aws::{Clients, SqsQueue};
-use redrive_engine::ports::PortError;
-pub use replay::replay_entry;
-
-/// Exit codes (also in `redrive --help`).
-pub mod exit {
-    pub const OK: u8 = 0;
-    /// An AWS call failed; the command did not complete.
-    pub const ERROR: u8 = 1;
-    /// Usage or configuration error (clap uses 2 too), or `discard` without `--yes`.
-    pub const USAGE: u8 = 2;
-    /// Some messages failed, were not found, or the circuit was open.
-    pub const INCOMPLETE: u8 = 3;
-    /// Interrupted (Ctrl-C, SIGTERM): what the command held was made visible again.
-    pub const INTERRUPTED: u8 = 130;
-}
-
-/// Why a command stopped early.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// Invalid or missing configuration: nothing was touched.
-    #[error("{0}")]
-    Config(String),
-    /// A queue named by its name or ARN that SQS does not know.
-    #[error("queue '{queue}' does not exist ({code})")]
-    NoSuchQueue { queue: String, code: String },
-    #[error(transparent)]
-    Aws(#[from] PortError),
-}
-
-/// How a command that ran to its end went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Done,
-    /// Some of the work was not done (failed, not found, circuit open).
-    Incomplete,
-    /// Refused (e.g. `discard` without `--yes`): nothing was changed.
-    Refused,
-    /// An AWS call failed part-way; the report says what was done.
-    Failed,
-}
-
-/// What every command gets: the SDK configuration, the engine's clients built from it once
-/// (whole calls are retried by the SDK, as its retry configuration says), output mode, colours.
-pub struct Ctx {
-    pub sdk: SdkConfig,
-    pub clients: Clients,
-    pub json: bool,
-    pub style: Style,
-    /// Queue names and ARNs to URLs, once per run.
-    pub queues: Resolver,
-    /// What `--stack` sets that no flag holds (the re-driver's variables of `drain`).
-    pub stack_env: stack::StackEnv,
-}
-
-/// The value of a flag a command needs, which `--stack` may have given.
-pub fn required<'a, T>(value: &'a Option<T>, flag: &str) -> Result<&'a T, CliError> {
-    value.as_ref().ok_or_else(|| {
-        CliError::Config(format!(
-            "the following required argument was not provided: {flag} (or --stack NAME)"
-        ))
-    })
-}
-
-impl Ctx {
-    pub fn queue(&self) -> SqsQueue {
-        self.clients.sqs.clone()
-    }
-
-    /// The URL of a queue given by name, ARN or URL.
-    pub async fn resolve(&self, queue: &QueueRef) -> Result<QueueUrl, CliError> {
-        self.queues.resolve(queue).await
-    }
-
-    pub fn region(&self) -> &str {
-        self.sdk.region().map_or("", |r| r.as_ref())
-    }
-}
+use redrive_engine::aws::Clients;
 
 /// Logs of the engine go to stderr as JSON lines, `warn` and above unless `RUST_LOG` says
 /// otherwise: stdout is the command's output. The SDK's own warnings (a credentials provider
@@ -205,46 +118,17 @@ pub fn parse() -> Cli {
     cli
 }
 
-/// Runs one parsed command line; the exit code follows [`exit`].
+/// Runs one parsed command line; the exit code is one of [`Exit`].
 pub async fn run(mut cli: Cli) -> ExitCode {
-    match &cli.command {
-        Command::Completions(a) => {
-            generate::print(&generate::completions(a.shell));
-            return ExitCode::from(exit::OK);
-        }
-        Command::Man(generate::ManArgs { dir: Some(dir) }) => {
-            return match generate::man_pages(dir) {
-                Ok(pages) => {
-                    for page in pages {
-                        println!("{}", page.display());
-                    }
-                    ExitCode::from(exit::OK)
-                }
-                Err(e) => {
-                    eprintln!("error: writing the man pages to {}: {e}", dir.display());
-                    ExitCode::from(exit::ERROR)
-                }
-            };
-        }
-        Command::Man(_) => {
-            return match generate::man() {
-                Ok(page) => {
-                    generate::print(&page);
-                    ExitCode::from(exit::OK)
-                }
-                Err(e) => {
-                    eprintln!("error: writing the man page: {e}");
-                    ExitCode::from(exit::ERROR)
-                }
-            };
-        }
-        _ => {}
+    // Completions and man pages need no AWS: they are generated from the command definition.
+    if let Some(exit) = generate::run(&cli.command) {
+        return exit.into();
     }
     let format = match output::Format::choose(cli.output, cli.json) {
         Ok(format) => format,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(exit::USAGE);
+            return Exit::Usage.into();
         }
     };
     output::set_format(format);
@@ -296,7 +180,7 @@ pub async fn run(mut cli: Cli) -> ExitCode {
     let _ = ctrlc::set_handler(move || {
         let _ = interrupted.send(());
     });
-    let command = dispatch(&ctx, cli.command);
+    let command = commands::run(&ctx, cli.command);
     tokio::pin!(command);
     let result = tokio::select! {
         result = &mut command => result,
@@ -311,33 +195,12 @@ pub async fn run(mut cli: Cli) -> ExitCode {
                 "redrive: interrupted; the messages it held are visible again{}",
                 if released > 0 { format!(" ({released} released at the interrupt)") } else { String::new() }
             );
-            return ExitCode::from(exit::INTERRUPTED);
+            return Exit::Interrupted.into();
         }
     };
     match result {
-        Ok(Outcome::Done) => ExitCode::from(exit::OK),
-        Ok(Outcome::Incomplete) => ExitCode::from(exit::INCOMPLETE),
-        Ok(Outcome::Refused) => ExitCode::from(exit::USAGE),
-        Ok(Outcome::Failed) => ExitCode::from(exit::ERROR),
+        Ok(outcome) => outcome.exit().into(),
         Err(e) => fail(&e, &setting),
-    }
-}
-
-/// Runs one command.
-async fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome, CliError> {
-    match command {
-        Command::Stats(a) => stats::run(ctx, a).await,
-        Command::Peek(a) => peek::run(ctx, a).await,
-        Command::Drain(a) => drain::run(ctx, a).await,
-        Command::Replay(a) => replay::run(ctx, a).await,
-        Command::Discard(a) => discard::run(ctx, a).await,
-        Command::Export(a) => export::run(ctx, a).await,
-        Command::Import(a) => import::run(ctx, a).await,
-        Command::Circuit(a) => circuit::run(ctx, a).await,
-        Command::History(a) => history::run(ctx, a).await,
-        Command::Status(a) => status::run(ctx, a).await,
-        Command::Triage(a) => triage::run(ctx, *a).await,
-        Command::Completions(_) | Command::Man(_) => Ok(Outcome::Done),
     }
 }
 
@@ -346,12 +209,5 @@ async fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome, CliError> {
 fn fail(e: &CliError, setting: &errors::Setting) -> ExitCode {
     let (line, code) = errors::report(e, setting);
     eprintln!("redrive: {line}");
-    ExitCode::from(code)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    code.into()
 }

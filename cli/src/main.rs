@@ -1,4 +1,4 @@
-//! `redrive`: the operator CLI. See the README ("Operator CLI") and `redrive --help`.
+//! `redrive`: the operator CLI. See docs/cli.md and `redrive --help`.
 
 use std::process::ExitCode;
 

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use redrive_engine::aws::port_error;
 use redrive_shared::config::QueueUrl;
 
-use super::CliError;
+use crate::context::CliError;
 
 /// A queue as given on the command line or in a variable.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use clap::ArgMatches;
 use clap::parser::ValueSource;
 use redrive_engine::aws::port_error;
 
-use crate::CliError;
 use crate::args::Command;
+use crate::context::CliError;
 use crate::queues::QueueRef;
 
 /// The outputs of the resources stack (`resources.yaml`) that commands read.

@@ -24,6 +24,13 @@ fn redrive(args: &[&str], env: &[(&str, &str)]) -> Run {
     run_redrive(args, env, None)
 }
 
+/// `redrive COMMAND --queue POISON` on `q`'s poison queue, with `flags`.
+fn on_poison(q: &QueueSet, command: &str, flags: &[&str]) -> Run {
+    let mut args = vec![command, "--queue", &q.poison_url];
+    args.extend_from_slice(flags);
+    redrive(&args, &[])
+}
+
 /// `redrive replay` from `q`'s poison queue to its source queue, with `flags`.
 fn replay_to_source(q: &QueueSet, flags: &[&str]) -> Run {
     let mut args = vec!["replay", "--from", &q.poison_url, "--to", &q.source_url];
@@ -49,15 +56,16 @@ fn help_documents_every_command_and_the_exit_codes() {
             sub.stdout
         );
     }
-    for text in [
-        "Exit codes",
-        "NO_COLOR",
-        "AWS_ENDPOINT_URL",
-        "--profile",
-        "--region",
-    ] {
+    for text in ["NO_COLOR", "AWS_ENDPOINT_URL", "--profile", "--region"] {
         assert!(help.stdout.contains(text), "{text} missing");
     }
+    // The exit codes, as the code defines them (docs/cli.md shows the same table).
+    let exit_codes = redrive_cli::context::Exit::help();
+    assert!(
+        help.stdout.contains(&exit_codes),
+        "--help lacks:\n{exit_codes}\nin:\n{}",
+        help.stdout
+    );
     // A usage error is exit code 2, on stderr.
     let bad = redrive(&["peek"], &[]);
     assert_eq!(bad.code, 2);
@@ -327,10 +335,7 @@ async fn peek_shows_history_without_consuming_and_bodies_only_on_request() {
     send_with_meta(&sqs, &q.poison_url, "b-body", &maxed).await;
 
     // WHEN peek shows them as JSON
-    let run = redrive(
-        &["peek", "--queue", &q.poison_url, "-n", "5", "--json"],
-        &[],
-    );
+    let run = on_poison(&q, "peek", &["-n", "5", "--json"]);
 
     // THEN each message's history is decoded, without its body
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -363,19 +368,7 @@ async fn peek_shows_history_without_consuming_and_bodies_only_on_request() {
     assert_eq!(queue_depth(&sqs, &q.poison_url).await, 2);
 
     // WHEN peek shows one with its body, cut, as text
-    let run = redrive(
-        &[
-            "peek",
-            "--queue",
-            &q.poison_url,
-            "-n",
-            "2",
-            "--body",
-            "--body-chars",
-            "12",
-        ],
-        &[],
-    );
+    let run = on_poison(&q, "peek", &["-n", "2", "--body", "--body-chars", "12"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("2 shown"), "{}", run.stdout);
     assert!(
@@ -675,7 +668,7 @@ async fn discard_refuses_without_yes_and_says_what_it_deleted() {
     }
 
     // WHEN discard runs without --yes
-    let run = redrive(&["discard", "--queue", &q.poison_url, "--all"], &[]);
+    let run = on_poison(&q, "discard", &["--all"]);
     // THEN it lists what it would delete, deletes nothing, and exits 2
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(
@@ -687,18 +680,10 @@ async fn discard_refuses_without_yes_and_says_what_it_deleted() {
     assert_eq!(visible(&sqs, &q.poison_url).await, 3);
 
     // WHEN the permanent failures are discarded
-    let run = redrive(
-        &[
-            "discard",
-            "--queue",
-            &q.poison_url,
-            "--all",
-            "--reason",
-            "permanent-failure",
-            "--yes",
-            "--json",
-        ],
-        &[],
+    let run = on_poison(
+        &q,
+        "discard",
+        &["--all", "--reason", "permanent-failure", "--yes", "--json"],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let report = run.json();
@@ -712,17 +697,7 @@ async fn discard_refuses_without_yes_and_says_what_it_deleted() {
     assert_eq!(report["deleted"][0]["lastError"]["code"], "HTTP_422");
 
     // WHEN one more is discarded by id, as text
-    let run = redrive(
-        &[
-            "discard",
-            "--queue",
-            &q.poison_url,
-            "--id",
-            &others[0],
-            "--yes",
-        ],
-        &[],
-    );
+    let run = on_poison(&q, "discard", &["--id", &others[0], "--yes"]);
     run.assert_stdout_has(0, "deleted 1 message(s)");
     assert!(run.stdout.contains(&others[0]), "{}", run.stdout);
 
@@ -1091,18 +1066,10 @@ async fn replay_all_reports_what_it_did_not_reach() {
 async fn discard_all_reports_what_it_did_not_reach() {
     let sqs = moto().sqs().await;
     let q = fifo_group_behind_an_unselected_head(&sqs, 12).await;
-    let run = redrive(
-        &[
-            "discard",
-            "--queue",
-            &q.poison_url,
-            "--all",
-            "--reason",
-            "max-attempts",
-            "--yes",
-            "--json",
-        ],
-        &[],
+    let run = on_poison(
+        &q,
+        "discard",
+        &["--all", "--reason", "max-attempts", "--yes", "--json"],
     );
     assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
     let report = run.json();
@@ -1120,33 +1087,11 @@ async fn discard_all_reports_what_it_did_not_reach() {
         let m = out_of_attempts(&format!("orig-{i}"));
         send_with_meta(&sqs, &q.poison_url, "x", &m).await;
     }
-    let run = redrive(
-        &[
-            "discard",
-            "--queue",
-            &q.poison_url,
-            "--all",
-            "--max",
-            "1",
-            "--yes",
-            "--json",
-        ],
-        &[],
-    );
+    let run = on_poison(&q, "discard", &["--all", "--max", "1", "--yes", "--json"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!(run.json()["status"], "limit");
     assert_eq!(run.json()["notReached"], 0);
-    let run = redrive(
-        &[
-            "discard",
-            "--queue",
-            &q.poison_url,
-            "--all",
-            "--yes",
-            "--json",
-        ],
-        &[],
-    );
+    let run = on_poison(&q, "discard", &["--all", "--yes", "--json"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!(run.json()["status"], "complete");
     assert_eq!(run.json()["deleted"].as_array().unwrap().len(), 2);

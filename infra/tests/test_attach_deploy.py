@@ -12,7 +12,6 @@ its real build step included.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import unittest
@@ -218,9 +217,25 @@ class AttachDeploy(support.DeployTestCase):
         for name, url in q.items():
             fifo = {"MessageGroupId": "g", "MessageDeduplicationId": name} if url.endswith(".fifo") else {}
             sqs.send_message(QueueUrl=url, MessageBody=f"kept {name}", **fifo)
-        # A redeploy without one DLQ takes the tag off it and its sources, and only theirs.
-        redeployed = self.run_script(DEPLOY, {**env, "PROTECT_DLQS": f"{prefix}-orders-dlq"})
+        # A redeploy without one DLQ takes the tag off it and its sources, and only theirs. The
+        # queues it protects carry the tag before the roles that grant on it change (an upgrade
+        # from roles naming ARNs is never denied in between), and the calls on the user's queues
+        # are made in one process: the AWS CLI, recorded, makes none of them.
+        calls = Path(tempfile.mkdtemp()) / "calls.log"
+        recorder = calls.with_name("aws")
+        real_aws = support.REPO / ".venv" / "bin" / "aws"
+        recorder.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >>"{calls}"\nexec "{real_aws}" "$@"\n')
+        recorder.chmod(0o755)
+        redeployed = self.run_script(DEPLOY, {**env, "PROTECT_DLQS": f"{prefix}-orders-dlq", "AWS_CLI": str(recorder)})
         self.assertEqual(redeployed.returncode, 0, redeployed.stderr)
+        log = redeployed.stderr.splitlines()
+        tagged = [i for i, line in enumerate(log) if line.startswith(f"==> tagged 5 queues {key} ")]
+        updated = [i for i, line in enumerate(log) if line == f"==> updating stack {stack}"]
+        self.assertEqual((len(tagged), len(updated)), (1, 1), redeployed.stderr)
+        self.assertLess(tagged[0], updated[0], redeployed.stderr)
+        user_queues = [line for line in calls.read_text().splitlines()
+                       if " sqs " in f" {line} " and any(q.rsplit("/", 1)[1] in line for q in q.values())]
+        self.assertEqual(user_queues, [])
         for url in (q["pay-dlq.fifo"], q["pay.fifo"]):
             self.assertNotIn(key, self.tags(url), url)
         self.assertEqual(self.tags(q["orders-dlq"]).get(key), "dlq")
@@ -322,11 +337,7 @@ class AttachDeploy(support.DeployTestCase):
         self.assertIn("Nothing was changed", refused.stderr)
         self.assertIsNone(self.stack_status(other))
 
-    # Some 470 queues on moto and several AWS CLI calls each to resolve them: a long run (make
-    # soak-ceiling, part of make soak), not make test's. make test proves the same refusal
-    # statically (AttachTemplate.test_the_resource_ceiling_is_named, test_quotas).
-    @unittest.skipUnless(os.environ.get("REDRIVE_CEILING_DEPLOY") == "1",
-                         "the deploy at the ceiling is a long run: make soak-ceiling")
+    # Some 470 queues on moto, resolved in one process (infra/attach_queues.py): about 20 s.
     def test_more_dlqs_than_the_quotas_allow_are_refused_before_any_change_naming_the_quota(self):
         """At the ceiling's worst case (80-character names, three sources each), one DLQ more than
         infra/quotas.py's ceiling is refused before anything is created, the quota named."""
@@ -346,9 +357,7 @@ class AttachDeploy(support.DeployTestCase):
                 self.user_queue(f"{stem}{j}" + "s" * (80 - len(stem) - 1), dlq)
             names.append(dlq.rsplit("/", 1)[1])
         before = self.queue_urls()
-        # Resolving each DLQ and its sources takes some AWS CLI calls each: more time than
-        # support.run's default allows at this size.
-        result = support.run(DEPLOY, self.settings(stack, PROTECT_DLQS=",".join(names)), timeout=1800)
+        result = support.run(DEPLOY, self.settings(stack, PROTECT_DLQS=",".join(names)))
         self.assertNotEqual(result.returncode, 0, result.stderr)
         self.assertIn("quota exceeded:", result.stderr)
         self.assertIn("this deploy would exceed an AWS quota", result.stderr)

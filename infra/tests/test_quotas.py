@@ -74,6 +74,26 @@ class EachQuota(unittest.TestCase):
         self.assertEqual(exceeded({"Resources": {"A": alarm(5)}}), [])
         self.assertEqual(exceeded({"Resources": {"A": alarm(6)}}), ["alarm A AlarmActions"])
 
+    def test_a_dashboard_passes_at_its_widget_and_metric_limits_and_fails_above(self):
+        def dashboard(*rows: int) -> dict:
+            widgets = [{"type": "metric", "properties": {"title": f"w{i}", "metrics": [["N", "M"]] * n}}
+                       for i, n in enumerate(rows)]
+            return {"Resources": {"D": {"Type": "AWS::CloudWatch::Dashboard", "Properties": {
+                "DashboardBody": {"Fn::Sub": json.dumps({"widgets": widgets})}}}}}
+        self.assertEqual(exceeded(dashboard(500, 500, 500, 500, 500)), [])
+        self.assertEqual(exceeded(dashboard(501)), ["dashboard D widget 'w0' metrics"])
+        self.assertEqual(exceeded(dashboard(500, 500, 500, 500, 500, 1)), ["dashboard D metrics"])
+        self.assertEqual(exceeded(dashboard(*[0] * 500)), [])
+        self.assertEqual(exceeded(dashboard(*[0] * 501)), ["dashboard D widgets"])
+
+    def test_a_fleet_metrics_insights_alarm_sees_each_protected_dlq_and_the_poison_queue(self):
+        def fleet(dlqs: int) -> dict:
+            alarm = {"Type": "AWS::CloudWatch::Alarm", "Properties": {"Metrics": [
+                {"Id": "fleet", "Expression": {"Fn::Sub": 'SELECT SUM(X) FROM SCHEMA("${N}", QueueName)'}}]}}
+            return {"Resources": {"F": alarm}, "Outputs": {"ProtectedDlqCount": {"Value": str(dlqs)}}}
+        self.assertEqual(exceeded(fleet(499)), [])
+        self.assertEqual(exceeded(fleet(500)), ["alarm F Metrics Insights series"])
+
     def test_a_lambda_environment_passes_at_4_kb_and_fails_above(self):
         variables = {"DLQ_URLS": "u" * (4096 - len("DLQ_URLS"))}
         self.assertEqual(quotas.env_bytes(variables), 4096)
@@ -124,8 +144,17 @@ class Ceiling(unittest.TestCase):
         for expected in ("managed policy OperatorPolicy (characters)", "role RedriverRole inline policies (characters)",
                          "role ArchiverRole inline policies (characters)", "environment of redriver (bytes)",
                          "environment of archiver (bytes)", "resources", "template size through S3 (bytes)",
-                         "protected DLQs' list item (bytes)"):
+                         "protected DLQs' list item (bytes)", "dashboard Dashboard metrics",
+                         "alarm FleetCircuitOpenAlarm Metrics Insights series"):
             self.assertIn(expected, measured)
+
+    def test_the_fleet_dashboard_of_500_dlqs_exceeds_a_widgets_metrics(self):
+        # Below the ceiling the dashboard has room; a fleet past what one widget can draw is named.
+        template = {"Resources": {"Dashboard": attach_template.fleet_dashboard(quotas.synthetic_dlqs(500, 80, 3)),
+                                  "PoisonQueue": {"Type": "AWS::SQS::Queue"}}}
+        self.assertEqual(sorted(exceeded(template)),
+                         ["dashboard Dashboard widget 'Age of oldest message (s)' metrics",
+                          "dashboard Dashboard widget 'Depth of every protected DLQ, and the poison queue' metrics"])
 
     def test_the_environment_is_the_one_deploy_writes(self):
         redriver, archiver = quotas.attach_env_files(quotas.synthetic_dlqs(2, 80, 3), self.work)

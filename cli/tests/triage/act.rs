@@ -195,6 +195,31 @@ impl World {
         assert_eq!(groups.len(), 1, "{out:#}");
         (groups[0]["id"].as_str().unwrap().to_string(), out)
     }
+    /// Three messages of one transient cause on the DLQ (the re-driver would redrive them),
+    /// triaged and their group held for an hour, by the queue's URL; the group's id.
+    async fn held_transient_group(&self) -> String {
+        for n in 0..3 {
+            let mut meta = RedriveMeta {
+                attempt: 1,
+                last_error: Some(LastError::new(
+                    ErrorClass::Transient,
+                    "HTTP_503",
+                    &format!("order {n}: downstream said 503"),
+                    "2026-11-28T09:00:00Z".into(),
+                )),
+                ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
+            };
+            meta.set_source(&self.q.source_arn);
+            send_with_meta(&self.sqs, &self.q.dlq_url, "{}", &meta).await;
+        }
+        let (group, _) = self.triage();
+        let hold = self.redrive(
+            &["triage", "hold", &group, &self.q.dlq_url, "--for", "1h"],
+            None,
+        );
+        assert_eq!(hold.code, 0, "{}", hold.stderr);
+        group
+    }
 }
 
 /// Waits until `done`, checking every tenth of a second, `tries` times at most.
@@ -626,28 +651,9 @@ async fn a_fifo_replay_never_lets_a_group_overtake_another_cause_in_its_message_
 
 #[tokio::test]
 async fn redrive_drain_leaves_a_held_group_on_the_dlq_as_the_lambda_does() {
-    // GIVEN a DLQ of one transient cause (the re-driver would redrive it), held by count
+    // GIVEN a DLQ of one transient cause (the re-driver would redrive it), its group held
     let w = World::new().await;
-    for n in 0..3 {
-        let mut meta = RedriveMeta {
-            attempt: 1,
-            last_error: Some(LastError::new(
-                ErrorClass::Transient,
-                "HTTP_503",
-                &format!("order {n}: downstream said 503"),
-                "2026-11-28T09:00:00Z".into(),
-            )),
-            ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
-        };
-        meta.set_source(&w.q.source_arn);
-        send_with_meta(&w.sqs, &w.q.dlq_url, "{}", &meta).await;
-    }
-    let (group, _) = w.triage();
-    let hold = w.redrive(
-        &["triage", "hold", &group, &w.q.dlq_url, "--for", "1h"],
-        None,
-    );
-    assert_eq!(hold.code, 0, "{}", hold.stderr);
+    let group = w.held_transient_group().await;
 
     // WHEN an operator drains by hand, the book's table named as a deployed stack names it
     let env = [
@@ -681,26 +687,7 @@ async fn redrive_drain_leaves_a_held_group_on_the_dlq_as_the_lambda_does() {
 async fn a_hold_set_with_the_queues_url_holds_whatever_form_names_the_queue() {
     // GIVEN a DLQ of one transient cause, its group held by the queue's URL as moto answers it
     let w = World::new().await;
-    for n in 0..3 {
-        let mut meta = RedriveMeta {
-            attempt: 1,
-            last_error: Some(LastError::new(
-                ErrorClass::Transient,
-                "HTTP_503",
-                &format!("order {n}: downstream said 503"),
-                "2026-11-28T09:00:00Z".into(),
-            )),
-            ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
-        };
-        meta.set_source(&w.q.source_arn);
-        send_with_meta(&w.sqs, &w.q.dlq_url, "{}", &meta).await;
-    }
-    let (group, _) = w.triage();
-    let hold = w.redrive(
-        &["triage", "hold", &group, &w.q.dlq_url, "--for", "1h"],
-        None,
-    );
-    assert_eq!(hold.code, 0, "{}", hold.stderr);
+    let group = w.held_transient_group().await;
 
     // WHEN the operator reads the group by the queue's name and by its ARN
     // THEN both find the hold: one book per queue

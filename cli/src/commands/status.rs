@@ -14,14 +14,15 @@ use redrive_shared::config::tags::{self, PREFIX as TAG_PREFIX};
 use redrive_shared::config::{CircuitConfig, Env, QueueUrl, RedriverConfig};
 use serde::Serialize;
 
-use super::queues::QueueRef;
-use super::{CliError, Ctx, Outcome, now_ms};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::queues::QueueRef;
+use redrive_engine::now_ms;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// A protected DLQ: name, ARN or URL (repeatable). Default: PROTECT_DLQS, as in
     /// infra/redrive.env.
-    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    #[arg(long, value_name = "QUEUE", value_parser = crate::queues::parse_queue)]
     pub dlq: Vec<QueueRef>,
     /// Every queue of the region with this tag (`key=value`). Default: PROTECT_TAG.
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_tag)]
@@ -134,7 +135,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<Outcome, CliError> {
         .try_collect()
         .await?;
     if ctx.json {
-        super::output::print_json(&serde_json::to_value(&rows).unwrap_or_default());
+        crate::output::print_json(&serde_json::to_value(&rows).unwrap_or_default());
     } else {
         print_table(ctx, &rows);
     }
@@ -418,7 +419,7 @@ fn print_table(ctx: &Ctx, rows: &[Row]) {
                 r.queue.clone(),
                 r.depth.to_string(),
                 r.in_flight.to_string(),
-                r.oldest_age_seconds.map_or_else(dash, super::output::age),
+                r.oldest_age_seconds.map_or_else(dash, crate::output::age),
                 r.circuit.clone().unwrap_or_else(dash),
                 r.last_drain.clone().unwrap_or_else(dash),
                 if r.sources.is_empty() {

@@ -12,11 +12,12 @@ use redrive_shared::meta::{IsolationReason, RedriveMeta};
 use super::ReplayArgs;
 use super::entry::replay_entry;
 use super::report::Report;
+use crate::context::CliError;
 use crate::queues::{QueueRef, Resolver};
 use crate::scan::Scanner;
 use crate::select::Filter;
 use crate::view::MessageView;
-use crate::{CliError, now_ms};
+use redrive_engine::now_ms;
 
 /// Where copies go: a queue and its `MaximumMessageSize`.
 #[derive(Debug, Clone)]

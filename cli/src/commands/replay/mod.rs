@@ -20,10 +20,11 @@ mod walk;
 
 use clap::Args;
 
+use crate::context::{CliError, Ctx, Outcome};
 use crate::queues::{QueueRef, parse_queue};
 use crate::scan::{Reach, Scanner, Status};
 use crate::select::{Filter, Selection};
-use crate::{CliError, Ctx, Outcome, now_ms};
+use redrive_engine::now_ms;
 
 pub use entry::{copy_entry, fifo_group, replay_entry};
 use report::Report;
@@ -60,7 +61,9 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<Outcome, CliError> {
 
 /// Replays what `args` selects, printing nothing.
 pub async fn execute(ctx: &Ctx, args: &ReplayArgs) -> Result<Replayed, CliError> {
-    let from = ctx.resolve(crate::required(&args.from, "--from")?).await?;
+    let from = ctx
+        .resolve(crate::context::required(&args.from, "--from")?)
+        .await?;
     let to = match &args.to {
         Some(to) => Some(ctx.resolve(to).await?),
         None => None,

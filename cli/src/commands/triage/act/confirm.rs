@@ -9,7 +9,8 @@ use redrive_shared::triage::state::{Alert, Book, Finish, GroupRecord, Refused};
 
 use super::args::{CONFIRM_ABOVE, ConfirmArgs, GroupArgs, TYPED_ABOVE};
 use super::book::refused;
-use crate::{CliError, Ctx, Outcome, now_ms};
+use crate::context::{CliError, Ctx, Outcome};
+use redrive_engine::now_ms;
 
 /// Whether the operator confirmed acting on `n` messages of `group`.
 fn confirmed(n: usize, group: &str, confirm: &ConfirmArgs) -> Result<bool, String> {

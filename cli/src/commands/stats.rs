@@ -5,19 +5,20 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::json;
 
-use super::inspect::{QueueFacts, facts, warn_if_receives_count};
-use super::output::{Style, age, bytes};
-use super::queues::QueueRef;
-use super::scan::Scanner;
-use super::view::MessageView;
-use super::{CliError, Ctx, Outcome, now_ms};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::inspect::{QueueFacts, facts, warn_if_receives_count};
+use crate::output::{Style, age, bytes};
+use crate::queues::QueueRef;
+use crate::scan::Scanner;
+use crate::view::MessageView;
 use clap::Args;
+use redrive_engine::now_ms;
 use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// The queue (DLQ, poison or source queue): name, ARN or URL (with --stack: its DLQ).
-    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    #[arg(long, value_name = "QUEUE", value_parser = crate::queues::parse_queue)]
     pub queue: Option<QueueRef>,
     /// Messages sampled for the histograms (received and released at once); 0 skips the sample.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=10_000))]
@@ -66,7 +67,7 @@ impl Sample {
 
 pub async fn run(ctx: &Ctx, args: StatsArgs) -> Result<Outcome, CliError> {
     let target = ctx
-        .resolve(crate::required(&args.queue, "--queue")?)
+        .resolve(crate::context::required(&args.queue, "--queue")?)
         .await?;
     let queue = ctx.queue();
     let url = target.as_str();
@@ -87,7 +88,7 @@ pub async fn run(ctx: &Ctx, args: StatsArgs) -> Result<Outcome, CliError> {
     };
 
     if ctx.json {
-        super::output::print_json(&json!({
+        crate::output::print_json(&json!({
             "queue": url,
             "name": target.name(),
             "fifo": target.is_fifo(),

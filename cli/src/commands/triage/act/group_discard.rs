@@ -8,10 +8,10 @@ use redrive_shared::triage::state::Finish;
 use super::args::GroupDiscardArgs;
 use super::book::print_record;
 use super::confirm::Operation;
-use crate::export::{self, ExportArgs};
+use crate::commands::export::{self, ExportArgs};
+use crate::context::{CliError, Ctx, Outcome};
 use crate::filter::FilterArgs;
 use crate::output::print_json;
-use crate::{CliError, Ctx, Outcome};
 
 pub async fn discard_group(ctx: &Ctx, a: GroupDiscardArgs) -> Result<Outcome, CliError> {
     let op = Operation::load(ctx, &a.target, &a.confirm).await?;

@@ -4,22 +4,23 @@
 
 use serde_json::{Value, json};
 
-use super::queues::QueueRef;
-use super::replay::{line, outcome};
-use super::scan::{Reach, Scanner, Status};
-use super::select::Filter;
-use super::select::Selection;
-use super::view::MessageView;
-use super::{CliError, Ctx, Outcome, now_ms};
+use crate::commands::replay::{line, outcome};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::queues::QueueRef;
+use crate::scan::{Reach, Scanner, Status};
+use crate::select::Filter;
+use crate::select::Selection;
+use crate::view::MessageView;
 use clap::Args;
 use redrive_engine::engine::Transfer;
+use redrive_engine::now_ms;
 use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
 use redrive_shared::config::QueueUrl;
 
 #[derive(Debug, Args)]
 pub struct DiscardArgs {
     /// The queue to delete from: name, ARN or URL (with --stack: its poison queue).
-    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    #[arg(long, value_name = "QUEUE", value_parser = crate::queues::parse_queue)]
     pub queue: Option<QueueRef>,
     #[command(flatten)]
     pub selection: Selection,
@@ -36,7 +37,7 @@ struct Report {
 
 pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<Outcome, CliError> {
     let target = ctx
-        .resolve(crate::required(&args.queue, "--queue")?)
+        .resolve(crate::context::required(&args.queue, "--queue")?)
         .await?;
     let queue = ctx.queue();
     let url = target.as_str();
@@ -121,7 +122,7 @@ fn print_json(
     } else {
         (json!([]), json!(report.deleted))
     };
-    super::output::print_json(&json!({
+    crate::output::print_json(&json!({
         "queue": target.as_str(),
         "confirmed": args.yes,
         "deleted": deleted,

@@ -13,12 +13,13 @@ use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::json;
 
-use super::queues::QueueRef;
-use super::scan::Scanner;
-use super::{CliError, Ctx, Outcome, now_ms};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::queues::QueueRef;
+use crate::scan::Scanner;
 use redrive_engine::circuit::{
     CircuitError, CircuitStore, DynamoDbCircuitStore, load_or_new, set_override,
 };
+use redrive_engine::now_ms;
 use redrive_engine::ports::{PortError, Queue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -39,7 +40,7 @@ pub struct CircuitArgs {
     pub action: CircuitAction,
     /// The DLQ whose circuit this is: name, ARN or URL (one record whichever: its key is the ARN;
     /// with --stack: its DLQ).
-    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    #[arg(long, value_name = "QUEUE", value_parser = crate::queues::parse_queue)]
     pub dlq: Option<QueueRef>,
     /// The circuit table (the stack's output CircuitTableName).
     #[arg(long, value_name = "NAME", env = "CIRCUIT_TABLE")]
@@ -83,7 +84,9 @@ pub async fn run(ctx: &Ctx, args: CircuitArgs) -> Result<Outcome, CliError> {
         client: ctx.clients.dynamodb.clone(),
         table: cfg.table.clone(),
     };
-    let dlq_url = ctx.resolve(crate::required(&args.dlq, "--dlq")?).await?;
+    let dlq_url = ctx
+        .resolve(crate::context::required(&args.dlq, "--dlq")?)
+        .await?;
     let dlq = dlq_url.as_str();
     let now = now_ms();
     let mode = match args.action {
@@ -114,7 +117,7 @@ pub async fn run(ctx: &Ctx, args: CircuitArgs) -> Result<Outcome, CliError> {
     next.tick(&cfg.settings, now);
     let plan = next.plan(&cfg.settings);
     if ctx.json {
-        super::output::print_json(&json!({
+        crate::output::print_json(&json!({
             "queue": dlq,
             "key": store.key(dlq),
             "table": cfg.table,
@@ -167,7 +170,7 @@ fn print_status(
         State::Open => st.bad("open"),
         State::HalfOpen => st.warn("half-open"),
     };
-    let ago = super::output::age(((now - r.since).max(0) / 1000) as u64);
+    let ago = crate::output::age(((now - r.since).max(0) / 1000) as u64);
     row(
         "state",
         format!("{state} since {} ({ago} ago)", rfc3339_from_millis(r.since)),

@@ -8,9 +8,9 @@ use clap::Args;
 use redrive_engine::triage_store::DynamoDbTriageStore;
 use redrive_shared::triage::GroupId;
 
+use crate::context::{CliError, Ctx};
 use crate::queues::{QueueRef, parse_queue};
 use crate::stack::{Stack, output};
-use crate::{CliError, Ctx};
 
 /// Above this many messages an action needs `--yes` (or a typed yes at a terminal).
 pub const CONFIRM_ABOVE: usize = 10;

@@ -13,14 +13,14 @@ use redrive_shared::triage::state::{Finish, stages};
 use super::args::{GroupReplayArgs, parse_duration};
 use super::book::{print_record, publish};
 use super::confirm::Operation;
+use crate::commands::replay::{self, ReplayArgs};
+use crate::context::{CliError, Ctx, Outcome};
 use crate::filter::FilterArgs;
 use crate::inspect::facts;
 use crate::output::print_json;
 use crate::queues::QueueRef;
-use crate::replay::{self, ReplayArgs};
 use crate::scan::Scanner;
 use crate::select::Selection;
-use crate::{CliError, Ctx, Outcome};
 
 /// The source queue's verdict window: visibility timeout × maxReceiveCount + 10 s.
 async fn default_window(ctx: &Ctx, to: &str) -> Result<Duration, CliError> {

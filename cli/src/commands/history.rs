@@ -24,7 +24,7 @@ use clap::Args;
 use redrive_shared::timefmt::rfc3339_from_millis;
 use serde_json::{Value, json};
 
-use super::{CliError, Ctx, Outcome};
+use crate::context::{CliError, Ctx, Outcome};
 use redrive_engine::ports::PortError;
 
 #[derive(Debug, Args)]
@@ -241,7 +241,7 @@ pub async fn run(ctx: &Ctx, args: HistoryArgs) -> Result<Outcome, CliError> {
     found.sort_by_key(|f| f.started_ms);
 
     if ctx.json {
-        super::output::print_json(&json!({
+        crate::output::print_json(&json!({
             "id": args.id,
             "stateMachineArn": state_machine,
             "executionsSearched": executions.len(),

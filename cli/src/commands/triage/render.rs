@@ -8,8 +8,9 @@ use redrive_shared::triage::Group;
 
 use super::Coverage;
 use super::causes::{Origins, origin_note};
+use crate::context::CliError;
 use crate::output::Style;
-use crate::{CliError, now_ms};
+use redrive_engine::now_ms;
 
 pub(super) fn print_groups(
     s: &Style,

@@ -15,7 +15,7 @@
 //! processed a copy. A line whose chain is older than that TTL is refused (the whole import
 //! sends nothing) unless `--allow-past-ttl`: see [`past_ttl`].
 
-use super::queues::QueueRef;
+use crate::queues::QueueRef;
 use clap::Args;
 use redrive_shared::archive::{ArchivedMessage, S3Location, parse_jsonl};
 use redrive_shared::attributes::message_size;
@@ -25,12 +25,13 @@ use redrive_shared::meta::{MetaSource, RedriveMeta};
 use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
 use serde_json::{Value, json};
 
-use super::filter::{FilterArgs, MessageFilter};
-use super::progress::Progress;
-use super::replay::{copy_entry, fifo_group, line};
-use super::view::MessageView;
-use super::{CliError, Ctx, Outcome, now_ms};
+use crate::commands::replay::{copy_entry, fifo_group, line};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::filter::{FilterArgs, MessageFilter};
+use crate::progress::Progress;
+use crate::view::MessageView;
 use redrive_engine::engine::Transfer;
+use redrive_engine::now_ms;
 use redrive_engine::ports::{Queue, Received, SendEntry};
 
 /// `kind` of the FIFO deduplication id of an imported copy: a retried import of the same
@@ -45,7 +46,7 @@ pub struct ImportArgs {
     #[arg(long, value_name = "FILE | s3://BUCKET/PREFIX")]
     pub from: String,
     /// The queue to send the messages to: name, ARN or URL.
-    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    #[arg(long, value_name = "QUEUE", value_parser = crate::queues::parse_queue)]
     pub to: QueueRef,
     /// Read, validate and list what would be sent; send nothing.
     #[arg(long)]
@@ -241,7 +242,7 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<Outcome, CliError> {
             .iter()
             .map(|&i| json!({"line": selected[i].place(), "message": view(i)}))
             .collect();
-        super::output::print_json(&json!({
+        crate::output::print_json(&json!({
             "from": args.from,
             "to": to,
             "dryRun": args.dry_run,

@@ -9,8 +9,9 @@ use redrive_shared::triage::Group;
 use redrive_shared::triage::state::{Alert, Book, GroupRecord, PassFacts, Refused};
 
 use super::args::{BookArgs, GroupArgs, HoldArgs, NoteArgs, parse_duration};
+use crate::context::{CliError, Ctx, Outcome};
 use crate::output::print_json;
-use crate::{CliError, Ctx, Outcome, now_ms};
+use redrive_engine::now_ms;
 
 pub(super) fn refused(e: TriageError) -> CliError {
     match e {

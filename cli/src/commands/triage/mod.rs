@@ -3,186 +3,33 @@
 //! group's messages. The grouping is the shared crate's (`redrive_shared::triage`); this file
 //! reads the messages and prints. docs/triage.md describes the output and the JSON schema.
 
-use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::collections::HashMap;
 
+pub mod act;
+mod args;
 mod causes;
 mod render;
+mod show;
 
+pub use args::{PassArgs, TriageArgs, TriageCommand};
 pub use causes::{CauseLookup, CausesArgs};
+pub use show::ShowArgs;
 
-use clap::{ArgGroup, Args, Subcommand};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use redrive_console::Depth;
 use redrive_engine::ports::Received;
 use redrive_shared::archive::parse_jsonl;
-use redrive_shared::meta::ATTRIBUTE_NAME;
-use redrive_shared::triage::grouper::belongs;
 use redrive_shared::triage::{
-    Facts, GroupId, Grouper, GroupingConfig, Observation, RecordedCause, Rules, normalise,
+    Facts, Grouper, GroupingConfig, Observation, RecordedCause, Rules, normalise,
 };
 
-use super::inspect::{facts, warn_if_receives_count};
-use super::queues::QueueRef;
-use super::scan::{Reach, Scanner, Status, Stop};
-use super::triage_act::{
-    self, BookArgs, GroupArgs, GroupDiscardArgs, GroupReplayArgs, HoldArgs, NoteArgs,
-};
-use super::view::MessageView;
-use super::{CliError, Ctx, Outcome, now_ms};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::inspect::{facts, warn_if_receives_count};
+use crate::scan::{Reach, Scanner, Status, Stop};
 use causes::{Batcher, Origins};
-use render::{HtmlPage, print_group, print_groups};
-
-#[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
-pub struct TriageArgs {
-    #[command(subcommand)]
-    pub command: Option<TriageCommand>,
-    #[command(flatten)]
-    pub pass: PassArgs,
-    /// Also write the groups as a standalone HTML page (no script, nothing fetched: for an
-    /// incident ticket or a post-mortem), rendered as the dashboard's triage widget renders them.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-    /// The page's theme.
-    #[arg(long, value_name = "THEME", default_value = "light", value_parser = ["light", "dark"], requires = "html")]
-    pub html_theme: String,
-}
-
-impl TriageArgs {
-    /// `--stack`: the book's table and alerts topic, and the consumer's table of causes, where
-    /// no flag names them. An action on a group needs the book; a pass records in it when the
-    /// stack has one.
-    pub fn apply_stack(
-        &mut self,
-        stack: &crate::stack::Stack,
-        given: &HashSet<String>,
-    ) -> Result<(), CliError> {
-        use crate::stack::output;
-        let pass = match &mut self.command {
-            None => &mut self.pass,
-            Some(TriageCommand::Show(a)) => &mut a.pass,
-            Some(TriageCommand::Ack(g) | TriageCommand::Release(g) | TriageCommand::History(g)) => {
-                return g.book.fill_from_stack(stack, given, true);
-            }
-            Some(TriageCommand::Hold(a)) => {
-                return a.target.book.fill_from_stack(stack, given, true);
-            }
-            Some(TriageCommand::Note(a)) => {
-                return a.target.book.fill_from_stack(stack, given, true);
-            }
-            Some(TriageCommand::Replay(a)) => {
-                return a.target.book.fill_from_stack(stack, given, true);
-            }
-            Some(TriageCommand::Discard(a)) => {
-                return a.target.book.fill_from_stack(stack, given, true);
-            }
-        };
-        pass.book.fill_from_stack(stack, given, false)?;
-        if !given.contains("causes_table")
-            && let Some(table) = stack.get(output::IDEMPOTENCY_TABLE)
-        {
-            pass.causes.causes_table = Some(table.to_string());
-        }
-        // The deployed consumer keys its records under its function's name.
-        if !given.contains("causes_namespace")
-            && let Some(name) = stack.get(output::CONSUMER_FUNCTION)
-        {
-            pass.causes.causes_namespace = Some(name.to_string());
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Subcommand)]
-pub enum TriageCommand {
-    /// One group's messages: samples with their x-redrive (bodies only with --bodies)
-    ///
-    /// Reads the queue (or file) once more and lists the messages of the group: an id printed
-    /// by an older build (another normaliser version) still finds its messages. Exit code 3
-    /// when no message of the group was found.
-    Show(ShowArgs),
-    /// Acknowledge a group: someone is on it (state acknowledged)
-    Ack(GroupArgs),
-    /// Hold a group: the re-driver leaves its messages on the DLQ until a time or a count
-    ///
-    /// "Never replay before the fix", enforced: while the rest of the DLQ drains, the held
-    /// group's messages stay where they are, neither redriven nor isolated.
-    Hold(HoldArgs),
-    /// End a hold now
-    Release(GroupArgs),
-    /// Add a note to a group
-    Note(NoteArgs),
-    /// A group's state, hold, replay counts, notes and audit
-    History(GroupArgs),
-    /// Replay a group's plan canary first: k messages, a verdict window, then 10, 100, the rest
-    ///
-    /// A canary that comes back to the DLQ (or is isolated on --poison) within the window
-    /// stops the replay and marks the group replay-failed (exit code 3). Send, check, then
-    /// delete, as everywhere: a replay killed part-way is resumed by running it again.
-    Replay(GroupReplayArgs),
-    /// Discard a group's plan: each message archived to S3 before its delete
-    ///
-    /// `redrive import` of the archive prefix restores the group, with its history.
-    Discard(GroupDiscardArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct ShowArgs {
-    /// The group id, as `redrive triage` printed it (g<version>-<hex>, or r-<rule name>).
-    #[arg(value_name = "GROUP", value_parser = GroupId::parse)]
-    pub group: GroupId,
-    #[command(flatten)]
-    pub pass: PassArgs,
-    /// Sample messages shown.
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub samples: u32,
-    /// Also show each sample's body, cut to --body-chars characters.
-    #[arg(long)]
-    pub bodies: bool,
-    /// Characters of a body shown with --bodies.
-    #[arg(long, value_name = "N", default_value_t = 200, requires = "bodies")]
-    pub body_chars: usize,
-}
-
-/// Where the messages come from and how they are grouped.
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("input").required(true).args(["queue", "file"])))]
-pub struct PassArgs {
-    /// The DLQ or poison queue: name, ARN or URL.
-    #[arg(value_name = "QUEUE", value_parser = super::queues::parse_queue)]
-    pub queue: Option<QueueRef>,
-    /// An export file (JSON Lines, as `redrive export --to FILE` writes) instead of a queue.
-    #[arg(long, value_name = "PATH")]
-    pub file: Option<PathBuf>,
-    /// Messages grouped at most; a deeper queue is grouped as a sample, and the output says so.
-    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..=110_000))]
-    pub max: u32,
-    /// An ordered rules file (JSON) that names, merges or splits groups (docs/triage.md).
-    #[arg(long, value_name = "PATH")]
-    pub rules: Option<PathBuf>,
-    /// A message attribute whose value splits the messages without a recorded cause (repeatable).
-    #[arg(long = "by-attribute", value_name = "NAME")]
-    pub by_attribute: Vec<String>,
-    /// The re-driver's attempt limit: below it, a transient failure is retried by the re-driver.
-    #[arg(
-        long,
-        value_name = "N",
-        env = "MAX_REDRIVE_ATTEMPTS",
-        default_value_t = 5
-    )]
-    pub max_attempts: u32,
-    /// The source queue's name for messages that name none (a poison queue the re-driver fed
-    /// from one source queue).
-    #[arg(long, value_name = "NAME")]
-    pub source: Option<String>,
-    #[command(flatten)]
-    pub book: BookArgs,
-    #[command(flatten)]
-    pub causes: CausesArgs,
-}
+use render::{HtmlPage, print_groups};
 
 /// How much of the input one pass grouped.
 #[derive(Debug, Serialize)]
@@ -248,14 +95,14 @@ impl Read {
 
 pub async fn run(ctx: &Ctx, args: TriageArgs) -> Result<Outcome, CliError> {
     match args.command {
-        Some(TriageCommand::Show(show)) => run_show(ctx, show).await,
-        Some(TriageCommand::Ack(a)) => triage_act::ack(ctx, a).await,
-        Some(TriageCommand::Hold(a)) => triage_act::hold(ctx, a).await,
-        Some(TriageCommand::Release(a)) => triage_act::release(ctx, a).await,
-        Some(TriageCommand::Note(a)) => triage_act::note(ctx, a).await,
-        Some(TriageCommand::History(a)) => triage_act::history(ctx, a).await,
-        Some(TriageCommand::Replay(a)) => triage_act::replay_group(ctx, a).await,
-        Some(TriageCommand::Discard(a)) => triage_act::discard_group(ctx, a).await,
+        Some(TriageCommand::Show(show)) => show::run(ctx, show).await,
+        Some(TriageCommand::Ack(a)) => act::ack(ctx, a).await,
+        Some(TriageCommand::Hold(a)) => act::hold(ctx, a).await,
+        Some(TriageCommand::Release(a)) => act::release(ctx, a).await,
+        Some(TriageCommand::Note(a)) => act::note(ctx, a).await,
+        Some(TriageCommand::History(a)) => act::history(ctx, a).await,
+        Some(TriageCommand::Replay(a)) => act::replay_group(ctx, a).await,
+        Some(TriageCommand::Discard(a)) => act::discard_group(ctx, a).await,
         None => {
             let html = args
                 .html
@@ -464,7 +311,7 @@ async fn run_groups(
     // With a table, the pass is recorded in the queue's book (states, plans, alerts).
     let book = match (&args.book.table, &args.file) {
         (Some(_), None) => Some(
-            triage_act::record_pass(
+            act::record_pass(
                 ctx,
                 &args.book,
                 &input,
@@ -491,7 +338,7 @@ async fn run_groups(
         page.write(&input, &coverage, &groups, oldest, &states)?;
     }
     if ctx.json {
-        super::output::print_json(&json!({
+        crate::output::print_json(&json!({
             "input": input,
             "normaliserVersion": normalise::CURRENT.number(),
             "rules": rules,
@@ -520,89 +367,4 @@ fn outcome(coverage: &Coverage) -> Outcome {
         "complete" | "sample" => Outcome::Done,
         _ => Outcome::Incomplete,
     }
-}
-
-/// A sample of `triage show`: the message as `peek` shows it, and its `x-redrive` as written.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Sample {
-    #[serde(flatten)]
-    view: MessageView,
-    x_redrive: Option<Value>,
-}
-
-async fn run_show(ctx: &Ctx, args: ShowArgs) -> Result<Outcome, CliError> {
-    let cfg = config(&args.pass)?;
-    let mut members = Grouper::new(config(&args.pass)?);
-    let mut origins = Origins::default();
-    let mut samples = Vec::new();
-    let now = now_ms();
-    let body_chars = args.bodies.then_some(args.body_chars);
-    let want = args.samples as usize;
-    let mut seen = HashSet::new();
-    let (input, coverage) = pass(ctx, &args.pass, |r| {
-        if !seen.insert(r.message.message_id.clone()) {
-            return false;
-        }
-        let m = r.observation();
-        let facts = r.facts(&members);
-        if belongs(&args.group, &m, &facts, &cfg) {
-            let origin = facts.cause.as_ref().map(|c| c.origin);
-            if let Some(id) = members.add_facts(&m, facts) {
-                origins.add(&id, origin);
-            }
-            if samples.len() < want {
-                let x_redrive = r.message.attributes.get(ATTRIBUTE_NAME).and_then(|a| {
-                    let text = a.as_str()?;
-                    Some(serde_json::from_str(text).unwrap_or(Value::String(text.to_string())))
-                });
-                samples.push(Sample {
-                    view: MessageView::new(&r.message, now, body_chars),
-                    x_redrive,
-                });
-            }
-        }
-        true
-    })
-    .await?;
-    let groups = members.finish();
-    let found = groups.iter().map(|g| g.count).sum::<usize>();
-    if ctx.json {
-        super::output::print_json(&json!({
-            "input": input,
-            "group": args.group.to_string(),
-            "found": found,
-            "coverage": coverage,
-            "groups": origins.annotate(&groups),
-            "samples": samples,
-        }));
-    } else {
-        let s = &ctx.style;
-        println!(
-            "{}: {found} message(s) of {} among {} grouped ({})",
-            s.bold(&input),
-            s.bold(&args.group.to_string()),
-            coverage.grouped,
-            coverage.status
-        );
-        for g in &groups {
-            if g.id != args.group.to_string() {
-                println!(
-                    "{}",
-                    s.dim(&format!("{} is now {} in this build", args.group, g.id))
-                );
-            }
-            print_group(s, 0, g, origins.of(&g.id));
-        }
-        for (i, sample) in samples.iter().enumerate() {
-            print!("{}", sample.view.render(i + 1, s));
-            if let Some(x) = &sample.x_redrive {
-                println!("   {}{x}", s.dim(&format!("{:<11}", "x-redrive")));
-            }
-        }
-    }
-    if found == 0 {
-        return Ok(Outcome::Incomplete);
-    }
-    Ok(outcome(&coverage))
 }

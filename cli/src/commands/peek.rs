@@ -4,18 +4,19 @@
 
 use serde_json::json;
 
-use super::filter::MessageFilter;
-use super::inspect::{facts, warn_if_receives_count};
-use super::queues::QueueRef;
-use super::scan::Scanner;
-use super::view::MessageView;
-use super::{CliError, Ctx, Outcome, now_ms};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::filter::MessageFilter;
+use crate::inspect::{facts, warn_if_receives_count};
+use crate::queues::QueueRef;
+use crate::scan::Scanner;
+use crate::view::MessageView;
 use clap::Args;
+use redrive_engine::now_ms;
 
 #[derive(Debug, Args)]
 pub struct PeekArgs {
     /// The queue: name, ARN or URL (with --stack: its DLQ).
-    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    #[arg(long, value_name = "QUEUE", value_parser = crate::queues::parse_queue)]
     pub queue: Option<QueueRef>,
     /// How many messages to show.
     #[arg(short = 'n', long = "max", value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -28,12 +29,12 @@ pub struct PeekArgs {
     pub body_chars: usize,
     /// The messages shown are those the filters select.
     #[command(flatten)]
-    pub filters: super::filter::FilterArgs,
+    pub filters: crate::filter::FilterArgs,
 }
 
 pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
     let target = ctx
-        .resolve(crate::required(&args.queue, "--queue")?)
+        .resolve(crate::context::required(&args.queue, "--queue")?)
         .await?;
     let queue = ctx.queue();
     let url = target.as_str();
@@ -58,7 +59,7 @@ pub async fn run(ctx: &Ctx, args: PeekArgs) -> Result<Outcome, CliError> {
         .map(|m| MessageView::new(m, now, body_chars))
         .collect();
     if ctx.json {
-        super::output::print_json(&json!({"queue": url, "messages": views, "seen": seen}));
+        crate::output::print_json(&json!({"queue": url, "messages": views, "seen": seen}));
         return Ok(Outcome::Done);
     }
     let s = &ctx.style;

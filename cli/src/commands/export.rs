@@ -16,17 +16,18 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::queues::QueueRef;
+use crate::queues::QueueRef;
 use clap::Args;
 use redrive_shared::archive::{ArchivedMessage, S3Location, object_key, to_line};
 use redrive_shared::config::QueueUrl;
 use serde_json::json;
 
-use super::filter::{FilterArgs, MessageFilter};
-use super::progress::Progress;
-use super::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop};
-use super::{CliError, Ctx, Outcome, now_ms};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::filter::{FilterArgs, MessageFilter};
+use crate::progress::Progress;
+use crate::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop};
 use redrive_engine::engine::Transfer;
+use redrive_engine::now_ms;
 use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
 
 /// Messages per S3 object at most; an object is written (and, with `--delete`, its messages
@@ -38,7 +39,7 @@ const OBJECT_BYTES: usize = 16 * 1024 * 1024;
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// The queue to export from: name, ARN or URL.
-    #[arg(long, value_name = "QUEUE", value_parser = super::queues::parse_queue)]
+    #[arg(long, value_name = "QUEUE", value_parser = crate::queues::parse_queue)]
     pub queue: QueueRef,
     /// A new file (an existing one is never overwritten) or s3://bucket/prefix (objects
     /// <prefix>/<queue>/<yyyy>/<mm>/<dd>/<hhmmss>Z-<first id>-<n>.jsonl).
@@ -172,7 +173,7 @@ pub fn print(ctx: &Ctx, args: &ExportArgs, target: &QueueUrl, report: &Report, r
             .iter()
             .map(|(id, e)| json!({"messageId": id, "error": e}))
             .collect();
-        super::output::print_json(&json!({
+        crate::output::print_json(&json!({
             "queue": url,
             "to": args.to,
             "delete": args.delete,

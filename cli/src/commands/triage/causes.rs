@@ -24,7 +24,7 @@ use redrive_shared::triage::facts::CauseOrigin;
 use redrive_shared::triage::{Group, GroupId, RecordedCause};
 
 use super::Read;
-use crate::{CliError, Ctx};
+use crate::context::{CliError, Ctx};
 
 /// Keys in one BatchGetItem: DynamoDB's limit.
 pub const KEYS_PER_CALL: usize = 100;

@@ -159,7 +159,7 @@ async fn replay_all(sqs: &std::sync::Arc<FakeSqs>, from: &str, to: &str) -> Repo
     let args = ReplayArgs {
         from: Some(QueueRef::parse(from).unwrap()),
         to: Some(QueueRef::parse(to).unwrap()),
-        selection: super::super::select::Selection {
+        selection: crate::select::Selection {
             id: vec![],
             all: true,
             filters: Default::default(),

@@ -6,7 +6,42 @@ use std::io::Write;
 use clap::{Args, CommandFactory};
 use clap_complete::Shell;
 
-use super::Cli;
+use crate::Cli;
+use crate::args::Command;
+use crate::context::Exit;
+
+/// Runs `completions` or `man` (`None` for any other command): they need no AWS.
+pub fn run(command: &Command) -> Option<Exit> {
+    match command {
+        Command::Completions(a) => {
+            print(&completions(a.shell));
+            Some(Exit::Ok)
+        }
+        Command::Man(ManArgs { dir: Some(dir) }) => Some(match man_pages(dir) {
+            Ok(pages) => {
+                for page in pages {
+                    println!("{}", page.display());
+                }
+                Exit::Ok
+            }
+            Err(e) => {
+                eprintln!("error: writing the man pages to {}: {e}", dir.display());
+                Exit::Error
+            }
+        }),
+        Command::Man(_) => Some(match man() {
+            Ok(page) => {
+                print(&page);
+                Exit::Ok
+            }
+            Err(e) => {
+                eprintln!("error: writing the man page: {e}");
+                Exit::Error
+            }
+        }),
+        _ => None,
+    }
+}
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {

@@ -5,10 +5,10 @@ use serde_json::{Value, json};
 use redrive_shared::config::QueueUrl;
 
 use super::{ReplayArgs, outcome};
+use crate::context::{Ctx, Outcome};
 use crate::output::print_json;
 use crate::scan::Reach;
 use crate::view::MessageView;
-use crate::{Ctx, Outcome};
 
 #[derive(Debug, Default)]
 pub(super) struct Report {

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use redrive_shared::config::{Env, RedriverConfig};
 
-use super::progress::{Bar, Counters, Counting};
-use super::queues::QueueRef;
-use super::{CliError, Ctx, Outcome};
+use crate::context::{CliError, Ctx, Outcome};
+use crate::progress::{Bar, Counters, Counting};
+use crate::queues::QueueRef;
 use clap::Args;
 use redrive_engine::aws::CloudWatch;
 use redrive_engine::circuit::CircuitStore;
+use redrive_engine::now_ms;
 use redrive_engine::ports::Queue;
 use redrive_engine::tap::Tapped;
 use redrive_engine::{DrainError, DrainRequest, Engine, StopReason, Summary};
@@ -24,19 +25,19 @@ pub struct DrainArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max: Option<u32>,
     /// Messages per second at most (default MAX_MESSAGES_PER_SECOND; 0 = no cap).
-    #[arg(long, value_name = "R", value_parser = super::args::parse_rate)]
+    #[arg(long, value_name = "R", value_parser = crate::args::parse_rate)]
     pub rate: Option<f64>,
     /// Receive and plan only: nothing is sent or deleted, the messages are released at once.
     #[arg(long)]
     pub dry_run: bool,
     /// DLQ to drain: name, ARN or URL.
-    #[arg(long, value_name = "QUEUE", env = "DLQ_URL", value_parser = super::queues::queue_from("DLQ_URL"))]
+    #[arg(long, value_name = "QUEUE", env = "DLQ_URL", value_parser = crate::queues::queue_from("DLQ_URL"))]
     pub dlq: Option<QueueRef>,
     /// Where redriven messages go.
-    #[arg(long, value_name = "QUEUE", env = "SOURCE_QUEUE_URL", value_parser = super::queues::queue_from("SOURCE_QUEUE_URL"))]
+    #[arg(long, value_name = "QUEUE", env = "SOURCE_QUEUE_URL", value_parser = crate::queues::queue_from("SOURCE_QUEUE_URL"))]
     pub source: Option<QueueRef>,
     /// Where poison pills go.
-    #[arg(long, value_name = "QUEUE", env = "POISON_QUEUE_URL", value_parser = super::queues::queue_from("POISON_QUEUE_URL"))]
+    #[arg(long, value_name = "QUEUE", env = "POISON_QUEUE_URL", value_parser = crate::queues::queue_from("POISON_QUEUE_URL"))]
     pub poison: Option<QueueRef>,
     /// Replay N messages first, wait for the verdict (do their copies come back to the DLQ
     /// within the window?), and drain the rest only if they do not; exit code 3 if they do.
@@ -101,7 +102,7 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     // The canary's tunables are checked before any queue is touched; the drain honours the
     // adaptive circuit's record when CIRCUIT_TABLE is set.
     let canary = match args.canary {
-        Some(n) => Some((n, super::circuit::canary_settings()?)),
+        Some(n) => Some((n, crate::commands::circuit::canary_settings()?)),
         None => None,
     };
     let circuit_store = ctx.clients.circuit_store(&config);
@@ -139,7 +140,7 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
 
     if ctx.json {
         // The Lambda's response shape.
-        super::output::print_json(&serde_json::to_value(&summary).unwrap_or_default());
+        crate::output::print_json(&serde_json::to_value(&summary).unwrap_or_default());
     } else {
         print_text(ctx, &engine.config, &summary);
     }
@@ -177,10 +178,10 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
     settings: &CircuitSettings,
     window_flag: Option<u64>,
 ) -> Result<Outcome, CliError> {
-    let started = super::now_ms();
+    let started = now_ms();
     // Its copies go out without their backoff delay: judged by the window, not by the delay.
     let canary = drained(engine.run(&request.canary(n)).await);
-    let window = super::circuit::canary_window(window_flag, settings);
+    let window = crate::commands::circuit::canary_window(window_flag, settings);
     let judged = !canary.dry_run && canary.redriven > 0;
     if !ctx.json {
         print_text(ctx, &engine.config, &canary);
@@ -202,7 +203,7 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
         );
     }
     let every = (window / 10).clamp(Duration::from_secs(1), Duration::from_secs(10));
-    let verdict = super::circuit::watch_canary(
+    let verdict = crate::commands::circuit::watch_canary(
         &ctx.queue(),
         engine.config.dlq_url.as_str(),
         started,
@@ -212,7 +213,7 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
         every,
     )
     .await?;
-    let verdict_json = super::circuit::verdict_json(&verdict, canary.redriven);
+    let verdict_json = crate::commands::circuit::verdict_json(&verdict, canary.redriven);
     let came_back = |within: Duration| {
         let (back, sent) = (verdict.bounced.len(), canary.redriven);
         format!(
@@ -266,7 +267,7 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
 fn print_json_with_canary(summary: &Summary, verdict: serde_json::Value) {
     let mut out = serde_json::to_value(summary).unwrap_or_default();
     out["canary"] = verdict;
-    super::output::print_json(&out);
+    crate::output::print_json(&out);
 }
 
 fn print_text(ctx: &Ctx, config: &RedriverConfig, s: &Summary) {
