@@ -161,7 +161,10 @@ pub async fn moto_ours(direct: &Client, proxy: &Proxy, n: u64, pipelines: u32) -
     let engine = sdk_engine(Client::new(&sdk), &sdk, config);
     proxy.take_stats();
     let started = Instant::now();
-    let summary = engine.run(&drain_request(u64::MAX)).await;
+    let summary = engine
+        .run(&drain_request(u64::MAX))
+        .await
+        .expect("the DLQ stays readable");
     let seconds = started.elapsed().as_secs_f64();
     let stats = proxy.take_stats();
     let who = format!("redrive ({pipelines} pipelines)");
@@ -356,7 +359,11 @@ pub async fn fake_scale_out(
         .collect();
     let request = drain_request(per_drain_limit);
     let started = Instant::now();
-    let summaries = join_all(engines.iter().map(|e| e.run(&request))).await;
+    let summaries: Vec<_> = join_all(engines.iter().map(|e| e.run(&request)))
+        .await
+        .into_iter()
+        .map(|s| s.expect("the DLQ stays readable"))
+        .collect();
     let seconds = started.elapsed().as_secs_f64();
     for (i, s) in summaries.iter().enumerate() {
         assert!(
@@ -402,7 +409,10 @@ pub async fn fake_ours(n: u64, latency: Duration, pipelines: u32) -> DrainRun {
     let sqs = fake_with(n, latency);
     let (cw, engine) = fake_engine(&sqs, pipelines);
     let started = Instant::now();
-    let summary = engine.run(&drain_request(u64::MAX)).await;
+    let summary = engine
+        .run(&drain_request(u64::MAX))
+        .await
+        .expect("the DLQ stays readable");
     let seconds = started.elapsed().as_secs_f64();
     let who = format!("redrive ({pipelines} pipelines)");
     check_summary(&who, &summary, n);
@@ -420,7 +430,10 @@ pub async fn fake_invocations(n: u64, per_invocation: u64, pipelines: u32) -> Dr
     let started = Instant::now();
     let mut moved = 0;
     loop {
-        let summary = engine.run(&drain_request(per_invocation)).await;
+        let summary = engine
+            .run(&drain_request(per_invocation))
+            .await
+            .expect("the DLQ stays readable");
         moved += summary.redriven;
         if summary.dlq_remaining == Some(0) || summary.received == 0 {
             break;

@@ -279,10 +279,9 @@ impl<C: CircuitStore> Rig<C> {
 
     async fn invoke(&self, event: &Value) {
         let _one = self.invoking.lock().await;
-        let result = self
-            .engine
-            .handle(event, Some(Instant::now() + REDRIVER_TIMEOUT))
-            .await;
+        let result =
+            redrive_redriver::handle(&self.engine, event, Some(Instant::now() + REDRIVER_TIMEOUT))
+                .await;
         let mut t = lock(&self.tally);
         t.redriver_invocations += 1;
         match result {

@@ -135,7 +135,10 @@ pub async fn side_by_side(
     let engine = sdk_engine(through_proxy.clone(), &sdk, config);
     proxy.take_stats();
     let started = Instant::now();
-    let summary = engine.run(&drain_request(u64::MAX)).await;
+    let summary = engine
+        .run(&drain_request(u64::MAX))
+        .await
+        .expect("the DLQ stays readable");
     let seconds = started.elapsed().as_secs_f64();
     let calls = proxy.take_stats().layer.calls;
     assert!(

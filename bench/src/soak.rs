@@ -26,7 +26,7 @@ use redrive_consumer::Consumer;
 use redrive_consumer::ports::{IdempotencyStore, QueueOps};
 use redrive_consumer::{Message, Processor};
 use redrive_engine::ports::{Alarms, Metrics, Queue};
-use redrive_engine::{DrainRequest, Engine};
+use redrive_engine::{DrainError, DrainRequest, Engine};
 use redrive_shared::backoff::{RandomSource, seeded_rng};
 use redrive_shared::sync::lock;
 use serde::Serialize;
@@ -374,7 +374,8 @@ impl<E: Emulator> Soak<'_, E> {
                 self.env.disarm_kill();
                 summary
             };
-            match summary {
+            // A DLQ that could not be read still reports what it moved before.
+            match summary.map(|s| s.unwrap_or_else(DrainError::into_summary)) {
                 Some(s) => {
                     self.progress
                         .redriven

@@ -53,7 +53,7 @@ pub use destinations::{DestinationLimits, RETENTION_MARGIN_SECONDS, hop_cap};
 pub use finish::StepTotals;
 pub use onhold::TriageBooks;
 pub use rejected::{SEND_REJECTED_AFTER, SEND_REJECTIONS_FIELD};
-pub use request::{DrainRequest, InvocationError, MessageRecord, Settings, StopReason, Summary};
+pub use request::{DrainError, DrainRequest, MessageRecord, Settings, StopReason, Summary};
 pub use transfer::{Acks, Moved, Transfer};
 
 /// The engine. `C` is the adaptive circuit's store ([`NoCircuit`] by default: off, as when

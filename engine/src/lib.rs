@@ -1,14 +1,15 @@
 //! The redrive engine: drains a bounded batch from an SQS dead-letter queue back to its source
 //! queue with backoff, isolates poison pills, and never deletes a message before its copy was
 //! acknowledged. Every front end (the re-driver Lambda, the Step Functions task Lambda, the
-//! archiver Lambda and the `redrive` CLI) runs on this crate and on nothing of another front end.
+//! archiver Lambda and the `redrive` CLI) runs on this crate and on nothing of another front end:
+//! each asks for a drain with a [`DrainRequest`] and [`Engine::run`]; the re-driver's fleet of
+//! protected DLQs and the events it answers are its own (`redrive_redriver`).
 
 pub mod aws;
 pub mod circuit;
 pub mod engine;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
-pub mod fleet;
 pub mod fleet_list;
 pub mod ports;
 #[cfg(feature = "s3")]
@@ -16,7 +17,7 @@ pub mod s3;
 pub mod tap;
 pub mod triage_store;
 
-pub use engine::{DrainRequest, Engine, InvocationError, Settings, StopReason, Summary};
+pub use engine::{DrainError, DrainRequest, Engine, Settings, StopReason, Summary};
 
 /// Locks `m`, taking over a lock a panicking holder poisoned: every value the engine guards
 /// stays consistent between its statements, so a panic elsewhere never leaves one half-written.

@@ -298,6 +298,10 @@ pub trait Alarms: Sync {
     ) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 
+/// The metric of a DLQ left alone: its settings (tags) invalid or unreadable, or a source that
+/// refuses the sends (`DlqLeftAlone`, 1 per run that finds it so).
+pub const LEFT_ALONE_METRIC: &str = "DlqLeftAlone";
+
 /// The counts published per invocation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunMetrics {
@@ -365,10 +369,7 @@ impl RunMetrics {
             MetricValue::count("UnplaceableMessages", self.unplaceable_messages),
         ];
         if self.dlq_left_alone > 0 {
-            values.push(MetricValue::count(
-                crate::fleet::LEFT_ALONE_METRIC,
-                self.dlq_left_alone,
-            ));
+            values.push(MetricValue::count(LEFT_ALONE_METRIC, self.dlq_left_alone));
         }
         if let Some(c) = self.circuit {
             values.extend([

@@ -143,12 +143,7 @@ impl DynamoDbTriageStore {
     /// The key of `queue`'s book: `triage#` and the queue's ARN ([`crate::circuit::record_key`],
     /// in the client's region), whichever form names it.
     pub fn key(&self, queue: &str) -> String {
-        let region = self
-            .client
-            .config()
-            .region()
-            .map_or("us-east-1", |r| r.as_ref());
-        book_key(&crate::circuit::record_key(queue, region))
+        book_key(&crate::circuit::client_record_key(&self.client, queue))
     }
 
     /// The book an item holds, with its version.

@@ -158,7 +158,7 @@ async fn bounced_copies_open_the_circuit_and_every_message_stays_on_the_dlq_unsp
     let (sqs, cw, store, engine) = setup(CIRCUIT);
     push_bounced(&sqs, 6, T0 - 30 * SEC);
     push_fresh(&sqs, 4);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),
         (0, 0, 0, 0),
@@ -204,7 +204,7 @@ async fn a_full_outage_cycle_open_canary_watch_close_and_ramp() {
     let (sqs, _cw, store, engine) = setup(CIRCUIT);
     // Closed: drains fresh messages (no bounced copies), counts what it redrove.
     push_fresh(&sqs, 10);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(
         (s.redriven, circuit_of(&s)),
         (10, (State::Closed, "drain", 0))
@@ -212,7 +212,7 @@ async fn a_full_outage_cycle_open_canary_watch_close_and_ramp() {
     // The downstream is down: they all come back.
     advance(20 * SEC);
     assert_eq!(bounce_back(&sqs).await, 10);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(circuit_of(&s), (State::Open, "drain", 10));
     assert_eq!(s.redriven, 0);
     assert_eq!(
@@ -223,7 +223,7 @@ async fn a_full_outage_cycle_open_canary_watch_close_and_ramp() {
 
     // Open: nothing received at all during the cool-down.
     advance(30 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(
         (s.received, s.stopped_because),
         (0, StopReason::CircuitOpen)
@@ -232,7 +232,7 @@ async fn a_full_outage_cycle_open_canary_watch_close_and_ramp() {
 
     // Cool-down over: a canary of 3, nothing else.
     advance(31 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(
         (s.redriven, circuit_of(&s)),
         (3, (State::HalfOpen, "canary", 3)),
@@ -246,7 +246,7 @@ async fn a_full_outage_cycle_open_canary_watch_close_and_ramp() {
     // The downstream recovered: the canary is consumed. Watch runs redrive nothing.
     let _ = sqs.messages(SRC);
     advance(10 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(
         (s.received, s.redriven),
         (0, 0),
@@ -262,13 +262,13 @@ async fn a_full_outage_cycle_open_canary_watch_close_and_ramp() {
 
     // The window passes with no canary copy back: closed, and the ramp starts at 2 x 3.
     advance(120 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(
         (s.redriven, circuit_of(&s)),
         (6, (State::Closed, "drain", 0))
     );
     assert_eq!(s.circuit.as_ref().unwrap().budget, Some(6));
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(s.circuit.as_ref().unwrap().budget, Some(12));
     assert_eq!(s.redriven, 1, "the rest");
     assert_eq!(sqs.len(DLQ), 0);
@@ -298,12 +298,12 @@ async fn a_canary_that_bounces_reopens_the_circuit_with_a_doubled_cool_down() {
     open.cooldown_ms = 60 * SEC;
     store.put(DLQ, open);
     push_fresh(&sqs, 8);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!((s.redriven, circuit_of(&s).1), (3, "canary"));
     // Still down: the canary comes back.
     advance(15 * SEC);
     assert_eq!(bounce_back(&sqs).await, 3);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!((circuit_of(&s).0, s.redriven), (State::Open, 0));
     assert_eq!(s.stopped_because, StopReason::CircuitOpen);
     let record = store.get(DLQ).unwrap().record;
@@ -319,10 +319,10 @@ async fn a_canary_that_bounces_reopens_the_circuit_with_a_doubled_cool_down() {
     assert_eq!(sqs.len(DLQ), 8, "everything still on the DLQ");
     // The first cool-down length is not enough any more.
     advance(61 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(circuit_of(&s).1, "hold");
     advance(60 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(circuit_of(&s).1, "canary");
 }
 
@@ -339,14 +339,14 @@ async fn a_canarys_copies_go_out_without_their_backoff_delay_so_the_window_can_j
     open.cooldown_ms = 60 * SEC;
     store.put(DLQ, open);
     push_fresh(&sqs, 5);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!((s.redriven, circuit_of(&s).1), (3, "canary"));
     let delays: Vec<Option<u32>> = sqs.messages(SRC).iter().map(|m| m.delay_seconds).collect();
     assert_eq!(delays, [Some(0); 3], "canary copies are not delayed");
     // A closed circuit's drain keeps the backoff.
     let (sqs, _cw, _store, engine) = setup(&pairs);
     push_fresh(&sqs, 2);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!((s.redriven, circuit_of(&s).1), (2, "drain"));
     assert!(
         sqs.messages(SRC)
@@ -366,11 +366,11 @@ async fn a_canary_by_hand_sends_its_copies_undelayed_and_the_next_drain_delays_a
     let pairs = [("BACKOFF_BASE_SECONDS", "600"), ("BACKOFF_JITTER", "none")];
     let (sqs, _cw, _store, engine) = setup(&pairs);
     push_fresh(&sqs, 5);
-    let s = engine.run(&request(5).canary(2)).await;
+    let s = engine.run(&request(5).canary(2)).await.unwrap();
     assert_eq!(s.redriven, 2);
     let delays: Vec<Option<u32>> = sqs.messages(SRC).iter().map(|m| m.delay_seconds).collect();
     assert_eq!(delays, [Some(0); 2], "the canary's copies are not delayed");
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(s.redriven, 3);
     let delays: Vec<Option<u32>> = sqs.messages(SRC).iter().map(|m| m.delay_seconds).collect();
     assert_eq!(
@@ -389,7 +389,7 @@ async fn the_operator_holds_it_open_and_closes_it_whatever_the_measurements() {
         .unwrap();
     push_fresh(&sqs, 5);
     advance(3600 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!((s.received, circuit_of(&s).1), (0, "hold"));
     assert_eq!(s.circuit.as_ref().unwrap().operator, Override::Open);
     // Forced closed: bounced copies are redriven and the circuit stays closed.
@@ -397,7 +397,7 @@ async fn the_operator_holds_it_open_and_closes_it_whatever_the_measurements() {
         .await
         .unwrap();
     push_bounced(&sqs, 5, clock() - 10 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!((s.redriven, circuit_of(&s).0), (10, State::Closed));
 }
 
@@ -409,7 +409,7 @@ async fn an_operator_write_during_a_run_is_kept_and_the_run_applied_on_top() {
         now: clock(),
         mode: Override::Open,
     });
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(s.redriven, 4);
     let record = store.get(DLQ).unwrap().record;
     assert_eq!(
@@ -438,14 +438,14 @@ async fn a_write_that_committed_but_lost_its_answer_is_applied_once() {
         let (sqs, _cw, store, engine) = setup(CIRCUIT);
         push_fresh(&sqs, 4);
         store.lose_next_answer(lost.clone());
-        let s = engine.run(&request(100)).await;
+        let s = engine.run(&request(100)).await.unwrap();
         assert_eq!(s.redriven, 4, "{lost:?}");
         let stored = store.get(DLQ).unwrap();
         assert_eq!(stored.record.counts(), (4, 0), "{lost:?}: counted once");
         // And the next run's counts land on top, once.
         push_fresh(&sqs, 2);
         store.lose_next_answer(lost.clone());
-        engine.run(&request(100)).await;
+        engine.run(&request(100)).await.unwrap();
         assert_eq!(store.get(DLQ).unwrap().record.counts(), (6, 0), "{lost:?}");
     }
 }
@@ -462,7 +462,7 @@ async fn a_circuit_record_that_cannot_be_read_keeps_the_circuit_open() {
             false,
         ));
     }
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(
         (s.received, s.stopped_because),
         (0, StopReason::CircuitOpen)
@@ -475,7 +475,7 @@ async fn without_circuit_table_the_drain_is_todays() {
     // A store but no CIRCUIT_TABLE: off; the response has no circuit field.
     let (sqs, cw, store, engine) = setup(&[]);
     push_bounced(&sqs, 6, T0 - 30 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!((s.redriven, s.stopped_because), (6, StopReason::QueueEmpty));
     assert!(s.circuit.is_none());
     assert!(serde_json::to_value(&s).unwrap().get("circuit").is_none());
@@ -489,7 +489,7 @@ async fn without_circuit_table_the_drain_is_todays() {
     let cw = FakeCloudWatch::new();
     let engine = Engine::new(sqs.clone(), cw.clone(), cw, config(CIRCUIT)).with_clock(clock);
     push_bounced(&sqs, 6, T0 - 30 * SEC);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(s.redriven, 6);
     assert!(s.circuit.is_none());
 }
@@ -503,7 +503,8 @@ async fn a_dry_run_reports_the_circuit_but_writes_nothing() {
             dry_run: true,
             ..request(100)
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(circuit_of(&s).0, State::Open, "what would happen");
     assert!(store.get(DLQ).is_none(), "nothing durable");
     assert_eq!(sqs.depth_visible(DLQ), 6);
@@ -767,7 +768,7 @@ async fn moto_a_committed_write_whose_answer_was_lost_counts_the_run_once() {
 
     // WHEN a run redrives four and its record's write loses its answer
     lose.armed.store(true, Ordering::SeqCst);
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
 
     // THEN the write happened (the answer was lost), and the run's copies count once
     assert!(!lose.armed.load(Ordering::SeqCst), "the answer was lost");
@@ -809,7 +810,7 @@ async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
     };
     let engine = moto_engine(&queues, &store).await;
     bounced_on_moto(&sqs, &queues.dlq_url, 5, 2, 20 * SEC).await;
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!(s.redriven, 0, "{s:?}");
     assert_eq!(circuit_of(&s).0, State::Open);
     assert_eq!(queue_depth(&sqs, &queues.source_url).await, 0);
@@ -821,7 +822,7 @@ async fn moto_the_engine_opens_the_circuit_and_the_table_says_so() {
         .expect("the record is in DynamoDB");
     assert_eq!((stored.version, stored.record.state), (1, State::Open));
     // The next run holds: nothing received.
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
     assert_eq!((s.received, circuit_of(&s).1), (0, "hold"));
 }
 
@@ -997,8 +998,7 @@ async fn circuit_items(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<(Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moto_the_alarm_the_manual_drain_and_the_cli_share_one_record_however_they_name_the_dlq() {
     // GIVEN a DLQ holding three messages, one re-driver configured with its URL in AWS's host
-    // form (the alarm's drain finds it by the alarm's QueueName) and one with the URL moto
-    // answers (a manual drain)
+    // form (the alarm's drain) and one with the URL moto answers (a manual drain)
     let sqs = moto().sqs().await;
     let ddb = moto().dynamodb().await;
     let queues = QueueSet::create(&sqs, false, 3).await;
@@ -1046,26 +1046,27 @@ async fn moto_the_alarm_the_manual_drain_and_the_cli_share_one_record_however_th
         assert_eq!(run.code, 0, "{}", run.stderr);
         run.json()
     };
-    let alarm = queues.alarm_notification("dlq-depth", "ALARM", &queues.dlq_name);
-    let manual = serde_json::json!({"maxMessages": 10});
+    // The drains an alarm notification and a manual `{"maxMessages": 10}` ask for.
+    let alarm = DrainRequest {
+        trigger_alarm: Some("dlq-depth".to_string()),
+        ..DrainRequest::configured(&by_alarm.config, None)
+    };
+    let manual = DrainRequest {
+        max_messages: 10,
+        ..DrainRequest::configured(&by_hand.config, None)
+    };
 
     // WHEN the operator holds the circuit open by the queue's name
     cli("open", &queues.dlq_name);
 
     // THEN the alarm's drain and the manual drain both hold: nothing received
-    let s = by_alarm
-        .handle(&alarm, None)
-        .await
-        .expect("the alarm's drain");
+    let s = by_alarm.run(&alarm).await.expect("the alarm's drain");
     assert_eq!(
         (s.received, s.stopped_because),
         (0, StopReason::CircuitOpen),
         "{s:?}"
     );
-    let s = by_hand
-        .handle(&manual, None)
-        .await
-        .expect("the manual drain");
+    let s = by_hand.run(&manual).await.expect("the manual drain");
     assert_eq!(
         (s.received, s.stopped_because),
         (0, StopReason::CircuitOpen),
@@ -1082,10 +1083,7 @@ async fn moto_the_alarm_the_manual_drain_and_the_cli_share_one_record_however_th
     );
 
     // THEN the alarm's drain redrives, and its counts land in that same record
-    let s = by_alarm
-        .handle(&alarm, None)
-        .await
-        .expect("the alarm's drain");
+    let s = by_alarm.run(&alarm).await.expect("the alarm's drain");
     assert_eq!(s.redriven, 3, "{s:?}");
     let j = cli("status", &queues.dlq_url);
     assert_eq!(j["record"]["operator"], "closed", "{j}");
@@ -1138,7 +1136,7 @@ async fn moto_a_record_kept_under_the_dlqs_url_is_found_and_moved_under_its_arn(
 
     // WHEN the upgraded re-driver drains
     let engine = moto_engine(&queues, &store).await;
-    let s = engine.run(&request(100)).await;
+    let s = engine.run(&request(100)).await.unwrap();
 
     // THEN the circuit is still open (nothing received), and the record is under the ARN,
     // its version kept; the CLI by name finds the same one

@@ -5,7 +5,6 @@
 mod circuit;
 mod common;
 mod faults;
-mod fleet;
 mod fleet_list;
 mod moto;
 mod onhold;

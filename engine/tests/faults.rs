@@ -11,7 +11,7 @@ use crate::common;
 use common::{DLQ, POISON, SRC, config, permanent_failure, queues, settings};
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs, throttled};
 use redrive_engine::ports::{EntryFailure, SendEntry};
-use redrive_engine::{DrainRequest, Engine, Settings, StopReason, now_ms};
+use redrive_engine::{DrainError, DrainRequest, Engine, Settings, StopReason, now_ms};
 use redrive_shared::meta::{IsolationReason, RedriveMeta};
 use redrive_shared::{Attributes, MessageAttribute, TraceHeader};
 use serde_json::json;
@@ -73,7 +73,7 @@ async fn send_entries_that_fail_stay_on_the_dlq_and_only_the_others_are_deleted(
             sender_fault: true,
         })
     });
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),
         (10, 8, 0, 2)
@@ -96,7 +96,7 @@ async fn a_whole_call_that_fails_is_the_sdks_to_retry_and_deletes_nothing() {
     fill(&sqs, 5);
     sqs.fail_next("SendMessageBatch", throttled("SendMessageBatch"));
     // WHEN a drain runs
-    let s = engine.run(&request(5)).await;
+    let s = engine.run(&request(5)).await.unwrap();
     // THEN the engine does not call again: every entry stays on the DLQ, counted failed
     assert_eq!((s.received, s.redriven, s.failed), (5, 0, 5), "{s:?}");
     assert_eq!(sqs.calls.send_batch.load(Ordering::SeqCst), 1);
@@ -123,7 +123,7 @@ async fn throttled_entries_inside_a_batch_are_retried() {
             }
         })
     });
-    let s = engine.run(&request(4)).await;
+    let s = engine.run(&request(4)).await.unwrap();
     assert_eq!((s.redriven, s.failed), (4, 0), "{s:?}");
     assert_eq!(*failures.lock().unwrap(), 2);
     assert_eq!(sqs.len(SRC), 4);
@@ -136,7 +136,7 @@ async fn a_send_that_keeps_failing_deletes_nothing() {
     for _ in 0..3 {
         sqs.fail_next("SendMessageBatch", throttled("SendMessageBatch"));
     }
-    let s = engine.run(&request(3)).await;
+    let s = engine.run(&request(3)).await.unwrap();
     assert_eq!((s.received, s.redriven, s.failed), (3, 0, 3));
     assert_eq!(sqs.len(DLQ), 3, "all still on the DLQ");
     assert_eq!(sqs.len(SRC), 0);
@@ -147,7 +147,7 @@ async fn delete_partial_failure_gives_a_duplicate_never_a_loss() {
     let (sqs, _cw, engine) = setup(&[]);
     fill(&sqs, 10);
     sqs.fail_delete_entries(|m| m.body == "body-2" || m.body == "body-5");
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!((s.received, s.redriven, s.failed), (10, 8, 2), "{s:?}");
     assert_eq!(sqs.len(SRC), 10, "every copy was sent");
     let left: Vec<String> = sqs.messages(DLQ).into_iter().map(|m| m.body).collect();
@@ -171,7 +171,7 @@ async fn a_crash_between_send_and_delete_leaves_a_duplicate_not_a_loss() {
     // with the same originalMessageId so the idempotent consumer absorbs it.
     sqs.hang_deletes(false);
     sqs.expire_visibility(DLQ);
-    let s = engine.run(&request(7)).await;
+    let s = engine.run(&request(7)).await.unwrap();
     assert_eq!(s.redriven, 7);
     assert!(sqs.is_empty(DLQ));
     let mut want = ids.clone();
@@ -200,7 +200,7 @@ async fn fifo_keeps_group_order_when_a_send_fails() {
             sender_fault: true,
         })
     });
-    let s = engine.run(&request(8)).await;
+    let s = engine.run(&request(8)).await.unwrap();
     let sent: Vec<(String, Option<String>)> = sqs
         .messages(SRC_FIFO)
         .into_iter()
@@ -235,7 +235,7 @@ async fn fifo_keeps_group_order_when_a_send_fails() {
 async fn stops_at_the_limit_with_the_rest_left() {
     let (sqs, _cw, engine) = setup(&[]);
     fill(&sqs, 35);
-    let s = engine.run(&request(23)).await;
+    let s = engine.run(&request(23)).await.unwrap();
     assert_eq!(s.received, 23);
     assert_eq!(s.redriven, 23);
     assert_eq!(s.stopped_because, StopReason::Limit);
@@ -264,7 +264,8 @@ async fn stops_before_the_deadline_and_finishes_in_flight_batches() {
             deadline: Some(deadline),
             ..request(1000)
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(s.stopped_because, StopReason::Deadline);
     assert!(s.received > 0 && s.received < 400, "{s:?}");
     assert_eq!(s.failed, 0, "in-flight batches finished: {s:?}");
@@ -284,7 +285,7 @@ async fn velocity_cap_spreads_the_drain() {
     ]);
     fill(&sqs, 40);
     let started = Instant::now();
-    let s = engine.run(&request(40)).await;
+    let s = engine.run(&request(40)).await.unwrap();
     let elapsed = started.elapsed();
     assert_eq!(s.redriven, 40);
     // 4 receives of 10 at 40/s: the 4th may start at 30 messages / 40 per s = 0.75 s.
@@ -308,7 +309,7 @@ async fn without_a_cap_pipelines_overlap() {
     )
     .with_settings(settings());
     let started = Instant::now();
-    let s = engine.run(&request(80)).await;
+    let s = engine.run(&request(80)).await.unwrap();
     assert_eq!(s.redriven, 80);
     // Sequentially: 8 x (receive + send + delete) x 50 ms = 1.2 s, plus empty receives.
     assert!(
@@ -347,7 +348,8 @@ async fn dry_run_plans_and_releases_everything() {
             dry_run: true,
             ..request(100)
         })
-        .await;
+        .await
+        .unwrap();
     assert!(s.dry_run);
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),
@@ -378,7 +380,7 @@ async fn guard_alarm_in_alarm_opens_the_circuit() {
     fill(&sqs, 3);
     cw.set_state("downstream-errors", "OK");
     cw.set_state("latency", "ALARM");
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!(s.stopped_because, StopReason::CircuitOpen);
     assert_eq!(s.received, 0);
     assert_eq!(
@@ -388,7 +390,7 @@ async fn guard_alarm_in_alarm_opens_the_circuit() {
     );
     assert_eq!(s.dlq_remaining, Some(3));
     cw.set_state("latency", "OK");
-    assert_eq!(engine.run(&request(10)).await.redriven, 3);
+    assert_eq!(engine.run(&request(10)).await.unwrap().redriven, 3);
 }
 
 #[tokio::test]
@@ -396,7 +398,7 @@ async fn unreadable_guard_alarms_fail_closed() {
     let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors")]);
     fill(&sqs, 2);
     *cw.fail_alarms.lock().unwrap() = true;
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!(s.stopped_because, StopReason::CircuitOpen);
     assert_eq!(sqs.len(DLQ), 2);
 }
@@ -406,7 +408,7 @@ async fn metrics_failure_never_fails_the_drain() {
     let (sqs, cw, engine) = setup(&[]);
     fill(&sqs, 4);
     *cw.fail_metrics.lock().unwrap() = true;
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!(s.redriven, 4);
     assert_eq!(sqs.len(SRC), 4);
 }
@@ -420,7 +422,7 @@ async fn rearms_the_triggering_alarm_after_every_drain_whatever_the_backlog() {
         ..request(10)
     };
     cw.set_state("orders-dlq-depth", "ALARM");
-    let s = engine.run(&alarm()).await;
+    let s = engine.run(&alarm()).await.unwrap();
     assert_eq!(s.stopped_because, StopReason::Limit);
     assert_eq!(
         cw.set_ok_calls.lock().unwrap().as_slice(),
@@ -429,29 +431,30 @@ async fn rearms_the_triggering_alarm_after_every_drain_whatever_the_backlog() {
     // The rest drains to empty; the alarm is in ALARM again (inflow): re-armed all the same,
     // or it would never notify again.
     cw.set_state("orders-dlq-depth", "ALARM");
-    let s = engine.run(&alarm()).await;
+    let s = engine.run(&alarm()).await.unwrap();
     assert_eq!((s.redriven, s.dlq_remaining), (5, Some(0)));
     assert_eq!(s.stopped_because, StopReason::QueueEmpty);
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
     // An alarm that already left ALARM is left alone.
-    let s = engine.run(&alarm()).await;
+    let s = engine.run(&alarm()).await.unwrap();
     assert_eq!(s.stopped_because, StopReason::QueueEmpty);
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
     // A drain that names no trigger alarm never re-arms; dry runs never re-arm; REARM_ALARM=false never re-arms.
     cw.set_state("orders-dlq-depth", "ALARM");
     fill(&sqs, 15);
-    engine.run(&request(10)).await;
+    engine.run(&request(10)).await.unwrap();
     engine
         .run(&DrainRequest {
             dry_run: true,
             ..alarm()
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
     let (sqs2, cw2, engine2) = setup(&[("REARM_ALARM", "false")]);
     fill(&sqs2, 15);
     cw2.set_state("orders-dlq-depth", "ALARM");
-    engine2.run(&alarm()).await;
+    engine2.run(&alarm()).await.unwrap();
     assert!(cw2.set_ok_calls.lock().unwrap().is_empty());
 }
 
@@ -469,20 +472,20 @@ async fn an_open_circuit_rearms_at_most_once_per_alarm_period() {
         ..request(10)
     };
     cw.set_state("orders-dlq-depth", "ALARM");
-    let s = engine.run(&alarm).await;
+    let s = engine.run(&alarm).await.unwrap();
     assert_eq!(s.stopped_because, StopReason::CircuitOpen);
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1);
     // The next evaluation a minute later fires again: the guard is still open, no re-arm.
     tokio::time::advance(Duration::from_secs(60)).await;
     cw.set_state("orders-dlq-depth", "ALARM");
     assert_eq!(
-        engine.run(&alarm).await.stopped_because,
+        engine.run(&alarm).await.unwrap().stopped_because,
         StopReason::CircuitOpen
     );
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 1, "no flapping");
     // One period (300 s) after the re-arm: again.
     tokio::time::advance(Duration::from_secs(241)).await;
-    engine.run(&alarm).await;
+    engine.run(&alarm).await.unwrap();
     assert_eq!(cw.set_ok_calls.lock().unwrap().len(), 2);
     assert_eq!(sqs.len(DLQ), 3);
 }
@@ -506,7 +509,7 @@ async fn poison_pills_are_isolated_with_their_reasons() {
     sqs.push(DLQ, "full", full.clone(), None);
     sqs.push(DLQ, "fresh", Attributes::new(), None);
 
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 3, 0));
     let poison = sqs.messages(POISON);
     let reason_of = |body: &str| {
@@ -521,38 +524,6 @@ async fn poison_pills_are_isolated_with_their_reasons() {
     let unstamped = poison.iter().find(|m| m.body == "full").unwrap();
     assert_eq!(unstamped.attributes, full, "parked exactly as received");
     assert_eq!(sqs.messages(SRC)[0].body, "fresh");
-}
-
-#[tokio::test]
-async fn handle_rejects_bad_events_without_touching_anything() {
-    let (sqs, cw, engine) = setup(&[]);
-    fill(&sqs, 2);
-    let err = engine
-        .handle(&json!({"maxMesages": 5}), None)
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("maxMesages"));
-    assert_eq!(
-        sqs.calls.receive.load(std::sync::atomic::Ordering::SeqCst),
-        0
-    );
-    assert!(cw.published.lock().unwrap().is_empty());
-    assert_eq!(sqs.len(DLQ), 2);
-}
-
-#[tokio::test]
-async fn a_manual_drain_overrides_the_batch_and_dry_run() {
-    let (sqs, _cw, engine) = setup(&[("MAX_MESSAGES_PER_INVOCATION", "100")]);
-    fill(&sqs, 20);
-    let s = engine
-        .handle(&json!({"maxMessages": 5}), None)
-        .await
-        .unwrap();
-    assert_eq!((s.redriven, s.stopped_because), (5, StopReason::Limit));
-    let s = engine.handle(&json!({"dryRun": true}), None).await.unwrap();
-    assert!(s.dry_run);
-    assert_eq!((s.received, s.redriven), (15, 15));
-    assert_eq!(sqs.len(DLQ), 15);
 }
 
 #[tokio::test]
@@ -577,7 +548,7 @@ async fn a_failed_warm_up_is_reported_to_init_and_the_first_drain_reads_the_limi
     assert!(engine.warm_up().await.is_err());
     assert_eq!(sqs.len(DLQ), 3);
     let before = sqs.calls.max_size.load(Ordering::SeqCst);
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!(s.redriven, 3, "{s:?}");
     assert_eq!(sqs.calls.max_size.load(Ordering::SeqCst), before + 2);
 }
@@ -601,7 +572,8 @@ async fn a_stalled_send_does_not_push_the_invocation_past_its_deadline() {
             trigger_alarm: Some("orders-dlq-depth".into()),
             ..request(100)
         })
-        .await;
+        .await
+        .unwrap();
     assert!(
         Instant::now() <= deadline,
         "returned {:?} after the deadline",
@@ -638,7 +610,8 @@ async fn calls_after_the_drain_are_bounded_by_the_deadline_too() {
             deadline: Some(deadline),
             ..request(100)
         })
-        .await;
+        .await
+        .unwrap();
     assert!(Instant::now() <= deadline);
     assert_eq!((s.redriven, s.dlq_remaining), (3, None));
     assert_eq!(cw.published.lock().unwrap().len(), 1);
@@ -653,41 +626,50 @@ fn access_denied() -> redrive_engine::ports::PortError {
     )
 }
 
-#[tokio::test]
-async fn a_dlq_that_cannot_be_read_fails_the_invocation_and_says_so_in_a_metric() {
-    let (sqs, cw, engine) = setup(&[]);
-    fill(&sqs, 2);
-    sqs.fail_next("ReceiveMessage", access_denied());
-    let err = engine.handle(&json!({}), None).await.unwrap_err();
-    let redrive_engine::InvocationError::DlqUnreadable { reason, summary } = &err else {
-        panic!("{err}")
-    };
-    assert_eq!(reason.code, "AccessDenied", "{reason}");
-    assert_eq!(summary.received, 0);
-    assert!(err.to_string().contains("DLQ cannot be read"), "{err}");
-    let published = cw.published.lock().unwrap().clone();
-    assert_eq!(published.len(), 1, "one PutMetricData");
-    assert_eq!(published[0].2.dlq_receive_failures, 1);
-    assert_eq!(sqs.len(DLQ), 2);
-    // A readable DLQ publishes the metric as zero.
-    let s = engine.handle(&json!({}), None).await.unwrap();
-    assert_eq!(s.redriven, 2);
-    assert_eq!(cw.published.lock().unwrap()[1].2.dlq_receive_failures, 0);
+/// Arms an AccessDenied on the DLQ's next receive once the first batch was received.
+struct DeniedAfterFirstBatch(Arc<FakeSqs>, std::sync::atomic::AtomicBool);
+
+impl redrive_engine::tap::Tap for DeniedAfterFirstBatch {
+    fn received(&self, queue_url: &str, count: usize) {
+        if queue_url == DLQ && count > 0 && !self.1.swap(true, Ordering::SeqCst) {
+            self.0.fail_next("ReceiveMessage", access_denied());
+        }
+    }
 }
 
 #[tokio::test]
-async fn a_receive_that_keeps_being_throttled_fails_the_invocation_too() {
-    let (sqs, cw, engine) = setup(&[("MAX_CONCURRENT_BATCHES", "1")]);
-    fill(&sqs, 2);
-    for _ in 0..3 {
-        sqs.fail_next("ReceiveMessage", throttled("ReceiveMessage"));
-    }
-    let err = engine.handle(&json!({}), None).await.unwrap_err();
-    assert!(
-        matches!(err, redrive_engine::InvocationError::DlqUnreadable { .. }),
-        "{err}"
+async fn a_dlq_that_becomes_unreadable_mid_drain_fails_the_run_with_what_it_moved_reported_and_metered()
+ {
+    let cfg = config(&[("MAX_CONCURRENT_BATCHES", "1")]);
+    let sqs = queues(&cfg);
+    let cw = FakeCloudWatch::new();
+    let tapped = redrive_engine::tap::Tapped {
+        inner: sqs.clone(),
+        tap: DeniedAfterFirstBatch(sqs.clone(), Default::default()),
+    };
+    let engine = Engine::new(tapped, cw.clone(), cw.clone(), cfg)
+        .with_settings(settings())
+        .with_seed(7);
+    fill(&sqs, 15);
+    let err = engine.run(&request(100)).await.unwrap_err();
+    let DrainError::DlqUnreadable { reason, summary } = &err;
+    assert_eq!(reason.code, "AccessDenied", "{reason}");
+    assert_eq!(
+        (summary.received, summary.redriven),
+        (10, 10),
+        "{summary:?}"
     );
-    assert_eq!(cw.published.lock().unwrap()[0].2.dlq_receive_failures, 1);
+    assert_eq!(summary.stopped_because, StopReason::Other);
+    assert_eq!(
+        summary.dlq_remaining,
+        Some(5),
+        "the run's end still asks the depth"
+    );
+    assert_eq!((sqs.len(SRC), sqs.len(DLQ)), (10, 5), "nothing lost");
+    let published = cw.published.lock().unwrap().clone();
+    assert_eq!(published.len(), 1, "one PutMetricData");
+    assert_eq!(published[0].2.successful_redrives, 10);
+    assert_eq!(published[0].2.dlq_receive_failures, 1);
 }
 
 #[tokio::test]
@@ -695,7 +677,7 @@ async fn a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     let (sqs, cw, engine) = setup(&[("GUARD_ALARM_NAMES", "downstream-errors,downstream-erors")]);
     fill(&sqs, 2);
     cw.set_state("downstream-errors", "OK");
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!(s.stopped_because, StopReason::CircuitOpen);
     assert_eq!(sqs.len(DLQ), 2);
     assert_eq!(
@@ -704,7 +686,7 @@ async fn a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     );
     // INSUFFICIENT_DATA is not ALARM.
     cw.set_state("downstream-erors", "INSUFFICIENT_DATA");
-    assert_eq!(engine.run(&request(10)).await.redriven, 2);
+    assert_eq!(engine.run(&request(10)).await.unwrap().redriven, 2);
 }
 
 fn reason_in(sqs: &FakeSqs, url: &str, body: &str) -> Option<IsolationReason> {
@@ -729,14 +711,14 @@ async fn the_source_queues_own_size_limit_is_read_at_init_and_isolates_size_limi
         2,
         "source and poison read once at init"
     );
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     assert_eq!(
         reason_in(&sqs, POISON, &body),
         Some(IsolationReason::SizeLimit)
     );
     assert_eq!(sqs.messages(SRC)[0].body, "small");
-    engine.run(&request(10)).await;
+    engine.run(&request(10)).await.unwrap();
     assert_eq!(
         sqs.calls.max_size.load(std::sync::atomic::Ordering::SeqCst),
         2,
@@ -766,13 +748,13 @@ async fn a_copy_the_source_keeps_rejecting_is_isolated_send_rejected() {
     sqs.fail_send_entries(reject_body("rejected", SRC));
     // Receives 1 and 2: left on the DLQ, counted failed.
     for _ in 0..2 {
-        let s = engine.run(&request(10)).await;
+        let s = engine.run(&request(10)).await.unwrap();
         assert_eq!(s.failed, 1, "{s:?}");
         assert_eq!(sqs.len(DLQ), 1);
         sqs.expire_visibility(DLQ);
     }
     // Receive 3: isolated with its own reason instead of looping until retention.
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!((s.isolated, s.failed), (1, 0), "{s:?}");
     assert!(sqs.is_empty(DLQ));
     assert_eq!(
@@ -811,7 +793,7 @@ async fn every_copy_keeps_the_producers_aws_trace_header_whichever_way_it_goes()
     };
 
     // WHEN the re-driver drains: the rejected copy goes back to the DLQ with its count
-    engine.run(&request(10)).await;
+    engine.run(&request(10)).await.unwrap();
 
     // THEN each copy carries its own original's header, and the untraced one none
     assert_eq!(trace_of(SRC, "redrive"), Some(header(1)));
@@ -822,7 +804,7 @@ async fn every_copy_keeps_the_producers_aws_trace_header_whichever_way_it_goes()
     // AND WHEN the source rejects it until it is isolated `send-rejected`
     for _ in 0..2 {
         sqs.expire_visibility(DLQ);
-        engine.run(&request(10)).await;
+        engine.run(&request(10)).await.unwrap();
     }
 
     // THEN its copy on the poison queue still carries it
@@ -847,7 +829,7 @@ async fn a_rejected_copy_is_isolated_at_its_third_rejection_whatever_its_receive
 
     // WHEN the source rejects it twice
     for rejections in 1..=2u64 {
-        let s = engine.run(&request(10)).await;
+        let s = engine.run(&request(10)).await.unwrap();
 
         // THEN it stays on the DLQ, counted failed, and its copy there carries the count of
         // the re-driver's own rejected sends, its history kept
@@ -863,7 +845,7 @@ async fn a_rejected_copy_is_isolated_at_its_third_rejection_whatever_its_receive
     }
 
     // AND the third rejection isolates it `send-rejected`
-    let s = engine.run(&request(10)).await;
+    let s = engine.run(&request(10)).await.unwrap();
     assert_eq!((s.isolated, s.failed), (1, 0), "{s:?}");
     assert_eq!(
         reason_in(&sqs, POISON, "rejected"),
@@ -881,7 +863,7 @@ async fn a_message_the_poison_queue_rejects_too_stays_on_the_dlq_with_a_metric()
     let poison = reject_body("nowhere", POISON);
     sqs.fail_send_entries(move |url, e| src(url, e).or_else(|| poison(url, e)));
     for _ in 0..3 {
-        engine.run(&request(10)).await;
+        engine.run(&request(10)).await.unwrap();
         sqs.expire_visibility(DLQ);
     }
     assert_eq!(sqs.len(DLQ), 1, "never deleted: it stays for a human");
@@ -917,7 +899,7 @@ async fn the_lambdas_drain_honours_a_wait_it_did_not_decide_and_redrives_it_when
     waiting_on_dlq(&sqs, "o-due", 3, now_ms() - 1_000);
 
     // WHEN it drains
-    let s = engine.drain(&request(10)).await;
+    let s = engine.drain(&request(10)).await.unwrap();
 
     // THEN the one not yet due goes back to the DLQ for one more hop, its history unchanged,
     // and the due one goes to its source at once as the attempt decided
@@ -944,7 +926,7 @@ async fn the_lambdas_drain_honours_a_wait_it_did_not_decide_and_redrives_it_when
     // AND its response says so (`waiting` appears only when not 0)
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["waiting"], json!(1));
-    let quiet = engine.drain(&request(10)).await;
+    let quiet = engine.drain(&request(10)).await.unwrap();
     assert!(
         serde_json::to_value(&quiet)
             .unwrap()

@@ -90,36 +90,14 @@ impl Fixture {
         );
     }
 
-    /// Standard queues with one message, `body`, on the DLQ; sealed.
-    async fn holding_one(body: &str) -> Self {
-        let mut f = Self::new(false).await;
-        f.to_dlq(body, &[]).await;
-        f.seal().await;
-        f
-    }
-
-    /// Conserved, and the one message of [`Self::holding_one`] still visible on the DLQ.
-    async fn assert_not_even_received(&self) {
-        self.assert_conserved().await;
-        let visible = queue_attributes(&self.sqs, &self.queues.dlq_url).await;
-        assert_eq!(
-            visible
-                .get(&QueueAttributeName::ApproximateNumberOfMessages)
-                .map(String::as_str),
-            Some("1"),
-            "not even received"
-        );
-    }
-
-    /// The DLQ's `alarm` notifies `engine` that it is in ALARM; the drain's answer.
+    /// The drain the DLQ's `alarm` asks of `engine` when it notifies that it is in ALARM
+    /// (the configured drain, re-arming that alarm); its answer.
     async fn alarm_drains(&self, engine: &MotoEngine, alarm: &str) -> Summary {
-        let event = self
-            .queues
-            .alarm_notification(alarm, "ALARM", &self.queues.dlq_name);
-        engine
-            .handle(&event, None)
-            .await
-            .expect("the drain answers")
+        let request = DrainRequest {
+            trigger_alarm: Some(alarm.to_string()),
+            ..DrainRequest::configured(&engine.config, None)
+        };
+        engine.run(&request).await.expect("the drain answers")
     }
 
     /// A message on the DLQ whose chain `original` was redriven `attempt` times.
@@ -180,7 +158,7 @@ async fn redrives_with_metadata_and_passes_every_attribute_and_body_byte_for_byt
     let id2 = f.to_dlq(utf8, &[("price", attr_number("12.50"))]).await;
     f.seal().await;
 
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),
         (2, 2, 0, 0),
@@ -237,7 +215,7 @@ async fn redriven_and_isolated_copies_keep_the_producers_aws_trace_header() {
     f.seal().await;
 
     // WHEN the re-driver drains
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     f.assert_conserved().await;
 
@@ -259,7 +237,7 @@ async fn the_history_survives_a_second_redrive() {
     let id = f.to_dlq("order-1", &[]).await;
     f.seal().await;
     let engine = f.engine(&[]);
-    engine.run(&manual(10)).await;
+    engine.run(&manual(10)).await.unwrap();
     f.assert_conserved().await;
     // The consumer fails again: the copy lands in the DLQ (as SQS's move would put it there).
     let copy = drain_all(&f.sqs, &f.queues.source_url).await.remove(0);
@@ -273,7 +251,7 @@ async fn the_history_survives_a_second_redrive() {
     .await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     f.seal().await;
-    engine.run(&manual(10)).await;
+    engine.run(&manual(10)).await.unwrap();
     f.assert_conserved().await;
     let again = drain_all(&f.sqs, &f.queues.source_url).await.remove(0);
     let second = meta_of(&again);
@@ -304,7 +282,7 @@ async fn nine_attributes_get_the_tenth_slot_and_ten_are_isolated_unchanged() {
     f.to_dlq("ten", &as_refs(&ten)).await;
     f.seal().await;
 
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     f.assert_conserved().await;
 
@@ -349,7 +327,7 @@ async fn a_message_near_the_size_limit_is_isolated_when_the_stamp_would_not_fit(
     f.to_dlq(&fits, &[]).await;
     f.seal().await;
 
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     f.assert_conserved().await;
     let parked = drain_all(&f.sqs, &f.queues.poison_url).await;
@@ -380,7 +358,8 @@ async fn attempts_at_max_permanent_failures_legacy_and_garbled_metadata() {
     let s = f
         .engine(&[("MAX_REDRIVE_ATTEMPTS", "3")])
         .run(&manual(10))
-        .await;
+        .await
+        .unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),
         (5, 2, 3, 0),
@@ -431,7 +410,7 @@ async fn standard_redrives_are_delayed_by_the_backoff() {
     f.to_dlq_at_attempt("delayed", "orig-d", 1).await;
     f.seal().await;
     let engine = f.engine(&[("BACKOFF_BASE_SECONDS", "30"), ("BACKOFF_JITTER", "none")]);
-    let s = engine.run(&manual(10)).await;
+    let s = engine.run(&manual(10)).await.unwrap();
     assert_eq!(s.redriven, 1);
     let attrs = queue_attributes(&f.sqs, &f.queues.source_url).await;
     assert_eq!(
@@ -463,7 +442,7 @@ async fn a_message_that_exceeded_max_receive_count_is_redriven_from_the_real_dlq
     }
     assert_eq!(queue_depth(&f.sqs, &f.queues.dlq_url).await, 1);
     f.seal().await;
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!(s.redriven, 1);
     f.assert_conserved().await;
     let back = drain_all(&f.sqs, &f.queues.source_url).await;
@@ -498,7 +477,7 @@ async fn fifo_two_groups_keep_their_order_and_get_derived_dedup_ids() {
         .await;
     }
     f.seal().await;
-    let s = f.engine(&[]).run(&manual(10)).await;
+    let s = f.engine(&[]).run(&manual(10)).await.unwrap();
     assert_eq!((s.received, s.redriven, s.failed), (6, 6, 0), "{s:?}");
     f.assert_conserved().await;
     let mut out = Vec::new();
@@ -554,7 +533,8 @@ async fn dry_run_reports_the_plan_and_changes_nothing() {
             dry_run: true,
             ..manual(10)
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed, s.dry_run),
         (5, 4, 1, 0, true),
@@ -586,7 +566,7 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
     let other = unique_name("healthy");
     put_queue_alarm(&f.cw, &other, "downstream", StateValue::Ok).await;
     let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("{other},{guard}"))]);
-    let s = engine.run(&manual(10)).await;
+    let s = engine.run(&manual(10)).await.unwrap();
     assert_eq!(
         (s.received, s.stopped_because, s.dlq_remaining),
         (0, StopReason::CircuitOpen, Some(1))
@@ -600,37 +580,10 @@ async fn a_guard_alarm_in_alarm_opens_the_circuit() {
         .await
         .unwrap();
     assert_eq!(
-        engine.run(&manual(10)).await.redriven,
+        engine.run(&manual(10)).await.unwrap().redriven,
         1,
         "the circuit closes with the guard"
     );
-}
-
-#[tokio::test]
-async fn ok_state_and_other_queue_alarms_touch_nothing_and_typos_are_rejected() {
-    let f = Fixture::holding_one("stay").await;
-    let engine = f.engine(&[]);
-    let dlq = f.queues.dlq_name.clone();
-    let s = engine
-        .handle(&f.queues.alarm_notification("a", "OK", &dlq), None)
-        .await
-        .unwrap();
-    assert_eq!((s.received, s.stopped_because), (0, StopReason::NotInAlarm));
-    let s = engine
-        .handle(
-            &f.queues
-                .alarm_notification("a", "ALARM", "someone-elses-dlq"),
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!((s.received, s.stopped_because), (0, StopReason::OtherQueue));
-    let err = engine
-        .handle(&json!({"maxMessage": 3}), None)
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("\"maxMessage\""), "{err}");
-    f.assert_not_even_received().await;
 }
 
 async fn metric_sum(f: &Fixture, name: &str) -> f64 {
@@ -724,12 +677,13 @@ async fn the_trigger_never_stalls_drain_to_empty_then_inflow_with_the_alarm_in_a
             trigger_alarm: Some(alarm.clone()),
             ..manual(10)
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(alarm_state(&f.cw, &alarm).await, StateValue::Alarm);
 }
 
 #[tokio::test]
-async fn a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures() {
+async fn a_deleted_dlq_fails_the_run_and_publishes_dlq_receive_failures() {
     let f = Fixture::new(false).await;
     let engine = f.engine(&[]);
     f.sqs
@@ -738,10 +692,8 @@ async fn a_deleted_dlq_fails_the_invocation_and_publishes_dlq_receive_failures()
         .send()
         .await
         .expect("DeleteQueue");
-    let err = engine.handle(&json!({}), None).await.unwrap_err();
-    let redrive_engine::InvocationError::DlqUnreadable { reason, summary } = &err else {
-        panic!("{err}")
-    };
+    let err = engine.run(&manual(10)).await.unwrap_err();
+    let redrive_engine::DrainError::DlqUnreadable { reason, summary } = &err;
     assert_eq!(reason.operation, "ReceiveMessage", "{reason}");
     assert_eq!((summary.received, summary.dlq_remaining), (0, None));
     assert_eq!(metric_sum(&f, "DlqReceiveFailures").await, 1.0);
@@ -757,7 +709,7 @@ async fn a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     f.seal().await;
     let misspelt = format!("{healthy}-typo");
     let engine = f.engine(&[("GUARD_ALARM_NAMES", &format!("{healthy},{misspelt}"))]);
-    let s = engine.run(&manual(10)).await;
+    let s = engine.run(&manual(10)).await.unwrap();
     assert_eq!(
         (s.received, s.stopped_because, s.dlq_remaining),
         (0, StopReason::CircuitOpen, Some(1))
@@ -765,7 +717,7 @@ async fn a_guard_alarm_that_does_not_exist_opens_the_circuit() {
     f.assert_conserved().await;
     // INSUFFICIENT_DATA is not ALARM: a guard without data yet does not hold the drain.
     put_queue_alarm(&f.cw, &misspelt, "downstream", StateValue::InsufficientData).await;
-    assert_eq!(engine.run(&manual(10)).await.redriven, 1);
+    assert_eq!(engine.run(&manual(10)).await.unwrap().redriven, 1);
 }
 
 #[tokio::test]
@@ -795,32 +747,6 @@ async fn describe_alarms_asks_for_composite_and_metric_alarms() {
 }
 
 #[tokio::test]
-async fn another_queues_metric_math_alarm_touches_nothing() {
-    let f = Fixture::holding_one("stay").await;
-    let engine = f.engine(&[]);
-    for fixture in [
-        "sns-metric-math-alarm.json",
-        "sns-metric-math-alarm-api-casing.json",
-        "sns-cloudwatch-alarm-other-account.json",
-    ] {
-        let mut event = redrive_tests::fixture(fixture);
-        // Same DLQ name as ours where the fixture names orders-dlq: only account differs.
-        let message = event["Records"][0]["Sns"]["Message"]
-            .as_str()
-            .unwrap()
-            .replace("orders-dlq", &f.queues.dlq_name);
-        event["Records"][0]["Sns"]["Message"] = json!(message);
-        let s = engine.handle(&event, None).await.unwrap();
-        assert_eq!(
-            (s.received, s.stopped_because),
-            (0, StopReason::OtherQueue),
-            "{fixture}"
-        );
-    }
-    f.assert_not_even_received().await;
-}
-
-#[tokio::test]
 async fn a_source_queue_smaller_than_the_stamped_copy_isolates_size_limit() {
     let mut f = Fixture::new(false).await;
     f.sqs
@@ -838,7 +764,7 @@ async fn a_source_queue_smaller_than_the_stamped_copy_isolates_size_limit() {
     f.seal().await;
     let engine = f.engine(&[]);
     engine.warm_up().await.expect("warm-up");
-    let s = engine.run(&manual(10)).await;
+    let s = engine.run(&manual(10)).await.unwrap();
     assert_eq!((s.redriven, s.isolated, s.failed), (1, 1, 0), "{s:?}");
     f.assert_conserved().await;
     let parked = drain_all(&f.sqs, &f.queues.poison_url).await;

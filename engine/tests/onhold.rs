@@ -148,7 +148,7 @@ async fn a_held_group_stays_on_the_dlq_while_the_rest_drains_until_its_count_is_
     let engine = w.engine(w.books()).await;
 
     // WHEN the re-driver drains
-    let s = engine.drain(&request()).await;
+    let s = engine.drain(&request()).await.unwrap();
 
     // THEN the 429s went back to the source, the 503s stayed on the DLQ, untouched
     assert_eq!((s.redriven, s.on_hold, s.isolated), (2, 3, 0), "{s:?}");
@@ -158,7 +158,7 @@ async fn a_held_group_stays_on_the_dlq_while_the_rest_drains_until_its_count_is_
     assert_eq!(w.state().await, State::Acknowledged);
 
     // WHEN it drains again, the group drains too
-    let s = engine.drain(&request()).await;
+    let s = engine.drain(&request()).await.unwrap();
     assert_eq!((s.redriven, s.on_hold), (3, 0), "{s:?}");
     assert_eq!(queue_depth(&w.sqs, &w.q.dlq_url).await, 0);
     assert_eq!(queue_depth(&w.sqs, &w.q.source_url).await, 5, "lost 0");
@@ -174,7 +174,7 @@ async fn a_hold_by_time_ends_when_its_time_runs_out() {
     .await
     .unwrap();
     let engine = w.engine(w.books()).await;
-    let s = engine.drain(&request()).await;
+    let s = engine.drain(&request()).await.unwrap();
     assert_eq!((s.redriven, s.on_hold), (2, 3), "{s:?}");
     assert_eq!(
         w.state().await,
@@ -185,7 +185,7 @@ async fn a_hold_by_time_ends_when_its_time_runs_out() {
         (until - redrive_engine::now_ms()).max(0) as u64 + 200,
     ))
     .await;
-    let s = engine.drain(&request()).await;
+    let s = engine.drain(&request()).await.unwrap();
     assert_eq!((s.redriven, s.on_hold), (3, 0), "{s:?}");
 }
 
@@ -196,11 +196,16 @@ async fn a_book_that_cannot_be_read_drains_nothing() {
         client: w.store.client.clone(),
         table: "no-such-table".into(),
     });
-    let s = w.engine(Some(missing)).await.drain(&request()).await;
+    let s = w
+        .engine(Some(missing))
+        .await
+        .drain(&request())
+        .await
+        .unwrap();
     assert_eq!((s.received, s.redriven), (0, 0), "{s:?}");
     assert_eq!(queue_depth(&w.sqs, &w.q.dlq_url).await, 5);
     // Without triage, the same DLQ drains whole.
-    let s = w.engine(None).await.drain(&request()).await;
+    let s = w.engine(None).await.drain(&request()).await.unwrap();
     assert_eq!(s.redriven, 5, "{s:?}");
 }
 
@@ -241,7 +246,7 @@ async fn a_book_kept_under_the_dlqs_url_is_found_and_copied_under_its_arn() {
         .expect("PutItem");
 
     // WHEN the upgraded re-driver drains
-    let s = w.engine(w.books()).await.drain(&request()).await;
+    let s = w.engine(w.books()).await.drain(&request()).await.unwrap();
 
     // THEN the hold is honoured: the 503s stay on the DLQ, the 429s drain
     assert_eq!((s.redriven, s.on_hold), (2, 3), "{s:?}");

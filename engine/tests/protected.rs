@@ -86,7 +86,7 @@ async fn a_dlq_fed_by_two_sources_sends_each_message_back_to_its_own() {
         moved(&sqs, DLQ, ORDERS, &format!("order-{i}"));
         moved(&sqs, DLQ, BILLING, &format!("invoice-{i}"));
     }
-    let s = engine.run(&DrainRequest::new(100)).await;
+    let s = engine.run(&DrainRequest::new(100)).await.unwrap();
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),
         (12, 12, 0, 0)
@@ -118,7 +118,7 @@ async fn the_source_comes_from_what_sqs_moved_through_a_real_redrive_policy() {
         }
     }
     assert_eq!(sqs.len(DLQ), 2, "SQS moved both");
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!((s.received, s.redriven), (2, 2));
     assert_eq!(bodies(&sqs, ORDERS), ["order-a"]);
     assert_eq!(bodies(&sqs, BILLING), ["invoice-a"]);
@@ -137,7 +137,7 @@ async fn a_message_with_no_known_source_is_isolated_never_guessed() {
     sqs.push(DLQ, "sent-by-hand", attributes, None);
     moved(&sqs, DLQ, STRANGER, "from-a-stranger");
     moved(&sqs, DLQ, ORDERS, "order-1");
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!((s.received, s.redriven, s.isolated, s.failed), (3, 1, 2, 0));
     assert_eq!(bodies(&sqs, ORDERS), ["order-1"]);
     assert!(
@@ -172,7 +172,7 @@ async fn a_parked_message_keeps_its_source_for_a_replay() {
     let mut attributes = Attributes::new();
     spent.write_into(&mut attributes);
     sqs.push_moved(DLQ, BILLING, "invoice-spent", attributes, None);
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!(s.isolated, 1);
     let parked = meta_of(&sqs, POISON, "invoice-spent");
     assert_eq!(parked.reason, Some(IsolationReason::MaxAttempts));
@@ -190,7 +190,7 @@ async fn a_long_wait_hops_on_the_dlq_and_still_goes_back_to_its_own_source() {
     let (sqs, engine) = setup(DLQ, &[ORDERS, BILLING], &[("BACKOFF_BASE_SECONDS", "100")]);
     let engine = engine.with_max_delay(10);
     moved(&sqs, DLQ, BILLING, "invoice-late");
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!((s.received, s.waiting), (1, 1));
     let hop = sqs.messages(DLQ);
     assert_eq!(hop.len(), 1);
@@ -203,12 +203,12 @@ async fn a_long_wait_hops_on_the_dlq_and_still_goes_back_to_its_own_source() {
     // Received again before its time: another hop, the source kept.
     tokio::time::advance(Duration::from_secs(11)).await;
     clock::advance(11_000);
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!((s.received, s.waiting, s.isolated), (1, 1, 0));
     // Due: back to billing, not isolated unknown-source.
     tokio::time::advance(Duration::from_secs(100)).await;
     clock::advance(100_000);
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!((s.received, s.redriven, s.isolated), (1, 1, 0));
     assert_eq!(bodies(&sqs, BILLING), ["invoice-late"]);
     assert!(sqs.is_empty(ORDERS) && sqs.is_empty(POISON) && sqs.is_empty(DLQ));
@@ -231,13 +231,13 @@ async fn a_source_that_rejects_a_copy_gets_it_back_when_it_accepts_it() {
             }
         })
     });
-    let s = engine.run(&DrainRequest::new(1)).await;
+    let s = engine.run(&DrainRequest::new(1)).await.unwrap();
     assert_eq!(s.failed, 1, "rejected once: back on the DLQ with the count");
     let requeued = sqs.messages(DLQ);
     assert_eq!(requeued.len(), 1);
     assert_eq!(requeued[0].dead_letter_source_arn, None);
     sqs.expire_visibility(DLQ);
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!(
         (s.redriven, s.isolated),
         (1, 0),
@@ -258,7 +258,7 @@ async fn a_fifo_dlq_sends_each_group_back_to_its_fifo_source_in_order() {
             Some("account-7"),
         );
     }
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!((s.received, s.redriven, s.failed), (4, 4, 0));
     let moved = sqs.messages(LEDGER_FIFO);
     let order: Vec<&str> = moved.iter().map(|m| m.body.as_str()).collect();
@@ -284,19 +284,21 @@ async fn a_dlq_whose_sources_cannot_be_listed_receives_nothing() {
             false,
         ),
     );
-    let s = engine.run(&DrainRequest::new(10)).await;
-    assert_eq!((s.received, s.isolated), (0, 0));
-    assert!(
-        s.dlq_unreadable.is_some(),
-        "the invocation fails, saying why"
+    let err = engine.run(&DrainRequest::new(10)).await.unwrap_err();
+    let redrive_engine::DrainError::DlqUnreadable { reason, summary } = &err;
+    assert_eq!(
+        (reason.operation, reason.code.as_str()),
+        ("ListDeadLetterSourceQueues", "AccessDenied"),
+        "the run fails, saying why"
     );
+    assert_eq!((summary.received, summary.isolated), (0, 0));
     assert_eq!(
         bodies(&sqs, DLQ),
         ["order-1"],
         "not isolated for want of a list"
     );
     // The next drain lists them and redrives.
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!(s.redriven, 1);
     assert_eq!(bodies(&sqs, ORDERS), ["order-1"]);
 }
@@ -316,7 +318,7 @@ async fn a_message_that_arrives_waiting_hops_within_the_dlqs_retention() {
     let mut attributes = Attributes::new();
     waiting.write_into(&mut attributes);
     sqs.push_moved(DLQ, ORDERS, "order-waiting", attributes, None);
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!((s.received, s.waiting), (1, 1));
     let hop = sqs.messages(DLQ);
     assert_eq!(hop.len(), 1);

@@ -125,7 +125,7 @@ async fn moto_a_source_the_role_does_not_grant_keeps_its_messages_on_the_dlq_and
     });
 
     // WHEN the re-driver drains the DLQ
-    let s = engine.run(&DrainRequest::new(100)).await;
+    let s = engine.run(&DrainRequest::new(100)).await.unwrap();
 
     // THEN A's messages are redriven, B's stay on the DLQ (none isolated, none failed), each
     // tried once, and the drain says so
@@ -192,7 +192,7 @@ async fn a_configured_source_that_refuses_is_a_send_failure_that_pages_as_ever()
         Engine::new(sqs.clone(), cw.clone(), cw.clone(), config).with_settings(common::settings());
 
     // WHEN it drains
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
 
     // THEN the message failed and stays on the DLQ, and RedriveFailures says so (no
     // DlqLeftAlone: the managed stack's redrive-failures alarm pages)

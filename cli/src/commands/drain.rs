@@ -15,7 +15,7 @@ use redrive_engine::circuit::CircuitStore;
 use redrive_engine::now_ms;
 use redrive_engine::ports::Queue;
 use redrive_engine::tap::Tapped;
-use redrive_engine::{DrainRequest, Engine, StopReason, Summary};
+use redrive_engine::{DrainError, DrainRequest, Engine, StopReason, Summary};
 use redrive_shared::circuit::{CircuitSettings, State};
 use std::time::Duration;
 
@@ -133,7 +133,7 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
     } else {
         Bar::start(counters, request.max_messages, request.dry_run)
     };
-    let summary = engine.run(&request).await;
+    let summary = drained(engine.run(&request).await);
     if let Some(bar) = bar {
         bar.finish();
     }
@@ -145,6 +145,18 @@ pub async fn run(ctx: &Ctx, args: DrainArgs) -> Result<Outcome, CliError> {
         print_text(ctx, &engine.config, &summary);
     }
     Ok(outcome(&summary))
+}
+
+/// A drain's summary; a DLQ that could not be read is said on stderr, and what was moved
+/// before it is reported (its `stoppedBecause` is `other`: the exit says it failed).
+fn drained(outcome: Result<Summary, DrainError>) -> Summary {
+    match outcome {
+        Ok(summary) => summary,
+        Err(e @ DrainError::DlqUnreadable { .. }) => {
+            eprintln!("redrive: {e}");
+            e.into_summary()
+        }
+    }
 }
 
 fn outcome(summary: &Summary) -> Outcome {
@@ -168,7 +180,7 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
 ) -> Result<Outcome, CliError> {
     let started = now_ms();
     // Its copies go out without their backoff delay: judged by the window, not by the delay.
-    let canary = engine.run(&request.canary(n)).await;
+    let canary = drained(engine.run(&request.canary(n)).await);
     let window = crate::commands::circuit::canary_window(window_flag, settings);
     let judged = !canary.dry_run && canary.redriven > 0;
     if !ctx.json {
@@ -227,12 +239,14 @@ async fn run_canary<Q: Queue, C: CircuitStore>(
     let summary = if rest == 0 {
         canary
     } else {
-        let more = engine
-            .run(&DrainRequest {
-                max_messages: rest,
-                ..request.clone()
-            })
-            .await;
+        let more = drained(
+            engine
+                .run(&DrainRequest {
+                    max_messages: rest,
+                    ..request.clone()
+                })
+                .await,
+        );
         Summary {
             received: canary.received + more.received,
             redriven: canary.redriven + more.redriven,

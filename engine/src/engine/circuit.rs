@@ -8,7 +8,8 @@ use redrive_shared::config::CircuitConfig;
 
 use super::admission::{Admission, CircuitSummary, DrainCounts};
 use super::gate::{CircuitRun, log_transition};
-use super::{DrainRequest, Engine, StopReason, Summary};
+use super::request::{summary_of, summary_of_mut};
+use super::{DrainError, DrainRequest, Engine, StopReason, Summary};
 use crate::circuit::{CircuitError, CircuitStore, SaveOutcome, update_once, write_token};
 use crate::ports::{Alarms, Metrics, PortError, Queue};
 
@@ -28,19 +29,23 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
 
     /// A run that only looks for the canary's copies coming back: nothing is redriven, so it
     /// stops with `circuit-open` unless a deadline or another reason stopped it first.
-    async fn watch(&self, request: &DrainRequest, run: &CircuitRun) -> Summary {
-        let s = self.drain_with(request, Some(run)).await;
-        Summary {
-            stopped_because: match s.stopped_because {
-                StopReason::Other | StopReason::Deadline => s.stopped_because,
-                _ => StopReason::CircuitOpen,
-            },
-            ..s
-        }
+    async fn watch(&self, request: &DrainRequest, run: &CircuitRun) -> Result<Summary, DrainError> {
+        let mut outcome = self.drain_with(request, Some(run)).await;
+        let s = summary_of_mut(&mut outcome);
+        s.stopped_because = match s.stopped_because {
+            StopReason::Other | StopReason::Deadline => s.stopped_because,
+            _ => StopReason::CircuitOpen,
+        };
+        outcome
     }
 
     /// The drain of `plan`'s budget (a canary or a ramp), gated by `run`.
-    async fn drain_budget(&self, request: &DrainRequest, plan: Plan, run: &CircuitRun) -> Summary {
+    async fn drain_budget(
+        &self,
+        request: &DrainRequest,
+        plan: Plan,
+        run: &CircuitRun,
+    ) -> Result<Summary, DrainError> {
         let max_messages = plan
             .budget()
             .map_or(request.max_messages, |b| request.max_messages.min(b));
@@ -52,7 +57,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     }
 
     /// The drain, under the adaptive circuit when it is on (else exactly [`Self::drain`]).
-    pub(super) async fn drain_with_circuit(&self, request: &DrainRequest) -> Summary {
+    /// A DLQ that cannot be read fails it, the circuit's part of the run saved all the same.
+    pub(super) async fn drain_with_circuit(
+        &self,
+        request: &DrainRequest,
+    ) -> Result<Summary, DrainError> {
         let Some(cfg) = self.circuit_config() else {
             return self.drain(request).await;
         };
@@ -71,7 +80,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 // Fail closed, as with the guard alarms: a circuit whose state is unknown may
                 // be open for a reason, and replaying into an outage costs attempts.
                 tracing::error!(error = %e, action = "circuit-open", "cannot read the circuit record; treating the circuit as open");
-                return Summary::new(request.dry_run, StopReason::CircuitOpen);
+                return Ok(Summary::new(request.dry_run, StopReason::CircuitOpen));
             }
         };
         let mut record = loaded.clone();
@@ -80,20 +89,20 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let plan = record.plan(&settings);
         tracing::info!(queue = dlq, state = %record.state, operator = %record.operator, plan = plan.as_str(), budget = plan.budget(), "circuit");
         let run = CircuitRun::new(settings, plan, now, false, record, vec![tick], transitions);
-        let mut summary = match plan {
+        let mut outcome = match plan {
             Plan::Hold => {
                 tracing::info!(
                     queue = dlq,
                     action = "circuit-open",
                     "circuit open: nothing received, nothing redriven"
                 );
-                Summary::new(request.dry_run, StopReason::CircuitOpen)
+                Ok(Summary::new(request.dry_run, StopReason::CircuitOpen))
             }
             Plan::Watch => self.watch(request, &run).await,
             Plan::Canary { .. } | Plan::Drain { .. } => {
                 let s = self.drain_budget(request, plan, &run).await;
                 if !request.dry_run {
-                    run.count_redriven(s.redriven);
+                    run.count_redriven(summary_of(&s).redriven);
                 }
                 s
             }
@@ -135,6 +144,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         for t in &transitions {
             log_transition(dlq, t);
         }
+        let summary = summary_of_mut(&mut outcome);
         if summary.stopped_because != StopReason::CircuitOpen
             && record.plan(&settings) == Plan::Hold
         {
@@ -149,7 +159,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             transitions: transitions.len() as u64,
             round: None,
         });
-        summary
+        outcome
     }
 
     /// Saves the record a run left (`record`, made by `events` from the one read at
@@ -227,7 +237,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         request: &DrainRequest,
         admission: Admission,
         settings: CircuitSettings,
-    ) -> Summary {
+    ) -> Result<Summary, DrainError> {
         let plan = admission.plan();
         let dlq = self.config.dlq_url.as_str();
         if plan == Plan::Hold {
@@ -236,7 +246,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 action = "circuit-open",
                 "circuit open: nothing received, nothing redriven"
             );
-            return Summary::new(request.dry_run, StopReason::CircuitOpen);
+            return Ok(Summary::new(request.dry_run, StopReason::CircuitOpen));
         }
         let now = (self.clock)();
         let mut record = match self
@@ -247,7 +257,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             Ok(None) => CircuitRecord::new(&settings, now),
             Err(e) => {
                 tracing::error!(error = %e, action = "circuit-open", "cannot read the circuit record; treating the circuit as open");
-                return Summary::new(request.dry_run, StopReason::CircuitOpen);
+                return Ok(Summary::new(request.dry_run, StopReason::CircuitOpen));
             }
         };
         record.tick(&settings, now);
@@ -260,15 +270,16 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         tracing::info!(queue = dlq, state = %record.state, operator = %record.operator, plan = plan.as_str(), budget = plan.budget(), "circuit: this drain's share of the round");
         let held = record.plan(&settings) == Plan::Hold;
         let run = CircuitRun::new(settings, plan, now, true, record, Vec::new(), Vec::new());
-        let mut summary = if held {
+        let mut outcome = if held {
             // Held since the round was planned (an operator's `open`): nothing received.
-            Summary::new(request.dry_run, StopReason::CircuitOpen)
+            Ok(Summary::new(request.dry_run, StopReason::CircuitOpen))
         } else if plan == Plan::Watch {
             self.watch(request, &run).await
         } else {
             self.drain_budget(request, plan, &run).await
         };
         let st = run.lock();
+        let summary = summary_of_mut(&mut outcome);
         if st.record.plan(&settings) == Plan::Hold {
             summary.stopped_because = StopReason::CircuitOpen;
         }
@@ -305,6 +316,6 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 canary_copies,
             }),
         });
-        summary
+        outcome
     }
 }

@@ -15,7 +15,7 @@ use super::action::Action;
 use super::gate::{Gate, Verdict};
 use super::onhold::OnHold;
 use super::pacer::Pacer;
-use super::{DrainRequest, Engine, MessageRecord, StopReason, Summary};
+use super::{DrainError, DrainRequest, Engine, MessageRecord, StopReason, Summary};
 use crate::circuit::CircuitStore;
 use crate::lock;
 use crate::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, Received};
@@ -230,16 +230,17 @@ impl Drain<'_> {
         }
     }
 
-    /// The summary of the drain, once its pipelines ended.
-    fn summary(self, dry_run: bool) -> Summary {
+    /// The summary of the drain, once its pipelines ended; a DLQ that could not be read fails
+    /// it, with what it did before.
+    fn outcome(self, dry_run: bool) -> Result<Summary, DrainError> {
         let stopped_because = lock(&self.stop).unwrap_or(StopReason::Limit);
+        let unreadable = lock(&self.dlq_unreadable).take();
         let t = &self.tally;
-        Summary {
+        let summary = Summary {
             received: t.received.load(Ordering::SeqCst),
             redriven: t.redriven.load(Ordering::SeqCst),
             isolated: t.isolated.load(Ordering::SeqCst),
             failed: t.failed.load(Ordering::SeqCst),
-            dlq_unreadable: lock(&self.dlq_unreadable).take(),
             unplaceable: t.unplaceable.load(Ordering::SeqCst),
             waiting: t.waiting.load(Ordering::SeqCst),
             on_hold: t.on_hold.load(Ordering::SeqCst),
@@ -249,13 +250,21 @@ impl Drain<'_> {
                 .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))
                 .unwrap_or_default(),
             ..Summary::new(dry_run, stopped_because)
+        };
+        match unreadable {
+            Some(reason) => Err(DrainError::DlqUnreadable {
+                reason,
+                summary: Box::new(summary),
+            }),
+            None => Ok(summary),
         }
     }
 }
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     /// Drains up to `request.max_messages`, several pipelines at once (one for FIFO queues).
-    pub async fn drain(&self, request: &DrainRequest) -> Summary {
+    /// A DLQ that cannot be read fails the drain ([`DrainError`], with what it did before).
+    pub async fn drain(&self, request: &DrainRequest) -> Result<Summary, DrainError> {
         self.drain_with(request, None).await
     }
 
@@ -264,13 +273,13 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         &self,
         request: &DrainRequest,
         gate: Option<&dyn Gate>,
-    ) -> Summary {
-        if let Err(e) = self.read_sources().await {
-            tracing::error!(error = %e, action = "sources-unknown", "cannot list the DLQ's sources: nothing is received");
-            return Summary {
-                dlq_unreadable: Some(e),
-                ..Summary::new(request.dry_run, StopReason::Other)
-            };
+    ) -> Result<Summary, DrainError> {
+        if let Err(reason) = self.read_sources().await {
+            tracing::error!(error = %reason, action = "sources-unknown", "cannot list the DLQ's sources: nothing is received");
+            return Err(DrainError::DlqUnreadable {
+                reason,
+                summary: Box::new(Summary::new(request.dry_run, StopReason::Other)),
+            });
         }
         // Any message may arrive already waiting (its notBefore set by another front end, the
         // workflow's long backoffs): its hop must end before the DLQ's retention could expire
@@ -291,7 +300,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             Ok(h) => h,
             Err(e) => {
                 tracing::error!(error = %e, action = "holds-unknown", "cannot read triage's book: nothing is received, so that no held group is redriven");
-                return Summary::new(request.dry_run, StopReason::Other);
+                return Ok(Summary::new(request.dry_run, StopReason::Other));
             }
         };
         let drain = Drain {
@@ -334,7 +343,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         if let Some(on_hold) = drain.on_hold.take() {
             self.record_left(on_hold, request.dry_run).await;
         }
-        drain.summary(request.dry_run)
+        drain.outcome(request.dry_run)
     }
 
     async fn pipeline(

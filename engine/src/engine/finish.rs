@@ -44,16 +44,23 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             circuit: self.circuit_since(totals.started_at, totals.bounced).await,
             ..Summary::new(request.dry_run, totals.stopped_because)
         };
-        self.end_run(request, &mut summary).await;
+        self.end_run(request, &mut summary, false).await;
         summary
     }
 
     /// The end of every run, whichever front end ran it (the Lambda, a workflow's summary):
     /// the DLQ's depth, one PutMetricData, the re-arm of the trigger alarm, the summary line.
-    /// Each call is bounded by `call_timeout` and by the deadline itself.
-    pub(super) async fn end_run(&self, request: &DrainRequest, summary: &mut Summary) {
+    /// Each call is bounded by `call_timeout` and by the deadline itself. `dlq_unreadable`: the
+    /// run failed because the DLQ could not be read (`DlqReceiveFailures`).
+    pub(super) async fn end_run(
+        &self,
+        request: &DrainRequest,
+        summary: &mut Summary,
+        dlq_unreadable: bool,
+    ) {
         summary.dlq_remaining = self.dlq_remaining(request.deadline).await;
-        self.publish(summary, request.deadline).await;
+        self.publish(summary, dlq_unreadable, request.deadline)
+            .await;
         self.rearm(request, summary).await;
         log_summary(summary);
     }
@@ -107,7 +114,12 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         }
     }
 
-    pub(super) async fn publish(&self, summary: &Summary, end: Option<Instant>) {
+    pub(super) async fn publish(
+        &self,
+        summary: &Summary,
+        dlq_unreadable: bool,
+        end: Option<Instant>,
+    ) {
         let mut metrics = if summary.dry_run {
             RunMetrics {
                 redrive_failures: summary.failed,
@@ -123,7 +135,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 ..RunMetrics::default()
             }
         };
-        metrics.dlq_receive_failures = u64::from(summary.dlq_unreadable.is_some());
+        metrics.dlq_receive_failures = u64::from(dlq_unreadable);
         metrics.circuit = summary.circuit.as_ref().map(CircuitSummary::metrics);
         let result = self
             .bounded(

@@ -1,9 +1,10 @@
 //! What a drain is asked (`DrainRequest`, `Settings`) and what it answers (`Summary`,
-//! `StopReason`, `InvocationError`).
+//! `StopReason`, or `DrainError` when it failed).
 
 use std::time::Duration;
 
-use redrive_shared::event::{EventError, Skip};
+use redrive_shared::config::RedriverConfig;
+use redrive_shared::event::Skip;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -67,11 +68,10 @@ pub struct Summary {
     /// Messages left on the DLQ (visible, in flight and delayed) after the run; `null` when the
     /// queue could not be asked.
     pub dlq_remaining: Option<u64>,
-    /// Why the DLQ could not be read (ReceiveMessage failed for good); such a drain fails the
-    /// invocation. Not part of the response.
-    #[serde(skip)]
-    pub dlq_unreadable: Option<PortError>,
-    /// Messages neither the source nor the poison queue accepts; they stay on the DLQ.
+    /// Messages neither the source nor the poison queue accepts; they stay on the DLQ,
+    /// published as `UnplaceableMessages`. A count, not a [`DrainError`]: nothing failed and
+    /// nothing is lost (each such message is safe on the DLQ, its receive count rising until a
+    /// human looks), and the rest of the drain went on. Not part of the response.
     #[serde(skip)]
     pub unplaceable: u64,
     /// The adaptive circuit after the run; absent when the circuit is off.
@@ -134,7 +134,6 @@ impl Summary {
             dry_run,
             stopped_because,
             dlq_remaining: None,
-            dlq_unreadable: None,
             unplaceable: 0,
             circuit: None,
             waiting: 0,
@@ -145,20 +144,58 @@ impl Summary {
     }
 }
 
-/// Why an invocation fails.
-#[derive(Debug, thiserror::Error)]
-pub enum InvocationError {
-    /// An unrecognized event: nothing was touched.
-    #[error(transparent)]
-    Event(#[from] EventError),
-    /// The DLQ could not be read: published as `DlqReceiveFailures` and failed, so that the
-    /// Lambda `Errors` alarm sees it.
+/// Why a drain failed. What it did before the failure is still reported (and metered by the
+/// end of the run): the error carries that summary.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DrainError {
+    /// The DLQ could not be read (ReceiveMessage failed for good, or its sources could not be
+    /// listed): published as `DlqReceiveFailures`. What was moved before it is in `summary`.
     #[error("the DLQ cannot be read: {reason}")]
     DlqUnreadable {
         #[source]
         reason: PortError,
         summary: Box<Summary>,
     },
+}
+
+impl DrainError {
+    /// What the drain did before it failed.
+    pub fn summary(&self) -> &Summary {
+        match self {
+            Self::DlqUnreadable { summary, .. } => summary,
+        }
+    }
+
+    /// What the drain did before it failed, for a caller that reports it as it would a
+    /// summary (after it matched the error).
+    pub fn into_summary(self) -> Summary {
+        match self {
+            Self::DlqUnreadable { summary, .. } => *summary,
+        }
+    }
+
+    fn summary_mut(&mut self) -> &mut Summary {
+        match self {
+            Self::DlqUnreadable { summary, .. } => summary,
+        }
+    }
+}
+
+/// The summary of a drain's outcome, whether it failed or not (the counts, the circuit and
+/// the end of the run apply to both).
+pub(super) fn summary_of(outcome: &Result<Summary, DrainError>) -> &Summary {
+    match outcome {
+        Ok(s) => s,
+        Err(e) => e.summary(),
+    }
+}
+
+/// [`summary_of`], to change.
+pub(super) fn summary_of_mut(outcome: &mut Result<Summary, DrainError>) -> &mut Summary {
+    match outcome {
+        Ok(s) => s,
+        Err(e) => e.summary_mut(),
+    }
 }
 
 /// One drain, resolved from the trigger and the configuration.
@@ -197,6 +234,18 @@ impl DrainRequest {
             no_delay: false,
             records: false,
             admission: None,
+        }
+    }
+
+    /// The drain `config` asks for when nothing else is said (a schedule, a manual `{}`): its
+    /// `MAX_MESSAGES_PER_INVOCATION` and `DRY_RUN`, its trigger alarm to re-arm, until
+    /// `deadline`.
+    pub fn configured(config: &RedriverConfig, deadline: Option<Instant>) -> Self {
+        Self {
+            dry_run: config.dry_run,
+            deadline,
+            trigger_alarm: config.trigger_alarm_name.clone(),
+            ..Self::new(config.max_messages_per_invocation)
         }
     }
 

@@ -9,15 +9,16 @@ use redrive_shared::circuit::{
 
 use super::admission::{CircuitCheck, CircuitSummary, DrainCounts};
 use super::gate::log_transition;
-use super::{DrainRequest, Engine, Summary};
+use super::{DrainError, DrainRequest, Engine, Summary};
 use crate::circuit::{CircuitStore, update_once};
 use crate::ports::{Alarms, Metrics, Queue};
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
     /// One drain of a run made of steps (a workflow's scale-out drain): under the adaptive
     /// circuit as the Lambda's drain, without the guard check (the steps check them first) and
-    /// without the end of a run (the run's last step ends it once, [`Engine::finish`]).
-    pub async fn drain_step(&self, request: &DrainRequest) -> Summary {
+    /// without the end of a run (the run's last step ends it once, [`Engine::finish`]). A DLQ
+    /// that cannot be read fails it ([`DrainError`], with what it did before).
+    pub async fn drain_step(&self, request: &DrainRequest) -> Result<Summary, DrainError> {
         self.drain_with_circuit(request).await
     }
 

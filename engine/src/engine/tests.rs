@@ -53,7 +53,7 @@ async fn a_message_delivered_to_two_pipelines_is_copied_once_and_deleted_with_it
     fill(&sqs, 3);
     sqs.redeliver_in_flight(1);
     // A budget for both pipelines' receives.
-    let s = engine.run(&DrainRequest::new(100)).await;
+    let s = engine.run(&DrainRequest::new(100)).await.unwrap();
     assert_eq!(sqs.len(SRC), 3, "one copy of each message");
     assert_eq!((s.received, s.redriven, s.failed), (3, 3, 0), "{s:?}");
     assert!(dlq_empty(&sqs), "deleted with the latest handles");
@@ -70,7 +70,7 @@ async fn a_message_received_again_after_its_copy_was_acknowledged_is_deleted_not
         PortError::new("DeleteMessageBatch", "AccessDenied", "injected", false),
     );
     sqs.redeliver_in_flight(1);
-    let s = engine.run(&DrainRequest::new(10)).await;
+    let s = engine.run(&DrainRequest::new(10)).await.unwrap();
     assert_eq!(sqs.len(SRC), 3, "no second copy: {s:?}");
     assert!(
         dlq_empty(&sqs),
@@ -99,6 +99,7 @@ async fn a_hold_shorter_than_the_batch_s_work_is_renewed_before_it_lapses() {
     };
     let request = DrainRequest::new(10);
     let (s, seen) = tokio::join!(engine.run(&request), other);
+    let s = s.unwrap();
     assert!(seen.is_empty(), "the hold lapsed: {seen:?}");
     assert_eq!(sqs.len(SRC), 2, "{s:?}");
     assert_eq!((s.received, s.redriven), (2, 2));
@@ -132,7 +133,7 @@ async fn the_velocity_cap_paces_the_sends_in_every_second() {
         fast(),
     );
     fill(&sqs, 6);
-    let s = paced.run(&DrainRequest::new(100)).await;
+    let s = paced.run(&DrainRequest::new(100)).await.unwrap();
     assert_eq!(s.redriven, 6, "{s:?}");
     assert_eq!(most_in_a_second(sqs.sent_at(SRC)), 1);
 
@@ -148,7 +149,7 @@ async fn the_velocity_cap_paces_the_sends_in_every_second() {
     );
     fill(&sqs, 20);
     let started = tokio::time::Instant::now();
-    let s = paced.run(&DrainRequest::new(100)).await;
+    let s = paced.run(&DrainRequest::new(100)).await.unwrap();
     assert_eq!(s.redriven, 20, "{s:?}");
     assert!(most_in_a_second(sqs.sent_at(SRC)) <= 4 + 3);
     assert!(

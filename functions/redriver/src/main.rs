@@ -1,11 +1,11 @@
 //! The re-driver Lambda: configuration and clients once at init, then one drain per event:
 //! of its DLQ, or, for an install that protects several (`DLQ_URLS`), of the DLQ an alarm
-//! names or of every DLQ in a fair order ([`redrive_engine::fleet`]).
+//! names or of every DLQ in a fair order ([`redrive_redriver::fleet`]).
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
-use redrive_engine::InvocationError;
+use redrive_engine::DrainError;
 use redrive_engine::aws::Clients;
-use redrive_engine::fleet::Fleet;
+use redrive_redriver::{Fleet, InvocationError};
 use redrive_shared::config::RedriverConfig;
 use serde_json::Value;
 
@@ -63,7 +63,7 @@ impl From<Failure> for Diagnostic {
             InvocationError::Event(_) => {
                 tracing::error!(error = %e, "rejected event; nothing was touched")
             }
-            InvocationError::DlqUnreadable { .. } => {
+            InvocationError::Drain(DrainError::DlqUnreadable { .. }) => {
                 tracing::error!(error = %e, "the drain could not read the DLQ; failing the invocation")
             }
         }

@@ -10,7 +10,7 @@
 //! blocks nothing: the execution ends and later ones redrive new messages on time.
 
 use redrive_engine::circuit::CircuitStore;
-use redrive_engine::engine::{DrainRequest, Summary};
+use redrive_engine::engine::{DrainError, DrainRequest, Summary};
 use redrive_engine::ports::{Alarms, Metrics, Queue};
 use tokio::time::Instant;
 
@@ -57,16 +57,19 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Workflow<Q, A, M, C> {
 pub(crate) fn finished(
     what: &'static str,
     index: Option<u32>,
-    summary: Summary,
+    outcome: Result<Summary, DrainError>,
 ) -> Result<Summary, TaskError> {
-    if let Some(reason) = &summary.dlq_unreadable {
-        tracing::error!(error = %reason, action = "dlq-unreadable", "the {what} could not read the DLQ");
-        return Err(if reason.retryable {
-            TaskError::Port(reason.clone())
-        } else {
-            TaskError::DlqUnreadable(reason.clone())
-        });
-    }
+    let summary = match outcome {
+        Ok(summary) => summary,
+        Err(DrainError::DlqUnreadable { reason, summary }) => {
+            tracing::error!(error = %reason, action = "dlq-unreadable", received = summary.received, redriven = summary.redriven, "the {what} could not read the DLQ");
+            return Err(if reason.retryable {
+                TaskError::Port(reason)
+            } else {
+                TaskError::DlqUnreadable(reason)
+            });
+        }
+    };
     tracing::info!(
         index,
         received = summary.received,

@@ -23,9 +23,11 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::circuit::CircuitStore;
-use crate::ports::{Alarms, MetricValue, Metrics, PortError, Queue};
-use crate::{Engine, InvocationError, StopReason, Summary};
+use redrive_engine::circuit::CircuitStore;
+use redrive_engine::ports::{Alarms, MetricValue, Metrics, PortError, Queue};
+use redrive_engine::{DrainError, Engine, StopReason, Summary};
+
+use crate::InvocationError;
 
 type EnvFn = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 type Build<Q, A, M, C> = Box<dyn Fn(RedriverConfig) -> Engine<Q, A, M, C> + Send + Sync>;
@@ -56,7 +58,7 @@ pub struct Fleet<Q, A, M, C> {
 }
 
 /// The metric of a DLQ the fleet leaves alone (its tags invalid or unreadable), 1 per invocation.
-pub const LEFT_ALONE_METRIC: &str = "DlqLeftAlone";
+pub use redrive_engine::ports::LEFT_ALONE_METRIC;
 
 /// One DLQ's part of a fleet's drain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -228,7 +230,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
                     summary,
                     error,
                 }),
-                Err(InvocationError::DlqUnreadable { reason, summary }) => {
+                Err(InvocationError::Drain(DrainError::DlqUnreadable { reason, summary })) => {
                     let queue = self.members[i].0.clone();
                     unreadable.push(format!("{queue}: {reason}"));
                     queues.push(QueueSummary {
@@ -261,10 +263,10 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
             // Every other DLQ was served; the invocation still fails so that the function's
             // Errors alarm sees it.
             tracing::error!(unreadable = ?unreadable, "a DLQ of the fleet cannot be read");
-            return Err(InvocationError::DlqUnreadable {
+            return Err(InvocationError::Drain(DrainError::DlqUnreadable {
                 reason: PortError::new("ReceiveMessage", "FleetDlqUnreadable", first, false),
                 summary: Box::new(Summary::new(out.dry_run, StopReason::Other)),
-            });
+            }));
         }
         Ok(serde_json::to_value(out).unwrap_or_default())
     }
@@ -283,7 +285,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
         }
         match &*member {
             Member::Ready(engine) => {
-                let summary = engine.handle_trigger(trigger.clone(), deadline).await?;
+                let summary = crate::handle_trigger(engine, trigger.clone(), deadline).await?;
                 Ok((queue.clone(), summary, None))
             }
             Member::Waiting { problem, .. } => {

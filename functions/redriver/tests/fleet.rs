@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::common;
+use std::time::Duration;
 
-use common::{POISON, settings};
-use redrive_engine::Engine;
+use redrive_engine::fake::orders::POISON;
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
-use redrive_engine::fleet::Fleet;
+use redrive_engine::{Engine, Settings};
+use redrive_redriver::Fleet;
 use redrive_shared::Attributes;
 use redrive_shared::config::{Env, RedriverConfig};
 use redrive_shared::meta::{IsolationReason, RedriveMeta};
@@ -25,6 +25,15 @@ const LEDGER_DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/ledge
 const LEDGER: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/ledger.fifo";
 const MAIL_DLQ: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/mail-dlq";
 const MAIL: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/mail";
+
+/// Retries after a millisecond, receives without a long poll.
+fn settings() -> Settings {
+    Settings {
+        retry_base: Duration::from_millis(1),
+        receive_wait_seconds: 0,
+        ..Settings::default()
+    }
+}
 
 type TestFleet = Fleet<
     Arc<FakeSqs>,
