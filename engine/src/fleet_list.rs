@@ -61,7 +61,7 @@ pub async fn read(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<String,
             ));
         }
     };
-    if list.split(',').all(|s| s.trim().is_empty()) {
+    if redrive_shared::config::list_items(&list).next().is_none() {
         return Err(error(table, format!("item {ITEM_KEY} lists no queue")));
     }
     Ok(list)

@@ -21,9 +21,7 @@ pub use engine::{DrainError, DrainRequest, Engine, Settings, StopReason, Summary
 
 /// Locks `m`, taking over a lock a panicking holder poisoned: every value the engine guards
 /// stays consistent between its statements, so a panic elsewhere never leaves one half-written.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use redrive_shared::sync::lock;
 
 /// JSON logs, one line per event, level from `RUST_LOG` (default `info`). Never message bodies:
 /// no code path logs one. The Lambdas use [`lambda_init`], which also honours Lambda's logging
@@ -90,12 +88,8 @@ pub async fn lambda_init<T, E: std::fmt::Display + From<redrive_shared::config::
     Ok((config, sdk))
 }
 
-/// The wall clock, epoch milliseconds (0 before 1970).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+/// The wall clock, epoch milliseconds (0 before 1970): the one every front end reads.
+pub use redrive_shared::clock::now_ms;
 
 /// Converts the Lambda context deadline (epoch milliseconds) to a monotonic instant.
 /// See [`redrive_shared::timefmt::deadline_epoch_ms`] for deadlines sent as durations.
