@@ -102,10 +102,7 @@ pub(crate) fn sdk_engine(
     sdk: &aws_config::SdkConfig,
     config: RedriverConfig,
 ) -> Engine<SqsQueue, CloudWatch, CloudWatch> {
-    let cloudwatch = || CloudWatch {
-        client: aws_sdk_cloudwatch::Client::new(sdk),
-    };
-    Engine::new(SqsQueue { client: sqs }, cloudwatch(), cloudwatch(), config).with_seed(1)
+    Engine::over_sdk(sqs, aws_sdk_cloudwatch::Client::new(sdk), config).with_seed(1)
 }
 
 pub(crate) fn engine_config(
@@ -126,6 +123,21 @@ pub(crate) fn engine_config(
 
 pub(crate) fn drain_request(n: u64) -> DrainRequest {
     DrainRequest::new(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// One drain of the whole DLQ, timed: its summary and its wall (or modelled) seconds.
+pub(crate) async fn timed_drain<Q, A, M>(engine: &Engine<Q, A, M>) -> (Summary, f64)
+where
+    Q: redrive_engine::ports::Queue,
+    A: redrive_engine::ports::Alarms,
+    M: redrive_engine::ports::Metrics,
+{
+    let started = Instant::now();
+    let summary = engine
+        .run(&drain_request(u64::MAX))
+        .await
+        .expect("the DLQ stays readable");
+    (summary, started.elapsed().as_secs_f64())
 }
 
 /// Every message left the DLQ. SQS delivers at least once, and so does moto under concurrent
@@ -160,12 +172,7 @@ pub async fn moto_ours(direct: &Client, proxy: &Proxy, n: u64, pipelines: u32) -
     let sdk = crate::sdk_config(&proxy.endpoint(), None).await;
     let engine = sdk_engine(Client::new(&sdk), &sdk, config);
     proxy.take_stats();
-    let started = Instant::now();
-    let summary = engine
-        .run(&drain_request(u64::MAX))
-        .await
-        .expect("the DLQ stays readable");
-    let seconds = started.elapsed().as_secs_f64();
+    let (summary, seconds) = timed_drain(&engine).await;
     let stats = proxy.take_stats();
     let who = format!("redrive ({pipelines} pipelines)");
     check_summary(&who, &summary, n);
@@ -408,12 +415,7 @@ pub async fn fake_scale_out(
 pub async fn fake_ours(n: u64, latency: Duration, pipelines: u32) -> DrainRun {
     let sqs = fake_with(n, latency);
     let (cw, engine) = fake_engine(&sqs, pipelines);
-    let started = Instant::now();
-    let summary = engine
-        .run(&drain_request(u64::MAX))
-        .await
-        .expect("the DLQ stays readable");
-    let seconds = started.elapsed().as_secs_f64();
+    let (summary, seconds) = timed_drain(&engine).await;
     let who = format!("redrive ({pipelines} pipelines)");
     check_summary(&who, &summary, n);
     assert_eq!(sqs.len(FAKE_SOURCE) as u64, summary.redriven);

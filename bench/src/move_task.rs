@@ -24,7 +24,7 @@ use redrive_tests::{QueueSet, attr_number, attr_string, drain_all, queue_attribu
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::bench::{body, delete_queues, drain_request, engine_config, preload, sdk_engine};
+use crate::bench::{body, delete_queues, engine_config, preload, sdk_engine, timed_drain};
 use crate::proxy::Proxy;
 
 /// How often the move task's caller asks ListMessageMoveTasks whether it is done.
@@ -134,12 +134,7 @@ pub async fn side_by_side(
     );
     let engine = sdk_engine(through_proxy.clone(), &sdk, config);
     proxy.take_stats();
-    let started = Instant::now();
-    let summary = engine
-        .run(&drain_request(u64::MAX))
-        .await
-        .expect("the DLQ stays readable");
-    let seconds = started.elapsed().as_secs_f64();
+    let (summary, seconds) = timed_drain(&engine).await;
     let calls = proxy.take_stats().layer.calls;
     assert!(
         summary.failed == 0 && summary.dlq_remaining == Some(0),

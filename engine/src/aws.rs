@@ -520,13 +520,30 @@ impl Clients {
     pub fn engine(&self, config: RedriverConfig) -> SdkEngine {
         let circuit = self.circuit_store(&config);
         let triage = self.triage_books(&config);
-        Engine::new(
-            self.sqs.clone(),
-            self.cloudwatch.clone(),
-            self.cloudwatch.clone(),
+        Engine::over_sdk(
+            self.sqs.client.clone(),
+            self.cloudwatch.client.clone(),
             config,
         )
         .with_circuit(circuit)
         .with_triage(triage)
+    }
+}
+
+impl Engine<SqsQueue, CloudWatch, CloudWatch> {
+    /// The engine over an SQS and a CloudWatch client (CloudWatch serves the alarms and the
+    /// metrics), with no circuit store and no triage book until they are added.
+    pub fn over_sdk(
+        sqs: aws_sdk_sqs::Client,
+        cloudwatch: aws_sdk_cloudwatch::Client,
+        config: RedriverConfig,
+    ) -> Self {
+        let cloudwatch = CloudWatch { client: cloudwatch };
+        Engine::new(
+            SqsQueue { client: sqs },
+            cloudwatch.clone(),
+            cloudwatch,
+            config,
+        )
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common;
 
-use common::{DLQ, POISON, SRC, config, permanent_failure, queues, settings};
+use common::{DLQ, POISON, SRC, config, permanent_failure, queues, settings, setup};
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs, throttled};
 use redrive_engine::ports::{EntryFailure, SendEntry};
 use redrive_engine::{DrainError, DrainRequest, Engine, Settings, StopReason, now_ms};
@@ -20,18 +20,6 @@ use tokio::time::Instant;
 const DLQ_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq.fifo";
 const SRC_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders.fifo";
 const POISON_FIFO: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-poison.fifo";
-
-type TestEngine = Engine<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>;
-
-fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestEngine) {
-    let cfg = config(pairs);
-    let sqs = queues(&cfg);
-    let cw = FakeCloudWatch::new();
-    let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
-        .with_settings(settings())
-        .with_seed(7);
-    (sqs, cw, engine)
-}
 
 fn request(max: u32) -> DrainRequest {
     DrainRequest::new(max)

@@ -104,18 +104,7 @@ impl World {
             .chain([("BACKOFF_BASE_SECONDS".to_string(), "0".to_string())])
             .collect();
         let config = RedriverConfig::from_env(&Env(move |k: &str| map.get(k).cloned())).unwrap();
-        let cw = CloudWatch {
-            client: moto().cloudwatch().await,
-        };
-        Engine::new(
-            SqsQueue {
-                client: self.sqs.clone(),
-            },
-            cw.clone(),
-            cw,
-            config,
-        )
-        .with_triage(books)
+        Engine::over_sdk(self.sqs.clone(), moto().cloudwatch().await, config).with_triage(books)
     }
 
     fn books(&self) -> Option<TriageBooks> {

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redrive_engine::Settings;
-use redrive_engine::fake::FakeSqs;
+use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
+use redrive_engine::{Engine, Settings};
 use redrive_shared::Attributes;
 use redrive_shared::config::RedriverConfig;
 
@@ -44,4 +44,18 @@ pub fn permanent_failure() -> Attributes {
     let mut attributes = Attributes::new();
     permanently_failed("orig-perm").write_into(&mut attributes);
     attributes
+}
+
+/// The engine on the port fakes, its SQS and its CloudWatch (alarms and metrics).
+pub type TestEngine = Engine<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>;
+
+/// An engine over the queues of `config(pairs)`, with the fast settings and a fixed seed.
+pub fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestEngine) {
+    let cfg = config(pairs);
+    let sqs = queues(&cfg);
+    let cw = FakeCloudWatch::new();
+    let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
+        .with_settings(settings())
+        .with_seed(7);
+    (sqs, cw, engine)
 }

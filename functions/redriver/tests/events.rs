@@ -36,17 +36,7 @@ impl Fixture {
         }
         let config = RedriverConfig::from_env(&Env(move |k: &str| map.get(k).cloned()))
             .expect("valid config");
-        let cw = CloudWatch {
-            client: self.cw.clone(),
-        };
-        Engine::new(
-            SqsQueue {
-                client: self.sqs.clone(),
-            },
-            cw.clone(),
-            cw,
-            config,
-        )
+        Engine::over_sdk(self.sqs.clone(), self.cw.clone(), config)
     }
 
     /// The one message still visible on the DLQ, nothing on the source or the poison queue.

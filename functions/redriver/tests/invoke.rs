@@ -2,27 +2,13 @@
 //! (a manual event's overrides), a bad event touches nothing, and a DLQ that cannot be read
 //! fails the invocation with `errorType` `DlqUnreadable` and says so in a metric.
 
-use std::sync::Arc;
-
-use crate::common::{DLQ, config, queues, settings};
-use redrive_engine::fake::{FakeCloudWatch, FakeSqs, throttled};
+use crate::common::{DLQ, setup};
+use redrive_engine::fake::{FakeSqs, throttled};
 use redrive_engine::ports::PortError;
-use redrive_engine::{DrainError, Engine, StopReason};
+use redrive_engine::{DrainError, StopReason};
 use redrive_redriver::{InvocationError, handle};
 use redrive_shared::Attributes;
 use serde_json::json;
-
-type TestEngine = Engine<Arc<FakeSqs>, Arc<FakeCloudWatch>, Arc<FakeCloudWatch>>;
-
-fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, TestEngine) {
-    let cfg = config(pairs);
-    let sqs = queues(&cfg);
-    let cw = FakeCloudWatch::new();
-    let engine = Engine::new(sqs.clone(), cw.clone(), cw.clone(), cfg)
-        .with_settings(settings())
-        .with_seed(7);
-    (sqs, cw, engine)
-}
 
 fn fill(sqs: &FakeSqs, n: usize) {
     for i in 0..n {
