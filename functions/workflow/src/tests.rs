@@ -1550,3 +1550,100 @@ async fn the_executions_answer_reports_messages_left_for_an_ungranted_source() {
         assert_eq!(published[0].2.dlq_left_alone, 1, "{mode:?}");
     }
 }
+
+/// Triage's holds in the workflow: both of its drains (a Messages round and a scale-out drain
+/// task) read the DLQ's book and leave a held group's messages on the DLQ while the rest drains.
+mod triage_hold {
+    use super::*;
+    use redrive_engine::engine::TriageBooks;
+    use redrive_engine::triage_store::{self, MemoryTriageStore};
+    use redrive_shared::meta::{ErrorClass, LastError};
+    use redrive_shared::triage::{Grouper, GroupingConfig, Observation};
+
+    /// The `x-redrive` attribute of a message whose consumer recorded a transient `code`.
+    fn transient(n: u64, code: &str) -> Attributes {
+        let meta = RedriveMeta {
+            attempt: 1,
+            last_error: Some(LastError::new(
+                ErrorClass::Transient,
+                code,
+                &format!("order {n}: downstream said {code}"),
+                "2026-11-28T09:00:00Z".into(),
+            )),
+            ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
+        };
+        let mut a = Attributes::new();
+        meta.write_into(&mut a);
+        a
+    }
+
+    /// The triage group of a message with `attributes`, as `redrive triage` computes it.
+    fn group_of(attributes: &Attributes) -> String {
+        let mut g = Grouper::new(GroupingConfig::default());
+        g.add(&Observation {
+            message_id: "m",
+            body: "{}",
+            attributes,
+            sent_timestamp_ms: None,
+            dead_letter_source_arn: None,
+        })
+        .unwrap()
+        .to_string()
+    }
+
+    /// Three 503s (their group held by an operator, until a far time) and two 429s on the DLQ.
+    async fn held_503s() -> (Arc<FakeSqs>, TestWorkflow) {
+        let (sqs, _, wf) = setup(&[]);
+        let mut held = String::new();
+        for (n, code) in [
+            (1, "HTTP_503"),
+            (2, "HTTP_503"),
+            (3, "HTTP_503"),
+            (4, "HTTP_429"),
+            (5, "HTTP_429"),
+        ] {
+            let attributes = transient(n, code);
+            if code == "HTTP_503" {
+                held = group_of(&attributes);
+            }
+            sqs.push(DLQ, "{}", attributes, None);
+        }
+        let books = Arc::new(MemoryTriageStore::default());
+        triage_store::update(books.as_ref(), DLQ, |b| {
+            b.observe(&held, "HTTP_503", None, 3, None, 0);
+            b.hold(&held, "ops", Some(i64::MAX / 2), None, 0)
+        })
+        .await
+        .unwrap();
+        (sqs, wf.with_triage(Some(TriageBooks::Memory(books))))
+    }
+
+    #[tokio::test]
+    async fn a_messages_round_leaves_a_held_group_on_the_dlq_and_drains_the_rest() {
+        let (sqs, wf) = held_503s().await;
+        let round = wf.redrive_batch(10, false, None).await.unwrap();
+        assert_eq!((round.redriven, round.on_hold), (2, 3), "{round:?}");
+        assert_eq!((sqs.len(SRC), sqs.len(DLQ)), (2, 3), "lost 0");
+        assert!(sqs.is_empty(POISON));
+        assert!(
+            sqs.messages(DLQ)
+                .iter()
+                .all(|m| attempt_of(&m.attributes, "m") == 1),
+            "the held messages are untouched"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_scale_out_drain_task_leaves_a_held_group_on_the_dlq_and_drains_the_rest() {
+        let (sqs, wf) = held_503s().await;
+        let d = json!({"action": "drain", "index": 0, "drains": 1, "maxMessages": 10, "dryRun": false, "circuit": null});
+        let result = wf.handle(d, None).await.unwrap();
+        assert_eq!(
+            (result["redriven"].as_u64(), result["onHold"].as_u64()),
+            (Some(2), Some(3)),
+            "{result}"
+        );
+        assert_eq!((sqs.len(SRC), sqs.len(DLQ)), (2, 3), "lost 0");
+        assert!(sqs.is_empty(POISON));
+    }
+}
