@@ -9,6 +9,7 @@ use aws_sdk_sqs::Client;
 use redrive_engine::fake::FakeSqs;
 use redrive_engine::ports::{HandleEntry, Queue, SendEntry};
 use redrive_shared::Attributes;
+use redrive_shared::limits::Outgoing;
 use redrive_shared::sdk::{attributes_from_sdk, attributes_to_sdk};
 
 /// A message as the script holds it between its calls.
@@ -141,12 +142,14 @@ impl ScriptQueue for FakeScript {
     async fn send_one(&self, url: &str, message: &ScriptMessage) -> Result<(), String> {
         let entry = SendEntry {
             id: "0".into(),
-            body: message.body.clone(),
-            attributes: message.attributes.clone(),
-            delay_seconds: None,
-            group_id: None,
-            dedup_id: None,
-            trace_header: None,
+            message: Outgoing {
+                body: message.body.clone(),
+                attributes: message.attributes.clone(),
+                delay_seconds: None,
+                group_id: None,
+                dedup_id: None,
+                trace_header: None,
+            },
         };
         let out = self
             .0

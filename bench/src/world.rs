@@ -571,12 +571,14 @@ mod tests {
     fn entry(id: usize) -> SendEntry {
         SendEntry {
             id: id.to_string(),
-            body: "b".into(),
-            attributes: Attributes::new(),
-            delay_seconds: None,
-            group_id: None,
-            dedup_id: None,
-            trace_header: None,
+            message: Outgoing {
+                body: "b".into(),
+                attributes: Attributes::new(),
+                delay_seconds: None,
+                group_id: None,
+                dedup_id: None,
+                trace_header: None,
+            },
         }
     }
 

@@ -10,6 +10,7 @@ use redrive_bench::proxy::Proxy;
 use redrive_engine::aws::SqsQueue;
 use redrive_engine::ports::{HandleEntry, Queue, SendEntry};
 use redrive_shared::Attributes;
+use redrive_shared::limits::Outgoing;
 use redrive_tests::{QueueSet, moto, queue_depth, receive_raw, send_raw};
 
 async fn setup(latency: Duration) -> (Client, Proxy, Client, QueueSet) {
@@ -34,12 +35,14 @@ fn entries(n: usize) -> Vec<SendEntry> {
     (0..n)
         .map(|i| SendEntry {
             id: i.to_string(),
-            body: format!("body-{i}"),
-            attributes: Attributes::new(),
-            delay_seconds: None,
-            group_id: None,
-            dedup_id: None,
-            trace_header: None,
+            message: Outgoing {
+                body: format!("body-{i}"),
+                attributes: Attributes::new(),
+                delay_seconds: None,
+                group_id: None,
+                dedup_id: None,
+                trace_header: None,
+            },
         })
         .collect()
 }

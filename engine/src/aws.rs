@@ -216,14 +216,15 @@ impl Queue for SqsQueue {
         batch_call!("SendMessageBatch", request, entries, |e: &SendEntry| {
             SendMessageBatchRequestEntry::builder()
                 .id(&e.id)
-                .message_body(&e.body)
+                .message_body(&e.message.body)
                 .set_message_attributes(
-                    (!e.attributes.is_empty()).then(|| attributes_to_sdk(&e.attributes)),
+                    (!e.message.attributes.is_empty())
+                        .then(|| attributes_to_sdk(&e.message.attributes)),
                 )
-                .set_delay_seconds(e.delay_seconds.map(|d| d as i32))
-                .set_message_group_id(e.group_id.clone())
-                .set_message_deduplication_id(e.dedup_id.clone())
-                .set_message_system_attributes(trace_header_to_sdk(e.trace_header.as_ref()))
+                .set_delay_seconds(e.message.delay_seconds.map(|d| d as i32))
+                .set_message_group_id(e.message.group_id.clone())
+                .set_message_deduplication_id(e.message.dedup_id.clone())
+                .set_message_system_attributes(trace_header_to_sdk(e.message.trace_header.as_ref()))
                 .build()
         })
     }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use redrive_shared::archive::SystemAttributes;
+use redrive_shared::limits::Outgoing;
 use redrive_shared::{Attributes, TraceHeader};
 
 /// A message as received from a queue.
@@ -27,18 +28,13 @@ pub struct Received {
     pub dead_letter_source_arn: Option<String>,
 }
 
-/// One entry of a SendMessageBatch.
+/// One entry of a SendMessageBatch: a message (its `trace_header` sent as the
+/// `AWSTraceHeader` message system attribute) and its id within the batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendEntry {
     /// Unique within its batch.
     pub id: String,
-    pub body: String,
-    pub attributes: Attributes,
-    pub delay_seconds: Option<u32>,
-    pub group_id: Option<String>,
-    pub dedup_id: Option<String>,
-    /// Sent as the `AWSTraceHeader` message system attribute.
-    pub trace_header: Option<TraceHeader>,
+    pub message: Outgoing,
 }
 
 /// One entry of a DeleteMessageBatch / ChangeMessageVisibilityBatch.

@@ -54,7 +54,7 @@ async fn send_entries_that_fail_stay_on_the_dlq_and_only_the_others_are_deleted(
     let (sqs, cw, engine) = setup(&[]);
     fill(&sqs, 10);
     sqs.fail_send_entries(|_, e| {
-        (e.body == "body-3" || e.body == "body-7").then(|| EntryFailure {
+        (e.message.body == "body-3" || e.message.body == "body-7").then(|| EntryFailure {
             id: e.id.clone(),
             code: "InvalidParameterValue".into(),
             message: "injected".into(),
@@ -101,7 +101,7 @@ async fn throttled_entries_inside_a_batch_are_retried() {
     let f = failures.clone();
     sqs.fail_send_entries(move |_, e| {
         let mut n = f.lock().unwrap();
-        (e.body == "body-1" && *n < 2).then(|| {
+        (e.message.body == "body-1" && *n < 2).then(|| {
             *n += 1;
             EntryFailure {
                 id: e.id.clone(),
@@ -181,7 +181,7 @@ async fn fifo_keeps_group_order_when_a_send_fails() {
     }
     // a1 fails: a2 and a3 must not overtake it; group B flows.
     sqs.fail_send_entries(|_, e| {
-        (e.body == "a1").then(|| EntryFailure {
+        (e.message.body == "a1").then(|| EntryFailure {
             id: e.id.clone(),
             code: "InternalError".into(),
             message: "x".into(),
@@ -719,7 +719,7 @@ fn reject_body(
     queue: &'static str,
 ) -> impl Fn(&str, &SendEntry) -> Option<EntryFailure> {
     move |url, e| {
-        (url == queue && e.body == body).then(|| EntryFailure {
+        (url == queue && e.message.body == body).then(|| EntryFailure {
             id: e.id.clone(),
             code: "InvalidParameterValue".into(),
             message: "rejected".into(),

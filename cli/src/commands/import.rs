@@ -20,7 +20,7 @@ use clap::Args;
 use redrive_shared::archive::{ArchivedMessage, S3Location, parse_jsonl};
 use redrive_shared::attributes::message_size;
 use redrive_shared::config::DEFAULT_IDEMPOTENCY_TTL_SECONDS;
-use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES, Outgoing};
+use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
 use redrive_shared::meta::{MetaSource, RedriveMeta};
 use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
 use serde_json::{Value, json};
@@ -159,14 +159,7 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<Outcome, CliError> {
     let mut unkeyed = Vec::new();
     for (i, l) in selected.iter().enumerate() {
         let (mut entry, keyed) = import_entry(&l.message, to_fifo, max_bytes);
-        let outgoing = Outgoing {
-            body: entry.body.clone(),
-            attributes: entry.attributes.clone(),
-            delay_seconds: None,
-            group_id: entry.group_id.clone(),
-            dedup_id: entry.dedup_id.clone(),
-            trace_header: entry.trace_header.clone(),
-        };
+        let outgoing = &entry.message;
         let size = outgoing.size();
         let problem = outgoing
             .validate(to_fifo)

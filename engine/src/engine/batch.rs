@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use futures_util::future::join3;
 use redrive_shared::Attributes;
 use redrive_shared::decision::Decision;
+use redrive_shared::limits::Outgoing;
 
 use super::Engine;
 use super::action::{self, Action, Move};
@@ -78,13 +79,15 @@ impl Batch {
         for (i, (m, d)) in decided.into_iter().enumerate() {
             let entry = SendEntry {
                 id: i.to_string(),
-                body: m.body,
-                attributes: d.attributes().clone(),
-                delay_seconds: d.delay_seconds(),
-                group_id: d.group_id().map(str::to_string),
-                dedup_id: d.dedup_id().map(str::to_string),
-                // The producer's trace follows the message to wherever its copy goes.
-                trace_header: m.trace_header,
+                message: Outgoing {
+                    body: m.body,
+                    attributes: d.attributes().clone(),
+                    delay_seconds: d.delay_seconds(),
+                    group_id: d.group_id().map(str::to_string),
+                    dedup_id: d.dedup_id().map(str::to_string),
+                    // The producer's trace follows the message to wherever its copy goes.
+                    trace_header: m.trace_header,
+                },
             };
             match Move::of(&d) {
                 Move::Redrive => batch.to_source.push(entry),

@@ -94,16 +94,17 @@ impl Calls<'_> {
         held_groups: &Mutex<HeldGroups>,
     ) -> Sent {
         let mut sent = Sent::default();
-        let batches = split_fifo_batches(entries, entry_size, |e| e.group_id.as_deref());
+        let batches = split_fifo_batches(entries, entry_size, |e| e.message.group_id.as_deref());
         for batch in batches {
-            let (send, hold) = lock(held_groups).partition(batch, |e| e.group_id.as_deref());
+            let (send, hold) =
+                lock(held_groups).partition(batch, |e| e.message.group_id.as_deref());
             sent.held.extend(hold.into_iter().map(|e| e.id));
             if send.is_empty() {
                 continue;
             }
             let groups: Vec<(String, Option<String>)> = send
                 .iter()
-                .map(|e| (e.id.clone(), e.group_id.clone()))
+                .map(|e| (e.id.clone(), e.message.group_id.clone()))
                 .collect();
             let result = self.send_batch(queue, queue_url, send).await;
             let mut held = lock(held_groups);
@@ -268,7 +269,7 @@ impl Calls<'_> {
 }
 
 pub(super) fn entry_size(e: &SendEntry) -> usize {
-    redrive_shared::attributes::message_size(&e.body, &e.attributes)
+    redrive_shared::attributes::message_size(&e.message.body, &e.message.attributes)
 }
 
 fn retryable_ids(failed: &[EntryFailure]) -> HashSet<String> {

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use redrive_shared::decision::ReceivedMessage;
-use redrive_shared::limits::{MAX_DELAY_SECONDS, split_batches, split_fifo_batches};
+use redrive_shared::limits::{MAX_DELAY_SECONDS, Outgoing, split_batches, split_fifo_batches};
 use redrive_shared::meta::RedriveMeta;
 
 use super::Engine;
@@ -85,24 +85,27 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 history.write_into(&mut counted);
                 requeue.push(SendEntry {
                     id: entry.id,
-                    body: entry.body,
-                    attributes: counted,
-                    // Hidden as long as the original would have stayed in flight, so that
-                    // this drain does not take it up again at once.
-                    delay_seconds: Some(
-                        self.settings
-                            .visibility_seconds
-                            .clamp(0, MAX_DELAY_SECONDS as i32) as u32,
-                    ),
-                    group_id: item.group_id.clone(),
-                    dedup_id: None,
-                    trace_header: entry.trace_header,
+                    message: Outgoing {
+                        body: entry.message.body,
+                        attributes: counted,
+                        // Hidden as long as the original would have stayed in flight, so that
+                        // this drain does not take it up again at once.
+                        delay_seconds: Some(
+                            self.settings
+                                .visibility_seconds
+                                .clamp(0, MAX_DELAY_SECONDS as i32)
+                                as u32,
+                        ),
+                        group_id: item.group_id.clone(),
+                        dedup_id: None,
+                        trace_header: entry.message.trace_header,
+                    },
                 });
                 continue;
             }
             let view = ReceivedMessage {
                 message_id: &message_id,
-                body: &entry.body,
+                body: &entry.message.body,
                 attributes: &item.attributes,
                 group_id: item.group_id.as_deref(),
             };
@@ -110,12 +113,14 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             tracing::warn!(message_id = %message_id, code = %failure.code, error = %failure.message, receive_count, rejections, action = "isolate:send-rejected", "the source queue keeps rejecting the copy as the sender's fault");
             second.push(SendEntry {
                 id: entry.id,
-                body: entry.body,
-                attributes: decision.attributes().clone(),
-                delay_seconds: None,
-                group_id: decision.group_id().map(str::to_string),
-                dedup_id: decision.dedup_id().map(str::to_string),
-                trace_header: entry.trace_header,
+                message: Outgoing {
+                    body: entry.message.body,
+                    attributes: decision.attributes().clone(),
+                    delay_seconds: None,
+                    group_id: decision.group_id().map(str::to_string),
+                    dedup_id: decision.dedup_id().map(str::to_string),
+                    trace_header: entry.message.trace_header,
+                },
             });
             batch.items[i].decision = decision;
         }
@@ -131,7 +136,7 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
             // Straight to the poison queue, in FIFO batches where needed: the group was held
             // back from the source for this invocation, which does not apply to the isolation.
             let batches = if fifo {
-                split_fifo_batches(second, entry_size, |e| e.group_id.as_deref())
+                split_fifo_batches(second, entry_size, |e| e.message.group_id.as_deref())
             } else {
                 split_batches(second, entry_size)
             };

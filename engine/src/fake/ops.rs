@@ -163,17 +163,10 @@ impl FakeSqs {
         let fifo = is_fifo(queue_url);
         let mut total = 0;
         for e in entries {
-            let out = Outgoing {
-                body: e.body.clone(),
-                attributes: e.attributes.clone(),
-                delay_seconds: e.delay_seconds,
-                group_id: e.group_id.clone(),
-                dedup_id: e.dedup_id.clone(),
-                trace_header: e.trace_header.clone(),
-            };
-            out.validate(fifo)
+            e.message
+                .validate(fifo)
                 .map_err(|err| invalid("SendMessageBatch", format!("entry {}: {err}", e.id)))?;
-            total += out.size();
+            total += e.message.size();
         }
         if total > MAX_BATCH_BYTES {
             return Err(invalid(
@@ -194,7 +187,8 @@ impl FakeSqs {
                 outcome.failed.push(f);
                 continue;
             }
-            let size = redrive_shared::attributes::message_size(&e.body, &e.attributes);
+            let size =
+                redrive_shared::attributes::message_size(&e.message.body, &e.message.attributes);
             if size > max_size {
                 outcome.failed.push(EntryFailure {
                     id: e.id.clone(),
@@ -206,7 +200,7 @@ impl FakeSqs {
                 });
                 continue;
             }
-            if let Some(d) = &e.dedup_id
+            if let Some(d) = &e.message.dedup_id
                 && !s.dedup.insert((queue_url.to_string(), d.clone()))
             {
                 outcome.succeeded.push(e.id.clone());
@@ -214,11 +208,11 @@ impl FakeSqs {
             }
             ids.push(s.store(
                 queue_url,
-                &e.body,
-                e.attributes.clone(),
-                e.group_id.clone(),
-                e.delay_seconds,
-                e.trace_header.clone(),
+                &e.message.body,
+                e.message.attributes.clone(),
+                e.message.group_id.clone(),
+                e.message.delay_seconds,
+                e.message.trace_header.clone(),
             ));
             outcome.succeeded.push(e.id.clone());
         }
@@ -233,12 +227,7 @@ impl FakeSqs {
     ) -> Result<String, PortError> {
         let entry = SendEntry {
             id: "0".into(),
-            body: message.body.clone(),
-            attributes: message.attributes.clone(),
-            delay_seconds: message.delay_seconds,
-            group_id: message.group_id.clone(),
-            dedup_id: message.dedup_id.clone(),
-            trace_header: message.trace_header.clone(),
+            message: message.clone(),
         };
         let (outcome, ids) = self.send_stored(queue_url, std::slice::from_ref(&entry))?;
         if let Some(f) = outcome.failed.into_iter().next() {

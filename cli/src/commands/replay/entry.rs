@@ -4,7 +4,7 @@
 use redrive_engine::ports::{Received, SendEntry};
 use redrive_shared::attributes::message_size;
 use redrive_shared::decision::dedup_id;
-use redrive_shared::limits::MAX_ATTRIBUTES;
+use redrive_shared::limits::{MAX_ATTRIBUTES, Outgoing};
 use redrive_shared::meta::RedriveMeta;
 use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_shared::{Attributes, TraceHeader};
@@ -66,11 +66,13 @@ pub fn copy_entry(
 ) -> SendEntry {
     SendEntry {
         id: String::new(),
-        body: body.to_string(),
-        attributes,
-        delay_seconds: None,
-        dedup_id: fifo_group.is_some().then(|| dedup_id(moved_id, dedup_kind)),
-        group_id: fifo_group,
-        trace_header,
+        message: Outgoing {
+            body: body.to_string(),
+            attributes,
+            delay_seconds: None,
+            dedup_id: fifo_group.is_some().then(|| dedup_id(moved_id, dedup_kind)),
+            group_id: fifo_group,
+            trace_header,
+        },
     }
 }

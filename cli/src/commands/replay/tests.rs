@@ -52,10 +52,13 @@ fn the_copy_resets_the_attempt_and_clears_last_error_and_the_isolation() {
     let m = received(attributes);
     let (entry, stamped) = replay_entry(&m, false, MAX_MESSAGE_BYTES, 1_795_300_000_000);
     assert!(stamped);
-    assert_eq!(entry.body, m.body);
-    assert_eq!(entry.attributes["tenant"], m.attributes["tenant"]);
-    assert_eq!((entry.group_id, entry.dedup_id), (None, None));
-    let (meta, _) = RedriveMeta::read(&entry.attributes, "new-id");
+    assert_eq!(entry.message.body, m.body);
+    assert_eq!(entry.message.attributes["tenant"], m.attributes["tenant"]);
+    assert_eq!(
+        (entry.message.group_id, entry.message.dedup_id),
+        (None, None)
+    );
+    let (meta, _) = RedriveMeta::read(&entry.message.attributes, "new-id");
     assert_eq!(meta.attempt, 0);
     assert_eq!(meta.last_error, None);
     assert_eq!((&meta.reason, meta.isolated_at.as_deref()), (&None, None));
@@ -79,12 +82,16 @@ fn the_copy_resets_the_attempt_and_clears_last_error_and_the_isolation() {
 fn a_fifo_destination_gets_a_group_and_a_per_copy_dedup_id() {
     let mut m = received(parked_attributes());
     let (entry, _) = replay_entry(&m, true, MAX_MESSAGE_BYTES, 0);
-    assert_eq!(entry.group_id.as_deref(), Some("orig-1"));
-    assert_eq!(entry.dedup_id, Some(dedup_id("poison-copy-1", DEDUP_KIND)));
+    assert_eq!(entry.message.group_id.as_deref(), Some("orig-1"));
+    assert_eq!(
+        entry.message.dedup_id,
+        Some(dedup_id("poison-copy-1", DEDUP_KIND))
+    );
     m.group_id = Some("customer-7".into());
     assert_eq!(
         replay_entry(&m, true, MAX_MESSAGE_BYTES, 0)
             .0
+            .message
             .group_id
             .as_deref(),
         Some("customer-7")
@@ -101,9 +108,9 @@ fn a_fifo_dlqs_message_parked_in_a_standard_queue_is_replayed_into_its_own_group
     let m = received(attributes);
     let (entry, stamped) = replay_entry(&m, true, MAX_MESSAGE_BYTES, 0);
     assert!(stamped);
-    assert_eq!(entry.group_id.as_deref(), Some("customer-7"));
+    assert_eq!(entry.message.group_id.as_deref(), Some("customer-7"));
     // The copy is not parked any more: the group is its MessageGroupId, not in the stamp.
-    let (copy, _) = RedriveMeta::read(&entry.attributes, "new-id");
+    let (copy, _) = RedriveMeta::read(&entry.message.attributes, "new-id");
     assert!(!copy.to_json().contains("groupId"), "{}", copy.to_json());
 }
 
@@ -116,12 +123,12 @@ fn a_message_with_no_room_for_the_stamp_is_sent_as_received() {
     let m = received(attrs.clone());
     let (entry, stamped) = replay_entry(&m, false, MAX_MESSAGE_BYTES, 0);
     assert!(!stamped);
-    assert_eq!(entry.attributes, attrs);
+    assert_eq!(entry.message.attributes, attrs);
     // Too large for the destination's own limit, with the stamp: sent as received too.
     let m = received(parked_attributes());
     let (entry, stamped) = replay_entry(&m, false, m.body.len() + 10, 0);
     assert!(!stamped);
-    assert_eq!(entry.attributes, m.attributes);
+    assert_eq!(entry.message.attributes, m.attributes);
 }
 
 #[tokio::test]
@@ -132,7 +139,7 @@ async fn nothing_is_deleted_from_poison_unless_its_copy_was_acknowledged() {
     sqs.create_queue(SOURCE);
     sqs.push(POISON, "keep-me", parked_attributes(), None);
     sqs.push(POISON, "send-me", parked_attributes(), None);
-    sqs.fail_send_entries(|_, e| (e.body == "keep-me").then(|| refuse(e)));
+    sqs.fail_send_entries(|_, e| (e.message.body == "keep-me").then(|| refuse(e)));
 
     // WHEN everything is replayed
     let report = replay_all(&sqs, POISON, SOURCE).await;
@@ -213,7 +220,7 @@ async fn replay_fifo_keeps_group_order() {
     }
     let tries = std::sync::atomic::AtomicUsize::new(0);
     sqs.fail_send_entries(move |_, e| {
-        (e.body == "a1" && tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0)
+        (e.message.body == "a1" && tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0)
             .then(|| refuse(e))
     });
 
@@ -235,7 +242,7 @@ async fn replay_fifo_holds_a_group_behind_a_failed_message() {
     sqs.push(POISON_FIFO, "a1", parked_attributes(), Some("a"));
     sqs.push(POISON_FIFO, "b1", parked_attributes(), Some("b"));
     sqs.push(POISON_FIFO, "a2", parked_attributes(), Some("a"));
-    sqs.fail_send_entries(|_, e| (e.body == "a1").then(|| refuse(e)));
+    sqs.fail_send_entries(|_, e| (e.message.body == "a1").then(|| refuse(e)));
 
     // WHEN everything is replayed
     let report = replay_all(&sqs, POISON_FIFO, SOURCE_FIFO).await;

@@ -166,7 +166,7 @@ async fn move_group<Q: Queue>(
         if !stamped {
             if !args.allow_unstamped {
                 // Left in place; on a FIFO destination nothing later of its group may pass.
-                transfer.hold_group(entry.group_id.as_deref());
+                transfer.hold_group(entry.message.group_id.as_deref());
                 refused.insert(i);
                 report
                     .refused_unstamped
