@@ -11,24 +11,12 @@ use redrive_engine::triage_store::{self, DynamoDbTriageStore};
 use redrive_engine::{DrainRequest, Engine};
 use redrive_shared::Attributes;
 use redrive_shared::config::{Env, RedriverConfig};
-use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, LastError, RedriveMeta};
+use redrive_shared::meta::{ATTRIBUTE_NAME, RedriveMeta};
 use redrive_shared::triage::state::State;
 use redrive_shared::triage::{Grouper, GroupingConfig, Observation};
 use redrive_tests::{QueueSet, attr_string, create_circuit_table, moto, queue_depth, send_raw};
 
-/// The `x-redrive` of a message whose consumer recorded a transient `code`.
-fn transient(n: u64, code: &str) -> RedriveMeta {
-    RedriveMeta {
-        attempt: 1,
-        last_error: Some(LastError::new(
-            ErrorClass::Transient,
-            code,
-            &format!("order {n}: downstream said {code}"),
-            "2026-11-28T09:00:00Z".into(),
-        )),
-        ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
-    }
-}
+use redrive_tests::transiently_failed as transient;
 
 /// The triage group id of a message carrying `meta`, as `redrive triage` computes it.
 fn group_of(meta: &RedriveMeta) -> String {

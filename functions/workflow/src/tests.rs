@@ -1557,23 +1557,12 @@ mod triage_hold {
     use super::*;
     use redrive_engine::engine::TriageBooks;
     use redrive_engine::triage_store::{self, MemoryTriageStore};
-    use redrive_shared::meta::{ErrorClass, LastError};
     use redrive_shared::triage::{Grouper, GroupingConfig, Observation};
 
     /// The `x-redrive` attribute of a message whose consumer recorded a transient `code`.
     fn transient(n: u64, code: &str) -> Attributes {
-        let meta = RedriveMeta {
-            attempt: 1,
-            last_error: Some(LastError::new(
-                ErrorClass::Transient,
-                code,
-                &format!("order {n}: downstream said {code}"),
-                "2026-11-28T09:00:00Z".into(),
-            )),
-            ..RedriveMeta::fresh(&format!("00000000-0000-4000-8000-{n:012}"))
-        };
         let mut a = Attributes::new();
-        meta.write_into(&mut a);
+        redrive_tests::transiently_failed(n, code).write_into(&mut a);
         a
     }
 
