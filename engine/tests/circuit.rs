@@ -498,13 +498,7 @@ async fn without_circuit_table_the_drain_is_todays() {
 async fn a_dry_run_reports_the_circuit_but_writes_nothing() {
     let (sqs, _cw, store, engine) = setup(CIRCUIT);
     push_bounced(&sqs, 6, T0 - 30 * SEC);
-    let s = engine
-        .run(&DrainRequest {
-            dry_run: true,
-            ..request(100)
-        })
-        .await
-        .unwrap();
+    let s = engine.run(&common::dry_run(100)).await.unwrap();
     assert_eq!(circuit_of(&s).0, State::Open, "what would happen");
     assert!(store.get(DLQ).is_none(), "nothing durable");
     assert_eq!(sqs.depth_visible(DLQ), 6);

@@ -331,13 +331,7 @@ async fn dry_run_plans_and_releases_everything() {
     .write_into(&mut poisoned);
     sqs.push(DLQ, "spent", poisoned, None);
     let before = sqs.messages(DLQ);
-    let s = engine
-        .run(&DrainRequest {
-            dry_run: true,
-            ..request(100)
-        })
-        .await
-        .unwrap();
+    let s = engine.run(&common::dry_run(100)).await.unwrap();
     assert!(s.dry_run);
     assert_eq!(
         (s.received, s.redriven, s.isolated, s.failed),

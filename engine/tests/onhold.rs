@@ -9,29 +9,12 @@ use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::engine::TriageBooks;
 use redrive_engine::triage_store::{self, DynamoDbTriageStore};
 use redrive_engine::{DrainRequest, Engine};
-use redrive_shared::Attributes;
 use redrive_shared::config::{Env, RedriverConfig};
-use redrive_shared::meta::{ATTRIBUTE_NAME, RedriveMeta};
+use redrive_shared::meta::ATTRIBUTE_NAME;
 use redrive_shared::triage::state::State;
-use redrive_shared::triage::{Grouper, GroupingConfig, Observation};
 use redrive_tests::{QueueSet, attr_string, create_circuit_table, moto, queue_depth, send_raw};
 
-use redrive_tests::transiently_failed as transient;
-
-/// The triage group id of a message carrying `meta`, as `redrive triage` computes it.
-fn group_of(meta: &RedriveMeta) -> String {
-    let mut attributes = Attributes::new();
-    meta.write_into(&mut attributes);
-    let mut g = Grouper::new(GroupingConfig::default());
-    let id = g.add(&Observation {
-        message_id: "m",
-        body: "{}",
-        attributes: &attributes,
-        sent_timestamp_ms: None,
-        dead_letter_source_arn: None,
-    });
-    id.unwrap().to_string()
-}
+use redrive_tests::{transiently_failed as transient, triage_group as group_of};
 
 struct World {
     sqs: aws_sdk_sqs::Client,
@@ -51,13 +34,7 @@ impl World {
             table: create_circuit_table(&ddb).await,
         };
         let mut ids = HashMap::new();
-        for (n, code) in [
-            (1, "HTTP_503"),
-            (2, "HTTP_503"),
-            (3, "HTTP_503"),
-            (4, "HTTP_429"),
-            (5, "HTTP_429"),
-        ] {
+        for (n, code) in redrive_tests::FAILED_ORDERS {
             let meta = transient(n, code);
             ids.insert(code, group_of(&meta));
             send_raw(

@@ -46,7 +46,7 @@ pub use localstack::{
     LOCALSTACK_SERVICES, LocalStack, LocalStackServer, SQS_EMULATOR_VARIABLE, localstack,
     sqs_emulator,
 };
-pub use meta::{permanently_failed, transiently_failed};
+pub use meta::{FAILED_ORDERS, permanently_failed, transiently_failed, triage_group};
 pub use moto::{Moto, MotoServer, REGION, moto, moto_fast_clock, moto_sfn};
 pub use names::unique_name;
 pub use process::Launched;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
-use redrive_engine::{Engine, Settings};
+use redrive_engine::{DrainRequest, Engine, Settings};
 use redrive_shared::Attributes;
 use redrive_shared::config::RedriverConfig;
 
@@ -58,4 +58,12 @@ pub fn setup(pairs: &[(&str, &str)]) -> (Arc<FakeSqs>, Arc<FakeCloudWatch>, Test
         .with_settings(settings())
         .with_seed(7);
     (sqs, cw, engine)
+}
+
+/// A dry run of up to `max` messages: what would happen, nothing sent or deleted.
+pub fn dry_run(max: u32) -> DrainRequest {
+    DrainRequest {
+        dry_run: true,
+        ..DrainRequest::new(max)
+    }
 }

@@ -1557,44 +1557,20 @@ mod triage_hold {
     use super::*;
     use redrive_engine::engine::TriageBooks;
     use redrive_engine::triage_store::{self, MemoryTriageStore};
-    use redrive_shared::triage::{Grouper, GroupingConfig, Observation};
 
-    /// The `x-redrive` attribute of a message whose consumer recorded a transient `code`.
-    fn transient(n: u64, code: &str) -> Attributes {
-        let mut a = Attributes::new();
-        redrive_tests::transiently_failed(n, code).write_into(&mut a);
-        a
-    }
-
-    /// The triage group of a message with `attributes`, as `redrive triage` computes it.
-    fn group_of(attributes: &Attributes) -> String {
-        let mut g = Grouper::new(GroupingConfig::default());
-        g.add(&Observation {
-            message_id: "m",
-            body: "{}",
-            attributes,
-            sent_timestamp_ms: None,
-            dead_letter_source_arn: None,
-        })
-        .unwrap()
-        .to_string()
-    }
+    use redrive_tests::{transiently_failed, triage_group};
 
     /// Three 503s (their group held by an operator, until a far time) and two 429s on the DLQ.
     async fn held_503s() -> (Arc<FakeSqs>, TestWorkflow) {
         let (sqs, _, wf) = setup(&[]);
         let mut held = String::new();
-        for (n, code) in [
-            (1, "HTTP_503"),
-            (2, "HTTP_503"),
-            (3, "HTTP_503"),
-            (4, "HTTP_429"),
-            (5, "HTTP_429"),
-        ] {
-            let attributes = transient(n, code);
+        for (n, code) in redrive_tests::FAILED_ORDERS {
+            let meta = transiently_failed(n, code);
             if code == "HTTP_503" {
-                held = group_of(&attributes);
+                held = triage_group(&meta);
             }
+            let mut attributes = Attributes::new();
+            meta.write_into(&mut attributes);
             sqs.push(DLQ, "{}", attributes, None);
         }
         let books = Arc::new(MemoryTriageStore::default());
