@@ -152,6 +152,8 @@ class ArchiveTemplates(support.TemplatesTestCase):
         self.assertIn('write_archiver_env "$WORK/archiver.env"', deploy)
         for line in ('"ARCHIVE_BUCKET=$OUT_ArchiveBucketName"', '"POISON_QUEUE_URL=$OUT_PoisonQueueUrl"',
                      'dlqs="DLQ_URL=${OUT_DeadLetterQueueUrl-}"', '"ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS"',
+                     '"ALERTS_TOPIC_ARN=$OUT_AlertsTopicArn"', '"TRIAGE_TABLE=$OUT_CircuitTableName"',
+                     '"REMINDER_HOUR_UTC=$POISON_REMINDER_HOUR_UTC"',
                      '"ArchiverFunctionName=$OUT_ArchiverFunctionName"',
                      'deploy_function archiver "$OUT_ArchiverFunctionName" "$OUT_ArchiverRoleArn"'):
             self.assertIn(line, deploy)
