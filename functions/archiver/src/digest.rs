@@ -114,11 +114,11 @@ pub fn queue_entry(facts: &QueueFacts, now_ms: i64) -> Option<(DigestQueue, usiz
         _ => Vec::new(),
     };
     let unreadable = facts.book.is_err();
-    if groups.is_empty() && facts.depth.unwrap_or(0) == 0 && !unreadable {
-        return None;
-    }
-    if groups.is_empty() && facts.depth.unwrap_or(0) == 0 && facts.depth.is_some() {
-        // An empty DLQ whose book cannot be read: nothing waits on it.
+    // Listed: groups not resolved, messages waiting, or nothing known at all (neither the book
+    // nor the depth could be read).
+    let waiting = facts.depth.is_some_and(|d| d > 0);
+    let unknown = unreadable && facts.depth.is_none();
+    if groups.is_empty() && !waiting && !unknown {
         return None;
     }
     groups.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.group.cmp(&b.group)));

@@ -1136,29 +1136,26 @@ async fn the_archiver_lambda_publishes_the_digest_at_its_reminder_hour() {
 }
 
 #[tokio::test]
-async fn a_bad_reminder_hour_fails_init() {
-    let vars = [
-        ("ARCHIVE_BUCKET", "some-bucket"),
-        (
-            "POISON_QUEUE_URL",
-            "https://sqs.us-east-1.amazonaws.com/123456789012/p",
-        ),
-        (
-            "ALERTS_TOPIC_ARN",
-            "arn:aws:sns:us-east-1:123456789012:alerts",
-        ),
-        ("TRIAGE_TABLE", "redrive-circuit"),
-        ("REMINDER_HOUR_UTC", "24"),
-    ];
-    let vars: BTreeMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let err = ArchiverConfig::from_env(&Env(move |k: &str| vars.get(k).cloned()))
-        .expect_err("an hour of 24 is refused")
-        .to_string();
-    assert!(
-        err.contains("REMINDER_HOUR_UTC") && err.contains("24"),
-        "{err}"
-    );
+async fn a_bad_reminder_hour_fails_the_lambdas_init_naming_it() {
+    let (sqs, _s3, queues, bucket) = queues_and_bucket(false).await;
+    let rig = digest_rig(&sqs).await;
+    send_raw(&sqs, &queues.poison_url, "stays", &[]).await;
+    let mut env = moto().env();
+    env.extend([
+        ("ARCHIVE_BUCKET".to_string(), bucket.clone()),
+        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
+        ("ARCHIVE_AFTER_SECONDS".to_string(), "0".to_string()),
+        ("ALERTS_TOPIC_ARN".to_string(), rig.topic.clone()),
+        ("TRIAGE_TABLE".to_string(), rig.table.clone()),
+        ("REMINDER_HOUR_UTC".to_string(), "24".to_string()),
+    ]);
+    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let err = watch
+        .invoke("archiver", &fixture("eventbridge-scheduled.json"))
+        .await
+        .expect_err("init fails");
+    assert!(err.contains("REMINDER_HOUR_UTC"), "{err}");
+    // Nothing was archived: the refused init touched no queue.
+    redrive_tests::fixture::assert_never_received(&sqs, &queues.poison_url).await;
+    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
 }
