@@ -405,7 +405,8 @@ write_redriver_env() { # FILE
     done
 }
 
-# The archiver: its own role, the only one that may write the archive bucket.
+# The archiver: its own role, the only one that may write the archive bucket. It sends the
+# daily digest of the triage books (in the circuit table) to the alerts topic at the reminder hour.
 write_archiver_env() { # FILE
     local dlqs="DLQ_URL=${OUT_DeadLetterQueueUrl-}"
     if attach_mode; then dlqs="DLQ_LIST_TABLE=$OUT_CircuitTableName"; fi
@@ -417,6 +418,9 @@ write_archiver_env() { # FILE
         "ARCHIVE_DLQ=$ARCHIVE_DLQ" \
         "ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS" \
         "METRIC_NAMESPACE=$OUT_MetricNamespace" \
+        "ALERTS_TOPIC_ARN=$OUT_AlertsTopicArn" \
+        "TRIAGE_TABLE=$OUT_CircuitTableName" \
+        "REMINDER_HOUR_UTC=$POISON_REMINDER_HOUR_UTC" \
         "RUST_LOG=$RUST_LOG"
 }
 
@@ -440,6 +444,7 @@ longest_outputs() {
     OUT_DefaultGuardAlarmNames=$STACK_NAME-consumer-errors
     OUT_MetricNamespace=$METRIC_NAMESPACE
     OUT_CircuitTableName=$STACK_NAME-circuit
+    OUT_AlertsTopicArn=arn:aws-us-gov:sns:ap-southeast-14:123456789012:$STACK_NAME-alerts
     # A bucket name CloudFormation generates: at most 63 characters.
     OUT_ArchiveBucketName=$(printf 'b%.0s' {1..63})
     OUT_ArchivePrefix=$ARCHIVE_PREFIX

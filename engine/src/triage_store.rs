@@ -182,6 +182,18 @@ impl DynamoDbTriageStore {
             .item("updatedAt", s(rfc3339_from_millis(crate::now_ms()))))
     }
 
+    /// The book of `queue` as it is stored, read only: under the queue's ARN, else under
+    /// `queue` as given (the key before), which is not copied (a reader that may only read,
+    /// such as the archiver's daily digest). `None` when there is none.
+    pub async fn read(&self, queue: &str) -> Result<Option<Book>, PortError> {
+        for key in [self.key(queue), book_key(queue)] {
+            if let Some(item) = self.get(&key).await? {
+                return Self::book_of(&key, &item).map(|(_, book)| Some(book));
+            }
+        }
+        Ok(None)
+    }
+
     async fn get(&self, key: &str) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
         let out = self
             .client

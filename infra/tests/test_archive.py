@@ -107,6 +107,23 @@ class ArchiveTemplates(support.TemplatesTestCase):
                            for s in p["PolicyDocument"]["Statement"] for a in _actions(s)]
                 self.assertFalse([a for a in actions if a.startswith("s3:")], name)
 
+    def test_the_daily_digest_reads_only_books_writes_only_the_days_claim_and_publishes_on_alerts(self):
+        by_sid = self.statements("ArchiverRole")
+        table = {"Fn::GetAtt": ["CircuitTable", "Arn"]}
+        for sid, action, keys in (("ReadTriageBooks", "dynamodb:GetItem", ["triage#*"]),
+                                  ("ClaimDigestDay", "dynamodb:PutItem", ["redrive:digest:*"])):
+            self.assertEqual((_actions(by_sid[sid]), by_sid[sid]["Resource"]), ([action], table), sid)
+            self.assertEqual(by_sid[sid]["Condition"],
+                             {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": keys}}, sid)
+        self.assertEqual((_actions(by_sid["PublishDailyDigest"]), by_sid["PublishDailyDigest"]["Resource"]),
+                         (["sns:Publish"], {"Ref": "AlertsTopic"}))
+        # Every DynamoDB grant of the archiver is bounded by its items' keys (moto does not check
+        # dynamodb:LeadingKeys, so this is where the restriction is held).
+        for sid, statement in by_sid.items():
+            if any(a.startswith("dynamodb:") for a in _actions(statement)):
+                conditions = next(iter(statement["Condition"].values()))
+                self.assertIn("dynamodb:LeadingKeys", conditions, sid)
+
     # That every call of the archiver is granted: it runs under ArchiverRole in the IAM-enforced
     # tests (functions/archiver/tests/archiver.rs, the Lambda under cargo lambda watch).
 
@@ -152,6 +169,8 @@ class ArchiveTemplates(support.TemplatesTestCase):
         self.assertIn('write_archiver_env "$WORK/archiver.env"', deploy)
         for line in ('"ARCHIVE_BUCKET=$OUT_ArchiveBucketName"', '"POISON_QUEUE_URL=$OUT_PoisonQueueUrl"',
                      'dlqs="DLQ_URL=${OUT_DeadLetterQueueUrl-}"', '"ARCHIVE_AFTER_DAYS=$ARCHIVE_AFTER_DAYS"',
+                     '"ALERTS_TOPIC_ARN=$OUT_AlertsTopicArn"', '"TRIAGE_TABLE=$OUT_CircuitTableName"',
+                     '"REMINDER_HOUR_UTC=$POISON_REMINDER_HOUR_UTC"',
                      '"ArchiverFunctionName=$OUT_ArchiverFunctionName"',
                      'deploy_function archiver "$OUT_ArchiverFunctionName" "$OUT_ArchiverRoleArn"'):
             self.assertIn(line, deploy)

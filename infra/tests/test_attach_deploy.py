@@ -162,6 +162,11 @@ class AttachDeploy(support.DeployTestCase):
         self.assertEqual(len(item["dlq_urls"]["S"].split(",")), 3)
         for absent in ("SOURCE_QUEUE_URL", "DLQ_URL"):
             self.assertNotIn(absent, variables)
+        # The archiver's daily digest: the alerts topic, the books in the circuit table, at the
+        # reminder hour of the DLQ-not-empty reminder.
+        self.assertEqual((archiver_variables["ALERTS_TOPIC_ARN"], archiver_variables["TRIAGE_TABLE"],
+                          archiver_variables["REMINDER_HOUR_UTC"]),
+                         (out["AlertsTopicArn"], out["CircuitTableName"], "9"))
         # Each DLQ's trigger alarm, re-armed by scheduled drains: {queue} is each DLQ's name.
         self.assertEqual(variables["TRIGGER_ALARM_NAME"], f"{stack}-dlq-not-empty-{{queue}}")
         self.assertEqual(variables["POISON_QUEUE_URL"], out["PoisonQueueUrl"])

@@ -87,11 +87,13 @@ pub const TRIAGE_ACTOR: &str = "TriageReadPolicy+TriageActPolicy";
 
 /// The functions' variables that name a resource of the stack, and its logical id (or the
 /// template parameter) in `infra/templates/`.
-const RESOURCE_VARIABLES: [(&str, &str); 8] = [
+const RESOURCE_VARIABLES: [(&str, &str); 10] = [
     ("DLQ_URL", "DeadLetterQueue"),
     ("SOURCE_QUEUE_URL", "SourceQueue"),
     ("POISON_QUEUE_URL", "PoisonQueue"),
     ("CIRCUIT_TABLE", "CircuitTable"),
+    ("TRIAGE_TABLE", "CircuitTable"),
+    ("ALERTS_TOPIC_ARN", "AlertsTopic"),
     ("IDEMPOTENCY_TABLE", "IdempotencyTable"),
     ("ARCHIVE_BUCKET", "ArchiveBucket"),
     ("ARCHIVE_PREFIX", "ArchivePrefix"),
@@ -103,7 +105,7 @@ const RESOURCE_VARIABLES: [(&str, &str); 8] = [
 pub type Resources = BTreeMap<String, String>;
 
 /// The stack's resources that an environment names (`RESOURCE_VARIABLES`): a queue URL
-/// becomes the queue's name.
+/// becomes the queue's name, a topic ARN the topic's.
 pub fn resources_from_env(env: &[(String, String)]) -> Resources {
     let mut resources = Resources::new();
     for (variable, logical_id) in RESOURCE_VARIABLES {
@@ -112,6 +114,8 @@ pub fn resources_from_env(env: &[(String, String)]) -> Resources {
         };
         let value = if variable.ends_with("_URL") {
             queue_name(value)
+        } else if variable.ends_with("_ARN") {
+            value.rsplit(':').next().unwrap_or_default().to_string()
         } else {
             value.clone()
         };

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redrive_engine::ports::PortError;
-use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_u32};
+use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_table_name, parse_u32};
 
 /// `ARCHIVE_AFTER_DAYS` when neither threshold variable is set.
 pub const DEFAULT_ARCHIVE_AFTER_DAYS: f64 = 10.0;
@@ -39,6 +39,49 @@ pub struct ArchiverConfig {
     pub archive_dlq: bool,
     /// The DLQs are protected ones (`DLQ_URLS`): each may set its own threshold by tag.
     pub protected: bool,
+    /// The daily digest of the DLQs' triage books (`ALERTS_TOPIC_ARN`); `None`: no digest.
+    pub digest: Option<DigestConfig>,
+}
+
+/// `REMINDER_HOUR_UTC` when unset: the hour (UTC) of the daily digest.
+pub const DEFAULT_REMINDER_HOUR_UTC: u32 = 9;
+
+/// The daily digest: where it goes, where the books are, and at which hour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestConfig {
+    /// `ALERTS_TOPIC_ARN`: the SNS topic the digest is published to.
+    pub topic_arn: String,
+    /// `TRIAGE_TABLE`: the table of the triage books, where the day is claimed too.
+    pub table: String,
+    /// `REMINDER_HOUR_UTC` (0-23, default 9): the first run in this hour (UTC) sends it.
+    pub hour_utc: u32,
+}
+
+fn parse_topic_arn(v: &str) -> Result<String, String> {
+    let parts: Vec<&str> = v.split(':').collect();
+    let ok = parts.len() == 6
+        && parts[0] == "arn"
+        && !parts[1].is_empty()
+        && parts[2] == "sns"
+        && !parts[3].is_empty()
+        && parts[4].len() == 12
+        && parts[4].bytes().all(|b| b.is_ascii_digit())
+        && (1..=256).contains(&parts[5].len())
+        && parts[5]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be an SNS topic ARN: arn:<partition>:sns:<region>:<account>:<topic>".into())
+    }
+}
+
+fn parse_hour(v: &str) -> Result<u32, String> {
+    match parse_u32(v) {
+        Ok(h) if h <= 23 => Ok(h),
+        _ => Err("must be an hour of the day, a whole number from 0 to 23 (UTC)".into()),
+    }
 }
 
 fn invalid(variable: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
@@ -171,6 +214,17 @@ impl ArchiverConfig {
                 Ok(v.to_string())
             }
         })?;
+        // The hour is checked whether or not a topic is set: a typo fails now, not on the day
+        // the topic is added.
+        let hour_utc = env.or("REMINDER_HOUR_UTC", DEFAULT_REMINDER_HOUR_UTC, parse_hour)?;
+        let digest = match env.optional("ALERTS_TOPIC_ARN", parse_topic_arn)? {
+            Some(topic_arn) => Some(DigestConfig {
+                topic_arn,
+                table: env.required("TRIAGE_TABLE", parse_table_name)?,
+                hour_utc,
+            }),
+            None => None,
+        };
         Ok(Self {
             bucket,
             prefix,
@@ -182,6 +236,7 @@ impl ArchiverConfig {
             metric_namespace,
             archive_dlq,
             protected,
+            digest,
         })
     }
 }

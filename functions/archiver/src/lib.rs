@@ -19,15 +19,19 @@
 //!   `ApproximateAgeOfOldestMessage` leaves out a message received three times or more, and
 //!   the archiver receives every message every run: the age alarms of the DLQ and the poison
 //!   queue read this metric instead.
+//! - At the reminder hour (`REMINDER_HOUR_UTC`, with `ALERTS_TOPIC_ARN`), the first run of
+//!   the day publishes one daily digest for the whole fleet: each DLQ with messages or groups
+//!   not resolved, with its groups from triage's books ([`digest`]).
 //! - Bodies are never logged.
 
 mod config;
+pub mod digest;
 mod store;
 mod sweep;
 
 pub use config::{
     ArchiverConfig, ArchiverInitError, DEFAULT_ARCHIVE_AFTER_DAYS, DEFAULT_ARCHIVE_PREFIX,
-    MAX_RETENTION_SECONDS, check_threshold,
+    DEFAULT_REMINDER_HOUR_UTC, DigestConfig, MAX_RETENTION_SECONDS, check_threshold,
 };
 pub use store::{
     ObjectStore, S3_ATTEMPT_TIMEOUT, S3_OPERATION_TIMEOUT, S3Store, archive_object, for_uploads,

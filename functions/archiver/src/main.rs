@@ -12,6 +12,7 @@ async fn main() -> Result<(), Error> {
     // SDK with timeouts on every client.
     let (config, sdk) = redrive_engine::lambda_init_fleet(ArchiverConfig::from_env).await?;
     let clients = Clients::from_sdk(&sdk);
+    let digest = config.digest.clone();
     // Path-style, as the CLI's export and import use it (see redrive_engine::s3), with the
     // longer timeouts of an upload.
     let s3 = redrive_archiver::for_uploads(redrive_engine::s3::client(&sdk));
@@ -26,7 +27,12 @@ async fn main() -> Result<(), Error> {
     .map_err(|e| {
         tracing::error!(error = %e, "the archiver cannot start");
         e
-    })?;
+    })?
+    .with_digest(
+        digest
+            .clone()
+            .map(|d| redrive_archiver::digest::Digest::new(&sdk, d)),
+    );
     let archiver = &archiver;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = redrive_engine::deadline_instant(event.context.deadline);

@@ -14,6 +14,7 @@ use redrive_shared::config::QueueUrl;
 use serde::Serialize;
 
 use crate::config::{ArchiverConfig, ArchiverInitError, check_threshold};
+use crate::digest::{Digest, DigestOutcome};
 use crate::store::{ObjectStore, archive_object};
 
 /// Time kept free before the Lambda deadline and before the visibility of held messages ends:
@@ -134,6 +135,9 @@ pub struct RunSummary {
     pub failed: u64,
     pub objects: u64,
     pub queues: Vec<QueueSummary>,
+    /// What the daily digest did (absent: no digest configured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<DigestOutcome>,
 }
 
 pub struct Archiver<Q, S, M> {
@@ -145,6 +149,8 @@ pub struct Archiver<Q, S, M> {
     thresholds: HashMap<QueueUrl, Duration>,
     /// DLQs left alone: their `redrive:archive-after-days` tag is invalid.
     skipped: HashSet<QueueUrl>,
+    /// The daily digest, when `ALERTS_TOPIC_ARN` names its topic.
+    digest: Option<Digest>,
 }
 
 impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
@@ -235,7 +241,19 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
             config,
             thresholds,
             skipped,
+            digest: None,
         })
+    }
+
+    /// Sends the daily digest at the reminder hour ([`crate::digest`]).
+    pub fn with_digest(mut self, digest: Option<Digest>) -> Self {
+        self.digest = digest;
+        self
+    }
+
+    /// The DLQs this archiver serves (every queue but the poison queue).
+    fn dlqs(&self) -> &[QueueUrl] {
+        &self.config.queues[1..]
     }
 
     pub fn config(&self) -> &ArchiverConfig {
@@ -247,14 +265,26 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
         &self.queue
     }
 
-    /// One run: every queue in turn, each within the deadline (if any).
+    /// One run now: [`Self::run_at`] on the wall clock.
     pub async fn run(&self, deadline: Option<tokio::time::Instant>) -> RunSummary {
+        self.run_at(deadline, now_ms()).await
+    }
+
+    /// One run at `now_ms` (the hour of the daily digest): the digest first when it is due
+    /// (a few reads and one publish, which a long sweep must not crowd out), then every queue
+    /// in turn, each within the deadline (if any).
+    pub async fn run_at(&self, deadline: Option<tokio::time::Instant>, now_ms: i64) -> RunSummary {
+        let digest = match &self.digest {
+            Some(d) => Some(d.run(&self.queue, self.dlqs(), now_ms).await),
+            None => None,
+        };
         let mut summary = RunSummary {
             archived: 0,
             kept: 0,
             failed: 0,
             objects: 0,
             queues: Vec::new(),
+            digest,
         };
         for url in &self.config.queues {
             if self.skipped.contains(url) {

@@ -5,6 +5,7 @@ use redrive_shared::archive::{self, SystemAttributes};
 use redrive_shared::config::{ConfigError, Env, QueueUrl};
 
 use super::*;
+use crate::{DEFAULT_REMINDER_HOUR_UTC, DigestConfig};
 
 fn env(vars: &[(&str, &str)]) -> Result<ArchiverConfig, ConfigError> {
     let vars: Vec<(String, String)> = vars
@@ -231,4 +232,191 @@ async fn an_upload_slower_than_an_sqs_call_may_be_still_succeeds() {
         redrive_engine::s3::put_verified(&client, "archive", "k", vec![b'x'; 300 * 1024]).await;
     // THEN it is acknowledged, not cut at the SQS calls' 5 s
     assert!(put.is_ok(), "{put:?}");
+}
+
+const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:redrive-alerts";
+
+#[test]
+fn the_digest_needs_a_topic_and_a_table_and_its_hour_is_checked_at_init() {
+    let base = [
+        ("ARCHIVE_BUCKET", "my-archive"),
+        ("POISON_QUEUE_URL", POISON),
+    ];
+    assert_eq!(env(&base).unwrap().digest, None, "no topic: no digest");
+    let mut vars = base.to_vec();
+    vars.extend([
+        ("ALERTS_TOPIC_ARN", TOPIC),
+        ("TRIAGE_TABLE", "redrive-circuit"),
+    ]);
+    assert_eq!(
+        env(&vars).unwrap().digest,
+        Some(DigestConfig {
+            topic_arn: TOPIC.into(),
+            table: "redrive-circuit".into(),
+            hour_utc: DEFAULT_REMINDER_HOUR_UTC,
+        })
+    );
+    let cases: &[(&str, &str, &str)] = &[
+        ("REMINDER_HOUR_UTC", "24", "REMINDER_HOUR_UTC"),
+        ("REMINDER_HOUR_UTC", "nine", "REMINDER_HOUR_UTC"),
+        ("REMINDER_HOUR_UTC", "-1", "REMINDER_HOUR_UTC"),
+        ("ALERTS_TOPIC_ARN", "redrive-alerts", "ALERTS_TOPIC_ARN"),
+        ("TRIAGE_TABLE", "a b", "TRIAGE_TABLE"),
+    ];
+    for (variable, value, named) in cases {
+        let mut v = vars.clone();
+        v.retain(|(k, _)| k != variable);
+        v.push((variable, value));
+        let err = env(&v)
+            .expect_err(&format!("{variable}={value}"))
+            .to_string();
+        assert!(err.contains(named) && err.contains(value), "{err}");
+    }
+    // A bad hour fails even without a topic: a typo shows now, not when the topic is added.
+    let mut v = base.to_vec();
+    v.push(("REMINDER_HOUR_UTC", "25"));
+    assert!(
+        env(&v)
+            .unwrap_err()
+            .to_string()
+            .contains("REMINDER_HOUR_UTC")
+    );
+    // A topic without the books' table.
+    let mut v = base.to_vec();
+    v.push(("ALERTS_TOPIC_ARN", TOPIC));
+    let err = env(&v).unwrap_err().to_string();
+    assert!(err.contains("TRIAGE_TABLE"), "{err}");
+    let mut v = vars.clone();
+    v.push(("REMINDER_HOUR_UTC", "0"));
+    assert_eq!(env(&v).unwrap().digest.unwrap().hour_utc, 0);
+}
+
+mod digest_message {
+    use redrive_shared::triage::state::Book;
+
+    use crate::digest::{
+        DIGEST_GROUPS_PER_QUEUE, QueueFacts, claim_key, compose, hour_utc, queue_entry,
+    };
+
+    // 2026-11-21T09:30:00Z
+    const NOW: i64 = 1_795_253_400_000;
+
+    fn book(groups: &[(&str, u64)]) -> Book {
+        let mut b = Book::new("q");
+        for (g, n) in groups {
+            b.observe(
+                g,
+                &format!("TimeoutError in {g}"),
+                None,
+                *n,
+                None,
+                NOW - 60_000,
+            );
+        }
+        b
+    }
+
+    #[test]
+    fn the_clock_gives_the_hour_and_the_days_claim() {
+        assert_eq!(hour_utc(NOW), 9);
+        assert_eq!(hour_utc(NOW + 3_600_000), 10);
+        assert_eq!(claim_key(NOW), "redrive:digest:2026-11-21");
+        assert_eq!(claim_key(NOW + 15 * 3_600_000), "redrive:digest:2026-11-22");
+    }
+
+    #[test]
+    fn a_dlq_lists_its_largest_groups_not_resolved_with_and_n_more() {
+        let groups: Vec<(String, u64)> = (0..25).map(|i| (format!("g-{i:02}"), i + 1)).collect();
+        let refs: Vec<(&str, u64)> = groups.iter().map(|(g, n)| (g.as_str(), *n)).collect();
+        let mut b = book(&refs);
+        b.groups.get_mut("g-24").unwrap().state = redrive_shared::triage::state::State::Resolved;
+        b.hold("g-00", "ops", Some(NOW + 3_600_000), None, NOW)
+            .unwrap();
+        let facts = QueueFacts {
+            queue: "orders-dlq".into(),
+            depth: Some(300),
+            book: Ok(Some(b)),
+        };
+        let (entry, total) = queue_entry(&facts, NOW).unwrap();
+        assert_eq!(total, 24, "the resolved group is not counted");
+        assert_eq!(entry.groups.len(), DIGEST_GROUPS_PER_QUEUE);
+        assert_eq!(entry.more_groups, 4);
+        assert_eq!(entry.groups[0].group, "g-23", "the largest first");
+        assert!(entry.groups.iter().all(|g| g.group != "g-24"));
+        assert!(
+            entry.groups.iter().all(|g| g.group != "g-00"),
+            "among the 4 more"
+        );
+        let b2 = {
+            let mut b = book(&[("held", 1)]);
+            b.hold("held", "ops", Some(NOW + 3_600_000), None, NOW)
+                .unwrap();
+            b
+        };
+        let (entry, _) = queue_entry(
+            &QueueFacts {
+                queue: "q".into(),
+                depth: Some(1),
+                book: Ok(Some(b2)),
+            },
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(entry.groups[0].state.as_str(), "held");
+        assert_eq!(
+            entry.groups[0].held_until.as_deref(),
+            Some("2026-11-21T10:30:00Z")
+        );
+    }
+
+    #[test]
+    fn only_dlqs_with_messages_or_open_groups_are_listed_and_nothing_sends_nothing() {
+        let empty = |name: &str| QueueFacts {
+            queue: name.into(),
+            depth: Some(0),
+            book: Ok(None),
+        };
+        assert_eq!(compose(&[empty("a"), empty("b")], NOW), None);
+        let mut resolved = book(&[("g", 3)]);
+        resolved.groups.get_mut("g").unwrap().state =
+            redrive_shared::triage::state::State::Resolved;
+        let facts = [
+            empty("a"),
+            QueueFacts {
+                queue: "b".into(),
+                depth: Some(0),
+                book: Ok(Some(resolved)),
+            },
+            QueueFacts {
+                queue: "c".into(),
+                depth: Some(7),
+                book: Ok(None),
+            },
+            QueueFacts {
+                queue: "d".into(),
+                depth: Some(0),
+                book: Ok(Some(book(&[("x", 2), ("y", 1)]))),
+            },
+            QueueFacts {
+                queue: "e".into(),
+                depth: None,
+                book: Err(()),
+            },
+        ];
+        let (subject, json) = compose(&facts, NOW).unwrap();
+        assert_eq!(subject, "redrive: 2 groups on 3 DLQs");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["kind"], "daily-digest");
+        assert_eq!(v["at"], "2026-11-21T09:30:00Z");
+        let names: Vec<&str> = v["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["queue"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["c", "d", "e"]);
+        assert_eq!(v["queues"][1]["groups"][0]["title"], "TimeoutError in x");
+        assert_eq!(v["queues"][1]["groups"][0]["count"], 2);
+        assert_eq!(v["queues"][2]["bookUnreadable"], true);
+    }
 }

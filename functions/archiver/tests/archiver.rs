@@ -859,3 +859,303 @@ async fn a_protected_dlq_whose_retention_is_too_short_is_left_alone_and_said_the
         );
     }
 }
+
+/// The alerts topic on moto, an SQS queue subscribed to it (what a test reads the topic
+/// through), and a books' table.
+struct DigestRig {
+    topic: String,
+    inbox: String,
+    table: String,
+}
+
+async fn digest_rig(sqs: &aws_sdk_sqs::Client) -> DigestRig {
+    let sdk = moto().sdk_config().await;
+    let sns = aws_sdk_sns::Client::new(&sdk);
+    let topic = sns
+        .create_topic()
+        .name(unique_name("alerts"))
+        .send()
+        .await
+        .expect("CreateTopic")
+        .topic_arn
+        .expect("TopicArn");
+    let inbox = sqs
+        .create_queue()
+        .queue_name(unique_name("inbox"))
+        .send()
+        .await
+        .expect("CreateQueue")
+        .queue_url
+        .expect("QueueUrl");
+    let inbox_arn =
+        redrive_tests::queue_attributes(sqs, &inbox).await[&QueueAttributeName::QueueArn].clone();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(inbox_arn)
+        .send()
+        .await
+        .expect("Subscribe");
+    let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
+    DigestRig {
+        topic,
+        inbox,
+        table,
+    }
+}
+
+/// Every SNS notification the inbox holds: (Subject, Message as JSON).
+async fn notifications(sqs: &aws_sdk_sqs::Client, inbox: &str) -> Vec<(String, serde_json::Value)> {
+    let mut out = Vec::new();
+    loop {
+        let got = redrive_tests::receive_raw(sqs, inbox, 1).await;
+        if got.is_empty() {
+            return out;
+        }
+        for m in got {
+            let envelope: serde_json::Value =
+                serde_json::from_str(m.body().unwrap_or_default()).expect("an SNS envelope");
+            let message = serde_json::from_str(envelope["Message"].as_str().unwrap_or_default())
+                .expect("the digest is JSON");
+            out.push((
+                envelope["Subject"].as_str().unwrap_or_default().to_string(),
+                message,
+            ));
+            sqs.delete_message()
+                .queue_url(inbox)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("DeleteMessage");
+        }
+    }
+}
+
+/// A book for `dlq_url` with two groups, the second held for a day from `now_ms`.
+async fn two_groups_one_held(table: &str, dlq_url: &str, now_ms: i64) {
+    let store =
+        redrive_engine::triage_store::DynamoDbTriageStore::new(&moto().sdk_config().await, table);
+    redrive_engine::triage_store::update(&store, dlq_url, |b| {
+        b.observe(
+            "g2-timeout",
+            "TimeoutError: upstream timed out after <n> ms",
+            None,
+            3,
+            None,
+            now_ms,
+        );
+        b.observe(
+            "g2-schema",
+            "ValidationError: missing field <field>",
+            None,
+            2,
+            None,
+            now_ms,
+        );
+        b.hold("g2-schema", "ops", Some(now_ms + 86_400_000), None, now_ms)
+    })
+    .await
+    .expect("the book is written");
+}
+
+#[tokio::test]
+async fn at_the_reminder_hour_one_digest_lists_each_dlqs_groups_once_a_day() {
+    use redrive_archiver::digest::{Digest, DigestOutcome};
+    // GIVEN a DLQ with messages and a book of two groups, one held; an empty second DLQ; the
+    // alerts topic read through a subscribed queue
+    let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
+    let rig = digest_rig(&sqs).await;
+    let quiet = queue_with_retention(&sqs, "345600").await;
+    send_all(
+        &sqs,
+        &queues.dlq_url,
+        &["secret-digest-body-1", "secret-digest-body-2"],
+        false,
+    )
+    .await;
+    // 2026-11-21T09:30:00Z, the reminder hour; the book written then
+    let nine = 1_795_253_400_000_i64;
+    two_groups_one_held(&rig.table, &queues.dlq_url, nine - 600_000).await;
+    let list = format!("{},{quiet}", queues.dlq_url);
+    let cfg = config(&[
+        ("ARCHIVE_BUCKET", &bucket),
+        ("POISON_QUEUE_URL", &queues.poison_url),
+        ("DLQ_URLS", &list),
+        ("ARCHIVE_AFTER_SECONDS", "3600"),
+        ("ARCHIVE_VISIBILITY_SECONDS", "30"),
+        ("METRIC_NAMESPACE", &unique_name("ns")),
+        ("ALERTS_TOPIC_ARN", &rig.topic),
+        ("TRIAGE_TABLE", &rig.table),
+        ("REMINDER_HOUR_UTC", "9"),
+    ]);
+    let digest = Digest::new(
+        &moto().sdk_config().await,
+        cfg.digest.clone().expect("a digest"),
+    );
+    let archiver = on_moto(&s3, cfg).await.with_digest(Some(digest));
+
+    // WHEN it runs in another hour, THEN nothing is published (and the day is not claimed)
+    let eight = nine - 3_600_000;
+    let summary = archiver.run_at(None, eight).await;
+    assert_eq!(summary.digest, Some(DigestOutcome::NotTheHour));
+    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
+
+    // WHEN it runs at the reminder hour
+    let summary = archiver.run_at(None, nine).await;
+
+    // THEN exactly one message lists the DLQ with its depth and both groups with their states,
+    // and no body; the empty DLQ is not listed; the archiving ran as always
+    assert_eq!(summary.digest, Some(DigestOutcome::Sent), "{summary:?}");
+    assert_eq!(summary.queues.len(), 3, "every queue swept: {summary:?}");
+    let got = notifications(&sqs, &rig.inbox).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    let (subject, message) = &got[0];
+    assert_eq!(subject, "redrive: 2 groups on 1 DLQ");
+    assert_eq!(message["kind"], "daily-digest");
+    assert_eq!(message["at"], "2026-11-21T09:30:00Z");
+    let listed = message["queues"].as_array().expect("queues");
+    assert_eq!(listed.len(), 1, "{message}");
+    assert_eq!(listed[0]["queue"], json!(queues.dlq_name));
+    assert_eq!(listed[0]["depth"], json!(2));
+    let groups = listed[0]["groups"].as_array().expect("groups");
+    let by_id = |id: &str| {
+        groups
+            .iter()
+            .find(|g| g["group"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} not in {message}"))
+    };
+    let timeout = by_id("g2-timeout");
+    assert_eq!(
+        (
+            timeout["state"].clone(),
+            timeout["count"].clone(),
+            timeout["heldUntil"].clone()
+        ),
+        (json!("new"), json!(3), json!(null))
+    );
+    assert_eq!(
+        timeout["title"],
+        "TimeoutError: upstream timed out after <n> ms"
+    );
+    assert_eq!(timeout["lastSeen"], "2026-11-21T09:20:00Z");
+    let schema = by_id("g2-schema");
+    assert_eq!(
+        (
+            schema["state"].clone(),
+            schema["count"].clone(),
+            schema["heldUntil"].clone()
+        ),
+        (json!("held"), json!(2), json!("2026-11-22T09:20:00Z"))
+    );
+    assert!(
+        !message.to_string().contains("secret-digest-body"),
+        "a body in the digest"
+    );
+
+    // AND a second run the same day publishes nothing more, from this archiver or another
+    let again = archiver.run_at(None, nine + 1_200_000).await;
+    assert_eq!(again.digest, Some(DigestOutcome::AlreadySent));
+    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_publish_is_logged_and_the_archiving_goes_on() {
+    use redrive_archiver::digest::{Digest, DigestOutcome};
+    let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
+    let rig = digest_rig(&sqs).await;
+    send_all(&sqs, &queues.poison_url, &["old-1"], false).await;
+    send_all(&sqs, &queues.dlq_url, &["waiting"], false).await;
+    // A topic that does not exist: SNS refuses the publish.
+    let missing = format!("{}-gone", rig.topic);
+    let cfg = config(&[
+        ("ARCHIVE_BUCKET", &bucket),
+        ("POISON_QUEUE_URL", &queues.poison_url),
+        ("DLQ_URL", &queues.dlq_url),
+        ("ARCHIVE_AFTER_SECONDS", "0"),
+        ("ARCHIVE_DLQ", "true"),
+        ("ARCHIVE_VISIBILITY_SECONDS", "30"),
+        ("METRIC_NAMESPACE", &unique_name("ns")),
+        ("ALERTS_TOPIC_ARN", &missing),
+        ("TRIAGE_TABLE", &rig.table),
+        ("REMINDER_HOUR_UTC", "9"),
+    ]);
+    let digest = Digest::new(&moto().sdk_config().await, cfg.digest.clone().unwrap());
+    let archiver = on_moto(&s3, cfg).await.with_digest(Some(digest));
+    let summary = archiver.run_at(None, 1_795_253_400_000).await;
+    assert_eq!(summary.digest, Some(DigestOutcome::Failed));
+    assert_eq!((summary.archived, summary.failed), (2, 0), "{summary:?}");
+}
+
+#[tokio::test]
+async fn the_archiver_lambda_publishes_the_digest_at_its_reminder_hour() {
+    let (sqs, _s3, queues, bucket) = queues_and_bucket(false).await;
+    let rig = digest_rig(&sqs).await;
+    let now = redrive_shared::clock::now_ms();
+    two_groups_one_held(&rig.table, &queues.dlq_url, now).await;
+    send_raw(&sqs, &queues.dlq_url, "secret-lambda-digest-body", &[]).await;
+    let hour = redrive_archiver::digest::hour_utc(now).to_string();
+    let mut env = moto().env();
+    env.extend([
+        ("ARCHIVE_BUCKET".to_string(), bucket.clone()),
+        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
+        ("DLQ_URL".to_string(), queues.dlq_url.clone()),
+        ("ARCHIVE_AFTER_SECONDS".to_string(), "3600".to_string()),
+        ("METRIC_NAMESPACE".to_string(), unique_name("ns")),
+        ("ALERTS_TOPIC_ARN".to_string(), rig.topic.clone()),
+        ("TRIAGE_TABLE".to_string(), rig.table.clone()),
+        ("REMINDER_HOUR_UTC".to_string(), hour),
+    ]);
+    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let response = watch
+        .invoke("archiver", &fixture("eventbridge-scheduled.json"))
+        .await
+        .expect("invoke");
+    assert_eq!(
+        response["digest"],
+        json!("sent"),
+        "{response}\n{}",
+        watch.log()
+    );
+    let got = notifications(&sqs, &rig.inbox).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, "redrive: 2 groups on 1 DLQ");
+    assert_eq!(
+        got[0].1["queues"][0]["groups"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let response = watch
+        .invoke("archiver", &fixture("eventbridge-scheduled.json"))
+        .await
+        .expect("invoke");
+    assert_eq!(response["digest"], json!("already-sent"), "{response}");
+    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
+    let log = watch.log();
+    assert!(log.contains("digest-sent"), "{log}");
+    assert!(!log.contains("secret-lambda-digest-body"));
+}
+
+#[tokio::test]
+async fn a_bad_reminder_hour_fails_the_lambdas_init_naming_it() {
+    let (sqs, _s3, queues, bucket) = queues_and_bucket(false).await;
+    let rig = digest_rig(&sqs).await;
+    send_raw(&sqs, &queues.poison_url, "stays", &[]).await;
+    let mut env = moto().env();
+    env.extend([
+        ("ARCHIVE_BUCKET".to_string(), bucket.clone()),
+        ("POISON_QUEUE_URL".to_string(), queues.poison_url.clone()),
+        ("ARCHIVE_AFTER_SECONDS".to_string(), "0".to_string()),
+        ("ALERTS_TOPIC_ARN".to_string(), rig.topic.clone()),
+        ("TRIAGE_TABLE".to_string(), rig.table.clone()),
+        ("REMINDER_HOUR_UTC".to_string(), "24".to_string()),
+    ]);
+    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let err = watch
+        .invoke("archiver", &fixture("eventbridge-scheduled.json"))
+        .await
+        .expect_err("init fails");
+    assert!(err.contains("REMINDER_HOUR_UTC"), "{err}");
+    // Nothing was archived: the refused init touched no queue.
+    redrive_tests::fixture::assert_never_received(&sqs, &queues.poison_url).await;
+    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
+}
