@@ -222,28 +222,18 @@ pub enum Stop {
     Exhausted,
 }
 
-/// How a walk ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Status {
-    /// Every message of the queue was looked at (or every `--id` was found).
-    Complete,
-    /// `--max` was reached: the rest is for the next run.
-    Limit,
-    /// The walk stopped before the end of the queue: messages are left that it never saw.
-    Incomplete,
-    /// An AWS call failed part-way.
-    Failed,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Complete => "complete",
-            Self::Limit => "limit",
-            Self::Incomplete => "incomplete",
-            Self::Failed => "failed",
-        }
+redrive_shared::text_enum! {
+    /// How a walk ended.
+    #[derive(Debug, PartialEq, Eq)]
+    pub enum Status {
+        /// Every message of the queue was looked at (or every `--id` was found).
+        Complete = "complete",
+        /// `--max` was reached: the rest is for the next run.
+        Limit = "limit",
+        /// The walk stopped before the end of the queue: messages are left that it never saw.
+        Incomplete = "incomplete",
+        /// An AWS call failed part-way.
+        Failed = "failed",
     }
 }
 

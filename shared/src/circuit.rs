@@ -18,56 +18,34 @@ pub const APPLIED_WRITES: usize = 16;
 /// Sample buckets kept per window (counts are merged into buckets of window / this).
 const BUCKETS_PER_WINDOW: i64 = 20;
 
-/// The state of the circuit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum State {
-    /// Drain as usual.
-    Closed,
-    /// Nothing is redriven: messages stay on the DLQ without spending attempts.
-    Open,
-    /// A canary is (or is about to be) out; nothing else is redriven.
-    HalfOpen,
-}
-
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Closed => "closed",
-            Self::Open => "open",
-            Self::HalfOpen => "half-open",
-        }
+crate::text_enum! {
+    /// The state of the circuit.
+    #[derive(Debug, PartialEq, Eq, Hash)]
+    pub enum State {
+        /// Drain as usual.
+        Closed = "closed",
+        /// Nothing is redriven: messages stay on the DLQ without spending attempts.
+        Open = "open",
+        /// A canary is (or is about to be) out; nothing else is redriven.
+        HalfOpen = "half-open",
     }
 }
 
-impl std::fmt::Display for State {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+crate::text_enum! {
+    /// The operator's override.
+    #[derive(Debug, Default, PartialEq, Eq, Hash)]
+    pub enum Override {
+        /// The measurements decide.
+        #[default]
+        Auto = "auto",
+        /// Held open whatever the measurements say.
+        Open = "open",
+        /// Forced closed whatever the measurements say.
+        Closed = "closed",
     }
-}
-
-/// The operator's override.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Override {
-    /// The measurements decide.
-    #[default]
-    Auto,
-    /// Held open whatever the measurements say.
-    Open,
-    /// Forced closed whatever the measurements say.
-    Closed,
 }
 
 impl Override {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Open => "open",
-            Self::Closed => "closed",
-        }
-    }
-
     /// `auto`, `open`, `closed` (also `close`).
     pub fn parse(text: &str) -> Result<Self, String> {
         match text.trim().to_ascii_lowercase().as_str() {
@@ -76,12 +54,6 @@ impl Override {
             "closed" | "close" => Ok(Self::Closed),
             _ => Err("must be auto, open or closed".into()),
         }
-    }
-}
-
-impl std::fmt::Display for Override {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

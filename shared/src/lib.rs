@@ -38,6 +38,7 @@ pub mod meta;
 pub mod sdk;
 pub mod source;
 pub mod sync;
+pub mod text;
 pub mod timefmt;
 pub mod trace_header;
 pub mod triage;

@@ -11,38 +11,24 @@ use tokio::time::Instant;
 use super::admission::{Admission, CircuitSummary};
 use crate::ports::PortError;
 
-/// Why a drain stopped (the contract's `stoppedBecause`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StopReason {
-    QueueEmpty,
-    /// A run that ends with no other reason ends at its limit.
-    #[default]
-    Limit,
-    Deadline,
-    CircuitOpen,
-    NotInAlarm,
-    OtherQueue,
-    /// A Step Functions execution that found another one draining the DLQ: it received nothing.
-    AlreadyRunning,
-    /// A protected DLQ whose settings (its tags) are invalid or unreadable: left alone.
-    BadSettings,
-    Other,
-}
-
-impl StopReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::QueueEmpty => "queue-empty",
-            Self::Limit => "limit",
-            Self::Deadline => "deadline",
-            Self::CircuitOpen => "circuit-open",
-            Self::NotInAlarm => "not-in-alarm",
-            Self::OtherQueue => "other-queue",
-            Self::AlreadyRunning => "already-running",
-            Self::BadSettings => "bad-settings",
-            Self::Other => "other",
-        }
+redrive_shared::text_enum! {
+    /// Why a drain stopped (the contract's `stoppedBecause`).
+    #[derive(Debug, Default, PartialEq, Eq)]
+    pub enum StopReason {
+        QueueEmpty = "queue-empty",
+        /// A run that ends with no other reason ends at its limit.
+        #[default]
+        Limit = "limit",
+        Deadline = "deadline",
+        CircuitOpen = "circuit-open",
+        NotInAlarm = "not-in-alarm",
+        OtherQueue = "other-queue",
+        /// A Step Functions execution that found another one draining the DLQ: it received
+        /// nothing.
+        AlreadyRunning = "already-running",
+        /// A protected DLQ whose settings (its tags) are invalid or unreadable: left alone.
+        BadSettings = "bad-settings",
+        Other = "other",
     }
 }
 

@@ -10,44 +10,28 @@
 //! | 4   | not isolated and attempts below the limit                               | `redriver-will-retry` |
 //! | 5   | anything else (attempts spent, isolated by hand)                        | `fix-then-replay-canary` |
 
-use serde::Serialize;
 
 use super::facts::Facts;
 use crate::meta::{ErrorClass, IsolationReason};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Action {
-    /// It cannot be sent as it is (too large, too many attributes): export it, or discard it.
-    ExportOrDiscard,
-    /// Fix the cause, then replay with a canary (one message first, then the rest).
-    FixThenReplayCanary,
-    /// No source queue is known: replay it to a queue you name.
-    ReplayToNamedQueue,
-    /// Transient and under the limit: the re-driver will retry it; nothing to do now.
-    RedriverWillRetry,
+crate::text_enum! {
+    #[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum Action {
+        /// It cannot be sent as it is (too large, too many attributes): export it, or discard it.
+        ExportOrDiscard = "export-or-discard",
+        /// Fix the cause, then replay with a canary (one message first, then the rest).
+        FixThenReplayCanary = "fix-then-replay-canary",
+        /// No source queue is known: replay it to a queue you name.
+        ReplayToNamedQueue = "replay-to-named-queue",
+        /// Transient and under the limit: the re-driver will retry it; nothing to do now.
+        RedriverWillRetry = "redriver-will-retry",
+    }
 }
 
 impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ExportOrDiscard => "export-or-discard",
-            Self::FixThenReplayCanary => "fix-then-replay-canary",
-            Self::ReplayToNamedQueue => "replay-to-named-queue",
-            Self::RedriverWillRetry => "redriver-will-retry",
-        }
-    }
-
     /// Reads the name [`as_str`](Self::as_str) writes.
     pub fn parse(name: &str) -> Option<Self> {
-        [
-            Self::ExportOrDiscard,
-            Self::FixThenReplayCanary,
-            Self::ReplayToNamedQueue,
-            Self::RedriverWillRetry,
-        ]
-        .into_iter()
-        .find(|a| a.as_str() == name)
+        Self::from_text(name)
     }
 
     /// One line for an operator.

@@ -46,45 +46,22 @@ impl Version {
     }
 }
 
-/// What a placeholder stands for; written (and serialised) as the placeholder's name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    Uuid,
-    Arn,
-    Url,
-    Account,
-    Ip,
-    Email,
-    Timestamp,
-    Date,
-    Hex,
-    Number,
-    Duration,
-    Quoted,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Uuid => "uuid",
-            Self::Arn => "arn",
-            Self::Url => "url",
-            Self::Account => "account",
-            Self::Ip => "ip",
-            Self::Email => "email",
-            Self::Timestamp => "timestamp",
-            Self::Date => "date",
-            Self::Hex => "hex",
-            Self::Number => "num",
-            Self::Duration => "duration",
-            Self::Quoted => "quoted",
-        }
-    }
-}
-
-impl Serialize for Kind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+crate::text_enum! {
+    /// What a placeholder stands for; written (and serialised) as the placeholder's name.
+    #[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum Kind {
+        Uuid = "uuid",
+        Arn = "arn",
+        Url = "url",
+        Account = "account",
+        Ip = "ip",
+        Email = "email",
+        Timestamp = "timestamp",
+        Date = "date",
+        Hex = "hex",
+        Number = "num",
+        Duration = "duration",
+        Quoted = "quoted",
     }
 }
 

@@ -9,35 +9,16 @@ use super::{AUDIT_KEPT, TIMES_KEPT};
 use crate::timefmt::rfc3339_from_millis;
 use crate::triage::Group;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum State {
-    New,
-    Acknowledged,
-    Held,
-    Replaying,
-    ReplayFailed,
-    Resolved,
-    Regressed,
-}
-
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::New => "new",
-            Self::Acknowledged => "acknowledged",
-            Self::Held => "held",
-            Self::Replaying => "replaying",
-            Self::ReplayFailed => "replay-failed",
-            Self::Resolved => "resolved",
-            Self::Regressed => "regressed",
-        }
-    }
-}
-
-impl std::fmt::Display for State {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+crate::text_enum! {
+    #[derive(Debug, PartialEq, Eq)]
+    pub enum State {
+        New = "new",
+        Acknowledged = "acknowledged",
+        Held = "held",
+        Replaying = "replaying",
+        ReplayFailed = "replay-failed",
+        Resolved = "resolved",
+        Regressed = "regressed",
     }
 }
 
