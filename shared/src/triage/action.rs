@@ -10,7 +10,6 @@
 //! | 4   | not isolated and attempts below the limit                               | `redriver-will-retry` |
 //! | 5   | anything else (attempts spent, isolated by hand)                        | `fix-then-replay-canary` |
 
-
 use super::facts::Facts;
 use crate::meta::{ErrorClass, IsolationReason};
 
