@@ -1265,6 +1265,11 @@ async fn the_lambda_with_circuit_table_opens_its_circuit_on_bounced_copies() {
     env.extend(queues.redriver_env());
     env.push(("METRIC_NAMESPACE".into(), unique_name("ns")));
     env.push(("CIRCUIT_TABLE".into(), table.clone()));
+    // One receive at a time: two pipelines can each take two of the four bounced copies, and a
+    // batch of two is below the circuit's minimum of bounces, so the first would be redriven
+    // before the second opens the circuit (under load, on moto). The four in one batch is what
+    // this test proves.
+    env.push(("MAX_CONCURRENT_BATCHES".into(), "1".into()));
     let watch = redrive_tests::LambdaWatch::start(&["redriver"], &env).await;
     let response = watch
         .invoke("redriver", &serde_json::json!({}))

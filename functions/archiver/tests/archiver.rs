@@ -861,15 +861,19 @@ async fn a_protected_dlq_whose_retention_is_too_short_is_left_alone_and_said_the
 }
 
 /// The alerts topic on moto, an SQS queue subscribed to it (what a test reads the topic
-/// through), and a books' table.
+/// through), and a books' table. The inbox is on moto's own SQS whatever emulator serves the
+/// archiver's queues: moto's SNS delivers only to its own queues.
 struct DigestRig {
     topic: String,
     inbox: String,
     table: String,
+    own: aws_sdk_sqs::Client,
 }
 
-async fn digest_rig(sqs: &aws_sdk_sqs::Client) -> DigestRig {
+async fn digest_rig(_sqs: &aws_sdk_sqs::Client) -> DigestRig {
     let sdk = moto().sdk_config().await;
+    let own = aws_sdk_sqs::Client::new(&moto().own_sdk_config().await);
+    let sqs = &own;
     let sns = aws_sdk_sns::Client::new(&sdk);
     let topic = sns
         .create_topic()
@@ -901,6 +905,7 @@ async fn digest_rig(sqs: &aws_sdk_sqs::Client) -> DigestRig {
         topic,
         inbox,
         table,
+        own,
     }
 }
 
@@ -998,7 +1003,7 @@ async fn at_the_reminder_hour_one_digest_lists_each_dlqs_groups_once_a_day() {
     let eight = nine - 3_600_000;
     let summary = archiver.run_at(None, eight).await;
     assert_eq!(summary.digest, Some(DigestOutcome::NotTheHour));
-    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
+    assert!(notifications(&rig.own, &rig.inbox).await.is_empty());
 
     // WHEN it runs at the reminder hour
     let summary = archiver.run_at(None, nine).await;
@@ -1007,7 +1012,7 @@ async fn at_the_reminder_hour_one_digest_lists_each_dlqs_groups_once_a_day() {
     // and no body; the empty DLQ is not listed; the archiving ran as always
     assert_eq!(summary.digest, Some(DigestOutcome::Sent), "{summary:?}");
     assert_eq!(summary.queues.len(), 3, "every queue swept: {summary:?}");
-    let got = notifications(&sqs, &rig.inbox).await;
+    let got = notifications(&rig.own, &rig.inbox).await;
     assert_eq!(got.len(), 1, "{got:?}");
     let (subject, message) = &got[0];
     assert_eq!(subject, "redrive: 2 groups on 1 DLQ");
@@ -1056,7 +1061,7 @@ async fn at_the_reminder_hour_one_digest_lists_each_dlqs_groups_once_a_day() {
     // AND a second run the same day publishes nothing more, from this archiver or another
     let again = archiver.run_at(None, nine + 1_200_000).await;
     assert_eq!(again.digest, Some(DigestOutcome::AlreadySent));
-    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
+    assert!(notifications(&rig.own, &rig.inbox).await.is_empty());
 }
 
 #[tokio::test]
@@ -1124,7 +1129,7 @@ async fn the_archiver_lambda_publishes_the_digest_at_its_reminder_hour() {
         "{response}\n{}",
         watch.log()
     );
-    let got = notifications(&sqs, &rig.inbox).await;
+    let got = notifications(&rig.own, &rig.inbox).await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].0, "redrive: 2 groups on 1 DLQ");
     assert_eq!(
@@ -1136,7 +1141,7 @@ async fn the_archiver_lambda_publishes_the_digest_at_its_reminder_hour() {
         .await
         .expect("invoke");
     assert_eq!(response["digest"], json!("already-sent"), "{response}");
-    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
+    assert!(notifications(&rig.own, &rig.inbox).await.is_empty());
     let log = watch.log();
     assert!(log.contains("digest-sent"), "{log}");
     assert!(!log.contains("secret-lambda-digest-body"));
@@ -1164,5 +1169,5 @@ async fn a_bad_reminder_hour_fails_the_lambdas_init_naming_it() {
     assert!(err.contains("REMINDER_HOUR_UTC"), "{err}");
     // Nothing was archived: the refused init touched no queue.
     redrive_tests::fixture::assert_never_received(&sqs, &queues.poison_url).await;
-    assert!(notifications(&sqs, &rig.inbox).await.is_empty());
+    assert!(notifications(&rig.own, &rig.inbox).await.is_empty());
 }
