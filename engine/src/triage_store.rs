@@ -186,7 +186,14 @@ impl DynamoDbTriageStore {
     /// `queue` as given (the key before), which is not copied (a reader that may only read,
     /// such as the archiver's daily digest). `None` when there is none.
     pub async fn read(&self, queue: &str) -> Result<Option<Book>, PortError> {
-        for key in [self.key(queue), book_key(queue)] {
+        let key = self.key(queue);
+        let old_key = book_key(queue);
+        let keys = if key == old_key {
+            vec![key]
+        } else {
+            vec![key, old_key]
+        };
+        for key in keys {
             if let Some(item) = self.get(&key).await? {
                 return Self::book_of(&key, &item).map(|(_, book)| Some(book));
             }

@@ -870,7 +870,7 @@ struct DigestRig {
     own: aws_sdk_sqs::Client,
 }
 
-async fn digest_rig(_sqs: &aws_sdk_sqs::Client) -> DigestRig {
+async fn digest_rig() -> DigestRig {
     let sdk = moto().sdk_config().await;
     let own = aws_sdk_sqs::Client::new(&moto().own_sdk_config().await);
     let sqs = &own;
@@ -969,7 +969,7 @@ async fn at_the_reminder_hour_one_digest_lists_each_dlqs_groups_once_a_day() {
     // GIVEN a DLQ with messages and a book of two groups, one held; an empty second DLQ; the
     // alerts topic read through a subscribed queue
     let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
-    let rig = digest_rig(&sqs).await;
+    let rig = digest_rig().await;
     let quiet = queue_with_retention(&sqs, "345600").await;
     send_all(
         &sqs,
@@ -1068,7 +1068,7 @@ async fn at_the_reminder_hour_one_digest_lists_each_dlqs_groups_once_a_day() {
 async fn a_failed_publish_is_logged_and_the_archiving_goes_on() {
     use redrive_archiver::digest::{Digest, DigestOutcome};
     let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
-    let rig = digest_rig(&sqs).await;
+    let rig = digest_rig().await;
     send_all(&sqs, &queues.poison_url, &["old-1"], false).await;
     send_all(&sqs, &queues.dlq_url, &["waiting"], false).await;
     // A topic that does not exist: SNS refuses the publish.
@@ -1095,7 +1095,7 @@ async fn a_failed_publish_is_logged_and_the_archiving_goes_on() {
 #[tokio::test]
 async fn the_archiver_lambda_publishes_the_digest_at_its_reminder_hour() {
     let (sqs, _s3, queues, bucket) = queues_and_bucket(false).await;
-    let rig = digest_rig(&sqs).await;
+    let rig = digest_rig().await;
     // The Lambda reads its own clock: the hour set here must still be the hour of both
     // invocations, so a test that would start in an hour's last two minutes waits for the next.
     const HOUR_MS: i64 = 3_600_000;
@@ -1150,7 +1150,7 @@ async fn the_archiver_lambda_publishes_the_digest_at_its_reminder_hour() {
 #[tokio::test]
 async fn a_bad_reminder_hour_fails_the_lambdas_init_naming_it() {
     let (sqs, _s3, queues, bucket) = queues_and_bucket(false).await;
-    let rig = digest_rig(&sqs).await;
+    let rig = digest_rig().await;
     send_raw(&sqs, &queues.poison_url, "stays", &[]).await;
     let mut env = moto().env();
     env.extend([
