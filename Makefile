@@ -219,9 +219,11 @@ demo: setup
 # built (doctests 16 s, package 4 s); after a change the doctests take about 2 min, and a cold
 # package step about 11 min (3 min of CPU: the crates' dependencies built once for their own
 # feature set, under target/).
+# scripts/package-crates.sh first removes what cargo kept of an earlier run's packaged crates
+# (the version number does not change between commits).
 .PHONY: test-crates
 test-crates:
 	@echo "==> test-crates: doctests, cargo package of redrive-shared and redrive-consumer (verified)"
 	cargo test --workspace --doc
 	cargo fetch --locked
-	cargo package -p redrive-shared -p redrive-consumer --allow-dirty --offline
+	bash scripts/package-crates.sh
