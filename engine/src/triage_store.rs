@@ -26,7 +26,8 @@ use std::sync::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use redrive_shared::timefmt::rfc3339_from_millis;
-use redrive_shared::triage::state::{Book, Refused};
+use redrive_shared::triage::Group;
+use redrive_shared::triage::state::{Alert, Book, PassFacts, Refused};
 
 use crate::aws::port_error;
 use crate::circuit::{SaveOutcome, s, unreadable_item};
@@ -109,6 +110,45 @@ pub async fn update<S: TriageStore, T>(
         }
     }
     Err(TriageError::Contended(queue_url.to_string()))
+}
+
+/// A pass's groups recorded in the queue's book, as `redrive triage --table` and the archiver's
+/// sweeps record them: each group's plan stored, each group observed (a new group and a
+/// regression raise an alert), its pass facts kept; a complete pass (every message on the
+/// queue was read) marks the groups it did not find resolved; holds whose time ran out end.
+/// Returns the alerts and the book as saved.
+pub async fn record_pass<S: TriageStore>(
+    store: &S,
+    queue_url: &str,
+    groups: &[Group],
+    complete: bool,
+    now: i64,
+) -> Result<(Vec<Alert>, Book), TriageError> {
+    for g in groups {
+        store.save_plan(&g.plan_id, &g.message_ids).await?;
+    }
+    update(store, queue_url, |b| {
+        let mut alerts = Vec::new();
+        for g in groups {
+            let plan = Some((g.plan_id.as_str(), g.message_ids.len() as u64));
+            alerts.extend(b.observe(
+                &g.id,
+                &g.title,
+                g.source.as_deref(),
+                g.count as u64,
+                plan,
+                now,
+            ));
+            b.keep_pass_facts(&g.id, PassFacts::of(g), now)?;
+        }
+        b.passed(now);
+        if complete {
+            b.absent(groups.iter().map(|g| g.id.as_str()), now);
+        }
+        b.expire(now);
+        Ok(alerts)
+    })
+    .await
 }
 
 /// The book of `queue_url`, a new empty one when there is none.

@@ -107,12 +107,13 @@ class ArchiveTemplates(support.TemplatesTestCase):
                            for s in p["PolicyDocument"]["Statement"] for a in _actions(s)]
                 self.assertFalse([a for a in actions if a.startswith("s3:")], name)
 
-    def test_the_daily_digest_reads_only_books_writes_only_the_days_claim_and_publishes_on_alerts(self):
+    def test_the_index_and_the_digest_write_only_books_plans_and_the_days_claim_and_publish_on_alerts(self):
         by_sid = self.statements("ArchiverRole")
         table = {"Fn::GetAtt": ["CircuitTable", "Arn"]}
-        for sid, action, keys in (("ReadTriageBooks", "dynamodb:GetItem", ["triage#*"]),
-                                  ("ClaimDigestDay", "dynamodb:PutItem", ["redrive:digest:*"])):
-            self.assertEqual((_actions(by_sid[sid]), by_sid[sid]["Resource"]), ([action], table), sid)
+        for sid, actions, keys in (("IndexTriageBooks", ["dynamodb:GetItem", "dynamodb:PutItem"],
+                                    ["triage#*", "triage-plan#*"]),
+                                   ("ClaimDigestDay", ["dynamodb:PutItem"], ["redrive:digest:*"])):
+            self.assertEqual((sorted(_actions(by_sid[sid])), by_sid[sid]["Resource"]), (actions, table), sid)
             self.assertEqual(by_sid[sid]["Condition"],
                              {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": keys}}, sid)
         self.assertEqual((_actions(by_sid["PublishDailyDigest"]), by_sid["PublishDailyDigest"]["Resource"]),

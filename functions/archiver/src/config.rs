@@ -41,6 +41,9 @@ pub struct ArchiverConfig {
     pub protected: bool,
     /// The daily digest of the DLQs' triage books (`ALERTS_TOPIC_ARN`); `None`: no digest.
     pub digest: Option<DigestConfig>,
+    /// `TRIAGE_TABLE`: the table of triage's books. Set, each sweep records the groups of the
+    /// messages it left on the queue in the queue's book (the live index); `None`: no index.
+    pub triage_table: Option<String>,
 }
 
 /// `REMINDER_HOUR_UTC` when unset: the hour (UTC) of the daily digest.
@@ -217,6 +220,7 @@ impl ArchiverConfig {
         // The hour is checked whether or not a topic is set: a typo fails now, not on the day
         // the topic is added.
         let hour_utc = env.or("REMINDER_HOUR_UTC", DEFAULT_REMINDER_HOUR_UTC, parse_hour)?;
+        let triage_table = env.optional("TRIAGE_TABLE", parse_table_name)?;
         let digest = match env.optional("ALERTS_TOPIC_ARN", parse_topic_arn)? {
             Some(topic_arn) => Some(DigestConfig {
                 topic_arn,
@@ -237,6 +241,7 @@ impl ArchiverConfig {
             archive_dlq,
             protected,
             digest,
+            triage_table,
         })
     }
 }

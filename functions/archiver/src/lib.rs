@@ -22,10 +22,13 @@
 //! - At the reminder hour (`REMINDER_HOUR_UTC`, with `ALERTS_TOPIC_ARN`), the first run of
 //!   the day publishes one daily digest for the whole fleet: each DLQ with messages or groups
 //!   not resolved, with its groups from triage's books ([`digest`]).
+//! - With `TRIAGE_TABLE`, each sweep records the groups of the messages it left on the queue in
+//!   the queue's triage book: the live index the console and the digest read ([`index`]).
 //! - Bodies are never logged.
 
 mod config;
 pub mod digest;
+pub mod index;
 mod store;
 mod sweep;
 

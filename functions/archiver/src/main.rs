@@ -13,6 +13,10 @@ async fn main() -> Result<(), Error> {
     let (config, sdk) = redrive_engine::lambda_init_fleet(ArchiverConfig::from_env).await?;
     let clients = Clients::from_sdk(&sdk);
     let digest = config.digest.clone();
+    let index = config.triage_table.as_deref().map(|table| {
+        let topic = digest.as_ref().map(|d| d.topic_arn.as_str());
+        redrive_archiver::index::Index::new(&sdk, table, topic)
+    });
     // Path-style, as the CLI's export and import use it (see redrive_engine::s3), with the
     // longer timeouts of an upload.
     let s3 = redrive_archiver::for_uploads(redrive_engine::s3::client(&sdk));
@@ -32,7 +36,8 @@ async fn main() -> Result<(), Error> {
         digest
             .clone()
             .map(|d| redrive_archiver::digest::Digest::new(&sdk, d)),
-    );
+    )
+    .with_index(index);
     let archiver = &archiver;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = redrive_engine::deadline_instant(event.context.deadline);

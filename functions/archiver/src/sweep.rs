@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::config::{ArchiverConfig, ArchiverInitError, check_threshold};
 use crate::digest::{Digest, DigestOutcome};
+use crate::index::{self, Index};
 use crate::store::{ObjectStore, archive_object};
 
 /// Time kept free before the Lambda deadline and before the visibility of held messages ends:
@@ -28,6 +29,8 @@ pub struct QueuedMessage {
     pub receipt_handle: String,
     pub body: String,
     pub attributes: Attributes,
+    /// The queue that dead-lettered the message, where SQS says (`DeadLetterQueueSourceArn`).
+    pub dead_letter_source_arn: Option<String>,
     /// The system attributes the archive keeps (`SentTimestamp`, `ApproximateReceiveCount`,
     /// group and deduplication ids, ...).
     pub system: SystemAttributes,
@@ -40,6 +43,7 @@ impl From<(Received, SystemAttributes)> for QueuedMessage {
             receipt_handle: m.receipt_handle,
             body: m.body,
             attributes: m.attributes,
+            dead_letter_source_arn: m.dead_letter_source_arn,
             system,
         }
     }
@@ -124,6 +128,10 @@ pub struct QueueSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oldest_age_seconds: Option<u64>,
     pub stopped_because: SweepStop,
+    /// The groups the sweep recorded in the queue's triage book (absent: no index, or the
+    /// book could not be written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<usize>,
 }
 
 /// The run's answer (also logged as one JSON line).
@@ -151,6 +159,8 @@ pub struct Archiver<Q, S, M> {
     skipped: HashSet<QueueUrl>,
     /// The daily digest, when `ALERTS_TOPIC_ARN` names its topic.
     digest: Option<Digest>,
+    /// The live triage index, when `TRIAGE_TABLE` names the books' table.
+    index: Option<Index>,
 }
 
 impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
@@ -242,12 +252,19 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
             thresholds,
             skipped,
             digest: None,
+            index: None,
         })
     }
 
     /// Sends the daily digest at the reminder hour ([`crate::digest`]).
     pub fn with_digest(mut self, digest: Option<Digest>) -> Self {
         self.digest = digest;
+        self
+    }
+
+    /// Records each sweep's groups in the queue's triage book ([`crate::index`]).
+    pub fn with_index(mut self, index: Option<Index>) -> Self {
+        self.index = index;
         self
     }
 
@@ -344,7 +361,9 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
             objects: 0,
             oldest_age_seconds: None,
             stopped_because: SweepStop::QueueEmpty,
+            groups: None,
         };
+        let mut pass = self.index.as_ref().map(|_| Index::pass());
         let mut oldest_age_ms: Option<i64> = None;
         let mut held: Vec<HandleEntry> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
@@ -399,6 +418,9 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
                     }
                     if first_time {
                         summary.kept += 1;
+                        if let Some(p) = pass.as_mut() {
+                            p.add(&index::observation(&m));
+                        }
                     }
                     held.push(m.handle());
                 }
@@ -429,6 +451,14 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
         summary.oldest_age_seconds =
             (!unread).then(|| u64::try_from(oldest_age_ms.unwrap_or(0).max(0) / 1000).unwrap_or(0));
         self.release(url, &held).await;
+        if let (Some(index), Some(pass)) = (&self.index, pass)
+            && !unread
+        {
+            let complete = stop == SweepStop::QueueEmpty;
+            summary.groups = index
+                .record(url.name(), url.as_str(), pass, complete, now_ms())
+                .await;
+        }
         tracing::info!(
             queue = url.name(),
             received = summary.received,
@@ -438,6 +468,7 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
             objects = summary.objects,
             oldest_age_seconds = summary.oldest_age_seconds,
             stopped_because = ?summary.stopped_because,
+            groups = summary.groups,
             "sweep"
         );
         summary

@@ -140,6 +140,7 @@ fn an_object_holds_one_line_per_message_in_the_shared_format() {
         receipt_handle: "h".into(),
         body: "line one\nline two ✓".into(),
         attributes: Attributes::new(),
+        dead_letter_source_arn: None,
         system: SystemAttributes::from_pairs([("SentTimestamp", "1795255200000")]),
     };
     let bytes = archive_object(&q, 1_795_255_260_000, &[m.clone(), m]);

@@ -1129,13 +1129,21 @@ async fn the_archiver_lambda_publishes_the_digest_at_its_reminder_hour() {
         "{response}\n{}",
         watch.log()
     );
-    let got = notifications(&rig.own, &rig.inbox).await;
+    // The digest, and the alert of the group the sweep found after it (the live index: the
+    // message sent by hand, a group the book did not know).
+    let (got, alerts): (Vec<_>, Vec<_>) = notifications(&rig.own, &rig.inbox)
+        .await
+        .into_iter()
+        .partition(|(_, m)| m["kind"] == "daily-digest");
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].0, "redrive: 2 groups on 1 DLQ");
     assert_eq!(
         got[0].1["queues"][0]["groups"].as_array().map(Vec::len),
         Some(2)
     );
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0].1["kind"], "new-group");
+    assert_eq!(response["queues"][1]["groups"], json!(1), "{response}");
     let response = watch
         .invoke("archiver", &fixture("eventbridge-scheduled.json"))
         .await
@@ -1169,5 +1177,143 @@ async fn a_bad_reminder_hour_fails_the_lambdas_init_naming_it() {
     assert!(err.contains("REMINDER_HOUR_UTC"), "{err}");
     // Nothing was archived: the refused init touched no queue.
     redrive_tests::fixture::assert_never_received(&sqs, &queues.poison_url).await;
+    assert!(notifications(&rig.own, &rig.inbox).await.is_empty());
+}
+
+/// Sends order `n`'s message whose consumer recorded a transient `code` (body `{}`).
+async fn send_failed_order(sqs: &aws_sdk_sqs::Client, url: &str, n: u64, code: &str) {
+    let meta = redrive_tests::transiently_failed(n, code);
+    let attribute = attr_string(&meta.to_json());
+    send_raw(
+        sqs,
+        url,
+        "{}",
+        &[(redrive_shared::meta::ATTRIBUTE_NAME, attribute)],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn each_sweep_records_the_groups_it_left_on_the_dlq_in_its_triage_book() {
+    use redrive_archiver::index::Index;
+    use redrive_shared::triage::state::State;
+    // GIVEN a DLQ holding three causes: three orders a downstream answered 503, two it
+    // throttled (429), and one message sent by hand with no recorded cause; none old enough
+    // to archive; the books' table and the alerts topic configured
+    let (sqs, s3, queues, bucket) = queues_and_bucket(false).await;
+    let rig = digest_rig().await;
+    for (n, code) in redrive_tests::FAILED_ORDERS {
+        send_failed_order(&sqs, &queues.dlq_url, n, code).await;
+    }
+    send_raw(&sqs, &queues.dlq_url, r#"{"order":7}"#, &[]).await;
+    let now = redrive_shared::clock::now_ms();
+    // Not the reminder hour: this run sends no digest.
+    let hour = (redrive_archiver::digest::hour_utc(now) + 12) % 24;
+    let cfg = config(&[
+        ("ARCHIVE_BUCKET", &bucket),
+        ("POISON_QUEUE_URL", &queues.poison_url),
+        ("DLQ_URL", &queues.dlq_url),
+        ("ARCHIVE_AFTER_SECONDS", "3600"),
+        ("ARCHIVE_VISIBILITY_SECONDS", "30"),
+        ("METRIC_NAMESPACE", &unique_name("ns")),
+        ("ALERTS_TOPIC_ARN", &rig.topic),
+        ("TRIAGE_TABLE", &rig.table),
+        ("REMINDER_HOUR_UTC", &hour.to_string()),
+    ]);
+    assert_eq!(cfg.triage_table.as_deref(), Some(rig.table.as_str()));
+    let sdk = moto().sdk_config().await;
+    let index = Index::new(&sdk, &rig.table, Some(&rig.topic));
+    let archiver = on_moto(&s3, cfg).await.with_index(Some(index));
+    let books = redrive_engine::triage_store::DynamoDbTriageStore::new(&sdk, &rig.table);
+    let book = || async {
+        books
+            .read(&queues.dlq_url)
+            .await
+            .expect("the book reads")
+            .expect("the sweep wrote the DLQ's book")
+    };
+    let timeout = redrive_tests::triage_group(&redrive_tests::transiently_failed(1, "HTTP_503"));
+    let throttled = redrive_tests::triage_group(&redrive_tests::transiently_failed(4, "HTTP_429"));
+
+    // WHEN it sweeps
+    let first = archiver.run(None).await;
+
+    // THEN the DLQ's book holds exactly the three groups with their counts, each new
+    let dlq = first
+        .queues
+        .iter()
+        .find(|q| queues.dlq_url.ends_with(&q.queue))
+        .expect("the DLQ was swept");
+    assert_eq!((dlq.kept, dlq.archived), (6, 0));
+    assert_eq!(dlq.groups, Some(3), "{first:?}");
+    let b = book().await;
+    assert_eq!(b.groups.len(), 3, "{:?}", b.groups.keys());
+    assert_eq!(b.groups[&timeout].last_count, 3);
+    assert_eq!(b.groups[&throttled].last_count, 2);
+    let by_hand: Vec<_> = b
+        .groups
+        .iter()
+        .filter(|(id, _)| **id != timeout && **id != throttled)
+        .collect();
+    assert_eq!(by_hand.len(), 1);
+    assert_eq!(by_hand[0].1.last_count, 1);
+    assert!(b.groups.values().all(|g| g.state == State::New));
+    assert!(b.passed_at.is_some(), "the book says when it was indexed");
+    // ... and one alert per new group went out, never one per message, with no body in them
+    let alerts = notifications(&rig.own, &rig.inbox).await;
+    let mut kinds: Vec<(String, String)> = alerts
+        .iter()
+        .map(|(_, a)| (a["kind"].to_string(), a["group"].to_string()))
+        .collect();
+    kinds.sort();
+    assert_eq!(alerts.len(), 3, "{kinds:?}");
+    assert!(alerts.iter().all(|(_, a)| a["kind"] == "new-group"));
+    assert!(alerts.iter().all(|(s, _)| !s.contains("order")));
+    // the poison queue, empty, has a book with no group
+    let poison = books
+        .read(&queues.poison_url)
+        .await
+        .expect("the book reads")
+        .expect("the poison queue's book");
+    assert!(poison.groups.is_empty());
+
+    // WHEN the throttled orders leave the DLQ and it sweeps again
+    let mut received = Vec::new();
+    while received.len() < 6 {
+        received.extend(redrive_tests::receive_raw(&sqs, &queues.dlq_url, 60).await);
+    }
+    for m in received {
+        let throttled_order = m
+            .message_attributes()
+            .and_then(|a| a.get(redrive_shared::meta::ATTRIBUTE_NAME))
+            .and_then(|v| v.string_value())
+            .is_some_and(|v| v.contains("HTTP_429"));
+        let handle = m.receipt_handle().unwrap_or_default();
+        if throttled_order {
+            let deleted = sqs
+                .delete_message()
+                .queue_url(&queues.dlq_url)
+                .receipt_handle(handle);
+            deleted.send().await.expect("DeleteMessage");
+        } else {
+            let shown = sqs.change_message_visibility().queue_url(&queues.dlq_url);
+            let shown = shown.receipt_handle(handle).visibility_timeout(0);
+            shown.send().await.expect("ChangeMessageVisibility");
+        }
+    }
+    redrive_tests::wait_for_depth(&sqs, &queues.dlq_url, 4, Duration::from_secs(10)).await;
+    let second = archiver.run(None).await;
+
+    // THEN the group that left is resolved, the others counted again, and no alert repeats
+    let dlq = second
+        .queues
+        .iter()
+        .find(|q| queues.dlq_url.ends_with(&q.queue))
+        .expect("the DLQ was swept");
+    assert_eq!((dlq.kept, dlq.groups), (4, Some(2)), "{second:?}");
+    let b = book().await;
+    assert_eq!(b.groups[&throttled].state, State::Resolved);
+    assert_eq!(b.groups[&timeout].state, State::New);
+    assert_eq!(b.groups[&timeout].last_count, 3);
     assert!(notifications(&rig.own, &rig.inbox).await.is_empty());
 }

@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-use redrive_engine::triage_store::{self, TriageError, TriageStore};
+use redrive_engine::triage_store::{self, TriageError};
 use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
 use redrive_shared::triage::Group;
-use redrive_shared::triage::state::{Alert, Book, GroupRecord, PassFacts, Refused};
+use redrive_shared::triage::state::{Alert, Book, GroupRecord, Refused};
 
 use super::args::{BookArgs, GroupArgs, HoldArgs, NoteArgs, parse_duration};
 use crate::context::{CliError, Ctx, Outcome};
@@ -51,9 +51,8 @@ pub(super) async fn publish(ctx: &Ctx, book: &BookArgs, alerts: &[Alert]) {
     }
 }
 
-/// A pass's groups recorded in the queue's book: each group observed (new groups and
-/// regressions alert), its plan stored; a complete pass marks the groups it did not find
-/// resolved; holds whose time ran out end.
+/// A pass's groups recorded in the queue's book ([`triage_store::record_pass`]), then its alerts
+/// published; answers each group's state as the book now has it.
 pub async fn record_pass(
     ctx: &Ctx,
     book: &BookArgs,
@@ -62,33 +61,9 @@ pub async fn record_pass(
     complete: bool,
 ) -> Result<Value, CliError> {
     let store = book.store(ctx)?;
-    for g in groups {
-        store.save_plan(&g.plan_id, &g.message_ids).await?;
-    }
-    let now = now_ms();
-    let (alerts, saved) = triage_store::update(&store, queue_url, |b| {
-        let mut alerts = Vec::new();
-        for g in groups {
-            let plan = Some((g.plan_id.as_str(), g.message_ids.len() as u64));
-            alerts.extend(b.observe(
-                &g.id,
-                &g.title,
-                g.source.as_deref(),
-                g.count as u64,
-                plan,
-                now,
-            ));
-            b.keep_pass_facts(&g.id, PassFacts::of(g), now)?;
-        }
-        b.passed(now);
-        if complete {
-            b.absent(groups.iter().map(|g| g.id.as_str()), now);
-        }
-        b.expire(now);
-        Ok(alerts)
-    })
-    .await
-    .map_err(refused)?;
+    let (alerts, saved) = triage_store::record_pass(&store, queue_url, groups, complete, now_ms())
+        .await
+        .map_err(refused)?;
     publish(ctx, book, &alerts).await;
     let states: serde_json::Map<String, Value> = groups
         .iter()
