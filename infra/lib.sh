@@ -405,12 +405,19 @@ write_redriver_env() { # FILE
     done
 }
 
-# The archiver: its own role, the only one that may write the archive bucket. It sends the
-# daily digest of the triage books (in the circuit table) to the alerts topic at the reminder hour.
+# The archiver: its own role, the only one that may write the archive bucket. Each sweep keeps
+# the queue's triage book (in the circuit table) current, reading the causes our consumer
+# recorded in its idempotency table (CONSUMER=http: its key, its namespace, its function's name),
+# and it sends the daily digest of the books to the alerts topic at the reminder hour.
 write_archiver_env() { # FILE
     local dlqs="DLQ_URL=${OUT_DeadLetterQueueUrl-}"
+    local causes=()
     if attach_mode; then dlqs="DLQ_LIST_TABLE=$OUT_CircuitTableName"; fi
-    write_env_file "$1" \
+    if ! attach_mode && [ "${CONSUMER-}" = http ]; then
+        causes=("CAUSES_TABLE=${OUT_IdempotencyTableName-}" "CAUSES_KEY=$IDEMPOTENCY_KEY"
+            "CAUSES_NAMESPACE=${OUT_ConsumerFunctionName-}")
+    fi
+    write_env_file "$1" ${causes[@]+"${causes[@]}"} \
         "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
         "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
         "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \

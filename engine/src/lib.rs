@@ -15,6 +15,7 @@ pub mod ports;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod tap;
+pub mod triage_causes;
 pub mod triage_store;
 
 pub use engine::{DrainError, DrainRequest, Engine, Settings, StopReason, Summary};

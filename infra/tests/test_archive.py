@@ -112,8 +112,10 @@ class ArchiveTemplates(support.TemplatesTestCase):
         table = {"Fn::GetAtt": ["CircuitTable", "Arn"]}
         for sid, actions, keys in (("IndexTriageBooks", ["dynamodb:GetItem", "dynamodb:PutItem"],
                                     ["triage#*", "triage-plan#*"]),
-                                   ("ClaimDigestDay", ["dynamodb:PutItem"], ["redrive:digest:*"])):
-            self.assertEqual((sorted(_actions(by_sid[sid])), by_sid[sid]["Resource"]), (actions, table), sid)
+                                   ("ClaimDigestDay", ["dynamodb:PutItem"], ["redrive:digest:*"]),
+                                   ("ReadConsumerCauses", ["dynamodb:BatchGetItem"], ["cause#*"])):
+            resource = {"Fn::GetAtt": ["IdempotencyTable", "Arn"]} if sid == "ReadConsumerCauses" else table
+            self.assertEqual((sorted(_actions(by_sid[sid])), by_sid[sid]["Resource"]), (actions, resource), sid)
             self.assertEqual(by_sid[sid]["Condition"],
                              {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": keys}}, sid)
         self.assertEqual((_actions(by_sid["PublishDailyDigest"]), by_sid["PublishDailyDigest"]["Resource"]),

@@ -167,6 +167,8 @@ class AttachDeploy(support.DeployTestCase):
         self.assertEqual((archiver_variables["ALERTS_TOPIC_ARN"], archiver_variables["TRIAGE_TABLE"],
                           archiver_variables["REMINDER_HOUR_UTC"]),
                          (out["AlertsTopicArn"], out["CircuitTableName"], "9"))
+        # No consumer of ours, so no cause records for the archiver's index to read.
+        self.assertNotIn("CAUSES_TABLE", archiver_variables)
         # Each DLQ's trigger alarm, re-armed by scheduled drains: {queue} is each DLQ's name.
         self.assertEqual(variables["TRIGGER_ALARM_NAME"], f"{stack}-dlq-not-empty-{{queue}}")
         self.assertEqual(variables["POISON_QUEUE_URL"], out["PoisonQueueUrl"])

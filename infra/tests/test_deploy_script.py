@@ -146,6 +146,12 @@ class DeployScript(support.DeployTestCase):
                 "CIRCUIT_TABLE": f"{stack}-circuit",
             },
         )
+        # The archiver's live index reads the causes our consumer records: its table, key and
+        # namespace (its function's name).
+        archiver = lam.get_function_configuration(FunctionName=f"{stack}-archiver")["Environment"]["Variables"]
+        self.assertEqual((archiver["CAUSES_TABLE"], archiver["CAUSES_KEY"], archiver["CAUSES_NAMESPACE"]),
+                         (f"{stack}-idempotency", "message", f"{stack}-consumer"))
+        self.assertEqual(archiver["TRIAGE_TABLE"], f"{stack}-circuit")
         self.assertEqual(
             consumer["Environment"]["Variables"],
             {

@@ -87,7 +87,7 @@ pub const TRIAGE_ACTOR: &str = "TriageReadPolicy+TriageActPolicy";
 
 /// The functions' variables that name a resource of the stack, and its logical id (or the
 /// template parameter) in `infra/templates/`.
-const RESOURCE_VARIABLES: [(&str, &str); 10] = [
+const RESOURCE_VARIABLES: [(&str, &str); 11] = [
     ("DLQ_URL", "DeadLetterQueue"),
     ("SOURCE_QUEUE_URL", "SourceQueue"),
     ("POISON_QUEUE_URL", "PoisonQueue"),
@@ -95,6 +95,7 @@ const RESOURCE_VARIABLES: [(&str, &str); 10] = [
     ("TRIAGE_TABLE", "CircuitTable"),
     ("ALERTS_TOPIC_ARN", "AlertsTopic"),
     ("IDEMPOTENCY_TABLE", "IdempotencyTable"),
+    ("CAUSES_TABLE", "IdempotencyTable"),
     ("ARCHIVE_BUCKET", "ArchiveBucket"),
     ("ARCHIVE_PREFIX", "ArchivePrefix"),
     ("METRIC_NAMESPACE", "MetricNamespace"),

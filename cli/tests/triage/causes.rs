@@ -213,4 +213,63 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     let show = show_json(id, &q.dlq_url, &causes);
     assert_eq!(show.code, 0, "{}", show.stderr);
     assert_eq!(show.json()["found"], 6);
+
+    // AND the archiver's sweep (the shipped Lambda), given the consumer's table, records
+    // exactly the same three groups in the DLQ's triage book: the live index
+    let ids: Vec<&str> = groups.iter().map(|g| g["id"].as_str().unwrap()).collect();
+    let (book, response) = sweep_into_book(&q, &table).await;
+    assert_eq!(response["queues"][1]["groups"], 3, "{response}");
+    let mut indexed: Vec<&str> = book.groups.keys().map(String::as_str).collect();
+    let mut listed = ids.clone();
+    indexed.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(indexed, listed);
+    assert_eq!(book.groups[id].last_count, 6);
+    assert_eq!(book.groups[schema["id"].as_str().unwrap()].last_count, 3);
+}
+
+/// The archiver Lambda (`cargo lambda watch`) run once over `q`'s DLQ, archiving nothing, with
+/// a books' table and the consumer's records (`CAUSES_TABLE`, namespace `consumer`): the DLQ's
+/// book as the sweep left it, and the run's answer.
+async fn sweep_into_book(
+    q: &QueueSet,
+    causes_table: &str,
+) -> (redrive_shared::triage::state::Book, Value) {
+    let sdk = moto().sdk_config().await;
+    let books = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
+    let s3 = redrive_engine::s3::client(&sdk);
+    let bucket = redrive_tests::unique_name("archive").to_ascii_lowercase();
+    s3.create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("CreateBucket");
+    let mut env = moto().env();
+    env.extend(
+        [
+            ("ARCHIVE_BUCKET", bucket.as_str()),
+            ("POISON_QUEUE_URL", &q.poison_url),
+            ("DLQ_URL", &q.dlq_url),
+            ("ARCHIVE_AFTER_SECONDS", "3600"),
+            ("TRIAGE_TABLE", &books),
+            ("CAUSES_TABLE", causes_table),
+            ("CAUSES_NAMESPACE", "consumer"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let watch = LambdaWatch::start(&["archiver"], &env).await;
+    let response = watch
+        .invoke(
+            "archiver",
+            &redrive_tests::fixture("eventbridge-scheduled.json"),
+        )
+        .await
+        .expect("the archiver runs");
+    let store = redrive_engine::triage_store::DynamoDbTriageStore::new(&sdk, &books);
+    let book = store
+        .read(&q.dlq_url)
+        .await
+        .expect("the book reads")
+        .unwrap_or_else(|| panic!("the sweep wrote no book: {response}\n{}", watch.log()));
+    (book, response)
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redrive_engine::ports::PortError;
 use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_table_name, parse_u32};
+use redrive_shared::key::{KeySource, parse_namespace};
 
 /// `ARCHIVE_AFTER_DAYS` when neither threshold variable is set.
 pub const DEFAULT_ARCHIVE_AFTER_DAYS: f64 = 10.0;
@@ -44,6 +45,20 @@ pub struct ArchiverConfig {
     /// `TRIAGE_TABLE`: the table of triage's books. Set, each sweep records the groups of the
     /// messages it left on the queue in the queue's book (the live index); `None`: no index.
     pub triage_table: Option<String>,
+    /// `CAUSES_TABLE`: the consumer's idempotency table, where it records the cause of each
+    /// failed attempt; the index groups a message that carries no cause by its record there.
+    pub causes: Option<CausesConfig>,
+}
+
+/// Where the consumer records causes, and how it keys messages (as its own configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CausesConfig {
+    /// `CAUSES_TABLE`.
+    pub table: String,
+    /// `CAUSES_KEY` (default `message`): the consumer's `IDEMPOTENCY_KEY`.
+    pub key: KeySource,
+    /// `CAUSES_NAMESPACE`: the consumer's `IDEMPOTENCY_NAMESPACE`, else its function's name.
+    pub namespace: Option<String>,
 }
 
 /// `REMINDER_HOUR_UTC` when unset: the hour (UTC) of the daily digest.
@@ -221,6 +236,16 @@ impl ArchiverConfig {
         // the topic is added.
         let hour_utc = env.or("REMINDER_HOUR_UTC", DEFAULT_REMINDER_HOUR_UTC, parse_hour)?;
         let triage_table = env.optional("TRIAGE_TABLE", parse_table_name)?;
+        // Checked whether or not a table is set: a typo fails now.
+        let causes_key = env.or("CAUSES_KEY", KeySource::Message, KeySource::parse)?;
+        let causes_namespace = env.optional("CAUSES_NAMESPACE", parse_namespace)?;
+        let causes = env
+            .optional("CAUSES_TABLE", parse_table_name)?
+            .map(|table| CausesConfig {
+                table,
+                key: causes_key,
+                namespace: causes_namespace,
+            });
         let digest = match env.optional("ALERTS_TOPIC_ARN", parse_topic_arn)? {
             Some(topic_arn) => Some(DigestConfig {
                 topic_arn,
@@ -242,6 +267,7 @@ impl ArchiverConfig {
             protected,
             digest,
             triage_table,
+            causes,
         })
     }
 }

@@ -33,8 +33,9 @@ mod store;
 mod sweep;
 
 pub use config::{
-    ArchiverConfig, ArchiverInitError, DEFAULT_ARCHIVE_AFTER_DAYS, DEFAULT_ARCHIVE_PREFIX,
-    DEFAULT_REMINDER_HOUR_UTC, DigestConfig, MAX_RETENTION_SECONDS, check_threshold,
+    ArchiverConfig, ArchiverInitError, CausesConfig, DEFAULT_ARCHIVE_AFTER_DAYS,
+    DEFAULT_ARCHIVE_PREFIX, DEFAULT_REMINDER_HOUR_UTC, DigestConfig, MAX_RETENTION_SECONDS,
+    check_threshold,
 };
 pub use store::{
     ObjectStore, S3_ATTEMPT_TIMEOUT, S3_OPERATION_TIMEOUT, S3Store, archive_object, for_uploads,

@@ -15,7 +15,7 @@ async fn main() -> Result<(), Error> {
     let digest = config.digest.clone();
     let index = config.triage_table.as_deref().map(|table| {
         let topic = digest.as_ref().map(|d| d.topic_arn.as_str());
-        redrive_archiver::index::Index::new(&sdk, table, topic)
+        redrive_archiver::index::Index::new(&sdk, table, topic, config.causes.as_ref())
     });
     // Path-style, as the CLI's export and import use it (see redrive_engine::s3), with the
     // longer timeouts of an upload.

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::config::{ArchiverConfig, ArchiverInitError, check_threshold};
 use crate::digest::{Digest, DigestOutcome};
-use crate::index::{self, Index};
+use crate::index::Index;
 use crate::store::{ObjectStore, archive_object};
 
 /// Time kept free before the Lambda deadline and before the visibility of held messages ends:
@@ -404,6 +404,7 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
             summary.received += batch.len() as u64;
             let now = now_ms();
             let mut old = Vec::new();
+            let mut kept_now = Vec::new();
             let mut fresh = 0usize;
             for m in batch {
                 let first_time = seen.insert(m.message_id.clone());
@@ -416,14 +417,18 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
                     if age_ms.is_none() {
                         tracing::warn!(queue = url.name(), message_id = %m.message_id, "no SentTimestamp: the age is unknown, kept");
                     }
+                    held.push(m.handle());
                     if first_time {
                         summary.kept += 1;
-                        if let Some(p) = pass.as_mut() {
-                            p.add(&index::observation(&m));
-                        }
+                        kept_now.push(m);
                     }
-                    held.push(m.handle());
                 }
+            }
+            if let (Some(index), Some(p)) = (&self.index, pass.as_mut())
+                && let Err(e) = index.add(p, &kept_now).await
+            {
+                tracing::error!(queue = url.name(), action = "index-causes-unreadable", error = %e, "the consumer's cause records could not be read: this sweep records no groups");
+                pass = None;
             }
             if !old.is_empty() {
                 match self.archive_batch(url, &old).await {

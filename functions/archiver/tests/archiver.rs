@@ -1222,7 +1222,7 @@ async fn each_sweep_records_the_groups_it_left_on_the_dlq_in_its_triage_book() {
     ]);
     assert_eq!(cfg.triage_table.as_deref(), Some(rig.table.as_str()));
     let sdk = moto().sdk_config().await;
-    let index = Index::new(&sdk, &rig.table, Some(&rig.topic));
+    let index = Index::new(&sdk, &rig.table, Some(&rig.topic), None);
     let archiver = on_moto(&s3, cfg).await.with_index(Some(index));
     let books = redrive_engine::triage_store::DynamoDbTriageStore::new(&sdk, &rig.table);
     let book = || async {

@@ -1,35 +1,25 @@
 //! `--causes-table`: the consumer's cause records, for the messages that carry no cause.
 //!
-//! A message SQS moved to the DLQ after `maxReceiveCount` failed receives is the original,
-//! untouched: its `x-redrive` (if any) has no `lastError`. The consumer recorded the cause of
-//! each failed attempt in its idempotency table under `cause#<record id of the idempotency key>`
-//! (`redrive_shared::triage::cause`). A pass with a table computes each such message's key as the
-//! consumer does (`--causes-key`, `--causes-namespace`), reads the records with BatchGetItem (100
-//! keys a call, unprocessed keys asked again), and groups the message by the recorded cause. The
-//! stamp wins over a record; a message with no record stays grouped by what it carries.
+//! A pass with a table computes, for each message whose `x-redrive` carries no `lastError` (SQS
+//! moved it after `maxReceiveCount`), its item id as the consumer does (`--causes-key`,
+//! `--causes-namespace`), reads the records in batches ([`redrive_engine::triage_causes`]), and
+//! groups the message by the recorded cause. The stamp wins over a record; a message with no
+//! record stays grouped by what it carries.
 
-use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use clap::Args;
 use serde_json::{Value, json};
 
-use redrive_engine::aws::port_error;
 use redrive_engine::ports::Received;
-use redrive_shared::key::{IdempotencyKey, KeySource, derive, parse_namespace};
-use redrive_shared::meta::RedriveMeta;
-use redrive_shared::triage::cause::{CauseItem, attr, item_id};
+use redrive_engine::triage_causes::{CauseError, CauseRecords, KEYS_PER_CALL};
+use redrive_shared::key::{KeySource, parse_namespace};
+use redrive_shared::triage::cause::CauseItem;
 use redrive_shared::triage::facts::CauseOrigin;
-use redrive_shared::triage::{Group, GroupId, RecordedCause};
+use redrive_shared::triage::{Group, GroupId};
 
 use super::Read;
 use crate::context::{CliError, Ctx};
-
-/// Keys in one BatchGetItem: DynamoDB's limit.
-pub const KEYS_PER_CALL: usize = 100;
-/// Calls that ask again for the keys DynamoDB left unprocessed, after the first.
-const UNPROCESSED_RETRIES: u32 = 8;
 
 /// Where the consumer recorded the causes, and how it keys messages.
 #[derive(Debug, Clone, Args)]
@@ -64,12 +54,9 @@ pub struct CausesArgs {
     pub causes_namespace: Option<String>,
 }
 
-/// The cause records of one table, as the consumer keys them.
+/// The cause records of one table, as the consumer keys them, and what a pass found there.
 pub struct CauseLookup {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
-    key: KeySource,
-    namespace: Option<String>,
+    records: CauseRecords,
     /// Messages looked up, and of those, found with a record.
     pub looked_up: usize,
     pub found: usize,
@@ -80,10 +67,12 @@ impl CauseLookup {
     pub fn new(ctx: &Ctx, args: &CausesArgs) -> Option<Self> {
         let table = args.causes_table.as_deref().filter(|t| !t.is_empty())?;
         Some(Self {
-            client: ctx.clients.dynamodb.clone(),
-            table: table.to_string(),
-            key: args.causes_key.clone(),
-            namespace: args.causes_namespace.clone(),
+            records: CauseRecords::new(
+                ctx.clients.dynamodb.clone(),
+                table,
+                args.causes_key.clone(),
+                args.causes_namespace.clone(),
+            ),
             looked_up: 0,
             found: 0,
         })
@@ -91,113 +80,16 @@ impl CauseLookup {
 
     /// The cause item a message's record would have: none when its stamp already carries a
     /// cause (the stamp wins), or when the consumer's key cannot be derived from it.
-    pub fn item_id_of(&self, message: &Received) -> Option<String> {
-        item_id_for(&self.key, self.namespace.as_deref(), message)
+    pub fn item_id_of(&self, m: &Received) -> Option<String> {
+        self.records
+            .item_id_of(&m.message_id, &m.body, &m.attributes)
     }
 
-    /// The cause items of `ids` (at most [`KEYS_PER_CALL`] distinct ids a call), those that
-    /// exist, by id.
-    pub async fn fetch(&self, ids: &[String]) -> Result<HashMap<String, CauseItem>, CliError> {
-        let mut unique: Vec<&String> = Vec::new();
-        let mut seen = HashSet::new();
-        for id in ids {
-            if seen.insert(id) {
-                unique.push(id);
-            }
-        }
-        let mut found = HashMap::new();
-        for chunk in unique.chunks(KEYS_PER_CALL) {
-            let keys = chunk
-                .iter()
-                .map(|id| HashMap::from([(attr::ID.to_string(), AttributeValue::S((*id).clone()))]))
-                .collect();
-            let mut request = Some(self.keys_and_attributes(keys)?);
-            let mut tries = 0;
-            let mut wait = Duration::from_millis(50);
-            while let Some(ask) = request.take() {
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, ask)
-                    .send()
-                    .await
-                    .map_err(|e| CliError::Aws(port_error("BatchGetItem", e)))?;
-                for item in out
-                    .responses
-                    .unwrap_or_default()
-                    .remove(&self.table)
-                    .unwrap_or_default()
-                {
-                    if let Some(AttributeValue::S(id)) = item.get(attr::ID) {
-                        found.insert(id.clone(), read_item(&item));
-                    }
-                }
-                request = out
-                    .unprocessed_keys
-                    .unwrap_or_default()
-                    .remove(&self.table)
-                    .filter(|k| !k.keys().is_empty());
-                if request.is_some() {
-                    tries += 1;
-                    if tries > UNPROCESSED_RETRIES {
-                        return Err(CliError::Config(format!(
-                            "BatchGetItem on {} left keys unprocessed after {UNPROCESSED_RETRIES} retries (throttled): run triage again, or raise the table's read capacity",
-                            self.table
-                        )));
-                    }
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    fn keys_and_attributes(
-        &self,
-        keys: Vec<HashMap<String, AttributeValue>>,
-    ) -> Result<KeysAndAttributes, CliError> {
-        KeysAndAttributes::builder()
-            .set_keys(Some(keys))
-            // Strongly consistent: a failure recorded a moment ago is read.
-            .consistent_read(true)
-            .build()
-            .map_err(|e| CliError::Config(format!("BatchGetItem request: {e}")))
-    }
-}
-
-/// The cause item of `message` for a consumer keyed by `key` under `namespace`: none when its
-/// stamp carries a cause, or when the key cannot be derived.
-fn item_id_for(key: &KeySource, namespace: Option<&str>, message: &Received) -> Option<String> {
-    let (meta, _) = RedriveMeta::read(&message.attributes, &message.message_id);
-    if meta.last_error.is_some() {
-        return None;
-    }
-    let key: IdempotencyKey = derive(
-        key,
-        &meta.original_message_id,
-        &message.body,
-        &message.attributes,
-    )
-    .ok()?;
-    Some(item_id(&key, namespace))
-}
-
-fn read_item(item: &HashMap<String, AttributeValue>) -> CauseItem {
-    let s = |name: &str| match item.get(name) {
-        Some(AttributeValue::S(v)) => Some(v.clone()),
-        _ => None,
-    };
-    CauseItem {
-        class: s(attr::CLASS).unwrap_or_default(),
-        code: s(attr::CODE).unwrap_or_default(),
-        message: s(attr::MESSAGE).unwrap_or_default(),
-        first_failed_at: s(attr::FIRST_FAILED_AT),
-        last_failed_at: s(attr::LAST_FAILED_AT),
-        attempts: match item.get(attr::ATTEMPTS) {
-            Some(AttributeValue::N(n)) => n.parse().ok(),
-            _ => None,
-        },
+    async fn fetch(&self, ids: &[String]) -> Result<HashMap<String, CauseItem>, CliError> {
+        self.records.fetch(ids).await.map_err(|e| match e {
+            CauseError::Port(p) => CliError::Aws(p),
+            other => CliError::Config(other.to_string()),
+        })
     }
 }
 
@@ -265,12 +157,7 @@ impl Batcher {
     }
 }
 
-/// A recorded cause read from a record completes what a message carries; the stamp wins.
-pub fn complete(facts: &mut redrive_shared::triage::Facts, cause: Option<&RecordedCause>) {
-    if facts.cause.is_none() {
-        facts.cause = cause.cloned();
-    }
-}
+pub use redrive_engine::triage_causes::complete;
 
 /// Where each group's causes were read: group id -> messages whose cause came from their
 /// `x-redrive` stamp, and from a record.
@@ -325,7 +212,7 @@ pub fn origin_note(origin: Option<&str>) -> &'static str {
 #[cfg(test)]
 mod tests {
     use redrive_shared::Attributes;
-    use redrive_shared::meta::{ErrorClass, LastError};
+    use redrive_shared::meta::{ErrorClass, LastError, RedriveMeta};
     use redrive_shared::triage::Observation;
 
     use super::*;
@@ -348,44 +235,6 @@ mod tests {
         }
     }
 
-    fn the_consumers_item(
-        key: &KeySource,
-        original: &str,
-        m: &Received,
-        ns: Option<&str>,
-    ) -> String {
-        let key = derive(key, original, &m.body, &m.attributes).unwrap();
-        item_id(&key, ns)
-    }
-
-    #[test]
-    fn the_item_is_the_one_the_consumer_writes_for_its_key_and_namespace() {
-        // A message SQS moved: its own MessageId is the chain's
-        let moved = received("m-1", "{\"orderId\":\"o-1\"}", None);
-        let id = item_id_for(&KeySource::Message, None, &moved).unwrap();
-        assert_eq!(
-            id,
-            the_consumers_item(&KeySource::Message, "m-1", &moved, None)
-        );
-        // A redriven copy: the originalMessageId of its x-redrive
-        let copy = received(
-            "m-2",
-            "{\"orderId\":\"o-1\"}",
-            Some(RedriveMeta::fresh("m-1")),
-        );
-        assert_eq!(item_id_for(&KeySource::Message, None, &copy).unwrap(), id);
-        // A namespace and a field key, as the consumer was configured
-        let by_order = KeySource::parse("/orderId").unwrap();
-        assert_eq!(
-            item_id_for(&by_order, Some("orders-consumer"), &moved).unwrap(),
-            the_consumers_item(&by_order, "m-1", &moved, Some("orders-consumer"))
-        );
-        assert!(
-            item_id_for(&by_order, None, &received("m-3", "{}", None)).is_none(),
-            "no key, no lookup"
-        );
-    }
-
     #[test]
     fn the_stamp_wins_over_a_record() {
         let stamped_meta = RedriveMeta {
@@ -398,7 +247,6 @@ mod tests {
             ..RedriveMeta::fresh("m-1")
         };
         let stamped = received("m-1", "{}", Some(stamped_meta));
-        assert!(item_id_for(&KeySource::Message, None, &stamped).is_none());
 
         let record = CauseItem {
             class: "transient".into(),
@@ -439,36 +287,5 @@ mod tests {
         assert_eq!(origins.of("r-b"), Some("stamp+record"));
         assert_eq!(origins.of("r-c"), None);
         assert_eq!(origins.of("r-unknown"), None);
-    }
-
-    #[test]
-    fn an_item_read_back_keeps_what_triage_needs() {
-        let item = HashMap::from([
-            (attr::ID.to_string(), AttributeValue::S("cause#x".into())),
-            (
-                attr::CLASS.to_string(),
-                AttributeValue::S("permanent".into()),
-            ),
-            (
-                attr::CODE.to_string(),
-                AttributeValue::S("BODY_NOT_PARSED".into()),
-            ),
-            (
-                attr::MESSAGE.to_string(),
-                AttributeValue::S("line <num>".into()),
-            ),
-            (
-                attr::LAST_FAILED_AT.to_string(),
-                AttributeValue::S("2026-11-21T10:00:00Z".into()),
-            ),
-            (attr::ATTEMPTS.to_string(), AttributeValue::N("2".into())),
-        ]);
-        let read = read_item(&item);
-        assert_eq!(
-            (read.attempts, read.message.as_str()),
-            (Some(2), "line <num>")
-        );
-        let cause = read.to_recorded_cause().unwrap();
-        assert_eq!(cause.at_ms, Some(1_795_255_200_000));
     }
 }
