@@ -217,7 +217,7 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     // AND the archiver's sweep (the shipped Lambda), given the consumer's table, records
     // exactly the same three groups in the DLQ's triage book: the live index
     let ids: Vec<&str> = groups.iter().map(|g| g["id"].as_str().unwrap()).collect();
-    let (book, response) = sweep_into_book(&q, &table).await;
+    let (book, books, response) = sweep_into_book(&q, &table).await;
     assert_eq!(response["queues"][1]["groups"], 3, "{response}");
     let mut indexed: Vec<&str> = book.groups.keys().map(String::as_str).collect();
     let mut listed = ids.clone();
@@ -226,15 +226,39 @@ async fn messages_sqs_moved_to_the_dlq_are_grouped_by_the_causes_the_consumer_re
     assert_eq!(indexed, listed);
     assert_eq!(book.groups[id].last_count, 6);
     assert_eq!(book.groups[schema["id"].as_str().unwrap()].last_count, 3);
+
+    // AND `triage --index` reads those groups back from the book, receiving no message
+    let before = queue_counts(&sqs, &q.dlq_url).await.unwrap();
+    let run = redrive(&["triage", &q.dlq_url, "--table", &books, "--index", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out = run.json();
+    let mut read: Vec<&str> = out["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["id"].as_str().unwrap())
+        .collect();
+    read.sort_unstable();
+    assert_eq!(read, listed);
+    assert_eq!(out["groups"][0]["id"], id, "the largest first: {out:#}");
+    assert_eq!(out["groups"][0]["lastCount"], 6);
+    assert!(out["indexedAt"].is_string() && out["ageSeconds"].is_number());
+    let text = redrive(&["triage", &q.dlq_url, "--table", &books, "--index"]);
+    text.assert_stdout_has(0, "3 group(s) not resolved, indexed at");
+    assert_eq!(queue_counts(&sqs, &q.dlq_url).await.unwrap(), before);
+    // ... and a queue with no book yet says so, with exit code 3
+    let none = redrive(&["triage", &q.source_url, "--table", &books, "--index"]);
+    assert_eq!(none.code, 3, "{}", none.stderr);
+    assert!(none.stderr.contains("no index of"), "{}", none.stderr);
 }
 
 /// The archiver Lambda (`cargo lambda watch`) run once over `q`'s DLQ, archiving nothing, with
 /// a books' table and the consumer's records (`CAUSES_TABLE`, namespace `consumer`): the DLQ's
-/// book as the sweep left it, and the run's answer.
+/// book as the sweep left it, the books' table, and the run's answer.
 async fn sweep_into_book(
     q: &QueueSet,
     causes_table: &str,
-) -> (redrive_shared::triage::state::Book, Value) {
+) -> (redrive_shared::triage::state::Book, String, Value) {
     let sdk = moto().sdk_config().await;
     let books = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
     let s3 = redrive_engine::s3::client(&sdk);
@@ -271,5 +295,5 @@ async fn sweep_into_book(
         .await
         .expect("the book reads")
         .unwrap_or_else(|| panic!("the sweep wrote no book: {response}\n{}", watch.log()));
-    (book, response)
+    (book, books, response)
 }

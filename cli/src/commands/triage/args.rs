@@ -25,6 +25,14 @@ pub struct TriageArgs {
     /// The page's theme.
     #[arg(long, value_name = "THEME", default_value = "light", value_parser = ["light", "dark"], requires = "html")]
     pub html_theme: String,
+    /// Print the groups the queue's triage book holds, as the last pass recorded them (the
+    /// archiver's hourly sweep keeps it: the live index), with one GetItem: no message is
+    /// received. Needs the book's table (--table, TRIAGE_TABLE or --stack).
+    #[arg(long, conflicts_with_all = ["html", "file"])]
+    pub index: bool,
+    /// With --index: the resolved groups too.
+    #[arg(long, requires = "index")]
+    pub resolved: bool,
 }
 
 impl TriageArgs {

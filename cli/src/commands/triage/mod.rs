@@ -8,6 +8,7 @@ use std::collections::HashMap;
 pub mod act;
 mod args;
 mod causes;
+mod index;
 mod render;
 mod show;
 
@@ -103,6 +104,7 @@ pub async fn run(ctx: &Ctx, args: TriageArgs) -> Result<Outcome, CliError> {
         Some(TriageCommand::History(a)) => act::history(ctx, a).await,
         Some(TriageCommand::Replay(a)) => act::replay_group(ctx, a).await,
         Some(TriageCommand::Discard(a)) => act::discard_group(ctx, a).await,
+        None if args.index => index::run(ctx, &args.pass, args.resolved).await,
         None => {
             let html = args
                 .html
