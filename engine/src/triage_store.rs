@@ -20,14 +20,14 @@
 //! go through [`update`]: load, apply, save on the version read, and on a conflict load again
 //! and apply the same change to what the other writer left.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use redrive_shared::timefmt::rfc3339_from_millis;
 use redrive_shared::triage::Group;
-use redrive_shared::triage::state::{Alert, Book, PassFacts, Refused};
+use redrive_shared::triage::state::{Alert, Book, GroupRecord, PassFacts, Refused, State};
 
 use crate::aws::port_error;
 use crate::circuit::{SaveOutcome, s, unreadable_item};
@@ -116,18 +116,30 @@ pub async fn update<S: TriageStore, T>(
 /// sweeps record them: each group's plan stored, each group observed (a new group and a
 /// regression raise an alert), its pass facts kept; a complete pass (every message on the
 /// queue was read) marks the groups it did not find resolved; holds whose time ran out end.
-/// Returns the alerts and the book as saved.
 pub async fn record_pass<S: TriageStore>(
     store: &S,
     queue_url: &str,
     groups: &[Group],
     complete: bool,
     now: i64,
-) -> Result<(Vec<Alert>, Book), TriageError> {
+) -> Result<PassRecorded, TriageError> {
     for g in groups {
         store.save_plan(&g.plan_id, &g.message_ids).await?;
     }
-    update(store, queue_url, |b| {
+    let ((alerts, trends, gone), book) = update(store, queue_url, |b| {
+        let trends: BTreeMap<String, String> = groups
+            .iter()
+            .map(|g| (g.id.clone(), trend(b.groups.get(&g.id), g.count as u64)))
+            .collect();
+        let gone: Vec<String> = if complete {
+            b.groups
+                .iter()
+                .filter(|(id, r)| r.state != State::Resolved && !trends.contains_key(*id))
+                .map(|(id, _)| id.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut alerts = Vec::new();
         for g in groups {
             let plan = Some((g.plan_id.as_str(), g.message_ids.len() as u64));
@@ -146,9 +158,39 @@ pub async fn record_pass<S: TriageStore>(
             b.absent(groups.iter().map(|g| g.id.as_str()), now);
         }
         b.expire(now);
-        Ok(alerts)
+        Ok((alerts, trends, gone))
     })
-    .await
+    .await?;
+    Ok(PassRecorded {
+        alerts,
+        trends,
+        gone,
+        book,
+    })
+}
+
+/// What recording a pass did: its alerts, each group's trend against the pass before it, the
+/// groups a complete pass no longer found, and the book as saved.
+#[derive(Debug, Clone)]
+pub struct PassRecorded {
+    pub alerts: Vec<Alert>,
+    /// Group id -> `new` (the book did not know it), `back` (it was resolved: a regression),
+    /// `+n` or `-n` (its count against the last pass that recorded it), or `=`.
+    pub trends: BTreeMap<String, String>,
+    /// Groups not resolved before a complete pass that did not find them (now resolved).
+    pub gone: Vec<String>,
+    pub book: Book,
+}
+
+/// A group's trend: what the book knew of it (`previous`) against its `count` now.
+fn trend(previous: Option<&GroupRecord>, count: u64) -> String {
+    match previous {
+        None => "new".into(),
+        Some(r) if r.state == State::Resolved => "back".into(),
+        Some(r) if count > r.last_count => format!("+{}", count - r.last_count),
+        Some(r) if count < r.last_count => format!("-{}", r.last_count - count),
+        Some(_) => "=".into(),
+    }
 }
 
 /// The book of `queue_url`, a new empty one when there is none.
@@ -411,6 +453,65 @@ mod tests {
     use super::*;
 
     const T0: i64 = 1_764_000_000_000;
+
+    /// One pass's groups: `n` messages of each body shape (no recorded cause: a group a shape).
+    fn pass(shapes: &[(&str, usize)]) -> Vec<Group> {
+        use redrive_shared::triage::{Grouper, GroupingConfig, Observation};
+        let mut grouper = Grouper::new(GroupingConfig::default());
+        let attributes = redrive_shared::Attributes::new();
+        for (body, n) in shapes {
+            for i in 0..*n {
+                let id = format!("{body}-{i}");
+                grouper.add(&Observation {
+                    message_id: &id,
+                    body,
+                    attributes: &attributes,
+                    sent_timestamp_ms: Some(T0),
+                    dead_letter_source_arn: None,
+                });
+            }
+        }
+        grouper.finish()
+    }
+
+    #[tokio::test]
+    async fn each_recorded_pass_says_each_groups_trend_and_what_a_complete_pass_no_longer_found() {
+        let store = MemoryTriageStore::default();
+        let first = pass(&[(r#"{"a":1}"#, 3), (r#"{"b":"x"}"#, 2)]);
+        let id =
+            |groups: &[Group], n: usize| groups.iter().find(|g| g.count == n).unwrap().id.clone();
+        let (a, b) = (id(&first, 3), id(&first, 2));
+        let r = record_pass(&store, "q", &first, true, T0).await.unwrap();
+        assert_eq!(
+            (r.trends[&a].as_str(), r.trends[&b].as_str()),
+            ("new", "new")
+        );
+        assert_eq!(r.alerts.len(), 2);
+        // A complete pass: a grew, b is gone (and resolved)
+        let r = record_pass(&store, "q", &pass(&[(r#"{"a":1}"#, 5)]), true, T0 + 1)
+            .await
+            .unwrap();
+        assert_eq!(r.trends[&a], "+2");
+        assert_eq!(r.gone, vec![b.clone()]);
+        assert_eq!(r.book.groups[&b].state, State::Resolved);
+        // A sample: a shrank, and nothing is said gone
+        let r = record_pass(&store, "q", &pass(&[(r#"{"a":1}"#, 1)]), false, T0 + 2)
+            .await
+            .unwrap();
+        assert_eq!(r.trends[&a], "-4");
+        assert!(r.gone.is_empty());
+        // b again: back from resolved (a regression), a the same
+        let again = pass(&[(r#"{"a":1}"#, 1), (r#"{"b":"x"}"#, 2)]);
+        let r = record_pass(&store, "q", &again, true, T0 + 3)
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.trends[&a].as_str(), r.trends[&b].as_str()),
+            ("=", "back")
+        );
+        assert_eq!(r.alerts.len(), 1, "{:?}", r.alerts);
+        assert_eq!(r.alerts[0].kind, "regressed");
+    }
 
     #[tokio::test]
     async fn an_update_on_a_moved_version_applies_the_change_to_what_the_other_writer_left() {

@@ -260,8 +260,11 @@ async fn a_canary_replay_stops_while_the_consumer_fails_and_completes_once_it_is
     // WHEN triage records the DLQ twice
     let (group, out) = w.triage();
     assert_eq!(out["book"]["states"][&group], "new", "{out:#}");
-    let (again, _) = w.triage();
+    assert_eq!(out["book"]["trends"][&group], "new", "{out:#}");
+    let (again, out) = w.triage();
     assert_eq!(again, group);
+    // ... the second pass found the same five: no change against the first
+    assert_eq!(out["book"]["trends"][&group], "=", "{out:#}");
     // THEN the new group alerted once, whatever the passes and the messages
     assert_eq!(
         w.alerts().await,
@@ -462,6 +465,7 @@ async fn a_discard_archives_what_it_deletes_and_an_import_restores_the_group() {
     let (again, out) = w.triage();
     assert_eq!(again, group);
     assert_eq!(out["book"]["states"][&group], "regressed", "{out:#}");
+    assert_eq!(out["book"]["trends"][&group], "back", "{out:#}");
     assert_eq!(
         w.alerts().await,
         vec![

@@ -103,8 +103,8 @@ impl Index {
     ) -> Option<usize> {
         let groups = pass.finish();
         match triage_store::record_pass(&self.books, queue_url, &groups, complete, now).await {
-            Ok((alerts, _)) => {
-                self.publish(&alerts).await;
+            Ok(recorded) => {
+                self.publish(&recorded.alerts).await;
                 Some(groups.len())
             }
             Err(e) => {

@@ -352,13 +352,21 @@ async fn run_groups(
     } else {
         print_groups(&ctx.style, &input, &coverage, &groups, &origins);
         if let Some(book) = &book {
+            // Each group's state, and its trend against the pass before.
             let states = book["states"].as_object().map(|m| {
                 m.iter()
-                    .map(|(g, s)| format!("{g} {}", s.as_str().unwrap_or("")))
+                    .map(|(g, s)| {
+                        let trend = book["trends"][g].as_str().unwrap_or("");
+                        format!("{g} {} ({trend})", s.as_str().unwrap_or(""))
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             });
             println!("book: {}", states.unwrap_or_default());
+            if let Some(gone) = book["gone"].as_array().filter(|g| !g.is_empty()) {
+                let ids: Vec<&str> = gone.iter().filter_map(serde_json::Value::as_str).collect();
+                println!("gone since the last pass (resolved): {}", ids.join(", "));
+            }
         }
     }
     Ok(outcome(&coverage))

@@ -52,7 +52,8 @@ pub(super) async fn publish(ctx: &Ctx, book: &BookArgs, alerts: &[Alert]) {
 }
 
 /// A pass's groups recorded in the queue's book ([`triage_store::record_pass`]), then its alerts
-/// published; answers each group's state as the book now has it.
+/// published; answers each group's state as the book now has it, its trend against the pass
+/// before (`new`, `back`, `+n`, `-n`, `=`) and the groups a complete pass no longer found.
 pub async fn record_pass(
     ctx: &Ctx,
     book: &BookArgs,
@@ -61,18 +62,24 @@ pub async fn record_pass(
     complete: bool,
 ) -> Result<Value, CliError> {
     let store = book.store(ctx)?;
-    let (alerts, saved) = triage_store::record_pass(&store, queue_url, groups, complete, now_ms())
+    let recorded = triage_store::record_pass(&store, queue_url, groups, complete, now_ms())
         .await
         .map_err(refused)?;
-    publish(ctx, book, &alerts).await;
+    publish(ctx, book, &recorded.alerts).await;
     let states: serde_json::Map<String, Value> = groups
         .iter()
         .filter_map(|g| {
-            let r = saved.groups.get(&g.id)?;
+            let r = recorded.book.groups.get(&g.id)?;
             Some((g.id.clone(), json!(r.state.as_str())))
         })
         .collect();
-    Ok(json!({"table": book.table, "states": states, "alerts": alerts}))
+    Ok(json!({
+        "table": book.table,
+        "states": states,
+        "trends": recorded.trends,
+        "gone": recorded.gone,
+        "alerts": recorded.alerts,
+    }))
 }
 
 pub(super) fn print_record(ctx: &Ctx, group: &str, r: &GroupRecord) {
