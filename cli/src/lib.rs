@@ -13,6 +13,7 @@ pub mod filter;
 #[cfg(test)]
 mod fixtures;
 mod inspect;
+mod jsonl;
 pub mod output;
 mod progress;
 pub mod queues;

@@ -17,7 +17,7 @@
 
 use crate::queues::QueueRef;
 use clap::Args;
-use redrive_shared::archive::{ArchivedMessage, S3Location, parse_jsonl};
+use redrive_shared::archive::ArchivedMessage;
 use redrive_shared::attributes::message_size;
 use redrive_shared::config::DEFAULT_IDEMPOTENCY_TTL_SECONDS;
 use redrive_shared::limits::{MAX_ATTRIBUTES, MAX_MESSAGE_BYTES};
@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use crate::commands::replay::{copy_entry, fifo_group, line};
 use crate::context::{CliError, Ctx, Outcome};
 use crate::filter::{FilterArgs, MessageFilter};
+use crate::jsonl::{self, Line};
 use crate::progress::Progress;
 use crate::view::MessageView;
 use redrive_engine::engine::Transfer;
@@ -70,12 +71,6 @@ pub const TTL_VARIABLE: &str = "IDEMPOTENCY_TTL_SECONDS";
 const LISTED: usize = 10;
 
 /// One archived message and where it was read.
-struct Line {
-    source: String,
-    line: usize,
-    message: ArchivedMessage,
-}
-
 impl Line {
     fn place(&self) -> String {
         format!("{}: line {}", self.source, self.line)
@@ -126,7 +121,7 @@ pub fn import_entry(m: &ArchivedMessage, to_fifo: bool, max_bytes: usize) -> (Se
 
 pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<Outcome, CliError> {
     // 1. Read and parse everything: a bad line stops here, before the queue is touched.
-    let lines = read_input(ctx, &args.from).await?;
+    let lines = jsonl::read(ctx, &args.from, "nothing was sent").await?;
     let filter = MessageFilter::new(&args.filters, now_ms());
     let selected: Vec<Line> = lines
         .into_iter()
@@ -386,57 +381,6 @@ fn past_ttl_error(expired: &[PastTtl], ttl_seconds: u64) -> String {
         "\nLeave them out with the filters (e.g. --newer-than), set --idempotency-ttl-seconds (or {TTL_VARIABLE}) if the consumer's TTL is longer, or pass --allow-past-ttl to send them anyway."
     ));
     text
-}
-
-/// Every line of the input, parsed; the first bad line (or unreadable source) is the error.
-async fn read_input(ctx: &Ctx, from: &str) -> Result<Vec<Line>, CliError> {
-    let sources: Vec<(String, Vec<u8>)> = match S3Location::parse(from) {
-        Some(Err(e)) => return Err(CliError::Config(e)),
-        Some(Ok(location)) => {
-            let client = redrive_engine::s3::client(&ctx.sdk);
-            let keys = redrive_engine::s3::list_keys(
-                &client,
-                &location.bucket,
-                &location.prefix,
-                ".jsonl",
-            )
-            .await?;
-            if keys.is_empty() {
-                return Err(CliError::Config(format!(
-                    "no .jsonl objects under {from}; nothing was sent"
-                )));
-            }
-            let mut out = Vec::with_capacity(keys.len());
-            for key in keys {
-                let bytes = redrive_engine::s3::get_bytes(&client, &location.bucket, &key).await?;
-                out.push((format!("s3://{}/{key}", location.bucket), bytes));
-            }
-            out
-        }
-        None => {
-            let bytes = std::fs::read(from)
-                .map_err(|e| CliError::Config(format!("cannot read {from}: {e}")))?;
-            vec![(from.to_string(), bytes)]
-        }
-    };
-    let mut lines = Vec::new();
-    for (source, bytes) in sources {
-        let text = String::from_utf8(bytes).map_err(|e| {
-            let upto = e.utf8_error().valid_up_to();
-            let line = e.as_bytes()[..upto].iter().filter(|&&b| b == b'\n').count() + 1;
-            CliError::Config(format!(
-                "{source}: line {line}: not UTF-8 (byte {upto}); nothing was sent"
-            ))
-        })?;
-        let parsed = parse_jsonl(&text)
-            .map_err(|e| CliError::Config(format!("{source}: {e}; nothing was sent")))?;
-        lines.extend(parsed.into_iter().enumerate().map(|(i, message)| Line {
-            source: source.clone(),
-            line: i + 1,
-            message,
-        }));
-    }
-    Ok(lines)
 }
 
 #[cfg(test)]

@@ -237,6 +237,38 @@ async fn a_dlq_of_three_causes_is_grouped_into_exactly_those_three() {
     };
     assert_eq!(ids(&from_file), ids(&out));
     assert_eq!(from_file["coverage"]["status"], "complete");
+
+    // WHEN it is exported to an S3 prefix (as an archive is kept) and the prefix triaged
+    let s3 = redrive_engine::s3::client(&moto().sdk_config().await);
+    let bucket = unique_name("triage").to_ascii_lowercase();
+    s3.create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("CreateBucket");
+    let prefix = format!("s3://{bucket}/kept/");
+    let export = run_redrive(
+        &["export", "--queue", &q.dlq_url, "--to", &prefix],
+        &[],
+        Some(&bucket),
+    );
+    assert_eq!(export.code, 0, "{}", export.stderr);
+    let from_s3 = run_redrive(&["triage", "--file", &prefix, "--json"], &[], Some(&bucket));
+    // THEN the same groups again, read from the objects under it
+    assert_eq!(from_s3.code, 0, "{}", from_s3.stderr);
+    let from_s3 = from_s3.json();
+    assert_eq!(ids(&from_s3), ids(&out));
+    assert_eq!(from_s3["input"], prefix.as_str());
+    // ... and an empty prefix is a clear error
+    let empty = format!("s3://{bucket}/nothing-here/");
+    let none = run_redrive(&["triage", "--file", &empty], &[], Some(&bucket));
+    assert_eq!(none.code, 2, "{}", none.stderr);
+    assert!(
+        none.stderr.contains("no .jsonl objects under")
+            && none.stderr.contains("nothing was grouped"),
+        "{}",
+        none.stderr
+    );
 }
 
 #[tokio::test]

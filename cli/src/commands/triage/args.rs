@@ -120,9 +120,11 @@ pub struct PassArgs {
     /// The DLQ or poison queue: name, ARN or URL.
     #[arg(value_name = "QUEUE", value_parser = crate::queues::parse_queue)]
     pub queue: Option<QueueRef>,
-    /// An export file (JSON Lines, as `redrive export --to FILE` writes) instead of a queue.
-    #[arg(long, value_name = "PATH")]
-    pub file: Option<PathBuf>,
+    /// Messages kept as JSON Lines instead of a queue: an export file (`redrive export --to
+    /// FILE`), or s3://BUCKET/PREFIX, every .jsonl object under it in key order (the archiver's
+    /// archive of a queue, a `triage discard --archive`, an `export --to s3://`).
+    #[arg(long, value_name = "FILE | s3://BUCKET/PREFIX")]
+    pub file: Option<String>,
     /// Messages grouped at most; a deeper queue is grouped as a sample, and the output says so.
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..=110_000))]
     pub max: u32,

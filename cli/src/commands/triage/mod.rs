@@ -21,7 +21,6 @@ use serde_json::json;
 
 use redrive_console::Depth;
 use redrive_engine::ports::Received;
-use redrive_shared::archive::parse_jsonl;
 use redrive_shared::triage::{
     Facts, Grouper, GroupingConfig, Observation, RecordedCause, Rules, normalise,
 };
@@ -156,13 +155,10 @@ async fn pass(
             }
         }
     };
-    if let Some(path) = &args.file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| CliError::Config(format!("cannot read {}: {e}", path.display())))?;
-        let lines =
-            parse_jsonl(&text).map_err(|e| CliError::Config(format!("{}: {e}", path.display())))?;
+    if let Some(from) = &args.file {
+        let lines = crate::jsonl::read(ctx, from, "nothing was grouped").await?;
         let about = lines.len() as u64;
-        for line in lines.into_iter().take(args.max as usize) {
+        for crate::jsonl::Line { message: line, .. } in lines.into_iter().take(args.max as usize) {
             let message = Received {
                 message_id: line.message_id,
                 receipt_handle: String::new(),
@@ -194,7 +190,7 @@ async fn pass(
             records: records(&batcher),
             depth: None,
         };
-        return Ok((path.display().to_string(), coverage));
+        return Ok((from.clone(), coverage));
     }
     let Some(queue_ref) = &args.queue else {
         return Err(CliError::Config("name a queue or pass --file".into()));
