@@ -113,6 +113,11 @@ fn micro_section(o: &Options, report: &mut Report) {
             "split 100 entries by count and bytes",
             "chunks(10)",
         ),
+        (
+            "triage_key",
+            "one failed message's triage group id (normalise, hash; budget 20 us)",
+            "the same message read, its raw error text hashed",
+        ),
     ] {
         match (estimate(group, "redrive"), estimate(group, "baseline")) {
             (Some(ours), Some(base)) => {
