@@ -227,13 +227,13 @@ redrive_shared::text_enum! {
     #[derive(Debug, PartialEq, Eq)]
     pub enum Status {
         /// Every message of the queue was looked at (or every `--id` was found).
-        Complete = "complete",
+        Complete,
         /// `--max` was reached: the rest is for the next run.
-        Limit = "limit",
+        Limit,
         /// The walk stopped before the end of the queue: messages are left that it never saw.
-        Incomplete = "incomplete",
+        Incomplete,
         /// An AWS call failed part-way.
-        Failed = "failed",
+        Failed,
     }
 }
 
