@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use aws_sdk_sqs::Client;
 use redrive_engine::fake::FakeSqs;
-use redrive_engine::ports::{HandleEntry, Queue, SendEntry};
+use redrive_engine::ports::{HandleEntry, Queue, ReceiveRequest, SendEntry};
 use redrive_shared::Attributes;
 use redrive_shared::limits::Outgoing;
 use redrive_shared::sdk::{attributes_from_sdk, attributes_to_sdk};
@@ -126,7 +126,10 @@ impl ScriptQueue for FakeScript {
     async fn receive(&self, url: &str) -> Result<Vec<ScriptMessage>, String> {
         let got = self
             .0
-            .receive(url, 10, WAIT_SECONDS, VISIBILITY_SECONDS)
+            .receive(
+                url,
+                ReceiveRequest::new(10, WAIT_SECONDS, VISIBILITY_SECONDS),
+            )
             .await
             .map_err(|e| e.to_string())?;
         Ok(got

@@ -21,7 +21,8 @@ use redrive_consumer::fake::FakeStore;
 use redrive_consumer::ports::{Claim, ClaimOutcome, IdempotencyStore, QueueOps};
 use redrive_engine::fake::{FakeMessage, FakeSqs};
 use redrive_engine::ports::{
-    BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, Received, SendEntry,
+    BatchOutcome, Depth, EntryFailure, HandleEntry, PortError, Queue, ReceiveRequest, Received,
+    SendEntry,
 };
 use redrive_shared::Attributes;
 use redrive_shared::backoff::{JitterRng, RandomSource, seeded_rng};
@@ -296,14 +297,12 @@ impl Queue for WorldQueue {
     async fn receive(
         &self,
         queue_url: &str,
-        max_messages: i32,
-        _wait_seconds: i32,
-        visibility_seconds: i32,
+        request: ReceiveRequest,
     ) -> Result<Vec<Received>, PortError> {
         self.0.kill_point("ReceiveMessage").await;
         self.0
             .call("ReceiveMessage", None, |sqs, _| {
-                sqs.receive_now(queue_url, max_messages, visibility_seconds)
+                sqs.receive_now(queue_url, request.max_messages, request.visibility_seconds)
             })
             .await?
     }

@@ -8,7 +8,7 @@ use aws_sdk_sqs::Client;
 use redrive_bench::faults::{FaultKind, FaultPlan};
 use redrive_bench::proxy::Proxy;
 use redrive_engine::aws::SqsQueue;
-use redrive_engine::ports::{HandleEntry, Queue, SendEntry};
+use redrive_engine::ports::{HandleEntry, Queue, ReceiveRequest, SendEntry};
 use redrive_shared::Attributes;
 use redrive_shared::limits::Outgoing;
 use redrive_tests::{QueueSet, moto, queue_depth, receive_raw, send_raw};
@@ -56,10 +56,13 @@ async fn calls_are_counted_by_operation_and_delayed_by_the_latency() {
     let out = q.send_batch(&queues.dlq_url, &entries(10)).await.unwrap();
     assert_eq!(out.succeeded.len(), 10);
     assert!(started.elapsed() >= Duration::from_millis(50));
-    let got = q.receive(&queues.dlq_url, 10, 0, 30).await.unwrap();
+    let got = q
+        .receive(&queues.dlq_url, ReceiveRequest::new(10, 0, 30))
+        .await
+        .unwrap();
     assert_eq!(got.len(), 10);
     assert!(
-        q.receive(&queues.source_url, 10, 0, 30)
+        q.receive(&queues.source_url, ReceiveRequest::new(10, 0, 30))
             .await
             .unwrap()
             .is_empty()
@@ -75,7 +78,7 @@ async fn calls_are_counted_by_operation_and_delayed_by_the_latency() {
     assert!(stats.held_seconds <= started.elapsed().as_secs_f64());
     // Concurrent calls wait together: their waiting counts once, as the caller's wall time.
     let started = Instant::now();
-    let receives = (0..4).map(|_| q.receive(&queues.source_url, 10, 0, 30));
+    let receives = (0..4).map(|_| q.receive(&queues.source_url, ReceiveRequest::new(10, 0, 30)));
     for got in futures_util::future::join_all(receives).await {
         assert!(got.unwrap().is_empty());
     }
@@ -117,7 +120,7 @@ async fn server_errors_are_retryable_internal_errors() {
     let (_direct, proxy, client, queues) = setup(Duration::ZERO).await;
     proxy.set_faults(only(FaultKind::ServerError), 1);
     let err = SqsQueue { client }
-        .receive(&queues.dlq_url, 10, 0, 30)
+        .receive(&queues.dlq_url, ReceiveRequest::new(10, 0, 30))
         .await
         .unwrap_err();
     assert_eq!(err.code, "InternalError", "{err:?}");
@@ -195,7 +198,10 @@ async fn failed_batch_entries_were_not_applied() {
 
     // Deletes too: the failed ones stay.
     proxy.set_faults(None, 3);
-    let got = q.receive(&queues.dlq_url, 10, 0, 60).await.unwrap();
+    let got = q
+        .receive(&queues.dlq_url, ReceiveRequest::new(10, 0, 60))
+        .await
+        .unwrap();
     proxy.set_faults(only(FaultKind::BatchEntries), 4);
     let handles = HandleEntry::numbered(got.iter().map(|m| m.receipt_handle.clone()));
     let deleted = q.delete_batch(&queues.dlq_url, &handles).await.unwrap();
@@ -211,7 +217,10 @@ async fn an_armed_kill_holds_the_call_and_never_forwards_it() {
     let (direct, proxy, client, queues) = setup(Duration::ZERO).await;
     send_raw(&direct, &queues.dlq_url, "b", &[]).await;
     let q = SqsQueue { client };
-    let got = q.receive(&queues.dlq_url, 10, 0, 60).await.unwrap();
+    let got = q
+        .receive(&queues.dlq_url, ReceiveRequest::new(10, 0, 60))
+        .await
+        .unwrap();
     let fired = proxy.arm_kill(&["DeleteMessageBatch"], 1);
     let handles = vec![HandleEntry {
         id: "0".into(),

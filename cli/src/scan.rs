@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 
 use redrive_engine::engine::Transfer;
-use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
+use redrive_engine::ports::{HandleEntry, PortError, Queue, ReceiveRequest, Received};
 use redrive_shared::archive::SystemAttributes;
 
 use super::output::Style;
@@ -91,7 +91,10 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
             let want = max.clamp(1, 10) as i32;
             let batch = self
                 .queue
-                .receive_with_system(self.url, want, WAIT_SECONDS, self.hold_seconds)
+                .receive_with_system(
+                    self.url,
+                    ReceiveRequest::new(want, WAIT_SECONDS, self.hold_seconds),
+                )
                 .await?;
             if batch.is_empty() {
                 self.exhausted = true;
@@ -227,13 +230,13 @@ redrive_shared::text_enum! {
     #[derive(Debug, PartialEq, Eq)]
     pub enum Status {
         /// Every message of the queue was looked at (or every `--id` was found).
-        Complete = "complete",
+        Complete,
         /// `--max` was reached: the rest is for the next run.
-        Limit = "limit",
+        Limit,
         /// The walk stopped before the end of the queue: messages are left that it never saw.
-        Incomplete = "incomplete",
+        Incomplete,
         /// An AWS call failed part-way.
-        Failed = "failed",
+        Failed,
     }
 }
 

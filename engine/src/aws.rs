@@ -17,7 +17,7 @@ use crate::Engine;
 use crate::circuit::DynamoDbCircuitStore;
 use crate::ports::{
     AlarmInfo, AlarmState, Alarms, BatchOutcome, Depth, EntryFailure, HandleEntry, MetricUnit,
-    MetricValue, Metrics, PortError, Queue, Received, SendEntry,
+    MetricValue, Metrics, PortError, Queue, ReceiveRequest, Received, SendEntry,
 };
 
 /// Maps an error of any SDK client to a [`PortError`] that keeps it as its source, classifying
@@ -137,17 +137,15 @@ impl Queue for SqsQueue {
     async fn receive_with_system(
         &self,
         queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
+        request: ReceiveRequest,
     ) -> Result<Vec<(Received, SystemAttributes)>, PortError> {
         let out = self
             .client
             .receive_message()
             .queue_url(queue_url)
-            .max_number_of_messages(max_messages.clamp(1, 10))
-            .wait_time_seconds(wait_seconds)
-            .visibility_timeout(visibility_seconds)
+            .max_number_of_messages(request.max_messages.clamp(1, 10))
+            .wait_time_seconds(request.wait_seconds)
+            .visibility_timeout(request.visibility_seconds)
             .message_attribute_names("All")
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .send()
@@ -192,18 +190,9 @@ impl Queue for SqsQueue {
     async fn receive(
         &self,
         queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
+        request: ReceiveRequest,
     ) -> Result<Vec<Received>, PortError> {
-        let got = Queue::receive_with_system(
-            self,
-            queue_url,
-            max_messages,
-            wait_seconds,
-            visibility_seconds,
-        )
-        .await?;
+        let got = Queue::receive_with_system(self, queue_url, request).await?;
         Ok(got.into_iter().map(|(m, _)| m).collect())
     }
 

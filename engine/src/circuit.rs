@@ -76,6 +76,25 @@ pub enum SaveOutcome {
     Conflict,
 }
 
+/// A write of `record` that lands only if the stored version is still `expected` (`None`: if
+/// there is no item yet): the one rule of the circuit's and triage's stores.
+#[derive(Debug)]
+pub struct VersionedWrite<'a, T> {
+    pub record: &'a T,
+    pub expected: Option<u64>,
+}
+
+impl<'a, T> VersionedWrite<'a, T> {
+    pub fn new(record: &'a T, expected: Option<u64>) -> Self {
+        Self { record, expected }
+    }
+
+    /// The version the write gives the item: `expected + 1`, 1 for a new item.
+    pub fn next_version(&self) -> u64 {
+        self.expected.map_or(1, |v| v + 1)
+    }
+}
+
 /// The durable record of each DLQ's circuit.
 pub trait CircuitStore: Sync {
     /// False for [`NoCircuit`] (and `None`): the engine then never calls the store.
@@ -89,13 +108,12 @@ pub trait CircuitStore: Sync {
         queue_url: &str,
     ) -> impl Future<Output = Result<Option<Stored>, PortError>> + Send;
 
-    /// Writes `record` if the stored version is still `expected` (`None`: if there is no item
-    /// yet); the new version is `expected + 1` (1 for a new item).
+    /// Writes the record if the stored version is still the one expected; the new version is
+    /// [`VersionedWrite::next_version`].
     fn save(
         &self,
         queue_url: &str,
-        record: &CircuitRecord,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, CircuitRecord>,
     ) -> impl Future<Output = Result<SaveOutcome, PortError>> + Send;
 }
 
@@ -124,8 +142,7 @@ impl CircuitStore for NoCircuit {
     async fn save(
         &self,
         _queue_url: &str,
-        _record: &CircuitRecord,
-        _expected: Option<u64>,
+        _write: VersionedWrite<'_, CircuitRecord>,
     ) -> Result<SaveOutcome, PortError> {
         Err(disabled())
     }
@@ -147,11 +164,10 @@ impl<S: CircuitStore + Send> CircuitStore for Option<S> {
     async fn save(
         &self,
         queue_url: &str,
-        record: &CircuitRecord,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, CircuitRecord>,
     ) -> Result<SaveOutcome, PortError> {
         match self {
-            Some(s) => s.save(queue_url, record, expected).await,
+            Some(s) => s.save(queue_url, write).await,
             None => Err(disabled()),
         }
     }
@@ -172,10 +188,9 @@ impl<S: CircuitStore + Send> CircuitStore for std::sync::Arc<S> {
     fn save(
         &self,
         queue_url: &str,
-        record: &CircuitRecord,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, CircuitRecord>,
     ) -> impl Future<Output = Result<SaveOutcome, PortError>> + Send {
-        (**self).save(queue_url, record, expected)
+        (**self).save(queue_url, write)
     }
 }
 
@@ -307,7 +322,10 @@ async fn write_loop<S: CircuitStore, T>(
                 then,
             } => (version, record, then),
         };
-        match store.save(queue_url, &record, version).await {
+        match store
+            .save(queue_url, VersionedWrite::new(&record, version))
+            .await
+        {
             Ok(SaveOutcome::Saved { .. }) => return Ok(then),
             Ok(SaveOutcome::Conflict) => tracing::info!(
                 queue = queue_url,

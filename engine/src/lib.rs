@@ -20,6 +20,26 @@ pub mod triage_store;
 
 pub use engine::{DrainError, DrainRequest, Engine, Settings, StopReason, Summary};
 
+#[doc(hidden)]
+pub use tracing as __tracing;
+
+/// An INFO line of a run's counts: `received`, `redriven`, `isolated` and `failed` read from
+/// `$counts` (a [`Summary`], the fleet's total), then the fields and message given, so that
+/// every front end names the counts alike.
+#[macro_export]
+macro_rules! info_counts {
+    ($counts:expr, $($fields_and_message:tt)+) => {{
+        let counts = &$counts;
+        $crate::__tracing::info!(
+            received = counts.received,
+            redriven = counts.redriven,
+            isolated = counts.isolated,
+            failed = counts.failed,
+            $($fields_and_message)+
+        )
+    }};
+}
+
 /// Locks `m`, taking over a lock a panicking holder poisoned: every value the engine guards
 /// stays consistent between its statements, so a panic elsewhere never leaves one half-written.
 pub(crate) use redrive_shared::sync::lock;

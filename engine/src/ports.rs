@@ -141,13 +141,30 @@ impl Depth {
     }
 }
 
+/// One ReceiveMessage: at most `max_messages` (SQS takes 1 to 10), long-polling up to
+/// `wait_seconds`, each message then hidden for `visibility_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveRequest {
+    pub max_messages: i32,
+    pub wait_seconds: i32,
+    pub visibility_seconds: i32,
+}
+
+impl ReceiveRequest {
+    pub fn new(max_messages: i32, wait_seconds: i32, visibility_seconds: i32) -> Self {
+        Self {
+            max_messages,
+            wait_seconds,
+            visibility_seconds,
+        }
+    }
+}
+
 pub trait Queue: Sync {
     fn receive(
         &self,
         queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
+        request: ReceiveRequest,
     ) -> impl Future<Output = Result<Vec<Received>, PortError>> + Send;
 
     fn send_batch(
@@ -187,14 +204,10 @@ pub trait Queue: Sync {
     fn receive_with_system(
         &self,
         queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
+        request: ReceiveRequest,
     ) -> impl Future<Output = Result<Vec<(Received, SystemAttributes)>, PortError>> + Send {
         async move {
-            let got = self
-                .receive(queue_url, max_messages, wait_seconds, visibility_seconds)
-                .await?;
+            let got = self.receive(queue_url, request).await?;
             Ok(got
                 .into_iter()
                 .map(|m| {

@@ -7,7 +7,9 @@ use std::future::Future;
 
 use redrive_shared::archive::SystemAttributes;
 
-use crate::ports::{BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry};
+use crate::ports::{
+    BatchOutcome, Depth, HandleEntry, PortError, Queue, ReceiveRequest, Received, SendEntry,
+};
 
 /// What a [`Tapped`] queue tells of the calls that go through it. Each hook does nothing by
 /// default.
@@ -39,14 +41,9 @@ impl<Q: Queue, T: Tap> Queue for Tapped<Q, T> {
     async fn receive(
         &self,
         queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
+        request: ReceiveRequest,
     ) -> Result<Vec<Received>, PortError> {
-        let got = self
-            .inner
-            .receive(queue_url, max_messages, wait_seconds, visibility_seconds)
-            .await?;
+        let got = self.inner.receive(queue_url, request).await?;
         self.tap.received(queue_url, got.len());
         Ok(got)
     }
@@ -54,14 +51,9 @@ impl<Q: Queue, T: Tap> Queue for Tapped<Q, T> {
     async fn receive_with_system(
         &self,
         queue_url: &str,
-        max_messages: i32,
-        wait_seconds: i32,
-        visibility_seconds: i32,
+        request: ReceiveRequest,
     ) -> Result<Vec<(Received, SystemAttributes)>, PortError> {
-        let got = self
-            .inner
-            .receive_with_system(queue_url, max_messages, wait_seconds, visibility_seconds)
-            .await?;
+        let got = self.inner.receive_with_system(queue_url, request).await?;
         self.tap.received(queue_url, got.len());
         Ok(got)
     }

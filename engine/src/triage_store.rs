@@ -30,7 +30,7 @@ use redrive_shared::triage::Group;
 use redrive_shared::triage::state::{Alert, Book, GroupRecord, PassFacts, Refused, State};
 
 use crate::aws::port_error;
-use crate::circuit::{SaveOutcome, s, unreadable_item};
+use crate::circuit::{SaveOutcome, VersionedWrite, s, unreadable_item};
 use crate::lock;
 use crate::ports::PortError;
 
@@ -57,12 +57,11 @@ pub trait TriageStore: Sync {
         queue_url: &str,
     ) -> impl Future<Output = Result<Option<(u64, Book)>, PortError>> + Send;
 
-    /// Writes `book` if the stored version is still `expected` (`None`: no item yet).
+    /// Writes the book if the stored version is still the one expected.
     fn save(
         &self,
         queue_url: &str,
-        book: &Book,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, Book>,
     ) -> impl Future<Output = Result<SaveOutcome, PortError>> + Send;
 
     /// Stores a plan's ids (idempotent: the same id always names the same ids).
@@ -104,7 +103,10 @@ pub async fn update<S: TriageStore, T>(
             None => (None, Book::new(queue_url)),
         };
         let answer = change(&mut book)?;
-        match store.save(queue_url, &book, version).await? {
+        match store
+            .save(queue_url, VersionedWrite::new(&book, version))
+            .await?
+        {
             SaveOutcome::Saved { .. } => return Ok((answer, book)),
             SaveOutcome::Conflict => continue,
         }
@@ -343,12 +345,11 @@ impl TriageStore for DynamoDbTriageStore {
     async fn save(
         &self,
         queue_url: &str,
-        book: &Book,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, Book>,
     ) -> Result<SaveOutcome, PortError> {
-        let version = expected.map_or(1, |v| v + 1);
-        let put = self.put_book(&self.key(queue_url), book, version)?;
-        crate::circuit::put_if_version(put, expected, version).await
+        let version = write.next_version();
+        let put = self.put_book(&self.key(queue_url), write.record, version)?;
+        crate::circuit::put_if_version(put, write.expected, version).await
     }
 
     async fn save_plan(&self, plan_id: &str, ids: &[String]) -> Result<(), PortError> {
@@ -425,16 +426,15 @@ impl TriageStore for MemoryTriageStore {
     async fn save(
         &self,
         queue_url: &str,
-        book: &Book,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, Book>,
     ) -> Result<SaveOutcome, PortError> {
         let mut books = lock(&self.books);
         let current = books.get(queue_url).map(|(v, _)| *v);
-        if current != expected {
+        if current != write.expected {
             return Ok(SaveOutcome::Conflict);
         }
-        let version = expected.map_or(1, |v| v + 1);
-        books.insert(queue_url.to_string(), (version, book.clone()));
+        let version = write.next_version();
+        books.insert(queue_url.to_string(), (version, write.record.clone()));
         Ok(SaveOutcome::Saved { version })
     }
 

@@ -18,8 +18,8 @@ use aws_sdk_dynamodb::error::BoxError;
 use common::{DLQ, POISON, SRC, queues, settings};
 use redrive_engine::aws::{CloudWatch, SqsQueue};
 use redrive_engine::circuit::{
-    CircuitStore, DynamoDbCircuitStore, MemoryCircuitStore, SaveOutcome, Stored, acquire_lease,
-    set_override,
+    CircuitStore, DynamoDbCircuitStore, MemoryCircuitStore, SaveOutcome, Stored, VersionedWrite,
+    acquire_lease, set_override,
 };
 use redrive_engine::fake::{FakeCloudWatch, FakeSqs};
 use redrive_engine::ports::PortError;
@@ -117,10 +117,13 @@ fn push_fresh(sqs: &FakeSqs, n: usize) {
 /// The downstream is still down: every copy on the source is consumed, fails, and comes back
 /// to the DLQ as it was sent (SQS's own move keeps the attributes). Returns how many.
 async fn bounce_back(sqs: &Arc<FakeSqs>) -> usize {
-    use redrive_engine::ports::{HandleEntry, Queue};
+    use redrive_engine::ports::{HandleEntry, Queue, ReceiveRequest};
     let mut moved = 0;
     loop {
-        let got = sqs.receive(SRC, 10, 0, 30).await.expect("receive");
+        let got = sqs
+            .receive(SRC, ReceiveRequest::new(10, 0, 30))
+            .await
+            .expect("receive");
         if got.is_empty() {
             return moved;
         }
@@ -518,22 +521,34 @@ async fn moto_the_record_is_written_only_on_the_version_read() {
     assert_eq!(store.load(q).await.unwrap(), None);
     let mut record = CircuitRecord::new(&settings, T0);
     assert_eq!(
-        store.save(q, &record, None).await.unwrap(),
+        store
+            .save(q, VersionedWrite::new(&record, None))
+            .await
+            .unwrap(),
         SaveOutcome::Saved { version: 1 }
     );
     // A second creator loses.
     assert_eq!(
-        store.save(q, &record, None).await.unwrap(),
+        store
+            .save(q, VersionedWrite::new(&record, None))
+            .await
+            .unwrap(),
         SaveOutcome::Conflict
     );
     record.record_redriven(&settings, T0, 5);
     assert_eq!(
-        store.save(q, &record, Some(1)).await.unwrap(),
+        store
+            .save(q, VersionedWrite::new(&record, Some(1)))
+            .await
+            .unwrap(),
         SaveOutcome::Saved { version: 2 }
     );
     // A writer that read version 1 loses.
     assert_eq!(
-        store.save(q, &record, Some(1)).await.unwrap(),
+        store
+            .save(q, VersionedWrite::new(&record, Some(1)))
+            .await
+            .unwrap(),
         SaveOutcome::Conflict
     );
     let stored = store.load(q).await.unwrap().unwrap();
@@ -586,10 +601,9 @@ impl CircuitStore for LoadTogether {
     async fn save(
         &self,
         queue_url: &str,
-        record: &CircuitRecord,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, CircuitRecord>,
     ) -> Result<SaveOutcome, PortError> {
-        self.inner.save(queue_url, record, expected).await
+        self.inner.save(queue_url, write).await
     }
 }
 

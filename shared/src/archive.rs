@@ -282,10 +282,10 @@ pub fn parse_line(line: usize, text: &str) -> Result<ArchivedMessage, LineError>
         }
         None => return Err(err("format", format!("missing; expected {FORMAT:?}"))),
     }
-    let wire: WireLine = serde_json::from_value(value).map_err(|e| {
-        let text = e.to_string();
-        let field = field_of_serde_error(&text).unwrap_or_else(|| "line".to_string());
-        err(&field, text)
+    // The field's path, never serde's message: that quotes the value it met (a body).
+    let wire: WireLine = crate::json::from_value(value).map_err(|e| {
+        let field = if e.path == "." { "line" } else { &e.path };
+        err(field, e.what().to_string())
     })?;
     if wire.queue.is_empty() {
         return Err(err("queue", "is empty".into()));
@@ -385,13 +385,6 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<ArchivedMessage>, LineError> {
         .enumerate()
         .map(|(i, l)| parse_line(i + 1, l.strip_suffix('\r').unwrap_or(l)))
         .collect()
-}
-
-/// Serde names the field in its message (`missing field `body``, `unknown field `x``).
-fn field_of_serde_error(text: &str) -> Option<String> {
-    let start = text.find('`')? + 1;
-    let len = text[start..].find('`')?;
-    Some(text[start..start + len].to_string())
 }
 
 /// SQS's Number: decimal digits with an optional sign, point and exponent (no `inf`, `NaN`).

@@ -23,11 +23,11 @@ crate::text_enum! {
     #[derive(Debug, PartialEq, Eq, Hash)]
     pub enum State {
         /// Drain as usual.
-        Closed = "closed",
+        Closed,
         /// Nothing is redriven: messages stay on the DLQ without spending attempts.
-        Open = "open",
+        Open,
         /// A canary is (or is about to be) out; nothing else is redriven.
-        HalfOpen = "half-open",
+        HalfOpen,
     }
 }
 
@@ -37,11 +37,11 @@ crate::text_enum! {
     pub enum Override {
         /// The measurements decide.
         #[default]
-        Auto = "auto",
+        Auto,
         /// Held open whatever the measurements say.
-        Open = "open",
+        Open,
         /// Forced closed whatever the measurements say.
-        Closed = "closed",
+        Closed,
     }
 }
 

@@ -29,6 +29,7 @@ pub mod config;
 pub mod decision;
 pub mod emf;
 pub mod event;
+pub mod json;
 pub mod key;
 pub mod limits;
 #[cfg(feature = "logging")]

@@ -451,7 +451,7 @@ mod tests {
 
     use super::*;
     use redrive_engine::fake::FakeSqs;
-    use redrive_engine::ports::{BatchOutcome, Depth, SendEntry};
+    use redrive_engine::ports::{BatchOutcome, Depth, ReceiveRequest, SendEntry};
 
     const Q: &str = "https://sqs.us-east-1.amazonaws.com/000000000000/orders-dlq";
 
@@ -480,11 +480,9 @@ mod tests {
         async fn receive(
             &self,
             url: &str,
-            max: i32,
-            wait: i32,
-            visibility: i32,
+            request: ReceiveRequest,
         ) -> Result<Vec<Received>, PortError> {
-            self.sqs.receive(url, max, wait, visibility).await
+            self.sqs.receive(url, request).await
         }
 
         async fn send_batch(

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use redrive_shared::circuit::CircuitRecord;
 
-use super::{CircuitStore, SaveOutcome, Stored, item};
+use super::{CircuitStore, SaveOutcome, Stored, VersionedWrite, item};
 use crate::aws::port_error;
 use crate::ports::PortError;
 
@@ -227,11 +227,10 @@ impl CircuitStore for DynamoDbCircuitStore {
     async fn save(
         &self,
         queue_url: &str,
-        record: &CircuitRecord,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, CircuitRecord>,
     ) -> Result<SaveOutcome, PortError> {
-        let version = expected.map_or(1, |v| v + 1);
-        self.put(&self.key(queue_url), record, expected, version)
+        let version = write.next_version();
+        self.put(&self.key(queue_url), write.record, write.expected, version)
             .await
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use redrive_shared::circuit::{CircuitRecord, CircuitSettings, Event};
 
-use super::{CircuitStore, SaveOutcome, Stored};
+use super::{CircuitStore, SaveOutcome, Stored, VersionedWrite};
 use crate::lock;
 use crate::ports::PortError;
 
@@ -86,8 +86,7 @@ impl CircuitStore for MemoryCircuitStore {
     async fn save(
         &self,
         queue_url: &str,
-        record: &CircuitRecord,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, CircuitRecord>,
     ) -> Result<SaveOutcome, PortError> {
         self.take_fault()?;
         let interference: Vec<Event> = std::mem::take(&mut *lock(&self.interfere));
@@ -103,15 +102,15 @@ impl CircuitStore for MemoryCircuitStore {
         }
         let mut items = self.lock();
         let current = items.get(queue_url).map(|s| s.version);
-        if current != expected {
+        if current != write.expected {
             return Ok(SaveOutcome::Conflict);
         }
-        let version = expected.map_or(1, |v| v + 1);
+        let version = write.next_version();
         items.insert(
             queue_url.to_string(),
             Stored {
                 version,
-                record: record.clone(),
+                record: write.record.clone(),
             },
         );
         self.saves.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -10,7 +10,9 @@ use super::admission::{Admission, CircuitSummary, DrainCounts};
 use super::gate::{CircuitRun, log_transition};
 use super::request::{summary_of, summary_of_mut};
 use super::{DrainError, DrainRequest, Engine, StopReason, Summary};
-use crate::circuit::{CircuitError, CircuitStore, SaveOutcome, update_once, write_token};
+use crate::circuit::{
+    CircuitError, CircuitStore, SaveOutcome, VersionedWrite, update_once, write_token,
+};
 use crate::ports::{Alarms, Metrics, PortError, Queue};
 
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
@@ -185,7 +187,12 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         let token = write_token();
         record.mark_applied(&token);
         let saved = self
-            .bounded(end, "PutItem", self.circuit.save(dlq, &record, version))
+            .bounded(
+                end,
+                "PutItem",
+                self.circuit
+                    .save(dlq, VersionedWrite::new(&record, version)),
+            )
             .await;
         match saved {
             Ok(SaveOutcome::Saved { .. }) => return Some((record, transitions)),

@@ -18,7 +18,7 @@ use super::pacer::Pacer;
 use super::{DrainError, DrainRequest, Engine, MessageRecord, StopReason, Summary};
 use crate::circuit::CircuitStore;
 use crate::lock;
-use crate::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, Received};
+use crate::ports::{Alarms, HandleEntry, Metrics, PortError, Queue, ReceiveRequest, Received};
 
 /// What happened to the messages of a run, counted.
 #[derive(Default)]
@@ -379,7 +379,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                 .bounded(
                     end,
                     "ReceiveMessage",
-                    self.queue.receive(dlq, want as i32, wait, visibility),
+                    self.queue
+                        .receive(dlq, ReceiveRequest::new(want as i32, wait, visibility)),
                 )
                 .await;
             let messages = match received {

@@ -51,11 +51,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
 }
 
 pub(super) fn log_summary(s: &Summary) {
-    tracing::info!(
-        received = s.received,
-        redriven = s.redriven,
-        isolated = s.isolated,
-        failed = s.failed,
+    crate::info_counts!(
+        s,
         dry_run = s.dry_run,
         stopped_because = s.stopped_because.as_str(),
         dlq_remaining = s.dlq_remaining,

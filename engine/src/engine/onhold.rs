@@ -13,7 +13,7 @@ use redrive_shared::triage::state::Book;
 use redrive_shared::triage::{GroupId, GroupingConfig, Observation};
 
 use super::Engine;
-use crate::circuit::{CircuitStore, SaveOutcome};
+use crate::circuit::{CircuitStore, SaveOutcome, VersionedWrite};
 use crate::lock;
 use crate::ports::{Alarms, Metrics, PortError, Queue, Received};
 use crate::triage_store::{self, DynamoDbTriageStore, MemoryTriageStore, TriageStore};
@@ -36,12 +36,11 @@ impl TriageStore for TriageBooks {
     async fn save(
         &self,
         queue_url: &str,
-        book: &Book,
-        expected: Option<u64>,
+        write: VersionedWrite<'_, Book>,
     ) -> Result<SaveOutcome, PortError> {
         match self {
-            Self::DynamoDb(s) => s.save(queue_url, book, expected).await,
-            Self::Memory(s) => s.save(queue_url, book, expected).await,
+            Self::DynamoDb(s) => s.save(queue_url, write).await,
+            Self::Memory(s) => s.save(queue_url, write).await,
         }
     }
 

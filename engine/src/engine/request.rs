@@ -15,20 +15,20 @@ redrive_shared::text_enum! {
     /// Why a drain stopped (the contract's `stoppedBecause`).
     #[derive(Debug, Default, PartialEq, Eq)]
     pub enum StopReason {
-        QueueEmpty = "queue-empty",
+        QueueEmpty,
         /// A run that ends with no other reason ends at its limit.
         #[default]
-        Limit = "limit",
-        Deadline = "deadline",
-        CircuitOpen = "circuit-open",
-        NotInAlarm = "not-in-alarm",
-        OtherQueue = "other-queue",
+        Limit,
+        Deadline,
+        CircuitOpen,
+        NotInAlarm,
+        OtherQueue,
         /// A Step Functions execution that found another one draining the DLQ: it received
         /// nothing.
-        AlreadyRunning = "already-running",
+        AlreadyRunning,
         /// A protected DLQ whose settings (its tags) are invalid or unreadable: left alone.
-        BadSettings = "bad-settings",
-        Other = "other",
+        BadSettings,
+        Other,
     }
 }
 

@@ -6,19 +6,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{DEFAULT_RETENTION, FakeSqs, invalid};
-use crate::ports::{BatchOutcome, Depth, HandleEntry, PortError, Queue, Received, SendEntry};
+use crate::ports::{
+    BatchOutcome, Depth, HandleEntry, PortError, Queue, ReceiveRequest, Received, SendEntry,
+};
 
 impl Queue for Arc<FakeSqs> {
     async fn receive(
         &self,
         queue_url: &str,
-        max_messages: i32,
-        _wait: i32,
-        visibility_seconds: i32,
+        request: ReceiveRequest,
     ) -> Result<Vec<Received>, PortError> {
         self.calls.receive.fetch_add(1, Ordering::SeqCst);
         self.call("ReceiveMessage").await?;
-        let out = self.receive_now(queue_url, max_messages, visibility_seconds)?;
+        let out = self.receive_now(queue_url, request.max_messages, request.visibility_seconds)?;
         if out.is_empty() {
             self.calls.empty_receive.fetch_add(1, Ordering::SeqCst);
         }

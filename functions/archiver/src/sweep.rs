@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redrive_engine::ports::{
-    HandleEntry, MetricUnit, MetricValue, Metrics, PortError, Queue, Received,
+    HandleEntry, MetricUnit, MetricValue, Metrics, PortError, Queue, ReceiveRequest, Received,
 };
 use redrive_shared::Attributes;
 use redrive_shared::archive::{self, SystemAttributes};
@@ -382,9 +382,7 @@ impl<Q: Queue, S: ObjectStore, M: Metrics> Archiver<Q, S, M> {
                 .queue
                 .receive_with_system(
                     url.as_str(),
-                    max,
-                    1,
-                    self.config.visibility_timeout_seconds as i32,
+                    ReceiveRequest::new(max, 1, self.config.visibility_timeout_seconds as i32),
                 )
                 .await
             {

@@ -36,20 +36,21 @@
 //! assert_eq!(envelope.message.order_id, "o-1");
 //! assert_eq!(envelope.topic_arn, "arn:aws:sns:us-east-1:123456789012:orders");
 //!
-//! // A body that is not an SNS notification names what is missing, never the body.
+//! // A body that is not an SNS notification says where it does not fit, never the body.
 //! let err = SnsSqsEnvelope::<Order>::from_body(r#"{"order_id":"o-1"}"#).err().unwrap();
-//! assert!(err.contains("missing field `Type`"), "{err}");
+//! assert!(err.starts_with("the body is not an SNS notification: "), "{err}");
+//! assert!(!err.contains("o-1"), "{err}");
 //! ```
 //!
 //! **A body that is not the envelope's shape** (raw message delivery turned on, an input
 //! transformer on the rule, a producer writing to the queue directly) or whose payload does
 //! not parse as `T` is a permanent failure with code [`crate::BODY_NOT_PARSED`], as any body
 //! that does not parse: the processor is not called, and the message is fast-tracked to
-//! `DLQ_URL`. The `lastError` message names the envelope and what was wrong (a missing field,
-//! a value of the wrong type, with its line and column) and never quotes the body:
-//! `the body is not an SNS notification: missing field `Type` at line 1 column 36`,
-//! `the SNS notification's Message does not parse: missing field `amount_cents` at line 1
-//! column 18`.
+//! `DLQ_URL`. The `lastError` message names the envelope, the path of the field that does not
+//! fit, serde's error category and the line and column ([`redrive_shared::json::JsonError`]),
+//! and never quotes the body: `the SNS notification's Message does not parse: a value that
+//! does not fit the type (wrong type, unknown value or missing field) at `amount_cents` (line
+//! 1 column 51)`.
 //!
 //! **The idempotency key is the SQS message's**, as for any other body: `IDEMPOTENCY_KEY`
 //! applies to the message as SQS delivered it, envelope included. The key is derived and
@@ -69,7 +70,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::process::{FromBody, RawBody, json_error_detail};
+use redrive_shared::json;
+
+use crate::process::{FromBody, RawBody};
 
 /// The payload of an SQS message delivered by an SNS subscription (raw message delivery off):
 /// the SNS notification's `Message` parsed as `T`, with the notification's metadata.
@@ -207,12 +210,8 @@ struct SnsNotification {
 
 impl SnsNotification {
     fn read(body: &str) -> Result<Self, String> {
-        let notification: Self = serde_json::from_str(body).map_err(|e| {
-            format!(
-                "the body is not an SNS notification: {}",
-                json_error_detail(&e)
-            )
-        })?;
+        let notification: Self = json::from_str(body)
+            .map_err(|e| format!("the body is not an SNS notification: {e}"))?;
         match notification.kind.as_str() {
             "Notification" => Ok(notification),
             // SNS's own vocabulary; anything else is body content and not quoted.
@@ -241,12 +240,8 @@ impl SnsNotification {
 impl<T: DeserializeOwned + Send> FromBody for SnsSqsEnvelope<T> {
     fn from_body(body: &str) -> Result<Self, String> {
         let notification = SnsNotification::read(body)?;
-        let message = serde_json::from_str(&notification.message).map_err(|e| {
-            format!(
-                "the SNS notification's Message does not parse: {}",
-                json_error_detail(&e)
-            )
-        })?;
+        let message = json::from_str(&notification.message)
+            .map_err(|e| format!("the SNS notification's Message does not parse: {e}"))?;
         Ok(notification.into_envelope(message))
     }
 }
@@ -278,18 +273,10 @@ struct EventBridgeEvent {
 
 impl<T: DeserializeOwned + Send> FromBody for EventBridgeEnvelope<T> {
     fn from_body(body: &str) -> Result<Self, String> {
-        let event: EventBridgeEvent = serde_json::from_str(body).map_err(|e| {
-            format!(
-                "the body is not an EventBridge event: {}",
-                json_error_detail(&e)
-            )
-        })?;
-        let detail = T::deserialize(event.detail).map_err(|e| {
-            format!(
-                "the EventBridge event's detail does not parse: {}",
-                json_error_detail(&e)
-            )
-        })?;
+        let event: EventBridgeEvent = json::from_str(body)
+            .map_err(|e| format!("the body is not an EventBridge event: {e}"))?;
+        let detail = json::from_value(event.detail)
+            .map_err(|e| format!("the EventBridge event's detail does not parse: {e}"))?;
         Ok(EventBridgeEnvelope {
             detail,
             id: event.id,
@@ -311,6 +298,9 @@ mod tests {
     use serde_json::json;
 
     /// A payload with a secret in it, delivered raw (no envelope).
+    const DOES_NOT_FIT: &str =
+        "a value that does not fit the type (wrong type, unknown value or missing field)";
+
     const RAW_SECRET: &str = r#"{"order_id":"o-secret","amount_cents":4200}"#;
 
     /// `good` without its `field`, as a body.
@@ -327,13 +317,13 @@ mod tests {
         body.to_string()
     }
 
-    /// `good` without each of `fields` in turn, and what its refusal names: `{not_a}: missing
-    /// field `{field}``.
+    /// `good` without each of `fields` in turn, and what its refusal says: `{not_a}: ` a value
+    /// that does not fit, at the top level.
     fn missing_field_cases(good: &Value, not_a: &str, fields: &[&str]) -> Vec<(String, String)> {
         fields
             .iter()
             .map(|field| {
-                let named = format!("{not_a}: missing field `{field}`");
+                let named = format!("{not_a}: {DOES_NOT_FIT} at `.`");
                 (without(good, field), named)
             })
             .collect()
@@ -460,36 +450,41 @@ mod tests {
             // Raw message delivery on: the body is the payload itself.
             (
                 RAW_SECRET.to_string(),
-                "the body is not an SNS notification: missing field `Type`",
+                format!("the body is not an SNS notification: {DOES_NOT_FIT} at `.`"),
             ),
             (
                 "o-secret, not json".to_string(),
-                "the body is not an SNS notification: expected value at line 1 column 1",
+                "the body is not an SNS notification: not valid JSON at `.` (line 1 column 1)"
+                    .into(),
             ),
             (
                 with_field(&good, "Message", json!({"order_id": "o-secret"})),
-                "the body is not an SNS notification: invalid type: map, expected a string",
+                format!("the body is not an SNS notification: {DOES_NOT_FIT} at `Message`"),
             ),
             (
                 with_field(&good, "Type", json!("SubscriptionConfirmation")),
-                "the body is an SNS SubscriptionConfirmation, not a Notification",
+                "the body is an SNS SubscriptionConfirmation, not a Notification".into(),
             ),
             (
                 with_field(&good, "Type", json!("o-secret")),
-                "its `Type` is not `Notification`",
+                "its `Type` is not `Notification`".into(),
             ),
             // The envelope is right, the payload inside it is not an Order.
             (
                 sns_body(r#"{"order_id":"o-secret"}"#),
-                "the SNS notification's Message does not parse: missing field `amount_cents` at line 1 column",
+                format!(
+                    "the SNS notification's Message does not parse: {DOES_NOT_FIT} at `.` (line 1 column"
+                ),
             ),
             (
                 sns_body(r#"{"order_id":"o-secret","amount_cents":"4111111111111111"}"#),
-                "the SNS notification's Message does not parse: invalid type: string, expected u64",
+                format!(
+                    "the SNS notification's Message does not parse: {DOES_NOT_FIT} at `amount_cents`"
+                ),
             ),
             (
                 sns_body("o-secret"),
-                "the SNS notification's Message does not parse: expected value",
+                "the SNS notification's Message does not parse: not valid JSON at `.`".into(),
             ),
         ];
         let refuse = |body: &str| SnsSqsEnvelope::<Order>::from_body(body).err();
@@ -502,7 +497,12 @@ mod tests {
         let reason = SnsSqsEnvelope::<RawBody>::from_body(&without(&good, "Timestamp"))
             .err()
             .unwrap();
-        assert!(reason.contains("missing field `Timestamp`"), "{reason}");
+        assert_eq!(
+            reason,
+            format!(
+                "the body is not an SNS notification: {DOES_NOT_FIT} at `.` (line 1 column 845)"
+            )
+        );
     }
 
     #[test]
@@ -512,13 +512,19 @@ mod tests {
             SnsSqsEnvelope::<Order>::from_body(r#"{"order_id":"o-2","amount_cents":99}"#)
                 .err()
                 .unwrap(),
-            "the body is not an SNS notification: missing field `Type` at line 1 column 36"
+            format!(
+                "the body is not an SNS notification: {DOES_NOT_FIT} at `.` (line 1 column 36)"
+            )
         );
         assert_eq!(
-            SnsSqsEnvelope::<Order>::from_body(&sns_body(r#"{"order_id":"o-1"}"#))
-                .err()
-                .unwrap(),
-            "the SNS notification's Message does not parse: missing field `amount_cents` at line 1 column 18"
+            SnsSqsEnvelope::<Order>::from_body(&sns_body(
+                r#"{"order_id":"o-1","amount_cents":"4111111111111111"}"#
+            ))
+            .err()
+            .unwrap(),
+            format!(
+                "the SNS notification's Message does not parse: {DOES_NOT_FIT} at `amount_cents` (line 1 column 51)"
+            )
         );
     }
 
@@ -556,25 +562,27 @@ mod tests {
         let cases = vec![
             (
                 RAW_SECRET.to_string(),
-                "the body is not an EventBridge event: missing field `version`",
+                format!("the body is not an EventBridge event: {DOES_NOT_FIT} at `.`"),
             ),
             (
                 with_field(&good, "resources", json!("o-secret")),
-                "the body is not an EventBridge event: invalid type: string, expected a sequence",
+                format!("the body is not an EventBridge event: {DOES_NOT_FIT} at `resources`"),
             ),
             (
                 eventbridge_body(json!({"order_id": "o-secret"})),
-                "the EventBridge event's detail does not parse: missing field `amount_cents`",
+                format!("the EventBridge event's detail does not parse: {DOES_NOT_FIT} at `.`"),
             ),
             (
                 eventbridge_body(
                     json!({"order_id": "o-secret", "amount_cents": "4111111111111111"}),
                 ),
-                "the EventBridge event's detail does not parse: invalid type: string, expected u64",
+                format!(
+                    "the EventBridge event's detail does not parse: {DOES_NOT_FIT} at `amount_cents`"
+                ),
             ),
             (
                 eventbridge_body(json!(null)),
-                "the EventBridge event's detail does not parse: invalid type: null",
+                format!("the EventBridge event's detail does not parse: {DOES_NOT_FIT} at `.`"),
             ),
         ];
         let refuse = |body: &str| EventBridgeEnvelope::<Order>::from_body(body).err();

@@ -98,10 +98,10 @@ pub fn parse_record(record: &Value) -> Result<Message, MalformedRecord> {
             reason: "no messageId".into(),
         });
     }
-    let sqs = SqsMessage::deserialize(record).map_err(|e| MalformedRecord {
+    let sqs = SqsMessage::deserialize(record).map_err(|_| MalformedRecord {
         message_id,
         group_id,
-        reason: mismatch(record, &e),
+        reason: mismatch(record),
     })?;
     read_message(&sqs)
 }
@@ -168,17 +168,12 @@ pub fn read_message(sqs: &SqsMessage) -> Result<Message, MalformedRecord> {
     })
 }
 
-/// Names the field of `record` that does not fit [`SqsMessage`] (serde's own error does not).
-fn mismatch(record: &Value, error: &serde_json::Error) -> String {
-    let culprit = record.as_object().and_then(|fields| {
-        fields.iter().find_map(|(name, value)| {
-            let alone = Value::Object([(name.clone(), value.clone())].into_iter().collect());
-            SqsMessage::deserialize(&alone)
-                .err()
-                .map(|e| format!("{name}: {e}"))
-        })
-    });
-    culprit.unwrap_or_else(|| format!("not an SQS record: {error}"))
+/// Where `record` does not fit [`SqsMessage`]: the field's path, never its value (the body).
+fn mismatch(record: &Value) -> String {
+    match redrive_shared::json::from_value::<SqsMessage>(record.clone()) {
+        Err(e) => format!("not an SQS record: {e}"),
+        Ok(_) => "not an SQS record".to_string(),
+    }
 }
 
 /// `{"dataType": "...", "stringValue": "..."}` or `{"dataType": "Binary...", "binaryValue": "<base64>"}`.
@@ -375,8 +370,8 @@ mod tests {
         assert_eq!(err.message_id, None);
         // The reason names what was wrong.
         for (field, value, named) in [
-            ("body", json!(42), "body: "),
-            ("messageAttributes", json!([]), "messageAttributes: "),
+            ("body", json!(4111111111111111u64), "at `body`"),
+            ("messageAttributes", json!([]), "at `messageAttributes`"),
             (
                 "attributes",
                 json!({"ApproximateReceiveCount": "many"}),
@@ -393,6 +388,7 @@ mod tests {
             r[field] = value;
             let reason = parse_record(&r).unwrap_err().reason;
             assert!(reason.contains(named), "{reason:?} should name {named:?}");
+            assert!(!reason.contains("4111"), "the body's value in {reason:?}");
         }
         assert!(parse_record(&json!("a string")).is_err());
     }

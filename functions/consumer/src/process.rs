@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use redrive_shared::json::JsonError;
+
 use crate::record::Record;
 
 /// Error code of a body that does not parse as the processor's input type: a permanent
@@ -123,7 +125,7 @@ pub trait FromBody: Sized + Send {
 
 impl<T: DeserializeOwned + Send> FromBody for T {
     fn from_body(body: &str) -> Result<Self, String> {
-        serde_json::from_str(body).map_err(|e| describe_json_error(&e))
+        redrive_shared::json::from_str(body).map_err(|e| describe_json_error(&e))
     }
 }
 
@@ -133,62 +135,11 @@ impl FromBody for RawBody {
     }
 }
 
-/// serde_json's error without what it quotes from the input: "invalid type: string \"4111...\",
-/// expected u64" names the value it met, which is body content (a card number, an e-mail).
-/// Kept: the kind of value, what was expected, missing and duplicate field names (the type's
-/// own), line and column.
-pub fn describe_json_error(e: &serde_json::Error) -> String {
-    format!("the body does not parse: {}", json_error_detail(e))
-}
-
-/// [`describe_json_error`] without its subject: what was wrong and where (`missing field
-/// `amount_cents` at line 1 column 40`), never what the input quoted.
-pub(crate) fn json_error_detail(e: &serde_json::Error) -> String {
-    use serde_json::error::Category;
-    let text = e.to_string();
-    let position = format!(" at line {} column {}", e.line(), e.column());
-    let core = text.strip_suffix(&position).unwrap_or(&text);
-    let core = match e.classify() {
-        Category::Data => redact_unexpected(core),
-        // Syntax and end-of-input messages name the grammar, never the input.
-        Category::Syntax | Category::Eof | Category::Io => core.to_string(),
-    };
-    if e.line() == 0 {
-        core
-    } else {
-        format!("{core}{position}")
-    }
-}
-
-/// `invalid type: string "x", expected u64` -> `invalid type: string, expected u64`;
-/// `unknown variant `x`, expected ...` -> `unknown variant, expected ...`; the same for
-/// `invalid value` and `unknown field`. Any other data error (a custom message of a
-/// `Deserialize` impl) is reduced to its first clause without quotes.
-fn redact_unexpected(message: &str) -> String {
-    let (head, expected) = match message.find(", expected") {
-        Some(i) => (&message[..i], &message[i..]),
-        None => (message, ""),
-    };
-    for prefix in ["invalid type: ", "invalid value: "] {
-        if let Some(found) = head.strip_prefix(prefix) {
-            // "string \"x\"", "integer `5`", "map": the kind is what precedes the quote.
-            let kind = found.split(['`', '"']).next().unwrap_or("").trim();
-            return format!("{prefix}{kind}{expected}");
-        }
-    }
-    for prefix in ["unknown variant", "unknown field"] {
-        if head.starts_with(prefix) {
-            return format!("{prefix}{expected}");
-        }
-    }
-    if head.starts_with("missing field") || head.starts_with("duplicate field") {
-        // The field name is the type's own, not the body's.
-        return message.to_string();
-    }
-    if head.starts_with("invalid length") {
-        return message.to_string();
-    }
-    "the body does not fit the input type".to_string()
+/// Why the body does not parse: the field path, serde's error category and the position
+/// ([`JsonError`]), never what the body holds (serde_json's own message quotes the value it
+/// met: a card number, an e-mail).
+pub fn describe_json_error(e: &JsonError) -> String {
+    format!("the body does not parse: {e}")
 }
 
 /// The side effect of one message, with the body parsed as `T` (any
@@ -309,21 +260,24 @@ mod tests {
         for (body, named) in [
             (
                 r#"{"order_id":"o-1","amount_cents":"4111111111111111","kind":"card"}"#,
-                "invalid type: string, expected u64",
+                "does not fit the type (wrong type, unknown value or missing field) at `amount_cents`",
             ),
             (
                 r#"{"order_id":"o-1","amount_cents":1,"kind":"secret-kind"}"#,
-                "unknown variant, expected `card`",
+                "does not fit the type (wrong type, unknown value or missing field) at `kind`",
             ),
             (
                 r#"{"order_id":"o-1","kind":"card"}"#,
-                "missing field `amount_cents`",
+                "does not fit the type (wrong type, unknown value or missing field) at `.`",
             ),
-            ("alice@example.com", "expected value"),
-            (r#"{"order_id":"o-1""#, "EOF while parsing"),
+            (
+                "alice@example.com",
+                "not valid JSON at `.` (line 1 column 1)",
+            ),
+            (r#"{"order_id":"o-1""#, "the JSON ends early"),
             (
                 r#"[-4111111111111111]"#,
-                "invalid type: integer, expected a string",
+                "does not fit the type (wrong type, unknown value or missing field) at `[0]`",
             ),
         ] {
             let reason = Order::from_body(body).unwrap_err();

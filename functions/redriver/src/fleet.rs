@@ -251,14 +251,7 @@ impl<Q: Queue + Clone, A: Alarms, M: Metrics, C: CircuitStore> Fleet<Q, A, M, C>
             dry_run: queues.iter().any(|q| q.summary.dry_run),
             queues,
         };
-        tracing::info!(
-            received = out.received,
-            redriven = out.redriven,
-            isolated = out.isolated,
-            failed = out.failed,
-            queues = out.queues.len(),
-            "fleet summary"
-        );
+        redrive_engine::info_counts!(out, queues = out.queues.len(), "fleet summary");
         if let Some(first) = unreadable.first() {
             // Every other DLQ was served; the invocation still fails so that the function's
             // Errors alarm sees it.

@@ -70,13 +70,10 @@ pub(crate) fn finished(
             });
         }
     };
-    tracing::info!(
+    redrive_engine::info_counts!(
+        summary,
         index,
-        received = summary.received,
-        redriven = summary.redriven,
-        isolated = summary.isolated,
         waiting = summary.waiting,
-        failed = summary.failed,
         stopped_because = summary.stopped_because.as_str(),
         "{what}"
     );

@@ -141,10 +141,16 @@ fn errors_name_the_line_and_the_field() {
             edit(|v| {
                 v.as_object_mut().unwrap().remove("body");
             }),
-            "body",
+            "line",
             "missing field",
         ),
-        (edit(|v| v["extra"] = 1.into()), "extra", "unknown field"),
+        (edit(|v| v["extra"] = 1.into()), "extra", "unknown value"),
+        // A body of the wrong type is named by its field, never quoted.
+        (
+            edit(|v| v["body"] = 4111111111111111u64.into()),
+            "body",
+            "wrong type",
+        ),
         (
             edit(|v| v["body"] = "tampered".into()),
             "bodySha256",
@@ -203,6 +209,7 @@ fn errors_name_the_line_and_the_field() {
         assert_eq!(e.field, field, "{text}: {e}");
         assert!(e.problem.contains(problem), "{text}: {e}");
         assert!(e.to_string().starts_with("line 7: "), "{e}");
+        assert!(!e.to_string().contains("4111"), "{e}");
     }
 }
 

@@ -17,13 +17,13 @@ crate::text_enum! {
     #[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
     pub enum Action {
         /// It cannot be sent as it is (too large, too many attributes): export it, or discard it.
-        ExportOrDiscard = "export-or-discard",
+        ExportOrDiscard,
         /// Fix the cause, then replay with a canary (one message first, then the rest).
-        FixThenReplayCanary = "fix-then-replay-canary",
+        FixThenReplayCanary,
         /// No source queue is known: replay it to a queue you name.
-        ReplayToNamedQueue = "replay-to-named-queue",
+        ReplayToNamedQueue,
         /// Transient and under the limit: the re-driver will retry it; nothing to do now.
-        RedriverWillRetry = "redriver-will-retry",
+        RedriverWillRetry,
     }
 }
 

@@ -50,18 +50,18 @@ crate::text_enum! {
     /// What a placeholder stands for; written (and serialised) as the placeholder's name.
     #[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
     pub enum Kind {
-        Uuid = "uuid",
-        Arn = "arn",
-        Url = "url",
-        Account = "account",
-        Ip = "ip",
-        Email = "email",
-        Timestamp = "timestamp",
-        Date = "date",
-        Hex = "hex",
+        Uuid,
+        Arn,
+        Url,
+        Account,
+        Ip,
+        Email,
+        Timestamp,
+        Date,
+        Hex,
         Number = "num",
-        Duration = "duration",
-        Quoted = "quoted",
+        Duration,
+        Quoted,
     }
 }
 

@@ -294,7 +294,7 @@ impl<S: IdempotencyStore, Q: QueueOps, P: Processor<T>, T: FromBody> Consumer<S,
     /// Hands a duplicate its stored output ([`Processor::duplicate`]).
     pub(super) async fn tell_duplicate(&self, record: &Record, stored: Option<&str>) {
         let output = stored.and_then(|text| {
-            serde_json::from_str::<P::Output>(text)
+            redrive_shared::json::from_str::<P::Output>(text)
                 .inspect_err(|e| {
                     tracing::warn!(
                         message_id = %record.message_id(),

@@ -12,13 +12,13 @@ use crate::triage::Group;
 crate::text_enum! {
     #[derive(Debug, PartialEq, Eq)]
     pub enum State {
-        New = "new",
-        Acknowledged = "acknowledged",
-        Held = "held",
-        Replaying = "replaying",
-        ReplayFailed = "replay-failed",
-        Resolved = "resolved",
-        Regressed = "regressed",
+        New,
+        Acknowledged,
+        Held,
+        Replaying,
+        ReplayFailed,
+        Resolved,
+        Regressed,
     }
 }
 
