@@ -17,7 +17,7 @@ from pathlib import Path
 
 import support
 
-FUNCTIONS = ("redriver", "archiver", "consumer", "redrive-workflow")
+FUNCTIONS = ("redriver", "archiver", "consumer", "redrive-workflow", "triage-widget", "triage-action")
 
 
 def make_dist(out: Path, **settings: str) -> subprocess.CompletedProcess:

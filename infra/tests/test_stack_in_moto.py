@@ -146,12 +146,15 @@ class StackInMoto(unittest.TestCase):
             "IdempotencyTableName", "TriggerTopicArn", "AlertsTopicArn", "MetricNamespace",
             "ConsumerTimeoutSeconds", "RedriverFunctionName", "ConsumerFunctionName",
             "RedriverRoleArn", "ConsumerRoleArn", "DefaultGuardAlarmNames", "DashboardUrl", "RecoveryTopicArn",
+            "TriageWidgetFunctionName", "TriageWidgetRoleArn", "TriageActionFunctionName", "TriageActionRoleArn",
         ):
             self.assertTrue(self.outputs.get(key), f"output {key} missing")
         self.assertEqual(self.outputs["ConsumerTimeoutSeconds"], CONSUMER_TIMEOUT)
         self.assertEqual(self.outputs["MetricNamespace"], "OrdersRedrive")
         self.assertEqual(self.outputs["RedriverFunctionName"], f"{self.stack}-redriver")
         self.assertEqual(self.outputs["ConsumerFunctionName"], f"{self.stack}-consumer")
+        self.assertEqual(self.outputs["TriageWidgetFunctionName"], f"{self.stack}-triage-widget")
+        self.assertNotEqual(self.outputs["TriageWidgetRoleArn"], self.outputs["TriageActionRoleArn"])
         self.assertTrue(self.outputs["DeadLetterQueueUrl"].endswith(f"/{self.stack}-dlq"))
 
     # ---------------------------------------------------------------- queues
