@@ -49,7 +49,9 @@ class NamesAgree(unittest.TestCase):
 
     def test_log_groups_and_errors_alarm_name_the_functions_deploy_sh_creates(self):
         for function, log_group in (("RedriverFunctionName", "RedriverLogGroup"),
-                                    ("ConsumerFunctionName", "ConsumerLogGroup")):
+                                    ("ConsumerFunctionName", "ConsumerLogGroup"),
+                                    ("TriageWidgetFunctionName", "TriageWidgetLogGroup"),
+                                    ("TriageActionFunctionName", "TriageActionLogGroup")):
             name = self.sub(self.outputs[function]["Value"])
             self.assertEqual(self.sub(self.resources[log_group]["Properties"]["LogGroupName"]), f"/aws/lambda/{name}")
         dimensions = self.resources["RedriverErrorsAlarm"]["Properties"]["Dimensions"]
@@ -459,7 +461,8 @@ class RoleGrants(unittest.TestCase):
     # That every call of the code is granted is no longer read from the source text: the
     # functions run under these roles, rendered by tests/iam_policy.py, in the IAM-enforced
     # tests (functions/redriver/tests/lambda.rs and engine/tests/circuit.rs for RedriverRole,
-    # functions/consumer/tests/lambda_watch.rs for ConsumerRole).
+    # functions/consumer/tests/lambda_watch.rs for ConsumerRole,
+    # functions/triage-console/tests/console.rs for TriageWidgetRole and TriageActionRole).
 
     def test_redriver_reads_destination_sizes_and_rearms_its_trigger(self):
         by_sid = {s["Sid"]: s for s in self.statements("RedriverRole")}
