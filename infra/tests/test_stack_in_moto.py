@@ -205,13 +205,14 @@ class StackInMoto(unittest.TestCase):
         self.assertEqual(
             found,
             {f"/aws/lambda/{self.stack}-redriver": 14, f"/aws/lambda/{self.stack}-consumer": 14,
-             f"/aws/lambda/{self.stack}-archiver": 14},
+             f"/aws/lambda/{self.stack}-archiver": 14, f"/aws/lambda/{self.stack}-triage-widget": 14,
+             f"/aws/lambda/{self.stack}-triage-action": 14},
         )
 
     # ---------------------------------------------------------------- IAM
     def test_roles_trust_lambda_only(self):
         iam = self.moto.client("iam")
-        for logical_id in ("RedriverRole", "ConsumerRole"):
+        for logical_id in ("RedriverRole", "ConsumerRole", "TriageWidgetRole", "TriageActionRole"):
             trust = support.policy_document(
                 iam.get_role(RoleName=self.resources[logical_id])["Role"]["AssumeRolePolicyDocument"]
             )
