@@ -21,9 +21,12 @@ template without the user's queues and what hangs on them:
   drains the DLQ the alarm's QueueName dimension names), its two age alarms (first stage and
   last call, to the alerts topic) and its count-based daily reminder (visible or in flight at
   the reminder hour), all named STACK-<kind>-<queue name>;
+- the triage console's roles read (the widget) or change (the action function) the books of
+  this account and region's queues, not of our DLQ and poison queue only, and read the
+  protected DLQs' list item;
 - the fleet's failure signals in our namespace (redrive failures, DLQ unreadable, unplaceable
   messages, circuit open, archive failures) as one Metrics Insights alarm each over every
-  QueueName, and one dashboard for the fleet.
+  QueueName, and one dashboard for the fleet (with a triage widget per DLQ and the poison queue).
 
 ARNs are written into the template, not passed as parameters: a parameter value holds at most
 4,096 bytes, some 40 ARNs. The template goes through S3 above 51,200 bytes (deploy_stack).
@@ -196,8 +199,36 @@ def kms_statements(dlqs: list[dict], send_to_dlqs: bool, send_to_sources: bool) 
     return statements
 
 
+# The triage console's roles name the books of our DLQ and poison queue (the circuit table's
+# items `triage#<queue ARN>`, and `triage#<queue URL>` where books were kept before). Attach
+# mode names the books of this account and region's queues instead (no policy grows with the
+# fleet), and grants each function a read of the protected DLQs' list item, which it reads at
+# init (DLQ_LIST_TABLE); their queue calls are granted by tag like every role's.
+CONSOLE_BOOK_STATEMENTS = {"TriageWidgetRole": "ReadTriageBooks", "TriageActionRole": "ChangeTriageBooks"}
+CONSOLE_BOOK_KEYS = [
+    {"Fn::Sub": "triage#arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:*"},
+    {"Fn::Sub": "triage#https://*/${AWS::AccountId}/*"},
+]
+DLQ_LIST_KEY = "redrive:fleet:dlq-urls"
+
+
+def rewrite_console_books(resources: dict) -> None:
+    for logical, sid in CONSOLE_BOOK_STATEMENTS.items():
+        role = resources.get(logical)
+        if not role:
+            continue
+        statements = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        for statement in statements:
+            if statement.get("Sid") == sid:
+                statement["Condition"] = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": CONSOLE_BOOK_KEYS}}
+        statements.append({"Sid": "ReadProtectedDlqList", "Effect": "Allow", "Action": "dynamodb:GetItem",
+                           "Resource": {"Fn::GetAtt": ["CircuitTable", "Arn"]},
+                           "Condition": {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [DLQ_LIST_KEY]}}})
+
+
 def rewrite_policies(resources: dict, dlqs: list[dict], stack: str) -> None:
     key = tag_key(stack)
+    rewrite_console_books(resources)
     any_sources = any(d["sources"] for d in dlqs)
     # Every per-DLQ trigger alarm of this stack (STACK-dlq-not-empty-<queue name>): one pattern,
     # whatever the number of DLQs; the stack creates every alarm of that prefix.
@@ -349,9 +380,24 @@ def archiver_errors_alarm() -> dict:
 
 
 # ---------------------------------------------------------------- dashboard
+# The triage widget function's alias live, as the dashboard's custom widgets name it (deploy
+# creates it after the resources stack; its name is the stack's output TriageWidgetFunctionName).
+TRIAGE_WIDGET_ENDPOINT = ("arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:"
+                          "${AWS::StackName}-triage-widget:live")
+
+
+def triage_widget(x: int, y: int, width: int, queue: str) -> dict:
+    """The triage console's custom widget of `queue` (its name): the widget function renders
+    the queue's triage book on every refresh, resize and change of the time range."""
+    return {"type": "custom", "x": x, "y": y, "width": width, "height": 8, "properties": {
+        "title": f"Triage: {queue}", "endpoint": TRIAGE_WIDGET_ENDPOINT, "params": {"queue": queue},
+        "updateOn": {"refresh": True, "resize": True, "timeRange": True}}}
+
+
 def fleet_dashboard(dlqs: list[dict]) -> dict:
     """One view of the fleet: depth and oldest age of every protected DLQ (one line each) and
-    the poison queue, and the re-driver's counts per QueueName (Metrics Insights)."""
+    the poison queue, the re-driver's counts per QueueName (Metrics Insights), and the triage
+    console's widget of each protected DLQ and the poison queue."""
     def lines(metric: str, extra: dict | None = None) -> list:
         rows = [["AWS/SQS", metric, "QueueName", d["name"]] for d in dlqs]
         rows.append(["AWS/SQS", metric, "QueueName", "${Poison}", {"label": "poison"}])
@@ -376,6 +422,9 @@ def fleet_dashboard(dlqs: list[dict]) -> dict:
         widget(0, 12, "Circuit open per DLQ", insights("CircuitOpen", "MAX"), "Maximum", 300),
         widget(12, 12, "Redrive failures per DLQ", insights("RedriveFailures", "SUM"), "Sum", 300),
     ]}
+    # The triage console: one widget per protected DLQ and the poison queue, two a row.
+    for i, queue in enumerate([d["name"] for d in dlqs] + ["${Poison}"]):
+        body["widgets"].append(triage_widget(12 * (i % 2), 18 + 8 * (i // 2), 12, queue))
     text = json.dumps(body, separators=(",", ":"))
     # Queue names hold letters, digits, - and _ only: nothing Fn::Sub would read as a variable.
     return {"Type": "AWS::CloudWatch::Dashboard", "Properties": {

@@ -5,15 +5,18 @@
 #
 #   1. checks (nothing is changed if one fails): settings, tools, region, credentials, stacks'
 #      states
-#   2. cargo lambda build of the four functions, --profile BUILD_PROFILE for LAMBDA_ARCH
+#   2. cargo lambda build of the functions, --profile BUILD_PROFILE for LAMBDA_ARCH
 #      (release, arm64 by default; unless SKIP_BUILD=true)
 #   3. stack STACK_NAME (infra/templates/resources.yaml): queues, table, topics, alarms, log
 #      groups, roles
-#   4. cargo lambda deploy of the functions (re-driver, consumer, archiver), with the roles, names and environment read from
+#   4. cargo lambda deploy of the functions (re-driver, consumer, archiver, the triage console's
+#      widget and action functions), with the roles, names and environment read from
 #      that stack's outputs and infra/redrive.env (the only place function settings live),
 #      X-Ray tracing mode TRACING (the stack grants the roles X-Ray writes when it is Active);
 #      each gets a new version and its alias `live` moves to it (make rollback moves it back);
-#      the re-driver gets reserved concurrency 1
+#      the re-driver gets reserved concurrency 1; the dashboard's triage widgets (one per DLQ
+#      and the poison queue) call the widget function's alias `live`, their buttons the action
+#      function's
 #   5. stack STACK_NAME-wiring (infra/templates/wiring.yaml): SNS subscription and permission,
 #      SQS event source mapping, safety-net schedule, all on the `live` aliases
 #
@@ -79,10 +82,12 @@ template_body "$WORK/precheck/wiring.yaml" "$WORK/precheck/wiring.json"
     longest_outputs
     write_redriver_env "$WORK/precheck/redriver.env"
     write_archiver_env "$WORK/precheck/archiver.env"
+    write_triage_console_env "$WORK/precheck/triage-console.env"
 )
 for template in resources wiring; do
     envs=()
-    [ "$template" = resources ] && envs=("$WORK/precheck/redriver.env" "$WORK/precheck/archiver.env")
+    [ "$template" = resources ] && envs=("$WORK/precheck/redriver.env" "$WORK/precheck/archiver.env"
+        "$WORK/precheck/triage-console.env")
     if [ "$template" = resources ] && attach_mode; then
         printf '%s' "$PROTECTED_DLQ_URLS" >"$WORK/precheck/dlq-urls.list"
         envs+=("$WORK/precheck/dlq-urls.list")
@@ -98,7 +103,7 @@ case $LAMBDA_DIR in /*) ;; *) LAMBDA_DIR=$REPO_DIR/$LAMBDA_DIR ;; esac
 say "deploying stack $RESOURCES to $AWS_REGION (account $ACCOUNT_ID)"
 
 # ---------------------------------------------------------------- 2. build
-lambda_bins=(redriver archiver)
+lambda_bins=(redriver archiver triage-widget triage-action)
 if [ "$CONSUMER" = http ]; then lambda_bins+=(consumer); fi
 if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
 if [ -n "${ARTIFACTS-}" ]; then
@@ -152,13 +157,15 @@ if attach_mode; then
     tag_protected_queues "$WORK/resources.attach.json" "${PROTECTED_QUEUE_URL_PREFIX%/*}"
     deploy_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json"
     required_outputs=(PoisonQueueUrl TriggerTopicArn MetricNamespace RedriverFunctionName RedriverRoleArn
-        DashboardUrl CircuitTableName ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn)
+        DashboardUrl CircuitTableName ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn
+        TriageWidgetFunctionName TriageWidgetRoleArn TriageActionFunctionName TriageActionRoleArn)
 else
     deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json"
     required_outputs=(SourceQueueUrl SourceQueueArn DeadLetterQueueUrl PoisonQueueUrl IdempotencyTableName
         TriggerTopicArn MetricNamespace ConsumerTimeoutSeconds RedriverFunctionName ConsumerFunctionName
         RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl CircuitTableName
-        ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn)
+        ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn
+        TriageWidgetFunctionName TriageWidgetRoleArn TriageActionFunctionName TriageActionRoleArn)
 fi
 read_outputs "$RESOURCES"
 for key in ${required_outputs[@]+"${required_outputs[@]}"}; do
@@ -193,9 +200,10 @@ if [ "$FAST_TRACK_PERMANENT_FAILURES" = true ]; then consumer_env+=("DLQ_URL=${O
 write_env_file "$WORK/consumer.env" ${consumer_env[@]+"${consumer_env[@]}"}
 
 write_archiver_env "$WORK/archiver.env"
+write_triage_console_env "$WORK/triage-console.env"
 # What the functions get, checked against Lambda's 4 KB of environment before any is changed.
 QUOTAS_QUIET=1 "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/quotas.py" check "$WORK/resources.template.json" \
-    "$WORK/redriver.env" "$WORK/archiver.env" ||
+    "$WORK/redriver.env" "$WORK/archiver.env" "$WORK/triage-console.env" ||
     die "the functions' settings exceed a Lambda quota (above). The stack $RESOURCES is updated; no function was changed."
 
 # A role created seconds ago is often not assumable by Lambda yet (IAM is eventually
@@ -326,6 +334,14 @@ fi
 deploy_function archiver "$OUT_ArchiverFunctionName" "$OUT_ArchiverRoleArn" \
     "$ARCHIVER_MEMORY_MB" "$ARCHIVER_TIMEOUT_SECONDS" "$WORK/archiver.env"
 publish_live "$OUT_ArchiverFunctionName"
+# The triage console: each function under its own role (the widget's only reads), one
+# environment; the dashboard's widgets call the widget's alias live, their buttons the action's.
+deploy_function triage-action "$OUT_TriageActionFunctionName" "$OUT_TriageActionRoleArn" \
+    "$TRIAGE_CONSOLE_MEMORY_MB" "$TRIAGE_CONSOLE_TIMEOUT_SECONDS" "$WORK/triage-console.env"
+publish_live "$OUT_TriageActionFunctionName"
+deploy_function triage-widget "$OUT_TriageWidgetFunctionName" "$OUT_TriageWidgetRoleArn" \
+    "$TRIAGE_CONSOLE_MEMORY_MB" "$TRIAGE_CONSOLE_TIMEOUT_SECONDS" "$WORK/triage-console.env"
+publish_live "$OUT_TriageWidgetFunctionName"
 
 # ---- Step Functions orchestrator: the task function, the re-driver's settings plus
 # its own; the state machine (step 5) invokes its alias live.
@@ -385,7 +401,7 @@ redrive protects ${OUT_ProtectedDlqCount:-?} DLQs (stacks $RESOURCES and $WIRING
   DLQs           ${PROTECTED_DLQ_URLS//,/ }
   poison queue   $OUT_PoisonQueueUrl   <- every protected DLQ's isolated messages (x-redrive names the DLQ and source)
   alerts topic   ${OUT_AlertsTopicArn:-?}   <- subscribe people here (or set ALERT_EMAIL)
-  functions      $OUT_RedriverFunctionName, $OUT_ArchiverFunctionName (alias live; undo with make rollback)
+  functions      $OUT_RedriverFunctionName, $OUT_ArchiverFunctionName, $OUT_TriageWidgetFunctionName, $OUT_TriageActionFunctionName (alias live; undo with make rollback)
   archive        s3://$OUT_ArchiveBucketName/$OUT_ArchivePrefix/<queue name>/
   dashboard      $OUT_DashboardUrl
 A queue tagged or listed later is protected by the next make deploy.
@@ -401,7 +417,7 @@ redrive is deployed (stacks $RESOURCES and $WIRING, region $AWS_REGION).
   poison queue   $OUT_PoisonQueueUrl
   alerts topic   ${OUT_AlertsTopicArn:-?}   <- subscribe people here (or set ALERT_EMAIL)
   recoveries     ${OUT_RecoveryTopicArn:-?}   <- OK notifications (a chat channel, or nothing)
-  functions      $OUT_RedriverFunctionName, $OUT_ConsumerFunctionName, $OUT_ArchiverFunctionName (alias live; undo with make rollback)
+  functions      $OUT_RedriverFunctionName, $OUT_ConsumerFunctionName, $OUT_ArchiverFunctionName, $OUT_TriageWidgetFunctionName, $OUT_TriageActionFunctionName (alias live; undo with make rollback)
   archive        s3://$OUT_ArchiveBucketName/$OUT_ArchivePrefix/ (messages older than $ARCHIVE_AFTER_DAYS days, $ARCHIVE_SCHEDULE_EXPRESSION)
   dashboard      $OUT_DashboardUrl
   orchestrator   $ORCHESTRATOR$([ "$ORCHESTRATOR" = stepfunctions ] && printf ' (state machine %s, task function %s)' "$OUT_StateMachineName" "$OUT_WorkflowFunctionName")

@@ -134,6 +134,8 @@ delete_stack "$WIRING"
 delete_function "$STACK_NAME-redriver"
 delete_function "$STACK_NAME-consumer"
 delete_function "$STACK_NAME-archiver"
+delete_function "$STACK_NAME-triage-widget"
+delete_function "$STACK_NAME-triage-action"
 delete_function "$STACK_NAME-workflow-tasks" # the Step Functions task function, when deployed
 # Attach mode: this install's tag comes off the protected queues (the stack's template lists
 # them), before the stack that lists them goes; the queues themselves are left as they are.

@@ -192,6 +192,10 @@ validate_deploy_config() {
     need_int ARCHIVE_INFREQUENT_ACCESS_DAYS 30 3650
     need_int ARCHIVER_MEMORY_MB 128 10240
     need_int ARCHIVER_TIMEOUT_SECONDS 30 900
+    # ---- triage console ----
+    need_int TRIAGE_CONSOLE_MEMORY_MB 128 10240
+    need_int TRIAGE_CONSOLE_TIMEOUT_SECONDS 3 900
+    need_bool TRIAGE_SHOW_BODIES
     need_match ARCHIVE_READER_ARNS '^$|^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+(,arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+)*$' \
         "empty, or IAM role or user ARNs separated by commas (no spaces)"
     need_match ARCHIVE_KMS_KEY_ARN '^$|^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$' \
@@ -284,11 +288,11 @@ lambda_arch_flag() { if [ "$LAMBDA_ARCH" = x86_64 ]; then printf -- --x86-64; el
 # The functions, always one command (one feature set, so that a second deploy, one in another
 # mode, or make dist after it rebuilds nothing): the re-driver, the archiver, the shipped
 # consumer (its binary needs the consumer crate's `http` feature) and the Step Functions task
-# function: the ones a deploy uploads (the ones its mode runs); and the operator CLI `redrive`,
-# so that make dist packs exactly the binaries deploy builds (LAMBDA_DIR/redrive/bootstrap is
-# the CLI for LAMBDA_ARCH). `make build` runs the same. The triage console's two functions are
-# built by their tests until deploy wires them into the dashboard.
-LAMBDA_BINS=(redriver archiver consumer redrive-workflow redrive)
+# function, the triage console's widget and action functions: the ones a deploy uploads (the
+# ones its mode runs); and the operator CLI `redrive`, so that make dist packs exactly the
+# binaries deploy builds (LAMBDA_DIR/redrive/bootstrap is the CLI for LAMBDA_ARCH). `make build`
+# runs the same.
+LAMBDA_BINS=(redriver archiver consumer redrive-workflow triage-widget triage-action redrive)
 build_lambdas() { # LAMBDA_DIR
     local cmd=(lambda build --profile "$BUILD_PROFILE" "$(lambda_arch_flag)" --lambda-dir "$1"
         --features redrive-consumer/http)
@@ -431,6 +435,24 @@ write_archiver_env() { # FILE
         "RUST_LOG=$RUST_LOG"
 }
 
+# The triage console's two functions (one environment): the books in the circuit table, the
+# queues the widgets show and act on (attach mode: the protected DLQs of the list in the circuit
+# table, DLQ_LIST_TABLE, and the poison queue), and the function the widgets' buttons call: the
+# action function's alias live, an ARN built from its name (the dashboard's widgets call the
+# widget's alias the same way). Both functions check it at init.
+write_triage_console_env() { # FILE
+    local queues=("TRIAGE_QUEUE_URLS=${OUT_DeadLetterQueueUrl-},$OUT_PoisonQueueUrl")
+    if attach_mode; then
+        queues=("TRIAGE_QUEUE_URLS=$OUT_PoisonQueueUrl" "DLQ_LIST_TABLE=$OUT_CircuitTableName")
+    fi
+    write_env_file "$1" \
+        "TRIAGE_TABLE=$OUT_CircuitTableName" \
+        ${queues[@]+"${queues[@]}"} \
+        "TRIAGE_ACTION_FUNCTION=arn:$PARTITION:lambda:$AWS_REGION:$ACCOUNT_ID:function:$OUT_TriageActionFunctionName:live" \
+        "TRIAGE_SHOW_BODIES=$TRIAGE_SHOW_BODIES" \
+        "RUST_LOG=$RUST_LOG"
+}
+
 # Attach mode: the protected DLQs' URLs (PROTECTED_DLQ_URLS, comma separated) as the item the
 # re-driver and the archiver read at init (DLQ_LIST_TABLE; redrive_engine::fleet_list): partition
 # key `queue` = redrive:fleet:dlq-urls, attribute dlq_urls. DynamoDB holds 400 KB an item
@@ -455,6 +477,7 @@ longest_outputs() {
     # A bucket name CloudFormation generates: at most 63 characters.
     OUT_ArchiveBucketName=$(printf 'b%.0s' {1..63})
     OUT_ArchivePrefix=$ARCHIVE_PREFIX
+    OUT_TriageActionFunctionName=$STACK_NAME-triage-action
 }
 
 # ---------------------------------------------------------------- region and credentials

@@ -17,7 +17,8 @@ The quotas (IAM counts policy characters without whitespace):
 - a template: 51,200 bytes as a TemplateBody, 1 MB through S3 (deploy_stack switches to S3
   above the first; the check is the second); 500 resources, 200 outputs, 200 parameters;
 - an alarm's actions: 5 per state;
-- a dashboard: 500 widgets, 500 metrics in one widget, 2,500 metrics in all its widgets;
+- a dashboard: 500 widgets (custom widgets too), 500 metrics in one widget, 2,500 metrics in
+  all its widgets; a custom widget's endpoint is a Lambda function's ARN in its region;
 - a Metrics Insights query: 500 time series (above, an alarm on it evaluates `PARTIAL_DATA`);
   the fleet alarms group by QueueName, so they see one series per protected DLQ and the poison
   queue (the template's output `ProtectedDlqCount`, plus one);
@@ -188,9 +189,17 @@ def insights_series(template: dict) -> int:
     return int(count) + 1
 
 
-def check_dashboard(logical: str, body: str) -> list[tuple[str, int, int]]:
-    """CloudWatch's limits on one dashboard: its widgets, each widget's metrics (a metric or an
-    expression row) and all its metrics together."""
+# A custom widget's endpoint: a Lambda function's ARN (with its alias or version), in the
+# dashboard's region (CloudWatch calls a custom widget's function in the dashboard's region).
+CUSTOM_WIDGET_ENDPOINT = re.compile(
+    r"arn:aws[a-z-]*:lambda:(?P<region>[a-z0-9-]+):[0-9]{12}:function:[A-Za-z0-9_-]{1,64}(:[A-Za-z0-9_$-]{1,128})?")
+
+
+def check_dashboard(logical: str, body: str, region: str = LONGEST["AWS::Region"]) -> list[tuple[str, int, int]]:
+    """CloudWatch's limits on one dashboard: its widgets (custom ones count too), each widget's
+    metrics (a metric or an expression row) and all its metrics together; and each custom
+    widget's endpoint, which must be a Lambda function's ARN in the dashboard's `region` (a
+    figure of 1 above a quota of 0 when it is not)."""
     widgets = json.loads(body).get("widgets", [])
     figures = [(f"dashboard {logical} widgets", len(widgets), DASHBOARD_WIDGETS)]
     total = 0
@@ -199,6 +208,11 @@ def check_dashboard(logical: str, body: str) -> list[tuple[str, int, int]]:
         total += rows
         title = widget.get("properties", {}).get("title", f"#{i}")
         figures.append((f"dashboard {logical} widget '{title}' metrics", rows, WIDGET_METRICS))
+        if widget.get("type") == "custom":
+            endpoint = str(widget.get("properties", {}).get("endpoint", ""))
+            match = CUSTOM_WIDGET_ENDPOINT.fullmatch(endpoint)
+            figures.append((f"dashboard {logical} custom widget '{title}' endpoint not a Lambda ARN of region {region}",
+                            0 if match and match["region"] == region else 1, 0))
     figures.append((f"dashboard {logical} metrics", total, DASHBOARD_METRICS))
     return figures
 

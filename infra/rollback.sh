@@ -39,6 +39,8 @@ rollback_function() { # FUNCTION_NAME
 rollback_function "$STACK_NAME-redriver"
 rollback_function "$STACK_NAME-consumer"
 rollback_function "$STACK_NAME-archiver"
+rollback_function "$STACK_NAME-triage-widget"
+rollback_function "$STACK_NAME-triage-action"
 rollback_function "$STACK_NAME-workflow-tasks" # the Step Functions task function, when deployed
 if [ "$rolled_back" = 0 ]; then
     die "nothing to roll back: no function has a previous version recorded by the last make deploy." \

@@ -22,7 +22,7 @@ import time
 import zipfile
 from pathlib import Path
 
-FUNCTIONS = ("redriver", "archiver", "consumer", "redrive-workflow")
+FUNCTIONS = ("redriver", "archiver", "consumer", "redrive-workflow", "triage-widget", "triage-action")
 CLI = "redrive"
 REPO = Path(__file__).resolve().parent.parent
 

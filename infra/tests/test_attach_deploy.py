@@ -174,9 +174,26 @@ class AttachDeploy(support.DeployTestCase):
         self.assertEqual(variables["POISON_QUEUE_URL"], out["PoisonQueueUrl"])
         # CONSUMER=none (attach mode's default): no consumer, no event source mapping.
         functions = {f["FunctionName"] for f in lam.list_functions()["Functions"]}
-        self.assertEqual({f for f in functions if f.startswith(stack)}, {f"{stack}-redriver", f"{stack}-archiver"})
+        self.assertEqual({f for f in functions if f.startswith(stack)},
+                         {f"{stack}-redriver", f"{stack}-archiver", f"{stack}-triage-widget", f"{stack}-triage-action"})
         support.assert_real_functions(self, self.moto, self.lambda_dir, {
-            f"{stack}-redriver": "redriver", f"{stack}-archiver": "archiver"})
+            f"{stack}-redriver": "redriver", f"{stack}-archiver": "archiver",
+            f"{stack}-triage-widget": "triage-widget", f"{stack}-triage-action": "triage-action"})
+        # The triage console: the protected DLQs from the list item (as the re-driver reads
+        # them) and the poison queue; its buttons call the action function's alias live.
+        for function in ("triage-widget", "triage-action"):
+            console = lam.get_function_configuration(FunctionName=f"{stack}-{function}")
+            self.assertEqual(console["Environment"]["Variables"], {
+                "TRIAGE_TABLE": out["CircuitTableName"],
+                "TRIAGE_QUEUE_URLS": out["PoisonQueueUrl"],
+                "DLQ_LIST_TABLE": out["CircuitTableName"],
+                "TRIAGE_ACTION_FUNCTION":
+                    f"arn:aws:lambda:{support.REGION}:{self.moto.account_id()}:function:{stack}-triage-action:live",
+                "TRIAGE_SHOW_BODIES": "false",
+                "RUST_LOG": "info",
+            }, function)
+            self.assertNotEqual(lam.get_alias(FunctionName=f"{stack}-{function}", Name="live")["FunctionVersion"],
+                                "$LATEST")
         self.assertEqual([m for m in lam.list_event_source_mappings()["EventSourceMappings"]
                           if stack in m["FunctionArn"]], [])
 
@@ -218,6 +235,29 @@ class AttachDeploy(support.DeployTestCase):
                          [f"arn:aws:cloudwatch:{support.REGION}:{account}:alarm:{stack}-dlq-not-empty-*"])
         # No queue of these is under a customer managed key: no KMS grant.
         self.assertNotIn("kms:", json.dumps(redriver))
+        # The triage console's roles: the depth of the protected DLQs by tag and of the poison
+        # queue; the books of this account and region's queues (the widget reads them, only the
+        # action writes them); the protected DLQs' list read, never written.
+        widget = self.role_statements(out["TriageWidgetRoleArn"])
+        action = self.role_statements(out["TriageActionRoleArn"])
+        for statements in (widget, action):
+            self.assertEqual(self.sqs_arns(statements), {any_queue, poison_arn})
+            self.assertEqual({a for s in statements for a in support.as_list(s["Action"]) if a.startswith("sqs:")},
+                             {"sqs:GetQueueAttributes"})
+            depth = self.statement(statements, "QueueDepthProtectedDlqs")
+            self.assertEqual((depth["Resource"], depth["Condition"]), (any_queue, dlq_condition))
+            listed = self.statement(statements, "ReadProtectedDlqList")
+            self.assertEqual((listed["Action"], listed["Condition"]),
+                             ("dynamodb:GetItem", {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [
+                                 "redrive:fleet:dlq-urls"]}}))
+        books = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [
+            f"triage#arn:aws:sqs:{support.REGION}:{account}:*", f"triage#https://*/{account}/*"]}}
+        read = self.statement(widget, "ReadTriageBooks")
+        self.assertEqual((support.as_list(read["Action"]), read["Condition"]), (["dynamodb:GetItem"], books))
+        change = self.statement(action, "ChangeTriageBooks")
+        self.assertEqual((sorted(support.as_list(change["Action"])), change["Condition"]),
+                         (["dynamodb:GetItem", "dynamodb:PutItem"], books))
+        self.assertNotIn("dynamodb:PutItem", json.dumps(widget))
 
         # Messages on the user's queues; destroy removes ours and leaves theirs.
         sqs = self.moto.client("sqs")
@@ -391,6 +431,27 @@ class AttachTemplate(unittest.TestCase):
         for p in triggers:
             self.assertEqual((p["Namespace"], p["MetricName"]), ("AWS/SQS", "ApproximateNumberOfMessagesVisible"))
 
+    def test_the_fleet_dashboard_has_a_triage_widget_per_dlq_and_the_poison_queue(self):
+        template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(3))
+        text, variables = template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+        self.assertEqual(variables, {"Poison": {"Fn::GetAtt": ["PoisonQueue", "QueueName"]}})
+        custom = [w for w in json.loads(text)["widgets"] if w["type"] == "custom"]
+        # The queue's name, as the widget function reads params.queue (one of its queues).
+        self.assertEqual([w["properties"]["params"] for w in custom],
+                         [{"queue": "q0-dlq"}, {"queue": "q1-dlq"}, {"queue": "q2-dlq"}, {"queue": "${Poison}"}])
+        for w in custom:
+            self.assertEqual(w["properties"]["endpoint"], "arn:${AWS::Partition}:lambda:${AWS::Region}:"
+                             "${AWS::AccountId}:function:${AWS::StackName}-triage-widget:live")
+            self.assertEqual(w["properties"]["updateOn"], {"refresh": True, "resize": True, "timeRange": True})
+            self.assertEqual(w["properties"]["title"], "Triage: " + w["properties"]["params"]["queue"])
+        # No two widgets overlap.
+        cells = [(w["x"], w["y"]) for w in json.loads(text)["widgets"]]
+        self.assertEqual(len(cells), len(set(cells)))
+        # And it passes the quota checks (custom widgets count; each endpoint a Lambda ARN of the region).
+        import quotas
+
+        self.assertEqual(quotas.over(quotas.check_template(template, 0)), [])
+
     def test_the_resource_ceiling_is_named(self):
         ceiling = attach_template.max_dlqs(support.load_template(support.RESOURCES_TEMPLATE))
         template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(ceiling))
@@ -546,6 +607,17 @@ class AttachGrantsUnderIam(unittest.TestCase):
             self.assertTrue(self.denied(lambda: redriver.send_message(QueueUrl=url[name], MessageBody="x")), name)
         # A source is sent to, never drained.
         self.assertTrue(self.denied(lambda: redriver.receive_message(QueueUrl=url["orders"])))
+
+        # The triage console's roles read the depth of the protected DLQs and the poison queue, nothing else.
+        for role in ("TriageWidgetRole", "TriageActionRole"):
+            console = self.client("sqs", self.user(f"attach-{role}", iam_policy.render_template_policies(
+                template, role, values, tagged)))
+            for name in ("orders-dlq", "chain-dlq", f"{self.STACK}-poison"):
+                console.get_queue_attributes(QueueUrl=url[name], AttributeNames=["ApproximateNumberOfMessages"])
+            for name in ("orders", "stranger", "other-dlq"):
+                self.assertTrue(self.denied(lambda: console.get_queue_attributes(
+                    QueueUrl=url[name], AttributeNames=["ApproximateNumberOfMessages"])), (role, name))
+            self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url["orders-dlq"])), role)
 
         archiver = self.client("sqs", self.user("attach-archiver", iam_policy.render_template_policies(
             template, "ArchiverRole", values, tagged)))

@@ -52,7 +52,8 @@ class BuildStep(unittest.TestCase):
         named = [args[i + 1] for i, a in enumerate(args) if a == "--bin"]
         features = {f for i, a in enumerate(args) if a == "--features" for f in args[i + 1].split(",")}
         # The functions, and the operator CLI that make dist packs beside them.
-        self.assertEqual(sorted(named), sorted(["redriver", "archiver", "consumer", "redrive-workflow", "redrive"]))
+        self.assertEqual(sorted(named), sorted(["redriver", "archiver", "consumer", "redrive-workflow",
+                                                "triage-widget", "triage-action", "redrive"]))
         for binary in named:
             self.assertIn(binary, self.bins, f"no binary target {binary} in the workspace")
             package, required = self.bins[binary]
@@ -80,7 +81,8 @@ class BuildStep(unittest.TestCase):
     def test_every_function_deploy_uploads_is_one_the_build_makes(self):
         deploy = (support.INFRA / "deploy.sh").read_text(encoding="utf-8")
         uploaded = set(re.findall(r"deploy_function ([a-z-]+) ", deploy))
-        self.assertEqual(uploaded, {"redriver", "consumer", "archiver", "redrive-workflow"})
+        self.assertEqual(uploaded, {"redriver", "consumer", "archiver", "redrive-workflow",
+                                    "triage-widget", "triage-action"})
         args = build_command()
         built = {args[i + 1] for i, a in enumerate(args) if a == "--bin"}
         self.assertEqual(built, uploaded | {"redrive"})

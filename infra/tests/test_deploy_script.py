@@ -65,6 +65,11 @@ class DeployScript(support.DeployTestCase):
         raw = iam.get_role_policy(RoleName=role, PolicyName=policy_name)["PolicyDocument"]
         return support.policy_document(raw)
 
+    def role_actions(self, role_arn: str, policy_name: str) -> set[str]:
+        """Every action a role's inline policy allows."""
+        document = self.role_policy(role_arn, policy_name)
+        return {a for st in document["Statement"] for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+
     def assert_stopped_early(self, result, *phrases: str) -> None:
         self.assertNotEqual(result.returncode, 0, result.stderr)
         for phrase in phrases:
@@ -105,11 +110,12 @@ class DeployScript(support.DeployTestCase):
         for config in (redriver, consumer):
             self.assertEqual(config["Runtime"], "provided.al2023")
         support.assert_real_functions(self, self.moto, self.lambda_dir, {
-            f"{stack}-redriver": "redriver", f"{stack}-consumer": "consumer", f"{stack}-archiver": "archiver"})
+            f"{stack}-redriver": "redriver", f"{stack}-consumer": "consumer", f"{stack}-archiver": "archiver",
+            f"{stack}-triage-widget": "triage-widget", f"{stack}-triage-action": "triage-action"})
         # Every function logs JSON whatever the account's default (moto keeps no LoggingConfig:
         # the calls deploy made say it).
         calls = (Path(aws_log).parent / "calls").read_text(encoding="utf-8").splitlines()
-        for function in ("redriver", "consumer", "archiver"):
+        for function in ("redriver", "consumer", "archiver", "triage-widget", "triage-action"):
             self.assertIn(f"--region {support.REGION} lambda update-function-configuration --function-name "
                           f"{stack}-{function} --logging-config LogFormat=JSON", calls)
         self.assertEqual(redriver["Role"], out["RedriverRoleArn"])
@@ -167,8 +173,34 @@ class DeployScript(support.DeployTestCase):
                 "RUST_LOG": "info",
             },
         )
+        # The triage console: each function under its own role, one environment; the widgets'
+        # buttons call the action function's alias live (the dashboard calls the widget's:
+        # test_templates.py checks its body, which moto does not keep).
+        widget = lam.get_function_configuration(FunctionName=f"{stack}-triage-widget")
+        action = lam.get_function_configuration(FunctionName=f"{stack}-triage-action")
+        self.assertEqual((widget["Role"], action["Role"]), (out["TriageWidgetRoleArn"], out["TriageActionRoleArn"]))
+        self.assertEqual(len({out["TriageWidgetRoleArn"], out["TriageActionRoleArn"], out["RedriverRoleArn"],
+                              out["ArchiverRoleArn"], out["ConsumerRoleArn"]}), 5)
+        action_alias = f"arn:aws:lambda:{support.REGION}:{account}:function:{stack}-triage-action:live"
+        for config in (widget, action):
+            self.assertEqual(config["Environment"]["Variables"], {
+                "TRIAGE_TABLE": f"{stack}-circuit",
+                "TRIAGE_QUEUE_URLS": f"{out['DeadLetterQueueUrl']},{out['PoisonQueueUrl']}",
+                "TRIAGE_ACTION_FUNCTION": action_alias,
+                "TRIAGE_SHOW_BODIES": "false",
+                "RUST_LOG": "info",
+            })
+            self.assertEqual((config["MemorySize"], config["Timeout"]), (256, 30))
+        self.assertEqual(lam.get_alias(FunctionName=f"{stack}-triage-action", Name="live")["AliasArn"], action_alias)
+        # The roles as deployed: the widget's reads the books and the queues' depth; only the
+        # action's writes the books; neither receives, sends or deletes a message.
+        widget_actions = self.role_actions(out["TriageWidgetRoleArn"], "triage-widget")
+        self.assertEqual(widget_actions, {"dynamodb:GetItem", "sqs:GetQueueAttributes",
+                                          "logs:CreateLogStream", "logs:PutLogEvents"})
+        self.assertEqual(self.role_actions(out["TriageActionRoleArn"], "triage-action"),
+                         widget_actions | {"dynamodb:PutItem"})
         # Every trigger goes through the alias `live`, on the version this deploy published.
-        for function in (f"{stack}-redriver", f"{stack}-consumer"):
+        for function in (f"{stack}-redriver", f"{stack}-consumer", f"{stack}-triage-widget", f"{stack}-triage-action"):
             alias = lam.get_alias(FunctionName=function, Name="live")
             self.assertNotEqual(alias["FunctionVersion"], "$LATEST")
             self.assertEqual(alias["Description"], "previous=none")
@@ -188,10 +220,10 @@ class DeployScript(support.DeployTestCase):
         # One re-driver at a time.
         self.assertEqual(lam.get_function_concurrency(FunctionName=f"{stack}-redriver")["ReservedConcurrentExecutions"], 1)
         # TRACING=PassThrough by default: Lambda's own default, and no X-Ray grant.
-        for function in ("redriver", "consumer", "archiver"):
+        for function in ("redriver", "consumer", "archiver", "triage-widget", "triage-action"):
             config = lam.get_function_configuration(FunctionName=f"{stack}-{function}")
             self.assertEqual(config["TracingConfig"], {"Mode": "PassThrough"}, function)
-        for role in ("RedriverRoleArn", "ConsumerRoleArn", "ArchiverRoleArn"):
+        for role in ("RedriverRoleArn", "ConsumerRoleArn", "ArchiverRoleArn", "TriageWidgetRoleArn", "TriageActionRoleArn"):
             self.assertEqual(self.role_policy(out[role], "xray"), None, role)
         # Termination protection on both stacks; the dashboard's address printed.
         cfn = self.moto.client("cloudformation")
@@ -207,7 +239,8 @@ class DeployScript(support.DeployTestCase):
         self.assertEqual(self.outputs(stack)["RedriverRoleArn"], out["RedriverRoleArn"])
         self.assertEqual(len(lam.list_event_source_mappings(FunctionName=f"{stack}-consumer:live")["EventSourceMappings"]), 1)
         self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
-                         {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver"})
+                         {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver",
+                          f"{stack}-triage-widget", f"{stack}-triage-action"})
 
         gone = self.run_script(DESTROY, env)
         self.assertEqual(gone.returncode, 0, gone.stderr)
@@ -252,7 +285,8 @@ class DeployScript(support.DeployTestCase):
         lam = self.moto.client("lambda")
         out = self.outputs(stack)
         functions = {"redriver": "RedriverRoleArn", "consumer": "ConsumerRoleArn",
-                     "archiver": "ArchiverRoleArn", "workflow-tasks": "WorkflowRoleArn"}
+                     "archiver": "ArchiverRoleArn", "workflow-tasks": "WorkflowRoleArn",
+                     "triage-widget": "TriageWidgetRoleArn", "triage-action": "TriageActionRoleArn"}
         for function, role in functions.items():
             config = lam.get_function_configuration(FunctionName=f"{stack}-{function}")
             self.assertEqual(config["TracingConfig"], {"Mode": "Active"}, function)
@@ -307,9 +341,11 @@ exec {real} "$@"
         result = self.run_script(DEPLOY, env)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stderr.count("IAM has not propagated role"), 2)
-        self.assertEqual((state / "deployed").read_text().split(), ["--binary-name"] * 3)  # redriver, consumer, archiver
+        # redriver, consumer, archiver, triage-action, triage-widget
+        self.assertEqual((state / "deployed").read_text().split(), ["--binary-name"] * 5)
         self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
-                         {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver"})
+                         {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver",
+                          f"{stack}-triage-widget", f"{stack}-triage-action"})
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
 
     def test_create_function_retries_are_bounded(self):
@@ -407,7 +443,8 @@ exec {real} "$@"
             self.assertEqual(self.stack_status(stack), "CREATE_COMPLETE")
             self.assertEqual(self.stack_status(f"{stack}-wiring"), "CREATE_COMPLETE")
             self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
-                             {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver"})
+                             {f"{stack}-redriver", f"{stack}-consumer", f"{stack}-archiver",
+                              f"{stack}-triage-widget", f"{stack}-triage-action"})
 
         # Parked messages (DLQ, poison queue) and unconsumed ones (source queue: the consumer
         # is paused, as moto would otherwise try to run it in Docker).
@@ -499,7 +536,7 @@ exec {real} "$@"
         # function; publishing a version then is refused (ResourceConflictException).
         calls = [path.read_text().split() for path in sorted(state.glob("call.*"))]
         lambda_calls = [c[c.index("lambda") + 1:] for c in calls if "lambda" in c]
-        for function in ("redriver", "consumer", "archiver"):
+        for function in ("redriver", "consumer", "archiver", "triage-widget", "triage-action"):
             name = f"{stack}-{function}"
             about = [c for c in lambda_calls if name in c]
             verbs = [" ".join(c[:2]) if c[0] == "wait" else c[0] for c in about]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import support
 
-FUNCTIONS = ("redriver", "archiver", "consumer", "redrive-workflow")
+FUNCTIONS = ("redriver", "archiver", "consumer", "redrive-workflow", "triage-widget", "triage-action")
 
 
 def make_dist(out: Path, **settings: str) -> subprocess.CompletedProcess:
@@ -152,7 +152,9 @@ class DeployFromArtifacts(support.DeployTestCase):
                       result.stderr)
         self.assertNotIn("building the functions", result.stderr)
         support.assert_real_functions(self, self.moto, self.lambda_dir,
-                                      {f"{stack}-redriver": "redriver", f"{stack}-archiver": "archiver"})
+                                      {f"{stack}-redriver": "redriver", f"{stack}-archiver": "archiver",
+                                       f"{stack}-triage-widget": "triage-widget",
+                                       f"{stack}-triage-action": "triage-action"})
         # Configured as cargo lambda deploy configures a function, and published behind `live`.
         lam = self.moto.client("lambda")
         config = lam.get_function_configuration(FunctionName=f"{stack}-redriver")

@@ -86,6 +86,23 @@ class EachQuota(unittest.TestCase):
         self.assertEqual(exceeded(dashboard(*[0] * 500)), [])
         self.assertEqual(exceeded(dashboard(*[0] * 501)), ["dashboard D widgets"])
 
+    def test_custom_widgets_count_and_call_a_lambda_of_the_dashboards_region(self):
+        def dashboard(count: int, endpoint: str) -> dict:
+            widgets = [{"type": "metric", "properties": {"title": "m", "metrics": [["N", "M"]]}}]
+            widgets += [{"type": "custom", "properties": {"title": f"c{i}", "endpoint": endpoint, "params": {}}}
+                        for i in range(count)]
+            return {"Resources": {"D": {"Type": "AWS::CloudWatch::Dashboard", "Properties": {
+                "DashboardBody": {"Fn::Sub": json.dumps({"widgets": widgets})}}}}}
+        alias = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-triage-widget:live"
+        self.assertEqual(exceeded(dashboard(499, alias)), [])
+        self.assertEqual(exceeded(dashboard(500, alias)), ["dashboard D widgets"])
+        self.assertEqual(exceeded(dashboard(1, alias.replace(":live", ""))), [])
+        for wrong in ("arn:aws:lambda:us-east-1:${AWS::AccountId}:function:w:live",  # another region
+                      "arn:${AWS::Partition}:sns:${AWS::Region}:${AWS::AccountId}:w",  # not a function
+                      "${AWS::StackName}-triage-widget"):  # a name, not an ARN
+            self.assertEqual(exceeded(dashboard(1, wrong)),
+                             ["dashboard D custom widget 'c0' endpoint not a Lambda ARN of region ap-southeast-14"], wrong)
+
     def test_a_fleet_metrics_insights_alarm_sees_each_protected_dlq_and_the_poison_queue(self):
         def fleet(dlqs: int) -> dict:
             alarm = {"Type": "AWS::CloudWatch::Alarm", "Properties": {"Metrics": [
@@ -149,12 +166,20 @@ class Ceiling(unittest.TestCase):
             self.assertIn(expected, measured)
 
     def test_the_fleet_dashboard_of_500_dlqs_exceeds_a_widgets_metrics(self):
-        # Below the ceiling the dashboard has room; a fleet past what one widget can draw is named.
-        template = {"Resources": {"Dashboard": attach_template.fleet_dashboard(quotas.synthetic_dlqs(500, 80, 3)),
+        # Below the ceiling the dashboard has room; a fleet past what one widget can draw is named,
+        # and so are its widgets (a triage widget per DLQ and the poison queue, beside six).
+        dlqs = quotas.synthetic_dlqs(500, 80, 3)
+        template = {"Resources": {"Dashboard": attach_template.fleet_dashboard(dlqs),
                                   "PoisonQueue": {"Type": "AWS::SQS::Queue"}}}
         self.assertEqual(sorted(exceeded(template)),
                          ["dashboard Dashboard widget 'Age of oldest message (s)' metrics",
-                          "dashboard Dashboard widget 'Depth of every protected DLQ, and the poison queue' metrics"])
+                          "dashboard Dashboard widget 'Depth of every protected DLQ, and the poison queue' metrics",
+                          "dashboard Dashboard widgets"])
+        body = json.loads(quotas.resolve(template["Resources"]["Dashboard"]["Properties"]["DashboardBody"], template))
+        custom = [w for w in body["widgets"] if w["type"] == "custom"]
+        self.assertEqual(len(custom), 501)
+        self.assertEqual([w["properties"]["params"]["queue"] for w in custom[:2]], [d["name"] for d in dlqs[:2]])
+        self.assertEqual(custom[-1]["properties"]["params"], {"queue": "N" * 80})  # the poison queue's name
 
     def test_the_environment_is_the_one_deploy_writes(self):
         redriver, archiver = quotas.attach_env_files(quotas.synthetic_dlqs(2, 80, 3), self.work)

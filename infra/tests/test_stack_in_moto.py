@@ -146,12 +146,15 @@ class StackInMoto(unittest.TestCase):
             "IdempotencyTableName", "TriggerTopicArn", "AlertsTopicArn", "MetricNamespace",
             "ConsumerTimeoutSeconds", "RedriverFunctionName", "ConsumerFunctionName",
             "RedriverRoleArn", "ConsumerRoleArn", "DefaultGuardAlarmNames", "DashboardUrl", "RecoveryTopicArn",
+            "TriageWidgetFunctionName", "TriageWidgetRoleArn", "TriageActionFunctionName", "TriageActionRoleArn",
         ):
             self.assertTrue(self.outputs.get(key), f"output {key} missing")
         self.assertEqual(self.outputs["ConsumerTimeoutSeconds"], CONSUMER_TIMEOUT)
         self.assertEqual(self.outputs["MetricNamespace"], "OrdersRedrive")
         self.assertEqual(self.outputs["RedriverFunctionName"], f"{self.stack}-redriver")
         self.assertEqual(self.outputs["ConsumerFunctionName"], f"{self.stack}-consumer")
+        self.assertEqual(self.outputs["TriageWidgetFunctionName"], f"{self.stack}-triage-widget")
+        self.assertNotEqual(self.outputs["TriageWidgetRoleArn"], self.outputs["TriageActionRoleArn"])
         self.assertTrue(self.outputs["DeadLetterQueueUrl"].endswith(f"/{self.stack}-dlq"))
 
     # ---------------------------------------------------------------- queues
@@ -202,13 +205,14 @@ class StackInMoto(unittest.TestCase):
         self.assertEqual(
             found,
             {f"/aws/lambda/{self.stack}-redriver": 14, f"/aws/lambda/{self.stack}-consumer": 14,
-             f"/aws/lambda/{self.stack}-archiver": 14},
+             f"/aws/lambda/{self.stack}-archiver": 14, f"/aws/lambda/{self.stack}-triage-widget": 14,
+             f"/aws/lambda/{self.stack}-triage-action": 14},
         )
 
     # ---------------------------------------------------------------- IAM
     def test_roles_trust_lambda_only(self):
         iam = self.moto.client("iam")
-        for logical_id in ("RedriverRole", "ConsumerRole"):
+        for logical_id in ("RedriverRole", "ConsumerRole", "TriageWidgetRole", "TriageActionRole"):
             trust = support.policy_document(
                 iam.get_role(RoleName=self.resources[logical_id])["Role"]["AssumeRolePolicyDocument"]
             )

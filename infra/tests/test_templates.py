@@ -49,7 +49,9 @@ class NamesAgree(unittest.TestCase):
 
     def test_log_groups_and_errors_alarm_name_the_functions_deploy_sh_creates(self):
         for function, log_group in (("RedriverFunctionName", "RedriverLogGroup"),
-                                    ("ConsumerFunctionName", "ConsumerLogGroup")):
+                                    ("ConsumerFunctionName", "ConsumerLogGroup"),
+                                    ("TriageWidgetFunctionName", "TriageWidgetLogGroup"),
+                                    ("TriageActionFunctionName", "TriageActionLogGroup")):
             name = self.sub(self.outputs[function]["Value"])
             self.assertEqual(self.sub(self.resources[log_group]["Properties"]["LogGroupName"]), f"/aws/lambda/{name}")
         dimensions = self.resources["RedriverErrorsAlarm"]["Properties"]["Dimensions"]
@@ -223,6 +225,8 @@ class Operations(support.TemplatesTestCase):
             "Dlq": {"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]},
             "Source": {"Fn::GetAtt": ["SourceQueue", "QueueName"]},
             "Poison": {"Fn::GetAtt": ["PoisonQueue", "QueueName"]},
+            "TriageWidget": {"Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:"
+                                        "${AWS::StackName}-triage-widget:live"},
         })
         widgets = json.loads(body)["widgets"]
         metrics = {(m[0], m[1], m[3] if len(m) > 3 and isinstance(m[3], str) else None)
@@ -253,6 +257,45 @@ class Operations(support.TemplatesTestCase):
         # exists only with ARCHIVE_DLQ=true)
         self.assertEqual(len(listed), 20)
         self.assertIn("#dashboards:name=${Dashboard}", self.template["Outputs"]["DashboardUrl"]["Value"]["Fn::Sub"])
+        # The triage console: a custom widget of the DLQ and one of the poison queue, each calling
+        # the widget function's alias live (the stack's output names that function) with the
+        # queue's name, as the widget reads its params; redrawn on refresh, resize and range.
+        custom = [w for w in widgets if w["type"] == "custom"]
+        self.assertEqual([w["properties"]["params"] for w in custom], [{"queue": "${Dlq}"}, {"queue": "${Poison}"}])
+        function = self.template["Outputs"]["TriageWidgetFunctionName"]["Value"]["Fn::Sub"]
+        self.assertEqual(function, "${AWS::StackName}-triage-widget")
+        for w in custom:
+            self.assertEqual(w["properties"]["endpoint"], "${TriageWidget}")
+            self.assertEqual(w["properties"]["updateOn"], {"refresh": True, "resize": True, "timeRange": True})
+            self.assertEqual(w["properties"]["title"], "Triage: " + w["properties"]["params"]["queue"])
+        self.assertTrue(variables["TriageWidget"]["Fn::Sub"].endswith(f":function:{function}:live"))
+
+    def test_the_triage_console_roles_are_separate_and_only_the_action_writes_the_books(self):
+        def statements(role: str) -> list[dict]:
+            return [st for p in self.resources[role]["Properties"]["Policies"] for st in p["PolicyDocument"]["Statement"]]
+
+        def actions(role: str) -> set[str]:
+            return {a for st in statements(role) for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+
+        # What the code calls: the book by GetItem (the widget reads it without copying it),
+        # the depth by GetQueueAttributes; the action saves the book with PutItem.
+        self.assertEqual(actions("TriageWidgetRole"),
+                         {"dynamodb:GetItem", "sqs:GetQueueAttributes", "logs:CreateLogStream", "logs:PutLogEvents"})
+        self.assertEqual(actions("TriageActionRole"), actions("TriageWidgetRole") | {"dynamodb:PutItem"})
+        for role in ("TriageWidgetRole", "TriageActionRole"):
+            for st in statements(role):
+                if any(a.startswith("sqs:") for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])):
+                    self.assertEqual(st["Resource"], [{"Fn::GetAtt": ["DeadLetterQueue", "Arn"]},
+                                                      {"Fn::GetAtt": ["PoisonQueue", "Arn"]}], role)
+                if any(a.startswith("dynamodb:") for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])):
+                    # Only the books of the DLQ and the poison queue (by ARN, and by URL as before).
+                    keys = st["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
+                    self.assertEqual([k["Fn::Sub"] for k in keys], [
+                        "triage#${DeadLetterQueue.Arn}", "triage#${PoisonQueue.Arn}",
+                        "triage#${DeadLetterQueue}", "triage#${PoisonQueue}"], role)
+        outputs = self.template["Outputs"]
+        self.assertEqual(outputs["TriageWidgetRoleArn"]["Value"], {"Fn::GetAtt": ["TriageWidgetRole", "Arn"]})
+        self.assertEqual(outputs["TriageActionRoleArn"]["Value"], {"Fn::GetAtt": ["TriageActionRole", "Arn"]})
 
 
 class TemplateSize(unittest.TestCase):
@@ -418,7 +461,8 @@ class RoleGrants(unittest.TestCase):
     # That every call of the code is granted is no longer read from the source text: the
     # functions run under these roles, rendered by tests/iam_policy.py, in the IAM-enforced
     # tests (functions/redriver/tests/lambda.rs and engine/tests/circuit.rs for RedriverRole,
-    # functions/consumer/tests/lambda_watch.rs for ConsumerRole).
+    # functions/consumer/tests/lambda_watch.rs for ConsumerRole,
+    # functions/triage-console/tests/console.rs for TriageWidgetRole and TriageActionRole).
 
     def test_redriver_reads_destination_sizes_and_rearms_its_trigger(self):
         by_sid = {s["Sid"]: s for s in self.statements("RedriverRole")}

@@ -46,6 +46,9 @@ pub fn role_of_binary(binary: &str) -> Option<&'static str> {
         "consumer" | "charge_orders" => Some("ConsumerRole"),
         "archiver" => Some("ArchiverRole"),
         "redrive-workflow" => Some("WorkflowRole"),
+        // The triage console: the dashboard's widget (read only), and its buttons' function.
+        "triage-widget" => Some("TriageWidgetRole"),
+        "triage-action" => Some("TriageActionRole"),
         "redrive" => Some(OPERATOR_POLICY),
         _ => None,
     }
@@ -121,6 +124,19 @@ pub fn resources_from_env(env: &[(String, String)]) -> Resources {
             value.clone()
         };
         resources.insert(logical_id.to_string(), value);
+    }
+    // The triage console's queues: a DLQ and the poison queue, told apart by their `QueueSet`
+    // names (`<base>-dlq`, `<base>-poison`).
+    if let Some((_, list)) = env.iter().rev().find(|(k, _)| k == "TRIAGE_QUEUE_URLS") {
+        for url in list.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            let name = queue_name(url);
+            let id = if name.trim_end_matches(".fifo").ends_with("-poison") {
+                "PoisonQueue"
+            } else {
+                "DeadLetterQueue"
+            };
+            resources.entry(id.to_string()).or_insert(name);
+        }
     }
     resources
 }
@@ -405,5 +421,16 @@ mod tests {
         assert_eq!(resources["DeadLetterQueue"], "qs-1-dlq");
         assert_eq!(resources["CircuitTable"], "circuit-1");
         assert_eq!(resources.len(), 2);
+        let console = pairs(&[
+            ("TRIAGE_TABLE", "circuit-2"),
+            (
+                "TRIAGE_QUEUE_URLS",
+                "http://127.0.0.1:1/123456789012/qs-2-dlq, http://127.0.0.1:1/123456789012/qs-2-poison",
+            ),
+        ]);
+        let resources = resources_from_env(&console);
+        assert_eq!(resources["DeadLetterQueue"], "qs-2-dlq");
+        assert_eq!(resources["PoisonQueue"], "qs-2-poison");
+        assert_eq!(resources["CircuitTable"], "circuit-2");
     }
 }

@@ -9,7 +9,8 @@ use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_table
 pub struct ConsoleConfig {
     /// `TRIAGE_TABLE`: the table of the triage books (the stack's circuit table).
     pub table: String,
-    /// `TRIAGE_QUEUE_URLS`: the DLQs and poison queue the console may show and act on.
+    /// `TRIAGE_QUEUE_URLS`: the DLQs and poison queue the console may show and act on; with
+    /// `DLQ_LIST_TABLE` (attach mode), the protected DLQs listed in that table come first.
     pub queues: Vec<QueueUrl>,
     /// `TRIAGE_ACTION_FUNCTION`: the function the widget's buttons call (the widget's only).
     pub action_function: Option<String>,
@@ -52,7 +53,13 @@ impl ConsoleConfig {
     fn common<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         Ok(Self {
             table: env.required("TRIAGE_TABLE", parse_table_name)?,
-            queues: env.required("TRIAGE_QUEUE_URLS", parse_queue_urls)?,
+            // DLQ_URLS: the list read from DLQ_LIST_TABLE at init (Env::process_with_dlq_urls).
+            queues: match env.get("DLQ_URLS") {
+                None => env.required("TRIAGE_QUEUE_URLS", parse_queue_urls)?,
+                Some(listed) => env.required("TRIAGE_QUEUE_URLS", |v| {
+                    parse_queue_urls(&format!("{listed},{v}"))
+                })?,
+            },
             action_function: None,
             show_bodies: env.or("TRIAGE_SHOW_BODIES", false, parse_bool)?,
         })

@@ -2,15 +2,32 @@
 //! to the book (or answered with the command line to run).
 
 use redrive_console::render;
-use redrive_engine::triage_store::{self, TriageError, TriageStore};
+use redrive_engine::ports::PortError;
+use redrive_engine::triage_store::{self, DynamoDbTriageStore, TriageError, TriageStore};
 use redrive_shared::config::QueueUrl;
-use redrive_shared::triage::state::Refused;
+use redrive_shared::triage::state::{Book, Refused};
 use serde_json::Value;
 
 use crate::config::{ConsoleConfig, not_configured};
 use crate::context::{WidgetContext, queue_param};
 use crate::request::{ActionRequest, Kind, Rejected};
 use crate::view::{DESCRIBE, depth, notice, view_of};
+
+/// How the console reads a book to show it: read only, so that the widget's role needs no
+/// write (`TriageStore::load` copies a book found under its older key, a write).
+pub trait BookReader: Sync {
+    /// The book of `queue`, `None` when there is none.
+    fn read_book(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<Option<Book>, PortError>> + Send;
+}
+
+impl BookReader for DynamoDbTriageStore {
+    async fn read_book(&self, queue: &str) -> Result<Option<Book>, PortError> {
+        self.read(queue).await
+    }
+}
 
 /// What the console renders with: the configuration, the book store and SQS.
 pub struct Console<S> {
@@ -19,11 +36,11 @@ pub struct Console<S> {
     pub sqs: aws_sdk_sqs::Client,
 }
 
-impl<S: TriageStore> Console<S> {
+impl<S: TriageStore + BookReader> Console<S> {
     /// The widget of `queue` (configured) as `ctx` asks for it.
     async fn render_queue(&self, queue: &QueueUrl, ctx: &WidgetContext) -> String {
-        let book = match self.store.load(queue.as_str()).await {
-            Ok(b) => b.map(|(_, b)| b),
+        let book = match self.store.read_book(queue.as_str()).await {
+            Ok(b) => b,
             Err(e) => {
                 tracing::warn!(queue = queue.name(), error = %e, "the triage book could not be read");
                 let view = view_of(

@@ -1,10 +1,9 @@
 //! The start both console Lambdas share: the configuration read at init (an error fails init,
-//! naming the variable), the book store and SQS client built once and borrowed into the
+//! naming the variable; `DLQ_LIST_TABLE`'s list read then too), the book store and SQS client built once and borrowed into the
 //! handler, then one answer per call from the dashboard.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use redrive_engine::triage_store::DynamoDbTriageStore;
-use redrive_shared::config::Env;
 use serde_json::Value;
 
 use crate::config::ConsoleConfig;
@@ -21,9 +20,10 @@ pub enum Function {
 
 /// Runs `function` as a Lambda until the runtime stops it.
 pub async fn run(function: Function) -> Result<(), Error> {
-    let (config, sdk) = redrive_engine::lambda_init(|| match function {
-        Function::Widget => ConsoleConfig::widget_from_env(&Env::process()),
-        Function::Action => ConsoleConfig::action_from_env(&Env::process()),
+    // Attach mode: the protected DLQs' list from DLQ_LIST_TABLE, as the re-driver reads it.
+    let (config, sdk) = redrive_engine::lambda_init_fleet(|env| match function {
+        Function::Widget => ConsoleConfig::widget_from_env(env),
+        Function::Action => ConsoleConfig::action_from_env(env),
     })
     .await?;
     let console = Console {

@@ -15,6 +15,10 @@
 //!   done or why not. `replay-canary` and `discard` move messages: it answers them with the
 //!   `redrive triage` command line to run, and changes nothing.
 //!
+//! The widget only reads (the book with GetItem, the depth with GetQueueAttributes); the action
+//! function also writes the book. `make deploy` gives each its own role, and wires one widget
+//! per protected DLQ and the poison queue into the stack's dashboard (infra/README.md).
+//!
 //! Nothing a request carries names an AWS resource: the queue is looked up among the configured
 //! ones, the table is the configured one. Message bodies are never read (the book holds none)
 //! and never logged; every text from the book is escaped by the renderer.
@@ -27,7 +31,7 @@ mod request;
 mod view;
 
 pub use config::ConsoleConfig;
-pub use console::Console;
+pub use console::{BookReader, Console};
 pub use context::{ContextTimeRange, WidgetContext, Zoom};
 pub use lambda::{Function, run};
 pub use request::{ActionRequest, Kind, Rejected};

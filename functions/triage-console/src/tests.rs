@@ -86,6 +86,27 @@ fn the_configuration_fails_at_init_naming_the_variable() {
     assert_eq!(e.variable, "TRIAGE_SHOW_BODIES");
 }
 
+#[test]
+fn in_attach_mode_the_listed_dlqs_come_before_the_poison_queue_and_names_stay_unique() {
+    // DLQ_URLS is what lambda_init_fleet reads from DLQ_LIST_TABLE at init.
+    let other = "https://sqs.us-east-1.amazonaws.com/123456789012/payments-dlq";
+    let listed = format!("{DLQ},{other}");
+    let vars = [
+        ("TRIAGE_TABLE", "t-1"),
+        ("TRIAGE_QUEUE_URLS", POISON),
+        ("DLQ_URLS", listed.as_str()),
+        ("TRIAGE_ACTION_FUNCTION", "redrive-triage-action:live"),
+    ];
+    let cfg = ConsoleConfig::widget_from_env(&env(&vars)).expect("valid");
+    let names: Vec<&str> = cfg.queues.iter().map(QueueUrl::name).collect();
+    assert_eq!(names, ["orders-dlq", "payments-dlq", "orders-poison"]);
+    let twice = [("TRIAGE_QUEUE_URLS", DLQ), ("DLQ_URLS", listed.as_str())];
+    let e = ConsoleConfig::action_from_env(&env(&[("TRIAGE_TABLE", "t-1"), twice[0], twice[1]]))
+        .unwrap_err();
+    assert_eq!(e.variable, "TRIAGE_QUEUE_URLS");
+    assert!(e.to_string().contains("two queues are named"), "{e}");
+}
+
 fn button(extra: Value) -> Value {
     let mut e = json!({
         "action": "acknowledge",

@@ -1,10 +1,14 @@
 //! The triage console's two functions as Lambdas under `cargo lambda watch`, called with the
-//! documented custom widget event, on moto (DynamoDB for the book, SQS for the depth). The book
-//! is written first by the library calls a `redrive triage --table` pass makes.
+//! documented custom widget event, on moto (DynamoDB for the book, SQS for the depth), each
+//! under its role of `infra/templates/resources.yaml` (`TriageWidgetRole`, `TriageActionRole`),
+//! which moto enforces. The book is written first by the library calls a `redrive triage
+//! --table` pass makes.
 
 use redrive_engine::triage_store::{self, DynamoDbTriageStore, TriageStore};
+use redrive_shared::config::Env;
 use redrive_shared::triage::state::{Book, PassFacts, State};
-use redrive_tests::{LambdaWatch, QueueSet, moto, send_raw};
+use redrive_tests::{LambdaWatch, QueueSet, iam, moto, send_raw};
+use redrive_triage_console::{Console, ConsoleConfig};
 use serde_json::{Value, json};
 
 const T0: i64 = 1_764_000_000_000;
@@ -61,6 +65,23 @@ async fn write_book(store: &DynamoDbTriageStore, dlq: &str) {
     .expect("the pass's book");
 }
 
+/// The environment `make deploy` gives both functions, for `q`'s DLQ and poison queue.
+fn console_env(q: &QueueSet, table: &str) -> Vec<(String, String)> {
+    let mut env = moto().env();
+    env.extend([
+        ("TRIAGE_TABLE".to_string(), table.to_string()),
+        (
+            "TRIAGE_QUEUE_URLS".to_string(),
+            format!("{},{}", q.dlq_url, q.poison_url),
+        ),
+        (
+            "TRIAGE_ACTION_FUNCTION".to_string(),
+            "triage-action".to_string(),
+        ),
+    ]);
+    env
+}
+
 async fn book(store: &DynamoDbTriageStore, dlq: &str) -> (u64, Book) {
     store.load(dlq).await.expect("load").expect("a book")
 }
@@ -103,18 +124,7 @@ async fn the_widget_shows_the_book_and_the_action_function_acts_on_it_and_refuse
         send_raw(&sqs, &q.dlq_url, &format!("secret-body-{n}"), &[]).await;
     }
     write_book(&store, &q.dlq_url).await;
-    let mut env = moto().env();
-    env.extend([
-        ("TRIAGE_TABLE".to_string(), table.clone()),
-        (
-            "TRIAGE_QUEUE_URLS".to_string(),
-            format!("{},{}", q.dlq_url, q.poison_url),
-        ),
-        (
-            "TRIAGE_ACTION_FUNCTION".to_string(),
-            "triage-action".to_string(),
-        ),
-    ]);
+    let env = console_env(&q, &table);
     let watch = LambdaWatch::start(&["triage-widget", "triage-action"], &env).await;
     let mut event = widget_event();
     event["queue"] = json!(q.dlq_name);
@@ -299,18 +309,7 @@ async fn a_queue_without_a_book_says_so_and_an_empty_one_says_it_is_empty() {
     let q = QueueSet::create(&sqs, false, 3).await;
     let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
     send_raw(&sqs, &q.dlq_url, "{}", &[]).await;
-    let mut env = moto().env();
-    env.extend([
-        ("TRIAGE_TABLE".to_string(), table),
-        (
-            "TRIAGE_QUEUE_URLS".to_string(),
-            format!("{},{}", q.dlq_url, q.poison_url),
-        ),
-        (
-            "TRIAGE_ACTION_FUNCTION".to_string(),
-            "triage-action".to_string(),
-        ),
-    ]);
+    let env = console_env(&q, &table);
     let watch = LambdaWatch::start(&["triage-widget"], &env).await;
     let mut event = widget_event();
     event["widgetContext"]["params"]["queue"] = json!(q.dlq_url);
@@ -319,4 +318,97 @@ async fn a_queue_without_a_book_says_so_and_an_empty_one_says_it_is_empty() {
     event["widgetContext"]["params"]["queue"] = json!(q.poison_name);
     let answer = watch.invoke("triage-widget", &event).await.expect("widget");
     assert!(html(&answer).contains("is empty"), "{answer}");
+}
+
+/// The console's code with the credentials of `role` (rendered from the template for the
+/// resources `env` names), as its Lambda runs it.
+async fn console_as(
+    role: &str,
+    env: &[(String, String)],
+    table: &str,
+) -> Console<DynamoDbTriageStore> {
+    let sdk = moto()
+        .sdk_config_as(role, &iam::resources_from_env(env))
+        .await;
+    let vars = env.to_vec();
+    let config = ConsoleConfig::action_from_env(&Env(move |k: &str| {
+        vars.iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    }))
+    .expect("the console's configuration");
+    Console {
+        store: DynamoDbTriageStore::new(&sdk, table),
+        sqs: aws_sdk_sqs::Client::new(&sdk),
+        config,
+    }
+}
+
+#[tokio::test]
+async fn the_widget_role_reads_the_book_and_the_depth_and_cannot_act_or_touch_a_message() {
+    // GIVEN a DLQ with a message and its book
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
+    let store = DynamoDbTriageStore::new(&moto().sdk_config().await, &table);
+    send_raw(&sqs, &q.dlq_url, "secret-body", &[]).await;
+    write_book(&store, &q.dlq_url).await;
+    let env = console_env(&q, &table);
+    let before = book(&store, &q.dlq_url).await;
+    let mut event = widget_event();
+    event["widgetContext"]["params"]["queue"] = json!(q.dlq_name);
+
+    // WHEN the console's code runs with the widget's role
+    let widget = console_as("TriageWidgetRole", &env, &table).await;
+    let h = widget.widget(&event).await;
+
+    // THEN it renders the book and the depth (the role grants what the widget calls)
+    let h = html(&h).to_string();
+    assert_eq!(rows(&h), 2, "{h}");
+    assert!(h.contains("<b>1</b> visible"), "the queue's depth: {h}");
+    let ack = button_params(&h, A, "acknowledge").expect("acknowledge button of A");
+
+    // AND an acknowledge with the widget's role is refused by IAM and changes nothing
+    let answer = widget.action(&press(ack.clone()), T0).await;
+    assert!(html(&answer).contains("Not done"), "{answer}");
+    assert!(html(&answer).contains("AccessDenied"), "{answer}");
+    assert_eq!(book(&store, &q.dlq_url).await, before);
+    // AND it may not receive, send or delete a message of the DLQ
+    let widget_sqs = &widget.sqs;
+    let received = widget_sqs
+        .receive_message()
+        .queue_url(&q.dlq_url)
+        .send()
+        .await;
+    assert!(
+        received.is_err(),
+        "the widget's role received: {received:?}"
+    );
+    let sent = widget_sqs
+        .send_message()
+        .queue_url(&q.dlq_url)
+        .message_body("{}")
+        .send()
+        .await;
+    assert!(sent.is_err(), "the widget's role sent: {sent:?}");
+
+    // WHEN the same acknowledge runs with the action's role
+    let action = console_as("TriageActionRole", &env, &table).await;
+    let answer = action.action(&press(ack), T0).await;
+
+    // THEN the book records it; the action's role may not touch a message either
+    assert!(html(&answer).contains("Acknowledged group"), "{answer}");
+    let (_, b) = book(&store, &q.dlq_url).await;
+    assert_eq!(b.get(A).unwrap().state, State::Acknowledged);
+    let received = action
+        .sqs
+        .receive_message()
+        .queue_url(&q.dlq_url)
+        .send()
+        .await;
+    assert!(
+        received.is_err(),
+        "the action's role received: {received:?}"
+    );
 }
