@@ -52,21 +52,23 @@ ARCH ?=
 #   TEST_STEPS += lint-infra test-infra
 include infra/Makefile.inc
 
-# lint first (cheap, and a format or clippy failure should not wait for the slow steps), beside
-# the LocalStack venv's install; the demo last: it doubles as the system test (exit 1 on a lost
-# or twice-delivered order). test-rust builds, then runs its two lanes beside the deploy tests'
-# build of the functions for the Lambda target (a profile and target directory of their own).
+# lint-static first (rustfmt and the infra lint: cheap, and a format failure should not wait for
+# the slow steps), beside the LocalStack venv's install; the demo last: it doubles as the system
+# test (exit 1 on a lost or twice-delivered order). test-rust builds with clippy's lints (see
+# CLIPPY_IN_BUILD: a clippy warning fails it before any test runs), then runs its two lanes beside
+# the deploy tests' build of the functions for the Lambda target (a profile and target directory
+# of their own).
 # After it everything is built, and the infra tests (the longest step: they mostly wait on moto
 # and deploy.sh) run beside the rest, one after the other in
 # BESIDE_INFRA_STEPS: the LocalStack leg, which mostly waits on LocalStack, the published
 # crates, then the demo beside the moto soak (each with emulators of its own).
-TEST_STEPS := lint+setup-localstack test-rust test-infra+test-beside-infra
+TEST_STEPS := lint-static+setup-localstack test-rust test-infra+test-beside-infra
 BESIDE_INFRA_STEPS := test-localstack test-crates demo+soak-moto
 
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
 include bench/Makefile.inc
 
-.PHONY: setup setup-tools setup-localstack test test-rust test-localstack test-beside-infra lint build dist demo
+.PHONY: setup setup-tools setup-localstack test test-rust test-localstack test-beside-infra lint lint-static build dist demo
 
 setup: setup-tools $(LOCALSTACK_STAMP) setup-chromium
 
@@ -135,6 +137,23 @@ test: setup-tools setup-chromium
 test-beside-infra: setup
 	@MAKE="$(MAKE)" bash scripts/test-steps.sh $(BESIDE_INFRA_STEPS)
 
+# Clippy's lints in make test's build: clippy-driver as cargo's RUSTC_WORKSPACE_WRAPPER, with
+# CLIPPY_ARGS, as `cargo clippy -- -D warnings` sets them itself (each argument followed by
+# __CLIPPY_HACKERY__), compiles the workspace's own crates as rustc does and lints them on the way,
+# warnings as errors; the dependencies get no wrapper. So make test compiles the dependencies once
+# (a separate `cargo clippy` checks all of them first: some 190 s of a cold run), and a lint fails
+# test-rust's build. Cargo fingerprints the wrapper and CLIPPY_ARGS, so every step that builds in
+# target/debug sets both, or it compiles the workspace's crates again: the steps below, and what
+# they start (the test harness's `cargo build` of the Lambdas, the demo's, the soak's). The builds
+# in other target directories (the Lambda target's, make dist's) unset them. `make lint` runs
+# `cargo clippy` as before; a `cargo test` by hand after make test compiles the workspace's crates
+# (not the dependencies) again.
+CLIPPY_DRIVER := $(or $(shell rustup which clippy-driver 2>/dev/null),clippy-driver)
+CLIPPY_IN_BUILD_STEPS := test-rust test-rust-lane-a test-rust-lane-b test-localstack test-crates \
+	test-beside-infra demo soak-moto
+$(CLIPPY_IN_BUILD_STEPS): export RUSTC_WORKSPACE_WRAPPER := $(CLIPPY_DRIVER)
+$(CLIPPY_IN_BUILD_STEPS): export CLIPPY_ARGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+
 # Every target that holds a test: --all-targets would add --bins, which builds each binary a
 # second time as a test harness, empty for those that say `test = false` (all of them).
 RUST_TEST_TARGETS := --lib --tests --benches --examples
@@ -145,9 +164,13 @@ RUST_TEST_TARGETS := --lib --tests --benches --examples
 # workspace (read from `cargo metadata`, so that a new one runs without being listed). Both
 # lanes select --workspace, as the build did: nothing is compiled again.
 RUST_TEST_LANE_A := workflow harness sfn layout
+# The build lints as it compiles (CLIPPY_IN_BUILD): the test targets, and the binaries and
+# examples as `cargo build` makes them (the demo's binary is no test's dependency), so that clippy
+# sees every target `cargo clippy --all-targets` does.
 test-rust: setup
-	@echo "==> test-rust: cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes beside the deploy tests' build"
+	@echo "==> test-rust: the build with clippy's lints, then cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes beside the deploy tests' build"
 	cargo test --workspace $(RUST_TEST_TARGETS) --no-run
+	cargo build --workspace --bins --examples
 	@MAKE="$(MAKE)" bash scripts/test-steps.sh test-rust-lane-a+test-rust-lane-b+test-infra-build
 
 # Beside the two lanes, which mostly wait on emulators and the clock: the deploy tests' build of
@@ -155,7 +178,7 @@ test-rust: setup
 # lock is shared), so that test-infra starts with its dependencies compiled.
 .PHONY: test-infra-build
 test-infra-build: setup-tools
-	$(INFRA_PYTHON) infra/tests/support.py build
+	env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS $(INFRA_PYTHON) infra/tests/support.py build
 
 # A hard ceiling on each lane, so that a hung test fails CI instead of eating its 90 minutes.
 .PHONY: test-rust-lane-a test-rust-lane-b
@@ -190,10 +213,15 @@ test-localstack: setup
 	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 10m cargo test --workspace --no-fail-fast --test archiver \
 		&& exit $$status
 
-lint: setup-tools
-	@echo "==> lint: rustfmt, clippy, cfn-lint and the Guard policies"
-	cargo fmt --all --check
+lint: lint-static
+	@echo "==> lint: clippy"
 	cargo clippy --workspace --all-targets -- -D warnings
+
+# What make test lints before it builds: rustfmt and the infra lint. Clippy's lints run in
+# test-rust's build (CLIPPY_IN_BUILD).
+lint-static: setup-tools
+	@echo "==> lint-static: rustfmt, cfn-lint, the Guard policies and shellcheck"
+	cargo fmt --all --check
 	$(MAKE) --no-print-directory lint-infra
 
 build: setup-tools
