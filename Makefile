@@ -53,16 +53,17 @@ ARCH ?=
 include infra/Makefile.inc
 
 # lint-static first (rustfmt and the infra lint: cheap, and a format failure should not wait for
-# the slow steps), beside the LocalStack venv's install; the demo last: it doubles as the system
-# test (exit 1 on a lost or twice-delivered order). test-rust builds with clippy's lints (see
-# CLIPPY_IN_BUILD: a clippy warning fails it before any test runs), then runs its two lanes beside
-# the deploy tests' build of the functions for the Lambda target (a profile and target directory
-# of their own).
+# the slow steps); the demo last: it doubles as the system test (exit 1 on a lost or
+# twice-delivered order). test-build compiles every test target with clippy's lints (see
+# CLIPPY_IN_BUILD_STEPS: a clippy warning fails it before any test runs), beside the LocalStack
+# venv's install (pip mostly waits on the network and the disk, the build on the CPU). test-rust then
+# runs its two lanes beside the deploy tests' build of the functions for the Lambda target (a
+# profile and target directory of their own).
 # After it everything is built, and the infra tests (the longest step: they mostly wait on moto
 # and deploy.sh) run beside the rest, one after the other in
 # BESIDE_INFRA_STEPS: the LocalStack leg, which mostly waits on LocalStack, the published
 # crates, then the demo beside the moto soak (each with emulators of its own).
-TEST_STEPS := lint-static+setup-localstack test-rust test-infra+test-beside-infra
+TEST_STEPS := lint-static test-build+setup-localstack test-rust test-infra+test-beside-infra
 BESIDE_INFRA_STEPS := test-localstack test-crates demo+soak-moto
 
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
@@ -100,8 +101,8 @@ $(VENV_STAMP):
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# LocalStack's venv alone: make test installs it beside lint (pip mostly waits on the network and
-# the disk, lint on the CPU); only the tests that start LocalStack need it.
+# LocalStack's venv alone: make test installs it beside test-build (pip mostly waits on the
+# network and the disk, the build on the CPU); only the tests that start LocalStack need it.
 setup-localstack: $(LOCALSTACK_STAMP)
 
 # A pyenv shim for a version that is installed but not selected exits non-zero, so every
@@ -141,15 +142,16 @@ test-beside-infra: setup
 # CLIPPY_ARGS, as `cargo clippy -- -D warnings` sets them itself (each argument followed by
 # __CLIPPY_HACKERY__), compiles the workspace's own crates as rustc does and lints them on the way,
 # warnings as errors; the dependencies get no wrapper. So make test compiles the dependencies once
-# (a separate `cargo clippy` checks all of them first: some 190 s of a cold run), and a lint fails
-# test-rust's build. Cargo fingerprints the wrapper and CLIPPY_ARGS, so every step that builds in
+# (a separate cold `cargo clippy` checked all of them first: 311 s of CPU), and a lint fails
+# test-build. Linting adds some 6 s of CPU to the 137 s the workspace's crates take to compile.
+# Cargo fingerprints the wrapper and CLIPPY_ARGS, so every step that builds in
 # target/debug sets both, or it compiles the workspace's crates again: the steps below, and what
 # they start (the test harness's `cargo build` of the Lambdas, the demo's, the soak's). The builds
 # in other target directories (the Lambda target's, make dist's) unset them. `make lint` runs
 # `cargo clippy` as before; a `cargo test` by hand after make test compiles the workspace's crates
 # (not the dependencies) again.
 CLIPPY_DRIVER := $(or $(shell rustup which clippy-driver 2>/dev/null),clippy-driver)
-CLIPPY_IN_BUILD_STEPS := test-rust test-rust-lane-a test-rust-lane-b test-localstack test-crates \
+CLIPPY_IN_BUILD_STEPS := test-build test-rust test-rust-lane-a test-rust-lane-b test-localstack test-crates \
 	test-beside-infra demo soak-moto
 $(CLIPPY_IN_BUILD_STEPS): export RUSTC_WORKSPACE_WRAPPER := $(CLIPPY_DRIVER)
 $(CLIPPY_IN_BUILD_STEPS): export CLIPPY_ARGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
@@ -164,13 +166,18 @@ RUST_TEST_TARGETS := --lib --tests --benches --examples
 # workspace (read from `cargo metadata`, so that a new one runs without being listed). Both
 # lanes select --workspace, as the build did: nothing is compiled again.
 RUST_TEST_LANE_A := workflow harness sfn layout
-# The build lints as it compiles (CLIPPY_IN_BUILD): the test targets, and the binaries and
+# The build lints as it compiles (CLIPPY_IN_BUILD_STEPS): the test targets, and the binaries and
 # examples as `cargo build` makes them (the demo's binary is no test's dependency), so that clippy
-# sees every target `cargo clippy --all-targets` does.
-test-rust: setup
-	@echo "==> test-rust: the build with clippy's lints, then cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes beside the deploy tests' build"
+# sees every target `cargo clippy --all-targets` does. It needs no LocalStack: make test installs
+# that beside it.
+.PHONY: test-build
+test-build: setup-tools setup-chromium
+	@echo "==> test-build: every test target, binary and example, with clippy's lints (warnings are errors)"
 	cargo test --workspace $(RUST_TEST_TARGETS) --no-run
 	cargo build --workspace --bins --examples
+
+test-rust: setup test-build
+	@echo "==> test-rust: cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes beside the deploy tests' build"
 	@MAKE="$(MAKE)" bash scripts/test-steps.sh test-rust-lane-a+test-rust-lane-b+test-infra-build
 
 # Beside the two lanes, which mostly wait on emulators and the clock: the deploy tests' build of
@@ -218,7 +225,7 @@ lint: lint-static
 	cargo clippy --workspace --all-targets -- -D warnings
 
 # What make test lints before it builds: rustfmt and the infra lint. Clippy's lints run in
-# test-rust's build (CLIPPY_IN_BUILD).
+# test-build (CLIPPY_IN_BUILD_STEPS).
 lint-static: setup-tools
 	@echo "==> lint-static: rustfmt, cfn-lint, the Guard policies and shellcheck"
 	cargo fmt --all --check
