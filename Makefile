@@ -56,9 +56,9 @@ include infra/Makefile.inc
 # the slow steps); the demo last: it doubles as the system test (exit 1 on a lost or
 # twice-delivered order). test-build compiles every test target with clippy's lints (see
 # CLIPPY_IN_BUILD_STEPS: a clippy warning fails it before any test runs), beside the LocalStack
-# venv's install (pip mostly waits on the network and the disk, the build on the CPU). test-rust then
-# runs its two lanes beside the deploy tests' build of the functions for the Lambda target (a
-# profile and target directory of their own).
+# venv's install (pip mostly waits on the network and the disk, the build on the CPU). test-rust
+# then runs its two lanes beside the deploy tests' build of the functions for the Lambda target
+# (a profile and target directory of their own).
 # After it everything is built, and the infra tests (the longest step: they mostly wait on moto
 # and deploy.sh) run beside the rest, one after the other in
 # BESIDE_INFRA_STEPS: the LocalStack leg, which mostly waits on LocalStack, the published
