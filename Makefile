@@ -252,8 +252,11 @@ demo: setup
 # fails here. Offline after `cargo fetch`: the verify build takes the versions of Cargo.lock
 # already downloaded, never a newer one from the index. Measured on 2 shared cores: 20 s once
 # built (doctests 16 s, package 4 s); after a change the doctests take about 2 min, and a cold
-# package step about 11 min (3 min of CPU: the crates' dependencies built once for their own
-# feature set, under target/).
+# package step about 11 min (179 s of CPU, measured with /usr/bin/time: the crates' dependencies
+# built once for their own feature set, under target/). Tried and measured, neither cheaper: the
+# dependencies without debug info (178 s), or with the workspace's dev profile so that those
+# whose features match are reused (304 s: the SDK crates, whose features differ, then compile at
+# opt-level 1).
 # scripts/package-crates.sh first removes what cargo kept of an earlier run's packaged crates
 # (the version number does not change between commits).
 .PHONY: test-crates
