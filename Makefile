@@ -252,16 +252,19 @@ demo: setup
 # fails here. Offline after `cargo fetch`: the verify build takes the versions of Cargo.lock
 # already downloaded, never a newer one from the index. Measured on 2 shared cores: 20 s once
 # built (doctests 16 s, package 4 s); after a change the doctests take about 2 min, and a cold
-# package step about 11 min (179 s of CPU, measured with /usr/bin/time: the crates' dependencies
-# built once for their own feature set, under target/). Tried and measured, neither cheaper: the
-# dependencies without debug info (178 s), or with the workspace's dev profile so that those
-# whose features match are reused (304 s: the SDK crates, whose features differ, then compile at
-# opt-level 1).
+# package step about 11 min (about 3 min of CPU, measured with /usr/bin/time in an empty target
+# directory: the crates' dependencies built once for their own feature set, under target/).
+# Tried and measured, neither pays: the dependencies without debug info (178 s of CPU for the
+# whole step, within a few seconds of the default), or with the workspace's dev profile so that
+# those whose features match are reused (304 s: the SDK crates, whose features differ, then
+# compile at opt-level 1).
 # scripts/package-crates.sh first removes what cargo kept of an earlier run's packaged crates
-# (the version number does not change between commits).
+# (the version number does not change between commits). It builds without clippy's wrapper
+# (CLIPPY_IN_BUILD_STEPS): the packaged copies are crates of their own, compiled as a user's
+# cargo would, and clippy lints the workspace's sources in test-build.
 .PHONY: test-crates
 test-crates:
 	@echo "==> test-crates: doctests, cargo package of redrive-shared and redrive-consumer (verified)"
 	cargo test --workspace --doc
 	cargo fetch --locked
-	bash scripts/package-crates.sh
+	env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS bash scripts/package-crates.sh
