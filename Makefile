@@ -52,21 +52,24 @@ ARCH ?=
 #   TEST_STEPS += lint-infra test-infra
 include infra/Makefile.inc
 
-# lint first (cheap, and a format or clippy failure should not wait for the slow steps), beside
-# the LocalStack venv's install; the demo last: it doubles as the system test (exit 1 on a lost
-# or twice-delivered order). test-rust builds, then runs its two lanes beside the deploy tests'
-# build of the functions for the Lambda target (a profile and target directory of their own).
+# lint-static first (rustfmt and the infra lint: cheap, and a format failure should not wait for
+# the slow steps); the demo last: it doubles as the system test (exit 1 on a lost or
+# twice-delivered order). test-build compiles every test target with clippy's lints (see
+# CLIPPY_IN_BUILD_STEPS: a clippy warning fails it before any test runs), beside the LocalStack
+# venv's install (pip mostly waits on the network and the disk, the build on the CPU). test-rust
+# then runs its two lanes beside the deploy tests' build of the functions for the Lambda target
+# (a profile and target directory of their own).
 # After it everything is built, and the infra tests (the longest step: they mostly wait on moto
 # and deploy.sh) run beside the rest, one after the other in
 # BESIDE_INFRA_STEPS: the LocalStack leg, which mostly waits on LocalStack, the published
 # crates, then the demo beside the moto soak (each with emulators of its own).
-TEST_STEPS := lint+setup-localstack test-rust test-infra+test-beside-infra
+TEST_STEPS := lint-static test-build+setup-localstack test-rust test-infra+test-beside-infra
 BESIDE_INFRA_STEPS := test-localstack test-crates demo+soak-moto
 
 # Benchmarks, the fault-injection soak and fuzzing (bench/); the moto soak is part of make test.
 include bench/Makefile.inc
 
-.PHONY: setup setup-tools setup-localstack test test-rust test-localstack test-beside-infra lint build dist demo
+.PHONY: setup setup-tools setup-localstack test test-rust test-localstack test-beside-infra lint lint-static build dist demo
 
 setup: setup-tools $(LOCALSTACK_STAMP) setup-chromium
 
@@ -98,8 +101,8 @@ $(VENV_STAMP):
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# LocalStack's venv alone: make test installs it beside lint (pip mostly waits on the network and
-# the disk, lint on the CPU); only the tests that start LocalStack need it.
+# LocalStack's venv alone: make test installs it beside test-build (pip mostly waits on the
+# network and the disk, the build on the CPU); only the tests that start LocalStack need it.
 setup-localstack: $(LOCALSTACK_STAMP)
 
 # A pyenv shim for a version that is installed but not selected exits non-zero, so every
@@ -135,6 +138,24 @@ test: setup-tools setup-chromium
 test-beside-infra: setup
 	@MAKE="$(MAKE)" bash scripts/test-steps.sh $(BESIDE_INFRA_STEPS)
 
+# Clippy's lints in make test's build: clippy-driver as cargo's RUSTC_WORKSPACE_WRAPPER, with
+# CLIPPY_ARGS, as `cargo clippy -- -D warnings` sets them itself (each argument followed by
+# __CLIPPY_HACKERY__), compiles the workspace's own crates as rustc does and lints them on the way,
+# warnings as errors; the dependencies get no wrapper. So make test compiles the dependencies once
+# (a separate cold `cargo clippy` checked all of them first: 311 s of CPU), and a lint fails
+# test-build. Linting adds some 6 s of CPU to the 137 s the workspace's crates take to compile.
+# Cargo fingerprints the wrapper and CLIPPY_ARGS, so every step that builds in
+# target/debug sets both, or it compiles the workspace's crates again: the steps below, and what
+# they start (the test harness's `cargo build` of the Lambdas, the demo's, the soak's). The builds
+# in other target directories (the Lambda target's, make dist's) unset them. `make lint` runs
+# `cargo clippy` as before; a `cargo test` by hand after make test compiles the workspace's crates
+# (not the dependencies) again.
+CLIPPY_DRIVER := $(or $(shell rustup which clippy-driver 2>/dev/null),clippy-driver)
+CLIPPY_IN_BUILD_STEPS := test-build test-rust test-rust-lane-a test-rust-lane-b test-localstack test-crates \
+	test-beside-infra demo soak-moto
+$(CLIPPY_IN_BUILD_STEPS): export RUSTC_WORKSPACE_WRAPPER := $(CLIPPY_DRIVER)
+$(CLIPPY_IN_BUILD_STEPS): export CLIPPY_ARGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+
 # Every target that holds a test: --all-targets would add --bins, which builds each binary a
 # second time as a test harness, empty for those that say `test = false` (all of them).
 RUST_TEST_TARGETS := --lib --tests --benches --examples
@@ -145,9 +166,18 @@ RUST_TEST_TARGETS := --lib --tests --benches --examples
 # workspace (read from `cargo metadata`, so that a new one runs without being listed). Both
 # lanes select --workspace, as the build did: nothing is compiled again.
 RUST_TEST_LANE_A := workflow harness sfn layout
-test-rust: setup
-	@echo "==> test-rust: cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes beside the deploy tests' build"
+# The build lints as it compiles (CLIPPY_IN_BUILD_STEPS): the test targets, and the binaries and
+# examples as `cargo build` makes them (the demo's binary is no test's dependency), so that clippy
+# sees every target `cargo clippy --all-targets` does. It needs no LocalStack: make test installs
+# that beside it.
+.PHONY: test-build
+test-build: setup-tools setup-chromium
+	@echo "==> test-build: every test target, binary and example, with clippy's lints (warnings are errors)"
 	cargo test --workspace $(RUST_TEST_TARGETS) --no-run
+	cargo build --workspace --bins --examples
+
+test-rust: setup test-build
+	@echo "==> test-rust: cargo test --workspace $(RUST_TEST_TARGETS) --no-fail-fast, in two lanes beside the deploy tests' build"
 	@MAKE="$(MAKE)" bash scripts/test-steps.sh test-rust-lane-a+test-rust-lane-b+test-infra-build
 
 # Beside the two lanes, which mostly wait on emulators and the clock: the deploy tests' build of
@@ -155,7 +185,7 @@ test-rust: setup
 # lock is shared), so that test-infra starts with its dependencies compiled.
 .PHONY: test-infra-build
 test-infra-build: setup-tools
-	$(INFRA_PYTHON) infra/tests/support.py build
+	env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS $(INFRA_PYTHON) infra/tests/support.py build
 
 # A hard ceiling on each lane, so that a hung test fails CI instead of eating its 90 minutes.
 .PHONY: test-rust-lane-a test-rust-lane-b
@@ -190,10 +220,15 @@ test-localstack: setup
 	REDRIVE_SQS_EMULATOR=localstack timeout --signal=KILL 10m cargo test --workspace --no-fail-fast --test archiver \
 		&& exit $$status
 
-lint: setup-tools
-	@echo "==> lint: rustfmt, clippy, cfn-lint and the Guard policies"
-	cargo fmt --all --check
+lint: lint-static
+	@echo "==> lint: clippy"
 	cargo clippy --workspace --all-targets -- -D warnings
+
+# What make test lints before it builds: rustfmt and the infra lint. Clippy's lints run in
+# test-build (CLIPPY_IN_BUILD_STEPS).
+lint-static: setup-tools
+	@echo "==> lint-static: rustfmt, cfn-lint, the Guard policies and shellcheck"
+	cargo fmt --all --check
 	$(MAKE) --no-print-directory lint-infra
 
 build: setup-tools
@@ -217,13 +252,19 @@ demo: setup
 # fails here. Offline after `cargo fetch`: the verify build takes the versions of Cargo.lock
 # already downloaded, never a newer one from the index. Measured on 2 shared cores: 20 s once
 # built (doctests 16 s, package 4 s); after a change the doctests take about 2 min, and a cold
-# package step about 11 min (3 min of CPU: the crates' dependencies built once for their own
-# feature set, under target/).
+# package step about 11 min (about 3 min of CPU, measured with /usr/bin/time in an empty target
+# directory: the crates' dependencies built once for their own feature set, under target/).
+# Tried and measured, neither pays: the dependencies without debug info (178 s of CPU for the
+# whole step, within a few seconds of the default), or with the workspace's dev profile so that
+# those whose features match are reused (304 s: the SDK crates, whose features differ, then
+# compile at opt-level 1).
 # scripts/package-crates.sh first removes what cargo kept of an earlier run's packaged crates
-# (the version number does not change between commits).
+# (the version number does not change between commits). It builds without clippy's wrapper
+# (CLIPPY_IN_BUILD_STEPS): the packaged copies are crates of their own, compiled as a user's
+# cargo would, and clippy lints the workspace's sources in test-build.
 .PHONY: test-crates
 test-crates:
 	@echo "==> test-crates: doctests, cargo package of redrive-shared and redrive-consumer (verified)"
 	cargo test --workspace --doc
 	cargo fetch --locked
-	bash scripts/package-crates.sh
+	env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS bash scripts/package-crates.sh

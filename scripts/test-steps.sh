@@ -4,7 +4,7 @@
 #
 #   ==> step test-rust passed in 512s
 #   ...
-#   ==> step times: lint 95s, test-rust 512s, test-infra 301s (beside test-localstack), ...
+#   ==> step times: lint-static 15s, test-rust 512s, test-infra 301s (beside test-localstack), ...
 #
 # A word `a+b` runs the steps a and b at the same time (for steps that mostly wait on an emulator
 # or on the clock), each with its output in target/steps/<step>.log, printed whole when it ends
@@ -12,7 +12,7 @@
 # The first step that fails stops the run once the steps running beside it have ended; the
 # exit status is 1 then.
 #
-# Usage (from the Makefile): MAKE=make scripts/test-steps.sh lint test-rust test-infra+test-beside-infra
+# Usage (from the Makefile): MAKE=make scripts/test-steps.sh lint-static test-build+setup-localstack test-rust test-infra+test-beside-infra
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
