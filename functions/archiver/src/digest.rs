@@ -94,9 +94,8 @@ pub struct QueueFacts {
 pub fn queue_entry(facts: &QueueFacts, now_ms: i64) -> Option<(DigestQueue, usize)> {
     let mut groups: Vec<DigestGroup> = match &facts.book {
         Ok(Some(book)) => book
-            .groups
-            .iter()
-            .filter(|(_, r)| r.state != State::Resolved)
+            .largest_first(false)
+            .into_iter()
             .map(|(id, r)| DigestGroup {
                 group: id.clone(),
                 title: r.title.clone(),
@@ -121,7 +120,6 @@ pub fn queue_entry(facts: &QueueFacts, now_ms: i64) -> Option<(DigestQueue, usiz
     if groups.is_empty() && !waiting && !unknown {
         return None;
     }
-    groups.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.group.cmp(&b.group)));
     let total = groups.len();
     groups.truncate(DIGEST_GROUPS_PER_QUEUE);
     let more_groups = total - groups.len();

@@ -123,7 +123,7 @@ impl Index {
             let published = sns
                 .publish()
                 .topic_arn(topic)
-                .subject(format!("redrive triage: {} {}", a.kind, a.group))
+                .subject(a.subject())
                 .message(serde_json::to_string(a).unwrap_or_default())
                 .send()
                 .await;

@@ -5,7 +5,7 @@ use redrive_console::{Contents, Depth, GroupView, TriageView, escape_html};
 use redrive_shared::config::QueueUrl;
 use redrive_shared::timefmt::millis_from_rfc3339;
 use redrive_shared::triage::grouper::Attempts;
-use redrive_shared::triage::state::{Book, GroupRecord, State};
+use redrive_shared::triage::state::{Book, GroupRecord};
 use redrive_shared::triage::{Action, Group};
 
 /// The widget's documentation, answered to `describe: true`.
@@ -100,21 +100,15 @@ pub fn view_of(queue: &QueueUrl, book: Option<&Book>, depth: Result<Depth, Strin
         Err(reason) => (None, Some(Contents::Unreadable(reason))),
         Ok(d) => (Some(d), None),
     };
-    let mut groups: Vec<GroupView> = book
+    let groups: Vec<GroupView> = book
         .map(|b| {
-            b.groups
-                .iter()
-                .filter(|(_, r)| r.state != State::Resolved && r.last_count > 0)
+            b.largest_first(false)
+                .into_iter()
+                .filter(|(_, r)| r.last_count > 0)
                 .map(|(id, r)| GroupView::new(group_of(id, r)).with_state(r.state.as_str()))
                 .collect()
         })
         .unwrap_or_default();
-    groups.sort_by(|a, b| {
-        b.group
-            .count
-            .cmp(&a.group.count)
-            .then(a.group.id.cmp(&b.group.id))
-    });
     let contents = contents.unwrap_or_else(|| {
         let empty = depth.is_some_and(|d| d.visible + d.in_flight == 0);
         let no_index = book.is_none_or(|b| b.groups.is_empty() && b.passed_at.is_none());

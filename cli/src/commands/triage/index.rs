@@ -5,22 +5,10 @@
 use serde_json::json;
 
 use redrive_shared::timefmt::{millis_from_rfc3339, rfc3339_from_millis};
-use redrive_shared::triage::state::{Book, GroupRecord, State};
 
 use super::PassArgs;
 use crate::context::{CliError, Ctx, Outcome};
 use redrive_engine::now_ms;
-
-/// The book's groups, the largest first; resolved ones only with `all`.
-fn listed(book: &Book, all: bool) -> Vec<(&String, &GroupRecord)> {
-    let mut groups: Vec<_> = book
-        .groups
-        .iter()
-        .filter(|(_, g)| all || g.state != State::Resolved)
-        .collect();
-    groups.sort_by(|a, b| b.1.last_count.cmp(&a.1.last_count).then(a.0.cmp(b.0)));
-    groups
-}
 
 pub async fn run(ctx: &Ctx, pass: &PassArgs, resolved: bool) -> Result<Outcome, CliError> {
     let Some(queue_ref) = &pass.queue else {
@@ -42,7 +30,7 @@ pub async fn run(ctx: &Ctx, pass: &PassArgs, resolved: bool) -> Result<Outcome, 
     };
     let passed_at = book.passed_at.clone().unwrap_or_default();
     let age_seconds = millis_from_rfc3339(&passed_at).map(|at| (now_ms() - at).max(0) / 1000);
-    let groups = listed(&book, resolved);
+    let groups = book.largest_first(resolved);
     if ctx.json {
         let rows: Vec<_> = groups
             .iter()

@@ -174,6 +174,18 @@ impl Book {
         }
     }
 
+    /// The groups as readers list them: the largest count of the last pass first, then by id;
+    /// resolved ones only with `resolved`.
+    pub fn largest_first(&self, resolved: bool) -> Vec<(&String, &GroupRecord)> {
+        let mut groups: Vec<_> = self
+            .groups
+            .iter()
+            .filter(|(_, r)| resolved || r.state != State::Resolved)
+            .collect();
+        groups.sort_by(|a, b| b.1.last_count.cmp(&a.1.last_count).then(a.0.cmp(b.0)));
+        groups
+    }
+
     pub fn get(&self, group: &str) -> Result<&GroupRecord, Refused> {
         self.groups
             .get(group)

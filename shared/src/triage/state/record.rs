@@ -206,6 +206,13 @@ pub struct Alert {
     pub detail: Option<String>,
 }
 
+impl Alert {
+    /// The SNS Subject of the alert's one message: `redrive triage: KIND GROUP`.
+    pub fn subject(&self) -> String {
+        format!("redrive triage: {} {}", self.kind, self.group)
+    }
+}
+
 /// An audit entry stamped `now_ms`.
 pub(super) fn audit(
     now_ms: i64,

@@ -31,12 +31,11 @@ pub(super) async fn publish(ctx: &Ctx, book: &BookArgs, alerts: &[Alert]) {
             continue;
         };
         let client = aws_sdk_sns::Client::new(&ctx.sdk);
-        let subject = format!("redrive triage: {} {}", a.kind, a.group);
         let message = serde_json::to_string(a).unwrap_or_default();
         if let Err(e) = client
             .publish()
             .topic_arn(topic)
-            .subject(subject)
+            .subject(a.subject())
             .message(message)
             .send()
             .await
