@@ -46,8 +46,8 @@ resolve_region
 check_credentials
 RESOURCES=$(RESOURCES_STACK)
 WIRING=$(WIRING_STACK)
-check_stack_usable "$RESOURCES" deploy
-check_stack_usable "$WIRING" deploy
+check_stack_usable "$RESOURCES" deploy RESOURCES_STATUS
+check_stack_usable "$WIRING" deploy WIRING_STATUS
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -56,7 +56,7 @@ trap 'rm -rf "$WORK"' EXIT
 if attach_mode; then
     # An install that created its own queues keeps them: its stack's queues are retained, and
     # switching would orphan them with their messages.
-    if [ "$(stack_status "$RESOURCES")" != NONE ] &&
+    if [ "$RESOURCES_STATUS" != NONE ] &&
         aws_ cloudformation describe-stacks --stack-name "$RESOURCES" \
             --query "Stacks[0].Outputs[?OutputKey=='SourceQueueUrl'].OutputValue" --output text | grep -q .; then
         die "stack $RESOURCES created its own source queue and DLQ; it cannot switch to PROTECT_DLQS/PROTECT_TAG in place." \
@@ -155,12 +155,12 @@ if attach_mode; then
     # it once the deploy is done.
     PROTECTED_QUEUE_URL_PREFIX=${PROTECTED_DLQ_URLS%%,*}
     tag_protected_queues "$WORK/resources.attach.json" "${PROTECTED_QUEUE_URL_PREFIX%/*}"
-    deploy_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json"
+    deploy_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json" "$RESOURCES_STATUS"
     required_outputs=(PoisonQueueUrl TriggerTopicArn MetricNamespace RedriverFunctionName RedriverRoleArn
         DashboardUrl CircuitTableName ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn
         TriageWidgetFunctionName TriageWidgetRoleArn TriageActionFunctionName TriageActionRoleArn)
 else
-    deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json"
+    deploy_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json" "$RESOURCES_STATUS"
     required_outputs=(SourceQueueUrl SourceQueueArn DeadLetterQueueUrl PoisonQueueUrl IdempotencyTableName
         TriggerTopicArn MetricNamespace ConsumerTimeoutSeconds RedriverFunctionName ConsumerFunctionName
         RedriverRoleArn ConsumerRoleArn DefaultGuardAlarmNames DashboardUrl CircuitTableName
@@ -243,7 +243,8 @@ deploy_function() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
 
 # ARTIFACTS: the release's zip for BINARY and LAMBDA_ARCH uploaded with the AWS CLI, with the
 # settings cargo lambda deploy gives a function (runtime provided.al2023, handler bootstrap,
-# role, memory, timeout, environment, tracing, tags): created, or its code and configuration
+# role, memory, timeout, environment, tracing, tags) and the JSON log format publish_live
+# would set: created, or its code and configuration
 # updated. Fails (with the AWS CLI's message on stderr) like cargo lambda deploy does.
 upload_artifact() { # BINARY FUNCTION_NAME ROLE_ARN MEMORY TIMEOUT ENV_FILE
     local zip environment
@@ -257,14 +258,15 @@ for line in open(sys.argv[1], encoding="utf-8"):
         variables[key] = value[1:-1] if value[:1] == value[-1:] == "\x27" else value
 print(json.dumps({"Variables": variables}))' "$6" >"$environment"
     local settings=(--role "$3" --memory-size "$4" --timeout "$5" --environment "file://$environment"
-        --tracing-config "Mode=$TRACING" --runtime provided.al2023 --handler bootstrap)
-    if aws_ lambda get-function --function-name "$2" >/dev/null 2>&1; then
+        --tracing-config "Mode=$TRACING" --runtime provided.al2023 --handler bootstrap
+        --logging-config LogFormat=JSON)
+    local arn
+    if arn=$(aws_ lambda get-function --function-name "$2" --query Configuration.FunctionArn --output text 2>/dev/null); then
         aws_ lambda update-function-code --function-name "$2" --zip-file "fileb://$zip" \
             --architectures "$LAMBDA_ARCH" >/dev/null &&
             aws_ lambda wait function-updated-v2 --function-name "$2" &&
             aws_ lambda update-function-configuration --function-name "$2" ${settings[@]+"${settings[@]}"} >/dev/null &&
-            aws_ lambda tag-resource --resource "$(aws_ lambda get-function --function-name "$2" \
-                --query Configuration.FunctionArn --output text)" --tags "project=redrive,redrive:stack=$STACK_NAME"
+            aws_ lambda tag-resource --resource "$arn" --tags "project=redrive,redrive:stack=$STACK_NAME"
     else
         aws_ lambda create-function --function-name "$2" --zip-file "fileb://$zip" \
             --architectures "$LAMBDA_ARCH" ${settings[@]+"${settings[@]}"} \
@@ -272,25 +274,53 @@ print(json.dumps({"Variables": variables}))' "$6" >"$environment"
     fi
 }
 
+# Waits until Lambda has finished creating (State Pending -> Active) and updating
+# (LastUpdateStatus InProgress -> Successful) the function, as the AWS CLI's waiters
+# function-active-v2 and function-updated-v2 do (one call a second, at most
+# FUNCTION_READY_SECONDS, 300), but with one GetFunctionConfiguration a poll that also reads the
+# log format: prints it (JSON, Text, or None when Lambda reports none). Fails with Lambda's
+# reason when the function is Failed.
+FUNCTION_READY_SECONDS=${FUNCTION_READY_SECONDS:-300}
+function_ready() { # FUNCTION_NAME
+    local name=$1 tries=0 out state update format reason
+    while :; do
+        out=$(aws_ lambda get-function-configuration --function-name "$name" \
+            --query '[State,LastUpdateStatus,LoggingConfig.LogFormat,StateReason,LastUpdateStatusReason]' \
+            --output text) || return 1
+        IFS=$'\t' read -r state update format reason <<<"$out"
+        case "$state/$update" in
+            Active/Successful | Active/None)
+                printf '%s' "$format"
+                return 0
+                ;;
+            Failed/* | */Failed)
+                say "function $name is $state (last update $update): $reason"
+                return 1
+                ;;
+        esac
+        tries=$((tries + 1))
+        ((tries < FUNCTION_READY_SECONDS)) || return 1
+        sleep 1
+    done
+}
+
 # Publishes the function's current code and configuration as a version (Lambda returns the
 # latest version when nothing changed) and points the alias `live` at it. The alias's
 # description records the version it pointed at before, which is what make rollback restores.
 publish_live() { # FUNCTION_NAME
-    local name=$1 version previous
+    local name=$1 version previous format
     # cargo lambda deploy returns while Lambda still creates (State Pending) or updates
     # (LastUpdateStatus InProgress) the function; PublishVersion then fails with
-    # ResourceConflictException. Wait for both (GetFunction every second, at most 5 minutes).
-    if ! aws_ lambda wait function-active-v2 --function-name "$name" ||
-        ! aws_ lambda wait function-updated-v2 --function-name "$name"; then
+    # ResourceConflictException. Wait for both.
+    format=$(function_ready "$name") ||
         die "function $name did not become ready (State Active, LastUpdateStatus Successful)." \
             "See: aws lambda get-function-configuration --function-name $name. Run make deploy again once it is."
-    fi
     # JSON logs, whatever the account's default (Lambda's is Text): the metric filters read the
     # functions' JSON fields, and the functions honour AWS_LAMBDA_LOG_FORMAT (docs/contract.md).
-    if [ "$(aws_ lambda get-function-configuration --function-name "$name" --query LoggingConfig.LogFormat --output text 2>/dev/null)" != JSON ]; then
+    if [ "$format" != JSON ]; then
         aws_ lambda update-function-configuration --function-name "$name" --logging-config LogFormat=JSON >/dev/null ||
             die "could not set the JSON log format of $name (lambda:UpdateFunctionConfiguration)."
-        aws_ lambda wait function-updated-v2 --function-name "$name" ||
+        function_ready "$name" >/dev/null ||
             die "function $name did not become ready after its log format was set."
     fi
     version=$(aws_ lambda publish-version --function-name "$name" --description "make deploy" \
@@ -380,7 +410,7 @@ write_params "$WORK/wiring.json" \
     "WorkflowLogLevel=${WORKFLOW_LOG_LEVEL:-ALL}"
 # The state machine's definition goes into the template here.
 render_wiring_template "$INFRA_DIR/templates/wiring.yaml" "$INFRA_DIR/statemachine/redrive.asl.json" "$WORK/wiring.yaml"
-deploy_stack "$WIRING" "$WORK/wiring.yaml" "$WORK/wiring.json"
+deploy_stack "$WIRING" "$WORK/wiring.yaml" "$WORK/wiring.json" "$WIRING_STATUS"
 
 # ---- Step Functions orchestrator: back to the Lambda, the state machine is gone
 # with the wiring stack's update; its task function, left by an earlier stepfunctions deploy,

@@ -17,8 +17,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 prepare_aws
 RESOURCES=$(RESOURCES_STACK)
 WIRING=$(WIRING_STACK)
-check_stack_usable "$WIRING" destroy
-check_stack_usable "$RESOURCES" destroy
+check_stack_usable "$WIRING" destroy WIRING_STATUS
+check_stack_usable "$RESOURCES" destroy RESOURCES_STATUS
 
 # ---------------------------------------------------------------- parked messages
 queue_url() { # NAME: its URL, or nothing when it does not exist
@@ -33,14 +33,16 @@ queue_depth() { # URL: visible + in flight + delayed
 # The queues this install created: those the resources stack lists (it retains them), found
 # again by name in case one is gone already. Without the stack (a destroy run again after it was
 # deleted), the names the template gives them: the poison queue only in attach mode.
-stack_queue() { # LOGICAL_ID
+stack_queue() { # LOGICAL_ID: from STACK_QUEUES (LOGICAL_ID PHYSICAL_ID lines)
     local physical
-    physical=$(aws_ cloudformation list-stack-resources --stack-name "$RESOURCES" \
-        --query "StackResourceSummaries[?LogicalResourceId=='$1'].PhysicalResourceId | [0]" --output text 2>/dev/null) || return 0
+    physical=$(awk -v id="$1" '$1 == id { print $2; exit }' <<<"$STACK_QUEUES")
     case $physical in '' | None) return 0 ;; esac
     queue_url "${physical##*/}"
 }
-if [ "$(stack_status "$RESOURCES")" != NONE ]; then
+if [ "$RESOURCES_STATUS" != NONE ]; then
+    STACK_QUEUES=$(aws_ cloudformation list-stack-resources --stack-name "$RESOURCES" \
+        --query "StackResourceSummaries[?ResourceType=='AWS::SQS::Queue'].[LogicalResourceId,PhysicalResourceId]" \
+        --output text 2>/dev/null) || STACK_QUEUES=
     SOURCE_URL=$(stack_queue SourceQueue)
     DLQ_URL=$(stack_queue DeadLetterQueue)
     POISON_URL=$(stack_queue PoisonQueue)
@@ -91,15 +93,24 @@ if [ -n "$held" ]; then
     fi
 fi
 
-delete_stack() {
+delete_stack() { # STACK STATUS (as check_stack_usable read it)
     local stack=$1
-    if [ "$(stack_status "$stack")" = NONE ]; then
+    if [ "$2" = NONE ]; then
         say "stack $stack does not exist"
         return 0
     fi
-    if [ "$(aws_ cloudformation describe-stacks --stack-name "$stack" --query 'Stacks[0].EnableTerminationProtection' --output text)" = True ]; then
-        aws_ cloudformation update-termination-protection --no-enable-termination-protection --stack-name "$stack" >/dev/null
-    fi
+    # A stack that deploy created is protected: turning protection off is one idempotent call. A
+    # stack in another state (a failed creation, which deploy never protected) is asked first.
+    case $2 in
+        CREATE_COMPLETE | UPDATE_COMPLETE | UPDATE_ROLLBACK_COMPLETE | IMPORT_COMPLETE | IMPORT_ROLLBACK_COMPLETE)
+            aws_ cloudformation update-termination-protection --no-enable-termination-protection --stack-name "$stack" >/dev/null
+            ;;
+        *)
+            if [ "$(aws_ cloudformation describe-stacks --stack-name "$stack" --query 'Stacks[0].EnableTerminationProtection' --output text)" = True ]; then
+                aws_ cloudformation update-termination-protection --no-enable-termination-protection --stack-name "$stack" >/dev/null
+            fi
+            ;;
+    esac
     say "deleting stack $stack"
     aws_ cloudformation delete-stack --stack-name "$stack"
     aws_ cloudformation wait stack-delete-complete --stack-name "$stack" || {
@@ -128,7 +139,7 @@ delete_function() {
     fi
 }
 
-delete_stack "$WIRING"
+delete_stack "$WIRING" "$WIRING_STATUS"
 # The names are those the resources template gives (Outputs RedriverFunctionName and
 # ConsumerFunctionName); derived here too so that a half-created stack is still cleaned up.
 delete_function "$STACK_NAME-redriver"
@@ -139,13 +150,13 @@ delete_function "$STACK_NAME-triage-action"
 delete_function "$STACK_NAME-workflow-tasks" # the Step Functions task function, when deployed
 # Attach mode: this install's tag comes off the protected queues (the stack's template lists
 # them), before the stack that lists them goes; the queues themselves are left as they are.
-if [ "$(stack_status "$RESOURCES")" != NONE ]; then
+if [ "$RESOURCES_STATUS" != NONE ]; then
     PREVIOUS_TEMPLATE=$(mktemp)
     trap 'rm -f "$PREVIOUS_TEMPLATE"' EXIT
     stack_template "$RESOURCES" "$PREVIOUS_TEMPLATE"
     untag_queues "$PREVIOUS_TEMPLATE"
 fi
-delete_stack "$RESOURCES"
+delete_stack "$RESOURCES" "$RESOURCES_STATUS"
 # Retained by the stack (DeletionPolicy Retain): deleted here, after the checks above.
 for url in $SOURCE_URL $DLQ_URL $POISON_URL; do
     aws_ sqs delete-queue --queue-url "$url"

@@ -553,10 +553,12 @@ die_update_rollback_failed() {
 }
 
 # Stops with a fix for a stack that CloudFormation cannot update, before anything is changed.
-# $2 = deploy | destroy
+# $2 = deploy | destroy; $3, when given, names a variable that receives the status (NONE when
+# the stack does not exist), so that the caller reads it once.
 check_stack_usable() {
     local stack=$1 purpose=$2 status
     status=$(stack_status "$stack")
+    if [ -n "${3-}" ]; then printf -v "$3" '%s' "$status"; fi
     case $status in
         NONE | CREATE_COMPLETE | UPDATE_COMPLETE | UPDATE_ROLLBACK_COMPLETE | IMPORT_COMPLETE | IMPORT_ROLLBACK_COMPLETE) ;;
         ROLLBACK_COMPLETE | ROLLBACK_FAILED | DELETE_FAILED | REVIEW_IN_PROGRESS | UPDATE_ROLLBACK_FAILED)
@@ -647,11 +649,10 @@ discard_failed_creation() { # STACK
 }
 
 # Termination protection on: a stack of this system is deleted by make destroy (which checks
-# that no messages are parked first), not by a stray delete-stack.
+# that no messages are parked first), not by a stray delete-stack. Turning it on is idempotent:
+# one call, whether it was on or not.
 protect_stack() { # STACK
-    if [ "$(aws_ cloudformation describe-stacks --stack-name "$1" --query 'Stacks[0].EnableTerminationProtection' --output text)" != True ]; then
-        aws_ cloudformation update-termination-protection --enable-termination-protection --stack-name "$1" >/dev/null
-    fi
+    aws_ cloudformation update-termination-protection --enable-termination-protection --stack-name "$1" >/dev/null
 }
 
 # The template as deploy_stack sends it: compact JSON (infra/cfn_yaml.py: no comments, no
@@ -697,23 +698,32 @@ archive_age_alarm_seconds() {
     awk -v days="$ARCHIVE_AFTER_DAYS" 'BEGIN { s = (days + 1) * 86400; if (s > 1123200) s = 1123200; printf "%d", s }'
 }
 
-# deploy_stack STACK TEMPLATE PARAMS_JSON_FILE
+# deploy_stack STACK TEMPLATE PARAMS_JSON_FILE [STATUS]: STATUS is the stack's status as
+# check_stack_usable read it at the start (read again when not given).
 deploy_stack() {
-    local stack=$1 template=$2 params=$3 out attempt=1 body=${3%.json}.template.json size bucket='' key=''
+    local stack=$1 template=$2 params=$3 out attempt=1 body=${3%.json}.template.json size bucket='' key='' status
+    status=${4:-$(stack_status "$1")}
     template_body "$template" "$body"
     size=$(wc -c <"$body" | tr -d ' ')
     local source=(--template-body "file://$body")
     if ((size > TEMPLATE_BODY_LIMIT)); then
-        bucket=$(template_bucket)
+        # The bucket is created (template_bucket) when the upload finds none.
+        bucket=${TEMPLATE_BUCKET:-redrive-templates-$ACCOUNT_ID-$AWS_REGION}
         key=$stack/$(date -u +%Y%m%dT%H%M%SZ)-$(basename "$template" .yaml).json
-        aws_ s3api put-object --bucket "$bucket" --key "$key" --body "$body" >/dev/null ||
-            die "could not upload the template of $stack to s3://$bucket/$key." "Nothing more was changed."
+        if ! out=$(aws_ s3api put-object --bucket "$bucket" --key "$key" --body "$body" 2>&1 >/dev/null); then
+            grep -q NoSuchBucket <<<"$out" ||
+                die "could not upload the template of $stack to s3://$bucket/$key." "AWS CLI said: $(tr '\n' ' ' <<<"$out")" \
+                    "Nothing more was changed."
+            bucket=$(template_bucket)
+            aws_ s3api put-object --bucket "$bucket" --key "$key" --body "$body" >/dev/null ||
+                die "could not upload the template of $stack to s3://$bucket/$key." "Nothing more was changed."
+        fi
         say "template of $stack is $size bytes, above the $TEMPLATE_BODY_LIMIT of a TemplateBody: sending it through s3://$bucket/$key"
         source=(--template-url "https://$bucket.s3.$AWS_REGION.amazonaws.com/$key")
     fi
     local common=(--stack-name "$stack" ${source[@]+"${source[@]}"} --parameters "file://$params"
         --capabilities CAPABILITY_IAM --tags "Key=project,Value=redrive" "Key=redrive:stack,Value=$STACK_NAME")
-    if [ "$(stack_status "$stack")" = NONE ]; then
+    if [ "$status" = NONE ]; then
         while :; do
             say "creating stack $stack"
             aws_ cloudformation create-stack ${common[@]+"${common[@]}"} >/dev/null
