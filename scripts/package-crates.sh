@@ -27,4 +27,8 @@ for dep_info in "$target"/debug/deps/redrive_*.d; do
         "$target/debug/.fingerprint/${crate//_/-}-${hash}"
 done
 
-cargo package -p redrive-shared -p redrive-consumer --allow-dirty --offline
+# The verification compiles each unpacked crate and all its dependencies on their own (a build
+# outside the workspace: none of target/debug is reused), under the default dev profile. Debug
+# info is all that profile adds that a verify does not need: without it the build is the same
+# compile and link, in about half the time (cold, beside the infra tests: 127 s against 278 s).
+cargo package -p redrive-shared -p redrive-consumer --allow-dirty --offline --config 'profile.dev.debug=false'
