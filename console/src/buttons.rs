@@ -26,7 +26,7 @@ pub const HOLD_HOURS: u32 = 24;
 fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
     let g = &gv.group;
     let state = gv.state.as_deref().unwrap_or("new");
-    let n = g.count;
+    let n = gv.plan_size.unwrap_or(g.count);
     let mut out = Vec::new();
     if !matches!(state, "acknowledged") {
         out.push(Button {
@@ -65,7 +65,8 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
             primary: true,
             danger: false,
             confirmation: Some(format!(
-                "Replay the {n} message(s) of group {id} (plan {plan}) from {queue} to {to}: one message first, then the rest only if it does not fail again. Each is deleted from {queue} only after its copy is accepted. Replay only once the cause is fixed.",
+                "Replay a canary of the {n} message(s) of group {id} (plan {plan}): {canary} message sent from {queue} to {to} and deleted from {queue} only after its copy is accepted, then judged; if it fails again the replay stops and the group is marked replay-failed. The other messages stay on {queue}. Replay only once the cause is fixed.",
+                canary = n.min(1),
                 id = g.id,
                 plan = g.plan_id
             )),
@@ -101,7 +102,7 @@ pub(crate) fn buttons(out: &mut String, queue: &str, gv: &GroupView, opts: &Rend
             "queue": queue,
             "group": g.id,
             "planId": g.plan_id,
-            "count": g.count,
+            "count": gv.plan_size.unwrap_or(g.count),
         });
         if let Some((key, value)) = b.extra {
             params[key] = value;

@@ -242,8 +242,14 @@ class AttachDeploy(support.DeployTestCase):
         action = self.role_statements(out["TriageActionRoleArn"])
         for statements in (widget, action):
             self.assertEqual(self.sqs_arns(statements), {any_queue, poison_arn})
-            self.assertEqual({a for s in statements for a in support.as_list(s["Action"]) if a.startswith("sqs:")},
-                             {"sqs:GetQueueAttributes"})
+        self.assertEqual({a for s in widget for a in support.as_list(s["Action"]) if a.startswith("sqs:")},
+                         {"sqs:GetQueueAttributes"})
+        # The action's replay and discard: the protected DLQs' and the poison queue's messages,
+        # a canary to the protected sources.
+        self.assertEqual({a for s in action for a in support.as_list(s["Action"]) if a.startswith("sqs:")},
+                         {"sqs:GetQueueAttributes", "sqs:ReceiveMessage", "sqs:ChangeMessageVisibility",
+                          "sqs:DeleteMessage", "sqs:ListDeadLetterSourceQueues", "sqs:SendMessage"})
+        for statements in (widget, action):
             depth = self.statement(statements, "QueueDepthProtectedDlqs")
             self.assertEqual((depth["Resource"], depth["Condition"]), (any_queue, dlq_condition))
             listed = self.statement(statements, "ReadProtectedDlqList")
@@ -608,16 +614,32 @@ class AttachGrantsUnderIam(unittest.TestCase):
         # A source is sent to, never drained.
         self.assertTrue(self.denied(lambda: redriver.receive_message(QueueUrl=url["orders"])))
 
-        # The triage console's roles read the depth of the protected DLQs and the poison queue, nothing else.
+        # The triage console's roles read the depth of the protected DLQs and the poison queue;
+        # only the action's moves a group's messages: received from the protected DLQs and the
+        # poison queue, sent to the protected sources (a replay's canary), nothing else.
         for role in ("TriageWidgetRole", "TriageActionRole"):
             console = self.client("sqs", self.user(f"attach-{role}", iam_policy.render_template_policies(
                 template, role, values, tagged)))
             for name in ("orders-dlq", "chain-dlq", f"{self.STACK}-poison"):
                 console.get_queue_attributes(QueueUrl=url[name], AttributeNames=["ApproximateNumberOfMessages"])
-            for name in ("orders", "stranger", "other-dlq"):
+            for name in ("stranger", "other-dlq"):
                 self.assertTrue(self.denied(lambda: console.get_queue_attributes(
                     QueueUrl=url[name], AttributeNames=["ApproximateNumberOfMessages"])), (role, name))
-            self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url["orders-dlq"])), role)
+                self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url[name])), (role, name))
+                self.assertTrue(self.denied(lambda: console.send_message(QueueUrl=url[name], MessageBody="x")),
+                                (role, name))
+            if role == "TriageWidgetRole":
+                self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url["orders-dlq"])), role)
+                self.assertTrue(self.denied(lambda: console.send_message(QueueUrl=url["orders"], MessageBody="x")))
+                self.assertTrue(self.denied(lambda: console.get_queue_attributes(
+                    QueueUrl=url["orders"], AttributeNames=["ApproximateNumberOfMessages"])))
+            else:
+                for name in ("orders-dlq", f"{self.STACK}-poison"):
+                    console.receive_message(QueueUrl=url[name], WaitTimeSeconds=0)
+                console.list_dead_letter_source_queues(QueueUrl=url["orders-dlq"])
+                # A source is sent to (the canary), never drained.
+                console.send_message(QueueUrl=url["orders"], MessageBody="{}")
+                self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url["orders"])))
 
         archiver = self.client("sqs", self.user("attach-archiver", iam_policy.render_template_policies(
             template, "ArchiverRole", values, tagged)))

@@ -27,10 +27,11 @@ mod config;
 mod console;
 mod context;
 mod lambda;
+mod moves;
 mod request;
 mod view;
 
-pub use config::ConsoleConfig;
+pub use config::{ConsoleConfig, MoveConfig};
 pub use console::{BookReader, Console};
 pub use context::{ContextTimeRange, WidgetContext, Zoom};
 pub use lambda::{Function, run};

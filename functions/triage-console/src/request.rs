@@ -52,6 +52,9 @@ pub struct ActionRequest {
     pub queue: QueueUrl,
     pub group: String,
     pub plan_id: String,
+    /// The plan's size the widget showed (and its confirmation named): a replay or discard is
+    /// refused when the stored plan holds another number.
+    pub count: Option<u64>,
 }
 
 /// A request refused before the book is read: why, and the configured queue it named (when it
@@ -96,14 +99,13 @@ impl ActionRequest {
         if !is_plan_id(plan_id) {
             return Err(reject(q, format!("{plan_id:?} is not a plan id")));
         }
-        if let Some(c) = event.get("count")
-            && !c.is_u64()
-        {
-            return Err(reject(
-                q,
-                "the parameter count must be a whole number".into(),
-            ));
-        }
+        let count =
+            match event.get("count") {
+                None => None,
+                Some(c) => Some(c.as_u64().ok_or_else(|| {
+                    reject(q, "the parameter count must be a whole number".into())
+                })?),
+            };
         let kind = match action {
             "acknowledge" => Kind::Acknowledge,
             "release" => Kind::Release,
@@ -131,13 +133,19 @@ impl ActionRequest {
                     text: text.to_string(),
                 }
             }
+            "replay-canary" | "replay" | "discard" if count.is_none() => {
+                return Err(reject(
+                    q,
+                    format!("{action} needs count, the size of the plan the widget showed"),
+                ));
+            }
             "replay-canary" | "replay" => Kind::Replay,
             "discard" => Kind::Discard,
             other => {
                 return Err(reject(
                     q,
                     format!(
-                        "{other:?} is not an action of this console (acknowledge, hold, release, note; replay-canary and discard answer with the command to run)"
+                        "{other:?} is not an action of this console (acknowledge, hold, release, note, replay-canary, discard)"
                     ),
                 ));
             }
@@ -147,6 +155,7 @@ impl ActionRequest {
             queue: queue.clone(),
             group: group.to_string(),
             plan_id: plan_id.to_string(),
+            count,
         })
     }
 }
