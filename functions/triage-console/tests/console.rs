@@ -478,12 +478,13 @@ async fn write_movable_book(
 fn confirmation_of(h: &str, group: &str, action: &str) -> String {
     h.split("<cwdb-action ")
         .skip(1)
-        .find(|part| {
-            let body = part.split_once('>').map(|(_, b)| b).unwrap_or_default();
-            body.contains(&format!("&quot;group&quot;:&quot;{group}&quot;"))
-                && body.contains(&format!("&quot;action&quot;:&quot;{action}&quot;"))
+        .find_map(|part| {
+            let (attributes, rest) = part.split_once('>')?;
+            let body = rest.split_once("</cwdb-action>")?.0;
+            let v: Value = serde_json::from_str(body).ok()?;
+            (v["group"] == group && v["action"] == action).then_some(attributes)
         })
-        .and_then(|part| part.split_once(" confirmation=\"")?.1.split_once('"'))
+        .and_then(|a| a.split_once(" confirmation=\"")?.1.split_once('"'))
         .map(|(c, _)| c.to_string())
         .unwrap_or_default()
 }
