@@ -47,31 +47,26 @@ impl<'a, Q: Queue> Walk<'a, Q> {
     /// Up to 10 messages not returned before, each with the system attributes an archive
     /// keeps; empty once nothing new is visible.
     pub async fn next(&mut self) -> Result<Vec<(Received, SystemAttributes)>, PortError> {
-        while !self.done && self.receives < MAX_RECEIVES {
-            self.receives += 1;
-            let batch = self
-                .queue
-                .receive_with_system(self.url, ReceiveRequest::new(10, 1, HOLD_SECONDS))
-                .await?;
-            if batch.is_empty() {
-                break;
-            }
-            let mut fresh = Vec::new();
-            for (m, system) in batch {
-                self.held
-                    .insert(m.message_id.clone(), m.receipt_handle.clone());
-                if self.seen.insert(m.message_id.clone()) {
-                    fresh.push((m, system));
-                }
-            }
-            if !fresh.is_empty() {
-                return Ok(fresh);
-            }
-            // Only messages seen before: the queue was walked round.
-            break;
+        if self.done || self.receives >= MAX_RECEIVES {
+            self.done = true;
+            return Ok(Vec::new());
         }
-        self.done = true;
-        Ok(Vec::new())
+        self.receives += 1;
+        let batch = self
+            .queue
+            .receive_with_system(self.url, ReceiveRequest::new(10, 1, HOLD_SECONDS))
+            .await?;
+        let mut fresh = Vec::new();
+        for (m, system) in batch {
+            self.held
+                .insert(m.message_id.clone(), m.receipt_handle.clone());
+            if self.seen.insert(m.message_id.clone()) {
+                fresh.push((m, system));
+            }
+        }
+        // Nothing visible, or only messages seen before (the queue was walked round): the end.
+        self.done = fresh.is_empty();
+        Ok(fresh)
     }
 
     /// The latest receipt handle of a message received.
