@@ -234,8 +234,14 @@ fn buttons_call_the_action_function_with_the_groups_plan_and_confirm_destructive
     // Only the destructive steps ask first, and they say what happens to how many messages.
     let asks = confirmations(&html);
     assert_eq!(asks.len(), 3, "{asks:?}");
-    assert!(asks[0].starts_with("Replay the 37 message(s) of group g2-2ea6e15f3329a177 (plan p-"));
-    assert!(asks[0].contains("to orders: one message first"));
+    assert!(
+        asks[0].starts_with(
+            "Replay a canary of the 37 message(s) of group g2-2ea6e15f3329a177 (plan p-"
+        )
+    );
+    assert!(asks[0].contains("1 message sent from"));
+    assert!(asks[0].contains("to orders and deleted from"));
+    assert!(asks[0].contains("the replay stops and the group is marked replay-failed"));
     assert!(asks[1].starts_with("Discard the 37 message(s)"));
     assert!(asks[2].starts_with("Discard the 3 message(s) of group g2-9c1f00ab34d2e871"));
     assert!(asks[2].contains("archived to S3 first, then deleted"));
