@@ -102,9 +102,13 @@ class ArchiveTemplates(support.TemplatesTestCase):
                                                  "sqs:GetQueueAttributes", "sqs:ReceiveMessage"])
         self.assertEqual(sqs["Resource"], [{"Fn::GetAtt": ["PoisonQueue", "Arn"]},
                                            {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}])
-        # No other role of the stack names S3.
+        # The triage console's action (a discard archives first) puts under the prefix too; no
+        # other role of the stack names S3.
+        action = self.statements("TriageActionRole")["WriteArchiveObjects"]
+        self.assertEqual((_actions(action), action["Resource"]),
+                         (["s3:PutObject"], {"Fn::Sub": "${ArchiveBucket.Arn}/${ArchivePrefix}/*"}))
         for name, r in self.resources.items():
-            if r["Type"] == "AWS::IAM::Role" and name != "ArchiverRole":
+            if r["Type"] == "AWS::IAM::Role" and name not in ("ArchiverRole", "TriageActionRole"):
                 actions = [a for p in r["Properties"].get("Policies", [])
                            for s in p["PolicyDocument"]["Statement"] for a in _actions(s)]
                 self.assertFalse([a for a in actions if a.startswith("s3:")], name)

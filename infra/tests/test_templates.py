@@ -297,7 +297,7 @@ class Operations(support.TemplatesTestCase):
                 elif any(a.startswith("sqs:") for a in acts):
                     self.assertEqual(st["Resource"], dlq_and_poison, role)
                 if any(a.startswith("s3:") for a in acts):
-                    self.assertEqual((role, acts, st["Resource"]),
+                    self.assertEqual((role, st["Action"], st["Resource"]),
                                      ("TriageActionRole", "s3:PutObject",
                                       {"Fn::Sub": "${ArchiveBucket.Arn}/${ArchivePrefix}/*"}))
                 if any(a.startswith("dynamodb:") for a in acts):
