@@ -18,6 +18,8 @@ struct Button {
     danger: bool,
     confirmation: Option<String>,
     extra: Option<(&'static str, serde_json::Value)>,
+    /// Where the dashboard shows the answer: the widget redrawn, or a popup over it.
+    display: &'static str,
 }
 
 /// Hours a group is held by the widget's hold button.
@@ -27,7 +29,15 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
     let g = &gv.group;
     let state = gv.state.as_deref().unwrap_or("new");
     let n = gv.plan_size.unwrap_or(g.count);
-    let mut out = Vec::new();
+    let mut out = vec![Button {
+        label: "Samples",
+        action: "samples",
+        primary: false,
+        danger: false,
+        confirmation: None,
+        extra: None,
+        display: "popup",
+    }];
     if !matches!(state, "acknowledged") {
         out.push(Button {
             label: "Acknowledge",
@@ -36,6 +46,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
             danger: false,
             confirmation: None,
             extra: None,
+            display: "widget",
         });
     }
     if state == "held" {
@@ -46,6 +57,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
             danger: false,
             confirmation: None,
             extra: None,
+            display: "widget",
         });
     } else {
         out.push(Button {
@@ -55,6 +67,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
             danger: false,
             confirmation: None,
             extra: Some(("hours", json!(HOLD_HOURS))),
+            display: "widget",
         });
     }
     if g.action == Action::FixThenReplayCanary {
@@ -71,6 +84,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
                 plan = g.plan_id
             )),
             extra: None,
+            display: "widget",
         });
     }
     if g.action != Action::RedriverWillRetry {
@@ -85,6 +99,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
                 plan = g.plan_id
             )),
             extra: None,
+            display: "widget",
         });
     }
     out
@@ -119,8 +134,9 @@ pub(crate) fn buttons(out: &mut String, queue: &str, gv: &GroupView, opts: &Rend
             .unwrap_or_default();
         let _ = write!(
             out,
-            r#"<a class="{class}" data-action="{action}">{label}</a><cwdb-action action="call" endpoint="{endpoint}" display="widget"{confirmation}>{params}</cwdb-action>"#,
+            r#"<a class="{class}" data-action="{action}">{label}</a><cwdb-action action="call" endpoint="{endpoint}" display="{display}"{confirmation}>{params}</cwdb-action>"#,
             action = b.action,
+            display = b.display,
             label = b.label,
             endpoint = escape_html(endpoint),
             params = json_text(&params)

@@ -21,8 +21,8 @@ pub struct ConsoleConfig {
     pub queues: Vec<QueueUrl>,
     /// `TRIAGE_ACTION_FUNCTION`: the function the widget's buttons call (the widget's only).
     pub action_function: Option<String>,
-    /// `TRIAGE_SHOW_BODIES` (default false). The console shows no message samples yet, so no
-    /// body is shown whatever it says.
+    /// `TRIAGE_SHOW_BODIES` (default false): whether the samples popup shows message bodies
+    /// (escaped; never logged).
     pub show_bodies: bool,
     /// What the action function's replay and discard move messages with (the widget's: none).
     pub moves: Option<MoveConfig>,

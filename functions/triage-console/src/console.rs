@@ -116,6 +116,23 @@ impl<S: TriageStore + BookReader + Clone> Console<S> {
                 return Value::String(html);
             }
         };
+        if request.kind == Kind::Samples {
+            // A popup over the widget: the samples, or why not; nothing changes.
+            let answer = crate::samples::samples(self, &request, &ctx).await;
+            tracing::info!(
+                queue = request.queue.name(),
+                group = %request.group,
+                action = request.kind.as_str(),
+                plan = %request.plan_id,
+                outcome = if answer.is_ok() { "shown" } else { "refused" },
+                "triage action"
+            );
+            return Value::String(match answer {
+                Ok(html) => html,
+                Err(ActError::Refused(e)) => notice(false, &format!("Refused: {e}")),
+                Err(ActError::Port(e)) => notice(false, &format!("Not done: {e}")),
+            });
+        }
         let (ok, text) = self.apply(&request, &ctx, now_ms, deadline).await;
         tracing::info!(
             queue = request.queue.name(),
@@ -167,8 +184,8 @@ impl<S: TriageStore + BookReader + Clone> Console<S> {
                 }
                 Kind::Release => b.release(group, &who, now_ms)?,
                 Kind::Note { text } => b.note(group, &who, text, now_ms)?,
-                Kind::Replay | Kind::Discard => {
-                    unreachable!("moved by crate::moves before any change here")
+                Kind::Replay | Kind::Discard | Kind::Samples => {
+                    unreachable!("moved or shown before any change here")
                 }
             }
             b.stamp_last_audit(group, plan, count);

@@ -33,6 +33,7 @@ mod context;
 mod lambda;
 mod moves;
 mod request;
+mod samples;
 mod view;
 
 pub use config::{ConsoleConfig, MoveConfig};

@@ -11,11 +11,17 @@ use crate::{MAX_HOLD_HOURS, MAX_NOTE_CHARS};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     Acknowledge,
-    Hold { hours: u64 },
+    Hold {
+        hours: u64,
+    },
     Release,
-    Note { text: String },
+    Note {
+        text: String,
+    },
     Replay,
     Discard,
+    /// A few messages of the group's plan, shown in a popup; nothing changes.
+    Samples,
 }
 
 impl Kind {
@@ -27,6 +33,7 @@ impl Kind {
             Self::Note { .. } => "note",
             Self::Replay => "replay-canary",
             Self::Discard => "discard",
+            Self::Samples => "samples",
         }
     }
 
@@ -40,7 +47,7 @@ impl Kind {
                 "Released group {group} of {queue}: the re-driver drains its messages again."
             ),
             Self::Note { .. } => format!("Noted on group {group} of {queue}."),
-            Self::Replay | Self::Discard => String::new(),
+            Self::Replay | Self::Discard | Self::Samples => String::new(),
         }
     }
 }
@@ -141,11 +148,12 @@ impl ActionRequest {
             }
             "replay-canary" | "replay" => Kind::Replay,
             "discard" => Kind::Discard,
+            "samples" => Kind::Samples,
             other => {
                 return Err(reject(
                     q,
                     format!(
-                        "{other:?} is not an action of this console (acknowledge, hold, release, note, replay-canary, discard)"
+                        "{other:?} is not an action of this console (acknowledge, hold, release, note, replay-canary, discard, samples)"
                     ),
                 ));
             }

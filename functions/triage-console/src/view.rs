@@ -22,7 +22,8 @@ Parameters:
 queue: the queue's URL or name (one of the function's TRIAGE_QUEUE_URLS)
 ```
 
-Buttons call the triage action function: acknowledge, hold 24 h, release, replay with a
+Buttons call the triage action function: samples (a popup of a few of the group's messages),
+acknowledge, hold 24 h, release, replay with a
 canary (one message of the group's plan to its source, judged; a failed canary stops it) and
 discard (each message of the plan archived to S3, then deleted). Replay and discard ask first,
 naming how many messages the plan holds.

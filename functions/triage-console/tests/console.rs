@@ -513,8 +513,14 @@ async fn acknowledge_hold_canary_replay_and_discard_round_trip_through_the_actio
         .replace('_', "-");
     s3.create_bucket().bucket(&bucket).send().await.unwrap();
     let mut r_ids = Vec::new();
+    let hostile = aws_sdk_sqs::types::MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(HOSTILE)
+        .build()
+        .unwrap();
     for n in 0..3 {
-        r_ids.push(send_raw(&sqs, &q.dlq_url, &format!("secret-replay-{n}"), &[]).await);
+        let body = format!("secret-replay-{n} <b>bold</b>");
+        r_ids.push(send_raw(&sqs, &q.dlq_url, &body, &[("customer", hostile.clone())]).await);
     }
     let mut d_ids = Vec::new();
     for n in 0..2 {
@@ -531,6 +537,35 @@ async fn acknowledge_hold_canary_replay_and_discard_round_trip_through_the_actio
     let h = render().await;
     assert_eq!(rows(&h), 2, "{h}");
     assert!(h.contains("<b>5</b> visible"), "{h}");
+
+    // WHEN R's samples are asked for: THEN a popup of its three messages, their ids and
+    // attributes escaped, no body (TRIAGE_SHOW_BODIES is off), and they stay on the DLQ
+    let samples = button_params(&h, R, "samples").expect("samples R");
+    let p = watch
+        .invoke("triage-action", &press(samples.clone()))
+        .await
+        .expect("samples");
+    let p = html(&p).to_string();
+    assert!(p.contains("3 of its 3 message(s)"), "{p}");
+    for id in &r_ids {
+        assert!(p.contains(id.as_str()), "{p}");
+    }
+    assert!(p.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{p}");
+    assert!(!p.contains("<script") && !p.contains("<img"), "{p}");
+    assert!(!p.contains("secret-replay"), "no body: {p}");
+    assert!(p.contains("TRIAGE_SHOW_BODIES is off"), "{p}");
+    assert_eq!(
+        redrive_tests::queue_counts(&sqs, &q.dlq_url).await,
+        Some((5, 0, 0))
+    );
+    // AND with TRIAGE_SHOW_BODIES=true the bodies too, escaped
+    let mut shown = env.clone();
+    shown.push(("TRIAGE_SHOW_BODIES".to_string(), "true".to_string()));
+    let action = console_as("TriageActionRole", &shown, &table).await;
+    let p = action.action(&press(samples), T0).await;
+    let p = html(&p).to_string();
+    assert!(p.contains("secret-replay-0 &lt;b&gt;bold&lt;/b&gt;"), "{p}");
+    assert!(!p.contains("<b>bold"), "{p}");
 
     // WHEN R is acknowledged, then held, with its rendered buttons
     let ack = button_params(&h, R, "acknowledge").expect("acknowledge R");
