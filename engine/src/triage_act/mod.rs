@@ -374,3 +374,158 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod replay_tests {
+    use std::sync::Arc;
+
+    use redrive_shared::config::QueueUrl;
+    use redrive_shared::triage::state::State;
+
+    use super::*;
+    use crate::fake::FakeSqs;
+    use crate::triage_store::MemoryTriageStore;
+
+    const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
+    const POISON: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-poison";
+    const SOURCE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders";
+    const G: &str = "g2-00000000000000aa";
+
+    struct FakeMover {
+        sqs: Arc<FakeSqs>,
+        /// Fails each canary back to the DLQ, as a consumer whose cause is not fixed.
+        fail_back: bool,
+    }
+
+    impl StageMover for FakeMover {
+        type Error = ActError;
+
+        async fn send(
+            &mut self,
+            remaining: &BTreeSet<String>,
+            n: u64,
+        ) -> Result<StageMoved, ActError> {
+            let (from, to) = (
+                QueueUrl::parse(DLQ).unwrap(),
+                QueueUrl::parse(SOURCE).unwrap(),
+            );
+            let moved = sqs::replay_stage(&self.sqs, &from, &to, 262_144, remaining, n).await?;
+            if self.fail_back {
+                for m in self.sqs.messages(SOURCE) {
+                    self.sqs.push(DLQ, &m.body, m.attributes.clone(), None);
+                }
+            }
+            Ok(moved)
+        }
+
+        async fn came_back(
+            &mut self,
+            originals: &BTreeSet<String>,
+            plan: &BTreeSet<String>,
+        ) -> Result<(u64, u64), ActError> {
+            let back = sqs::came_back(&self.sqs, DLQ, originals, plan).await?;
+            let isolated = sqs::came_back(&self.sqs, POISON, originals, plan).await?;
+            Ok((back, isolated))
+        }
+    }
+
+    async fn world(n: usize) -> (Arc<FakeSqs>, MemoryTriageStore, Vec<String>, String) {
+        let sqs = FakeSqs::new();
+        for url in [DLQ, POISON, SOURCE] {
+            sqs.create_queue(url);
+        }
+        let ids: Vec<String> = (0..n)
+            .map(|i| sqs.push(DLQ, &format!("order {i}"), Default::default(), None))
+            .collect();
+        let other = sqs.push(DLQ, "another cause", Default::default(), None);
+        let store = MemoryTriageStore::default();
+        store.save_plan("plan-1", &ids).await.unwrap();
+        triage_store::update(&store, DLQ, |b| {
+            b.observe(
+                G,
+                "order rejected",
+                Some("orders"),
+                n as u64,
+                Some(("plan-1", n as u64)),
+                0,
+            );
+            Ok(())
+        })
+        .await
+        .unwrap();
+        (sqs, store, ids, other)
+    }
+
+    #[tokio::test]
+    async fn a_canary_only_replay_moves_one_message_of_the_plan_and_leaves_the_rest() {
+        let (sqs, store, ids, other) = world(3).await;
+        let op = GroupPlan::load(store, DLQ, G, None, "tester")
+            .await
+            .unwrap();
+        assert_eq!(op.ids, ids);
+        op.begin("replay").await.unwrap();
+        let how = ReplayPlan::canary_only(op.ids.len(), 1, Duration::ZERO, 50);
+        let mut mover = FakeMover {
+            sqs: sqs.clone(),
+            fail_back: false,
+        };
+        let done = run_replay(&op, &mut mover, &how).await.unwrap();
+
+        assert_eq!(
+            (done.stopped.as_deref(), done.left, done.sent),
+            (None, 2, 1)
+        );
+        let on_source = sqs.messages(SOURCE);
+        assert_eq!(on_source.len(), 1);
+        let on_dlq: Vec<String> = sqs
+            .messages(DLQ)
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        assert_eq!(on_dlq.len(), 3);
+        assert!(
+            on_dlq.contains(&other),
+            "a message outside the plan never moves"
+        );
+        let r = &done.record;
+        assert_eq!(r.state, State::Acknowledged);
+        assert_eq!(r.replay.as_ref().unwrap().stages, vec![1]);
+        let audit: Vec<&str> = r.audit.iter().map(|e| e.action.as_str()).collect();
+        assert_eq!(audit, ["replay", "replay-finished"]);
+        assert_eq!(r.audit[0].count, Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_canary_that_comes_back_stops_the_staged_replay_after_its_first_stage() {
+        let (sqs, store, _, _) = world(12).await;
+        let op = GroupPlan::load(store, DLQ, G, None, "tester")
+            .await
+            .unwrap();
+        op.begin("replay").await.unwrap();
+        let how = ReplayPlan::staged(op.ids.len(), 1, Duration::ZERO, 50);
+        assert_eq!(how.stages, [1, 10, 1]);
+        let mut mover = FakeMover {
+            sqs: sqs.clone(),
+            fail_back: true,
+        };
+        let done = run_replay(&op, &mut mover, &how).await.unwrap();
+
+        assert!(
+            done.stopped
+                .as_deref()
+                .unwrap()
+                .starts_with("1 of 1 came back"),
+            "{done:?}"
+        );
+        assert_eq!(done.sent, 1, "no stage after the failed canary");
+        assert_eq!(done.record.state, State::ReplayFailed);
+        assert_eq!(done.alert.map(|a| a.kind).as_deref(), Some("canary-failed"));
+        let audit: Vec<&str> = done
+            .record
+            .audit
+            .iter()
+            .map(|e| e.action.as_str())
+            .collect();
+        assert_eq!(audit, ["replay", "replay-stopped"]);
+    }
+}
