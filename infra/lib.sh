@@ -443,7 +443,7 @@ write_archiver_env() { # FILE
 # move messages: archived to the archiver's bucket and prefix, a canary to SOURCE_QUEUE_URL (managed
 # mode; attach mode: each DLQ's own sources, from SQS) judged on the DLQ and the poison queue.
 write_triage_console_env() { # FILE
-    local queues=("TRIAGE_QUEUE_URLS=${OUT_DeadLetterQueueUrl-},$OUT_PoisonQueueUrl")
+    local queues=("TRIAGE_QUEUE_URLS=${OUT_DeadLetterQueueUrl-},$OUT_PoisonQueueUrl" "SOURCE_QUEUE_URL=${OUT_SourceQueueUrl-}")
     if attach_mode; then
         queues=("TRIAGE_QUEUE_URLS=$OUT_PoisonQueueUrl" "DLQ_LIST_TABLE=$OUT_CircuitTableName")
     fi
@@ -455,7 +455,6 @@ write_triage_console_env() { # FILE
         "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
         "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
         "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
-        "SOURCE_QUEUE_URL=${OUT_SourceQueueUrl-}" \
         "RUST_LOG=$RUST_LOG"
 }
 

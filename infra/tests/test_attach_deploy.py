@@ -190,6 +190,9 @@ class AttachDeploy(support.DeployTestCase):
                 "TRIAGE_ACTION_FUNCTION":
                     f"arn:aws:lambda:{support.REGION}:{self.moto.account_id()}:function:{stack}-triage-action:live",
                 "TRIAGE_SHOW_BODIES": "false",
+                "ARCHIVE_BUCKET": out["ArchiveBucketName"],
+                "ARCHIVE_PREFIX": "archive",
+                "POISON_QUEUE_URL": out["PoisonQueueUrl"],
                 "RUST_LOG": "info",
             }, function)
             self.assertNotEqual(lam.get_alias(FunctionName=f"{stack}-{function}", Name="live")["FunctionVersion"],

@@ -188,6 +188,10 @@ class DeployScript(support.DeployTestCase):
                 "TRIAGE_QUEUE_URLS": f"{out['DeadLetterQueueUrl']},{out['PoisonQueueUrl']}",
                 "TRIAGE_ACTION_FUNCTION": action_alias,
                 "TRIAGE_SHOW_BODIES": "false",
+                "ARCHIVE_BUCKET": out["ArchiveBucketName"],
+                "ARCHIVE_PREFIX": "archive",
+                "POISON_QUEUE_URL": out["PoisonQueueUrl"],
+                "SOURCE_QUEUE_URL": out["SourceQueueUrl"],
                 "RUST_LOG": "info",
             })
             self.assertEqual((config["MemorySize"], config["Timeout"]), (256, 30))
