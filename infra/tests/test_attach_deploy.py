@@ -429,6 +429,24 @@ class AttachTemplate(unittest.TestCase):
         return [{"name": f"q{i}-dlq", "arn": f"arn:aws:sqs:eu-west-1:123456789012:q{i}-dlq",
                  "sources": [f"arn:aws:sqs:eu-west-1:123456789012:q{i}"]} for i in range(n)]
 
+    def test_the_console_action_gets_the_protected_queues_keys_it_receives_and_sends_with(self):
+        """Queues under a customer managed key: the triage console's action receives from the
+        DLQs (kms:Decrypt on their keys) and sends a replay's canary to the sources (and
+        kms:GenerateDataKey on theirs), and never sends to a DLQ; the widget's gets no key."""
+        dlq_key = "arn:aws:kms:eu-west-1:123456789012:key/11111111-1111-1111-1111-111111111111"
+        source_key = "arn:aws:kms:eu-west-1:123456789012:key/22222222-2222-2222-2222-222222222222"
+        dlqs = self.dlqs(1)
+        dlqs[0].update(key=dlq_key, source_keys=[source_key])
+        resources = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), dlqs)["Resources"]
+        statements = {s.get("Sid"): s for s in
+                      resources["TriageActionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]}
+        self.assertEqual((statements["DecryptProtectedDlqs"]["Action"], statements["DecryptProtectedDlqs"]["Resource"]),
+                         ("kms:Decrypt", [dlq_key]))
+        self.assertEqual((sorted(statements["EncryptProtectedQueues"]["Action"]),
+                          statements["EncryptProtectedQueues"]["Resource"]),
+                         (["kms:Decrypt", "kms:GenerateDataKey"], [source_key]))
+        self.assertNotIn("kms:", json.dumps(resources["TriageWidgetRole"]))
+
     def test_no_queue_but_the_poison_queue_and_per_dlq_alarms_on_the_trigger_topic(self):
         template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(2))
         resources = template["Resources"]
