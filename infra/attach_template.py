@@ -255,10 +255,12 @@ def rewrite_policies(resources: dict, dlqs: list[dict], stack: str) -> None:
         archiver["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].append(tagged_statement(
             {"Sid": "ReadProtectedDlqTags", "Effect": "Allow", "Action": "sqs:ListQueueTags"}, "", key, DLQ_VALUES))
     # Queues under a customer managed KMS key: the re-driver and the operator send to sources
-    # and back to the DLQs; the archiver only receives from the DLQs.
-    for logical, send in (("RedriverRole", True), ("ArchiverRole", False), ("OperatorPolicy", True)):
+    # and back to the DLQs; the archiver only receives from the DLQs; the triage console's
+    # action receives from the DLQs and sends a replay's canary to the sources.
+    for logical, to_dlqs, to_sources in (("RedriverRole", True, True), ("ArchiverRole", False, False),
+                                         ("OperatorPolicy", True, True), ("TriageActionRole", False, True)):
         resource = resources.get(logical)
-        statements = kms_statements(dlqs, send_to_dlqs=send, send_to_sources=send)
+        statements = kms_statements(dlqs, send_to_dlqs=to_dlqs, send_to_sources=to_sources)
         if resource and statements:
             props = resource["Properties"]
             document = props["Policies"][0]["PolicyDocument"] if "Policies" in props else props["PolicyDocument"]

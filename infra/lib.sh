@@ -439,9 +439,11 @@ write_archiver_env() { # FILE
 # queues the widgets show and act on (attach mode: the protected DLQs of the list in the circuit
 # table, DLQ_LIST_TABLE, and the poison queue), and the function the widgets' buttons call: the
 # action function's alias live, an ARN built from its name (the dashboard's widgets call the
-# widget's alias the same way). Both functions check it at init.
+# widget's alias the same way). Both functions check it at init. The action's replay and discard
+# move messages: archived to the archiver's bucket and prefix, a canary to SOURCE_QUEUE_URL (managed
+# mode; attach mode: each DLQ's own sources, from SQS) judged on the DLQ and the poison queue.
 write_triage_console_env() { # FILE
-    local queues=("TRIAGE_QUEUE_URLS=${OUT_DeadLetterQueueUrl-},$OUT_PoisonQueueUrl")
+    local queues=("TRIAGE_QUEUE_URLS=${OUT_DeadLetterQueueUrl-},$OUT_PoisonQueueUrl" "SOURCE_QUEUE_URL=${OUT_SourceQueueUrl-}")
     if attach_mode; then
         queues=("TRIAGE_QUEUE_URLS=$OUT_PoisonQueueUrl" "DLQ_LIST_TABLE=$OUT_CircuitTableName")
     fi
@@ -450,6 +452,9 @@ write_triage_console_env() { # FILE
         ${queues[@]+"${queues[@]}"} \
         "TRIAGE_ACTION_FUNCTION=arn:$PARTITION:lambda:$AWS_REGION:$ACCOUNT_ID:function:$OUT_TriageActionFunctionName:live" \
         "TRIAGE_SHOW_BODIES=$TRIAGE_SHOW_BODIES" \
+        "ARCHIVE_BUCKET=$OUT_ArchiveBucketName" \
+        "ARCHIVE_PREFIX=$OUT_ArchivePrefix" \
+        "POISON_QUEUE_URL=$OUT_PoisonQueueUrl" \
         "RUST_LOG=$RUST_LOG"
 }
 

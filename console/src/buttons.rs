@@ -18,6 +18,8 @@ struct Button {
     danger: bool,
     confirmation: Option<String>,
     extra: Option<(&'static str, serde_json::Value)>,
+    /// Where the dashboard shows the answer: the widget redrawn, or a popup over it.
+    display: &'static str,
 }
 
 /// Hours a group is held by the widget's hold button.
@@ -26,8 +28,16 @@ pub const HOLD_HOURS: u32 = 24;
 fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
     let g = &gv.group;
     let state = gv.state.as_deref().unwrap_or("new");
-    let n = g.count;
-    let mut out = Vec::new();
+    let n = gv.plan_size.unwrap_or(g.count);
+    let mut out = vec![Button {
+        label: "Samples",
+        action: "samples",
+        primary: false,
+        danger: false,
+        confirmation: None,
+        extra: None,
+        display: "popup",
+    }];
     if !matches!(state, "acknowledged") {
         out.push(Button {
             label: "Acknowledge",
@@ -36,6 +46,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
             danger: false,
             confirmation: None,
             extra: None,
+            display: "widget",
         });
     }
     if state == "held" {
@@ -46,6 +57,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
             danger: false,
             confirmation: None,
             extra: None,
+            display: "widget",
         });
     } else {
         out.push(Button {
@@ -55,6 +67,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
             danger: false,
             confirmation: None,
             extra: Some(("hours", json!(HOLD_HOURS))),
+            display: "widget",
         });
     }
     if g.action == Action::FixThenReplayCanary {
@@ -65,11 +78,13 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
             primary: true,
             danger: false,
             confirmation: Some(format!(
-                "Replay the {n} message(s) of group {id} (plan {plan}) from {queue} to {to}: one message first, then the rest only if it does not fail again. Each is deleted from {queue} only after its copy is accepted. Replay only once the cause is fixed.",
+                "Replay a canary of the {n} message(s) of group {id} (plan {plan}): {canary} message sent from {queue} to {to} and deleted from {queue} only after its copy is accepted, then judged; if it fails again the replay stops and the group is marked replay-failed. The other messages stay on {queue}. Replay only once the cause is fixed.",
+                canary = n.min(1),
                 id = g.id,
                 plan = g.plan_id
             )),
             extra: None,
+            display: "widget",
         });
     }
     if g.action != Action::RedriverWillRetry {
@@ -84,6 +99,7 @@ fn group_buttons(queue: &str, gv: &GroupView) -> Vec<Button> {
                 plan = g.plan_id
             )),
             extra: None,
+            display: "widget",
         });
     }
     out
@@ -101,7 +117,7 @@ pub(crate) fn buttons(out: &mut String, queue: &str, gv: &GroupView, opts: &Rend
             "queue": queue,
             "group": g.id,
             "planId": g.plan_id,
-            "count": g.count,
+            "count": gv.plan_size.unwrap_or(g.count),
         });
         if let Some((key, value)) = b.extra {
             params[key] = value;
@@ -118,8 +134,9 @@ pub(crate) fn buttons(out: &mut String, queue: &str, gv: &GroupView, opts: &Rend
             .unwrap_or_default();
         let _ = write!(
             out,
-            r#"<a class="{class}" data-action="{action}">{label}</a><cwdb-action action="call" endpoint="{endpoint}" display="widget"{confirmation}>{params}</cwdb-action>"#,
+            r#"<a class="{class}" data-action="{action}">{label}</a><cwdb-action action="call" endpoint="{endpoint}" display="{display}"{confirmation}>{params}</cwdb-action>"#,
             action = b.action,
+            display = b.display,
             label = b.label,
             endpoint = escape_html(endpoint),
             params = json_text(&params)

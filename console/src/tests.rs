@@ -204,21 +204,32 @@ fn buttons_call_the_action_function_with_the_groups_plan_and_confirm_destructive
             .map(|p| p["action"].as_str().unwrap().to_string())
             .collect()
     };
+    // Every group shows its samples (in a popup).
     // The re-driver retries the 503s: acknowledge or hold, nothing destructive.
-    assert_eq!(of("g2-072dd8b1ff7e28a6"), ["acknowledge", "hold"]);
+    assert_eq!(
+        of("g2-072dd8b1ff7e28a6"),
+        ["samples", "acknowledge", "hold"]
+    );
     // The held schema errors: release, replay with a canary, or discard.
     assert_eq!(
         of("g2-2ea6e15f3329a177"),
-        ["acknowledge", "release", "replay-canary", "discard"]
+        [
+            "samples",
+            "acknowledge",
+            "release",
+            "replay-canary",
+            "discard"
+        ]
     );
     // The acknowledged oversized messages: hold or discard.
-    assert_eq!(of("g2-9c1f00ab34d2e871"), ["hold", "discard"]);
-    assert_eq!(html.matches("<cwdb-action ").count(), 8);
+    assert_eq!(of("g2-9c1f00ab34d2e871"), ["samples", "hold", "discard"]);
+    assert_eq!(html.matches("<cwdb-action ").count(), 11);
     assert_eq!(
         html.matches(&format!(r#"endpoint="{ENDPOINT}""#)).count(),
-        8
+        11
     );
-    assert!(html.matches(r#"display="widget""#).count() == 8);
+    assert_eq!(html.matches(r#"display="widget""#).count(), 8);
+    assert_eq!(html.matches(r#"display="popup""#).count(), 3);
     for p in &params {
         assert_eq!(p["queue"], "orders-dlq");
         assert!(p["planId"].as_str().unwrap().starts_with("p-"));
@@ -234,8 +245,14 @@ fn buttons_call_the_action_function_with_the_groups_plan_and_confirm_destructive
     // Only the destructive steps ask first, and they say what happens to how many messages.
     let asks = confirmations(&html);
     assert_eq!(asks.len(), 3, "{asks:?}");
-    assert!(asks[0].starts_with("Replay the 37 message(s) of group g2-2ea6e15f3329a177 (plan p-"));
-    assert!(asks[0].contains("to orders: one message first"));
+    assert!(
+        asks[0].starts_with(
+            "Replay a canary of the 37 message(s) of group g2-2ea6e15f3329a177 (plan p-"
+        )
+    );
+    assert!(asks[0].contains("1 message sent from"));
+    assert!(asks[0].contains("to orders and deleted from"));
+    assert!(asks[0].contains("the replay stops and the group is marked replay-failed"));
     assert!(asks[1].starts_with("Discard the 37 message(s)"));
     assert!(asks[2].starts_with("Discard the 3 message(s) of group g2-9c1f00ab34d2e871"));
     assert!(asks[2].contains("archived to S3 first, then deleted"));

@@ -34,6 +34,8 @@ pub struct GroupView {
     /// Epoch milliseconds; each stands for `times_weight` messages.
     pub failure_times: Vec<i64>,
     pub times_weight: usize,
+    /// The size of the group's frozen plan, what its buttons act on (default: its count).
+    pub plan_size: Option<usize>,
 }
 
 impl GroupView {
@@ -44,7 +46,13 @@ impl GroupView {
             times_weight: group.failure_times_every.max(1),
             group,
             state: None,
+            plan_size: None,
         }
+    }
+
+    pub fn with_plan_size(mut self, size: Option<usize>) -> Self {
+        self.plan_size = size;
+        self
     }
 
     pub fn with_state(mut self, state: impl Into<String>) -> Self {

@@ -12,9 +12,11 @@ pub mod engine;
 pub mod fake;
 pub mod fleet_list;
 pub mod ports;
+pub mod replay_copy;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod tap;
+pub mod triage_act;
 pub mod triage_causes;
 pub mod triage_store;
 

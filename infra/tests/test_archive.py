@@ -33,15 +33,16 @@ class ArchiveTemplates(support.TemplatesTestCase):
         self.assertEqual(rule["NoncurrentVersionExpiration"], {"NoncurrentDays": {"Ref": "ArchiveNoncurrentVersionDays"}})
         self.assertNotIn("ExpirationInDays", rule, "current archive objects never expire by themselves")
 
-    def test_bucket_policy_denies_plain_http_and_writes_by_anyone_but_the_archiver(self):
+    def test_bucket_policy_denies_plain_http_and_writes_by_anyone_but_the_archiver_and_the_console_discard(self):
         statements = {s["Sid"]: s for s in
                       self.resources["ArchiveBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]}
         tls = statements["DenyInsecureTransport"]
         self.assertEqual((tls["Effect"], tls["Principal"], tls["Condition"]),
                          ("Deny", "*", {"Bool": {"aws:SecureTransport": "false"}}))
-        only = statements["OnlyTheArchiverWritesObjects"]
+        only = statements["OnlyArchiveWritersWriteObjects"]
         self.assertEqual((only["Effect"], only["Action"]), ("Deny", "s3:PutObject"))
-        self.assertEqual(only["Condition"], {"ArnNotEquals": {"aws:PrincipalArn": {"Fn::GetAtt": ["ArchiverRole", "Arn"]}}})
+        self.assertEqual(only["Condition"], {"ArnNotEquals": {"aws:PrincipalArn": [
+            {"Fn::GetAtt": ["ArchiverRole", "Arn"]}, {"Fn::GetAtt": ["TriageActionRole", "Arn"]}]}})
 
     def test_archived_bodies_are_readable_only_by_the_archiver_and_the_named_readers(self):
         statements = {s["Sid"]: s for s in
@@ -79,7 +80,8 @@ class ArchiveTemplates(support.TemplatesTestCase):
                          {"Fn::Not": [{"Fn::Equals": [{"Ref": "ArchiveKmsKeyArn"}, ""]}]})
         policy = self.resources["ArchiverKmsPolicy"]
         self.assertEqual((policy["Type"], policy["Condition"], policy["Properties"]["Roles"]),
-                         ("AWS::IAM::Policy", "HasArchiveKmsKey", [{"Ref": "ArchiverRole"}]))
+                         ("AWS::IAM::Policy", "HasArchiveKmsKey",
+                          [{"Ref": "ArchiverRole"}, {"Ref": "TriageActionRole"}]))
         [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
         self.assertEqual((statement["Effect"], sorted(_actions(statement)), statement["Resource"]),
                          ("Allow", ["kms:Decrypt", "kms:GenerateDataKey"], {"Ref": "ArchiveKmsKeyArn"}))
@@ -100,9 +102,13 @@ class ArchiveTemplates(support.TemplatesTestCase):
                                                  "sqs:GetQueueAttributes", "sqs:ReceiveMessage"])
         self.assertEqual(sqs["Resource"], [{"Fn::GetAtt": ["PoisonQueue", "Arn"]},
                                            {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}])
-        # No other role of the stack names S3.
+        # The triage console's action (a discard archives first) puts under the prefix too; no
+        # other role of the stack names S3.
+        action = self.statements("TriageActionRole")["WriteArchiveObjects"]
+        self.assertEqual((_actions(action), action["Resource"]),
+                         (["s3:PutObject"], {"Fn::Sub": "${ArchiveBucket.Arn}/${ArchivePrefix}/*"}))
         for name, r in self.resources.items():
-            if r["Type"] == "AWS::IAM::Role" and name != "ArchiverRole":
+            if r["Type"] == "AWS::IAM::Role" and name not in ("ArchiverRole", "TriageActionRole"):
                 actions = [a for p in r["Properties"].get("Policies", [])
                            for s in p["PolicyDocument"]["Statement"] for a in _actions(s)]
                 self.assertFalse([a for a in actions if a.startswith("s3:")], name)

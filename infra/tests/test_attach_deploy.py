@@ -190,6 +190,9 @@ class AttachDeploy(support.DeployTestCase):
                 "TRIAGE_ACTION_FUNCTION":
                     f"arn:aws:lambda:{support.REGION}:{self.moto.account_id()}:function:{stack}-triage-action:live",
                 "TRIAGE_SHOW_BODIES": "false",
+                "ARCHIVE_BUCKET": out["ArchiveBucketName"],
+                "ARCHIVE_PREFIX": "archive",
+                "POISON_QUEUE_URL": out["PoisonQueueUrl"],
                 "RUST_LOG": "info",
             }, function)
             self.assertNotEqual(lam.get_alias(FunctionName=f"{stack}-{function}", Name="live")["FunctionVersion"],
@@ -242,8 +245,14 @@ class AttachDeploy(support.DeployTestCase):
         action = self.role_statements(out["TriageActionRoleArn"])
         for statements in (widget, action):
             self.assertEqual(self.sqs_arns(statements), {any_queue, poison_arn})
-            self.assertEqual({a for s in statements for a in support.as_list(s["Action"]) if a.startswith("sqs:")},
-                             {"sqs:GetQueueAttributes"})
+        self.assertEqual({a for s in widget for a in support.as_list(s["Action"]) if a.startswith("sqs:")},
+                         {"sqs:GetQueueAttributes"})
+        # The action's replay and discard: the protected DLQs' and the poison queue's messages,
+        # a canary to the protected sources.
+        self.assertEqual({a for s in action for a in support.as_list(s["Action"]) if a.startswith("sqs:")},
+                         {"sqs:GetQueueAttributes", "sqs:ReceiveMessage", "sqs:ChangeMessageVisibility",
+                          "sqs:DeleteMessage", "sqs:ListDeadLetterSourceQueues", "sqs:SendMessage"})
+        for statements in (widget, action):
             depth = self.statement(statements, "QueueDepthProtectedDlqs")
             self.assertEqual((depth["Resource"], depth["Condition"]), (any_queue, dlq_condition))
             listed = self.statement(statements, "ReadProtectedDlqList")
@@ -419,6 +428,24 @@ class AttachTemplate(unittest.TestCase):
     def dlqs(self, n: int) -> list[dict]:
         return [{"name": f"q{i}-dlq", "arn": f"arn:aws:sqs:eu-west-1:123456789012:q{i}-dlq",
                  "sources": [f"arn:aws:sqs:eu-west-1:123456789012:q{i}"]} for i in range(n)]
+
+    def test_the_console_action_gets_the_protected_queues_keys_it_receives_and_sends_with(self):
+        """Queues under a customer managed key: the triage console's action receives from the
+        DLQs (kms:Decrypt on their keys) and sends a replay's canary to the sources (and
+        kms:GenerateDataKey on theirs), and never sends to a DLQ; the widget's gets no key."""
+        dlq_key = "arn:aws:kms:eu-west-1:123456789012:key/11111111-1111-1111-1111-111111111111"
+        source_key = "arn:aws:kms:eu-west-1:123456789012:key/22222222-2222-2222-2222-222222222222"
+        dlqs = self.dlqs(1)
+        dlqs[0].update(key=dlq_key, source_keys=[source_key])
+        resources = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), dlqs)["Resources"]
+        statements = {s.get("Sid"): s for s in
+                      resources["TriageActionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]}
+        self.assertEqual((statements["DecryptProtectedDlqs"]["Action"], statements["DecryptProtectedDlqs"]["Resource"]),
+                         ("kms:Decrypt", [dlq_key]))
+        self.assertEqual((sorted(statements["EncryptProtectedQueues"]["Action"]),
+                          statements["EncryptProtectedQueues"]["Resource"]),
+                         (["kms:Decrypt", "kms:GenerateDataKey"], [source_key]))
+        self.assertNotIn("kms:", json.dumps(resources["TriageWidgetRole"]))
 
     def test_no_queue_but_the_poison_queue_and_per_dlq_alarms_on_the_trigger_topic(self):
         template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(2))
@@ -608,16 +635,32 @@ class AttachGrantsUnderIam(unittest.TestCase):
         # A source is sent to, never drained.
         self.assertTrue(self.denied(lambda: redriver.receive_message(QueueUrl=url["orders"])))
 
-        # The triage console's roles read the depth of the protected DLQs and the poison queue, nothing else.
+        # The triage console's roles read the depth of the protected DLQs and the poison queue;
+        # only the action's moves a group's messages: received from the protected DLQs and the
+        # poison queue, sent to the protected sources (a replay's canary), nothing else.
         for role in ("TriageWidgetRole", "TriageActionRole"):
             console = self.client("sqs", self.user(f"attach-{role}", iam_policy.render_template_policies(
                 template, role, values, tagged)))
             for name in ("orders-dlq", "chain-dlq", f"{self.STACK}-poison"):
                 console.get_queue_attributes(QueueUrl=url[name], AttributeNames=["ApproximateNumberOfMessages"])
-            for name in ("orders", "stranger", "other-dlq"):
+            for name in ("stranger", "other-dlq"):
                 self.assertTrue(self.denied(lambda: console.get_queue_attributes(
                     QueueUrl=url[name], AttributeNames=["ApproximateNumberOfMessages"])), (role, name))
-            self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url["orders-dlq"])), role)
+                self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url[name])), (role, name))
+                self.assertTrue(self.denied(lambda: console.send_message(QueueUrl=url[name], MessageBody="x")),
+                                (role, name))
+            if role == "TriageWidgetRole":
+                self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url["orders-dlq"])), role)
+                self.assertTrue(self.denied(lambda: console.send_message(QueueUrl=url["orders"], MessageBody="x")))
+                self.assertTrue(self.denied(lambda: console.get_queue_attributes(
+                    QueueUrl=url["orders"], AttributeNames=["ApproximateNumberOfMessages"])))
+            else:
+                for name in ("orders-dlq", f"{self.STACK}-poison"):
+                    console.receive_message(QueueUrl=url[name], WaitTimeSeconds=0)
+                console.list_dead_letter_source_queues(QueueUrl=url["orders-dlq"])
+                # A source is sent to (the canary), never drained.
+                console.send_message(QueueUrl=url["orders"], MessageBody="{}")
+                self.assertTrue(self.denied(lambda: console.receive_message(QueueUrl=url["orders"])))
 
         archiver = self.client("sqs", self.user("attach-archiver", iam_policy.render_template_policies(
             template, "ArchiverRole", values, tagged)))

@@ -188,17 +188,24 @@ class DeployScript(support.DeployTestCase):
                 "TRIAGE_QUEUE_URLS": f"{out['DeadLetterQueueUrl']},{out['PoisonQueueUrl']}",
                 "TRIAGE_ACTION_FUNCTION": action_alias,
                 "TRIAGE_SHOW_BODIES": "false",
+                "ARCHIVE_BUCKET": out["ArchiveBucketName"],
+                "ARCHIVE_PREFIX": "archive",
+                "POISON_QUEUE_URL": out["PoisonQueueUrl"],
+                "SOURCE_QUEUE_URL": out["SourceQueueUrl"],
                 "RUST_LOG": "info",
             })
             self.assertEqual((config["MemorySize"], config["Timeout"]), (256, 30))
         self.assertEqual(lam.get_alias(FunctionName=f"{stack}-triage-action", Name="live")["AliasArn"], action_alias)
         # The roles as deployed: the widget's reads the books and the queues' depth; only the
-        # action's writes the books; neither receives, sends or deletes a message.
+        # action's writes the books and moves a group's messages (replay's canary, discard
+        # archived first); the widget's never receives, sends or deletes a message.
         widget_actions = self.role_actions(out["TriageWidgetRoleArn"], "triage-widget")
         self.assertEqual(widget_actions, {"dynamodb:GetItem", "sqs:GetQueueAttributes",
                                           "logs:CreateLogStream", "logs:PutLogEvents"})
         self.assertEqual(self.role_actions(out["TriageActionRoleArn"], "triage-action"),
-                         widget_actions | {"dynamodb:PutItem"})
+                         widget_actions | {"dynamodb:PutItem", "sqs:ReceiveMessage", "sqs:ChangeMessageVisibility",
+                                           "sqs:DeleteMessage", "sqs:ListDeadLetterSourceQueues",
+                                           "sqs:SendMessage", "s3:PutObject"})
         # Every trigger goes through the alias `live`, on the version this deploy published.
         for function in (f"{stack}-redriver", f"{stack}-consumer", f"{stack}-triage-widget", f"{stack}-triage-action"):
             alias = lam.get_alias(FunctionName=function, Name="live")

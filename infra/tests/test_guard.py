@@ -146,7 +146,7 @@ MUTATIONS = {
         "resources", lambda t: _resources(t)["ArchiveBucket"].update(DeletionPolicy="Delete")),
     "buckets_deny_insecure_transport": (
         "resources", lambda t: _resources(t)["ArchiveBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"].pop(0)),
-    "archive_written_only_by_archiver": (
+    "archive_written_only_by_its_writers": (
         "resources", lambda t: _statement(t, "ArchiverRole", "WriteArchiveObjects").update(
             Resource={"Fn::Sub": "${ArchiveBucket.Arn}/*"})),
     "archive_reads_only_by_named_roles": (

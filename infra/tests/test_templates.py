@@ -278,16 +278,29 @@ class Operations(support.TemplatesTestCase):
             return {a for st in statements(role) for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
 
         # What the code calls: the book by GetItem (the widget reads it without copying it),
-        # the depth by GetQueueAttributes; the action saves the book with PutItem.
+        # the depth by GetQueueAttributes; the action saves the book with PutItem, and its replay
+        # and discard move a group's messages: received, held and deleted on the DLQ and the
+        # poison queue (the DLQ's sources listed), sent to the source, archived under the prefix.
         self.assertEqual(actions("TriageWidgetRole"),
                          {"dynamodb:GetItem", "sqs:GetQueueAttributes", "logs:CreateLogStream", "logs:PutLogEvents"})
-        self.assertEqual(actions("TriageActionRole"), actions("TriageWidgetRole") | {"dynamodb:PutItem"})
+        self.assertEqual(actions("TriageActionRole"), actions("TriageWidgetRole") | {
+            "dynamodb:PutItem", "sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage",
+            "sqs:ListDeadLetterSourceQueues", "sqs:SendMessage", "s3:PutObject"})
+        dlq_and_poison = [{"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}, {"Fn::GetAtt": ["PoisonQueue", "Arn"]}]
         for role in ("TriageWidgetRole", "TriageActionRole"):
             for st in statements(role):
-                if any(a.startswith("sqs:") for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])):
-                    self.assertEqual(st["Resource"], [{"Fn::GetAtt": ["DeadLetterQueue", "Arn"]},
-                                                      {"Fn::GetAtt": ["PoisonQueue", "Arn"]}], role)
-                if any(a.startswith("dynamodb:") for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])):
+                acts = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+                if "sqs:SendMessage" in acts:
+                    self.assertEqual((role, st["Resource"]),
+                                     ("TriageActionRole", {"Fn::GetAtt": ["SourceQueue", "Arn"]}))
+                    self.assertEqual(sorted(acts), ["sqs:GetQueueAttributes", "sqs:SendMessage"])
+                elif any(a.startswith("sqs:") for a in acts):
+                    self.assertEqual(st["Resource"], dlq_and_poison, role)
+                if any(a.startswith("s3:") for a in acts):
+                    self.assertEqual((role, st["Action"], st["Resource"]),
+                                     ("TriageActionRole", "s3:PutObject",
+                                      {"Fn::Sub": "${ArchiveBucket.Arn}/${ArchivePrefix}/*"}))
+                if any(a.startswith("dynamodb:") for a in acts):
                     # Only the books of the DLQ and the poison queue (by ARN, and by URL as before).
                     keys = st["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
                     self.assertEqual([k["Fn::Sub"] for k in keys], [

@@ -185,6 +185,35 @@ pub fn parse_metric_namespace(v: &str) -> Result<String, String> {
     }
 }
 
+/// An S3 bucket name (`ARCHIVE_BUCKET`).
+pub fn parse_bucket_name(v: &str) -> Result<String, String> {
+    let ok = (3..=63).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be an S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit".into())
+    }
+}
+
+/// An S3 key prefix without leading, trailing or doubled `/` (`ARCHIVE_PREFIX`).
+pub fn parse_key_prefix(v: &str) -> Result<String, String> {
+    let ok = v.len() <= 200
+        && !v.starts_with('/')
+        && !v.ends_with('/')
+        && !v.contains("//")
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./!*'()".contains(&b));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err("must be a key prefix of letters, digits and - _ . / ! * ' ( ), with no leading, trailing or doubled /".into())
+    }
+}
+
 pub fn parse_bool(v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" => Ok(true),

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use redrive_engine::ports::PortError;
-use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_table_name, parse_u32};
+use redrive_shared::config::{
+    ConfigError, Env, QueueUrl, parse_bool, parse_bucket_name, parse_key_prefix, parse_table_name,
+    parse_u32,
+};
 use redrive_shared::key::{KeySource, parse_namespace};
 
 /// `ARCHIVE_AFTER_DAYS` when neither threshold variable is set.
@@ -110,33 +113,6 @@ fn invalid(variable: &'static str, value: &str, problem: impl Into<String>) -> C
     }
 }
 
-fn parse_bucket(v: &str) -> Result<String, String> {
-    let ok = (3..=63).contains(&v.len())
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
-        && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
-    if ok {
-        Ok(v.to_string())
-    } else {
-        Err("must be an S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit".into())
-    }
-}
-
-fn parse_prefix(v: &str) -> Result<String, String> {
-    let ok = v.len() <= 200
-        && !v.starts_with('/')
-        && !v.ends_with('/')
-        && !v.contains("//")
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./!*'()".contains(&b));
-    if ok {
-        Ok(v.to_string())
-    } else {
-        Err("must be a key prefix of letters, digits and - _ . / ! * ' ( ), with no leading, trailing or doubled /".into())
-    }
-}
-
 fn parse_seconds(v: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(s) if (0.0..MAX_RETENTION_SECONDS).contains(&s) => Ok(s),
@@ -158,11 +134,11 @@ fn parse_days(v: &str) -> Result<f64, String> {
 
 impl ArchiverConfig {
     pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
-        let bucket = env.required("ARCHIVE_BUCKET", parse_bucket)?;
+        let bucket = env.required("ARCHIVE_BUCKET", parse_bucket_name)?;
         let prefix = env.or(
             "ARCHIVE_PREFIX",
             DEFAULT_ARCHIVE_PREFIX.to_string(),
-            parse_prefix,
+            parse_key_prefix,
         )?;
         let poison = env.required("POISON_QUEUE_URL", QueueUrl::parse)?;
         let dlq = env.optional("DLQ_URL", QueueUrl::parse)?;

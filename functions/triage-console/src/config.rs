@@ -1,8 +1,15 @@
 //! The console's configuration, read once at init; every error names its variable.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
-use redrive_shared::config::{ConfigError, Env, QueueUrl, parse_bool, parse_table_name};
+use redrive_shared::archive::S3Location;
+use redrive_shared::config::{
+    ConfigError, Env, QueueUrl, parse_bool, parse_bucket_name, parse_key_prefix, parse_table_name,
+};
+
+/// `ARCHIVE_PREFIX` when unset, as the archiver's.
+pub const DEFAULT_ARCHIVE_PREFIX: &str = "archive";
 
 /// The console's configuration, read once at init; every error names its variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,9 +21,30 @@ pub struct ConsoleConfig {
     pub queues: Vec<QueueUrl>,
     /// `TRIAGE_ACTION_FUNCTION`: the function the widget's buttons call (the widget's only).
     pub action_function: Option<String>,
-    /// `TRIAGE_SHOW_BODIES` (default false). The console shows no message samples yet, so no
-    /// body is shown whatever it says.
+    /// `TRIAGE_SHOW_BODIES` (default false): whether the samples popup shows message bodies
+    /// (escaped; never logged).
     pub show_bodies: bool,
+    /// What the action function's replay and discard move messages with (the widget's: none).
+    pub moves: Option<MoveConfig>,
+}
+
+/// Where the action function's replay and discard move messages: read from its environment at
+/// init, never from a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveConfig {
+    /// `ARCHIVE_BUCKET` (required) and `ARCHIVE_PREFIX` (default `archive`): where a discard
+    /// archives each message before its delete, as the archiver does.
+    pub archive: S3Location,
+    /// `SOURCE_QUEUE_URL`: a source queue a replay may send to, besides the DLQ's own sources
+    /// (the queues whose redrive policy names it, from SQS).
+    pub source: Option<QueueUrl>,
+    /// `POISON_QUEUE_URL`: the poison queue (one of the console's queues), where a replay's
+    /// verdict looks for isolated canaries too.
+    pub poison: Option<QueueUrl>,
+    /// `TRIAGE_CANARY_WINDOW_SECONDS` (1..=900): the canary's verdict window. Default: the
+    /// source's visibility timeout × its maxReceiveCount + 10 s, as the CLI's; either way cut
+    /// to the invocation's time left.
+    pub canary_window: Option<Duration>,
 }
 
 fn parse_queue_urls(v: &str) -> Result<Vec<QueueUrl>, String> {
@@ -62,6 +90,7 @@ impl ConsoleConfig {
             },
             action_function: None,
             show_bodies: env.or("TRIAGE_SHOW_BODIES", false, parse_bool)?,
+            moves: None,
         })
     }
 
@@ -83,6 +112,41 @@ impl ConsoleConfig {
         cfg.action_function = env
             .optional("TRIAGE_ACTION_FUNCTION", parse_function)?
             .or_else(|| env.get("AWS_LAMBDA_FUNCTION_NAME"));
+        let archive = S3Location {
+            bucket: env.required("ARCHIVE_BUCKET", parse_bucket_name)?,
+            prefix: env.or(
+                "ARCHIVE_PREFIX",
+                DEFAULT_ARCHIVE_PREFIX.to_string(),
+                parse_key_prefix,
+            )?,
+        };
+        let source = env.optional("SOURCE_QUEUE_URL", |v| {
+            let url = QueueUrl::parse(v)?;
+            match cfg.queue(url.as_str()).or_else(|| cfg.queue(url.name())) {
+                Some(_) => Err(
+                    "must name a source queue, not one of the console's DLQs or its poison queue"
+                        .to_string(),
+                ),
+                None => Ok(url),
+            }
+        })?;
+        let poison = env.optional("POISON_QUEUE_URL", |v| {
+            let url = QueueUrl::parse(v)?;
+            cfg.queue(url.as_str()).cloned().ok_or_else(|| {
+                "must be one of the console's queues (TRIAGE_QUEUE_URLS)".to_string()
+            })
+        })?;
+        let canary_window =
+            env.optional("TRIAGE_CANARY_WINDOW_SECONDS", |v| match v.parse::<u64>() {
+                Ok(n) if (1..=900).contains(&n) => Ok(Duration::from_secs(n)),
+                _ => Err("must be a whole number of seconds in 1..=900".to_string()),
+            })?;
+        cfg.moves = Some(MoveConfig {
+            archive,
+            source,
+            poison,
+            canary_window,
+        });
         Ok(cfg)
     }
 

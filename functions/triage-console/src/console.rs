@@ -1,12 +1,14 @@
 //! The console's two calls: the widget rendered for its queue, and a button's action applied
-//! to the book (or answered with the command line to run).
+//! to the book (replay and discard move the group's messages too, [`crate::moves`]).
 
 use redrive_console::render;
 use redrive_engine::ports::PortError;
+use redrive_engine::triage_act::ActError;
 use redrive_engine::triage_store::{self, DynamoDbTriageStore, TriageError, TriageStore};
 use redrive_shared::config::QueueUrl;
 use redrive_shared::triage::state::{Book, Refused};
 use serde_json::Value;
+use tokio::time::Instant;
 
 use crate::config::{ConsoleConfig, not_configured};
 use crate::context::{WidgetContext, queue_param};
@@ -29,16 +31,18 @@ impl BookReader for DynamoDbTriageStore {
     }
 }
 
-/// What the console renders with: the configuration, the book store and SQS.
+/// What the console renders and acts with: the configuration, the book store, SQS, and S3
+/// (the action function's discard archives there).
 pub struct Console<S> {
     pub config: ConsoleConfig,
     pub store: S,
     pub sqs: aws_sdk_sqs::Client,
+    pub s3: aws_sdk_s3::Client,
 }
 
-impl<S: TriageStore + BookReader> Console<S> {
+impl<S: TriageStore + BookReader + Clone> Console<S> {
     /// The widget of `queue` (configured) as `ctx` asks for it.
-    async fn render_queue(&self, queue: &QueueUrl, ctx: &WidgetContext) -> String {
+    pub(crate) async fn render_queue(&self, queue: &QueueUrl, ctx: &WidgetContext) -> String {
         let book = match self.store.read_book(queue.as_str()).await {
             Ok(b) => b,
             Err(e) => {
@@ -88,6 +92,17 @@ impl<S: TriageStore + BookReader> Console<S> {
     /// The action function: validates the button's request, applies it to the book and
     /// answers the widget re-rendered with a line saying what happened.
     pub async fn action(&self, event: &Value, now_ms: i64) -> Value {
+        self.action_until(event, now_ms, None).await
+    }
+
+    /// [`Console::action`] within the invocation's `deadline`: a replay's verdict window ends
+    /// before it.
+    pub async fn action_until(
+        &self,
+        event: &Value,
+        now_ms: i64,
+        deadline: Option<Instant>,
+    ) -> Value {
         let ctx = WidgetContext::of(event);
         let request = match ActionRequest::parse(&self.config, event) {
             Ok(r) => r,
@@ -101,7 +116,24 @@ impl<S: TriageStore + BookReader> Console<S> {
                 return Value::String(html);
             }
         };
-        let (ok, text) = self.apply(&request, &ctx, now_ms).await;
+        if request.kind == Kind::Samples {
+            // A popup over the widget: the samples, or why not; nothing changes.
+            let answer = crate::samples::samples(self, &request, &ctx).await;
+            tracing::info!(
+                queue = request.queue.name(),
+                group = %request.group,
+                action = request.kind.as_str(),
+                plan = %request.plan_id,
+                outcome = if answer.is_ok() { "shown" } else { "refused" },
+                "triage action"
+            );
+            return Value::String(match answer {
+                Ok(html) => html,
+                Err(ActError::Refused(e)) => notice(false, &format!("Refused: {e}")),
+                Err(ActError::Port(e)) => notice(false, &format!("Not done: {e}")),
+            });
+        }
+        let (ok, text) = self.apply(&request, &ctx, now_ms, deadline).await;
         tracing::info!(
             queue = request.queue.name(),
             group = %request.group,
@@ -117,9 +149,19 @@ impl<S: TriageStore + BookReader> Console<S> {
         ))
     }
 
-    async fn apply(&self, r: &ActionRequest, ctx: &WidgetContext, now_ms: i64) -> (bool, String) {
+    async fn apply(
+        &self,
+        r: &ActionRequest,
+        ctx: &WidgetContext,
+        now_ms: i64,
+        deadline: Option<Instant>,
+    ) -> (bool, String) {
         if matches!(r.kind, Kind::Replay | Kind::Discard) {
-            return self.command_line(r).await;
+            return match crate::moves::act(self, r, ctx, deadline).await {
+                Ok(text) => (true, text),
+                Err(ActError::Refused(e)) => (false, format!("Refused: {e}")),
+                Err(ActError::Port(e)) => (false, format!("Not done: {e}")),
+            };
         }
         let who = ctx.who();
         let group = r.group.as_str();
@@ -142,8 +184,8 @@ impl<S: TriageStore + BookReader> Console<S> {
                 }
                 Kind::Release => b.release(group, &who, now_ms)?,
                 Kind::Note { text } => b.note(group, &who, text, now_ms)?,
-                Kind::Replay | Kind::Discard => {
-                    unreachable!("answered with their command line before any change")
+                Kind::Replay | Kind::Discard | Kind::Samples => {
+                    unreachable!("moved or shown before any change here")
                 }
             }
             b.stamp_last_audit(group, plan, count);
@@ -155,48 +197,5 @@ impl<S: TriageStore + BookReader> Console<S> {
             Err(TriageError::Refused(e)) => (false, format!("Refused: {e}")),
             Err(e) => (false, format!("Not done: {e}")),
         }
-    }
-
-    /// Replay and discard from the console: the command that does it, after the same checks
-    /// (the group is in the book with this plan). Nothing is changed.
-    async fn command_line(&self, r: &ActionRequest) -> (bool, String) {
-        let book = match self.store.load(r.queue.as_str()).await {
-            Ok(b) => b.map(|(_, b)| b),
-            Err(e) => return (false, format!("Not done: {e}")),
-        };
-        let group = r.group.as_str();
-        let plan = r.plan_id.as_str();
-        let current = book
-            .as_ref()
-            .and_then(|b| b.groups.get(group))
-            .map(|rec| rec.plan_id.clone().unwrap_or_default());
-        match current {
-            None => {
-                return (
-                    false,
-                    format!("Refused: {}", Refused::Unknown(group.to_string())),
-                );
-            }
-            Some(c) if c != plan => {
-                return (
-                    false,
-                    format!(
-                        "Refused: the widget showed plan {plan} of group {group}, the book's current plan is {c}"
-                    ),
-                );
-            }
-            Some(_) => {}
-        }
-        let table = &self.config.table;
-        let queue = r.queue.as_str();
-        let text = match r.kind {
-            Kind::Replay => format!(
-                "Replay moves messages, which this console leaves to the CLI: nothing was changed. Run: redrive triage replay {group} {queue} --plan {plan} --table {table}"
-            ),
-            _ => format!(
-                "Discard deletes messages (archived first), which this console leaves to the CLI: nothing was changed. Run: redrive triage discard {group} {queue} --plan {plan} --archive s3://BUCKET/PREFIX --table {table}"
-            ),
-        };
-        (true, text)
     }
 }

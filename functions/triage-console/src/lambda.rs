@@ -29,6 +29,7 @@ pub async fn run(function: Function) -> Result<(), Error> {
     let console = Console {
         store: DynamoDbTriageStore::new(&sdk, &config.table),
         sqs: aws_sdk_sqs::Client::new(&sdk),
+        s3: redrive_engine::s3::client(&sdk),
         config,
     };
     let console = &console;
@@ -36,8 +37,9 @@ pub async fn run(function: Function) -> Result<(), Error> {
         Ok::<_, Error>(match function {
             Function::Widget => console.widget(&event.payload).await,
             Function::Action => {
+                let deadline = redrive_engine::deadline_instant(event.context.deadline);
                 console
-                    .action(&event.payload, redrive_engine::now_ms())
+                    .action_until(&event.payload, redrive_engine::now_ms(), Some(deadline))
                     .await
             }
         })

@@ -12,25 +12,31 @@
 //!   `hold` (`hours` 1..=168), `release` and `note` on a configured queue, for a group the book
 //!   holds and the plan the book holds now; applies it to the book (load, change, conditional
 //!   save) with an audit entry; and answers the widget re-rendered, with a line saying what was
-//!   done or why not. `replay-canary` and `discard` move messages: it answers them with the
-//!   `redrive triage` command line to run, and changes nothing.
+//!   done or why not. `replay-canary` (the canary of the group's frozen plan to its source,
+//!   judged, stopped by itself when it comes back) and `discard` (the plan archived to S3, then
+//!   deleted) move messages with the CLI's own group actions (`redrive_engine::triage_act`),
+//!   when `count` is the stored plan's size (`moves`).
 //!
 //! The widget only reads (the book with GetItem, the depth with GetQueueAttributes); the action
-//! function also writes the book. `make deploy` gives each its own role, and wires one widget
-//! per protected DLQ and the poison queue into the stack's dashboard (infra/README.md).
+//! function also writes the book and moves a group's messages. `make deploy` gives each its own
+//! role, and wires one widget per protected DLQ and the poison queue into the stack's dashboard
+//! (infra/README.md).
 //!
 //! Nothing a request carries names an AWS resource: the queue is looked up among the configured
-//! ones, the table is the configured one. Message bodies are never read (the book holds none)
-//! and never logged; every text from the book is escaped by the renderer.
+//! ones, the table, the archive bucket and a replay's source are the configured ones. Message
+//! bodies are moved (a replay's copy, a discard's archive) but never shown nor logged; every
+//! text from the book is escaped by the renderer.
 
 mod config;
 mod console;
 mod context;
 mod lambda;
+mod moves;
 mod request;
+mod samples;
 mod view;
 
-pub use config::ConsoleConfig;
+pub use config::{ConsoleConfig, MoveConfig};
 pub use console::{BookReader, Console};
 pub use context::{ContextTimeRange, WidgetContext, Zoom};
 pub use lambda::{Function, run};

@@ -11,11 +11,17 @@ use crate::{MAX_HOLD_HOURS, MAX_NOTE_CHARS};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     Acknowledge,
-    Hold { hours: u64 },
+    Hold {
+        hours: u64,
+    },
     Release,
-    Note { text: String },
+    Note {
+        text: String,
+    },
     Replay,
     Discard,
+    /// A few messages of the group's plan, shown in a popup; nothing changes.
+    Samples,
 }
 
 impl Kind {
@@ -27,6 +33,7 @@ impl Kind {
             Self::Note { .. } => "note",
             Self::Replay => "replay-canary",
             Self::Discard => "discard",
+            Self::Samples => "samples",
         }
     }
 
@@ -40,7 +47,7 @@ impl Kind {
                 "Released group {group} of {queue}: the re-driver drains its messages again."
             ),
             Self::Note { .. } => format!("Noted on group {group} of {queue}."),
-            Self::Replay | Self::Discard => String::new(),
+            Self::Replay | Self::Discard | Self::Samples => String::new(),
         }
     }
 }
@@ -52,6 +59,9 @@ pub struct ActionRequest {
     pub queue: QueueUrl,
     pub group: String,
     pub plan_id: String,
+    /// The plan's size the widget showed (and its confirmation named): a replay or discard is
+    /// refused when the stored plan holds another number.
+    pub count: Option<u64>,
 }
 
 /// A request refused before the book is read: why, and the configured queue it named (when it
@@ -96,14 +106,13 @@ impl ActionRequest {
         if !is_plan_id(plan_id) {
             return Err(reject(q, format!("{plan_id:?} is not a plan id")));
         }
-        if let Some(c) = event.get("count")
-            && !c.is_u64()
-        {
-            return Err(reject(
-                q,
-                "the parameter count must be a whole number".into(),
-            ));
-        }
+        let count =
+            match event.get("count") {
+                None => None,
+                Some(c) => Some(c.as_u64().ok_or_else(|| {
+                    reject(q, "the parameter count must be a whole number".into())
+                })?),
+            };
         let kind = match action {
             "acknowledge" => Kind::Acknowledge,
             "release" => Kind::Release,
@@ -131,13 +140,20 @@ impl ActionRequest {
                     text: text.to_string(),
                 }
             }
+            "replay-canary" | "replay" | "discard" if count.is_none() => {
+                return Err(reject(
+                    q,
+                    format!("{action} needs count, the size of the plan the widget showed"),
+                ));
+            }
             "replay-canary" | "replay" => Kind::Replay,
             "discard" => Kind::Discard,
+            "samples" => Kind::Samples,
             other => {
                 return Err(reject(
                     q,
                     format!(
-                        "{other:?} is not an action of this console (acknowledge, hold, release, note; replay-canary and discard answer with the command to run)"
+                        "{other:?} is not an action of this console (acknowledge, hold, release, note, replay-canary, discard, samples)"
                     ),
                 ));
             }
@@ -147,6 +163,7 @@ impl ActionRequest {
             queue: queue.clone(),
             group: group.to_string(),
             plan_id: plan_id.to_string(),
+            count,
         })
     }
 }

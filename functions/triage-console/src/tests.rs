@@ -74,6 +74,7 @@ fn the_configuration_fails_at_init_naming_the_variable() {
         ("TRIAGE_TABLE", "t-1"),
         ("TRIAGE_QUEUE_URLS", DLQ),
         ("TRIAGE_SHOW_BODIES", "true"),
+        ("ARCHIVE_BUCKET", "redrive-archive"),
     ]))
     .unwrap();
     assert!(action.show_bodies);
@@ -81,9 +82,102 @@ fn the_configuration_fails_at_init_naming_the_variable() {
         ("TRIAGE_TABLE", "t-1"),
         ("TRIAGE_QUEUE_URLS", DLQ),
         ("TRIAGE_SHOW_BODIES", "maybe"),
+        ("ARCHIVE_BUCKET", "redrive-archive"),
     ]))
     .unwrap_err();
     assert_eq!(e.variable, "TRIAGE_SHOW_BODIES");
+}
+
+#[test]
+fn the_action_function_moves_messages_only_where_its_configuration_says() {
+    let base = [
+        ("TRIAGE_TABLE", "t-1"),
+        (
+            "TRIAGE_QUEUE_URLS",
+            "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq,https://sqs.us-east-1.amazonaws.com/123456789012/orders-poison",
+        ),
+        ("ARCHIVE_BUCKET", "redrive-archive"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut vars = base.to_vec();
+        vars.extend_from_slice(extra);
+        ConsoleConfig::action_from_env(&env(&vars))
+    };
+    // The archive as the archiver's (prefix `archive` by default); no source, no poison queue.
+    let moves = with(&[]).unwrap().moves.expect("the action function moves");
+    assert_eq!(
+        (moves.archive.bucket.as_str(), moves.archive.prefix.as_str()),
+        ("redrive-archive", "archive")
+    );
+    assert_eq!(
+        (moves.source, moves.poison, moves.canary_window),
+        (None, None, None)
+    );
+    let source = "https://sqs.us-east-1.amazonaws.com/123456789012/orders";
+    let moves = with(&[
+        ("SOURCE_QUEUE_URL", source),
+        ("POISON_QUEUE_URL", POISON),
+        ("ARCHIVE_PREFIX", "discarded/console"),
+        ("TRIAGE_CANARY_WINDOW_SECONDS", "45"),
+    ])
+    .unwrap()
+    .moves
+    .unwrap();
+    assert_eq!(moves.source.as_ref().map(QueueUrl::as_str), Some(source));
+    assert_eq!(
+        moves.poison.as_ref().map(QueueUrl::name),
+        Some("orders-poison")
+    );
+    assert_eq!(moves.archive.prefix, "discarded/console");
+    assert_eq!(
+        moves.canary_window,
+        Some(std::time::Duration::from_secs(45))
+    );
+    // The widget's configuration has none, and needs no bucket.
+    assert_eq!(config().moves, None);
+
+    type Vars<'a> = &'a [(&'static str, &'static str)];
+    let cases: [(Vars, &str, &str); 7] = [
+        (&[("ARCHIVE_BUCKET", "")], "ARCHIVE_BUCKET", "required"),
+        (
+            &[("ARCHIVE_BUCKET", "Not_A_Bucket")],
+            "ARCHIVE_BUCKET",
+            "S3 bucket name",
+        ),
+        (
+            &[("ARCHIVE_PREFIX", "/a//b")],
+            "ARCHIVE_PREFIX",
+            "key prefix",
+        ),
+        (
+            &[("SOURCE_QUEUE_URL", DLQ)],
+            "SOURCE_QUEUE_URL",
+            "not one of the console's DLQs",
+        ),
+        (
+            &[("SOURCE_QUEUE_URL", "orders")],
+            "SOURCE_QUEUE_URL",
+            "SQS queue URL",
+        ),
+        (
+            &[(
+                "POISON_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/123456789012/other-poison",
+            )],
+            "POISON_QUEUE_URL",
+            "one of the console's queues",
+        ),
+        (
+            &[("TRIAGE_CANARY_WINDOW_SECONDS", "901")],
+            "TRIAGE_CANARY_WINDOW_SECONDS",
+            "1..=900",
+        ),
+    ];
+    for (extra, variable, problem) in cases {
+        let e = with(extra).unwrap_err();
+        assert_eq!(e.variable, variable, "{e}");
+        assert!(e.to_string().contains(problem), "{e}");
+    }
 }
 
 #[test]
@@ -152,6 +246,15 @@ fn a_button_is_accepted_only_with_a_known_action_a_configured_queue_and_well_for
         let r = refused(extra.clone());
         assert!(r.reason.contains(says), "{extra}: {r:?}");
         assert_eq!(r.queue.as_ref().map(QueueUrl::as_str), Some(DLQ));
+    }
+    // Replay and discard name the plan's size their confirmation showed.
+    for action in ["replay-canary", "discard"] {
+        let mut e = button(json!({"action": action}));
+        e.as_object_mut().unwrap().remove("count");
+        let r = ActionRequest::parse(&cfg, &e).unwrap_err();
+        assert!(r.reason.contains(&format!("{action} needs count")), "{r:?}");
+        let ok = ActionRequest::parse(&cfg, &button(json!({"action": action}))).unwrap();
+        assert_eq!(ok.count, Some(3));
     }
 }
 

@@ -22,8 +22,11 @@ Parameters:
 queue: the queue's URL or name (one of the function's TRIAGE_QUEUE_URLS)
 ```
 
-Buttons call the triage action function: acknowledge, hold 24 h, release. Replay and
-discard answer with the `redrive triage` command to run.
+Buttons call the triage action function: samples (a popup of a few of the group's messages),
+acknowledge, hold 24 h, release, replay with a
+canary (one message of the group's plan to its source, judged; a failed canary stops it) and
+discard (each message of the plan archived to S3, then deleted). Replay and discard ask first,
+naming how many messages the plan holds.
 "#;
 
 /// The queue's depth, from `GetQueueAttributes`.
@@ -105,7 +108,11 @@ pub fn view_of(queue: &QueueUrl, book: Option<&Book>, depth: Result<Depth, Strin
             b.largest_first(false)
                 .into_iter()
                 .filter(|(_, r)| r.last_count > 0)
-                .map(|(id, r)| GroupView::new(group_of(id, r)).with_state(r.state.as_str()))
+                .map(|(id, r)| {
+                    GroupView::new(group_of(id, r))
+                        .with_state(r.state.as_str())
+                        .with_plan_size(r.plan_size.and_then(|n| usize::try_from(n).ok()))
+                })
                 .collect()
         })
         .unwrap_or_default();

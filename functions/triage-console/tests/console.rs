@@ -7,7 +7,7 @@
 use redrive_engine::triage_store::{self, DynamoDbTriageStore, TriageStore};
 use redrive_shared::config::Env;
 use redrive_shared::triage::state::{Book, PassFacts, State};
-use redrive_tests::{LambdaWatch, QueueSet, iam, moto, send_raw};
+use redrive_tests::{LambdaWatch, QueueSet, iam, moto, queue_depth, send_raw, unique_name};
 use redrive_triage_console::{Console, ConsoleConfig};
 use serde_json::{Value, json};
 
@@ -45,6 +45,8 @@ fn facts(action: &str, n: usize) -> PassFacts {
 /// The book a pass of three groups records: A (12 messages, to fix then replay, hostile
 /// title), B (3, the re-driver will retry), C (seen once, since resolved).
 async fn write_book(store: &DynamoDbTriageStore, dlq: &str) {
+    let ids: Vec<String> = (0..12).map(|n| format!("gone-{n}")).collect();
+    store.save_plan("plan-a1", &ids).await.expect("plan");
     triage_store::update(store, dlq, |b| {
         b.observe(A, HOSTILE, Some("orders<b>"), 12, Some(("plan-a1", 12)), T0);
         b.keep_pass_facts(A, facts("fix-then-replay-canary", 12), T0)?;
@@ -65,10 +67,21 @@ async fn write_book(store: &DynamoDbTriageStore, dlq: &str) {
     .expect("the pass's book");
 }
 
-/// The environment `make deploy` gives both functions, for `q`'s DLQ and poison queue.
+/// The environment `make deploy` gives both functions, for `q`'s DLQ and poison queue, the
+/// archive bucket `bucket` (prefix `archive`) and `q`'s source.
 fn console_env(q: &QueueSet, table: &str) -> Vec<(String, String)> {
+    console_env_with(q, table, "no-bucket")
+}
+
+fn console_env_with(q: &QueueSet, table: &str, bucket: &str) -> Vec<(String, String)> {
     let mut env = moto().env();
     env.extend([
+        ("ARCHIVE_BUCKET".to_string(), bucket.to_string()),
+        ("ARCHIVE_PREFIX".to_string(), "archive".to_string()),
+        ("POISON_QUEUE_URL".to_string(), q.poison_url.clone()),
+        ("SOURCE_QUEUE_URL".to_string(), q.source_url.clone()),
+        // The canary's verdict window, short for the test (default: the source's retries).
+        ("TRIAGE_CANARY_WINDOW_SECONDS".to_string(), "2".to_string()),
         ("TRIAGE_TABLE".to_string(), table.to_string()),
         (
             "TRIAGE_QUEUE_URLS".to_string(),
@@ -240,6 +253,10 @@ async fn the_widget_shows_the_book_and_the_action_function_acts_on_it_and_refuse
             "the book's current plan is plan-a1",
         ),
         (json!({"action": "purge"}), "not an action of this console"),
+        (
+            json!({"action": "discard", "count": null}),
+            "the parameter count must be a whole number",
+        ),
         (json!({"action": "hold", "hours": 1000}), "1..=168"),
         (
             json!({"action": "release", "planId": "plan-b1", "group": B}),
@@ -271,20 +288,16 @@ async fn the_widget_shows_the_book_and_the_action_function_acts_on_it_and_refuse
         }
     }
 
-    // WHEN replay is pressed: THEN the command line to run, and nothing changed
-    let replay = button_params(html(&next), A, "replay-canary").expect("replay button");
+    // WHEN replay is pressed with a count that is not the stored plan's size: THEN it is
+    // refused, and nothing changed
+    let mut replay = button_params(html(&next), A, "replay-canary").expect("replay button");
+    assert_eq!(replay["count"], 12);
+    replay["count"] = json!(13);
     let answer = watch
         .invoke("triage-action", &press(replay))
         .await
         .expect("action");
-    let expected = format!(
-        "redrive triage replay {A} {} --plan plan-a1 --table {table}",
-        q.dlq_url
-    );
-    assert!(
-        html(&answer).contains(&redrive_console::escape_html(&expected)),
-        "{answer}"
-    );
+    assert!(html(&answer).contains("which holds 12"), "{answer}");
     assert_eq!(book(&store, &q.dlq_url).await, (version, b.clone()));
 
     // AND a widget on a queue not configured is refused; describe answers the docs
@@ -341,6 +354,7 @@ async fn console_as(
     Console {
         store: DynamoDbTriageStore::new(&sdk, table),
         sqs: aws_sdk_sqs::Client::new(&sdk),
+        s3: redrive_engine::s3::client(&sdk),
         config,
     }
 }
@@ -397,18 +411,383 @@ async fn the_widget_role_reads_the_book_and_the_depth_and_cannot_act_or_touch_a_
     let action = console_as("TriageActionRole", &env, &table).await;
     let answer = action.action(&press(ack), T0).await;
 
-    // THEN the book records it; the action's role may not touch a message either
+    // THEN the book records it; the action's role may not drain the source nor send to the
+    // DLQ (its replay sends to the source only)
     assert!(html(&answer).contains("Acknowledged group"), "{answer}");
     let (_, b) = book(&store, &q.dlq_url).await;
     assert_eq!(b.get(A).unwrap().state, State::Acknowledged);
     let received = action
         .sqs
         .receive_message()
-        .queue_url(&q.dlq_url)
+        .queue_url(&q.source_url)
         .send()
         .await;
     assert!(
         received.is_err(),
-        "the action's role received: {received:?}"
+        "the action's role received from the source: {received:?}"
+    );
+    let sent = action
+        .sqs
+        .send_message()
+        .queue_url(&q.dlq_url)
+        .message_body("{}")
+        .send()
+        .await;
+    assert!(sent.is_err(), "the action's role sent to the DLQ: {sent:?}");
+}
+
+/// A book of two groups whose plans are messages on the DLQ: R (3 messages, to fix then replay
+/// with a canary, from `q`'s source) and D (2 messages, to discard).
+const R: &str = "g2-00000000000000a1";
+const D: &str = "g2-00000000000000d1";
+
+async fn write_movable_book(
+    store: &DynamoDbTriageStore,
+    q: &QueueSet,
+    r_ids: &[String],
+    d_ids: &[String],
+) {
+    store.save_plan("plan-r1", r_ids).await.expect("plan");
+    store.save_plan("plan-d1", d_ids).await.expect("plan");
+    let source = q.source_name.clone();
+    triage_store::update(store, &q.dlq_url, |b| {
+        b.observe(
+            R,
+            "order <id> rejected",
+            Some(&source),
+            3,
+            Some(("plan-r1", 3)),
+            T0,
+        );
+        b.keep_pass_facts(R, facts("fix-then-replay-canary", 3), T0)?;
+        b.observe(
+            D,
+            "cancelled order",
+            Some(&source),
+            2,
+            Some(("plan-d1", 2)),
+            T0,
+        );
+        b.keep_pass_facts(D, facts("export-or-discard", 2), T0)?;
+        Ok(())
+    })
+    .await
+    .expect("the pass's book");
+}
+
+fn confirmation_of(h: &str, group: &str, action: &str) -> String {
+    h.split("<cwdb-action ")
+        .skip(1)
+        .find_map(|part| {
+            let (attributes, rest) = part.split_once('>')?;
+            let body = rest.split_once("</cwdb-action>")?.0;
+            let v: Value = serde_json::from_str(body).ok()?;
+            (v["group"] == group && v["action"] == action).then_some(attributes)
+        })
+        .and_then(|a| a.split_once(" confirmation=\"")?.1.split_once('"'))
+        .map(|(c, _)| c.to_string())
+        .unwrap_or_default()
+}
+
+fn audit_of(b: &Book, group: &str) -> Vec<String> {
+    b.get(group)
+        .unwrap()
+        .audit
+        .iter()
+        .map(|e| e.action.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledge_hold_canary_replay_and_discard_round_trip_through_the_action_function() {
+    // GIVEN a DLQ with two groups' messages (R: 3 to replay, D: 2 to discard), their book as a
+    // pass recorded it, the archive bucket, and both functions under their template roles
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
+    let sdk = moto().sdk_config().await;
+    let store = DynamoDbTriageStore::new(&sdk, &table);
+    let s3 = redrive_engine::s3::client(&sdk);
+    let bucket = unique_name("console-archive")
+        .to_lowercase()
+        .replace('_', "-");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let mut r_ids = Vec::new();
+    let hostile = aws_sdk_sqs::types::MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(HOSTILE)
+        .build()
+        .unwrap();
+    for n in 0..3 {
+        let body = format!("secret-replay-{n} <b>bold</b>");
+        r_ids.push(send_raw(&sqs, &q.dlq_url, &body, &[("customer", hostile.clone())]).await);
+    }
+    let mut d_ids = Vec::new();
+    for n in 0..2 {
+        d_ids.push(send_raw(&sqs, &q.dlq_url, &format!("secret-discard-{n}"), &[]).await);
+    }
+    write_movable_book(&store, &q, &r_ids, &d_ids).await;
+    let env = console_env_with(&q, &table, &bucket);
+    let watch = LambdaWatch::start(&["triage-widget", "triage-action"], &env).await;
+    let mut event = widget_event();
+    event["widgetContext"]["params"]["queue"] = json!(q.dlq_name);
+    let render = || async {
+        html(&watch.invoke("triage-widget", &event).await.expect("widget")).to_string()
+    };
+    let h = render().await;
+    assert_eq!(rows(&h), 2, "{h}");
+    assert!(h.contains("<b>5</b> visible"), "{h}");
+
+    // WHEN R's samples are asked for: THEN a popup of its three messages, their ids and
+    // attributes escaped, no body (TRIAGE_SHOW_BODIES is off), and they stay on the DLQ
+    let samples = button_params(&h, R, "samples").expect("samples R");
+    let p = watch
+        .invoke("triage-action", &press(samples.clone()))
+        .await
+        .expect("samples");
+    let p = html(&p).to_string();
+    assert!(p.contains("3 of its 3 message(s)"), "{p}");
+    for id in &r_ids {
+        assert!(p.contains(id.as_str()), "{p}");
+    }
+    assert!(p.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{p}");
+    assert!(!p.contains("<script") && !p.contains("<img"), "{p}");
+    assert!(!p.contains("secret-replay"), "no body: {p}");
+    assert!(p.contains("TRIAGE_SHOW_BODIES is off"), "{p}");
+    assert_eq!(
+        redrive_tests::queue_counts(&sqs, &q.dlq_url).await,
+        Some((5, 0, 0))
+    );
+    // AND with TRIAGE_SHOW_BODIES=true the bodies too, escaped
+    let mut shown = env.clone();
+    shown.push(("TRIAGE_SHOW_BODIES".to_string(), "true".to_string()));
+    let action = console_as("TriageActionRole", &shown, &table).await;
+    let p = action.action(&press(samples), T0).await;
+    let p = html(&p).to_string();
+    assert!(p.contains("secret-replay-0 &lt;b&gt;bold&lt;/b&gt;"), "{p}");
+    assert!(!p.contains("<b>bold"), "{p}");
+
+    // WHEN R is acknowledged, then held, with its rendered buttons
+    let ack = button_params(&h, R, "acknowledge").expect("acknowledge R");
+    let a = watch
+        .invoke("triage-action", &press(ack))
+        .await
+        .expect("action");
+    assert!(html(&a).contains("Acknowledged group"), "{a}");
+    let h = render().await;
+    assert!(
+        h.contains(r#"<span class="rd-tag rd-s-ack">acknowledged</span>"#),
+        "{h}"
+    );
+    let hold = button_params(&h, R, "hold").expect("hold R");
+    let a = watch
+        .invoke("triage-action", &press(hold))
+        .await
+        .expect("action");
+    assert!(html(&a).contains("Held group"), "{a}");
+    let h = render().await;
+    assert!(
+        h.contains(r#"<span class="rd-tag rd-s-held">held</span>"#),
+        "{h}"
+    );
+
+    // THEN each is in the book's audit
+    let (_, b) = book(&store, &q.dlq_url).await;
+    assert_eq!(audit_of(&b, R), ["acknowledge", "hold"]);
+
+    // WHEN its canary replay is pressed (its confirmation names the plan's size), with a queue
+    // URL slipped into the parameters
+    let confirmation = confirmation_of(&h, R, "replay-canary");
+    assert!(
+        confirmation.contains("Replay a canary of the 3 message(s)"),
+        "{confirmation}"
+    );
+    let mut replay = button_params(&h, R, "replay-canary").expect("replay R");
+    assert_eq!(replay["count"], 3);
+    replay["to"] = json!(q.dlq_url);
+    replay["queueUrl"] = json!(q.poison_url);
+    let a = watch
+        .invoke("triage-action", &press(replay))
+        .await
+        .expect("action");
+
+    // THEN one message of the plan (the canary) is on the source, the DLQ holds one fewer, the
+    // replay is audited with the plan and its size, and the answer and the next render show it
+    let a = html(&a).to_string();
+    assert!(
+        a.contains("Replayed a canary of 1 of the 3 message(s) of plan plan-r1"),
+        "{a}"
+    );
+    assert_eq!(queue_depth(&sqs, &q.source_url).await, 1);
+    assert_eq!(queue_depth(&sqs, &q.dlq_url).await, 4);
+    assert_eq!(queue_depth(&sqs, &q.poison_url).await, 0);
+    let canary = redrive_tests::receive_raw(&sqs, &q.source_url, 30).await;
+    assert_eq!(canary.len(), 1);
+    assert!(
+        canary[0]
+            .body()
+            .unwrap_or_default()
+            .starts_with("secret-replay-")
+    );
+    let (_, b) = book(&store, &q.dlq_url).await;
+    let rec = b.get(R).unwrap();
+    assert_eq!(
+        audit_of(&b, R),
+        ["acknowledge", "hold", "replay", "replay-finished"]
+    );
+    let begun = &rec.audit[2];
+    assert_eq!(
+        (begun.plan_id.as_deref(), begun.count),
+        (Some("plan-r1"), Some(3))
+    );
+    assert_eq!(begun.who, "console (dashboard redrive-fleet)");
+    let tally = rec.replay.as_ref().expect("the replay's tally");
+    assert_eq!(
+        (tally.sent, tally.deleted, tally.back, &tally.stages),
+        (1, 1, 0, &vec![1])
+    );
+    assert_eq!(
+        rec.state,
+        State::Acknowledged,
+        "2 messages of the plan are left"
+    );
+    assert!(
+        a.contains(r#"<span class="rd-tag rd-s-ack">acknowledged</span>"#),
+        "{a}"
+    );
+    assert!(a.contains("<b>4</b> visible"), "{a}");
+    let h = render().await;
+    assert!(
+        h.contains(r#"<span class="rd-tag rd-s-ack">acknowledged</span>"#),
+        "{h}"
+    );
+    assert!(h.contains("<b>4</b> visible"), "{h}");
+
+    // WHEN D's discard is pressed (its confirmation names the plan's size)
+    let confirmation = confirmation_of(&h, D, "discard");
+    assert!(
+        confirmation.contains("Discard the 2 message(s)"),
+        "{confirmation}"
+    );
+    let discard = button_params(&h, D, "discard").expect("discard D");
+    let a = watch
+        .invoke("triage-action", &press(discard))
+        .await
+        .expect("action");
+
+    // THEN its two messages are in S3 under the archive prefix, bodies and ids, and gone from
+    // the DLQ; the book says resolved, audited; the next render no longer shows D
+    let a = html(&a).to_string();
+    assert!(
+        a.contains("Discarded 2 of the 2 message(s) of plan plan-d1"),
+        "{a}"
+    );
+    let keys = redrive_engine::s3::list_keys(&s3, &bucket, "archive", ".jsonl")
+        .await
+        .expect("list");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(
+        keys[0].starts_with(&format!("archive/{}/", q.dlq_name)),
+        "{keys:?}"
+    );
+    let object = s3
+        .get_object()
+        .bucket(&bucket)
+        .key(&keys[0])
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    let text = String::from_utf8(object.to_vec()).unwrap();
+    for id in &d_ids {
+        assert!(text.contains(id.as_str()), "{text}");
+    }
+    assert!(text.contains("secret-discard-0") && text.contains("secret-discard-1"));
+    assert!(!text.contains("secret-replay"), "only the plan is archived");
+    assert_eq!(queue_depth(&sqs, &q.dlq_url).await, 2);
+    let (_, b) = book(&store, &q.dlq_url).await;
+    assert_eq!(audit_of(&b, D), ["discard", "discard-finished"]);
+    assert_eq!(b.get(D).unwrap().audit[0].count, Some(2));
+    assert_eq!(b.get(D).unwrap().state, State::Resolved);
+    let h = render().await;
+    assert_eq!(rows(&h), 1, "{h}");
+    assert!(!h.contains(D), "{h}");
+    assert!(h.contains("<b>2</b> visible"), "{h}");
+
+    // AND no body in the functions' logs
+    let log = watch.log();
+    assert!(!log.contains("secret-"), "a body was logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_fails_again_stops_the_replay_and_marks_the_group() {
+    // GIVEN R's three messages on the DLQ, and a consumer that fails every message of the
+    // source back to the DLQ (as SQS's redrive policy would, x-redrive kept)
+    let sqs = moto().sqs().await;
+    let q = QueueSet::create(&sqs, false, 3).await;
+    let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
+    let store = DynamoDbTriageStore::new(&moto().sdk_config().await, &table);
+    let mut r_ids = Vec::new();
+    for n in 0..3 {
+        r_ids.push(send_raw(&sqs, &q.dlq_url, &format!("secret-replay-{n}"), &[]).await);
+    }
+    write_movable_book(&store, &q, &r_ids, &[]).await;
+    let env = console_env_with(&q, &table, "no-bucket");
+    let watch = LambdaWatch::start(&["triage-action"], &env).await;
+    let failing = {
+        let (sqs, source, dlq) = (sqs.clone(), q.source_url.clone(), q.dlq_url.clone());
+        tokio::spawn(async move {
+            loop {
+                for m in redrive_tests::receive_raw(&sqs, &source, 30).await {
+                    let mut send = sqs
+                        .send_message()
+                        .queue_url(&dlq)
+                        .message_body(m.body().unwrap_or_default());
+                    for (k, v) in m.message_attributes().cloned().unwrap_or_default() {
+                        send = send.message_attributes(k, v);
+                    }
+                    send.send().await.unwrap();
+                    sqs.delete_message()
+                        .queue_url(&source)
+                        .receipt_handle(m.receipt_handle().unwrap_or_default())
+                        .send()
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    // WHEN the canary replay is pressed
+    let params = json!({"action": "replay-canary", "queue": q.dlq_name, "group": R,
+        "planId": "plan-r1", "count": 3});
+    let a = watch
+        .invoke("triage-action", &press(params))
+        .await
+        .expect("action");
+    failing.abort();
+
+    // THEN the replay stopped by itself after the canary: the group is marked replay-failed,
+    // the stop audited, and the rest of the plan never left the DLQ
+    let a = html(&a).to_string();
+    assert!(
+        a.contains("Canary failed: 1 of 1 came back to the DLQ"),
+        "{a}"
+    );
+    assert!(a.contains("replay-failed"), "{a}");
+    let (_, b) = book(&store, &q.dlq_url).await;
+    let rec = b.get(R).unwrap();
+    assert_eq!(rec.state, State::ReplayFailed);
+    assert_eq!(audit_of(&b, R), ["replay", "replay-stopped"]);
+    assert_eq!(rec.replay.as_ref().unwrap().stages, vec![1]);
+    assert_eq!(
+        queue_depth(&sqs, &q.dlq_url).await,
+        3,
+        "2 of the plan and the canary's copy"
     );
 }

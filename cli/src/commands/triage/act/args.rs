@@ -12,10 +12,9 @@ use crate::context::{CliError, Ctx};
 use crate::queues::{QueueRef, parse_queue};
 use crate::stack::{Stack, output};
 
-/// Above this many messages an action needs `--yes` (or a typed yes at a terminal).
-pub const CONFIRM_ABOVE: usize = 10;
-/// Above this many messages an action needs `--confirm GROUP` (or the group id typed).
-pub const TYPED_ABOVE: usize = 1000;
+/// Above this many messages an action needs `--yes` (or a typed yes at a terminal); above
+/// `TYPED_ABOVE`, `--confirm GROUP` (or the group id typed).
+pub use redrive_engine::triage_act::{CONFIRM_ABOVE, TYPED_ABOVE};
 
 /// Where triage's book lives and who acts.
 #[derive(Debug, Clone, Args)]
@@ -140,7 +139,7 @@ pub struct GroupReplayArgs {
     #[command(flatten)]
     pub confirm: ConfirmArgs,
     /// Messages in the first stage (the canary); then 10, 100 and the rest.
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    #[arg(long, value_name = "K", default_value_t = redrive_engine::triage_act::DEFAULT_CANARY, value_parser = clap::value_parser!(u64).range(1..=redrive_engine::triage_act::MAX_CANARY))]
     pub canary: u64,
     /// The verdict window after each stage (e.g. 90s, 5m). Default: the source queue's
     /// visibility timeout times its maxReceiveCount (1 without a redrive policy), plus 10 s.
@@ -153,7 +152,7 @@ pub struct GroupReplayArgs {
     #[arg(long, value_name = "QUEUE", value_parser = parse_queue)]
     pub poison: Option<QueueRef>,
     /// Messages sent per second at most.
-    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = redrive_engine::triage_act::DEFAULT_RATE, value_parser = clap::value_parser!(u64).range(1..))]
     pub rate: u64,
     /// FIFO: replay even where a message group holds messages of other causes before this
     /// group's (they would then be processed after them, out of their order).

@@ -3,31 +3,30 @@
 
 use std::io::IsTerminal;
 
-use redrive_engine::triage_store::{self, DynamoDbTriageStore, TriageStore};
+use redrive_engine::triage_act::{ActError, Confirmation, GroupPlan};
+use redrive_engine::triage_store::DynamoDbTriageStore;
 use redrive_shared::config::QueueUrl;
-use redrive_shared::triage::state::{Alert, Book, Finish, GroupRecord, Refused};
+use redrive_shared::triage::state::{Alert, Finish, GroupRecord};
 
-use super::args::{CONFIRM_ABOVE, ConfirmArgs, GroupArgs, TYPED_ABOVE};
-use super::book::refused;
+use super::args::{ConfirmArgs, GroupArgs, TYPED_ABOVE};
 use crate::context::{CliError, Ctx, Outcome};
-use redrive_engine::now_ms;
 
 /// Whether the operator confirmed acting on `n` messages of `group`.
 fn confirmed(n: usize, group: &str, confirm: &ConfirmArgs) -> Result<bool, String> {
-    if n > TYPED_ABOVE {
-        return match confirm.confirm.as_deref() {
+    match Confirmation::for_size(n) {
+        Confirmation::TypedGroup => match confirm.confirm.as_deref() {
             Some(g) if g == group => Ok(true),
             Some(g) => Err(format!("--confirm {g} is not the group id {group}")),
             None => ask(
                 &format!("type the group id ({group}) to act on {n} messages: "),
                 group,
             ),
-        };
+        },
+        Confirmation::Yes if !confirm.yes && confirm.confirm.as_deref() != Some(group) => {
+            ask(&format!("act on {n} messages? type yes: "), "yes")
+        }
+        _ => Ok(true),
     }
-    if n > CONFIRM_ABOVE && !confirm.yes && confirm.confirm.as_deref() != Some(group) {
-        return ask(&format!("act on {n} messages? type yes: "), "yes");
-    }
-    Ok(true)
 }
 
 fn ask(prompt: &str, expected: &str) -> Result<bool, String> {
@@ -42,17 +41,21 @@ fn ask(prompt: &str, expected: &str) -> Result<bool, String> {
     Ok(answer.trim() == expected)
 }
 
-/// An operation about to act on a group's frozen plan: the queue's book, the plan the book
-/// names (or `--plan`), its message ids as the last pass stored them, and the group's record.
+/// An operation about to act on a group's frozen plan ([`GroupPlan`]): the queue's book, the
+/// plan the book names (or `--plan`), its message ids as the last pass stored them, and the
+/// group's record.
 pub(super) struct Operation {
-    store: DynamoDbTriageStore,
+    pub(super) plan: GroupPlan<DynamoDbTriageStore>,
     pub(super) url: QueueUrl,
-    pub(super) group: String,
-    /// Who acts, for the audit.
-    pub(super) who: String,
-    pub(super) plan_id: String,
-    pub(super) ids: Vec<String>,
-    pub(super) record: GroupRecord,
+}
+
+impl From<ActError> for CliError {
+    fn from(e: ActError) -> Self {
+        match e {
+            ActError::Port(p) => CliError::Aws(p),
+            ActError::Refused(r) => CliError::Config(r),
+        }
+    }
 }
 
 impl Operation {
@@ -65,34 +68,15 @@ impl Operation {
         let group = target.group.to_string();
         let url = ctx.resolve(&target.queue).await?;
         let store = target.book.store(ctx)?;
-        let book = triage_store::load_or_new(&store, url.as_str()).await?;
-        let record = book
-            .get(&group)
-            .map_err(|e| CliError::Config(e.to_string()))?
-            .clone();
-        let plan_id = confirm
-            .plan
-            .clone()
-            .or_else(|| record.plan_id.clone())
-            .ok_or_else(|| {
-                CliError::Config(format!(
-                    "group {group} has no plan: run `redrive triage` on the queue with the table first"
-                ))
-            })?;
-        let ids = store.load_plan(&plan_id).await?.ok_or_else(|| {
-            CliError::Config(format!(
-                "no plan {plan_id} is stored: run `redrive triage` again"
-            ))
-        })?;
-        Ok(Self {
+        let plan = GroupPlan::load(
             store,
-            url,
-            group,
-            who: target.book.who(),
-            plan_id,
-            ids,
-            record,
-        })
+            url.as_str(),
+            &group,
+            confirm.plan.as_deref(),
+            &target.book.who(),
+        )
+        .await?;
+        Ok(Self { plan, url })
     }
 
     /// Asks for the confirmation its size needs, then marks the operation begun in the book
@@ -102,68 +86,26 @@ impl Operation {
         operation: &str,
         confirm: &ConfirmArgs,
     ) -> Result<Option<Outcome>, CliError> {
-        let size = self.ids.len();
-        match confirmed(size, &self.group, confirm) {
+        let size = self.plan.ids.len();
+        let group = &self.plan.group;
+        match confirmed(size, group, confirm) {
             Ok(true) => {}
             Ok(false) => {
-                eprintln!("redrive: {}", refusal(size, &self.group));
+                eprintln!("redrive: {}", refusal(size, group));
                 return Ok(Some(Outcome::Refused));
             }
             Err(e) => return Err(CliError::Config(e)),
         }
-        self.update(|b| {
-            b.begin(
-                &self.group,
-                operation,
-                &self.who,
-                &self.plan_id,
-                size as u64,
-                now_ms(),
-            )
-        })
-        .await?;
+        self.plan.begin(operation).await?;
         Ok(None)
     }
 
-    /// Adds one replay stage's counts to the group's record.
-    pub(super) async fn replay_stage(
-        &self,
-        sent: u64,
-        deleted: u64,
-        back: u64,
-        isolated: u64,
-    ) -> Result<(), CliError> {
-        self.update(|b| {
-            b.replay_stage(&self.group, sent, deleted, back, isolated);
-            Ok(())
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// Ends the operation in the book: the alert it raised (a failed canary), and the group's
-    /// record as saved.
+    /// Ends the operation in the book: the alert it raised, and the group's record as saved.
     pub(super) async fn finish(
         &self,
         outcome: Finish,
     ) -> Result<(Option<Alert>, GroupRecord), CliError> {
-        let (alert, book) = self
-            .update(|b| Ok(b.finish(&self.group, &self.who, outcome.clone(), now_ms())))
-            .await?;
-        let record = book
-            .get(&self.group)
-            .map_err(|e| CliError::Config(e.to_string()))?
-            .clone();
-        Ok((alert, record))
-    }
-
-    async fn update<T>(
-        &self,
-        apply: impl FnMut(&mut Book) -> Result<T, Refused>,
-    ) -> Result<(T, Book), CliError> {
-        triage_store::update(&self.store, self.url.as_str(), apply)
-            .await
-            .map_err(refused)
+        Ok(self.plan.finish(outcome).await?)
     }
 }
 

@@ -15,7 +15,8 @@ use crate::output::print_json;
 
 pub async fn discard_group(ctx: &Ctx, a: GroupDiscardArgs) -> Result<Outcome, CliError> {
     let op = Operation::load(ctx, &a.target, &a.confirm).await?;
-    let (group, url, plan_id, ids) = (&op.group, &op.url, &op.plan_id, &op.ids);
+    let url = &op.url;
+    let (group, plan_id, ids) = (&op.plan.group, &op.plan.plan_id, &op.plan.ids);
     if !a.archive.starts_with("s3://") {
         return Err(CliError::Config(format!(
             "--archive {} is not an s3://BUCKET/PREFIX location: discard archives every message before its delete",

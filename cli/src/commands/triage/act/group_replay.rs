@@ -2,13 +2,14 @@
 //! by what comes back to the DLQ (or lands on the poison queue) within the verdict window.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 use redrive_engine::ports::{PortError, Received};
+use redrive_engine::triage_act::{ReplayPlan, StageMoved, StageMover, run_replay, verdict_window};
+use redrive_shared::config::QueueUrl;
 use redrive_shared::meta::RedriveMeta;
-use redrive_shared::triage::state::{Finish, stages};
 
 use super::args::{GroupReplayArgs, parse_duration};
 use super::book::{print_record, publish};
@@ -25,9 +26,10 @@ use crate::select::Selection;
 /// The source queue's verdict window: visibility timeout × maxReceiveCount + 10 s.
 async fn default_window(ctx: &Ctx, to: &str) -> Result<Duration, CliError> {
     let f = facts(&ctx.queue(), to).await?;
-    let visibility = f.visibility_timeout_seconds.unwrap_or(30);
-    let receives = f.max_receive_count().unwrap_or(1);
-    Ok(Duration::from_secs(visibility * receives + 10))
+    Ok(verdict_window(
+        f.visibility_timeout_seconds,
+        f.max_receive_count(),
+    ))
 }
 
 /// FIFO: the message groups in which a message outside the plan comes before one of the plan,
@@ -92,10 +94,77 @@ async fn each_message(
     Ok(walked?)
 }
 
+/// The CLI's stages: each sent with `replay` (its report printed), the copies that came back
+/// looked for on the DLQ and the poison queue.
+struct CliMover<'a> {
+    ctx: &'a Ctx,
+    from: &'a QueueRef,
+    to: &'a QueueRef,
+    url: &'a str,
+    poison: Option<&'a str>,
+    plan_id: &'a str,
+}
+
+impl StageMover for CliMover<'_> {
+    type Error = CliError;
+
+    async fn send(&mut self, remaining: &BTreeSet<String>, n: u64) -> Result<StageMoved, CliError> {
+        let args = ReplayArgs {
+            from: Some(self.from.clone()),
+            to: Some(self.to.clone()),
+            selection: Selection {
+                id: Vec::new(),
+                all: true,
+                filters: FilterArgs::default(),
+                max: Some(n as u32),
+                plan: Some(remaining.clone()),
+            },
+            dry_run: false,
+            allow_unstamped: false,
+        };
+        let done = replay::execute(self.ctx, &args).await?;
+        if !self.ctx.json {
+            replay::print(self.ctx, &args, &done);
+        }
+        Ok(StageMoved {
+            sent: done
+                .sent()
+                .iter()
+                .map(|m| (m.message_id.clone(), m.original_message_id.clone()))
+                .collect(),
+            deleted: done.deleted() as u64,
+            shortfall: done.shortfall() as u64,
+        })
+    }
+
+    async fn came_back(
+        &mut self,
+        originals: &BTreeSet<String>,
+        plan: &BTreeSet<String>,
+    ) -> Result<(u64, u64), CliError> {
+        let back = came_back(self.ctx, self.url, originals, plan).await?;
+        let isolated = match self.poison {
+            Some(p) => came_back(self.ctx, p, originals, plan).await?,
+            None => 0,
+        };
+        Ok((back, isolated))
+    }
+
+    async fn wait(&mut self, verdict: Duration, sent: u64) {
+        eprintln!(
+            "sent {sent} of plan {}; verdict in {} s",
+            self.plan_id,
+            verdict.as_secs()
+        );
+        tokio::time::sleep(verdict).await;
+    }
+}
+
 pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliError> {
     let op = Operation::load(ctx, &a.target, &a.confirm).await?;
-    let (group, url, plan_id, ids) = (&op.group, &op.url, &op.plan_id, &op.ids);
-    let to = match (&a.to, &op.record.source) {
+    let url = &op.url;
+    let (group, plan_id, ids) = (&op.plan.group, &op.plan.plan_id, &op.plan.ids);
+    let to = match (&a.to, &op.plan.record.source) {
         (Some(q), _) => q.clone(),
         (None, Some(name)) => QueueRef::parse(name).map_err(CliError::Config)?,
         (None, None) => {
@@ -121,19 +190,20 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
             )));
         }
     }
-    let sizes = stages(ids.len() as u64, a.canary);
+    let how = ReplayPlan::staged(ids.len(), a.canary, window, a.rate);
     let preview = format!(
-        "would replay {} of plan {plan_id} (group {group}) from {} to {} in stages {sizes:?}, a verdict window of {} s after each",
+        "would replay {} of plan {plan_id} (group {group}) from {} to {} in stages {:?}, a verdict window of {} s after each",
         ids.len(),
         url.name(),
         to_url.name(),
+        how.stages,
         window.as_secs()
     );
     eprintln!("{preview}");
     if a.confirm.dry_run {
         if ctx.json {
             print_json(&json!({"group": group, "plan": plan_id, "dryRun": true,
-                "messages": ids.len(), "stages": sizes, "windowSeconds": window.as_secs(), "to": to_url.as_str()}));
+                "messages": ids.len(), "stages": how.stages, "windowSeconds": window.as_secs(), "to": to_url.as_str()}));
         }
         return Ok(Outcome::Done);
     }
@@ -144,87 +214,35 @@ pub async fn replay_group(ctx: &Ctx, a: GroupReplayArgs) -> Result<Outcome, CliE
     if let Some(refused) = op.confirm_and_begin("replay", &a.confirm).await? {
         return Ok(refused);
     }
-
-    let mut remaining = plan.clone();
-    let mut left = 0u64;
-    let mut stopped = None;
-    for n in sizes {
-        if remaining.is_empty() {
-            break;
-        }
-        let started = Instant::now();
-        let args = ReplayArgs {
-            from: Some(a.target.queue.clone()),
-            to: Some(to.clone()),
-            selection: Selection {
-                id: Vec::new(),
-                all: true,
-                filters: FilterArgs::default(),
-                max: Some(n as u32),
-                plan: Some(remaining.clone()),
-            },
-            dry_run: false,
-            allow_unstamped: false,
-        };
-        let done = replay::execute(ctx, &args).await?;
-        if !ctx.json {
-            replay::print(ctx, &args, &done);
-        }
-        let sent = done.sent();
-        let originals: BTreeSet<String> =
-            sent.iter().map(|m| m.original_message_id.clone()).collect();
-        for m in &sent {
-            remaining.remove(&m.message_id);
-        }
-        let (sent_n, deleted) = (sent.len() as u64, done.deleted() as u64);
-        left = done.shortfall() as u64;
-        if sent_n == 0 {
-            op.replay_stage(0, 0, 0, 0).await?;
-            break;
-        }
-        let pace = Duration::from_millis(sent_n * 1000 / a.rate);
-        let verdict = window.max(pace.saturating_sub(started.elapsed()));
-        eprintln!(
-            "sent {sent_n} of plan {plan_id}; verdict in {} s",
-            verdict.as_secs()
-        );
-        tokio::time::sleep(verdict).await;
-        let back = came_back(ctx, url.as_str(), &originals, &plan).await?;
-        let isolated = match &poison {
-            Some(p) => came_back(ctx, p.as_str(), &originals, &plan).await?,
-            None => 0,
-        };
-        op.replay_stage(sent_n, deleted, back, isolated).await?;
-        if back + isolated > 0 {
-            stopped = Some(format!(
-                "{back} of {sent_n} came back to the DLQ and {isolated} were isolated within {} s",
-                verdict.as_secs()
-            ));
-            break;
-        }
-        if left > 0 {
-            break;
-        }
-    }
-    let outcome = match stopped.clone() {
-        Some(why) => Finish::CanaryFailed(why),
-        None => Finish::Done { left },
+    let mut mover = CliMover {
+        ctx,
+        from: &a.target.queue,
+        to: &to,
+        url: url.as_str(),
+        poison: poison.as_ref().map(QueueUrl::as_str),
+        plan_id,
     };
-    let (alert, r) = op.finish(outcome).await?;
-    publish(ctx, &a.target.book, &alert.into_iter().collect::<Vec<_>>()).await;
+    let done = run_replay(&op.plan, &mut mover, &how).await?;
+    let (stopped, left, r) = (&done.stopped, done.left, &done.record);
+    publish(
+        ctx,
+        &a.target.book,
+        &done.alert.iter().cloned().collect::<Vec<_>>(),
+    )
+    .await;
     if ctx.json {
         print_json(
             &json!({"queue": url.as_str(), "group": group, "plan": plan_id,
-            "stopped": stopped, "record": &r}),
+            "stopped": stopped, "record": r}),
         );
     } else {
-        if let Some(why) = &stopped {
+        if let Some(why) = stopped {
             println!(
                 "{} the replay stopped: {why}",
                 ctx.style.bad("canary failed:")
             );
         }
-        print_record(ctx, group, &r);
+        print_record(ctx, group, r);
     }
     Ok(if stopped.is_some() || left > 0 {
         Outcome::Incomplete
