@@ -224,7 +224,9 @@ fn three_groups_render_with_counts_trends_states_and_buttons_in_both_themes_and_
             for state in [">new<", ">held<", ">acknowledged<"] {
                 assert!(dom.contains(state), "{state}");
             }
-            assert_eq!(dom.matches("<cwdb-action ").count(), 8);
+            // Each group's samples (a popup), and eight actions on the three groups' states.
+            assert_eq!(dom.matches("<cwdb-action ").count(), 3 + 8);
+            assert_eq!(dom.matches("data-action=\"samples\"").count(), 3);
             for action in ["acknowledge", "hold", "release", "replay-canary", "discard"] {
                 assert!(
                     dom.contains(&format!("data-action=\"{action}\"")),
