@@ -88,6 +88,30 @@ impl<'a, Q: Queue> Walk<'a, Q> {
     }
 }
 
+/// Reads every visible message of `url` once (`each`), then makes them all visible again: a
+/// walk that settles nothing.
+pub async fn read_each<Q: Queue>(
+    queue: &Q,
+    url: &str,
+    mut each: impl FnMut(&Received),
+) -> Result<(), PortError> {
+    let mut walk = Walk::new(queue, url);
+    let walked: Result<(), PortError> = async {
+        loop {
+            let batch = walk.next().await?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for (m, _) in &batch {
+                each(m);
+            }
+        }
+    }
+    .await;
+    walk.release().await;
+    walked
+}
+
 /// Copies of `originals` on `url` that are not the plan's own messages.
 pub async fn came_back<Q: Queue>(
     queue: &Q,
@@ -95,25 +119,15 @@ pub async fn came_back<Q: Queue>(
     originals: &BTreeSet<String>,
     plan: &BTreeSet<String>,
 ) -> Result<u64, PortError> {
-    let mut walk = Walk::new(queue, url);
     let mut back = 0;
-    let walked: Result<(), PortError> = async {
-        loop {
-            let batch = walk.next().await?;
-            if batch.is_empty() {
-                return Ok(());
-            }
-            for (m, _) in batch {
-                let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-                if !plan.contains(&m.message_id) && originals.contains(&meta.original_message_id) {
-                    back += 1;
-                }
-            }
+    read_each(queue, url, |m| {
+        let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+        if !plan.contains(&m.message_id) && originals.contains(&meta.original_message_id) {
+            back += 1;
         }
-    }
-    .await;
-    walk.release().await;
-    walked.map(|()| back)
+    })
+    .await?;
+    Ok(back)
 }
 
 /// The destination's `MaximumMessageSize`, never above SQS's.
@@ -207,26 +221,16 @@ pub async fn interleaved<Q: Queue>(
     url: &str,
     plan: &BTreeSet<String>,
 ) -> Result<Vec<String>, PortError> {
-    let mut walk = Walk::new(queue, url);
     let mut other_first: BTreeSet<String> = BTreeSet::new();
     let mut mixed: BTreeSet<String> = BTreeSet::new();
-    let walked: Result<(), PortError> = async {
-        loop {
-            let batch = walk.next().await?;
-            if batch.is_empty() {
-                return Ok(());
-            }
-            for (m, _) in batch {
-                let group = m.group_id.clone().unwrap_or_default();
-                if !plan.contains(&m.message_id) {
-                    other_first.insert(group);
-                } else if other_first.contains(&group) {
-                    mixed.insert(group);
-                }
-            }
+    read_each(queue, url, |m| {
+        let group = m.group_id.clone().unwrap_or_default();
+        if !plan.contains(&m.message_id) {
+            other_first.insert(group);
+        } else if other_first.contains(&group) {
+            mixed.insert(group);
         }
-    }
-    .await;
-    walk.release().await;
-    walked.map(|()| mixed.into_iter().collect())
+    })
+    .await?;
+    Ok(mixed.into_iter().collect())
 }

@@ -37,6 +37,23 @@ use crate::request::{ActionRequest, Kind};
 /// Time kept after a verdict window for the verdict's walks, the book's writes and the answer.
 const ANSWER_MARGIN: Duration = Duration::from_secs(8);
 
+/// The plan of `r`'s group that the widget showed (its plan id), as the book holds it; the
+/// caller, for the audit, from the widget's context.
+pub(crate) async fn shown_plan<S: TriageStore + BookReader + Clone>(
+    console: &Console<S>,
+    r: &ActionRequest,
+    ctx: &WidgetContext,
+) -> Result<GroupPlan<S>, ActError> {
+    GroupPlan::load(
+        console.store.clone(),
+        r.queue.as_str(),
+        &r.group,
+        Some(&r.plan_id),
+        &ctx.who(),
+    )
+    .await
+}
+
 /// Replays the canary of, or discards, the group's plan; answers what was done.
 pub(crate) async fn act<S: TriageStore + BookReader + Clone>(
     console: &Console<S>,
@@ -47,14 +64,7 @@ pub(crate) async fn act<S: TriageStore + BookReader + Clone>(
     let moves = console.config.moves.as_ref().ok_or_else(|| {
         ActError::Refused("this function is not configured to move messages".into())
     })?;
-    let op = GroupPlan::load(
-        console.store.clone(),
-        r.queue.as_str(),
-        &r.group,
-        Some(&r.plan_id),
-        &ctx.who(),
-    )
-    .await?;
+    let op = shown_plan(console, r, ctx).await?;
     let current = op.record.plan_id.clone().unwrap_or_default();
     if current != r.plan_id {
         return Err(ActError::Refused(format!(

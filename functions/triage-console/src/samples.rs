@@ -6,13 +6,14 @@
 use redrive_console::escape_html;
 use redrive_engine::aws::SqsQueue;
 use redrive_engine::ports::Received;
-use redrive_engine::triage_act::{ActError, GroupPlan, sqs::Walk};
+use redrive_engine::triage_act::{ActError, sqs::Walk};
 use redrive_engine::triage_store::TriageStore;
 use redrive_shared::attributes::AttributeValue;
 use redrive_shared::meta::ATTRIBUTE_NAME;
 
 use crate::console::{BookReader, Console};
 use crate::context::WidgetContext;
+use crate::moves::shown_plan;
 use crate::request::ActionRequest;
 
 /// Messages a popup shows at most.
@@ -83,14 +84,7 @@ pub(crate) async fn samples<S: TriageStore + BookReader + Clone>(
     r: &ActionRequest,
     ctx: &WidgetContext,
 ) -> Result<String, ActError> {
-    let op = GroupPlan::load(
-        console.store.clone(),
-        r.queue.as_str(),
-        &r.group,
-        Some(&r.plan_id),
-        &ctx.who(),
-    )
-    .await?;
+    let op = shown_plan(console, r, ctx).await?;
     let plan = op.plan();
     let queue = SqsQueue {
         client: console.sqs.clone(),
