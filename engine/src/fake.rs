@@ -81,6 +81,8 @@ struct State {
     next_id: u64,
     /// Receives still to deliver messages in flight again ([`FakeSqs::redeliver_in_flight`]).
     redeliver: u32,
+    /// In-flight limit per queue ([`FakeSqs::set_in_flight_limit`]); none when not set.
+    in_flight_limits: HashMap<String, usize>,
     /// Draws the order of receives.
     rng: JitterRng,
 }
@@ -141,6 +143,7 @@ impl State {
             retention: HashMap::new(),
             next_id: 0,
             redeliver: 0,
+            in_flight_limits: HashMap::new(),
             rng: seeded_rng(seed),
         }
     }
@@ -414,6 +417,14 @@ impl FakeSqs {
     /// The next `n` receives from a standard queue that find messages in flight return them
     /// too, each with a new receipt handle (the one before goes stale), as SQS's at-least-once
     /// delivery may: two receivers, or one whose earlier receive is still being handled.
+    /// Sets a queue's in-flight limit (SQS's is 120,000 for a standard queue, 20,000 for a
+    /// FIFO one): a receive from a standard queue with that many messages in flight fails with
+    /// `OverLimit`, as SQS's does, and takes no more than the room left; a FIFO queue's returns
+    /// nothing.
+    pub fn set_in_flight_limit(&self, url: &str, limit: usize) {
+        self.lock().in_flight_limits.insert(url.to_string(), limit);
+    }
+
     pub fn redeliver_in_flight(&self, n: u32) {
         self.lock().redeliver += n;
     }

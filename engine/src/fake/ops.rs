@@ -84,6 +84,26 @@ impl FakeSqs {
             s.redeliver -= 1;
             chosen.extend(in_flight);
         }
+        let mut max = max;
+        if let Some(&limit) = s.in_flight_limits.get(queue_url) {
+            let in_flight = s.queues.get(queue_url).map_or(0, |q| {
+                q.iter()
+                    .filter(|m| m.visible_at > now && m.received_at.is_some())
+                    .count()
+            });
+            if in_flight >= limit {
+                if is_fifo(queue_url) {
+                    return Ok(Vec::new());
+                }
+                return Err(PortError::new(
+                    "ReceiveMessage",
+                    "OverLimit",
+                    format!("the queue has {in_flight} messages in flight, its limit"),
+                    false,
+                ));
+            }
+            max = max.min(limit - in_flight);
+        }
         let picked = if is_fifo(queue_url) {
             s.pick_groups(queue_url, chosen, max)
         } else {

@@ -339,4 +339,24 @@ mod tests {
         assert_eq!(walk.unreleased, 0);
         assert_eq!(sqs.depth_visible(Q), 200);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_deeper_than_its_in_flight_limit_fails_over_limit_and_releases_what_was_held() {
+        // GIVEN 200 messages on a queue whose in-flight limit is 100 (SQS: 120,000)
+        let sqs = dlq(200);
+        sqs.set_in_flight_limit(Q, 100);
+
+        // WHEN a pass of 8 receives at once walks it
+        let mut batcher = Batcher::new(None);
+        let (walk, walked) = walk(&sqs, Q, 1000, 8, &mut batcher, |_| true).await;
+
+        // THEN SQS's OverLimit fails the pass, which says so and how much it did not reach,
+        // and the 100 messages it held are visible again
+        assert!(matches!(walked, Err(CliError::Aws(ref e)) if e.code == "OverLimit"));
+        assert_eq!(walk.reach.status, Status::Failed);
+        assert_eq!(walk.grouped, 100);
+        assert_eq!(walk.reach.not_reached, Some(100));
+        assert_eq!(walk.unreleased, 0);
+        assert_eq!(sqs.depth_visible(Q), 200);
+    }
 }
