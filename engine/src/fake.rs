@@ -83,6 +83,10 @@ struct State {
     redeliver: u32,
     /// In-flight limit per queue ([`FakeSqs::set_in_flight_limit`]); none when not set.
     in_flight_limits: HashMap<String, usize>,
+    /// Per queue, a time before which none of its messages' retention ends: a message stored
+    /// later expires later (one moved in from another queue, which keeps its send time,
+    /// clears it, as a change of the retention does).
+    next_expiry: HashMap<String, Instant>,
     /// Draws the order of receives.
     rng: JitterRng,
 }
@@ -144,6 +148,7 @@ impl State {
             next_id: 0,
             redeliver: 0,
             in_flight_limits: HashMap::new(),
+            next_expiry: HashMap::new(),
             rng: seeded_rng(seed),
         }
     }
@@ -156,8 +161,15 @@ impl State {
             .copied()
             .unwrap_or(DEFAULT_RETENTION);
         let now = Instant::now();
+        if self.next_expiry.get(url).is_some_and(|&at| now < at) {
+            // No message can have expired yet: no walk over the queue (a queue of 100,000
+            // messages is read on every call).
+            return self.queues.get_mut(url);
+        }
         let q = self.queues.get_mut(url)?;
         q.retain(|m| now.duration_since(m.sent_at) < retention);
+        let next = q.iter().map(|m| m.sent_at).min().unwrap_or(now) + retention;
+        self.next_expiry.insert(url.to_string(), next);
         Some(q)
     }
 
@@ -313,7 +325,9 @@ impl FakeSqs {
     }
 
     pub fn set_retention(&self, url: &str, retention: Duration) {
-        self.lock().retention.insert(url.to_string(), retention);
+        let mut s = self.lock();
+        s.retention.insert(url.to_string(), retention);
+        s.next_expiry.remove(url);
     }
 
     /// Puts a message on a queue as a producer (or SQS's own DLQ move) would; returns its id.

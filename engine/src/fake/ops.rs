@@ -157,6 +157,7 @@ impl FakeSqs {
                 gone.push(m);
             }
             gone.reverse();
+            s.next_expiry.remove(&dlq);
             s.queues.entry(dlq).or_default().extend(gone);
         }
         Ok(out)
