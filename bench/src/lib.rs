@@ -32,6 +32,8 @@ pub mod proxy;
 pub mod report;
 pub mod runtime_api;
 pub mod soak;
+// `redrive triage QUEUE`'s pass over a deep DLQ, concurrent against one by one.
+pub mod triage_scan;
 pub mod world;
 
 use std::time::Duration;

@@ -3,11 +3,21 @@
 //! interrupted (Ctrl-C, SIGINT, SIGTERM) releases what every scan of the process holds at once
 //! ([`release_all`]); one killed outright leaves them to reappear after the hold.
 //!
+//! A scan receives with up to [`Scanner::with_concurrency`] ReceiveMessage calls in flight at
+//! once (1 unless the command asks for more) and releases what it holds with as many
+//! ChangeMessageVisibilityBatch calls of 10 at once. Messages are handed on in the order their
+//! receives answered, each once (a message received twice is handed on the first time).
+//!
 //! Whole calls are retried by the SDK (its retry configuration), not here.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use serde::Serialize;
 
 use redrive_engine::engine::Transfer;
@@ -21,6 +31,16 @@ use super::output::Style;
 pub const HOLD_SECONDS: i32 = 120;
 /// Long-poll wait of each receive: an empty answer then means nothing more is visible.
 const WAIT_SECONDS: i32 = 1;
+/// Receives (and releases) a `triage` pass has in flight at once unless `--concurrency` says
+/// otherwise: 100,000 messages cost 10,000 receives and 10,000 releases, 1,250 round trips
+/// of 16 calls, 25 s at 20 ms per call (at 8, 50 s: too close to the 60 s the pass is allowed
+/// on a loaded machine).
+pub const DEFAULT_CONCURRENCY: usize = 16;
+/// The most `--concurrency` accepts: SQS serves far more, but each receive in flight holds up
+/// to 10 messages the walk may not need, and a wider walk only adds throttling risk.
+pub const MAX_CONCURRENCY: usize = 64;
+/// Messages one ReceiveMessage (and one ChangeMessageVisibilityBatch) takes at most.
+const PER_CALL: usize = 10;
 
 /// What every scan of this process holds: queue URL -> message id -> latest receipt handle.
 static HELD: Mutex<BTreeMap<String, BTreeMap<String, String>>> = Mutex::new(BTreeMap::new());
@@ -48,11 +68,47 @@ pub async fn release_all<Q: Queue>(queue: &Q) -> usize {
     let all = std::mem::take(&mut *held());
     let mut released = 0;
     for (url, messages) in all {
-        let entries = HandleEntry::numbered(messages.into_values());
-        released += Transfer::new(queue).hold(&url, entries, 0).await.ok.len();
+        released += release_handles(queue, &url, messages.into_values(), DEFAULT_CONCURRENCY).await;
     }
     released
 }
+
+/// Makes the messages of `handles` visible again: one ChangeMessageVisibilityBatch per 10,
+/// `concurrency` calls at once (each chain retries its failed entries as the engine does);
+/// returns how many were released.
+async fn release_handles<Q: Queue>(
+    queue: &Q,
+    url: &str,
+    handles: impl IntoIterator<Item = String>,
+    concurrency: usize,
+) -> usize {
+    let entries = HandleEntry::numbered(handles);
+    if entries.is_empty() {
+        return 0;
+    }
+    // Whole batches of 10 per chain, so that the calls are as few as one after another.
+    let per_chain = entries
+        .len()
+        .div_ceil(concurrency.max(1))
+        .next_multiple_of(PER_CALL);
+    let chains = entries.chunks(per_chain).map(|chain| async move {
+        Transfer::new(queue)
+            .hold(url, chain.to_vec(), 0)
+            .await
+            .ok
+            .len()
+    });
+    join_all(chains).await.into_iter().sum()
+}
+
+/// One ReceiveMessage in flight: the messages it asked for, and its answer.
+type Receiving<'a> = Pin<
+    Box<
+        dyn Future<Output = (usize, Result<Vec<(Received, SystemAttributes)>, PortError>)>
+            + Send
+            + 'a,
+    >,
+>;
 
 /// Walks a queue's visible messages once.
 pub struct Scanner<'a, Q: Queue> {
@@ -68,6 +124,19 @@ pub struct Scanner<'a, Q: Queue> {
     /// The scan met only messages it had returned before (their hold ran out): it cannot
     /// tell whether messages it never saw are left.
     came_back: bool,
+    /// Receives in flight at once, at most.
+    concurrency: usize,
+    /// Messages the caller takes at most: no receive asks beyond them.
+    budget: usize,
+    /// The receives in flight, and the messages they asked for.
+    receiving: FuturesUnordered<Receiving<'a>>,
+    asked: usize,
+    /// Received, not yet handed on.
+    ready: VecDeque<Received>,
+    /// Messages handed on.
+    returned: usize,
+    /// Receives that brought a message again (SQS delivers at least once).
+    repeats: usize,
 }
 
 impl<'a, Q: Queue> Scanner<'a, Q> {
@@ -81,54 +150,128 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
             system: HashMap::new(),
             exhausted: false,
             came_back: false,
+            concurrency: 1,
+            budget: usize::MAX,
+            receiving: FuturesUnordered::new(),
+            asked: 0,
+            ready: VecDeque::new(),
+            returned: 0,
+            repeats: 0,
         }
     }
 
+    /// Up to `n` receives (and releases) in flight at once (1 to [`MAX_CONCURRENCY`]).
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.clamp(1, MAX_CONCURRENCY);
+        self
+    }
+
+    /// The caller takes at most `n` messages: the receives in flight never ask for more than
+    /// are still to come, so that a walk stopped at `--max` holds no more than it needs.
+    pub fn with_budget(mut self, n: usize) -> Self {
+        self.budget = n;
+        self
+    }
+
     /// Up to `max` (1 to 10) messages not returned before in this scan, held until
-    /// [`release`](Self::release); empty once nothing more is visible.
+    /// [`release`](Self::release); empty once nothing more is visible. With a concurrency
+    /// above 1, receives beyond this one are started, and what they bring is handed on by the
+    /// next calls.
     pub async fn next(&mut self, max: usize) -> Result<Vec<Received>, PortError> {
-        while !self.exhausted && !interrupted() {
-            let want = max.clamp(1, 10) as i32;
-            let batch = self
-                .queue
-                .receive_with_system(
-                    self.url,
-                    ReceiveRequest::new(want, WAIT_SECONDS, self.hold_seconds),
-                )
-                .await?;
-            if batch.is_empty() {
+        let max = max.clamp(1, PER_CALL);
+        loop {
+            if interrupted() {
+                // What is in flight lands and is held (and released with the rest); nothing
+                // more is handed on.
                 self.exhausted = true;
-                break;
+                self.settle().await;
+                self.ready.clear();
+                return Ok(Vec::new());
             }
-            let mut fresh = Vec::new();
-            for (m, system) in batch {
-                // A message seen before is back (its hold ran out, or SQS delivered it twice):
-                // keep its newest handle, do not show it again.
-                self.held
-                    .insert(m.message_id.clone(), m.receipt_handle.clone());
-                held()
-                    .entry(self.url.to_string())
-                    .or_default()
-                    .insert(m.message_id.clone(), m.receipt_handle.clone());
-                if self.seen.insert(m.message_id.clone()) {
-                    self.system.insert(m.message_id.clone(), system);
-                    fresh.push(m);
+            if !self.ready.is_empty() {
+                let n = max.min(self.ready.len());
+                let out: Vec<Received> = self.ready.drain(..n).collect();
+                self.returned += out.len();
+                return Ok(out);
+            }
+            self.start_receives(max);
+            let Some((asked, answer)) = self.receiving.next().await else {
+                return Ok(Vec::new());
+            };
+            self.asked -= asked;
+            match answer {
+                Ok(batch) => self.take(batch),
+                Err(e) => {
+                    // Stop, and hold what the other receives in flight bring, so that the
+                    // release covers it.
+                    self.exhausted = true;
+                    self.settle().await;
+                    return Err(e);
                 }
             }
-            if interrupted() {
-                // Held, and released with the rest; not handed on.
-                self.exhausted = true;
+        }
+    }
+
+    /// Starts receives until `concurrency` are in flight, none beyond the end of the queue
+    /// (an empty answer), an interrupt, or the caller's budget.
+    fn start_receives(&mut self, max: usize) {
+        while !self.exhausted && !interrupted() && self.receiving.len() < self.concurrency {
+            let coming = self.returned + self.ready.len() + self.asked;
+            let want = max.min(self.budget.saturating_sub(coming));
+            if want == 0 {
                 break;
             }
-            if !fresh.is_empty() {
-                return Ok(fresh);
+            self.asked += want;
+            let request = ReceiveRequest::new(want as i32, WAIT_SECONDS, self.hold_seconds);
+            let (queue, url) = (self.queue, self.url);
+            self.receiving.push(Box::pin(async move {
+                (want, queue.receive_with_system(url, request).await)
+            }));
+        }
+    }
+
+    /// One receive's answer: each message held (its newest handle), the fresh ones queued to
+    /// be handed on. An empty answer ends the walk; so does one that brought only messages
+    /// seen before (their hold ran out, or the queue was walked round): the end was then not
+    /// proven.
+    fn take(&mut self, batch: Vec<(Received, SystemAttributes)>) {
+        if batch.is_empty() {
+            self.exhausted = true;
+            return;
+        }
+        let mut fresh = 0;
+        for (m, system) in batch {
+            // A message seen before is back (its hold ran out, or SQS delivered it twice):
+            // keep its newest handle, do not hand it on again.
+            self.held
+                .insert(m.message_id.clone(), m.receipt_handle.clone());
+            held()
+                .entry(self.url.to_string())
+                .or_default()
+                .insert(m.message_id.clone(), m.receipt_handle.clone());
+            if self.seen.insert(m.message_id.clone()) {
+                self.system.insert(m.message_id.clone(), system);
+                self.ready.push_back(m);
+                fresh += 1;
+            } else {
+                self.repeats += 1;
             }
-            // Only messages seen before: their hold ran out (a long scan) or the queue was
-            // walked round. Stop, and say that the end was not proven.
+        }
+        if fresh == 0 {
             self.exhausted = true;
             self.came_back = true;
         }
-        Ok(Vec::new())
+    }
+
+    /// Waits for every receive in flight and holds what they bring (handed on only if the walk
+    /// goes on).
+    async fn settle(&mut self) {
+        while let Some((asked, answer)) = self.receiving.next().await {
+            self.asked -= asked;
+            if let Ok(batch) = answer {
+                self.take(batch);
+            }
+        }
     }
 
     /// Receives until `n` messages were collected or nothing more is visible.
@@ -146,12 +289,25 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
 
     /// Messages returned by this scan so far.
     pub fn seen(&self) -> usize {
-        self.seen.len()
+        self.returned
+    }
+
+    /// Messages received again after this scan had received them (counted once).
+    pub fn repeats(&self) -> usize {
+        self.repeats
     }
 
     /// Where the walk ended, measured before [`release`](Self::release) (while what the scan
     /// holds is still in flight): what is left visible on the queue is what it did not reach.
-    pub async fn reach(&self, stop: Stop, taken: usize, walked: &Result<(), PortError>) -> Reach {
+    pub async fn reach(
+        &mut self,
+        stop: Stop,
+        taken: usize,
+        walked: &Result<(), PortError>,
+    ) -> Reach {
+        // Receives still in flight (a walk stopped at its limit) land first: what they hold
+        // is not left on the queue.
+        self.settle().await;
         let left = self.queue.depth(self.url).await.map(|d| d.visible);
         let not_reached = left.as_ref().ok().copied();
         let status = match (walked, stop) {
@@ -165,8 +321,8 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
         };
         Reach {
             status,
-            seen: self.seen.len(),
-            not_selected: self.seen.len().saturating_sub(taken),
+            seen: self.returned,
+            not_selected: self.returned.saturating_sub(taken),
             not_reached,
             came_back: self.came_back,
             error: walked.as_ref().err().map(super::errors::describe),
@@ -194,16 +350,23 @@ impl<'a, Q: Queue> Scanner<'a, Q> {
 
     /// Makes every held message visible again at once; returns how many could not be released
     /// (they reappear when their hold runs out).
-    pub async fn release(self) -> usize {
+    pub async fn release(mut self) -> usize {
+        // What the receives in flight bring is held too.
+        self.settle().await;
         if let Some(q) = held().get_mut(self.url) {
             for id in self.held.keys() {
                 q.remove(id);
             }
         }
-        let entries = HandleEntry::numbered(self.held.into_values());
-        let asked = entries.len();
-        let released = Transfer::new(self.queue).hold(self.url, entries, 0).await;
-        let unreleased = asked - released.ok.len();
+        let asked = self.held.len();
+        let released = release_handles(
+            self.queue,
+            self.url,
+            self.held.into_values(),
+            self.concurrency,
+        )
+        .await;
+        let unreleased = asked - released;
         if unreleased > 0 {
             eprintln!(
                 "warning: {unreleased} message(s) could not be released; they are visible again within {}s",
@@ -376,7 +539,7 @@ mod tests {
     async fn a_walk_whose_messages_came_back_is_not_complete() {
         // GIVEN a walk that met only messages it had seen (a long walk outlived its hold)
         let sqs = three_messages();
-        let scan = scan_whose_messages_came_back(&sqs).await;
+        let mut scan = scan_whose_messages_came_back(&sqs).await;
 
         // THEN it does not call itself complete
         let reach = scan.reach(Stop::Exhausted, 0, &Ok(())).await;

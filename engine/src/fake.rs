@@ -81,6 +81,12 @@ struct State {
     next_id: u64,
     /// Receives still to deliver messages in flight again ([`FakeSqs::redeliver_in_flight`]).
     redeliver: u32,
+    /// In-flight limit per queue ([`FakeSqs::set_in_flight_limit`]); none when not set.
+    in_flight_limits: HashMap<String, usize>,
+    /// Per queue, a time before which none of its messages' retention ends: a message stored
+    /// later expires later (one moved in from another queue, which keeps its send time,
+    /// clears it, as a change of the retention does).
+    next_expiry: HashMap<String, Instant>,
     /// Draws the order of receives.
     rng: JitterRng,
 }
@@ -141,6 +147,8 @@ impl State {
             retention: HashMap::new(),
             next_id: 0,
             redeliver: 0,
+            in_flight_limits: HashMap::new(),
+            next_expiry: HashMap::new(),
             rng: seeded_rng(seed),
         }
     }
@@ -153,8 +161,15 @@ impl State {
             .copied()
             .unwrap_or(DEFAULT_RETENTION);
         let now = Instant::now();
+        if self.next_expiry.get(url).is_some_and(|&at| now < at) {
+            // No message can have expired yet: no walk over the queue (a queue of 100,000
+            // messages is read on every call).
+            return self.queues.get_mut(url);
+        }
         let q = self.queues.get_mut(url)?;
         q.retain(|m| now.duration_since(m.sent_at) < retention);
+        let next = q.iter().map(|m| m.sent_at).min().unwrap_or(now) + retention;
+        self.next_expiry.insert(url.to_string(), next);
         Some(q)
     }
 
@@ -310,7 +325,9 @@ impl FakeSqs {
     }
 
     pub fn set_retention(&self, url: &str, retention: Duration) {
-        self.lock().retention.insert(url.to_string(), retention);
+        let mut s = self.lock();
+        s.retention.insert(url.to_string(), retention);
+        s.next_expiry.remove(url);
     }
 
     /// Puts a message on a queue as a producer (or SQS's own DLQ move) would; returns its id.
@@ -414,6 +431,14 @@ impl FakeSqs {
     /// The next `n` receives from a standard queue that find messages in flight return them
     /// too, each with a new receipt handle (the one before goes stale), as SQS's at-least-once
     /// delivery may: two receivers, or one whose earlier receive is still being handled.
+    /// Sets a queue's in-flight limit (SQS's is 120,000 for a standard queue, 20,000 for a
+    /// FIFO one): a receive from a standard queue with that many messages in flight fails with
+    /// `OverLimit`, as SQS's does, and takes no more than the room left; a FIFO queue's returns
+    /// nothing.
+    pub fn set_in_flight_limit(&self, url: &str, limit: usize) {
+        self.lock().in_flight_limits.insert(url.to_string(), limit);
+    }
+
     pub fn redeliver_in_flight(&self, n: u32) {
         self.lock().redeliver += n;
     }

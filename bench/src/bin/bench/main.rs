@@ -2,10 +2,11 @@
 //! Markdown table and written to `target/bench/` (`latest.md`, `latest.json`, `bench-<time>.json`).
 //!
 //! ```text
-//! bench [--only moto,localstack,fake,scale,sweep,cold,size,micro,cache] [--moto-messages 1000]
+//! bench [--only moto,localstack,fake,scale,sweep,triage,cold,size,micro,cache] [--moto-messages 1000]
 //!       [--localstack-messages 1000] [--localstack-poison 5] [--localstack-backoff-base 60]
 //!       [--fake-messages 20000] [--latency-ms 20] [--pipelines 4] [--scale-drains 10]
-//!       [--scale-cap 6000] [--cold-runs 10] [--lambda-dir target/lambda]
+//!       [--scale-cap 6000] [--triage-messages 100000] [--triage-baseline-messages 10000]
+//!       [--triage-concurrency 8] [--cold-runs 10] [--lambda-dir target/lambda]
 //!       [--arm64-dir target/lambda-arm64] [--criterion-dir target/criterion] [--out target/bench]
 //! ```
 //! The cold-start and package sections read the artefacts of `cargo lambda build --release`
@@ -23,11 +24,13 @@ mod lambdas;
 mod modelled;
 mod options;
 mod queues;
+mod triage;
 
 use lambdas::{cold_section, size_section};
 use modelled::{fake_section, scale_section, sweep_section};
 use options::Options;
 use queues::{localstack_section, moto_section};
+use triage::triage_section;
 
 fn git(args: &[&str]) -> Option<String> {
     let out = Command::new("git")
@@ -240,6 +243,9 @@ fn main() -> ExitCode {
     }
     if o.wants("sweep") {
         sweep_section(&o, &mut report);
+    }
+    if o.wants("triage") {
+        triage_section(&o, &rt, &mut report);
     }
     if o.wants("cold") {
         rt.block_on(cold_section(&o, &mut report));

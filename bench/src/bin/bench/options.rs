@@ -19,6 +19,10 @@ pub(crate) struct Options {
     pub(crate) scale_drains: u32,
     /// The global MAX_MESSAGES_PER_SECOND the K drains split.
     pub(crate) scale_cap: u64,
+    /// The triage pass: messages, the one-by-one baseline's messages, receives at once.
+    pub(crate) triage_messages: u64,
+    pub(crate) triage_baseline_messages: u64,
+    pub(crate) triage_concurrency: usize,
     pub(crate) cold_runs: usize,
     pub(crate) lambda_dir: PathBuf,
     pub(crate) arm64_dir: PathBuf,
@@ -40,6 +44,9 @@ impl Options {
             pipelines: 4,
             scale_drains: 10,
             scale_cap: 6_000,
+            triage_messages: 100_000,
+            triage_baseline_messages: 10_000,
+            triage_concurrency: redrive_cli::scan::DEFAULT_CONCURRENCY,
             cold_runs: 10,
             lambda_dir: root.join("target/lambda"),
             arm64_dir: root.join("target/lambda-arm64"),
@@ -69,6 +76,12 @@ impl Options {
                 "--pipelines" => o.pipelines = number()? as u32,
                 "--scale-drains" => o.scale_drains = number()?.max(1) as u32,
                 "--scale-cap" => o.scale_cap = number()?,
+                "--triage-messages" => o.triage_messages = number()?.max(1),
+                "--triage-baseline-messages" => o.triage_baseline_messages = number()?.max(1),
+                "--triage-concurrency" => {
+                    o.triage_concurrency =
+                        (number()? as usize).clamp(1, redrive_cli::scan::MAX_CONCURRENCY)
+                }
                 "--cold-runs" => o.cold_runs = number()? as usize,
                 "--lambda-dir" => o.lambda_dir = PathBuf::from(value),
                 "--arm64-dir" => o.arm64_dir = PathBuf::from(value),

@@ -128,6 +128,16 @@ pub struct PassArgs {
     /// Messages grouped at most; a deeper queue is grouped as a sample, and the output says so.
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..=110_000))]
     pub max: u32,
+    /// Receives in flight at once while the pass walks the queue (and releases of 10 held
+    /// messages at once when it ends), 1 to 64: 1 walks one receive after another. The groups
+    /// are the same at any value.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::scan::DEFAULT_CONCURRENCY,
+        value_parser = parse_concurrency
+    )]
+    pub concurrency: usize,
     /// An ordered rules file (JSON) that names, merges or splits groups (docs/triage.md).
     #[arg(long, value_name = "PATH")]
     pub rules: Option<PathBuf>,
@@ -150,4 +160,34 @@ pub struct PassArgs {
     pub book: BookArgs,
     #[command(flatten)]
     pub causes: CausesArgs,
+}
+
+/// `--concurrency`: a whole number from 1 to [`crate::scan::MAX_CONCURRENCY`].
+fn parse_concurrency(value: &str) -> Result<usize, String> {
+    let max = crate::scan::MAX_CONCURRENCY;
+    match value.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "the receives in flight at once must be a whole number from 1 to {max}, not {value:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_is_a_whole_number_from_1_to_the_maximum() {
+        assert_eq!(parse_concurrency("8"), Ok(8));
+        assert_eq!(parse_concurrency("1"), Ok(1));
+        assert_eq!(parse_concurrency("64"), Ok(64));
+        for wrong in ["0", "65", "-1", "eight", ""] {
+            let e = parse_concurrency(wrong).unwrap_err();
+            assert!(
+                e.contains("from 1 to 64") && e.contains(&format!("{wrong:?}")),
+                "{e}"
+            );
+        }
+    }
 }

@@ -11,6 +11,7 @@ mod causes;
 mod index;
 mod render;
 mod show;
+pub mod walk;
 
 pub use args::{PassArgs, TriageArgs, TriageCommand};
 pub use causes::{CauseLookup, CausesArgs};
@@ -27,7 +28,7 @@ use redrive_shared::triage::{
 
 use crate::context::{CliError, Ctx, Outcome};
 use crate::inspect::{facts, warn_if_receives_count};
-use crate::scan::{Reach, Scanner, Status, Stop};
+use crate::scan::Status;
 use causes::{Batcher, Origins};
 use render::{HtmlPage, print_groups};
 
@@ -145,17 +146,17 @@ async fn pass(
     mut each: impl FnMut(&Read) -> bool,
 ) -> Result<(String, Coverage), CliError> {
     let mut batcher = Batcher::new(CauseLookup::new(ctx, &args.causes));
-    let (mut grouped, mut repeats) = (0, 0);
-    let mut hand_on = |reads: Vec<Read>, grouped: &mut usize, repeats: &mut usize| {
-        for read in &reads {
-            if each(read) {
-                *grouped += 1;
-            } else {
-                *repeats += 1;
-            }
-        }
-    };
     if let Some(from) = &args.file {
+        let (mut grouped, mut repeats) = (0, 0);
+        let mut hand_on = |reads: Vec<Read>, grouped: &mut usize, repeats: &mut usize| {
+            for read in &reads {
+                if each(read) {
+                    *grouped += 1;
+                } else {
+                    *repeats += 1;
+                }
+            }
+        };
         let lines = crate::jsonl::read(ctx, from, "nothing was grouped").await?;
         let about = lines.len() as u64;
         for crate::jsonl::Line { message: line, .. } in lines.into_iter().take(args.max as usize) {
@@ -200,49 +201,22 @@ async fn pass(
     let url = target.as_str();
     let before = facts(&queue, url).await?;
     warn_if_receives_count(&before, target.name());
-    let mut scan = Scanner::new(&queue, url);
-    let max = args.max as usize;
-    let walked: Result<(), CliError> = async {
-        loop {
-            // Messages waiting for their cause lookup count against --max already.
-            let taken = grouped + batcher.pending();
-            if taken >= max {
-                let ready = batcher.flush().await?;
-                hand_on(ready, &mut grouped, &mut repeats);
-                if grouped >= max {
-                    break;
-                }
-                continue;
-            }
-            let batch = scan
-                .next((max - taken).min(10))
-                .await
-                .map_err(CliError::Aws)?;
-            if batch.is_empty() {
-                break;
-            }
-            for message in batch {
-                let ready = batcher.push(message).await?;
-                hand_on(ready, &mut grouped, &mut repeats);
-            }
-        }
-        let ready = batcher.flush().await?;
-        hand_on(ready, &mut grouped, &mut repeats);
-        Ok(())
-    }
+    let (walked, result) = walk::walk(
+        &queue,
+        url,
+        args.max as usize,
+        args.concurrency,
+        &mut batcher,
+        each,
+    )
     .await;
-    let stop = if grouped >= max {
-        Stop::Limit
-    } else {
-        Stop::Exhausted
-    };
-    let scanned = match &walked {
-        Err(CliError::Aws(e)) => Err(e.clone()),
-        _ => Ok(()),
-    };
-    let reach: Reach = scan.reach(stop, grouped + repeats, &scanned).await;
-    scan.release().await;
-    walked?;
+    result?;
+    let walk::Walk {
+        grouped,
+        repeats,
+        reach,
+        ..
+    } = walked;
     let status = match reach.status {
         Status::Complete => "complete",
         Status::Limit => "sample",
