@@ -20,7 +20,7 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use serde::Serialize;
 
-use redrive_engine::engine::Transfer;
+use redrive_engine::engine::{Holds, Transfer};
 use redrive_engine::ports::{HandleEntry, PortError, Queue, ReceiveRequest, Received};
 use redrive_shared::archive::SystemAttributes;
 
@@ -468,6 +468,16 @@ impl Reach {
                 self.error.as_deref().unwrap_or("an AWS call failed")
             )),
         }
+    }
+}
+
+impl<Q: Queue> Holds for Scanner<'_, Q> {
+    fn handle(&self, message_id: &str) -> Option<&str> {
+        Scanner::handle(self, message_id)
+    }
+
+    fn settled(&mut self, message_id: &str) {
+        Scanner::settled(self, message_id);
     }
 }
 

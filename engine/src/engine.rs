@@ -54,7 +54,7 @@ pub use finish::StepTotals;
 pub use onhold::TriageBooks;
 pub use rejected::{SEND_REJECTED_AFTER, SEND_REJECTIONS_FIELD};
 pub use request::{DrainError, DrainRequest, MessageRecord, Settings, StopReason, Summary};
-pub use transfer::{Acks, Moved, Transfer};
+pub use transfer::{Acks, HeldDeletes, Holds, Moved, Transfer, delete_held};
 
 /// The engine. `C` is the adaptive circuit's store ([`NoCircuit`] by default: off, as when
 /// `CIRCUIT_TABLE` is unset); see [`Engine::with_circuit`].

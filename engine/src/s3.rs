@@ -11,11 +11,15 @@
 use aws_config::SdkConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumAlgorithm;
-use redrive_shared::archive::base64_encode;
+use redrive_shared::archive::{
+    ArchivedMessage, S3Location, SystemAttributes, base64_encode, object_key, to_line,
+};
+use redrive_shared::config::QueueUrl;
 use sha2::{Digest, Sha256};
 
 use crate::aws::port_error;
-use crate::ports::PortError;
+use crate::now_ms;
+use crate::ports::{PortError, Received};
 
 /// An S3 client from the shared SDK configuration, path-style.
 pub fn client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
@@ -125,4 +129,83 @@ pub async fn get_bytes(
         .with_source(e)
     })?;
     Ok(bytes.into_bytes().to_vec())
+}
+
+/// Messages per archive object at most (`redrive export`, a discard): an object is written
+/// (and its messages may be deleted) as soon as it is full.
+pub const OBJECT_MESSAGES: usize = 100;
+/// Bytes per archive object at most (lines of up to 1 MiB messages).
+pub const OBJECT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Archive lines (the format `redrive import` restores) waiting for their object, each with the
+/// message it was made from.
+#[derive(Debug, Default)]
+pub struct ArchiveLines {
+    lines: Vec<(String, Received)>,
+    bytes: usize,
+}
+
+impl ArchiveLines {
+    /// The line of `m`, received from `queue_url` with `system`, archived at `now`.
+    pub fn push(&mut self, queue_url: &str, now: i64, m: Received, system: SystemAttributes) {
+        let line = to_line(&ArchivedMessage {
+            queue: queue_url.to_string(),
+            archived_at_ms: now,
+            message_id: m.message_id.clone(),
+            body: m.body.clone(),
+            attributes: m.attributes.clone(),
+            system,
+        });
+        self.bytes += line.len() + 1;
+        self.lines.push((line, m));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// As many messages or bytes as one object takes.
+    pub fn is_full(&self) -> bool {
+        self.lines.len() >= OBJECT_MESSAGES || self.bytes >= OBJECT_BYTES
+    }
+
+    /// The lines, one per message and each ending in a newline, and the messages, in order.
+    pub fn take(&mut self) -> (String, Vec<Received>) {
+        self.bytes = 0;
+        let mut text = String::new();
+        let mut messages = Vec::with_capacity(self.lines.len());
+        for (line, m) in std::mem::take(&mut self.lines) {
+            text.push_str(&line);
+            text.push('\n');
+            messages.push(m);
+        }
+        (text, messages)
+    }
+
+    /// Writes the pending lines as one object of `queue`'s under `location` ([`put_verified`])
+    /// and takes them only once S3 acknowledged it: the object's `s3://` address and its
+    /// messages. On an error nothing is taken.
+    pub async fn put(
+        &mut self,
+        client: &aws_sdk_s3::Client,
+        location: &S3Location,
+        queue: &QueueUrl,
+    ) -> Result<(String, Vec<Received>), PortError> {
+        let first = &self.lines[0].1.message_id;
+        let key = object_key(
+            &location.prefix,
+            queue.name(),
+            now_ms(),
+            first,
+            self.lines.len(),
+        );
+        let body: String = self
+            .lines
+            .iter()
+            .map(|(line, _)| format!("{line}\n"))
+            .collect();
+        put_verified(client, &location.bucket, &key, body.into_bytes()).await?;
+        let (_, messages) = self.take();
+        Ok((format!("s3://{}/{key}", location.bucket), messages))
+    }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::queues::QueueRef;
 use clap::Args;
-use redrive_shared::archive::{ArchivedMessage, S3Location, object_key, to_line};
+use redrive_shared::archive::S3Location;
 use redrive_shared::config::QueueUrl;
 use serde_json::json;
 
@@ -26,15 +26,10 @@ use crate::context::{CliError, Ctx, Outcome};
 use crate::filter::{FilterArgs, MessageFilter};
 use crate::progress::Progress;
 use crate::scan::{HOLD_SECONDS, Reach, Scanner, Status, Stop};
-use redrive_engine::engine::Transfer;
+use redrive_engine::engine::delete_held;
 use redrive_engine::now_ms;
-use redrive_engine::ports::{HandleEntry, PortError, Queue, Received};
-
-/// Messages per S3 object at most; an object is written (and, with `--delete`, its messages
-/// deleted) as soon as it is full, well within the scan's hold of the messages.
-const OBJECT_MESSAGES: usize = 100;
-/// Bytes per S3 object at most (lines of up to 1 MiB messages).
-const OBJECT_BYTES: usize = 16 * 1024 * 1024;
+use redrive_engine::ports::{PortError, Queue, Received};
+use redrive_engine::s3::ArchiveLines;
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
@@ -82,9 +77,9 @@ enum Sink {
     S3 {
         client: aws_sdk_s3::Client,
         location: S3Location,
-        /// Lines and the messages they hold, not yet written.
-        pending: Vec<(String, Received)>,
-        pending_bytes: usize,
+        /// Lines and the messages they hold, not yet written: an object is written (and, with
+        /// `--delete`, its messages deleted) as soon as it is full, well within the scan's hold.
+        pending: ArchiveLines,
     },
 }
 
@@ -134,8 +129,7 @@ pub async fn execute(ctx: &Ctx, args: &ExportArgs) -> Result<(QueueUrl, Report, 
             Sink::S3 {
                 client,
                 location: location.clone(),
-                pending: Vec::new(),
-                pending_bytes: 0,
+                pending: ArchiveLines::default(),
             }
         }
     };
@@ -252,27 +246,14 @@ async fn walk<Q: Queue>(
         if chosen.is_empty() {
             continue;
         }
-        let lines: Vec<(String, Received)> = chosen
-            .into_iter()
-            .map(|m| {
-                let line = to_line(&ArchivedMessage {
-                    queue: url.to_string(),
-                    archived_at_ms: now,
-                    message_id: m.message_id.clone(),
-                    body: m.body.clone(),
-                    attributes: m.attributes.clone(),
-                    system: scan.system(&m.message_id),
-                });
-                (line, m)
-            })
-            .collect();
         match sink {
             Sink::File { file } => {
-                let mut text = String::new();
-                for (line, _) in &lines {
-                    text.push_str(line);
-                    text.push('\n');
+                let mut lines = ArchiveLines::default();
+                for m in chosen {
+                    let system = scan.system(&m.message_id);
+                    lines.push(url, now, m, system);
                 }
+                let (text, stored) = lines.take();
                 file.write_all(text.as_bytes())
                     .and_then(|()| file.flush())
                     .and_then(|()| file.sync_all())
@@ -283,22 +264,19 @@ async fn walk<Q: Queue>(
                         retryable: false,
                         source: None,
                     })?;
-                let stored: Vec<Received> = lines.into_iter().map(|(_, m)| m).collect();
                 settle(queue, scan, url, args.delete, stored, report).await;
             }
             Sink::S3 {
                 client,
                 location,
                 pending,
-                pending_bytes,
             } => {
-                for (line, m) in lines {
-                    *pending_bytes += line.len() + 1;
-                    pending.push((line, m));
+                for m in chosen {
+                    let system = scan.system(&m.message_id);
+                    pending.push(url, now, m, system);
                 }
-                if pending.len() >= OBJECT_MESSAGES || *pending_bytes >= OBJECT_BYTES {
+                if pending.is_full() {
                     let stored = put_object(client, location, target, pending, report).await?;
-                    *pending_bytes = 0;
                     settle(queue, scan, url, args.delete, stored, report).await;
                 }
             }
@@ -313,12 +291,10 @@ async fn walk<Q: Queue>(
         client,
         location,
         pending,
-        pending_bytes,
     } = sink
         && !pending.is_empty()
     {
         let stored = put_object(client, location, target, pending, report).await?;
-        *pending_bytes = 0;
         settle(queue, scan, url, args.delete, stored, report).await;
     }
     Ok(())
@@ -329,30 +305,12 @@ async fn put_object(
     client: &aws_sdk_s3::Client,
     location: &S3Location,
     queue: &QueueUrl,
-    pending: &mut Vec<(String, Received)>,
+    pending: &mut ArchiveLines,
     report: &mut Report,
 ) -> Result<Vec<Received>, PortError> {
-    let first = &pending[0].1.message_id;
-    let key = object_key(
-        &location.prefix,
-        queue.name(),
-        now_ms(),
-        first,
-        pending.len(),
-    );
-    let mut body = String::new();
-    for (line, _) in pending.iter() {
-        body.push_str(line);
-        body.push('\n');
-    }
-    redrive_engine::s3::put_verified(client, &location.bucket, &key, body.into_bytes()).await?;
-    report
-        .objects
-        .push(format!("s3://{}/{key}", location.bucket));
-    Ok(std::mem::take(pending)
-        .into_iter()
-        .map(|(_, m)| m)
-        .collect())
+    let (object, stored) = pending.put(client, location, queue).await?;
+    report.objects.push(object);
+    Ok(stored)
 }
 
 /// Records stored messages and, with `--delete`, deletes the ones whose hold it could renew.
@@ -372,35 +330,9 @@ async fn settle<Q: Queue>(
     }
     // The scan's latest handle: the message may have come back and been received again by
     // the scan itself since its line was made.
-    let entries = HandleEntry::numbered(stored.iter().map(|m| {
-        scan.handle(&m.message_id)
-            .unwrap_or(&m.receipt_handle)
-            .to_string()
-    }));
-    let transfer = Transfer::new(queue);
-    let held = transfer.hold(url, entries.clone(), HOLD_SECONDS).await;
-    let current: Vec<HandleEntry> = entries
-        .into_iter()
-        .filter(|e| held.ok.contains(&e.id))
-        .collect();
-    let acks = transfer.delete(url, current).await;
-    for (i, m) in stored.iter().enumerate() {
-        let id = i.to_string();
-        if acks.ok.contains(&id) {
-            scan.settled(&m.message_id);
-            report.deleted += 1;
-        } else if let Some(why) = held.failed.get(&id) {
-            report.delete_failed.push((
-                m.message_id.clone(),
-                format!(
-                    "its hold ran out before the delete (it may have been received again): {why}"
-                ),
-            ));
-        } else {
-            let why = acks.failed.get(&id).cloned().unwrap_or_default();
-            report.delete_failed.push((m.message_id.clone(), why));
-        }
-    }
+    let deletes = delete_held(queue, scan, url, &stored, HOLD_SECONDS).await;
+    report.deleted += deletes.deleted;
+    report.delete_failed.extend(deletes.failed);
 }
 
 fn print_text(ctx: &Ctx, args: &ExportArgs, target: &QueueUrl, report: &Report, reach: &Reach) {
@@ -447,6 +379,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
+    use redrive_engine::ports::HandleEntry;
     use redrive_shared::Attributes;
 
     use super::*;

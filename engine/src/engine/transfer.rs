@@ -9,7 +9,7 @@ use redrive_shared::limits::HeldGroups;
 use super::Settings;
 use super::calls::{Calls, Sent};
 use crate::lock;
-use crate::ports::{HandleEntry, Queue, SendEntry};
+use crate::ports::{HandleEntry, Queue, Received, SendEntry};
 
 /// Per entry id: acknowledged, the error of its last try, or (FIFO) held back unsent because
 /// an earlier entry of its group was not acknowledged.
@@ -147,4 +147,64 @@ impl<'q, Q: Queue> Transfer<'q, Q> {
         let deleted = self.delete(from, deletes).await;
         Moved { sent, deleted }
     }
+}
+
+/// A walk over a queue that holds what it received: the latest receipt handle of each message
+/// (one received again since it was returned has a new one), and that a message is settled
+/// (deleted: nothing to release).
+pub trait Holds {
+    fn handle(&self, message_id: &str) -> Option<&str>;
+    fn settled(&mut self, message_id: &str);
+}
+
+/// What [`delete_held`] came to: how many were deleted, and each message not deleted with why.
+#[derive(Debug, Default)]
+pub struct HeldDeletes {
+    pub deleted: usize,
+    pub failed: Vec<(String, String)>,
+}
+
+/// Deletes `stored` (copied or archived elsewhere first), each by the latest handle `holds`
+/// has for it, once its hold could be renewed for `hold_seconds`: SQS answers a delete with a
+/// stale handle with success and deletes nothing, whereas it refuses to renew one. Each
+/// message deleted is settled in `holds`.
+pub async fn delete_held<Q: Queue>(
+    queue: &Q,
+    holds: &mut impl Holds,
+    url: &str,
+    stored: &[Received],
+    hold_seconds: i32,
+) -> HeldDeletes {
+    let entries = HandleEntry::numbered(stored.iter().map(|m| {
+        holds
+            .handle(&m.message_id)
+            .unwrap_or(&m.receipt_handle)
+            .to_string()
+    }));
+    let transfer = Transfer::new(queue);
+    let held = transfer.hold(url, entries.clone(), hold_seconds).await;
+    let current: Vec<HandleEntry> = entries
+        .into_iter()
+        .filter(|e| held.ok.contains(&e.id))
+        .collect();
+    let acks = transfer.delete(url, current).await;
+    let mut out = HeldDeletes::default();
+    for (i, m) in stored.iter().enumerate() {
+        let id = i.to_string();
+        if acks.ok.contains(&id) {
+            holds.settled(&m.message_id);
+            out.deleted += 1;
+        } else if let Some(why) = held.failed.get(&id) {
+            out.failed.push((
+                m.message_id.clone(),
+                format!(
+                    "its hold ran out before the delete (it may have been received again): {why}"
+                ),
+            ));
+        } else {
+            let why = acks.failed.get(&id).cloned().unwrap_or_default();
+            out.failed.push((m.message_id.clone(), why));
+        }
+    }
+    out
 }

@@ -11,7 +11,7 @@ use redrive_shared::limits::MAX_MESSAGE_BYTES;
 use redrive_shared::meta::RedriveMeta;
 
 use super::StageMoved;
-use crate::engine::{Moved, Transfer};
+use crate::engine::{Holds, Moved, Transfer};
 use crate::now_ms;
 use crate::ports::{HandleEntry, PortError, Queue, ReceiveRequest, Received};
 use crate::replay_copy::replay_entry;
@@ -112,6 +112,74 @@ pub async fn read_each<Q: Queue>(
     walked
 }
 
+impl<Q: Queue> Holds for Walk<'_, Q> {
+    fn handle(&self, message_id: &str) -> Option<&str> {
+        Walk::handle(self, message_id)
+    }
+
+    fn settled(&mut self, message_id: &str) {
+        Walk::settled(self, message_id);
+    }
+}
+
+/// Counts, message by message, the copies of `originals` that are not the plan's own messages
+/// (a replayed copy that came back).
+pub struct CameBack<'p> {
+    originals: &'p BTreeSet<String>,
+    plan: &'p BTreeSet<String>,
+    pub count: u64,
+}
+
+impl<'p> CameBack<'p> {
+    pub fn new(originals: &'p BTreeSet<String>, plan: &'p BTreeSet<String>) -> Self {
+        Self {
+            originals,
+            plan,
+            count: 0,
+        }
+    }
+
+    pub fn see(&mut self, m: &Received) {
+        let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
+        if !self.plan.contains(&m.message_id) && self.originals.contains(&meta.original_message_id)
+        {
+            self.count += 1;
+        }
+    }
+}
+
+/// FIFO, message by message in the order received: the message groups in which a message
+/// outside `plan` comes before one of the plan, as far as a walk can read them (SQS hands out a
+/// message group's head only).
+pub struct Interleaved<'p> {
+    plan: &'p BTreeSet<String>,
+    other_first: BTreeSet<String>,
+    mixed: BTreeSet<String>,
+}
+
+impl<'p> Interleaved<'p> {
+    pub fn new(plan: &'p BTreeSet<String>) -> Self {
+        Self {
+            plan,
+            other_first: BTreeSet::new(),
+            mixed: BTreeSet::new(),
+        }
+    }
+
+    pub fn see(&mut self, m: &Received) {
+        let group = m.group_id.clone().unwrap_or_default();
+        if !self.plan.contains(&m.message_id) {
+            self.other_first.insert(group);
+        } else if self.other_first.contains(&group) {
+            self.mixed.insert(group);
+        }
+    }
+
+    pub fn groups(self) -> Vec<String> {
+        self.mixed.into_iter().collect()
+    }
+}
+
 /// Copies of `originals` on `url` that are not the plan's own messages.
 pub async fn came_back<Q: Queue>(
     queue: &Q,
@@ -119,15 +187,9 @@ pub async fn came_back<Q: Queue>(
     originals: &BTreeSet<String>,
     plan: &BTreeSet<String>,
 ) -> Result<u64, PortError> {
-    let mut back = 0;
-    read_each(queue, url, |m| {
-        let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-        if !plan.contains(&m.message_id) && originals.contains(&meta.original_message_id) {
-            back += 1;
-        }
-    })
-    .await?;
-    Ok(back)
+    let mut back = CameBack::new(originals, plan);
+    read_each(queue, url, |m| back.see(m)).await?;
+    Ok(back.count)
 }
 
 /// The destination's `MaximumMessageSize`, never above SQS's.
@@ -214,23 +276,14 @@ pub async fn replay_stage<Q: Queue>(
     Ok(out)
 }
 
-/// FIFO: the message groups in which a message outside `plan` comes before one of the plan, as
-/// far as a walk can read them (SQS hands out a message group's head only).
+/// FIFO: the message groups of `url` in which a message outside `plan` comes before one of the
+/// plan ([`Interleaved`]).
 pub async fn interleaved<Q: Queue>(
     queue: &Q,
     url: &str,
     plan: &BTreeSet<String>,
 ) -> Result<Vec<String>, PortError> {
-    let mut other_first: BTreeSet<String> = BTreeSet::new();
-    let mut mixed: BTreeSet<String> = BTreeSet::new();
-    read_each(queue, url, |m| {
-        let group = m.group_id.clone().unwrap_or_default();
-        if !plan.contains(&m.message_id) {
-            other_first.insert(group);
-        } else if other_first.contains(&group) {
-            mixed.insert(group);
-        }
-    })
-    .await?;
-    Ok(mixed.into_iter().collect())
+    let mut seen = Interleaved::new(plan);
+    read_each(queue, url, |m| seen.see(m)).await?;
+    Ok(seen.groups())
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use redrive_engine::ports::{PortError, Received};
+use redrive_engine::triage_act::sqs::{CameBack, Interleaved};
 use redrive_engine::triage_act::{ReplayPlan, StageMoved, StageMover, run_replay, verdict_window};
 use redrive_shared::config::QueueUrl;
-use redrive_shared::meta::RedriveMeta;
 
 use super::args::{GroupReplayArgs, parse_duration};
 use super::book::{print_record, publish};
@@ -33,24 +33,15 @@ async fn default_window(ctx: &Ctx, to: &str) -> Result<Duration, CliError> {
 }
 
 /// FIFO: the message groups in which a message outside the plan comes before one of the plan,
-/// as far as a pass can read them (SQS hands out a message group's head only).
+/// as far as a pass can read them ([`Interleaved`]).
 async fn interleaved(
     ctx: &Ctx,
     url: &str,
     plan: &BTreeSet<String>,
 ) -> Result<Vec<String>, CliError> {
-    let mut other_first: BTreeSet<String> = BTreeSet::new();
-    let mut mixed: BTreeSet<String> = BTreeSet::new();
-    each_message(ctx, url, |m| {
-        let group = m.group_id.clone().unwrap_or_default();
-        if !plan.contains(&m.message_id) {
-            other_first.insert(group);
-        } else if other_first.contains(&group) {
-            mixed.insert(group);
-        }
-    })
-    .await?;
-    Ok(mixed.into_iter().collect())
+    let mut seen = Interleaved::new(plan);
+    each_message(ctx, url, |m| seen.see(m)).await?;
+    Ok(seen.groups())
 }
 
 /// Copies of `originals` found on `url` that are not the plan's own messages.
@@ -60,15 +51,9 @@ async fn came_back(
     originals: &BTreeSet<String>,
     plan: &BTreeSet<String>,
 ) -> Result<u64, CliError> {
-    let mut back = 0;
-    each_message(ctx, url, |m| {
-        let (meta, _) = RedriveMeta::read(&m.attributes, &m.message_id);
-        if !plan.contains(&m.message_id) && originals.contains(&meta.original_message_id) {
-            back += 1;
-        }
-    })
-    .await?;
-    Ok(back)
+    let mut back = CameBack::new(originals, plan);
+    each_message(ctx, url, |m| back.see(m)).await?;
+    Ok(back.count)
 }
 
 /// Hands every message visible on `url` to `each`, in the order received, holding them until
