@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -207,6 +208,14 @@ BUILD_TIMEOUT_SECONDS = 2400
 _built: Path | None = None
 
 
+def scratch_dir(prefix: str) -> Path:
+    """A new directory under the system's temp folder, removed when this test process ends (the
+    functions built, a release: some 250 MB each)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def build_functions() -> Path:
     """`make build` with the tests' build settings, once per test run, into a LAMBDA_DIR of its
     own (returned): the dependencies compile here, so that every deploy after it runs the same
@@ -216,7 +225,7 @@ def build_functions() -> Path:
         return _built
     env = dict(os.environ)
     env.update(BUILD_SETTINGS)
-    built = Path(tempfile.mkdtemp(prefix="redrive-build-"))
+    built = scratch_dir("redrive-build-")
     env["LAMBDA_DIR"] = str(built)
     result = subprocess.run(
         ["make", "--no-print-directory", "build"], env=env, cwd=REPO, capture_output=True,

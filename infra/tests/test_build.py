@@ -11,7 +11,6 @@ import re
 import shlex
 import stat
 import subprocess
-import tempfile
 import unittest
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import support
 
 def build_command(**settings: str) -> list[str]:
     """The cargo-lambda command line `make build` runs, from a stand-in that prints it."""
-    work = Path(tempfile.mkdtemp(prefix="redrive-build-cmd-"))
+    work = support.scratch_dir("redrive-build-cmd-")
     stub = work / "cargo-lambda"
     stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$CAPTURE"\n')
     stub.chmod(stub.stat().st_mode | stat.S_IEXEC)

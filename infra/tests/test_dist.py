@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import unittest
 import zipfile
 from pathlib import Path
@@ -40,7 +39,7 @@ _released: dict[str, Path] = {}
 def release(name: str = "first") -> Path:
     """The release directory of one `make dist` run (each name runs once per test run)."""
     if name not in _released:
-        out = Path(tempfile.mkdtemp(prefix="redrive-dist-"))
+        out = support.scratch_dir("redrive-dist-")
         result = make_dist(out)
         if result.returncode != 0:
             raise AssertionError(f"make dist failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -71,7 +70,7 @@ class Dist(unittest.TestCase):
         self.assertEqual(check.stdout.count(": OK"), len(expected) - 1, check.stdout)
 
     def test_each_zip_is_a_lambda_package_for_its_architecture(self):
-        work = Path(tempfile.mkdtemp(prefix="redrive-unzip-"))
+        work = support.scratch_dir("redrive-unzip-")
         for function in FUNCTIONS:
             with zipfile.ZipFile(self.dir / f"redrive-{self.version}-{function}-x86_64.zip") as z:
                 self.assertEqual(z.namelist(), ["bootstrap"], function)
@@ -83,7 +82,7 @@ class Dist(unittest.TestCase):
             self.assertGreater(bootstrap.stat().st_size, 5_000_000, function)
 
     def test_the_cli_archive_holds_a_redrive_that_runs(self):
-        work = Path(tempfile.mkdtemp(prefix="redrive-cli-"))
+        work = support.scratch_dir("redrive-cli-")
         with tarfile.open(self.dir / f"redrive-cli-{self.version}-linux-x86_64.tar.gz") as t:
             self.assertEqual(t.getnames(), ["redrive"])
             member = t.getmember("redrive")
@@ -117,7 +116,7 @@ class Dist(unittest.TestCase):
             self.assertEqual((again / path.name).read_bytes(), path.read_bytes(), path.name)
 
     def test_an_unknown_architecture_is_named_and_nothing_is_built(self):
-        out = Path(tempfile.mkdtemp(prefix="redrive-dist-"))
+        out = support.scratch_dir("redrive-dist-")
         result = make_dist(out, DIST_ARCHS="x86_64 sparc")
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("DIST_ARCHS='x86_64 sparc' is invalid: each must be x86_64 or arm64", result.stderr)
@@ -182,7 +181,7 @@ class DeployFromArtifacts(support.DeployTestCase):
 
     def test_an_altered_release_is_refused_before_any_change(self):
         stack = support.unique("rdx")
-        altered = Path(tempfile.mkdtemp(prefix="redrive-altered-")) / "release"
+        altered = support.scratch_dir("redrive-altered-") / "release"
         shutil.copytree(release(), altered)
         zip_path = next(altered.glob("redrive-*-redriver-x86_64.zip"))
         data = bytearray(zip_path.read_bytes())
