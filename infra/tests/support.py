@@ -188,7 +188,13 @@ def script_env(moto: Moto | None, **settings: str) -> dict:
     return env
 
 
-def run(cmd: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+# A deploy takes 30 to 90 s alone; the first of a test class, started beside the other
+# classes' builds and the rest of make test on 2 cores, took up to 250 s in CI. The ceiling
+# catches a hang, not a slow machine.
+RUN_TIMEOUT_SECONDS = 600
+
+
+def run(cmd: list[str], env: dict, timeout: int = RUN_TIMEOUT_SECONDS) -> subprocess.CompletedProcess:
     return subprocess.run(
         cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
     )
