@@ -171,15 +171,26 @@ impl ArchiveLines {
 
     /// The lines, one per message and each ending in a newline, and the messages, in order.
     pub fn take(&mut self) -> (String, Vec<Received>) {
-        self.bytes = 0;
-        let mut text = String::new();
-        let mut messages = Vec::with_capacity(self.lines.len());
-        for (line, m) in std::mem::take(&mut self.lines) {
-            text.push_str(&line);
+        let text = self.text();
+        (text, self.take_messages())
+    }
+
+    /// The pending lines, each ending in a newline.
+    fn text(&self) -> String {
+        let mut text = String::with_capacity(self.bytes);
+        for (line, _) in &self.lines {
+            text.push_str(line);
             text.push('\n');
-            messages.push(m);
         }
-        (text, messages)
+        text
+    }
+
+    fn take_messages(&mut self) -> Vec<Received> {
+        self.bytes = 0;
+        std::mem::take(&mut self.lines)
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect()
     }
 
     /// Writes the pending lines as one object of `queue`'s under `location` ([`put_verified`])
@@ -199,13 +210,11 @@ impl ArchiveLines {
             first,
             self.lines.len(),
         );
-        let body: String = self
-            .lines
-            .iter()
-            .map(|(line, _)| format!("{line}\n"))
-            .collect();
+        let body = self.text();
         put_verified(client, &location.bucket, &key, body.into_bytes()).await?;
-        let (_, messages) = self.take();
-        Ok((format!("s3://{}/{key}", location.bucket), messages))
+        Ok((
+            format!("s3://{}/{key}", location.bucket),
+            self.take_messages(),
+        ))
     }
 }
