@@ -12,6 +12,7 @@ pub mod engine;
 pub mod fake;
 pub mod fleet_list;
 pub mod ports;
+pub mod queue_facts;
 pub mod replay_copy;
 #[cfg(feature = "s3")]
 pub mod s3;

@@ -16,9 +16,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use aws_sdk_sqs::types::QueueAttributeName;
-use redrive_engine::aws::{SqsQueue, port_error};
-use redrive_engine::ports::{PortError, Queue};
+use redrive_engine::aws::SqsQueue;
+use redrive_engine::ports::Queue;
+use redrive_engine::queue_facts::facts;
 use redrive_engine::triage_act::archive::discard_plan;
 use redrive_engine::triage_act::{
     ActError, DEFAULT_CANARY, DEFAULT_RATE, GroupPlan, ReplayPlan, StageMoved, StageMover,
@@ -122,34 +122,6 @@ async fn source(
         })
 }
 
-/// The source's visibility timeout and maxReceiveCount.
-async fn source_retries(
-    sqs: &aws_sdk_sqs::Client,
-    to: &QueueUrl,
-) -> Result<(Option<u64>, Option<u64>), PortError> {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(to.as_str())
-        .attribute_names(QueueAttributeName::VisibilityTimeout)
-        .attribute_names(QueueAttributeName::RedrivePolicy)
-        .send()
-        .await
-        .map_err(|e| port_error("GetQueueAttributes", e))?;
-    let attrs = out.attributes.unwrap_or_default();
-    let visibility = attrs
-        .get(&QueueAttributeName::VisibilityTimeout)
-        .and_then(|v| v.parse().ok());
-    let receives = attrs
-        .get(&QueueAttributeName::RedrivePolicy)
-        .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
-        .and_then(|p| match &p["maxReceiveCount"] {
-            serde_json::Value::Number(n) => n.as_u64(),
-            serde_json::Value::String(s) => s.parse().ok(),
-            _ => None,
-        });
-    Ok((visibility, receives))
-}
-
 /// The console's stages: moved with [`sqs::replay_stage`], judged on the queue and the poison
 /// queue.
 struct ConsoleMover<'a> {
@@ -209,8 +181,11 @@ async fn replay<S: TriageStore>(
     let full = match moves.canary_window {
         Some(w) => w,
         None => {
-            let (visibility, receives) = source_retries(&queue.client, &to).await?;
-            verdict_window(visibility, receives)
+            let source = facts(queue, to.as_str()).await?;
+            verdict_window(
+                source.visibility_timeout_seconds,
+                source.max_receive_count(),
+            )
         }
     };
     let window = match deadline {
