@@ -3,7 +3,7 @@
 #   make setup   Python tools into .venv (moto server, cargo-lambda + zig, cfn-lint, awscli),
 #                LocalStack into .venv-localstack (needs Python >= 3.13), and Debian's chromium
 #                (apt-get, once per machine), for the tests
-#   make setup-tools  only .venv (Python >= 3.10): what make build and make deploy need
+#   make setup-tools  only .venv (Python >= 3.10): what make build, make deploy and make plan need
 #   make test    everything CI checks (TEST_STEPS below), from a fresh clone
 #   make lint    rustfmt + clippy, warnings are errors
 #   make build   the four Lambdas with cargo-lambda, as make deploy builds them (infra/redrive.env:

@@ -32,16 +32,33 @@
 # step 4 deploys the re-driver (DLQ_URLS, no SOURCE_QUEUE_URL) and the archiver, not the
 # consumer (CONSUMER=none); step 5 wires no event source mapping.
 #
+# Each stack changes through a CloudFormation change set that is printed before it is executed
+# (a stack already up to date prints "no changes"); one that would replace or remove a queue, a
+# table or a bucket stops the deploy unless ALLOW_REPLACEMENT=true.
+#
+# make plan (infra/deploy.sh --plan): step 1, then both stacks' change sets printed and deleted
+# again, and which functions step 4 would create or update; nothing is built or changed.
+#
 # Settings: infra/redrive.env, overridable from the environment. See infra/README.md.
 set -euo pipefail
 # shellcheck source=infra/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+PLAN=false
+case ${1-} in
+    --plan) PLAN=true ;;
+    '') ;;
+    *) die "usage: infra/deploy.sh [--plan]" ;;
+esac
+
 # ---------------------------------------------------------------- 1. checks
 load_config
 find_tools
 validate_deploy_config
-find_cargo_lambda
+ALLOW_REPLACEMENT=${ALLOW_REPLACEMENT:-false}
+need_bool ALLOW_REPLACEMENT
+# make plan builds nothing: it needs no cargo-lambda.
+if [ "$PLAN" = false ]; then find_cargo_lambda; fi
 resolve_region
 check_credentials
 RESOURCES=$(RESOURCES_STACK)
@@ -99,27 +116,7 @@ for template in resources wiring; do
             "Nothing was changed."
 done
 
-case $LAMBDA_DIR in /*) ;; *) LAMBDA_DIR=$REPO_DIR/$LAMBDA_DIR ;; esac
-say "deploying stack $RESOURCES to $AWS_REGION (account $ACCOUNT_ID)"
-
-# ---------------------------------------------------------------- 2. build
-lambda_bins=(redriver archiver triage-widget triage-action)
-if [ "$CONSUMER" = http ]; then lambda_bins+=(consumer); fi
-if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
-if [ -n "${ARTIFACTS-}" ]; then
-    use_artifacts "$LAMBDA_DIR" ${lambda_bins[@]+"${lambda_bins[@]}"}
-elif [ "$SKIP_BUILD" = true ]; then
-    say "SKIP_BUILD=true: deploying the binaries in $LAMBDA_DIR as they are"
-else
-    build_lambdas "$LAMBDA_DIR" || die "cargo lambda build failed (see above). Nothing in AWS was changed."
-fi
-for bin in ${lambda_bins[@]+"${lambda_bins[@]}"}; do
-    [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing (SKIP_BUILD=true deploys what is there)." \
-        "Build it with SKIP_BUILD=false (the default), or copy a built bootstrap there. Nothing in AWS was changed."
-    check_bootstrap_arch "$LAMBDA_DIR/$bin/bootstrap"
-done
-
-# ---------------------------------------------------------------- 3. resources stack
+# The resources stack's parameters (step 3).
 write_params "$WORK/resources.json" \
     "MaxReceiveCount=$MAX_RECEIVE_COUNT" \
     "ConsumerTimeoutSeconds=$CONSUMER_TIMEOUT_SECONDS" \
@@ -142,6 +139,99 @@ write_params "$WORK/resources.json" \
     "ArchiveKmsKeyArn=$ARCHIVE_KMS_KEY_ARN" \
     "Tracing=$TRACING" \
     "Orchestrator=$ORCHESTRATOR"
+
+# The wiring stack's parameters (step 5), from the resources stack's outputs (OUT_*).
+write_wiring_params() { # FILE
+    write_params "$1" \
+        "RedriverFunctionName=$OUT_RedriverFunctionName" \
+        "ConsumerFunctionName=${OUT_ConsumerFunctionName-}" \
+        "TriggerTopicArn=$OUT_TriggerTopicArn" \
+        "SourceQueueArn=${OUT_SourceQueueArn-}" \
+        "BatchSize=$BATCH_SIZE" \
+        "MaximumBatchingWindowSeconds=$MAX_BATCHING_WINDOW_SECONDS" \
+        "MaximumConcurrency=$MAX_CONCURRENCY" \
+        "EnableSchedule=$ENABLE_SCHEDULE" \
+        "ScheduleExpression=$SCHEDULE_EXPRESSION" \
+        "ArchiverFunctionName=$OUT_ArchiverFunctionName" \
+        "ArchiveScheduleExpression=$ARCHIVE_SCHEDULE_EXPRESSION" \
+        "Orchestrator=$ORCHESTRATOR" \
+        "WorkflowFunctionName=${OUT_WorkflowFunctionName-}" \
+        "StateMachineName=${OUT_StateMachineName-}" \
+        "StateMachineLogGroupArn=${OUT_StateMachineLogGroupArn-}" \
+        "TriggerAlarmName=${OUT_WorkflowTriggerAlarmName-}" \
+        "WorkflowLogLevel=${WORKFLOW_LOG_LEVEL:-ALL}"
+}
+
+# ---------------------------------------------------------------- make plan
+# Both stacks' change sets, shown and deleted again, and the functions deploy would create or
+# update (read with GetFunction). Nothing is built, tagged, created or changed; a template above
+# the TemplateBody limit passes through the template bucket as in a deploy, and is deleted again.
+if [ "$PLAN" = true ]; then
+    say "planning stacks $RESOURCES and $WIRING in $AWS_REGION (account $ACCOUNT_ID): change sets shown, then deleted; nothing is changed"
+    if attach_mode; then
+        "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
+            "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" ||
+            die "could not render the attach-mode template (see above). Nothing was changed."
+        plan_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json" "$RESOURCES_STATUS"
+    else
+        plan_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json" "$RESOURCES_STATUS"
+    fi
+    resources_outcome=$CHANGE_SET_OUTCOME
+    if [ "$RESOURCES_STATUS" != NONE ]; then read_outputs "$RESOURCES"; fi
+    # The functions, by the names the resources stack gives them (STACK_NAME-<function>).
+    functions=("${OUT_RedriverFunctionName:-$STACK_NAME-redriver}")
+    if [ "$CONSUMER" = http ]; then functions+=("${OUT_ConsumerFunctionName:-$STACK_NAME-consumer}"); fi
+    functions+=("${OUT_ArchiverFunctionName:-$STACK_NAME-archiver}" "${OUT_TriageActionFunctionName:-$STACK_NAME-triage-action}"
+        "${OUT_TriageWidgetFunctionName:-$STACK_NAME-triage-widget}")
+    if [ "$ORCHESTRATOR" = stepfunctions ]; then functions+=("${OUT_WorkflowFunctionName:-$STACK_NAME-workflow-tasks}"); fi
+    printf 'functions:\n'
+    for name in ${functions[@]+"${functions[@]}"}; do
+        if aws_ lambda get-function --function-name "$name" >/dev/null 2>&1; then
+            printf '      %-8s%s  (code and configuration; alias live moves to a new version)\n' update "$name"
+        else
+            printf '      %-8s%s\n' create "$name"
+        fi
+    done
+    if [ "$ORCHESTRATOR" = lambda ] && aws_ lambda get-function --function-name "$STACK_NAME-workflow-tasks" >/dev/null 2>&1; then
+        printf '      %-8s%s  (ORCHESTRATOR=lambda)\n' delete "$STACK_NAME-workflow-tasks"
+    fi
+    if [ "$RESOURCES_STATUS" = NONE ] || [ -z "${OUT_RedriverFunctionName-}" ]; then
+        printf 'stack %s: created after stack %s and the functions (its parameters are their names and outputs); its template adds:\n' \
+            "$WIRING" "$RESOURCES"
+        changeset_py resources "$WORK/precheck/wiring.json"
+    else
+        if [ "$resources_outcome" != none ]; then
+            printf '%s\n' "(stack $WIRING's parameters below are stack $RESOURCES's outputs as they are now, before the change above)"
+        fi
+        write_wiring_params "$WORK/wiring.json"
+        render_wiring_template "$INFRA_DIR/templates/wiring.yaml" "$INFRA_DIR/statemachine/redrive.asl.json" "$WORK/wiring.yaml"
+        plan_stack "$WIRING" "$WORK/wiring.yaml" "$WORK/wiring.json" "$WIRING_STATUS"
+    fi
+    say "make plan changed nothing; make deploy applies these change sets (and builds and deploys the functions)"
+    exit 0
+fi
+
+case $LAMBDA_DIR in /*) ;; *) LAMBDA_DIR=$REPO_DIR/$LAMBDA_DIR ;; esac
+say "deploying stack $RESOURCES to $AWS_REGION (account $ACCOUNT_ID)"
+
+# ---------------------------------------------------------------- 2. build
+lambda_bins=(redriver archiver triage-widget triage-action)
+if [ "$CONSUMER" = http ]; then lambda_bins+=(consumer); fi
+if [ "$ORCHESTRATOR" = stepfunctions ]; then lambda_bins+=(redrive-workflow); fi
+if [ -n "${ARTIFACTS-}" ]; then
+    use_artifacts "$LAMBDA_DIR" ${lambda_bins[@]+"${lambda_bins[@]}"}
+elif [ "$SKIP_BUILD" = true ]; then
+    say "SKIP_BUILD=true: deploying the binaries in $LAMBDA_DIR as they are"
+else
+    build_lambdas "$LAMBDA_DIR" || die "cargo lambda build failed (see above). Nothing in AWS was changed."
+fi
+for bin in ${lambda_bins[@]+"${lambda_bins[@]}"}; do
+    [ -f "$LAMBDA_DIR/$bin/bootstrap" ] || die "$LAMBDA_DIR/$bin/bootstrap is missing (SKIP_BUILD=true deploys what is there)." \
+        "Build it with SKIP_BUILD=false (the default), or copy a built bootstrap there. Nothing in AWS was changed."
+    check_bootstrap_arch "$LAMBDA_DIR/$bin/bootstrap"
+done
+
+# ---------------------------------------------------------------- 3. resources stack
 if attach_mode; then
     # resources.yaml without the user's queues, with the protected ones in the roles and alarms.
     "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
@@ -390,24 +480,7 @@ if [ "$ORCHESTRATOR" = stepfunctions ]; then
 fi
 
 # ---------------------------------------------------------------- 5. wiring stack
-write_params "$WORK/wiring.json" \
-    "RedriverFunctionName=$OUT_RedriverFunctionName" \
-    "ConsumerFunctionName=${OUT_ConsumerFunctionName-}" \
-    "TriggerTopicArn=$OUT_TriggerTopicArn" \
-    "SourceQueueArn=${OUT_SourceQueueArn-}" \
-    "BatchSize=$BATCH_SIZE" \
-    "MaximumBatchingWindowSeconds=$MAX_BATCHING_WINDOW_SECONDS" \
-    "MaximumConcurrency=$MAX_CONCURRENCY" \
-    "EnableSchedule=$ENABLE_SCHEDULE" \
-    "ScheduleExpression=$SCHEDULE_EXPRESSION" \
-    "ArchiverFunctionName=$OUT_ArchiverFunctionName" \
-    "ArchiveScheduleExpression=$ARCHIVE_SCHEDULE_EXPRESSION" \
-    "Orchestrator=$ORCHESTRATOR" \
-    "WorkflowFunctionName=${OUT_WorkflowFunctionName-}" \
-    "StateMachineName=${OUT_StateMachineName-}" \
-    "StateMachineLogGroupArn=${OUT_StateMachineLogGroupArn-}" \
-    "TriggerAlarmName=${OUT_WorkflowTriggerAlarmName-}" \
-    "WorkflowLogLevel=${WORKFLOW_LOG_LEVEL:-ALL}"
+write_wiring_params "$WORK/wiring.json"
 # The state machine's definition goes into the template here.
 render_wiring_template "$INFRA_DIR/templates/wiring.yaml" "$INFRA_DIR/statemachine/redrive.asl.json" "$WORK/wiring.yaml"
 deploy_stack "$WIRING" "$WORK/wiring.yaml" "$WORK/wiring.json" "$WIRING_STATUS"

@@ -703,14 +703,19 @@ archive_age_alarm_seconds() {
     awk -v days="$ARCHIVE_AFTER_DAYS" 'BEGIN { s = (days + 1) * 86400; if (s > 1123200) s = 1123200; printf "%d", s }'
 }
 
-# deploy_stack STACK TEMPLATE PARAMS_JSON_FILE [STATUS]: STATUS is the stack's status as
-# check_stack_usable read it at the start (read again when not given).
-deploy_stack() {
-    local stack=$1 template=$2 params=$3 out attempt=1 body=${3%.json}.template.json size bucket='' key='' status
-    status=${4:-$(stack_status "$1")}
+# The template of STACK where a change set reads it: TEMPLATE as compact JSON (template_body,
+# written next to PARAMS_JSON_FILE) in --template-body, or above TEMPLATE_BODY_LIMIT uploaded to
+# the template bucket and named by --template-url. Sets TEMPLATE_SOURCE (the CLI's arguments),
+# TEMPLATE_JSON (the compact file), and TEMPLATE_S3_BUCKET/TEMPLATE_S3_KEY (empty without an
+# upload) for discard_template once CloudFormation has read it.
+prepare_template() { # STACK TEMPLATE PARAMS_JSON_FILE
+    local stack=$1 template=$2 body=${3%.json}.template.json size bucket key out
     template_body "$template" "$body"
+    TEMPLATE_JSON=$body
+    TEMPLATE_S3_BUCKET=''
+    TEMPLATE_S3_KEY=''
+    TEMPLATE_SOURCE=(--template-body "file://$body")
     size=$(wc -c <"$body" | tr -d ' ')
-    local source=(--template-body "file://$body")
     if ((size > TEMPLATE_BODY_LIMIT)); then
         # The bucket is created (template_bucket) when the upload finds none.
         bucket=${TEMPLATE_BUCKET:-redrive-templates-$ACCOUNT_ID-$AWS_REGION}
@@ -724,43 +729,164 @@ deploy_stack() {
                 die "could not upload the template of $stack to s3://$bucket/$key." "Nothing more was changed."
         fi
         say "template of $stack is $size bytes, above the $TEMPLATE_BODY_LIMIT of a TemplateBody: sending it through s3://$bucket/$key"
-        source=(--template-url "https://$bucket.s3.$AWS_REGION.amazonaws.com/$key")
+        TEMPLATE_S3_BUCKET=$bucket
+        TEMPLATE_S3_KEY=$key
+        TEMPLATE_SOURCE=(--template-url "https://$bucket.s3.$AWS_REGION.amazonaws.com/$key")
     fi
-    local common=(--stack-name "$stack" ${source[@]+"${source[@]}"} --parameters "file://$params"
-        --capabilities CAPABILITY_IAM --tags "Key=project,Value=redrive" "Key=redrive:stack,Value=$STACK_NAME")
-    if [ "$status" = NONE ]; then
-        while :; do
-            say "creating stack $stack"
-            aws_ cloudformation create-stack ${common[@]+"${common[@]}"} >/dev/null
-            aws_ cloudformation wait stack-create-complete --stack-name "$stack" && break
-            # SQS refuses a queue name for 60 s after that queue was deleted (make destroy, then
-            # make deploy): wait and create the stack again.
-            if failed_reasons "$stack" | grep -qE 'QueueDeletedRecently|wait 60 seconds after deleting a queue' &&
-                ((attempt < QUEUE_NAME_REUSE_ATTEMPTS)); then
-                say "SQS refuses a queue name deleted less than 60 s ago (QueueDeletedRecently):" \
-                    "removing the failed stack, retrying in ${QUEUE_NAME_REUSE_WAIT_SECONDS} s (attempt $((attempt + 1)) of $QUEUE_NAME_REUSE_ATTEMPTS)"
-                discard_failed_creation "$stack"
-                sleep "$QUEUE_NAME_REUSE_WAIT_SECONDS"
-                attempt=$((attempt + 1))
-                continue
-            fi
-            explain_stack_failure "$stack" "creation"
-        done
-    else
-        say "updating stack $stack"
-        if ! out=$(aws_ cloudformation update-stack ${common[@]+"${common[@]}"} 2>&1); then
-            if grep -q 'No updates are to be performed' <<<"$out"; then
-                discard_template "$bucket" "$key"
-                say "stack $stack is up to date"
-                protect_stack "$stack"
-                return 0
-            fi
-            die "update of stack $stack was refused." "AWS CLI said: $(tr '\n' ' ' <<<"$out")"
+}
+
+# How often and how long a change set's creation is polled (DescribeChangeSet, which also
+# returns the changes once it is complete: one call where the AWS CLI's waiter polls every 30 s).
+CHANGE_SET_POLL_SECONDS=${CHANGE_SET_POLL_SECONDS:-2}
+CHANGE_SET_WAIT_SECONDS=${CHANGE_SET_WAIT_SECONDS:-600}
+
+changeset_py() { "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/changeset.py" ${@+"$@"}; }
+
+# Creates a change set of STACK (TYPE CREATE for a stack that does not exist, which
+# CloudFormation then holds in REVIEW_IN_PROGRESS; UPDATE otherwise) from prepare_template's
+# template and PARAMS_JSON_FILE, waits for it and prints it on stdout (infra/changeset.py show).
+# Sets CHANGE_SET_ID and CHANGE_SET_OUTCOME: changes, risky (a queue, table or bucket replaced
+# or removed: the `!! ...` lines) or none (CloudFormation found nothing to change: the change set
+# is deleted again, CHANGE_SET_ID is empty). Stops, with nothing changed, when CloudFormation
+# refuses the change set.
+create_change_set() { # STACK TYPE PARAMS_JSON_FILE
+    local stack=$1 type=$2 params=$3 name out described=${3%.json}.changeset.json state reason tries=0
+    local extra=() nested=() files=() arn rc=0
+    name=redrive-$(date -u +%Y%m%dT%H%M%S)-$RANDOM
+    # Nested stacks (AWS::CloudFormation::Stack) get change sets of their own, shown under theirs.
+    if grep -q '"AWS::CloudFormation::Stack"' "$TEMPLATE_JSON"; then extra=(--include-nested-stacks); fi
+    CHANGE_SET_ID=''
+    CHANGE_SET_OUTCOME=none
+    if ! out=$(aws_ cloudformation create-change-set --stack-name "$stack" --change-set-name "$name" \
+        --change-set-type "$type" ${TEMPLATE_SOURCE[@]+"${TEMPLATE_SOURCE[@]}"} --parameters "file://$params" \
+        --capabilities CAPABILITY_IAM --tags "Key=project,Value=redrive" "Key=redrive:stack,Value=$STACK_NAME" \
+        ${extra[@]+"${extra[@]}"} --query Id --output text 2>&1); then
+        if grep -qE "No updates are to be performed|didn't contain changes" <<<"$out"; then
+            printf 'stack %s: no changes\n' "$stack"
+            return 0
         fi
-        aws_ cloudformation wait stack-update-complete --stack-name "$stack" || explain_stack_failure "$stack" "update"
+        discard_template "$TEMPLATE_S3_BUCKET" "$TEMPLATE_S3_KEY"
+        die "CloudFormation refused a change set for stack $stack." "AWS CLI said: $(tr '\n' ' ' <<<"$out")" \
+            "Nothing more was changed."
     fi
-    discard_template "$bucket" "$key"
+    CHANGE_SET_ID=$out
+    while :; do
+        aws_ cloudformation describe-change-set --change-set-name "$CHANGE_SET_ID" --output json >"$described" ||
+            die "could not read the change set $CHANGE_SET_ID of stack $stack (cloudformation:DescribeChangeSet)." \
+                "Nothing more was changed; delete it with: aws cloudformation delete-change-set --region $AWS_REGION --change-set-name $CHANGE_SET_ID"
+        out=$(changeset_py status "$described")
+        IFS=$'\t' read -r state _ reason <<<"${out%%$'\n'*}"
+        case $state in CREATE_COMPLETE | FAILED) break ;; esac
+        tries=$((tries + CHANGE_SET_POLL_SECONDS))
+        ((tries < CHANGE_SET_WAIT_SECONDS)) || die "the change set of stack $stack was not ready after $CHANGE_SET_WAIT_SECONDS s (status $state)." \
+            "Nothing more was changed; see: aws cloudformation describe-change-set --region $AWS_REGION --change-set-name $CHANGE_SET_ID"
+        sleep "$CHANGE_SET_POLL_SECONDS"
+    done
+    if [ "$state" = FAILED ]; then
+        if grep -qE "No updates are to be performed|didn't contain changes" <<<"$reason"; then
+            printf 'stack %s: no changes\n' "$stack"
+            drop_change_set "$stack" "$type"
+            CHANGE_SET_ID=''
+            return 0
+        fi
+        drop_change_set "$stack" "$type"
+        discard_template "$TEMPLATE_S3_BUCKET" "$TEMPLATE_S3_KEY"
+        die "CloudFormation could not create a change set for stack $stack: $reason" "Nothing more was changed."
+    fi
+    # The nested stacks' change sets (their ARNs follow the status line).
+    while IFS= read -r arn; do [ -n "$arn" ] && nested+=("$arn"); done < <(tail -n +2 <<<"$out")
+    for arn in ${nested[@]+"${nested[@]}"}; do
+        files+=("${described%.json}.nested${#files[@]}.json")
+        aws_ cloudformation describe-change-set --change-set-name "$arn" --output json >"${files[${#files[@]} - 1]}" ||
+            die "could not read the nested change set $arn of stack $stack." "Nothing more was changed."
+    done
+    changeset_py show "$stack" "$described" ${files[@]+"${files[@]}"} || rc=$?
+    case $rc in
+        0) CHANGE_SET_OUTCOME=changes ;;
+        3) CHANGE_SET_OUTCOME=risky ;;
+        *) die "could not show the change set of stack $stack (see above)." ;;
+    esac
+}
+
+# Deletes the change set CHANGE_SET_ID; for a stack that did not exist (TYPE CREATE), the empty
+# REVIEW_IN_PROGRESS stack that holds it, so that nothing is left behind.
+drop_change_set() { # STACK TYPE
+    if [ "$2" = CREATE ]; then
+        if ! { aws_ cloudformation delete-stack --stack-name "$1" &&
+            aws_ cloudformation wait stack-delete-complete --stack-name "$1"; }; then
+            say "could not delete the empty stack $1 (REVIEW_IN_PROGRESS); delete it with: aws cloudformation delete-stack --region $AWS_REGION --stack-name $1"
+        fi
+    elif [ -n "$CHANGE_SET_ID" ]; then
+        aws_ cloudformation delete-change-set --change-set-name "$CHANGE_SET_ID" >/dev/null ||
+            say "could not delete the change set $CHANGE_SET_ID of stack $1"
+    fi
+}
+
+# deploy_stack STACK TEMPLATE PARAMS_JSON_FILE [STATUS]: STATUS is the stack's status as
+# check_stack_usable read it at the start (read again when not given). Goes through a change
+# set that it prints before executing it; a change set that replaces or removes a queue, a table
+# or a bucket (the new one would be empty, the old one kept outside the stack with what it
+# holds) is not executed unless ALLOW_REPLACEMENT=true.
+deploy_stack() {
+    local stack=$1 template=$2 params=$3 attempt=1 status type=UPDATE
+    status=${4:-$(stack_status "$1")}
+    [ "$status" = NONE ] && type=CREATE
+    prepare_template "$stack" "$template" "$params"
+    while :; do
+        say "$(if [ "$type" = CREATE ]; then printf 'creating'; else printf 'updating'; fi) stack $stack: change set"
+        create_change_set "$stack" "$type" "$params"
+        if [ "$CHANGE_SET_OUTCOME" = none ]; then
+            discard_template "$TEMPLATE_S3_BUCKET" "$TEMPLATE_S3_KEY"
+            say "stack $stack is up to date"
+            protect_stack "$stack"
+            return 0
+        fi
+        if [ "$CHANGE_SET_OUTCOME" = risky ] && [ "${ALLOW_REPLACEMENT:-false}" != true ]; then
+            drop_change_set "$stack" "$type"
+            discard_template "$TEMPLATE_S3_BUCKET" "$TEMPLATE_S3_KEY"
+            die "the change set of stack $stack replaces or removes a queue, a table or a bucket (the !! lines above)." \
+                "The stack would move to a new, empty one; the old one stays outside the stack (DeletionPolicy Retain)" \
+                "with what it holds, no longer read by redrive. Drain it first (make plan shows the change set again)," \
+                "then run ALLOW_REPLACEMENT=true make deploy. Stack $stack was not changed."
+        fi
+        say "executing change set of stack $stack"
+        aws_ cloudformation execute-change-set --change-set-name "$CHANGE_SET_ID" >/dev/null ||
+            die "CloudFormation refused to execute the change set of stack $stack." \
+                "See: aws cloudformation describe-change-set --region $AWS_REGION --change-set-name $CHANGE_SET_ID"
+        if [ "$type" = UPDATE ]; then
+            aws_ cloudformation wait stack-update-complete --stack-name "$stack" || explain_stack_failure "$stack" "update"
+            break
+        fi
+        aws_ cloudformation wait stack-create-complete --stack-name "$stack" && break
+        # SQS refuses a queue name for 60 s after that queue was deleted (make destroy, then
+        # make deploy): wait and create the stack again.
+        if failed_reasons "$stack" | grep -qE 'QueueDeletedRecently|wait 60 seconds after deleting a queue' &&
+            ((attempt < QUEUE_NAME_REUSE_ATTEMPTS)); then
+            say "SQS refuses a queue name deleted less than 60 s ago (QueueDeletedRecently):" \
+                "removing the failed stack, retrying in ${QUEUE_NAME_REUSE_WAIT_SECONDS} s (attempt $((attempt + 1)) of $QUEUE_NAME_REUSE_ATTEMPTS)"
+            discard_failed_creation "$stack"
+            sleep "$QUEUE_NAME_REUSE_WAIT_SECONDS"
+            attempt=$((attempt + 1))
+            continue
+        fi
+        explain_stack_failure "$stack" "creation"
+    done
+    discard_template "$TEMPLATE_S3_BUCKET" "$TEMPLATE_S3_KEY"
     protect_stack "$stack"
+}
+
+# plan_stack STACK TEMPLATE PARAMS_JSON_FILE STATUS: the change set deploy_stack would execute,
+# printed and deleted again (with the empty stack a CREATE change set makes); nothing changes.
+plan_stack() {
+    local stack=$1 template=$2 params=$3 status=$4 type=UPDATE
+    [ "$status" = NONE ] && type=CREATE
+    prepare_template "$stack" "$template" "$params"
+    create_change_set "$stack" "$type" "$params"
+    if [ "$CHANGE_SET_OUTCOME" = risky ]; then
+        printf '%s\n' "make deploy stops before this change set unless ALLOW_REPLACEMENT=true (see the !! lines)."
+    fi
+    if [ "$CHANGE_SET_OUTCOME" != none ]; then drop_change_set "$stack" "$type"; fi
+    discard_template "$TEMPLATE_S3_BUCKET" "$TEMPLATE_S3_KEY"
 }
 
 discard_template() { # BUCKET KEY: the copy in S3, once CloudFormation has read it (none: nothing)

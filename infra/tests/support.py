@@ -6,6 +6,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -106,6 +107,88 @@ def _teach_moto_termination_protection() -> None:
     CloudFormationResponse._redrive_termination_protection = True
 
 
+def _teach_moto_change_sets() -> None:
+    """moto 5.2.5 creates, describes, executes and deletes change sets, but two parts differ from
+    AWS in ways the deploy path meets. Both made to behave as AWS documents them:
+    - Executing a change set only updates the stack's resources: a CREATE change set's stack keeps
+      the empty template it was made with (no outputs), and neither keeps the change set's
+      parameters. Here a CREATE executes as CreateStack and an UPDATE as UpdateStack would.
+    - A change of a parameter alone lists no change: AWS lists a Modify for each resource whose
+      properties use it. Here a resource that refers to a changed parameter (Ref) is a Modify.
+    moto never says whether a Modify replaces the resource (AWS's Replacement True, False or
+    Conditional); the tests that need it answer with AWS's shape themselves."""
+    from moto.cloudformation.models import Change, ChangeSet, CloudFormationBackend
+
+    if getattr(CloudFormationBackend, "_redrive_change_sets", False):
+        return
+
+    def execute_change_set(self, change_set_name, stack_name=None):
+        change_set = self.describe_change_set(change_set_name)
+        stack = self.stacks[change_set.stack_id]
+        if change_set.change_set_type == "CREATE":
+            stack.template = change_set.template
+            stack._parse_template()
+            stack.parameters = change_set.parameters
+            stack.cross_stack_resources = self.exports
+            stack.resource_map = stack._create_resource_map()
+            stack.output_map = stack._create_output_map()
+            stack._add_stack_event("CREATE_IN_PROGRESS", resource_status_reason="User Initiated")
+            stack.create_resources()
+            self._validate_export_uniqueness(stack)
+            for export in stack.exports:
+                self.exports[export.name] = export
+            stack.status = "CREATE_COMPLETE"
+        else:
+            stack.update(change_set.template, role_arn=change_set.role_arn,
+                         parameters=change_set.parameters, tags=change_set.tags or None)
+        change_set.execution_status = "EXECUTE_COMPLETE"
+
+    def references(node) -> set[str]:
+        """The names a resource refers to (Ref, and ${Name} in Fn::Sub)."""
+        found = set()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "Ref" and isinstance(value, str):
+                    found.add(value)
+                elif key == "Fn::Sub":
+                    text = value[0] if isinstance(value, list) else value
+                    if isinstance(text, str):
+                        found.update(re.findall(r"\$\{([^}!.]+)\}", text))
+                    found |= references(value[1:] if isinstance(value, list) else [])
+                else:
+                    found |= references(value)
+        elif isinstance(node, list):
+            for item in node:
+                found |= references(item)
+        return found
+
+    def diff(self):
+        resource_map = self.stack.resource_map
+        old = resource_map._resource_json_map
+        new = self.template_dict.get("Resources", {})
+
+        def same(a, b):  # moto stores a resource without Properties with empty ones
+            return {"Properties": {}, **a} == {"Properties": {}, **b}
+
+        parameters = self.parameters or {}
+        changed = {p for p in parameters if resource_map.input_parameters.get(p) != parameters[p]}
+        by_action = {
+            "Add": [n for n in new if n not in old],
+            "Modify": [n for n in new if n in old and (not same(new[n], old[n]) or references(new[n]) & changed)],
+            "Remove": [n for n in old if n not in new],
+        }
+        changes = []
+        for action, names in by_action.items():
+            for name in names:
+                source = old if action == "Remove" else new
+                changes.append(Change(action=action, logical_resource_id=name, resource_type=source[name]["Type"]))
+        return changes
+
+    CloudFormationBackend.execute_change_set = execute_change_set
+    ChangeSet.diff = diff
+    CloudFormationBackend._redrive_change_sets = True
+
+
 class Moto:
     """A moto server on 127.0.0.1 and a free port, in this process (its backends are ours)."""
 
@@ -113,6 +196,7 @@ class Moto:
         from moto.server import ThreadedMotoServer
 
         _teach_moto_termination_protection()
+        _teach_moto_change_sets()
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         # "No Moto CloudFormation support for AWS::CloudWatch::Alarm": known, see test_stack_in_moto.

@@ -380,7 +380,7 @@ exec {real} "$@"
         # reports that failure for the first creation, as the AWS CLI would.
         shim, state = self.shim("aws", f"""
 case " $* " in
-    *" create-stack "*) echo x >>"$STATE/creates" ;;
+    *" create-change-set "*"--change-set-type CREATE"*) echo x >>"$STATE/creates" ;;
 esac
 if [ ! -e "$STATE/failed" ]; then
     case " $* " in
