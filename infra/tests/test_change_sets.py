@@ -141,6 +141,39 @@ class ChangeSetDeploy(support.DeployTestCase):
         self.assertFalse((cargo_state / "called").exists())
         self.assertEqual(list(lambda_dir.iterdir()), [])
 
+    def test_plan_in_attach_mode_resolves_the_dlqs_and_touches_none_of_them(self):
+        # GIVEN a DLQ the user already has, fed by a source queue
+        stack = support.unique("pla")
+        sqs = self.moto.client("sqs")
+        dlq = sqs.create_queue(QueueName=f"{stack}-orders-dlq")["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        source = sqs.create_queue(QueueName=f"{stack}-orders", Attributes={
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 3})})["QueueUrl"]
+        env = support.script_env(self.moto, STACK_NAME=stack, **support.BUILD_SETTINGS,
+                                 LAMBDA_DIR=str(self.lambda_dir), PROTECT_DLQS=f"{stack}-orders-dlq")
+
+        # WHEN make plan runs in attach mode
+        result = support.run(PLAN, env)
+
+        # THEN it shows attach mode's template (our poison queue, none of the user's queues) and
+        # leaves the user's queues untagged, with no stack and no queue of ours
+        self.assertEqual(result.returncode, 0, result.stderr)
+        added = {logical for _, logical, _ in changes(result.stdout, stack)}
+        self.assertIn("PoisonQueue", added)
+        self.assertNotIn("SourceQueue", added)
+        self.assertNotIn("DeadLetterQueue", added)
+        self.assertNotRegex(result.stdout, rf"(?m)^\s+create\s+{stack}-consumer$")
+        for url in (dlq, source):
+            self.assertEqual(sqs.list_queue_tags(QueueUrl=url).get("Tags", {}), {}, url)
+        self.assertEqual(sorted(sqs.list_queues(QueueNamePrefix=stack)["QueueUrls"]), sorted([dlq, source]))
+        self.assertIsNone(self.stack_status(stack))
+
+        # A queue that does not exist stops plan as it stops deploy, naming it.
+        missing = support.run(PLAN, {**env, "PROTECT_DLQS": f"{stack}-missing-dlq"})
+        self.assertNotEqual(missing.returncode, 0)
+        self.assertIn(f"{stack}-missing-dlq", missing.stderr)
+        self.assertIsNone(self.stack_status(stack))
+
     # ---------------------------------------------------------------- deploy, plan a change, redeploy
     def test_deploy_shows_each_change_set_first_plan_shows_a_change_and_changes_nothing(self):
         stack = support.unique("pld")
