@@ -833,7 +833,7 @@ deploy_stack() {
     [ "$status" = NONE ] && type=CREATE
     prepare_template "$stack" "$template" "$params"
     while :; do
-        say "$(if [ "$type" = CREATE ]; then printf 'creating'; else printf 'updating'; fi) stack $stack: change set"
+        if [ "$type" = CREATE ]; then say "creating stack $stack"; else say "updating stack $stack"; fi
         create_change_set "$stack" "$type" "$params"
         if [ "$CHANGE_SET_OUTCOME" = none ]; then
             discard_template "$TEMPLATE_S3_BUCKET" "$TEMPLATE_S3_KEY"
