@@ -19,9 +19,11 @@ The quotas (IAM counts policy characters without whitespace):
 - an alarm's actions: 5 per state;
 - a dashboard: 500 widgets (custom widgets too), 500 metrics in one widget, 2,500 metrics in
   all its widgets; a custom widget's endpoint is a Lambda function's ARN in its region;
-- a Metrics Insights query: 500 time series (above, an alarm on it evaluates `PARTIAL_DATA`);
-  the fleet alarms group by QueueName, so they see one series per protected DLQ and the poison
-  queue (the template's output `ProtectedDlqCount`, plus one);
+- a Metrics Insights query: it returns at most 500 time series and matches at most 10,000
+  metrics (above either, an alarm on it evaluates `PARTIAL_DATA`). The fleet alarms query one
+  metric of every QueueName (one per protected DLQ and the poison queue: the template's output
+  `ProtectedDlqCount`, plus one) and return one series (no GROUP BY); a query with GROUP BY
+  returns one series per queue, at most its LIMIT;
 - attach mode's list of protected DLQs, one DynamoDB item in the circuit table: 400 KB
   (`check` takes it as a file ending in `.list`, the comma-separated URLs deploy writes).
 
@@ -56,6 +58,7 @@ DASHBOARD_WIDGETS = 500
 WIDGET_METRICS = 500
 DASHBOARD_METRICS = 2_500
 INSIGHTS_SERIES = 500
+INSIGHTS_METRICS = 10_000
 DYNAMODB_ITEM_BYTES = 400 * 1024
 # The item deploy writes (infra/lib.sh write_dlq_list; redrive_engine::fleet_list).
 DLQ_LIST_ITEM_KEY = ("queue", "redrive:fleet:dlq-urls")
@@ -171,9 +174,13 @@ def check_template(template: dict, body_bytes: int) -> list[tuple[str, int, int]
         elif kind == "AWS::CloudWatch::Alarm":
             for key in ("AlarmActions", "OKActions", "InsufficientDataActions"):
                 figures.append((f"alarm {logical} {key}", len(props.get(key, [])), ALARM_ACTIONS))
-            if any("SELECT" in json.dumps(m.get("Expression", "")) for m in props.get("Metrics", [])):
-                figures.append((f"alarm {logical} Metrics Insights series", insights_series(template),
-                                INSIGHTS_SERIES))
+            for metric in props.get("Metrics", []):
+                query = json.dumps(metric.get("Expression", ""))
+                if "SELECT" in query:
+                    figures.append((f"alarm {logical} Metrics Insights series", insights_series(template, query),
+                                    INSIGHTS_SERIES))
+                    figures.append((f"alarm {logical} Metrics Insights metrics", insights_metrics(template),
+                                    INSIGHTS_METRICS))
         elif kind == "AWS::CloudWatch::Dashboard":
             figures.extend(check_dashboard(logical, resolve(props["DashboardBody"], template)))
     for role, size in sorted(inline.items()):
@@ -182,11 +189,21 @@ def check_template(template: dict, body_bytes: int) -> list[tuple[str, int, int]
     return figures
 
 
-def insights_series(template: dict) -> int:
-    """The time series a fleet Metrics Insights alarm (grouped by QueueName) sees: one per
-    protected DLQ and one for the poison queue."""
+def insights_metrics(template: dict) -> int:
+    """The metrics a fleet Metrics Insights query (one metric FROM SCHEMA(namespace, QueueName))
+    matches: one per protected DLQ and one for the poison queue."""
     count = template.get("Outputs", {}).get("ProtectedDlqCount", {}).get("Value", "1")
     return int(count) + 1
+
+
+def insights_series(template: dict, query: str) -> int:
+    """The time series a fleet Metrics Insights query returns: one without GROUP BY (the
+    metrics it matches aggregated), else one per queue it matches, at most its LIMIT."""
+    if "GROUP BY" not in query.upper():
+        return 1
+    limit = re.search(r"LIMIT\s+(\d+)", query, re.IGNORECASE)
+    matched = insights_metrics(template)
+    return min(matched, int(limit.group(1))) if limit else matched
 
 
 # A custom widget's endpoint: a Lambda function's ARN (with its alias or version), in the

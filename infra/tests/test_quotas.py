@@ -103,13 +103,22 @@ class EachQuota(unittest.TestCase):
             self.assertEqual(exceeded(dashboard(1, wrong)),
                              ["dashboard D custom widget 'c0' endpoint not a Lambda ARN of region ap-southeast-14"], wrong)
 
-    def test_a_fleet_metrics_insights_alarm_sees_each_protected_dlq_and_the_poison_queue(self):
-        def fleet(dlqs: int) -> dict:
+    def test_a_fleet_metrics_insights_alarm_matches_each_protected_dlq_and_returns_one_series(self):
+        # Without GROUP BY the query returns one series, whatever the fleet; it matches one metric
+        # per protected DLQ and the poison queue, at most 10,000 (above, PARTIAL_DATA).
+        def fleet(dlqs: int, query: str = 'SELECT SUM(X) FROM SCHEMA("${N}", QueueName)') -> dict:
             alarm = {"Type": "AWS::CloudWatch::Alarm", "Properties": {"Metrics": [
-                {"Id": "fleet", "Expression": {"Fn::Sub": 'SELECT SUM(X) FROM SCHEMA("${N}", QueueName)'}}]}}
+                {"Id": "fleet", "Expression": {"Fn::Sub": query}}]}}
             return {"Resources": {"F": alarm}, "Outputs": {"ProtectedDlqCount": {"Value": str(dlqs)}}}
-        self.assertEqual(exceeded(fleet(499)), [])
-        self.assertEqual(exceeded(fleet(500)), ["alarm F Metrics Insights series"])
+        self.assertEqual(exceeded(fleet(9_999)), [])
+        self.assertEqual(exceeded(fleet(10_000)), ["alarm F Metrics Insights metrics"])
+        # With GROUP BY it returns a series per queue (at most its LIMIT): 500 at most.
+        grouped = 'SELECT SUM(X) FROM SCHEMA("${N}", QueueName) GROUP BY QueueName'
+        self.assertEqual(exceeded(fleet(499, grouped)), [])
+        self.assertEqual(exceeded(fleet(500, grouped)), ["alarm F Metrics Insights series"])
+        self.assertEqual(exceeded(fleet(5_000, grouped + " ORDER BY SUM() DESC LIMIT 500")), [])
+        self.assertEqual(exceeded(fleet(5_000, grouped + " ORDER BY SUM() DESC LIMIT 501")),
+                         ["alarm F Metrics Insights series"])
 
     def test_a_lambda_environment_passes_at_4_kb_and_fails_above(self):
         variables = {"DLQ_URLS": "u" * (4096 - len("DLQ_URLS"))}
@@ -162,7 +171,8 @@ class Ceiling(unittest.TestCase):
                          "role ArchiverRole inline policies (characters)", "environment of redriver (bytes)",
                          "environment of archiver (bytes)", "resources", "template size through S3 (bytes)",
                          "protected DLQs' list item (bytes)", "dashboard Dashboard metrics",
-                         "alarm FleetCircuitOpenAlarm Metrics Insights series"):
+                         "alarm FleetCircuitOpenAlarm Metrics Insights series",
+                         "alarm FleetCircuitOpenAlarm Metrics Insights metrics"):
             self.assertIn(expected, measured)
 
     def test_the_fleet_dashboard_of_500_dlqs_exceeds_a_widgets_metrics(self):
