@@ -26,7 +26,8 @@ template without the user's queues and what hangs on them:
   protected DLQs' list item;
 - the fleet's failure signals in our namespace (redrive failures, DLQ unreadable, unplaceable
   messages, circuit open, archive failures) as one Metrics Insights alarm each over every
-  QueueName, and one dashboard for the fleet (with a triage widget per DLQ and the poison queue).
+  QueueName, and one dashboard for the fleet (with a triage widget per DLQ and the poison queue;
+  past CloudWatch's 500 widgets per dashboard, the other triage widgets on STACK-triage-2...).
 
 ARNs are written into the template, not passed as parameters: a parameter value holds at most
 4,096 bytes, some 40 ARNs. The template goes through S3 above 51,200 bytes (deploy_stack).
@@ -396,14 +397,35 @@ def triage_widget(x: int, y: int, width: int, queue: str) -> dict:
         "updateOn": {"refresh": True, "resize": True, "timeRange": True}}}
 
 
+# CloudWatch's limits on a dashboard (infra/quotas.py checks them): 500 widgets, 500 metrics in
+# one widget.
+DASHBOARD_WIDGETS = 500
+WIDGET_METRICS = 500
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    """`items` in ceil(len/size) runs of sizes that differ by one at most."""
+    count = max(1, -(-len(items) // size))
+    base, extra = divmod(len(items), count)
+    out, at = [], 0
+    for i in range(count):
+        n = base + (1 if i < extra else 0)
+        out.append(items[at:at + n])
+        at += n
+    return out
+
+
 def fleet_dashboard(dlqs: list[dict]) -> dict:
     """One view of the fleet: depth and oldest age of every protected DLQ (one line each) and
     the poison queue, the re-driver's counts per QueueName (Metrics Insights), and the triage
-    console's widget of each protected DLQ and the poison queue."""
-    def lines(metric: str, extra: dict | None = None) -> list:
-        rows = [["AWS/SQS", metric, "QueueName", d["name"]] for d in dlqs]
-        rows.append(["AWS/SQS", metric, "QueueName", "${Poison}", {"label": "poison"}])
-        return rows
+    console's widget of each protected DLQ and the poison queue. Returned as resources: the
+    dashboard `Dashboard` (STACK_NAME) and, where the triage widgets pass CloudWatch's 500
+    widgets per dashboard, `TriageDashboard2`, `3`... (STACK_NAME-triage-2...) with the rest. A
+    line widget holds at most 500 queues: above, the lines are split over several widgets."""
+    queues = [["QueueName", d["name"]] for d in dlqs] + [["QueueName", "${Poison}", {"label": "poison"}]]
+
+    def lines(metric: str, rows: list) -> list:
+        return [["AWS/SQS", metric, *row] for row in rows]
 
     def insights(metric: str, stat: str) -> list:
         return [[{"expression": f'SELECT {stat}({metric}) FROM SCHEMA("${{MetricNamespace}}", QueueName) '
@@ -415,23 +437,45 @@ def fleet_dashboard(dlqs: list[dict]) -> dict:
             "title": title, "region": "${AWS::Region}", "view": "timeSeries", "stat": stat,
             "period": period, "metrics": metrics}}
 
-    body = {"widgets": [
-        widget(0, 0, "Depth of every protected DLQ, and the poison queue",
-               lines("ApproximateNumberOfMessagesVisible"), "Maximum", 60),
-        widget(12, 0, "Age of oldest message (s)", lines("ApproximateAgeOfOldestMessage"), "Maximum", 300),
-        widget(0, 6, "Redriven per DLQ", insights("SuccessfulRedrives", "SUM"), "Sum", 300),
-        widget(12, 6, "Isolated per DLQ (poison queue)", insights("PoisonPillsIsolated", "SUM"), "Sum", 300),
-        widget(0, 12, "Circuit open per DLQ", insights("CircuitOpen", "MAX"), "Maximum", 300),
-        widget(12, 12, "Redrive failures per DLQ", insights("RedriveFailures", "SUM"), "Sum", 300),
-    ]}
-    # The triage console: one widget per protected DLQ and the poison queue, two a row.
-    for i, queue in enumerate([d["name"] for d in dlqs] + ["${Poison}"]):
-        body["widgets"].append(triage_widget(12 * (i % 2), 18 + 8 * (i // 2), 12, queue))
-    text = json.dumps(body, separators=(",", ":"))
-    # Queue names hold letters, digits, - and _ only: nothing Fn::Sub would read as a variable.
-    return {"Type": "AWS::CloudWatch::Dashboard", "Properties": {
-        "DashboardName": {"Fn::Sub": "${AWS::StackName}"},
-        "DashboardBody": {"Fn::Sub": [text, {"Poison": {"Fn::GetAtt": ["PoisonQueue", "QueueName"]}}]}}}
+    groups = _chunks(queues, WIDGET_METRICS)
+    widgets = []
+    for i, group in enumerate(groups):
+        part = f" ({i + 1} of {len(groups)})" if len(groups) > 1 else ""
+        widgets.append(widget(0, 6 * i, "Depth of every protected DLQ, and the poison queue" + part,
+                              lines("ApproximateNumberOfMessagesVisible", group), "Maximum", 60))
+        widgets.append(widget(12, 6 * i, "Age of oldest message (s)" + part,
+                              lines("ApproximateAgeOfOldestMessage", group), "Maximum", 300))
+    y = 6 * len(groups)
+    widgets += [
+        widget(0, y, "Redriven per DLQ", insights("SuccessfulRedrives", "SUM"), "Sum", 300),
+        widget(12, y, "Isolated per DLQ (poison queue)", insights("PoisonPillsIsolated", "SUM"), "Sum", 300),
+        widget(0, y + 6, "Circuit open per DLQ", insights("CircuitOpen", "MAX"), "Maximum", 300),
+        widget(12, y + 6, "Redrive failures per DLQ", insights("RedriveFailures", "SUM"), "Sum", 300),
+    ]
+    # The triage console: one widget per protected DLQ and the poison queue, two a row; those
+    # the first dashboard has no room for go on the next ones.
+    triage = [d["name"] for d in dlqs] + ["${Poison}"]
+    room = DASHBOARD_WIDGETS - len(widgets)
+    pages = [triage[:room]] + [triage[at:at + DASHBOARD_WIDGETS] for at in range(room, len(triage), DASHBOARD_WIDGETS)]
+    bodies = []
+    for page, names in enumerate(pages):
+        top = y + 12 if page == 0 else 0
+        body = widgets if page == 0 else []
+        for i, queue in enumerate(names):
+            body.append(triage_widget(12 * (i % 2), top + 8 * (i // 2), 12, queue))
+        bodies.append(body)
+
+    def dashboard(name: dict, body: list) -> dict:
+        text = json.dumps({"widgets": body}, separators=(",", ":"))
+        # Queue names hold letters, digits, - and _ only: nothing Fn::Sub would read as a variable.
+        return {"Type": "AWS::CloudWatch::Dashboard", "Properties": {
+            "DashboardName": name,
+            "DashboardBody": {"Fn::Sub": [text, {"Poison": {"Fn::GetAtt": ["PoisonQueue", "QueueName"]}}]}}}
+
+    out = {"Dashboard": dashboard({"Fn::Sub": "${AWS::StackName}"}, bodies[0])}
+    for page, body in enumerate(bodies[1:], start=2):
+        out[f"TriageDashboard{page}"] = dashboard({"Fn::Sub": "${AWS::StackName}-triage-" + str(page)}, body)
+    return out
 
 
 # ---------------------------------------------------------------- checks
@@ -517,7 +561,7 @@ def build(template: dict, dlqs: list[dict], stack: str = "redrive", resource_lim
     for metric, (stat, description) in FLEET_ALARMS.items():
         resources["Fleet" + metric + "Alarm"] = fleet_alarm(metric, stat, description)
     resources["ArchiverErrorsAlarm"] = archiver_errors_alarm()
-    resources["Dashboard"] = fleet_dashboard(dlqs)
+    resources.update(fleet_dashboard(dlqs))
     for dlq in dlqs:
         resources.update(per_dlq_alarms(dlq))
     template["Description"] = ("redrive, part 1 of 2, attach mode: poison queue, circuit table, topics, "

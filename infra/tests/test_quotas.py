@@ -175,21 +175,28 @@ class Ceiling(unittest.TestCase):
                          "alarm FleetCircuitOpenAlarm Metrics Insights metrics"):
             self.assertIn(expected, measured)
 
-    def test_the_fleet_dashboard_of_500_dlqs_exceeds_a_widgets_metrics(self):
-        # Below the ceiling the dashboard has room; a fleet past what one widget can draw is named,
-        # and so are its widgets (a triage widget per DLQ and the poison queue, beside six).
+    def test_the_fleet_dashboards_of_500_dlqs_hold_within_cloudwatchs_limits(self):
+        # One line per DLQ and the poison queue is 501 metrics, above a widget's 500: the lines
+        # are split over two widgets; a triage widget per DLQ and the poison queue, beside the
+        # others, is more than a dashboard's 500 widgets: the rest go on a second dashboard.
         dlqs = quotas.synthetic_dlqs(500, 80, 3)
-        template = {"Resources": {"Dashboard": attach_template.fleet_dashboard(dlqs),
-                                  "PoisonQueue": {"Type": "AWS::SQS::Queue"}}}
-        self.assertEqual(sorted(exceeded(template)),
-                         ["dashboard Dashboard widget 'Age of oldest message (s)' metrics",
-                          "dashboard Dashboard widget 'Depth of every protected DLQ, and the poison queue' metrics",
-                          "dashboard Dashboard widgets"])
-        body = json.loads(quotas.resolve(template["Resources"]["Dashboard"]["Properties"]["DashboardBody"], template))
-        custom = [w for w in body["widgets"] if w["type"] == "custom"]
-        self.assertEqual(len(custom), 501)
-        self.assertEqual([w["properties"]["params"]["queue"] for w in custom[:2]], [d["name"] for d in dlqs[:2]])
-        self.assertEqual(custom[-1]["properties"]["params"], {"queue": "N" * 80})  # the poison queue's name
+        template = {"Resources": {**attach_template.fleet_dashboard(dlqs), "PoisonQueue": {"Type": "AWS::SQS::Queue"}}}
+        self.assertEqual(sorted(template["Resources"]), ["Dashboard", "PoisonQueue", "TriageDashboard2"])
+        self.assertEqual(exceeded(template), [])
+        bodies = [json.loads(quotas.resolve(template["Resources"][d]["Properties"]["DashboardBody"], template))
+                  for d in ("Dashboard", "TriageDashboard2")]
+        widgets = [w for body in bodies for w in body["widgets"]]
+        custom = [w["properties"]["params"]["queue"] for w in widgets if w["type"] == "custom"]
+        self.assertEqual(custom, [d["name"] for d in dlqs] + ["N" * 80])  # the poison queue's name last
+        for title in ("Depth of every protected DLQ", "Age of oldest message"):
+            lines = [row[3] for w in widgets if w["properties"].get("title", "").startswith(title)
+                     for row in w["properties"]["metrics"]]
+            self.assertEqual(lines, [d["name"] for d in dlqs] + ["N" * 80], title)
+        for body in bodies:  # no two widgets of a dashboard overlap
+            cells = [(w["x"], w["y"]) for w in body["widgets"]]
+            self.assertEqual(len(cells), len(set(cells)))
+        self.assertEqual(quotas.resolve(template["Resources"]["TriageDashboard2"]["Properties"]["DashboardName"],
+                                     template), "S" * 40 + "-triage-2")
 
     def test_the_environment_is_the_one_deploy_writes(self):
         redriver, archiver = quotas.attach_env_files(quotas.synthetic_dlqs(2, 80, 3), self.work)
