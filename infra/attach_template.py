@@ -1,7 +1,8 @@
 """The resources template of attach mode (PROTECT_DLQS / PROTECT_TAG), made from
 infra/templates/resources.yaml and the DLQs deploy.sh resolved.
 
-`python infra/attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME`
+`python infra/attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME
+    [--children DIR] [--child-url-prefix URL] [--previous PREVIOUS_TEMPLATE_JSON]`
 
 DLQS_TSV holds one protected DLQ a line: `NAME<TAB>ARN<TAB>SOURCE_ARNS<TAB>KEY_ARN<TAB>SOURCE_KEY_ARNS`
 (SOURCE_ARNS comma separated, empty for a DLQ that no queue names in its RedrivePolicy; KEY_ARN
@@ -20,13 +21,19 @@ template without the user's queues and what hangs on them:
 - added per protected DLQ: its trigger alarm (depth > 0, to the trigger topic; the re-driver
   drains the DLQ the alarm's QueueName dimension names), its two age alarms (first stage and
   last call, to the alerts topic) and its count-based daily reminder (visible or in flight at
-  the reminder hour), all named STACK-<kind>-<queue name>;
+  the reminder hour), all named STACK-<kind>-<queue name>. They live in nested stacks
+  (`AlarmStackNNN`, AWS::CloudFormation::Stack resources, each the alarms of at most
+  DLQS_PER_ALARM_STACK DLQs, its template in DIR under its content's digest and named in the
+  parent by URL_PREFIX + that key), so that CloudFormation's 500 resources per stack bind
+  neither the parent nor any of them. Every DLQ stays in the nested stack the previous
+  template's Metadata (RedriveAlarmStacks) put it in; a new one fills the first with room;
 - the triage console's roles read (the widget) or change (the action function) the books of
   this account and region's queues, not of our DLQ and poison queue only, and read the
   protected DLQs' list item;
 - the fleet's failure signals in our namespace (redrive failures, DLQ unreadable, unplaceable
   messages, circuit open, archive failures) as one Metrics Insights alarm each over every
-  QueueName, and one dashboard for the fleet (with a triage widget per DLQ and the poison queue).
+  QueueName, and one dashboard for the fleet (with a triage widget per DLQ and the poison queue;
+  past CloudWatch's 500 widgets per dashboard, the other triage widgets on STACK-triage-2...).
 
 ARNs are written into the template, not passed as parameters: a parameter value holds at most
 4,096 bytes, some 40 ARNs. The template goes through S3 above 51,200 bytes (deploy_stack).
@@ -61,6 +68,25 @@ MANAGED_ONLY_OUTPUTS = {
 # At most this many resources per template (CloudFormation quota).
 TEMPLATE_RESOURCE_LIMIT = 500
 PER_DLQ_RESOURCES = 4
+# The per-DLQ alarms live in nested stacks (AWS::CloudFormation::Stack resources of the
+# resources stack, `AlarmStackNNN`), each holding the alarms of at most this many DLQs: 400
+# resources of CloudFormation's 500 per stack, and some 450 KB of the 1 MB a template may have
+# through S3 at 80-character queue names (infra/quotas.py checks both).
+DLQS_PER_ALARM_STACK = 100
+ALARM_STACK_PREFIX = "AlarmStack"
+# The parent template's Metadata: which DLQ's alarms each nested stack holds, read back by the
+# next deploy so that every DLQ keeps its stack (adding or removing one touches no other's alarms).
+ASSIGNMENT_KEY = "RedriveAlarmStacks"
+# Where the nested templates are when deploy does not say (quota checks, tests): the longest
+# URL the template bucket gets (infra/lib.sh template_bucket).
+DEFAULT_CHILD_URL_PREFIX = ("https://redrive-templates-123456789012-ap-southeast-14.s3.ap-southeast-14.amazonaws.com/"
+                            + "S" * 40 + "/alarms/")
+# What a nested stack's alarms name in the parent, passed as its parameters: the parent's topics
+# (a topic's Ref is its ARN) under these names, and the install's name for the alarms' names
+# (`${AWS::StackName}` in a nested stack is the nested stack's own name).
+CHILD_REF_PARAMETERS = {"TriggerTopic": "TriggerTopicArn", "AlertsTopic": "AlertsTopicArn",
+                        "RecoveryTopic": "RecoveryTopicArn"}
+INSTALL_NAME_PARAMETER = "InstallName"
 
 
 def read_dlqs(path: Path) -> list[dict]:
@@ -86,6 +112,8 @@ def logical_id(name: str, kind: str) -> str:
 
 
 def alarm_name(kind: str, queue: str) -> dict:
+    """STACK-kind-queue, STACK the install's name (the parent stack's; a nested stack gets it as
+    its parameter InstallName, see `child_template`)."""
     return {"Fn::Sub": ["${AWS::StackName}-" + kind + "-${Queue}", {"Queue": queue}]}
 
 
@@ -396,14 +424,35 @@ def triage_widget(x: int, y: int, width: int, queue: str) -> dict:
         "updateOn": {"refresh": True, "resize": True, "timeRange": True}}}
 
 
+# CloudWatch's limits on a dashboard (infra/quotas.py checks them): 500 widgets, 500 metrics in
+# one widget.
+DASHBOARD_WIDGETS = 500
+WIDGET_METRICS = 500
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    """`items` in ceil(len/size) runs of sizes that differ by one at most."""
+    count = max(1, -(-len(items) // size))
+    base, extra = divmod(len(items), count)
+    out, at = [], 0
+    for i in range(count):
+        n = base + (1 if i < extra else 0)
+        out.append(items[at:at + n])
+        at += n
+    return out
+
+
 def fleet_dashboard(dlqs: list[dict]) -> dict:
     """One view of the fleet: depth and oldest age of every protected DLQ (one line each) and
     the poison queue, the re-driver's counts per QueueName (Metrics Insights), and the triage
-    console's widget of each protected DLQ and the poison queue."""
-    def lines(metric: str, extra: dict | None = None) -> list:
-        rows = [["AWS/SQS", metric, "QueueName", d["name"]] for d in dlqs]
-        rows.append(["AWS/SQS", metric, "QueueName", "${Poison}", {"label": "poison"}])
-        return rows
+    console's widget of each protected DLQ and the poison queue. Returned as resources: the
+    dashboard `Dashboard` (STACK_NAME) and, where the triage widgets pass CloudWatch's 500
+    widgets per dashboard, `TriageDashboard2`, `3`... (STACK_NAME-triage-2...) with the rest. A
+    line widget holds at most 500 queues: above, the lines are split over several widgets."""
+    queues = [["QueueName", d["name"]] for d in dlqs] + [["QueueName", "${Poison}", {"label": "poison"}]]
+
+    def lines(metric: str, rows: list) -> list:
+        return [["AWS/SQS", metric, *row] for row in rows]
 
     def insights(metric: str, stat: str) -> list:
         return [[{"expression": f'SELECT {stat}({metric}) FROM SCHEMA("${{MetricNamespace}}", QueueName) '
@@ -415,23 +464,152 @@ def fleet_dashboard(dlqs: list[dict]) -> dict:
             "title": title, "region": "${AWS::Region}", "view": "timeSeries", "stat": stat,
             "period": period, "metrics": metrics}}
 
-    body = {"widgets": [
-        widget(0, 0, "Depth of every protected DLQ, and the poison queue",
-               lines("ApproximateNumberOfMessagesVisible"), "Maximum", 60),
-        widget(12, 0, "Age of oldest message (s)", lines("ApproximateAgeOfOldestMessage"), "Maximum", 300),
-        widget(0, 6, "Redriven per DLQ", insights("SuccessfulRedrives", "SUM"), "Sum", 300),
-        widget(12, 6, "Isolated per DLQ (poison queue)", insights("PoisonPillsIsolated", "SUM"), "Sum", 300),
-        widget(0, 12, "Circuit open per DLQ", insights("CircuitOpen", "MAX"), "Maximum", 300),
-        widget(12, 12, "Redrive failures per DLQ", insights("RedriveFailures", "SUM"), "Sum", 300),
-    ]}
-    # The triage console: one widget per protected DLQ and the poison queue, two a row.
-    for i, queue in enumerate([d["name"] for d in dlqs] + ["${Poison}"]):
-        body["widgets"].append(triage_widget(12 * (i % 2), 18 + 8 * (i // 2), 12, queue))
-    text = json.dumps(body, separators=(",", ":"))
-    # Queue names hold letters, digits, - and _ only: nothing Fn::Sub would read as a variable.
-    return {"Type": "AWS::CloudWatch::Dashboard", "Properties": {
-        "DashboardName": {"Fn::Sub": "${AWS::StackName}"},
-        "DashboardBody": {"Fn::Sub": [text, {"Poison": {"Fn::GetAtt": ["PoisonQueue", "QueueName"]}}]}}}
+    groups = _chunks(queues, WIDGET_METRICS)
+    widgets = []
+    for i, group in enumerate(groups):
+        part = f" ({i + 1} of {len(groups)})" if len(groups) > 1 else ""
+        widgets.append(widget(0, 6 * i, "Depth of every protected DLQ, and the poison queue" + part,
+                              lines("ApproximateNumberOfMessagesVisible", group), "Maximum", 60))
+        widgets.append(widget(12, 6 * i, "Age of oldest message (s)" + part,
+                              lines("ApproximateAgeOfOldestMessage", group), "Maximum", 300))
+    y = 6 * len(groups)
+    widgets += [
+        widget(0, y, "Redriven per DLQ", insights("SuccessfulRedrives", "SUM"), "Sum", 300),
+        widget(12, y, "Isolated per DLQ (poison queue)", insights("PoisonPillsIsolated", "SUM"), "Sum", 300),
+        widget(0, y + 6, "Circuit open per DLQ", insights("CircuitOpen", "MAX"), "Maximum", 300),
+        widget(12, y + 6, "Redrive failures per DLQ", insights("RedriveFailures", "SUM"), "Sum", 300),
+    ]
+    # The triage console: one widget per protected DLQ and the poison queue, two a row; those
+    # the first dashboard has no room for go on the next ones.
+    triage = [d["name"] for d in dlqs] + ["${Poison}"]
+    room = DASHBOARD_WIDGETS - len(widgets)
+    pages = [triage[:room]] + [triage[at:at + DASHBOARD_WIDGETS] for at in range(room, len(triage), DASHBOARD_WIDGETS)]
+    bodies = []
+    for page, names in enumerate(pages):
+        top = y + 12 if page == 0 else 0
+        body = widgets if page == 0 else []
+        for i, queue in enumerate(names):
+            body.append(triage_widget(12 * (i % 2), top + 8 * (i // 2), 12, queue))
+        bodies.append(body)
+
+    def dashboard(name: dict, body: list) -> dict:
+        text = json.dumps({"widgets": body}, separators=(",", ":"))
+        # Queue names hold letters, digits, - and _ only: nothing Fn::Sub would read as a variable.
+        return {"Type": "AWS::CloudWatch::Dashboard", "Properties": {
+            "DashboardName": name,
+            "DashboardBody": {"Fn::Sub": [text, {"Poison": {"Fn::GetAtt": ["PoisonQueue", "QueueName"]}}]}}}
+
+    out = {"Dashboard": dashboard({"Fn::Sub": "${AWS::StackName}"}, bodies[0])}
+    for page, body in enumerate(bodies[1:], start=2):
+        out[f"TriageDashboard{page}"] = dashboard({"Fn::Sub": "${AWS::StackName}-triage-" + str(page)}, body)
+    return out
+
+
+# ---------------------------------------------------------------- nested stacks of alarms
+def _template_body(template_path: Path) -> dict:
+    """A template as deploy sent it, or as `aws cloudformation get-template` returns it (a body
+    sent as a string comes back as a JSON string); {} for none."""
+    text = Path(template_path).read_text(encoding="utf-8").strip()
+    body = json.loads(text) if text else {}
+    if isinstance(body, str):
+        body = json.loads(body) if body.lstrip().startswith("{") else {}
+    return body if isinstance(body, dict) else {}
+
+
+def previous_assignment(template_path: Path | None) -> dict[str, list[str]]:
+    """Which DLQs' alarms each nested stack of the deployed template holds ({} for none)."""
+    if not template_path:
+        return {}
+    record = (_template_body(template_path).get("Metadata") or {}).get(ASSIGNMENT_KEY)
+    return {k: list(v) for k, v in record.items()} if isinstance(record, dict) else {}
+
+
+def assign(names: list[str], previous: dict[str, list[str]], per_stack: int = DLQS_PER_ALARM_STACK) -> dict[str, list[str]]:
+    """Nested stack -> the DLQs whose alarms it holds. Every DLQ still protected stays in the
+    stack it was in; those no longer protected leave theirs (a stack left empty goes); a new DLQ
+    fills the first stack (in name order) with room, else a new stack with the lowest free
+    number. Adding or removing a DLQ changes one stack, and no other DLQ's alarms."""
+    wanted, placed, stacks = set(names), set(), {}
+    for logical in sorted(previous):
+        kept = [n for n in previous[logical] if n in wanted and n not in placed]
+        placed.update(kept)
+        if kept:
+            stacks[logical] = kept
+    for name in names:
+        if name in placed:
+            continue
+        target = next((k for k in sorted(stacks) if len(stacks[k]) < per_stack), None)
+        if target is None:
+            number = 1
+            while f"{ALARM_STACK_PREFIX}{number:03d}" in stacks:
+                number += 1
+            target = f"{ALARM_STACK_PREFIX}{number:03d}"
+            stacks[target] = []
+        stacks[target].append(name)
+        placed.add(name)
+    return {k: stacks[k] for k in sorted(stacks)}
+
+
+def _in_child(node):
+    """A node of the parent's per-DLQ alarms as a nested stack states it: the parent's topics
+    through their parameters, the install's name where the parent said its own stack name."""
+    if isinstance(node, list):
+        return [_in_child(i) for i in node]
+    if not isinstance(node, dict):
+        return node
+    if list(node) == ["Ref"] and node["Ref"] in CHILD_REF_PARAMETERS:
+        return {"Ref": CHILD_REF_PARAMETERS[node["Ref"]]}
+    out = {}
+    for key, value in node.items():
+        if key == "Fn::Sub":
+            text = value if isinstance(value, str) else value[0]
+            text = text.replace("${AWS::StackName}", "${" + INSTALL_NAME_PARAMETER + "}")
+            value = text if isinstance(value, str) else [text, _in_child(value[1])]
+            out[key] = value
+        else:
+            out[key] = _in_child(value)
+    return out
+
+
+def child_template(dlqs: list[dict], parameters: dict) -> dict:
+    """The nested stack of `dlqs`' alarms: `per_dlq_alarms` of each, with what they name in
+    the parent as parameters (`parameters`: the parent's, whose definitions they keep)."""
+    resources = {}
+    for dlq in dlqs:
+        resources.update(per_dlq_alarms(dlq))
+    resources = _in_child(resources)
+    params = {}
+    for name in sorted({r for r in references(resources) if not r.startswith("AWS::")}):
+        if name == INSTALL_NAME_PARAMETER:
+            params[name] = {"Type": "String", "Description": "The install's STACK_NAME (the alarms' names start with it)."}
+        elif name in CHILD_REF_PARAMETERS.values():
+            params[name] = {"Type": "String", "Description": "The ARN of the install's topic of that name."}
+        else:
+            params[name] = {k: v for k, v in parameters[name].items() if k != "Default"}
+    child = {"AWSTemplateFormatVersion": "2010-09-09",
+             "Description": "redrive, attach mode: the alarms of some of the protected DLQs (a nested stack "
+                            "of the resources stack; infra/attach_template.py).",
+             "Parameters": params, "Resources": resources}
+    check_references(child)
+    return child
+
+
+def child_key(body: str) -> str:
+    """The S3 key of a nested template under the URL prefix: its content's digest, so that a
+    changed template gets a new URL and CloudFormation updates that nested stack (and only it)."""
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:32] + ".json"
+
+
+def alarm_stack(child: dict, url: str) -> dict:
+    """The parent's resource of a nested stack: its template's URL and its parameters."""
+    parent_of = {v: k for k, v in CHILD_REF_PARAMETERS.items()}
+    params = {}
+    for name in child["Parameters"]:
+        if name == INSTALL_NAME_PARAMETER:
+            params[name] = {"Ref": "AWS::StackName"}
+        else:
+            params[name] = {"Ref": parent_of.get(name, name)}
+    return {"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": url, "Parameters": params}}
 
 
 # ---------------------------------------------------------------- checks
@@ -498,9 +676,16 @@ def check_references(template: dict) -> None:
                                  "which attach mode does not create")
 
 
-def build(template: dict, dlqs: list[dict], stack: str = "redrive", resource_limit: bool = True) -> dict:
-    """The attach template for `dlqs`. `resource_limit=False` (deploy's quota check, which names
-    every quota exceeded itself) renders above CloudFormation's 500 resources too."""
+def build_stacks(template: dict, dlqs: list[dict], stack: str = "redrive", resource_limit: bool = True,
+                 previous: dict[str, list[str]] | None = None,
+                 url_prefix: str = DEFAULT_CHILD_URL_PREFIX, alarms: bool = True) -> tuple[dict, dict[str, str]]:
+    """The attach template for `dlqs`, and its nested templates of per-DLQ alarms (S3 key under
+    `url_prefix` -> compact JSON body, as deploy uploads them). `previous` is the deployed
+    template's assignment of DLQs to nested stacks (`previous_assignment`), kept.
+    `resource_limit=False` (deploy's quota check, which names every quota exceeded itself)
+    renders above CloudFormation's 500 resources per template too. `alarms=False`: without the
+    per-DLQ alarms (the first of the two updates that move them out of a stack from before the
+    nested stacks, see `has_inline_alarms`)."""
     resources = template["Resources"]
     for logical in MANAGED_ONLY:
         resources.pop(logical, None)
@@ -517,73 +702,123 @@ def build(template: dict, dlqs: list[dict], stack: str = "redrive", resource_lim
     for metric, (stat, description) in FLEET_ALARMS.items():
         resources["Fleet" + metric + "Alarm"] = fleet_alarm(metric, stat, description)
     resources["ArchiverErrorsAlarm"] = archiver_errors_alarm()
-    resources["Dashboard"] = fleet_dashboard(dlqs)
-    for dlq in dlqs:
-        resources.update(per_dlq_alarms(dlq))
+    resources.update(fleet_dashboard(dlqs))
+    # The alarms of each DLQ: in a nested stack (see DLQS_PER_ALARM_STACK), the same one at
+    # every deploy.
+    by_name = {d["name"]: d for d in dlqs}
+    assignment = assign([d["name"] for d in dlqs], previous or {}) if alarms else {}
+    children: dict[str, str] = {}
+    child_templates: dict[str, dict] = {}
+    for logical, names in assignment.items():
+        child = child_template([by_name[n] for n in names], template["Parameters"])
+        body = cfn_yaml.compact(child)
+        key = child_key(body)
+        children[key] = body
+        child_templates[logical] = child
+        resources[logical] = alarm_stack(child, url_prefix + key)
     template["Description"] = ("redrive, part 1 of 2, attach mode: poison queue, circuit table, topics, "
-                               "alarms per protected DLQ, log groups and roles; none of the protected queues.")
+                               "fleet alarms, nested stacks of alarms per protected DLQ, log groups and roles; "
+                               "none of the protected queues.")
     template["Outputs"]["ProtectedDlqCount"] = {"Value": str(len(dlqs))}
     # The queues deploy tags for this stack, read back by the next deploy (to untag those no
     # longer protected) and by make destroy (to untag them all).
-    template.setdefault("Metadata", {})[METADATA_KEY] = {
+    metadata = template.setdefault("Metadata", {})
+    metadata[METADATA_KEY] = {
         "TagKey": tag_key(stack), "Queues": {arn.rsplit(":", 1)[1]: v for arn, v in queue_tags(dlqs).items()}}
+    if alarms:
+        metadata[ASSIGNMENT_KEY] = assignment
     drop_unused(template)
     check_references(template)
-    count = len(resources)
-    if resource_limit and count > TEMPLATE_RESOURCE_LIMIT:
-        fixed = count - PER_DLQ_RESOURCES * len(dlqs)
-        raise SystemExit(
-            f"attach_template.py: {len(dlqs)} DLQs make {count} resources, above CloudFormation's "
-            f"{TEMPLATE_RESOURCE_LIMIT} per stack; one install protects at most "
-            f"{(TEMPLATE_RESOURCE_LIMIT - fixed) // PER_DLQ_RESOURCES} DLQs. Split them over two installs "
-            "(two STACK_NAMEs, each with its own PROTECT_DLQS or PROTECT_TAG).")
-    return template
+    if resource_limit:
+        for what, count in [("the resources stack", len(resources))] + [
+                (f"nested stack {k}", len(c["Resources"])) for k, c in child_templates.items()]:
+            if count > TEMPLATE_RESOURCE_LIMIT:
+                raise SystemExit(
+                    f"attach_template.py: {len(dlqs)} DLQs make {count} resources in {what}, above "
+                    f"CloudFormation's {TEMPLATE_RESOURCE_LIMIT} per stack. Split them over two installs "
+                    "(two STACK_NAMEs, each with its own PROTECT_DLQS or PROTECT_TAG).")
+    return template, children
 
 
-def max_dlqs(template: dict) -> int:
-    """How many DLQs one install protects before the template's resource limit."""
-    built = build(json.loads(json.dumps(template)), [{"name": "q", "arn": "arn:aws:sqs:r:1:q", "sources": []}])
-    fixed = len(built["Resources"]) - PER_DLQ_RESOURCES
-    return (TEMPLATE_RESOURCE_LIMIT - fixed) // PER_DLQ_RESOURCES
+def build(template: dict, dlqs: list[dict], stack: str = "redrive", resource_limit: bool = True,
+          previous: dict[str, list[str]] | None = None, alarms: bool = True) -> dict:
+    """The attach template for `dlqs` (its nested templates: `build_stacks`)."""
+    return build_stacks(template, dlqs, stack, resource_limit, previous, alarms=alarms)[0]
+
+
+def children_of(template: dict, children: dict[str, str]) -> dict[str, dict]:
+    """Nested stack's logical id -> its template, for a parent and the bodies `build_stacks` made."""
+    out = {}
+    for logical, resource in template.get("Resources", {}).items():
+        if resource.get("Type") == "AWS::CloudFormation::Stack":
+            key = resource["Properties"]["TemplateURL"].rsplit("/", 1)[1]
+            out[logical] = json.loads(children[key])
+    return out
+
+
+_PER_DLQ_ALARM_ID = re.compile(r"^Dlq[A-Za-z0-9]*[0-9a-f]{8}(NotEmpty|Age|FinalAge|Daily)$")
+
+
+def has_inline_alarms(template_path: Path) -> bool:
+    """Whether a deployed attach template holds per-DLQ alarms itself (an install from before the
+    nested stacks). Moving them into nested stacks in one update would create each alarm in its
+    nested stack, under its name, while the parent still has it: deploy first updates the stack
+    without them, then with the nested stacks."""
+    resources = _template_body(template_path).get("Resources") or {}
+    return any(_PER_DLQ_ALARM_ID.match(k) and r.get("Type") == "AWS::CloudWatch::Alarm"
+               for k, r in resources.items())
 
 
 def tagged_queues(template_path: Path) -> list[tuple[str, str, str]]:
     """(tag key, queue name, value) of every queue a rendered attach template (as deploy sent it,
     or as `aws cloudformation get-template` returns it) has deploy tag; none for another template."""
-    text = Path(template_path).read_text(encoding="utf-8").strip()
-    body = json.loads(text) if text else {}
-    if isinstance(body, str):  # get-template's TemplateBody of a template sent as a string
-        body = json.loads(body) if body.lstrip().startswith("{") else {}
-    record = (body.get("Metadata") or {}).get(METADATA_KEY) if isinstance(body, dict) else None
+    record = (_template_body(template_path).get("Metadata") or {}).get(METADATA_KEY)
     if not record:
         return []
     return [(record["TagKey"], name, value) for name, value in sorted(record["Queues"].items())]
 
 
-USAGE = ("usage: attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME [--quota-check]\n"
-         "       attach_template.py max-dlqs RESOURCES_YAML")
+USAGE = ("usage: attach_template.py RESOURCES_YAML DLQS_TSV OUT_JSON [PARAMS_JSON] --stack STACK_NAME\n"
+         "           [--children DIR] [--child-url-prefix URL] [--previous PREVIOUS_TEMPLATE_JSON] [--quota-check]\n"
+         "           [--without-alarms]\n"
+         "       attach_template.py has-inline-alarms PREVIOUS_TEMPLATE_JSON   (exit 0: it has)")
+
+
+def _option(argv: list[str], name: str) -> tuple[list[str], str | None]:
+    if name not in argv:
+        return argv, None
+    at = argv.index(name)
+    if at + 1 >= len(argv):
+        raise SystemExit(USAGE)
+    return argv[:at] + argv[at + 2:], argv[at + 1]
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "max-dlqs":
-        print(max_dlqs(cfn_yaml.load(Path(argv[1]))))
-        return 0
-    stack = "redrive"
+    if len(argv) == 2 and argv[0] == "has-inline-alarms":
+        return 0 if has_inline_alarms(Path(argv[1])) else 1
+    alarms = "--without-alarms" not in argv
+    argv = [a for a in argv if a != "--without-alarms"]
     # --quota-check: the rendering deploy checks with quotas.py, which names the resources quota.
     resource_limit = "--quota-check" not in argv
     argv = [a for a in argv if a != "--quota-check"]
-    if "--stack" in argv:
-        at = argv.index("--stack")
-        if at + 1 >= len(argv):
-            print(USAGE, file=sys.stderr)
-            return 2
-        stack = argv[at + 1]
-        argv = argv[:at] + argv[at + 2:]
+    # --children DIR: the nested templates, one file a key (deploy uploads each under
+    # --child-url-prefix, the URL the parent names them by); --previous: the deployed template,
+    # whose assignment of DLQs to nested stacks is kept.
+    argv, stack = _option(argv, "--stack")
+    argv, children_dir = _option(argv, "--children")
+    argv, url_prefix = _option(argv, "--child-url-prefix")
+    argv, previous = _option(argv, "--previous")
     if len(argv) not in (3, 4):
         print(USAGE, file=sys.stderr)
         return 2
-    template = build(cfn_yaml.load(Path(argv[0])), read_dlqs(Path(argv[1])), stack, resource_limit)
+    template, children = build_stacks(cfn_yaml.load(Path(argv[0])), read_dlqs(Path(argv[1])), stack or "redrive",
+                                      resource_limit, previous_assignment(Path(previous) if previous else None),
+                                      url_prefix or DEFAULT_CHILD_URL_PREFIX, alarms)
     Path(argv[2]).write_bytes(cfn_yaml.compact(template).encode("utf-8"))
+    if children_dir:
+        Path(children_dir).mkdir(parents=True, exist_ok=True)
+        for key, body in children.items():
+            (Path(children_dir) / key).write_bytes(body.encode("utf-8"))
     if len(argv) == 4:
         filter_params(Path(argv[3]), template)
     return 0

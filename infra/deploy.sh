@@ -80,6 +80,10 @@ if attach_mode; then
             "Deploy attach mode under another STACK_NAME, or make destroy this one first. Nothing was changed."
     fi
     resolve_protected_dlqs "$WORK/dlqs.tsv"
+    # The template the stack was deployed with: the queues its roles grant on by tag (untagged
+    # once this deploy is done when no longer protected) and which nested stack holds each
+    # DLQ's alarms (kept).
+    stack_template "$RESOURCES" "$WORK/resources.previous.json"
 fi
 
 # ---- quotas: both templates and the functions' environments as this deploy will send them,
@@ -88,7 +92,8 @@ fi
 mkdir -p "$WORK/precheck"
 if attach_mode; then
     "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
-        "$WORK/dlqs.tsv" "$WORK/precheck/resources.json" --stack "$STACK_NAME" --quota-check ||
+        "$WORK/dlqs.tsv" "$WORK/precheck/resources.json" --stack "$STACK_NAME" --quota-check \
+        --previous "$WORK/resources.previous.json" --children "$WORK/precheck/alarm-stacks" ||
         die "could not render the attach-mode template (see above). Nothing was changed."
 else
     template_body "$INFRA_DIR/templates/resources.yaml" "$WORK/precheck/resources.json"
@@ -107,7 +112,7 @@ for template in resources wiring; do
         "$WORK/precheck/triage-console.env")
     if [ "$template" = resources ] && attach_mode; then
         printf '%s' "$PROTECTED_DLQ_URLS" >"$WORK/precheck/dlq-urls.list"
-        envs+=("$WORK/precheck/dlq-urls.list")
+        envs+=("$WORK/precheck/dlq-urls.list" --children "$WORK/precheck/alarm-stacks")
     fi
     QUOTAS_QUIET=1 "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/quotas.py" check \
         "$WORK/precheck/$template.json" ${envs[@]+"${envs[@]}"} ||
@@ -169,10 +174,21 @@ write_wiring_params() { # FILE
 if [ "$PLAN" = true ]; then
     say "planning stacks $RESOURCES and $WIRING in $AWS_REGION (account $ACCOUNT_ID): change sets shown, then deleted; nothing is changed"
     if attach_mode; then
+        # As step 3 renders it, with the nested stacks' templates in the template bucket for the
+        # change set to read (and deleted again).
+        NESTED_TEMPLATE_PREFIX=$(nested_template_prefix "$RESOURCES")
         "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
-            "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" ||
+            "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" \
+            --previous "$WORK/resources.previous.json" --children "$WORK/alarm-stacks" \
+            --child-url-prefix "$NESTED_TEMPLATE_PREFIX" ||
             die "could not render the attach-mode template (see above). Nothing was changed."
+        if "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" has-inline-alarms \
+            "$WORK/resources.previous.json"; then
+            printf '%s\n' "(stack $RESOURCES holds the per-DLQ alarms itself: deploy first removes them, then adds the nested stacks; below, both as one change set)"
+        fi
+        upload_nested_templates "$WORK/alarm-stacks" "$NESTED_TEMPLATE_PREFIX"
         plan_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json" "$RESOURCES_STATUS"
+        discard_nested_templates "$WORK/alarm-stacks" "$NESTED_TEMPLATE_PREFIX"
     else
         plan_stack "$RESOURCES" "$INFRA_DIR/templates/resources.yaml" "$WORK/resources.json" "$RESOURCES_STATUS"
     fi
@@ -234,18 +250,37 @@ done
 # ---------------------------------------------------------------- 3. resources stack
 if attach_mode; then
     # resources.yaml without the user's queues, with the protected ones in the roles and alarms.
+    PROTECTED_QUEUE_URL_PREFIX=${PROTECTED_DLQ_URLS%%,*}
+    # A stack from before the nested stacks holds the per-DLQ alarms itself: they leave it in
+    # an update of their own first (created in a nested stack while the parent still has them,
+    # each would meet its own name). Meanwhile the safety-net schedule drains every DLQ.
+    if "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" has-inline-alarms \
+        "$WORK/resources.previous.json"; then
+        cp "$WORK/resources.json" "$WORK/resources.interim.params.json"
+        "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
+            "$WORK/dlqs.tsv" "$WORK/resources.interim.json" "$WORK/resources.interim.params.json" \
+            --stack "$STACK_NAME" --without-alarms ||
+            die "could not render the attach-mode template (see above). Nothing was changed."
+        say "moving the per-DLQ alarms of $RESOURCES into nested stacks: removing them from the stack first" \
+            "(the safety-net schedule drains every DLQ until the nested stacks have them)"
+        tag_protected_queues "$WORK/resources.interim.json" "${PROTECTED_QUEUE_URL_PREFIX%/*}"
+        deploy_stack "$RESOURCES" "$WORK/resources.interim.json" "$WORK/resources.interim.params.json" "$RESOURCES_STATUS"
+    fi
+    # The per-DLQ alarms go in nested stacks, whose templates are uploaded first.
+    NESTED_TEMPLATE_PREFIX=$(nested_template_prefix "$RESOURCES")
     "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
-        "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" ||
+        "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" \
+        --previous "$WORK/resources.previous.json" --children "$WORK/alarm-stacks" \
+        --child-url-prefix "$NESTED_TEMPLATE_PREFIX" ||
         die "could not render the attach-mode template (see above). Nothing was changed."
-    # The queues the deployed stack's roles grant on by tag, before this deploy changes them.
-    stack_template "$RESOURCES" "$WORK/resources.previous.json"
     # The roles grant on this install's tag: the protected DLQs and their sources get it before
     # the roles change, so that an upgrade from roles that named each queue's ARN has no moment
     # in which the new roles grant on a tag no queue carries yet. Those no longer protected lose
     # it once the deploy is done.
-    PROTECTED_QUEUE_URL_PREFIX=${PROTECTED_DLQ_URLS%%,*}
     tag_protected_queues "$WORK/resources.attach.json" "${PROTECTED_QUEUE_URL_PREFIX%/*}"
+    upload_nested_templates "$WORK/alarm-stacks" "$NESTED_TEMPLATE_PREFIX"
     deploy_stack "$RESOURCES" "$WORK/resources.attach.json" "$WORK/resources.json" "$RESOURCES_STATUS"
+    discard_nested_templates "$WORK/alarm-stacks" "$NESTED_TEMPLATE_PREFIX"
     required_outputs=(PoisonQueueUrl TriggerTopicArn MetricNamespace RedriverFunctionName RedriverRoleArn
         DashboardUrl CircuitTableName ArchiveBucketName ArchivePrefix ArchiverFunctionName ArchiverRoleArn
         TriageWidgetFunctionName TriageWidgetRoleArn TriageActionFunctionName TriageActionRoleArn)
@@ -292,8 +327,10 @@ write_env_file "$WORK/consumer.env" ${consumer_env[@]+"${consumer_env[@]}"}
 write_archiver_env "$WORK/archiver.env"
 write_triage_console_env "$WORK/triage-console.env"
 # What the functions get, checked against Lambda's 4 KB of environment before any is changed.
+nested=()
+if attach_mode; then nested=(--children "$WORK/alarm-stacks"); fi
 QUOTAS_QUIET=1 "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/quotas.py" check "$WORK/resources.template.json" \
-    "$WORK/redriver.env" "$WORK/archiver.env" "$WORK/triage-console.env" ||
+    ${nested[@]+"${nested[@]}"} "$WORK/redriver.env" "$WORK/archiver.env" "$WORK/triage-console.env" ||
     die "the functions' settings exceed a Lambda quota (above). The stack $RESOURCES is updated; no function was changed."
 
 # A role created seconds ago is often not assumable by Lambda yet (IAM is eventually

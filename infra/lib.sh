@@ -889,6 +889,34 @@ plan_stack() {
     discard_template "$TEMPLATE_S3_BUCKET" "$TEMPLATE_S3_KEY"
 }
 
+# Attach mode's nested stacks (the alarms of the protected DLQs, infra/attach_template.py): their
+# templates are read from S3 whatever their size, under STACK/alarms/ in the template bucket,
+# each under its content's digest (so that CloudFormation updates the nested stacks whose
+# template changed, and only those).
+nested_template_prefix() { # STACK: the URL attach_template.py names the nested templates under
+    local bucket
+    bucket=$(template_bucket) || exit 1
+    printf 'https://%s.s3.%s.amazonaws.com/%s/alarms/' "$bucket" "$AWS_REGION" "$1"
+}
+upload_nested_templates() { # DIR URL_PREFIX: uploads each file of DIR under its name
+    local file bucket=${2#https://} key
+    bucket=${bucket%%.s3.*}
+    for file in "$1"/*; do
+        [ -f "$file" ] || continue
+        key=${2#https://*/}$(basename "$file")
+        aws_ s3api put-object --bucket "$bucket" --key "$key" --body "$file" >/dev/null ||
+            die "could not upload the nested template s3://$bucket/$key." "Nothing more was changed."
+    done
+}
+discard_nested_templates() { # DIR URL_PREFIX: once the stack operation has read them
+    local file bucket=${2#https://}
+    bucket=${bucket%%.s3.*}
+    for file in "$1"/*; do
+        [ -f "$file" ] && discard_template "$bucket" "${2#https://*/}$(basename "$file")"
+    done
+    return 0
+}
+
 discard_template() { # BUCKET KEY: the copy in S3, once CloudFormation has read it (none: nothing)
     if [ -n "$2" ]; then aws_ s3api delete-object --bucket "$1" --key "$2" >/dev/null || true; fi
 }

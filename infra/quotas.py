@@ -1,13 +1,16 @@
 """The AWS quotas a deploy can hit, checked on what deploy.sh sends, before anything is changed.
 
-`python infra/quotas.py check TEMPLATE_JSON [ENV_FILE ...] [DLQS.list]`
-    Checks one template as deploy_stack sends it (compact JSON), the functions' environment
-    files as deploy.sh writes them and attach mode's list of protected DLQs. Prints each figure against its quota; exits 1 naming every
-    quota exceeded.
+`python infra/quotas.py check TEMPLATE_JSON [--children DIR] [ENV_FILE ...] [DLQS.list]`
+    Checks one template as deploy_stack sends it (compact JSON) and, with --children, every
+    nested stack's template it names (attach mode's alarms: DIR holds each under the last part
+    of its TemplateURL, as deploy uploads it), the functions' environment files as deploy.sh
+    writes them and attach mode's list of protected DLQs. Prints each figure against its
+    quota; exits 1 naming every quota exceeded.
 `python infra/quotas.py ceiling RESOURCES_YAML [--name-length N] [--sources K]`
     The largest number of protected DLQs one attach-mode install deploys within every quota,
     for DLQ and source names of N characters (80, SQS's longest, by default) and K sources per
-    DLQ (3 by default). The README's ceiling is this figure.
+    DLQ (3 by default), the resources stack and each of its nested stacks checked. The README's
+    ceiling is this figure.
 
 The quotas (IAM counts policy characters without whitespace):
 - a managed policy's document: 6,144 characters;
@@ -15,13 +18,16 @@ The quotas (IAM counts policy characters without whitespace):
   10,240 characters;
 - a Lambda function's environment variables together (keys and values): 4 KB;
 - a template: 51,200 bytes as a TemplateBody, 1 MB through S3 (deploy_stack switches to S3
-  above the first; the check is the second); 500 resources, 200 outputs, 200 parameters;
+  above the first; the check is the second; a nested stack's template is always read from S3);
+  500 resources, 200 outputs, 200 parameters, each nested stack's template too;
 - an alarm's actions: 5 per state;
 - a dashboard: 500 widgets (custom widgets too), 500 metrics in one widget, 2,500 metrics in
   all its widgets; a custom widget's endpoint is a Lambda function's ARN in its region;
-- a Metrics Insights query: 500 time series (above, an alarm on it evaluates `PARTIAL_DATA`);
-  the fleet alarms group by QueueName, so they see one series per protected DLQ and the poison
-  queue (the template's output `ProtectedDlqCount`, plus one);
+- a Metrics Insights query: it returns at most 500 time series and matches at most 10,000
+  metrics (above either, an alarm on it evaluates `PARTIAL_DATA`). The fleet alarms query one
+  metric of every QueueName (one per protected DLQ and the poison queue: the template's output
+  `ProtectedDlqCount`, plus one) and return one series (no GROUP BY); a query with GROUP BY
+  returns one series per queue, at most its LIMIT;
 - attach mode's list of protected DLQs, one DynamoDB item in the circuit table: 400 KB
   (`check` takes it as a file ending in `.list`, the comma-separated URLs deploy writes).
 
@@ -56,6 +62,7 @@ DASHBOARD_WIDGETS = 500
 WIDGET_METRICS = 500
 DASHBOARD_METRICS = 2_500
 INSIGHTS_SERIES = 500
+INSIGHTS_METRICS = 10_000
 DYNAMODB_ITEM_BYTES = 400 * 1024
 # The item deploy writes (infra/lib.sh write_dlq_list; redrive_engine::fleet_list).
 DLQ_LIST_ITEM_KEY = ("queue", "redrive:fleet:dlq-urls")
@@ -171,9 +178,13 @@ def check_template(template: dict, body_bytes: int) -> list[tuple[str, int, int]
         elif kind == "AWS::CloudWatch::Alarm":
             for key in ("AlarmActions", "OKActions", "InsufficientDataActions"):
                 figures.append((f"alarm {logical} {key}", len(props.get(key, [])), ALARM_ACTIONS))
-            if any("SELECT" in json.dumps(m.get("Expression", "")) for m in props.get("Metrics", [])):
-                figures.append((f"alarm {logical} Metrics Insights series", insights_series(template),
-                                INSIGHTS_SERIES))
+            for metric in props.get("Metrics", []):
+                query = json.dumps(metric.get("Expression", ""))
+                if "SELECT" in query:
+                    figures.append((f"alarm {logical} Metrics Insights series", insights_series(template, query),
+                                    INSIGHTS_SERIES))
+                    figures.append((f"alarm {logical} Metrics Insights metrics", insights_metrics(template),
+                                    INSIGHTS_METRICS))
         elif kind == "AWS::CloudWatch::Dashboard":
             figures.extend(check_dashboard(logical, resolve(props["DashboardBody"], template)))
     for role, size in sorted(inline.items()):
@@ -182,11 +193,57 @@ def check_template(template: dict, body_bytes: int) -> list[tuple[str, int, int]
     return figures
 
 
-def insights_series(template: dict) -> int:
-    """The time series a fleet Metrics Insights alarm (grouped by QueueName) sees: one per
-    protected DLQ and one for the poison queue."""
+def check_stacks(template: dict, body_bytes: int,
+                 children: dict[str, tuple[dict, int]] | None = None) -> list[tuple[str, int, int]]:
+    """`check_template` of a template and of each nested stack it names: `children` maps the
+    last part of a nested stack's TemplateURL (the S3 key deploy uploads it under) to its
+    template and size in bytes. A nested template not given, or whose parameters differ from
+    those the parent passes (CloudFormation refuses the stack), is a figure of 1 above a quota of 0."""
+    figures = check_template(template, body_bytes)
+    for logical, resource in template.get("Resources", {}).items():
+        if resource.get("Type") != "AWS::CloudFormation::Stack":
+            continue
+        props = resource.get("Properties", {})
+        key = str(resolve(props.get("TemplateURL", ""), template)).rsplit("/", 1)[-1]
+        if key not in (children or {}):
+            figures.append((f"nested stack {logical}: its template {key} was not given", 1, 0))
+            continue
+        child, size = children[key]
+        figures.extend((f"nested stack {logical}: {what}", figure, quota)
+                       for what, figure, quota in check_template(child, size))
+        declared = child.get("Parameters", {})
+        passed = set(props.get("Parameters", {}))
+        needed = {k for k, v in declared.items() if "Default" not in v}
+        wrong = sorted((passed - set(declared)) | (needed - passed))
+        figures.append((f"nested stack {logical}: parameters passed but not declared, or needed but not passed "
+                        f"{wrong}", len(wrong), 0))
+    return figures
+
+
+def read_children(directory: Path) -> dict[str, tuple[dict, int]]:
+    """The nested templates deploy uploads: each file of `directory`, by its name."""
+    out = {}
+    for path in sorted(Path(directory).iterdir()):
+        body = path.read_bytes()
+        out[path.name] = (json.loads(body), len(body))
+    return out
+
+
+def insights_metrics(template: dict) -> int:
+    """The metrics a fleet Metrics Insights query (one metric FROM SCHEMA(namespace, QueueName))
+    matches: one per protected DLQ and one for the poison queue."""
     count = template.get("Outputs", {}).get("ProtectedDlqCount", {}).get("Value", "1")
     return int(count) + 1
+
+
+def insights_series(template: dict, query: str) -> int:
+    """The time series a fleet Metrics Insights query returns: one without GROUP BY (the
+    metrics it matches aggregated), else one per queue it matches, at most its LIMIT."""
+    if "GROUP BY" not in query.upper():
+        return 1
+    limit = re.search(r"LIMIT\s+(\d+)", query, re.IGNORECASE)
+    matched = insights_metrics(template)
+    return min(matched, int(limit.group(1))) if limit else matched
 
 
 # A custom widget's endpoint: a Lambda function's ARN (with its alias or version), in the
@@ -266,10 +323,11 @@ def synthetic_dlqs(count: int, name_length: int, sources: int, arn_prefix: str =
 def attach_env_files(dlqs: list[dict], workdir: Path, url_prefix: str = QUEUE_URL_PREFIX) -> list[Path]:
     """The re-driver's and the archiver's environment files as deploy.sh writes them (its own
     functions in infra/lib.sh) for these DLQs, with every stack output at its longest."""
-    urls = ",".join(url_prefix + d["name"] for d in dlqs)
+    # Through a file: at thousands of DLQs the list passes the kernel's limit on one argument.
+    (workdir / "dlq-urls.list").write_text(",".join(url_prefix + d["name"] for d in dlqs), encoding="utf-8")
     script = (
         f'source "{HERE}/lib.sh" && load_config && STACK_NAME={LONGEST["AWS::StackName"]} && '
-        f'PROTECTED_DLQ_URLS="{urls}" && longest_outputs && '
+        f'PROTECTED_DLQ_URLS=$(cat "{workdir}/dlq-urls.list") && longest_outputs && '
         f'write_redriver_env "{workdir}/redriver.env" && write_archiver_env "{workdir}/archiver.env"'
     )
     subprocess.run(["bash", "-c", script], check=True, env={"PATH": "/usr/bin:/bin", "PROTECT_DLQS": "x"})
@@ -279,10 +337,11 @@ def attach_env_files(dlqs: list[dict], workdir: Path, url_prefix: str = QUEUE_UR
 def figures_for(resources_yaml: Path, dlqs: list[dict], workdir: Path,
                 url_prefix: str = QUEUE_URL_PREFIX) -> list[tuple[str, int, int]]:
     try:
-        template = attach_template.build(cfn_yaml.load(resources_yaml), dlqs, LONGEST["AWS::StackName"])
+        template, bodies = attach_template.build_stacks(cfn_yaml.load(resources_yaml), dlqs, LONGEST["AWS::StackName"])
     except SystemExit as refused:  # the resource limit: its own message
         return [(str(refused), 1, 0)]
-    figures = check_template(template, len(cfn_yaml.compact(template).encode("utf-8")))
+    children = {key: (json.loads(body), len(body.encode("utf-8"))) for key, body in bodies.items()}
+    figures = check_stacks(template, len(cfn_yaml.compact(template).encode("utf-8")), children)
     for path in attach_env_files(dlqs, workdir, url_prefix):
         figures.append(check_env(path.stem, read_env_file(path)))
     figures.append(check_dlq_list(",".join(url_prefix + d["name"] for d in dlqs)))
@@ -315,7 +374,7 @@ def report(figures: list[tuple[str, int, int]], quiet: bool = False) -> int:
     exceeded = over(figures)
     if not quiet:
         for what, figure, quota in figures:
-            if quota and not what.startswith("alarm "):
+            if quota and not re.match(r"(nested stack \w+: )?alarm ", what):
                 print(f"  {what}: {figure} of {quota}")
     for what, figure, quota in exceeded:
         print(f"quota exceeded: {what}: {figure}, above AWS's {quota}", file=sys.stderr)
@@ -327,8 +386,14 @@ def main(argv: list[str]) -> int:
         template_path = Path(argv[1])
         body = template_path.read_bytes()
         template = json.loads(body)
-        figures = check_template(template, len(body))
-        for env_path in argv[2:]:
+        rest = argv[2:]
+        children = None
+        if "--children" in rest:
+            at = rest.index("--children")
+            children = read_children(Path(rest[at + 1]))
+            rest = rest[:at] + rest[at + 2:]
+        figures = check_stacks(template, len(body), children)
+        for env_path in rest:
             if env_path.endswith(".list"):
                 figures.append(check_dlq_list(Path(env_path).read_text(encoding="utf-8").strip()))
             else:

@@ -161,7 +161,7 @@ async fn endpoint_url_points_every_call_where_the_aws_cli_flag_would() {
 
 #[test]
 fn man_dir_writes_a_page_per_command_each_with_its_own_flags() {
-    let dir = std::env::temp_dir().join(redrive_tests::unique_name("redrive-man"));
+    let dir = redrive_tests::ScratchDir::new("redrive-man");
     let run = redrive(&["man", "--dir", dir.to_str().unwrap()], &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let page = |name: &str| {
@@ -184,7 +184,6 @@ fn man_dir_writes_a_page_per_command_each_with_its_own_flags() {
         !page("redrive-drain").contains("canary window"),
         "each page has its own flags"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -724,8 +723,7 @@ async fn aws_errors_exit_1_and_the_profile_supplies_the_region() {
     );
 
     // A profile whose config names the region, and no region in the environment.
-    let dir = std::env::temp_dir().join(unique_name("aws-config"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = redrive_tests::ScratchDir::new("aws-config");
     let config = dir.join("config");
     std::fs::write(&config, "[profile ops]\nregion = us-east-1\n").unwrap();
     let config = config.to_str().unwrap();
@@ -759,7 +757,6 @@ async fn aws_errors_exit_1_and_the_profile_supplies_the_region() {
         run.stderr.trim_end(),
         "redrive: the config profile (nobody) could not be found"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]

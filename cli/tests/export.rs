@@ -15,8 +15,8 @@ use redrive_shared::key::{KeySource, derive};
 use redrive_shared::meta::{ATTRIBUTE_NAME, ErrorClass, IsolationReason, LastError, RedriveMeta};
 use redrive_shared::sdk::{attribute_to_sdk, attributes_from_sdk};
 use redrive_tests::{
-    batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, send_fifo, send_raw,
-    send_traced, trace_header_of, unique_name,
+    ScratchDir, batch_sends_keep_trace_headers, drain_all, moto, producer_trace_header, send_fifo,
+    send_raw, send_traced, trace_header_of, unique_name,
 };
 use serde_json::Value;
 
@@ -93,10 +93,32 @@ async fn send_model(
     send_raw(sqs, url, body, &pairs).await
 }
 
-fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(unique_name("redrive-export"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A file `name` in a directory of its own, removed with the directory when dropped.
+struct TempFile {
+    path: PathBuf,
+    _dir: ScratchDir,
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn temp_path(name: &str) -> TempFile {
+    let dir = ScratchDir::new("redrive-export");
+    TempFile {
+        path: dir.file(name),
+        _dir: dir,
+    }
 }
 
 /// `redrive export` of `queue` to `file`, with `flags`.
@@ -108,7 +130,7 @@ fn export(file: &Path, queue: &str, flags: &[&str]) -> Run {
 
 /// Exports `queue` to a new file `name` with `flags` on top; asserts the run succeeded and
 /// returns the file and its lines.
-fn export_to_file(queue: &str, name: &str, flags: &[&str]) -> (PathBuf, Vec<ArchivedMessage>) {
+fn export_to_file(queue: &str, name: &str, flags: &[&str]) -> (TempFile, Vec<ArchivedMessage>) {
     let file = temp_path(name);
     let run = export(&file, queue, flags);
     assert_eq!(run.code, 0, "{}", run.stderr);

@@ -50,10 +50,8 @@ fn stats_without_keys(q: &QueueSet, profile: &str, config: &str, env: &[(&str, &
 }
 
 /// A directory of its own under the system's temporary one.
-fn temp_dir(prefix: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(unique_name(prefix));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(prefix: &str) -> redrive_tests::ScratchDir {
+    redrive_tests::ScratchDir::new(prefix)
 }
 
 /// Writes the AWS config file `name` in `dir` holding `text`; its path.

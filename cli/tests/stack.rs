@@ -80,7 +80,8 @@ async fn create_stack(
 
 /// `infra/templates/resources.yaml` as deploy sends it: compact JSON.
 fn resources_template() -> String {
-    let out = std::env::temp_dir().join(format!("{}.json", unique_name("resources")));
+    let scratch = redrive_tests::ScratchDir::new("resources");
+    let out = scratch.file("resources.json");
     let status = std::process::Command::new(venv_bin().join("python"))
         .arg(workspace_root().join("infra/cfn_yaml.py"))
         .arg("compact")

@@ -310,6 +310,133 @@ class AttachDeploy(support.DeployTestCase):
         functions = {f["FunctionName"] for f in lam.list_functions()["Functions"]}
         self.assertFalse({f for f in functions if f.startswith(stack)})
 
+    # ---------------------------------------------------------------- nested stacks
+    def nested_stacks(self, stack: str) -> dict[str, str]:
+        """The parent's nested stacks: logical id -> the nested stack's name."""
+        resources = self.moto.client("cloudformation").list_stack_resources(StackName=stack)["StackResourceSummaries"]
+        return {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources
+                if r["ResourceType"] == "AWS::CloudFormation::Stack"}
+
+    def stack_body(self, stack: str) -> dict:
+        body = self.moto.client("cloudformation").get_template(StackName=stack)["TemplateBody"]
+        return json.loads(body) if isinstance(body, str) else body
+
+    # 101 DLQs (no sources) on moto, twice deployed: about a minute.
+    def test_each_dlqs_alarms_live_in_a_nested_stack_that_keeps_them_and_destroy_removes_them(self):
+        """CloudFormation's 500 resources per stack: the per-DLQ alarms are in nested stacks of
+        at most 100 DLQs. 101 DLQs make two; a redeploy without the first DLQ and with a new one
+        puts the new one in its place, leaves the second nested stack as it was and every other
+        DLQ's alarms as they were; the nested templates are not left in the template bucket;
+        destroy removes the nested stacks with the parent. (moto lists a nested stack's
+        resources but creates no alarm: the alarms are read from the templates it holds.)"""
+        stack = support.unique("rdt")
+        prefix = support.unique("u")
+        names = [self.user_queue(f"{prefix}-{i:03d}-dlq").rsplit("/", 1)[1] for i in range(102)]
+        env = self.settings(stack, PROTECT_DLQS=",".join(names[:101]))
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.addCleanup(self.run_script, DESTROY, env)
+        cfn = self.moto.client("cloudformation")
+        kinds = ("NotEmpty", "Age", "FinalAge", "Daily")
+
+        def alarm_ids(dlqs: list[str]) -> set[str]:
+            return {attach_template.logical_id(n, k) for n in dlqs for k in kinds}
+
+        nested = self.nested_stacks(stack)
+        self.assertEqual(sorted(nested), ["AlarmStack001", "AlarmStack002"])
+        first, second = (self.stack_body(nested[k]) for k in ("AlarmStack001", "AlarmStack002"))
+        self.assertEqual(set(first["Resources"]), alarm_ids(names[:100]))
+        self.assertEqual(set(second["Resources"]), alarm_ids(names[100:101]))
+        for logical, count in (("AlarmStack001", 400), ("AlarmStack002", 4)):
+            listed = cfn.list_stack_resources(StackName=nested[logical])["StackResourceSummaries"]
+            self.assertEqual(len(listed), count, logical)
+            self.assertEqual(self.stack_status(nested[logical]), "CREATE_COMPLETE")
+        # The alarms carry the install's name and the parent's topics.
+        out = {o["OutputKey"]: o["OutputValue"] for o in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Outputs"]}
+        params = {p["ParameterKey"]: p["ParameterValue"]
+                  for p in cfn.describe_stacks(StackName=nested["AlarmStack002"])["Stacks"][0]["Parameters"]}
+        self.assertEqual((params["InstallName"], params["TriggerTopicArn"], params["AlertsTopicArn"]),
+                         (stack, out["TriggerTopicArn"], out["AlertsTopicArn"]))
+        # The nested templates were read from the template bucket, and are not left there.
+        s3 = self.moto.client("s3")
+        bucket = f"redrive-templates-{self.moto.account_id()}-{support.REGION}"
+        self.assertEqual(s3.list_objects_v2(Bucket=bucket, Prefix=f"{stack}/").get("KeyCount"), 0)
+
+        # The first DLQ goes, a new one comes: it takes the free place in the first stack.
+        changed = names[1:101] + [names[101]]
+        redeployed = self.run_script(DEPLOY, {**env, "PROTECT_DLQS": ",".join(changed)})
+        self.assertEqual(redeployed.returncode, 0, redeployed.stderr)
+        after = self.nested_stacks(stack)
+        self.assertEqual(after["AlarmStack002"], nested["AlarmStack002"])  # not updated at all
+        self.assertEqual(self.stack_body(after["AlarmStack002"]), second)
+        first_after = self.stack_body(after["AlarmStack001"])
+        self.assertEqual(set(first_after["Resources"]), alarm_ids(names[1:100] + names[101:102]))
+        for logical in alarm_ids(names[1:100]):
+            self.assertEqual(first_after["Resources"][logical], first["Resources"][logical])
+        self.assertEqual(self.stack_body(stack)["Metadata"]["RedriveAlarmStacks"],
+                         {"AlarmStack001": names[1:100] + [names[101]], "AlarmStack002": [names[100]]})
+
+        destroyed = self.run_script(DESTROY, env)
+        self.assertEqual(destroyed.returncode, 0, destroyed.stderr)
+        self.assertIsNone(self.stack_status(stack))
+        for name in list(nested.values()) + list(after.values()):
+            self.assertIsNone(self.stack_status(name), name)
+
+    def test_an_install_with_its_alarms_in_the_stack_itself_moves_them_into_nested_stacks(self):
+        """An install from before the nested stacks has each DLQ's alarms in the resources stack:
+        deploy removes them from it in an update of its own, then adds the nested stack (in one
+        update, CloudFormation would create each alarm under its name while the old one exists)."""
+        stack = support.unique("rdv")
+        prefix = support.unique("u")
+        names = [self.user_queue(f"{prefix}-{i}-dlq").rsplit("/", 1)[1] for i in range(2)]
+        env = self.settings(stack, PROTECT_DLQS=",".join(names))
+        result = self.run_script(DEPLOY, env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.addCleanup(self.run_script, DESTROY, env)
+        self.assertNotIn("moving the per-DLQ alarms", result.stderr)
+        # The stack as the previous release left it: the alarms in it, no nested stack.
+        cfn = self.moto.client("cloudformation")
+        old = self.stack_body(stack)
+        arns = {n: f"arn:aws:sqs:{support.REGION}:{self.moto.account_id()}:{n}" for n in names}
+        for logical in [k for k, r in old["Resources"].items() if r["Type"] == "AWS::CloudFormation::Stack"]:
+            del old["Resources"][logical]
+        del old["Metadata"]["RedriveAlarmStacks"]
+        for name in names:
+            old["Resources"].update(attach_template.per_dlq_alarms({"name": name, "arn": arns[name], "sources": []}))
+        parameters = [{"ParameterKey": p["ParameterKey"], "UsePreviousValue": True}
+                      for p in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Parameters"]]
+        cfn.update_stack(StackName=stack, TemplateBody=json.dumps(old), Parameters=parameters,
+                         Capabilities=["CAPABILITY_IAM"])
+        self.assertEqual(self.nested_stacks(stack), {})
+        # moto 5.2.5 deletes a resource an update removes but keeps it in the stack's map, and
+        # hands the deleted one back when a later update adds its logical id again (AWS creates
+        # it anew): forgotten here, as a stack that never had it.
+        from moto.cloudformation.models import cloudformation_backends
+
+        for parent in cloudformation_backends[self.moto.account_id()][support.REGION].stacks.values():
+            if parent.name == stack:
+                parent.resource_map._parsed_resources.pop("AlarmStack001", None)
+
+        upgraded = self.run_script(DEPLOY, env)
+        self.assertEqual(upgraded.returncode, 0, upgraded.stderr)
+        log = upgraded.stderr.splitlines()
+        moving = [i for i, line in enumerate(log) if line.startswith(f"==> moving the per-DLQ alarms of {stack}")]
+        updates = [i for i, line in enumerate(log) if line == f"==> updating stack {stack}"]
+        self.assertEqual((len(moving), len(updates)), (1, 2), upgraded.stderr)
+        self.assertLess(moving[0], updates[0])
+        body = self.stack_body(stack)
+        self.assertEqual([k for k, r in body["Resources"].items() if r["Type"] == "AWS::CloudWatch::Alarm"
+                          and k.startswith("Dlq")], [])
+        nested = self.nested_stacks(stack)
+        self.assertEqual(sorted(nested), ["AlarmStack001"])
+        self.assertEqual(set(self.stack_body(nested["AlarmStack001"])["Resources"]),
+                         {attach_template.logical_id(n, k) for n in names
+                          for k in ("NotEmpty", "Age", "FinalAge", "Daily")})
+        # Once moved, the next deploy is an ordinary one.
+        again = self.run_script(DEPLOY, env)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertNotIn("moving the per-DLQ alarms", again.stderr)
+
     # ---------------------------------------------------------------- refusals
     def test_a_queue_that_does_not_exist_is_refused_before_any_change(self):
         stack = support.unique("rdm")
@@ -448,15 +575,75 @@ class AttachTemplate(unittest.TestCase):
         self.assertNotIn("kms:", json.dumps(resources["TriageWidgetRole"]))
 
     def test_no_queue_but_the_poison_queue_and_per_dlq_alarms_on_the_trigger_topic(self):
-        template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(2))
+        template, bodies = attach_template.build_stacks(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(2))
         resources = template["Resources"]
         self.assertEqual([k for k, r in resources.items() if r["Type"] == "AWS::SQS::Queue"], ["PoisonQueue"])
         self.assertNotIn("ConsumerRole", resources)
-        triggers = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"
-                    and r["Properties"].get("AlarmActions") == [{"Ref": "TriggerTopic"}]]
+        # The per-DLQ alarms are in the nested stack, which gets the trigger topic from the parent.
+        self.assertEqual([k for k, r in resources.items() if r["Type"] == "AWS::CloudFormation::Stack"],
+                         ["AlarmStack001"])
+        self.assertEqual(resources["AlarmStack001"]["Properties"]["Parameters"]["TriggerTopicArn"],
+                         {"Ref": "TriggerTopic"})
+        self.assertEqual(resources["AlarmStack001"]["Properties"]["Parameters"]["InstallName"],
+                         {"Ref": "AWS::StackName"})
+        child = attach_template.children_of(template, bodies)["AlarmStack001"]
+        triggers = [r["Properties"] for r in child["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"
+                    and r["Properties"].get("AlarmActions") == [{"Ref": "TriggerTopicArn"}]]
         self.assertEqual(sorted(p["Dimensions"][0]["Value"] for p in triggers), ["q0-dlq", "q1-dlq"])
         for p in triggers:
             self.assertEqual((p["Namespace"], p["MetricName"]), ("AWS/SQS", "ApproximateNumberOfMessagesVisible"))
+            # Named after the install (the re-driver's grant names STACK-dlq-not-empty-*), not
+            # after the nested stack.
+            self.assertEqual(p["AlarmName"]["Fn::Sub"][0], "${InstallName}-dlq-not-empty-${Queue}")
+        self.assertEqual(len(child["Resources"]), 2 * attach_template.PER_DLQ_RESOURCES)
+        self.assertNotIn("AWS::StackName", json.dumps(child))
+
+    def test_each_dlq_keeps_its_nested_stack_when_others_come_and_go(self):
+        """250 DLQs: three nested stacks (100, 100, 50). Then one DLQ of the first goes and two
+        new ones come: the first stack takes one (its free place), the third the other; the
+        second is untouched (same template URL), and every DLQ that stayed keeps its stack and
+        its alarms' logical ids."""
+        load = lambda: support.load_template(support.RESOURCES_TEMPLATE)  # noqa: E731
+        dlqs = self.dlqs(250)
+        before, before_bodies = attach_template.build_stacks(load(), dlqs, "rdx")
+        assignment = before["Metadata"][attach_template.ASSIGNMENT_KEY]
+        self.assertEqual({k: len(v) for k, v in assignment.items()},
+                         {"AlarmStack001": 100, "AlarmStack002": 100, "AlarmStack003": 50})
+        for logical, child in attach_template.children_of(before, before_bodies).items():
+            self.assertLessEqual(len(child["Resources"]), 500, logical)
+        with tempfile.TemporaryDirectory() as work:
+            previous = Path(work) / "previous.json"
+            # As get-template returns it: the body sent as a string.
+            previous.write_text(json.dumps(json.dumps(before)))
+            kept = attach_template.previous_assignment(previous)
+        self.assertEqual(kept, assignment)
+        gone = assignment["AlarmStack001"][5]
+        new = [{"name": f"new{i}-dlq", "arn": f"arn:aws:sqs:eu-west-1:123456789012:new{i}-dlq", "sources": []}
+               for i in range(2)]
+        after_dlqs = [d for d in dlqs if d["name"] != gone] + new
+        after, after_bodies = attach_template.build_stacks(load(), after_dlqs, "rdx", previous=kept)
+        moved = after["Metadata"][attach_template.ASSIGNMENT_KEY]
+        self.assertEqual(moved["AlarmStack001"], [n for n in assignment["AlarmStack001"] if n != gone] + ["new0-dlq"])
+        self.assertEqual(moved["AlarmStack002"], assignment["AlarmStack002"])
+        self.assertEqual(moved["AlarmStack003"], assignment["AlarmStack003"] + ["new1-dlq"])
+        url = lambda t, k: t["Resources"][k]["Properties"]["TemplateURL"]  # noqa: E731
+        self.assertEqual(url(after, "AlarmStack002"), url(before, "AlarmStack002"))
+        self.assertNotEqual(url(after, "AlarmStack001"), url(before, "AlarmStack001"))
+        old_children = attach_template.children_of(before, before_bodies)
+        new_children = attach_template.children_of(after, after_bodies)
+        for logical in old_children:
+            stayed = {attach_template.logical_id(n, kind) for n in assignment[logical] if n != gone
+                      for kind in ("NotEmpty", "Age", "FinalAge", "Daily")}
+            self.assertLessEqual(stayed, set(old_children[logical]["Resources"]), logical)
+            for k in stayed:  # the same resources, in the same stack
+                self.assertEqual(old_children[logical]["Resources"][k], new_children[logical]["Resources"][k])
+        # A stack whose DLQs all went goes with them; a new DLQ then fills the first with room.
+        only_third = [d for d in after_dlqs if d["name"] in moved["AlarmStack003"]]
+        shrunk = attach_template.build(load(), only_third, "rdx", previous=moved)
+        self.assertEqual(list(shrunk["Metadata"][attach_template.ASSIGNMENT_KEY]), ["AlarmStack003"])
+        grown = attach_template.assign([d["name"] for d in only_third] + [f"x{i}" for i in range(60)],
+                                       shrunk["Metadata"][attach_template.ASSIGNMENT_KEY])
+        self.assertEqual({k: len(v) for k, v in grown.items()}, {"AlarmStack001": 11, "AlarmStack003": 100})
 
     def test_the_fleet_dashboard_has_a_triage_widget_per_dlq_and_the_poison_queue(self):
         template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(3))
@@ -479,19 +666,43 @@ class AttachTemplate(unittest.TestCase):
 
         self.assertEqual(quotas.over(quotas.check_template(template, 0)), [])
 
-    def test_the_resource_ceiling_is_named(self):
-        ceiling = attach_template.max_dlqs(support.load_template(support.RESOURCES_TEMPLATE))
-        template = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(ceiling))
-        self.assertLessEqual(len(template["Resources"]), 500)
+    def test_a_stack_with_the_alarms_in_itself_is_told_apart_and_the_interim_template_has_none(self):
+        load = lambda: support.load_template(support.RESOURCES_TEMPLATE)  # noqa: E731
+        dlqs = self.dlqs(2)
+        current = attach_template.build(load(), dlqs)
+        interim = attach_template.build(load(), dlqs, alarms=False)
+        self.assertEqual([k for k, r in interim["Resources"].items()
+                          if r["Type"] in ("AWS::CloudFormation::Stack", "AWS::CloudWatch::Alarm") and k.startswith(
+                              ("Dlq", "AlarmStack"))], [])
+        self.assertNotIn(attach_template.ASSIGNMENT_KEY, interim["Metadata"])
+        self.assertEqual(interim["Metadata"][attach_template.METADATA_KEY], current["Metadata"][attach_template.METADATA_KEY])
+        before = json.loads(json.dumps(interim))
+        for dlq in dlqs:
+            before["Resources"].update(attach_template.per_dlq_alarms(dlq))
+        with tempfile.TemporaryDirectory() as work:
+            path = Path(work) / "t.json"
+            for template, inline in ((before, True), (current, False), (interim, False), (load(), False)):
+                path.write_text(json.dumps(json.dumps(template)))  # as get-template returns it
+                self.assertEqual(attach_template.has_inline_alarms(path), inline)
+            path.write_text("")  # no stack yet
+            self.assertFalse(attach_template.has_inline_alarms(path))
+
+    def test_a_nested_stack_above_the_resource_limit_is_named(self):
+        # A previous deploy that put more DLQs in one nested stack than CloudFormation allows
+        # resources for (kept: no DLQ moves) is refused, naming the stack; deploy's quota check
+        # renders it anyway, so that quotas.py names the quota it exceeds.
+        dlqs = self.dlqs(126)
+        previous = {"AlarmStack001": [d["name"] for d in dlqs]}
         with self.assertRaises(SystemExit) as refused:
-            attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(ceiling + 1))
-        self.assertIn(f"at most {ceiling} DLQs", str(refused.exception))
-        # Deploy's quota check renders it anyway, so that quotas.py names the quota it exceeds.
+            attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), dlqs, previous=previous)
+        self.assertIn("504 resources in nested stack AlarmStack001", str(refused.exception))
         import quotas
 
-        above = attach_template.build(support.load_template(support.RESOURCES_TEMPLATE), self.dlqs(ceiling + 1),
-                                      resource_limit=False)
-        self.assertEqual([what for what, _, _ in quotas.over(quotas.check_template(above, 0))], ["resources"])
+        template, bodies = attach_template.build_stacks(support.load_template(support.RESOURCES_TEMPLATE), dlqs,
+                                                        resource_limit=False, previous=previous)
+        children = {k: (json.loads(b), len(b)) for k, b in bodies.items()}
+        self.assertEqual([what for what, _, _ in quotas.over(quotas.check_stacks(template, 0, children))],
+                         ["nested stack AlarmStack001: resources"])
 
     def test_grants_on_the_protected_queues_do_not_grow_with_the_fleet(self):
         """Every policy has the same size at 1 DLQ and at 100: the protected queues are granted

@@ -103,13 +103,64 @@ class EachQuota(unittest.TestCase):
             self.assertEqual(exceeded(dashboard(1, wrong)),
                              ["dashboard D custom widget 'c0' endpoint not a Lambda ARN of region ap-southeast-14"], wrong)
 
-    def test_a_fleet_metrics_insights_alarm_sees_each_protected_dlq_and_the_poison_queue(self):
-        def fleet(dlqs: int) -> dict:
+    def test_a_fleet_metrics_insights_alarm_matches_each_protected_dlq_and_returns_one_series(self):
+        # Without GROUP BY the query returns one series, whatever the fleet; it matches one metric
+        # per protected DLQ and the poison queue, at most 10,000 (above, PARTIAL_DATA).
+        def fleet(dlqs: int, query: str = 'SELECT SUM(X) FROM SCHEMA("${N}", QueueName)') -> dict:
             alarm = {"Type": "AWS::CloudWatch::Alarm", "Properties": {"Metrics": [
-                {"Id": "fleet", "Expression": {"Fn::Sub": 'SELECT SUM(X) FROM SCHEMA("${N}", QueueName)'}}]}}
+                {"Id": "fleet", "Expression": {"Fn::Sub": query}}]}}
             return {"Resources": {"F": alarm}, "Outputs": {"ProtectedDlqCount": {"Value": str(dlqs)}}}
-        self.assertEqual(exceeded(fleet(499)), [])
-        self.assertEqual(exceeded(fleet(500)), ["alarm F Metrics Insights series"])
+        self.assertEqual(exceeded(fleet(9_999)), [])
+        self.assertEqual(exceeded(fleet(10_000)), ["alarm F Metrics Insights metrics"])
+        # With GROUP BY it returns a series per queue (at most its LIMIT): 500 at most.
+        grouped = 'SELECT SUM(X) FROM SCHEMA("${N}", QueueName) GROUP BY QueueName'
+        self.assertEqual(exceeded(fleet(499, grouped)), [])
+        self.assertEqual(exceeded(fleet(500, grouped)), ["alarm F Metrics Insights series"])
+        self.assertEqual(exceeded(fleet(5_000, grouped + " ORDER BY SUM() DESC LIMIT 500")), [])
+        self.assertEqual(exceeded(fleet(5_000, grouped + " ORDER BY SUM() DESC LIMIT 501")),
+                         ["alarm F Metrics Insights series"])
+
+    def nested(self, child: dict, passed: dict | None = None) -> dict:
+        """A parent naming `child` (as its nested stack N, under key k.json) with `passed` parameters."""
+        declared = {k: {} for k in child.get("Parameters", {})}
+        return {"Resources": {"N": {"Type": "AWS::CloudFormation::Stack", "Properties": {
+            "TemplateURL": "https://b.s3.eu-west-1.amazonaws.com/s/alarms/k.json",
+            "Parameters": declared if passed is None else passed}}}}
+
+    def test_each_nested_stack_is_checked_as_a_template_of_its_own(self):
+        many = lambda n: {f"K{i}": {"Type": "AWS::SNS::Topic"} for i in range(n)}  # noqa: E731
+        ok = {"Resources": many(500), "Parameters": {"P": {"Type": "String"}}}
+
+        def over(parent: dict, children: dict) -> list[str]:
+            return [what for what, _, _ in quotas.over(quotas.check_stacks(parent, 1000, children))]
+
+        self.assertEqual(over(self.nested(ok), {"k.json": (ok, 1_000_000)}), [])
+        self.assertEqual(over(self.nested(ok), {"k.json": (ok, 1_000_001)}),
+                         ["nested stack N: template size through S3 (bytes)"])
+        self.assertEqual(over(self.nested({"Resources": many(501)}), {"k.json": ({"Resources": many(501)}, 10)}),
+                         ["nested stack N: resources"])
+        self.assertEqual(over(self.nested(ok), {}), ["nested stack N: its template k.json was not given"])
+        # CloudFormation refuses a parameter the nested template does not declare, and one it
+        # needs (no Default) that the parent does not pass.
+        self.assertEqual(len(over(self.nested(ok, {"P": "x", "Q": "y"}), {"k.json": (ok, 10)})), 1)
+        self.assertEqual(len(over(self.nested(ok, {}), {"k.json": (ok, 10)})), 1)
+        with_default = {"Resources": {}, "Parameters": {"P": {"Type": "String", "Default": "d"}}}
+        self.assertEqual(over(self.nested(with_default, {}), {"k.json": (with_default, 10)}), [])
+
+    def test_the_command_checks_the_nested_templates_it_is_given(self):
+        work = Path(tempfile.mkdtemp())
+        child = {"Resources": {f"K{i}": {"Type": "AWS::SNS::Topic"} for i in range(501)}}
+        (work / "t.json").write_text(json.dumps(self.nested(child)))
+        (work / "children").mkdir()
+        (work / "children" / "k.json").write_text(json.dumps(child))
+        command = [sys.executable, str(support.INFRA / "quotas.py"), "check", str(work / "t.json")]
+        result = subprocess.run(command + ["--children", str(work / "children")], capture_output=True, text=True,
+                                check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("quota exceeded: nested stack N: resources: 501, above AWS's 500", result.stderr)
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("nested stack N: its template k.json was not given", result.stderr)
 
     def test_a_lambda_environment_passes_at_4_kb_and_fails_above(self):
         variables = {"DLQ_URLS": "u" * (4096 - len("DLQ_URLS"))}
@@ -152,7 +203,8 @@ class Ceiling(unittest.TestCase):
         cls.ceiling, cls.next_exceeds = quotas.ceiling(support.RESOURCES_TEMPLATE, 80, 3, cls.work)
 
     def test_at_the_ceiling_every_quota_holds_and_one_more_dlq_breaks_one(self):
-        self.assertGreater(self.ceiling, 0)
+        # The design's goal: at least 500 DLQs per install at the worst case.
+        self.assertGreaterEqual(self.ceiling, 500)
         at = quotas.figures_for(support.RESOURCES_TEMPLATE, quotas.synthetic_dlqs(self.ceiling, 80, 3), self.work)
         self.assertEqual(quotas.over(at), [])
         self.assertTrue(self.next_exceeds)
@@ -162,24 +214,36 @@ class Ceiling(unittest.TestCase):
                          "role ArchiverRole inline policies (characters)", "environment of redriver (bytes)",
                          "environment of archiver (bytes)", "resources", "template size through S3 (bytes)",
                          "protected DLQs' list item (bytes)", "dashboard Dashboard metrics",
-                         "alarm FleetCircuitOpenAlarm Metrics Insights series"):
+                         "alarm FleetCircuitOpenAlarm Metrics Insights series",
+                         "alarm FleetCircuitOpenAlarm Metrics Insights metrics",
+                         "nested stack AlarmStack001: resources",
+                         "nested stack AlarmStack001: template size through S3 (bytes)",
+                         f"nested stack AlarmStack{-(-self.ceiling // attach_template.DLQS_PER_ALARM_STACK):03d}: "
+                         "resources"):
             self.assertIn(expected, measured)
 
-    def test_the_fleet_dashboard_of_500_dlqs_exceeds_a_widgets_metrics(self):
-        # Below the ceiling the dashboard has room; a fleet past what one widget can draw is named,
-        # and so are its widgets (a triage widget per DLQ and the poison queue, beside six).
+    def test_the_fleet_dashboards_of_500_dlqs_hold_within_cloudwatchs_limits(self):
+        # One line per DLQ and the poison queue is 501 metrics, above a widget's 500: the lines
+        # are split over two widgets; a triage widget per DLQ and the poison queue, beside the
+        # others, is more than a dashboard's 500 widgets: the rest go on a second dashboard.
         dlqs = quotas.synthetic_dlqs(500, 80, 3)
-        template = {"Resources": {"Dashboard": attach_template.fleet_dashboard(dlqs),
-                                  "PoisonQueue": {"Type": "AWS::SQS::Queue"}}}
-        self.assertEqual(sorted(exceeded(template)),
-                         ["dashboard Dashboard widget 'Age of oldest message (s)' metrics",
-                          "dashboard Dashboard widget 'Depth of every protected DLQ, and the poison queue' metrics",
-                          "dashboard Dashboard widgets"])
-        body = json.loads(quotas.resolve(template["Resources"]["Dashboard"]["Properties"]["DashboardBody"], template))
-        custom = [w for w in body["widgets"] if w["type"] == "custom"]
-        self.assertEqual(len(custom), 501)
-        self.assertEqual([w["properties"]["params"]["queue"] for w in custom[:2]], [d["name"] for d in dlqs[:2]])
-        self.assertEqual(custom[-1]["properties"]["params"], {"queue": "N" * 80})  # the poison queue's name
+        template = {"Resources": {**attach_template.fleet_dashboard(dlqs), "PoisonQueue": {"Type": "AWS::SQS::Queue"}}}
+        self.assertEqual(sorted(template["Resources"]), ["Dashboard", "PoisonQueue", "TriageDashboard2"])
+        self.assertEqual(exceeded(template), [])
+        bodies = [json.loads(quotas.resolve(template["Resources"][d]["Properties"]["DashboardBody"], template))
+                  for d in ("Dashboard", "TriageDashboard2")]
+        widgets = [w for body in bodies for w in body["widgets"]]
+        custom = [w["properties"]["params"]["queue"] for w in widgets if w["type"] == "custom"]
+        self.assertEqual(custom, [d["name"] for d in dlqs] + ["N" * 80])  # the poison queue's name last
+        for title in ("Depth of every protected DLQ", "Age of oldest message"):
+            lines = [row[3] for w in widgets if w["properties"].get("title", "").startswith(title)
+                     for row in w["properties"]["metrics"]]
+            self.assertEqual(lines, [d["name"] for d in dlqs] + ["N" * 80], title)
+        for body in bodies:  # no two widgets of a dashboard overlap
+            cells = [(w["x"], w["y"]) for w in body["widgets"]]
+            self.assertEqual(len(cells), len(set(cells)))
+        self.assertEqual(quotas.resolve(template["Resources"]["TriageDashboard2"]["Properties"]["DashboardName"],
+                                     template), "S" * 40 + "-triage-2")
 
     def test_the_environment_is_the_one_deploy_writes(self):
         redriver, archiver = quotas.attach_env_files(quotas.synthetic_dlqs(2, 80, 3), self.work)

@@ -24,6 +24,31 @@ class CfnLint(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
 
+    def test_the_attach_template_and_its_nested_stacks_pass_cfn_lint_and_the_guard_rules(self):
+        """As deploy renders them (infra/attach_template.py), for 101 DLQs: two nested stacks."""
+        import sys
+
+        sys.path.insert(0, str(support.INFRA))
+        import attach_template
+
+        dlqs = [{"name": f"q{i:03d}-dlq", "arn": f"arn:aws:sqs:eu-west-1:123456789012:q{i:03d}-dlq",
+                 "sources": [f"arn:aws:sqs:eu-west-1:123456789012:q{i:03d}"]} for i in range(101)]
+        template, children = attach_template.build_stacks(support.load_template(support.RESOURCES_TEMPLATE), dlqs, "rdx")
+        self.assertEqual(len(children), 2)
+        with tempfile.TemporaryDirectory() as work:
+            paths = [Path(work) / "resources.attach.json"]
+            paths[0].write_text(json.dumps(template), encoding="utf-8")
+            for key, body in children.items():
+                paths.append(Path(work) / key)
+                paths[-1].write_text(body, encoding="utf-8")
+            result = support.run([support.tool("cfn-lint"), *map(str, paths)], env=support.script_env(None))
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            for path in paths:
+                result = support.run([support.cfn_guard(), "validate", "--rules", str(support.GUARD_RULES),
+                                      "--data", str(path), "--show-summary", "fail"], env=support.script_env(None))
+                self.assertEqual(result.returncode, 0, path.name + result.stdout + result.stderr)
+
+
 class NamesAgree(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:

@@ -48,7 +48,7 @@ pub use localstack::{
 };
 pub use meta::{FAILED_ORDERS, permanently_failed, transiently_failed, triage_group};
 pub use moto::{Moto, MotoServer, REGION, moto, moto_fast_clock, moto_sfn};
-pub use names::unique_name;
+pub use names::{ScratchDir, unique_name};
 pub use process::Launched;
 pub use sqs::{
     QueueSet, SYSTEM_ATTRIBUTES_ALL, attr_binary, attr_custom, attr_number, attr_string,

@@ -207,8 +207,7 @@ async fn a_dlq_of_three_causes_is_grouped_into_exactly_those_three() {
     assert!(!text.stdout.contains("hand-0"), "no body in the output");
 
     // WHEN the DLQ is exported and the file triaged
-    let dir = std::env::temp_dir().join(unique_name("redrive-triage"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = redrive_tests::ScratchDir::new("redrive-triage");
     let file = dir.join("dlq.jsonl");
     let export = redrive(&[
         "export",
@@ -317,8 +316,7 @@ async fn triage_show_lists_a_groups_messages_with_their_x_redrive_and_bodies_on_
     let bad = redrive(&["triage", "show", "g2-nothex", &q.dlq_url]);
     assert_eq!(bad.code, 2);
     assert!(bad.stderr.contains("is not a group id"), "{}", bad.stderr);
-    let dir = std::env::temp_dir().join(unique_name("redrive-triage"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = redrive_tests::ScratchDir::new("redrive-triage");
     let rules = dir.join("rules.json");
     std::fs::write(&rules, r#"{"version":1,"rules":[{"name":"x","match":{}}]}"#).unwrap();
     let bad = redrive(&["triage", &q.dlq_url, "--rules", rules.to_str().unwrap()]);
@@ -365,8 +363,7 @@ async fn triage_html_writes_the_groups_as_a_standalone_page_with_markup_shown_as
     let at = "2026-11-21T11:30:00Z".to_string();
     let error = LastError::new(ErrorClass::Permanent, "BAD_INPUT", hostile, at);
     send_stamped(&sqs, &q, "{\"orderId\":\"h\"}", (90, 1), error).await;
-    let dir = std::env::temp_dir().join(unique_name("redrive-triage-html"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = redrive_tests::ScratchDir::new("redrive-triage-html");
     let page = dir.join("orders-dlq.html");
 
     // WHEN triage writes the page, in the dark theme, beside its JSON

@@ -284,7 +284,8 @@ async fn a_different_payload_under_a_processed_key_is_dead_lettered_never_delive
 /// form, read with the infra's own YAML reader.
 fn snippet() -> Value {
     let root = redrive_tests::workspace_root();
-    let out = std::env::temp_dir().join(format!("{}.json", unique_name("snippet")));
+    let scratch = redrive_tests::ScratchDir::new("snippet");
+    let out = scratch.file("snippet.json");
     let status = std::process::Command::new(redrive_tests::venv_bin().join("python"))
         .arg(root.join("infra/cfn_yaml.py"))
         .arg("compact")
