@@ -155,13 +155,20 @@ class ChangeSetDeploy(support.DeployTestCase):
         # WHEN make plan runs in attach mode
         result = support.run(PLAN, env)
 
-        # THEN it shows attach mode's template (our poison queue, none of the user's queues) and
-        # leaves the user's queues untagged, with no stack and no queue of ours
+        # THEN it shows attach mode's template (our poison queue, none of the user's queues, the
+        # alarms' nested stack) and leaves the user's queues untagged, with no stack and no queue
+        # of ours
         self.assertEqual(result.returncode, 0, result.stderr)
         added = {logical for _, logical, _ in changes(result.stdout, stack)}
         self.assertIn("PoisonQueue", added)
         self.assertNotIn("SourceQueue", added)
         self.assertNotIn("DeadLetterQueue", added)
+        # The DLQ's alarms in a nested stack, whose template plan uploaded for the change set and
+        # deleted again.
+        self.assertIn(("Add", "AlarmStack001", "AWS::CloudFormation::Stack"), changes(result.stdout, stack))
+        s3 = self.moto.client("s3")
+        for bucket in (b["Name"] for b in s3.list_buckets()["Buckets"]):
+            self.assertEqual(s3.list_objects_v2(Bucket=bucket, Prefix=stack).get("KeyCount"), 0, bucket)
         self.assertNotRegex(result.stdout, rf"(?m)^\s+create\s+{stack}-consumer$")
         for url in (dlq, source):
             self.assertEqual(sqs.list_queue_tags(QueueUrl=url).get("Tags", {}), {}, url)
