@@ -96,6 +96,9 @@ pub struct WaitPlan {
     pub wait_seconds: u32,
     pub attributes: Attributes,
     pub read_from: MetaSource,
+    /// A later hop of a wait begun earlier (the message came waiting, `notBefore` in its
+    /// `x-redrive`), not the start of one: no attempt decided, nothing new to record.
+    pub continued: bool,
 }
 
 /// Send to the source queue.
@@ -284,6 +287,7 @@ pub fn decide_from(
                 },
                 meta,
                 read_from,
+                continued: true,
             });
         }
         let mut due = meta.clone();
@@ -379,6 +383,7 @@ pub fn decide_from(
             wait_seconds: backoff,
             attributes,
             read_from,
+            continued: false,
         });
     }
     Decision::Redrive(RedrivePlan {

@@ -363,8 +363,14 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         d: &Decision,
         action: &Action,
     ) {
-        drain.tally.count(action);
         action::log(message_id, d, action);
+        if drain.is_hop(d) {
+            // Counted, and logged, but no record each: a round's answer stays bounded however
+            // many hops it sends on (the wait's start has its record).
+            drain.tally.count_hop(action);
+            return;
+        }
+        drain.tally.count(action);
         if drain.keeps_records() {
             drain.record(action::record(
                 route,

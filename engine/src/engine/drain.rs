@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use redrive_shared::decision::Decision;
 use redrive_shared::limits::{HeldGroups, MAX_RECEIVE};
 use tokio::time::Instant;
 
@@ -28,6 +29,7 @@ pub(super) struct Tally {
     isolated: AtomicU64,
     failed: AtomicU64,
     waiting: AtomicU64,
+    hops: AtomicU64,
     unplaceable: AtomicU64,
     on_hold: AtomicU64,
     ungranted: AtomicU64,
@@ -64,6 +66,18 @@ impl Tally {
         counter.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Counts the action of a hop counted apart ([`DrainRequest::max_hops`]): sent on, it is
+    /// a hop, not a message received; anything else (its send or its delete failed) counts
+    /// as any message's.
+    pub(super) fn count_hop(&self, action: &Action) {
+        if *action == Action::Waiting {
+            self.kept(1);
+            self.hops.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.count(action);
+        }
+    }
+
     pub(super) fn redriven_so_far(&self) -> u64 {
         self.redriven.load(Ordering::SeqCst)
     }
@@ -81,6 +95,9 @@ struct Claim {
 /// One drain's state, shared by its pipelines.
 pub(super) struct Drain<'a> {
     remaining: AtomicU32,
+    /// Hops this run may still send on, when they are counted apart from `remaining`
+    /// ([`DrainRequest::max_hops`]); `None`: a hop is a message of the budget.
+    hops_left: Option<AtomicU32>,
     stop: Mutex<Option<StopReason>>,
     pub(super) tally: Tally,
     /// Each message's record, when the request asked for them.
@@ -127,6 +144,31 @@ impl Drain<'_> {
 
     fn unreserve(&self, n: u32) {
         self.remaining.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Hops are counted apart from the budget ([`DrainRequest::max_hops`]).
+    pub(super) fn counts_hops(&self) -> bool {
+        self.hops_left.is_some()
+    }
+
+    /// `n` hops of a batch handled: their share of the budget given back, taken from the hops
+    /// left instead; once those are spent the drain stops at its limit.
+    fn spend_hops(&self, n: u32) {
+        let Some(left) = &self.hops_left else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        self.unreserve(n);
+        let before = left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| {
+                Some(l.saturating_sub(n))
+            })
+            .unwrap_or(0);
+        if before <= n {
+            self.stop(StopReason::Limit);
+        }
     }
 
     pub(super) fn hold(&self, entries: impl IntoIterator<Item = HandleEntry>) {
@@ -220,6 +262,12 @@ impl Drain<'_> {
         self.hold(entries);
     }
 
+    /// `d` is a hop counted apart: a later hop of a wait begun earlier, in a run that counts
+    /// hops apart.
+    pub(super) fn is_hop(&self, d: &Decision) -> bool {
+        self.counts_hops() && matches!(d, Decision::Wait(w) if w.continued)
+    }
+
     pub(super) fn keeps_records(&self) -> bool {
         self.records.is_some()
     }
@@ -243,6 +291,7 @@ impl Drain<'_> {
             failed: t.failed.load(Ordering::SeqCst),
             unplaceable: t.unplaceable.load(Ordering::SeqCst),
             waiting: t.waiting.load(Ordering::SeqCst),
+            hops: t.hops.load(Ordering::SeqCst),
             on_hold: t.on_hold.load(Ordering::SeqCst),
             ungranted: t.ungranted.load(Ordering::SeqCst),
             records: self
@@ -305,6 +354,11 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
         };
         let drain = Drain {
             remaining: AtomicU32::new(request.max_messages),
+            // A dry run holds what it receives: its hops take the budget.
+            hops_left: request
+                .max_hops
+                .filter(|_| !request.dry_run)
+                .map(AtomicU32::new),
             stop: Mutex::new(None),
             tally: Tally::default(),
             records: request.records.then(|| Mutex::new(Vec::new())),
@@ -493,8 +547,10 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Engine<Q, A, M, C> {
                     .map(|(m, d)| (m, d.at_once(now)))
                     .collect();
             }
+            let hops = decided.iter().filter(|(_, d)| drain.is_hop(d)).count();
             self.process_decided(drain, route.as_ref(), decided, request.dry_run)
                 .await;
+            drain.spend_hops(u32::try_from(hops).unwrap_or(u32::MAX));
         }
         if let Some(gate) = drain.gate {
             gate.redriven(drain.tally.redriven_so_far(), request.dry_run);

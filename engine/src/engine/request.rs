@@ -68,6 +68,11 @@ pub struct Summary {
     /// `DelaySeconds` never has any.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waiting: u64,
+    /// Messages that came waiting and were sent on to wait again (a later hop of a wait begun
+    /// earlier), when the request counts them apart ([`DrainRequest::max_hops`]): not in
+    /// `received` nor `waiting`, no record each. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hops: u64,
     /// Messages of groups an operator held (`redrive triage hold`), left on the DLQ. Absent
     /// when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -123,6 +128,7 @@ impl Summary {
             unplaceable: 0,
             circuit: None,
             waiting: 0,
+            hops: 0,
             on_hold: 0,
             ungranted: 0,
             records: Vec::new(),
@@ -206,6 +212,14 @@ pub struct DrainRequest {
     /// counts landed once for all by [`super::Engine::land_round`]. `None`: the drain reads the
     /// record, follows its plan and writes what it did (the Lambda's drain).
     pub admission: Option<Admission>,
+    /// Hops counted apart: a message that came waiting and is not due yet (a later hop of its
+    /// wait) takes nothing of `max_messages` and gets no record; the drain sends on at most
+    /// this many (and stops, at its limit, once they are spent; a batch in hand is finished),
+    /// so that a round redrives its batch of due messages however many waiting ones it meets
+    /// first. `None`: a hop is a message of the budget like any other (the Lambda's drain,
+    /// `redrive drain`, whose backoff never starts a wait). A dry run counts hops in the
+    /// budget either way: it holds what it receives.
+    pub max_hops: Option<u32>,
 }
 
 impl DrainRequest {
@@ -220,6 +234,7 @@ impl DrainRequest {
             no_delay: false,
             records: false,
             admission: None,
+            max_hops: None,
         }
     }
 
@@ -239,6 +254,14 @@ impl DrainRequest {
     pub fn with_records(self) -> Self {
         Self {
             records: true,
+            ..self
+        }
+    }
+
+    /// The same drain, hops counted apart up to `max_hops` ([`DrainRequest::max_hops`]).
+    pub fn with_max_hops(self, max_hops: u32) -> Self {
+        Self {
+            max_hops: Some(max_hops),
             ..self
         }
     }

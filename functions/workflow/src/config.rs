@@ -19,7 +19,17 @@ pub struct WorkflowConfig {
     pub max_delay_seconds: u32,
     /// `WORKFLOW_BATCH_SIZE` (1..=40, default 40): messages per `redriveBatch`.
     pub batch_size: u32,
+    /// `WORKFLOW_HOPS_PER_ROUND` (1..=100,000, default 2,000): the hops a `redriveBatch` may
+    /// send on besides its batch (messages that came waiting, not due yet), counted apart and
+    /// bounded by the task's deadline too, so that a round redrives its batch of due messages
+    /// however many waiting ones it meets first.
+    pub hops_per_round: u32,
 }
+
+/// `WORKFLOW_HOPS_PER_ROUND` when unset.
+pub const DEFAULT_HOPS_PER_ROUND: u32 = 2_000;
+/// The most `WORKFLOW_HOPS_PER_ROUND` may be.
+pub const MAX_HOPS_PER_ROUND: u32 = 100_000;
 
 impl WorkflowConfig {
     pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
@@ -71,6 +81,11 @@ impl WorkflowConfig {
             ranged(1, MAX_DELAY_SECONDS),
         )?;
         let batch_size = env.or("WORKFLOW_BATCH_SIZE", MAX_PARALLEL, ranged(1, MAX_PARALLEL))?;
+        let hops_per_round = env.or(
+            "WORKFLOW_HOPS_PER_ROUND",
+            DEFAULT_HOPS_PER_ROUND,
+            ranged(1, MAX_HOPS_PER_ROUND),
+        )?;
         for gone in ["WORKFLOW_SEARCH_RECEIVES", "WORKFLOW_HOLD_SLACK_SECONDS"] {
             if let Some(value) = env.get(gone) {
                 return Err(ConfigError {
@@ -85,6 +100,7 @@ impl WorkflowConfig {
             wait_backoff,
             max_delay_seconds,
             batch_size,
+            hops_per_round,
         })
     }
 }

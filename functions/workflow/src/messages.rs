@@ -8,6 +8,12 @@
 //! a waiting message is always in a queue that acknowledged it (each hop starting a new
 //! retention period, and no hop longer than the DLQ's retention allows), and a long wait
 //! blocks nothing: the execution ends and later ones redrive new messages on time.
+//!
+//! At scale too: a round's batch counts only the messages it decides (redriven, isolated, a
+//! wait begun); the later hops of waits begun earlier are counted apart, up to
+//! `WORKFLOW_HOPS_PER_ROUND` and the task's deadline, without a record each, so a round
+//! redrives its batch of due messages however many waiting ones (a random share of every
+//! receive) it meets first, and its answer stays bounded.
 
 use redrive_engine::circuit::CircuitStore;
 use redrive_engine::engine::{DrainError, DrainRequest, Summary};
@@ -20,7 +26,9 @@ use crate::workflow::Workflow;
 impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Workflow<Q, A, M, C> {
     /// One round of `messages` mode: the engine's drain of up to `maxMessages` (at most
     /// `WORKFLOW_BATCH_SIZE`) under the adaptive circuit, with the long backoff, each
-    /// message's record in the answer. A dry run plans and releases.
+    /// message's record in the answer. A later hop of a wait (a message that came waiting,
+    /// not due yet) takes nothing of that batch: up to `WORKFLOW_HOPS_PER_ROUND` of them are
+    /// sent on besides it, counted in `hops`, no record each. A dry run plans and releases.
     pub async fn redrive_batch(
         &self,
         max_messages: u32,
@@ -47,7 +55,8 @@ impl<Q: Queue, A: Alarms, M: Metrics, C: CircuitStore> Workflow<Q, A, M, C> {
             deadline,
             ..DrainRequest::new(max_messages.min(self.config.batch_size))
         }
-        .with_records();
+        .with_records()
+        .with_max_hops(self.config.hops_per_round);
         finished("round", None, self.engine.drain_step(&request).await)
     }
 }

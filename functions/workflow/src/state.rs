@@ -56,6 +56,10 @@ pub struct Totals {
     /// later execution redrives them when they are due.
     #[serde(default)]
     pub waiting: u64,
+    /// Later hops of waits begun earlier (each round's `hops`): not counted in `received`
+    /// nor in the budget.
+    #[serde(default)]
+    pub hops: u64,
     /// Messages left on the DLQ untouched because their source refused the re-driver's send
     /// (each round's `ungranted`); not counted in `received`.
     #[serde(default)]

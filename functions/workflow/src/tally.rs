@@ -44,9 +44,11 @@ pub fn tally(run: &Run, mut totals: Totals, batch: Option<&Value>, results: &[Va
         totals.isolated += count(r, "isolated");
         totals.failed += count(r, "failed");
         totals.waiting += count(r, "waiting");
+        totals.hops += count(r, "hops");
         totals.ungranted += count(r, "ungranted");
         // A message sent back to wait has left the DLQ's visible set: the round moved it.
-        progress += count(r, "redriven") + count(r, "isolated") + count(r, "waiting");
+        progress +=
+            count(r, "redriven") + count(r, "isolated") + count(r, "waiting") + count(r, "hops");
         let stopped = r
             .get("stoppedBecause")
             .cloned()

@@ -278,7 +278,8 @@ async fn a_waiting_message_hops_until_it_is_due_then_goes_to_its_source_as_the_s
     while sqs.is_empty(SRC) {
         assert!(began.elapsed() < Duration::from_secs(10), "never redriven");
         let round = wf.redrive_batch(10, false, None).await.unwrap();
-        hops += round.waiting;
+        // Its first hop begins the wait (recorded); the later ones are counted apart.
+        hops += round.waiting + round.hops;
         assert_eq!(round.failed, 0);
         assert_eq!(
             sqs.len(DLQ) + sqs.len(SRC),
@@ -404,7 +405,7 @@ async fn two_thousand_visible_forty_long_waits_random_order_none_lost_none_twice
         .await;
         for r in rounds {
             let r = r.unwrap();
-            waiting += r.waiting;
+            waiting += r.waiting + r.hops;
             failed += r.failed;
         }
         if sqs.depth_visible(DLQ) == 0 {
@@ -1437,12 +1438,13 @@ async fn a_message_that_arrives_waiting_hops_within_the_dlqs_retention_in_a_roun
         sqs.set_retention(DLQ, Duration::from_secs(600));
         push_waiting(&sqs, "order-waiting", 701_000);
         let round = wf.redrive_batch(10, false, None).await.unwrap();
-        assert_eq!((round.received, round.waiting), (1, 1), "{what}: {round:?}");
-        let record = &round.records[0];
-        assert!(
-            record.delay_seconds.unwrap_or(0) <= 300,
-            "{what}: {record:?}"
+        // A later hop of its wait: counted apart, no record.
+        assert_eq!(
+            (round.received, round.waiting, round.hops),
+            (0, 0, 1),
+            "{what}: {round:?}"
         );
+        assert!(round.records.is_empty(), "{what}: {round:?}");
         assert_one_hop_within(&sqs, 600);
     }
 }
@@ -1610,5 +1612,185 @@ mod triage_hold {
         );
         assert_eq!((sqs.len(SRC), sqs.len(DLQ)), (2, 3), "lost 0");
         assert!(sqs.is_empty(POISON));
+    }
+}
+
+/// Long waits at scale: the hops of a large backlog of waiting messages do not hold back the
+/// new ones.
+mod hops {
+    use super::*;
+    use tokio::time::Instant;
+
+    /// The Lambda timeout of the workflow's tasks, seconds: a round's deadline.
+    const TASK_TIMEOUT_SECONDS: u64 = 300;
+
+    /// A round as the state machine runs it: `RedriveBatch` of the execution's remaining
+    /// budget, under the task's deadline, then `Tally`.
+    async fn round(wf: &TestWorkflow, run: &Run, totals: Totals) -> (Summary, Totals) {
+        let deadline = Instant::now() + Duration::from_secs(TASK_TIMEOUT_SECONDS);
+        let summary = wf
+            .redrive_batch(totals.remaining, false, Some(deadline))
+            .await
+            .unwrap();
+        let value = serde_json::to_value(&summary).unwrap();
+        let totals = crate::tally(run, totals, Some(&value), &[]);
+        (summary, totals)
+    }
+
+    use redrive_engine::engine::Summary;
+
+    #[test]
+    fn the_hop_budget_defaults_to_two_thousand_and_is_checked_at_init() {
+        assert_eq!(config(&[]).unwrap().hops_per_round, 2_000);
+        assert_eq!(
+            config(&[("WORKFLOW_HOPS_PER_ROUND", "50")])
+                .unwrap()
+                .hops_per_round,
+            50
+        );
+        for bad in ["0", "100001", "many"] {
+            let e = config(&[("WORKFLOW_HOPS_PER_ROUND", bad)]).unwrap_err();
+            assert_eq!(e.variable, "WORKFLOW_HOPS_PER_ROUND", "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_round_at_its_hop_budget_stops_at_its_limit_and_its_answer_stays_small() {
+        // 3,000 waiting and 40 new: finding all 40 would take nearly every waiting message's
+        // hop; the round sends on its 2,000 and stops there, the rest for the next round.
+        let (sqs, _, wf) = setup(&[]);
+        for i in 0..3_000 {
+            push_waiting(&sqs, &format!("waiting-{i}"), 12 * 3_600_000);
+        }
+        push_at_attempt(&sqs, 40, 1, "new");
+        let round = wf.redrive_batch(40, false, None).await.unwrap();
+        assert!(
+            (2_000..2_010).contains(&round.hops),
+            "the budget, and at most the rest of the batch in hand: {}",
+            round.hops
+        );
+        assert_eq!(round.stopped_because, StopReason::Limit);
+        assert_eq!(round.received, round.redriven, "hops are not received");
+        assert_eq!(
+            round.records.len() as u64,
+            round.redriven,
+            "no record per hop"
+        );
+        let answer = serde_json::to_string(&round).unwrap();
+        // 40 records at most, ~200 bytes each: far below Step Functions' 256 KB.
+        assert!(answer.len() < 16 * 1024, "{} bytes", answer.len());
+        // Nothing lost, nothing twice: every message in a queue once.
+        assert_eq!(sqs.len(DLQ) + sqs.len(SRC), 3_040);
+        // The next round goes on: its tally counts the hops as progress.
+        let run = run_of(Mode::Messages, 320);
+        let totals = crate::tally(
+            &run,
+            start_totals(&run),
+            Some(&serde_json::to_value(&round).unwrap()),
+            &[],
+        );
+        assert!(totals.more, "{totals:?}");
+        assert_eq!(totals.hops, round.hops);
+        assert_eq!(totals.remaining, 320 - round.redriven as u32);
+    }
+
+    #[tokio::test]
+    async fn a_round_of_hops_only_is_progress_and_takes_nothing_of_the_budget() {
+        let (sqs, _, wf) = setup(&[("WORKFLOW_HOPS_PER_ROUND", "25")]);
+        for i in 0..30 {
+            push_waiting(&sqs, &format!("waiting-{i}"), 12 * 3_600_000);
+        }
+        let round = wf.redrive_batch(40, false, None).await.unwrap();
+        assert!((25..=34).contains(&round.hops), "{round:?}");
+        assert_eq!((round.received, round.waiting), (0, 0), "{round:?}");
+        assert!(round.records.is_empty());
+        assert_eq!(
+            sqs.len(DLQ),
+            30,
+            "each hop a message on the DLQ, none twice"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ten_thousand_waiting_do_not_hold_back_a_thousand_new_every_round_redrives_its_batch() {
+        // Each SQS call takes 5 ms (virtual): a round's time is what its calls cost.
+        let sqs = FakeSqs::with_latency(Duration::from_millis(5));
+        let (sqs, _, wf) = setup_on(sqs, &[]);
+        // 10,000 waiting 12 h (set by earlier rounds), and 1,000 new, in SQS's random order.
+        for i in 0..10_000 {
+            push_waiting(&sqs, &format!("waiting-{i}"), 12 * 3_600_000);
+        }
+        let fresh: std::collections::HashSet<String> =
+            push_at_attempt(&sqs, 1_000, 1, "new").into_iter().collect();
+        let run = run_of(Mode::Messages, 320);
+        let batch = 40;
+        let (mut rounds, mut slowest) = (0u32, Duration::ZERO);
+        let (mut hops, mut most_hops) = (0u64, 0u64);
+        let began = Instant::now();
+        // 25 rounds of 40 redrive 1,000 messages: as many as with no backlog at all.
+        'executions: while rounds < 1_000 / batch {
+            let mut totals = start_totals(&run);
+            loop {
+                let at = Instant::now();
+                let (summary, next) = round(&wf, &run, totals).await;
+                slowest = slowest.max(at.elapsed());
+                rounds += 1;
+                let counts = (
+                    summary.received,
+                    summary.redriven,
+                    summary.waiting,
+                    summary.hops,
+                );
+                assert_eq!(
+                    summary.redriven,
+                    u64::from(batch),
+                    "round {rounds}: (received, redriven, waiting, hops) {counts:?}"
+                );
+                assert_eq!(
+                    summary.records.len(),
+                    batch as usize,
+                    "a record per redrive only"
+                );
+                hops += summary.hops;
+                most_hops = most_hops.max(summary.hops);
+                totals = next;
+                if rounds == 1_000 / batch {
+                    break 'executions;
+                }
+                if !totals.more {
+                    break;
+                }
+            }
+        }
+        let elapsed = began.elapsed();
+        // Every new message on its source once; every waiting one still on the DLQ once.
+        let mut on_source = std::collections::HashMap::new();
+        for m in sqs.messages(SRC) {
+            *on_source
+                .entry(meta_of(&m).original_message_id)
+                .or_insert(0u32) += 1;
+        }
+        let redriven: std::collections::HashSet<String> = on_source.keys().cloned().collect();
+        let duplicated = on_source.values().filter(|n| **n > 1).count();
+        let lost = fresh.difference(&redriven).count();
+        assert_eq!((lost, duplicated, redriven.len()), (0, 0, 1_000));
+        let mut on_dlq = std::collections::HashMap::new();
+        for m in sqs.messages(DLQ) {
+            *on_dlq
+                .entry(meta_of(&m).original_message_id)
+                .or_insert(0u32) += 1;
+        }
+        assert_eq!(on_dlq.len(), 10_000, "no waiting message lost");
+        assert!(on_dlq.values().all(|n| *n == 1), "no waiting message twice");
+        assert!(on_dlq.keys().all(|k| k.starts_with("orig-waiting")));
+        assert!(most_hops <= u64::from(crate::config::DEFAULT_HOPS_PER_ROUND) + 10);
+        // A round's time: its calls, at most a small share of the task's timeout.
+        assert!(
+            slowest < Duration::from_secs(60),
+            "slowest round {slowest:?}"
+        );
+        eprintln!(
+            "1,000 new behind 10,000 waiting: {rounds} rounds of {batch}, {hops} hops (at most {most_hops} a round), slowest round {slowest:?}, all {elapsed:?} (virtual, 5 ms per SQS call)"
+        );
     }
 }

@@ -197,6 +197,7 @@ impl<Q: Queue + Clone, A: Alarms + Clone, M: Metrics + Clone, C: CircuitStore + 
         // The execution's answer accounts for every message it received: those sent back to
         // wait on the DLQ too.
         summary.waiting = totals.waiting;
+        summary.hops = totals.hops;
         summary
     }
 }
