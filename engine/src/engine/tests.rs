@@ -158,3 +158,84 @@ async fn the_velocity_cap_paces_the_sends_in_every_second() {
         started.elapsed()
     );
 }
+
+/// `n` messages on the DLQ waiting 12 h (their wait begun by an earlier run).
+fn fill_waiting(sqs: &FakeSqs, n: usize) {
+    for i in 0..n {
+        let mut meta = redrive_shared::meta::RedriveMeta {
+            attempt: 1,
+            ..redrive_shared::meta::RedriveMeta::fresh(&format!("orig-waiting-{i}"))
+        };
+        meta.set_not_before(Some(crate::now_ms() + 12 * 3_600_000));
+        let mut attributes = Attributes::new();
+        meta.write_into(&mut attributes);
+        sqs.push(DLQ, &format!("waiting-{i}"), attributes, None);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn hops_counted_apart_take_nothing_of_the_budget_and_have_no_record() {
+    let sqs = FakeSqs::new();
+    let engine = engine(&sqs, &[], fast());
+    fill_waiting(&sqs, 200);
+    fill(&sqs, 5);
+    let request = DrainRequest::new(5).with_records().with_max_hops(1_000);
+    let s = engine.run(&request).await.unwrap();
+    assert_eq!((s.received, s.redriven, s.waiting), (5, 5, 0), "{s:?}");
+    assert!(
+        s.hops > 0,
+        "the waiting ones met on the way were sent on: {s:?}"
+    );
+    assert_eq!(s.records.len(), 5, "a record per redrive, none per hop");
+    assert!(s.records.iter().all(|r| r.outcome == "redriven"));
+    assert_eq!(
+        (sqs.len(SRC), sqs.len(DLQ)),
+        (5, 200),
+        "none lost, none twice"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_that_does_not_count_hops_apart_spends_its_budget_on_them_as_before() {
+    // The Lambda's drain and `redrive drain`: a hop is a message of the budget.
+    let sqs = FakeSqs::new();
+    let engine = engine(&sqs, &[], fast());
+    fill_waiting(&sqs, 200);
+    fill(&sqs, 5);
+    let s = engine
+        .run(&DrainRequest::new(5).with_records())
+        .await
+        .unwrap();
+    assert_eq!(s.received, 5, "{s:?}");
+    assert_eq!(s.redriven + s.waiting, 5, "{s:?}");
+    assert_eq!(s.hops, 0);
+    assert_eq!(s.records.len(), 5, "each hop recorded");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_stops_at_its_limit_once_its_hops_are_spent() {
+    let sqs = FakeSqs::new();
+    let drainer = engine(&sqs, &[("MAX_CONCURRENT_BATCHES", "1")], fast());
+    fill_waiting(&sqs, 50);
+    let s = drainer
+        .run(&DrainRequest::new(40).with_max_hops(20))
+        .await
+        .unwrap();
+    assert!(
+        (20..=29).contains(&s.hops),
+        "the budget, then the batch in hand: {s:?}"
+    );
+    assert_eq!(s.stopped_because, super::StopReason::Limit);
+    assert_eq!(s.received, 0);
+    assert_eq!(sqs.len(DLQ), 50, "each hop on the DLQ once");
+    // A dry run holds what it receives: its hops take the budget and are planned as ever.
+    let sqs = FakeSqs::new();
+    let drainer = engine(&sqs, &[("MAX_CONCURRENT_BATCHES", "1")], fast());
+    fill_waiting(&sqs, 50);
+    let dry = DrainRequest {
+        dry_run: true,
+        ..DrainRequest::new(10).with_max_hops(20)
+    };
+    let s = drainer.run(&dry).await.unwrap();
+    assert_eq!((s.received, s.waiting, s.hops), (10, 10, 0), "{s:?}");
+}
