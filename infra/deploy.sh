@@ -508,7 +508,7 @@ if [ "$ORCHESTRATOR" = stepfunctions ]; then
     # to WORKFLOW_BACKOFF_MAX_SECONDS when set (up to 12 h here).
     grep -v '^BACKOFF_MAX_SECONDS=' "$WORK/redriver.env" >"$WORK/redrive-workflow.env"
     printf "%s='%s'\n" BACKOFF_MAX_SECONDS "${WORKFLOW_BACKOFF_MAX_SECONDS:-$BACKOFF_MAX_SECONDS}" >>"$WORK/redrive-workflow.env"
-    for name in WORKFLOW_MAX_DELAY_SECONDS WORKFLOW_BATCH_SIZE; do
+    for name in WORKFLOW_MAX_DELAY_SECONDS WORKFLOW_BATCH_SIZE WORKFLOW_HOPS_PER_ROUND; do
         if [ -n "${!name-}" ]; then printf "%s='%s'\n" "$name" "${!name}" >>"$WORK/redrive-workflow.env"; fi
     done
     deploy_function redrive-workflow "$OUT_WorkflowFunctionName" "$OUT_WorkflowRoleArn" \

@@ -212,7 +212,7 @@ validate_deploy_config() {
         # Empty: BACKOFF_MAX_SECONDS. Up to 12 h here; the task function checks the rest at init.
         need_match WORKFLOW_BACKOFF_MAX_SECONDS '^$|^[0-9]+$' "a number of seconds up to 43200, or empty for BACKOFF_MAX_SECONDS"
         local wf
-        for wf in WORKFLOW_MAX_DELAY_SECONDS WORKFLOW_BATCH_SIZE; do
+        for wf in WORKFLOW_MAX_DELAY_SECONDS WORKFLOW_BATCH_SIZE WORKFLOW_HOPS_PER_ROUND; do
             need_match "$wf" '^$|^[0-9]+$' "a whole number, or empty for the task function's default"
         done
     fi

@@ -344,6 +344,7 @@ class DeployStepFunctions(support.DeployTestCase):
         # init refuses them).
         env = self.env(stack, ORCHESTRATOR="stepfunctions", WORKFLOW_BACKOFF_MAX_SECONDS="7200",
                        WORKFLOW_BATCH_SIZE="20", WORKFLOW_MAX_DELAY_SECONDS="600",
+                       WORKFLOW_HOPS_PER_ROUND="500",
                        WORKFLOW_SEARCH_RECEIVES="3", WORKFLOW_HOLD_SLACK_SECONDS="2")
         first = support.run(DEPLOY, env=env)
         self.assertEqual(first.returncode, 0, first.stderr)
@@ -363,10 +364,11 @@ class DeployStepFunctions(support.DeployTestCase):
         self.assertEqual(variables["BACKOFF_MAX_SECONDS"], "7200")
         self.assertEqual(redriver["BACKOFF_MAX_SECONDS"], "900")
         self.assertEqual(variables["WORKFLOW_BATCH_SIZE"], "20")
+        self.assertEqual(variables["WORKFLOW_HOPS_PER_ROUND"], "500")
         self.assertEqual(variables["WORKFLOW_MAX_DELAY_SECONDS"], "600")
         self.assertNotIn("WORKFLOW_SEARCH_RECEIVES", variables)
         self.assertNotIn("WORKFLOW_HOLD_SLACK_SECONDS", variables)
-        own = ("BACKOFF_MAX_SECONDS", "WORKFLOW_BATCH_SIZE", "WORKFLOW_MAX_DELAY_SECONDS")
+        own = ("BACKOFF_MAX_SECONDS", "WORKFLOW_BATCH_SIZE", "WORKFLOW_MAX_DELAY_SECONDS", "WORKFLOW_HOPS_PER_ROUND")
         self.assertEqual({k: v for k, v in variables.items() if k not in own},
                          {k: v for k, v in redriver.items() if k != "BACKOFF_MAX_SECONDS"})
         self.assertEqual(variables["CIRCUIT_TABLE"], f"{stack}-circuit")
