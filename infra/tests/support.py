@@ -189,6 +189,42 @@ def _teach_moto_change_sets() -> None:
     CloudFormationBackend._redrive_change_sets = True
 
 
+def _teach_moto_logging_config() -> None:
+    """moto 5.2.5 drops a function's LoggingConfig: CreateFunction and UpdateFunctionConfiguration
+    accept it, GetFunctionConfiguration never returns it, so deploy saw no log format and set
+    JSON again at every deploy. Kept here as Lambda keeps it (LogFormat Text and the log group
+    /aws/lambda/NAME unless set; an update changes the fields it names), so that deploy reads back
+    the format it set and, as on AWS, sets it only where it is not JSON yet."""
+    from moto.awslambda.models import LambdaFunction
+
+    if getattr(LambdaFunction, "_redrive_logging_config", False):
+        return
+
+    original_init = LambdaFunction.__init__
+    original_get = LambdaFunction.get_configuration
+    original_update = LambdaFunction.update_configuration
+
+    def __init__(self, account_id, spec, *args, **kwargs):
+        original_init(self, account_id, spec, *args, **kwargs)
+        self.logging_config = {"LogFormat": "Text", "LogGroup": f"/aws/lambda/{self.function_name}",
+                               **(spec.get("LoggingConfig") or {})}
+
+    def get_configuration(self, *args, **kwargs):
+        config = original_get(self, *args, **kwargs)
+        config["LoggingConfig"] = dict(self.logging_config)
+        return config
+
+    def update_configuration(self, config_updates):
+        if config_updates.get("LoggingConfig"):
+            self.logging_config = {**self.logging_config, **config_updates["LoggingConfig"]}
+        return original_update(self, config_updates)
+
+    LambdaFunction.__init__ = __init__
+    LambdaFunction.get_configuration = get_configuration
+    LambdaFunction.update_configuration = update_configuration
+    LambdaFunction._redrive_logging_config = True
+
+
 class Moto:
     """A moto server on 127.0.0.1 and a free port, in this process (its backends are ours)."""
 
@@ -197,6 +233,7 @@ class Moto:
 
         _teach_moto_termination_protection()
         _teach_moto_change_sets()
+        _teach_moto_logging_config()
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         # "No Moto CloudFormation support for AWS::CloudWatch::Alarm": known, see test_stack_in_moto.
