@@ -531,16 +531,25 @@ check_credentials() {
 RESOURCES_STACK() { printf '%s' "$STACK_NAME"; }
 WIRING_STACK() { printf '%s-wiring' "$STACK_NAME"; }
 
-# Prints the stack's status, or NONE when it does not exist.
-stack_status() {
+# Prints the stack's status and, after a tab, whether its termination protection is on (True
+# or False), in one call; NONE when it does not exist.
+stack_state() {
     local out
-    if out=$(aws_ cloudformation describe-stacks --stack-name "$1" --query 'Stacks[0].StackStatus' --output text 2>&1); then
+    if out=$(aws_ cloudformation describe-stacks --stack-name "$1" \
+        --query 'Stacks[0].[StackStatus,EnableTerminationProtection]' --output text 2>&1); then
         printf '%s' "$out"
     elif grep -q 'does not exist' <<<"$out"; then
         printf 'NONE'
     else
         die "could not read the state of stack $1. Nothing was changed." "AWS CLI said: $(tr '\n' ' ' <<<"$out")"
     fi
+}
+
+# Prints the stack's status, or NONE when it does not exist.
+stack_status() {
+    local state
+    state=$(stack_state "$1") || exit 1
+    printf '%s' "${state%%$'\t'*}"
 }
 
 failed_events_hint() {
@@ -561,8 +570,10 @@ die_update_rollback_failed() {
 # $2 = deploy | destroy; $3, when given, names a variable that receives the status (NONE when
 # the stack does not exist), so that the caller reads it once.
 check_stack_usable() {
-    local stack=$1 purpose=$2 status
-    status=$(stack_status "$stack")
+    local stack=$1 purpose=$2 status state
+    state=$(stack_state "$stack")
+    status=${state%%$'\t'*}
+    if [ "${state#*$'\t'}" = True ]; then PROTECTED_STACKS="${PROTECTED_STACKS-} $stack "; fi
     if [ -n "${3-}" ]; then printf -v "$3" '%s' "$status"; fi
     case $status in
         NONE | CREATE_COMPLETE | UPDATE_COMPLETE | UPDATE_ROLLBACK_COMPLETE | IMPORT_COMPLETE | IMPORT_ROLLBACK_COMPLETE) ;;
@@ -654,10 +665,13 @@ discard_failed_creation() { # STACK
 }
 
 # Termination protection on: a stack of this system is deleted by make destroy (which checks
-# that no messages are parked first), not by a stray delete-stack. Turning it on is idempotent:
-# one call, whether it was on or not.
+# that no messages are parked first), not by a stray delete-stack. A stack that had it on when
+# deploy started (check_stack_usable read it) or that this deploy turned it on for is left as it
+# is: nothing in a deploy turns it off.
 protect_stack() { # STACK
+    case " ${PROTECTED_STACKS-} " in *" $1 "*) return 0 ;; esac
     aws_ cloudformation update-termination-protection --enable-termination-protection --stack-name "$1" >/dev/null
+    PROTECTED_STACKS="${PROTECTED_STACKS-} $1 "
 }
 
 # The template as deploy_stack sends it: compact JSON (infra/cfn_yaml.py: no comments, no

@@ -10,6 +10,7 @@ printed whole when it ends, with its time; `-j 1` runs them one after the other,
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,11 +23,16 @@ HERE = Path(__file__).resolve().parent
 sys.dont_write_bytecode = True  # no __pycache__ in the work tree
 
 # The classes that take longest start first, so that the last one to end is not a long one
-# started late; the rest follow in discovery order. Each class's output is printed when it
-# ends, whichever ends first.
+# started late: the deploy tests (every test a real `make deploy`, 30 to 90 s of AWS CLI calls
+# and uploads each), longest first, then the rest in discovery order. Each class's output is
+# printed when it ends, whichever ends first.
 SLOW_FIRST = (
     "test_deploy_script.DeployScript",
     "test_attach_deploy.AttachDeploy",
+    "test_workflow_infra.DeployStepFunctions",
+    "test_change_sets.ChangeSetDeploy",
+    "test_dist.DeployFromArtifacts",
+    "test_dist.Dist",
     "test_workflow_infra",
     "test_stack_in_moto.StackInMoto",
     "test_guard",
@@ -34,8 +40,9 @@ SLOW_FIRST = (
 
 
 # Classes whose tests are independent of each other (each deploys stacks of its own) and whose
-# setUpClass is cheap (a moto of its own), split into that many parts that run as classes do.
-SPLIT = {"test_deploy_script.DeployScript": 2}
+# setUpClass is cheap (a moto of its own), split into that many parts that run as classes do:
+# parts of some 3 to 5 minutes, so that the two processes end about together.
+SPLIT = {"test_deploy_script.DeployScript": 3, "test_attach_deploy.AttachDeploy": 2}
 
 
 def option(argv: list[str], name: str) -> str | None:
@@ -155,19 +162,26 @@ def main(argv: list[str]) -> int:
         names, broken = classes(suite)
         if broken.countTestCases():
             passed, failed, skipped = run_here(broken)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            running = [pool.submit(run_class, n, argv) for n in names]
-            for done in as_completed(running):
-                name, seconds, text, counts = done.result()
-                if "," in name:
-                    name = f"{name.split(',')[0].rsplit('.', 1)[0]} (a part: {name.count(',') + 1} tests)"
-                print(f"---- {name} ({seconds:.0f}s)", flush=True)
-                sys.stdout.write(text)
-                if counts is None:
-                    print(f"{name}: the class's process failed outside its tests (see above)")
-                    failed += 1
-                else:
-                    passed, failed, skipped = passed + counts[0], failed + counts[1], skipped + counts[2]
+        # What the classes build once per run (the functions, a release: support.made_once),
+        # shared by their processes.
+        shared = tempfile.mkdtemp(prefix="redrive-infra-tests-")
+        os.environ["REDRIVE_TEST_SHARED"] = shared
+        try:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                running = [pool.submit(run_class, n, argv) for n in names]
+                for done in as_completed(running):
+                    name, seconds, text, counts = done.result()
+                    if "," in name:
+                        name = f"{name.split(',')[0].rsplit('.', 1)[0]} (a part: {name.count(',') + 1} tests)"
+                    print(f"---- {name} ({seconds:.0f}s)", flush=True)
+                    sys.stdout.write(text)
+                    if counts is None:
+                        print(f"{name}: the class's process failed outside its tests (see above)")
+                        failed += 1
+                    else:
+                        passed, failed, skipped = passed + counts[0], failed + counts[1], skipped + counts[2]
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
         print(f"{len(names)} classes and parts in {jobs} processes: {time.monotonic() - started:.0f}s")
     print(f"infra: {passed} passed, {failed} failed, {skipped} skipped")
     return 0 if failed == 0 and passed + skipped > 0 else 1

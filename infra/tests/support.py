@@ -189,6 +189,42 @@ def _teach_moto_change_sets() -> None:
     CloudFormationBackend._redrive_change_sets = True
 
 
+def _teach_moto_logging_config() -> None:
+    """moto 5.2.5 drops a function's LoggingConfig: CreateFunction and UpdateFunctionConfiguration
+    accept it, GetFunctionConfiguration never returns it, so deploy saw no log format and set
+    JSON again at every deploy. Kept here as Lambda keeps it (LogFormat Text and the log group
+    /aws/lambda/NAME unless set; an update changes the fields it names), so that deploy reads back
+    the format it set and, as on AWS, sets it only where it is not JSON yet."""
+    from moto.awslambda.models import LambdaFunction
+
+    if getattr(LambdaFunction, "_redrive_logging_config", False):
+        return
+
+    original_init = LambdaFunction.__init__
+    original_get = LambdaFunction.get_configuration
+    original_update = LambdaFunction.update_configuration
+
+    def __init__(self, account_id, spec, *args, **kwargs):
+        original_init(self, account_id, spec, *args, **kwargs)
+        self.logging_config = {"LogFormat": "Text", "LogGroup": f"/aws/lambda/{self.function_name}",
+                               **(spec.get("LoggingConfig") or {})}
+
+    def get_configuration(self, *args, **kwargs):
+        config = original_get(self, *args, **kwargs)
+        config["LoggingConfig"] = dict(self.logging_config)
+        return config
+
+    def update_configuration(self, config_updates):
+        if config_updates.get("LoggingConfig"):
+            self.logging_config = {**self.logging_config, **config_updates["LoggingConfig"]}
+        return original_update(self, config_updates)
+
+    LambdaFunction.__init__ = __init__
+    LambdaFunction.get_configuration = get_configuration
+    LambdaFunction.update_configuration = update_configuration
+    LambdaFunction._redrive_logging_config = True
+
+
 class Moto:
     """A moto server on 127.0.0.1 and a free port, in this process (its backends are ours)."""
 
@@ -197,6 +233,7 @@ class Moto:
 
         _teach_moto_termination_protection()
         _teach_moto_change_sets()
+        _teach_moto_logging_config()
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         # "No Moto CloudFormation support for AWS::CloudWatch::Alarm": known, see test_stack_in_moto.
@@ -295,7 +332,6 @@ MAKE_DESTROY = ["make", "--no-print-directory", "destroy"]
 LAMBDA_BINARIES = ("redriver", "archiver", "consumer", "redrive-workflow")
 # The first build of a fresh clone compiles every dependency for the Lambda target.
 BUILD_TIMEOUT_SECONDS = 2400
-_built: Path | None = None
 
 
 def scratch_dir(prefix: str) -> Path:
@@ -306,25 +342,54 @@ def scratch_dir(prefix: str) -> Path:
     return path
 
 
-def build_functions() -> Path:
-    """`make build` with the tests' build settings, once per test run, into a LAMBDA_DIR of its
-    own (returned): the dependencies compile here, so that every deploy after it runs the same
-    build step in seconds."""
-    global _built
-    if _built is not None:
-        return _built
+# run.py's directory shared by the processes of one test run (removed by run.py at its end).
+SHARED_ENV = "REDRIVE_TEST_SHARED"
+_once: dict[str, Path] = {}
+
+
+def made_once(name: str, make) -> Path:
+    """A directory that `make(directory)` fills once per test run: under run.py's SHARED_ENV
+    directory, the first of its processes to ask makes it (under a lock; the others wait and read
+    the same one); without it (a test module run by hand), once per process in a scratch dir.
+    `make` raises on failure, and the next process to ask tries again."""
+    if name in _once:
+        return _once[name]
+    shared = os.environ.get(SHARED_ENV)
+    if not shared:
+        path = scratch_dir(f"redrive-{name}-")
+        make(path)
+    else:
+        import fcntl
+
+        path, done = Path(shared) / name, Path(shared) / f"{name}.done"
+        with open(Path(shared) / f"{name}.lock", "w", encoding="utf-8") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                path.mkdir()
+                make(path)
+                done.touch()
+    _once[name] = path
+    return path
+
+
+def _make_build(into: Path) -> None:
     env = dict(os.environ)
     env.update(BUILD_SETTINGS)
-    built = scratch_dir("redrive-build-")
-    env["LAMBDA_DIR"] = str(built)
+    env["LAMBDA_DIR"] = str(into)
     result = subprocess.run(
         ["make", "--no-print-directory", "build"], env=env, cwd=REPO, capture_output=True,
         text=True, timeout=BUILD_TIMEOUT_SECONDS, check=False,
     )
     if result.returncode != 0:
         raise AssertionError(f"make build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-    _built = built
-    return built
+
+
+def build_functions() -> Path:
+    """`make build` with the tests' build settings, once per test run ([`made_once`]), into a
+    LAMBDA_DIR of its own (returned): the dependencies compile here, so that every deploy after it
+    runs the same build step in seconds (nothing left to compile)."""
+    return made_once("build", _make_build)
 
 
 def lambda_dir() -> Path:

@@ -112,12 +112,14 @@ class DeployScript(support.DeployTestCase):
         support.assert_real_functions(self, self.moto, self.lambda_dir, {
             f"{stack}-redriver": "redriver", f"{stack}-consumer": "consumer", f"{stack}-archiver": "archiver",
             f"{stack}-triage-widget": "triage-widget", f"{stack}-triage-action": "triage-action"})
-        # Every function logs JSON whatever the account's default (moto keeps no LoggingConfig:
-        # the calls deploy made say it).
+        # Every function logs JSON whatever the account's default (Lambda's is Text): set by the
+        # deploy that created it.
         calls = (Path(aws_log).parent / "calls").read_text(encoding="utf-8").splitlines()
         for function in ("redriver", "consumer", "archiver", "triage-widget", "triage-action"):
             self.assertIn(f"--region {support.REGION} lambda update-function-configuration --function-name "
                           f"{stack}-{function} --logging-config LogFormat=JSON", calls)
+            config = lam.get_function_configuration(FunctionName=f"{stack}-{function}")
+            self.assertEqual(config["LoggingConfig"]["LogFormat"], "JSON", function)
         self.assertEqual(redriver["Role"], out["RedriverRoleArn"])
         self.assertEqual(consumer["Role"], out["ConsumerRoleArn"])
         self.assertEqual((redriver["MemorySize"], redriver["Timeout"]), (512, 120))
@@ -243,6 +245,12 @@ class DeployScript(support.DeployTestCase):
         second = self.run_script(DEPLOY, env)
         self.assertEqual(second.returncode, 0, second.stderr)
         self.assertIn(self.stack_status(stack), ("CREATE_COMPLETE", "UPDATE_COMPLETE"))
+        # A function that logs JSON already keeps it: the redeploy sets no log format.
+        again = (Path(aws_log).parent / "calls").read_text(encoding="utf-8").splitlines()[len(calls):]
+        self.assertFalse([c for c in again if "--logging-config" in c], again)
+        for function in ("redriver", "consumer", "archiver", "triage-widget", "triage-action"):
+            config = lam.get_function_configuration(FunctionName=f"{stack}-{function}")
+            self.assertEqual(config["LoggingConfig"]["LogFormat"], "JSON", function)
         self.assertEqual(self.outputs(stack)["RedriverRoleArn"], out["RedriverRoleArn"])
         self.assertEqual(len(lam.list_event_source_mappings(FunctionName=f"{stack}-consumer:live")["EventSourceMappings"]), 1)
         self.assertEqual({f for f in self.function_names() if f.startswith(stack)},
@@ -567,8 +575,8 @@ exec {real} "$@"
                      and any(a.startswith("[State,LastUpdateStatus") for a in c)]
             self.assertGreaterEqual(len(polls), 2, (function, verbs))
             # Each function's CLI calls from its readiness to its alias: at most seven (two
-            # polls, the log format set and polled once more on moto, which keeps none,
-            # PublishVersion, GetAlias and CreateAlias or UpdateAlias).
+            # polls, the log format set and polled once more on a new function, whose format is
+            # Lambda's default Text, PublishVersion, GetAlias and CreateAlias or UpdateAlias).
             first = verbs.index("get-function-configuration")
             alias = max(i for i, verb in enumerate(verbs) if verb in ("create-alias", "update-alias"))
             self.assertLessEqual(alias + 1 - first, 7, (function, verbs))

@@ -33,18 +33,16 @@ def version() -> str:
     return next(p["version"] for p in json.loads(out)["packages"] if p["name"] == "redrive-cli")
 
 
-_released: dict[str, Path] = {}
-
-
 def release(name: str = "first") -> Path:
-    """The release directory of one `make dist` run (each name runs once per test run)."""
-    if name not in _released:
-        out = support.scratch_dir("redrive-dist-")
+    """The release directory of one `make dist` run (each name runs once per test run: the
+    classes here read the same "first" release)."""
+
+    def make(out: Path) -> None:
         result = make_dist(out)
         if result.returncode != 0:
             raise AssertionError(f"make dist failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-        _released[name] = out / f"redrive-{version()}"
-    return _released[name]
+
+    return support.made_once(f"dist-{name}", make) / f"redrive-{version()}"
 
 
 def without_rust(path: str) -> str:
