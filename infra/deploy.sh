@@ -167,6 +167,18 @@ write_wiring_params() { # FILE
         "WorkflowLogLevel=${WORKFLOW_LOG_LEVEL:-ALL}"
 }
 
+# Attach mode's resources template as step 3 deploys it ($WORK/resources.attach.json), each
+# nested stack's template of per-DLQ alarms in $WORK/alarm-stacks, their URLs under
+# NESTED_TEMPLATE_PREFIX in the template bucket (set here); make plan renders the same.
+render_attach_stacks() {
+    NESTED_TEMPLATE_PREFIX=$(nested_template_prefix "$RESOURCES")
+    "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
+        "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" \
+        --previous "$WORK/resources.previous.json" --children "$WORK/alarm-stacks" \
+        --child-url-prefix "$NESTED_TEMPLATE_PREFIX" ||
+        die "could not render the attach-mode template (see above). Nothing was changed."
+}
+
 # ---------------------------------------------------------------- make plan
 # Both stacks' change sets, shown and deleted again, and the functions deploy would create or
 # update (read with GetFunction). Nothing is built, tagged, created or changed; a template above
@@ -176,12 +188,7 @@ if [ "$PLAN" = true ]; then
     if attach_mode; then
         # As step 3 renders it, with the nested stacks' templates in the template bucket for the
         # change set to read (and deleted again).
-        NESTED_TEMPLATE_PREFIX=$(nested_template_prefix "$RESOURCES")
-        "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
-            "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" \
-            --previous "$WORK/resources.previous.json" --children "$WORK/alarm-stacks" \
-            --child-url-prefix "$NESTED_TEMPLATE_PREFIX" ||
-            die "could not render the attach-mode template (see above). Nothing was changed."
+        render_attach_stacks
         if "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" has-inline-alarms \
             "$WORK/resources.previous.json"; then
             printf '%s\n' "(stack $RESOURCES holds the per-DLQ alarms itself: deploy first removes them, then adds the nested stacks; below, both as one change set)"
@@ -267,12 +274,7 @@ if attach_mode; then
         deploy_stack "$RESOURCES" "$WORK/resources.interim.json" "$WORK/resources.interim.params.json" "$RESOURCES_STATUS"
     fi
     # The per-DLQ alarms go in nested stacks, whose templates are uploaded first.
-    NESTED_TEMPLATE_PREFIX=$(nested_template_prefix "$RESOURCES")
-    "${PYTHON:-$REPO_DIR/.venv/bin/python}" "$INFRA_DIR/attach_template.py" "$INFRA_DIR/templates/resources.yaml" \
-        "$WORK/dlqs.tsv" "$WORK/resources.attach.json" "$WORK/resources.json" --stack "$STACK_NAME" \
-        --previous "$WORK/resources.previous.json" --children "$WORK/alarm-stacks" \
-        --child-url-prefix "$NESTED_TEMPLATE_PREFIX" ||
-        die "could not render the attach-mode template (see above). Nothing was changed."
+    render_attach_stacks
     # The roles grant on this install's tag: the protected DLQs and their sources get it before
     # the roles change, so that an upgrade from roles that named each queue's ARN has no moment
     # in which the new roles grant on a tag no queue carries yet. Those no longer protected lose
