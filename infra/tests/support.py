@@ -424,6 +424,17 @@ class DeployTestCase(unittest.TestCase):
         cls.moto.stop()
         shutil.rmtree(cls.lambda_dir, ignore_errors=True)
 
+    def shim(self, name: str, body: str) -> tuple[str, Path]:
+        """An executable stand-in `name` running the bash `body` (with STATE set to its own
+        directory, removed at the test's end, where it may keep what it counts or logs); returns
+        its path and that directory."""
+        directory = Path(tempfile.mkdtemp(prefix="redrive-shim-"))
+        self.addCleanup(shutil.rmtree, directory, True)
+        path = directory / name
+        path.write_text("#!/usr/bin/env bash\nset -u\nSTATE=" + str(directory) + "\n" + body, encoding="utf-8")
+        path.chmod(0o755)
+        return str(path), directory
+
 
 def elf_machine(path: Path) -> str | None:
     """'x86_64' or 'arm64' for a Linux executable, None for anything else."""

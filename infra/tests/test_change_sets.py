@@ -62,14 +62,6 @@ class ChangeSetDeploy(support.DeployTestCase):
         base.update(extra)
         return support.script_env(self.moto, **base)
 
-    def shim(self, name: str, body: str) -> tuple[str, Path]:
-        directory = Path(tempfile.mkdtemp(prefix="redrive-shim-"))
-        self.addCleanup(shutil.rmtree, directory, True)
-        path = directory / name
-        path.write_text("#!/usr/bin/env bash\nset -u\nSTATE=" + str(directory) + "\n" + body, encoding="utf-8")
-        path.chmod(0o755)
-        return str(path), directory
-
     def logging_aws(self, extra: str = "") -> tuple[str, Path]:
         """The AWS CLI, each call's arguments appended to STATE/calls."""
         return self.shim("aws", f'printf "%s\\n" "$*" >>"$STATE/calls"\n{extra}exec {support.tool("aws")} "$@"\n')

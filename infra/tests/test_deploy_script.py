@@ -14,8 +14,6 @@ moto's backend, the way a failed creation leaves it on AWS.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import unittest
 from pathlib import Path
 
@@ -326,16 +324,6 @@ class DeployScript(support.DeployTestCase):
         self.assertEqual(self.run_script(DESTROY, env).returncode, 0)
 
     # ---------------------------------------------------------------- deploys that succeed, redeploys that can be undone
-    def shim(self, name: str, body: str) -> tuple[str, Path]:
-        """An executable stand-in that injects a failure N times, then runs the real tool;
-        returns its path and the file in which it counts its calls."""
-        directory = Path(tempfile.mkdtemp(prefix="redrive-shim-"))
-        self.addCleanup(shutil.rmtree, directory, True)
-        path = directory / name
-        path.write_text("#!/usr/bin/env bash\nset -u\nSTATE=" + str(directory) + "\n" + body, encoding="utf-8")
-        path.chmod(0o755)
-        return str(path), directory
-
     def test_create_function_is_retried_until_lambda_can_assume_the_new_role(self):
         stack = support.unique("rdi")
         real = support.tool("cargo-lambda")
