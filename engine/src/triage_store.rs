@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use redrive_shared::timefmt::rfc3339_from_millis;
@@ -411,11 +411,12 @@ impl TriageStore for DynamoDbTriageStore {
     }
 }
 
-/// An in-memory store: for the engine's tests on the port fakes and the bench.
-#[derive(Debug, Default)]
+/// An in-memory store: for the engine's tests on the port fakes and the bench. Its clones
+/// share one store, as two runs share a table.
+#[derive(Debug, Default, Clone)]
 pub struct MemoryTriageStore {
-    books: Mutex<HashMap<String, (u64, Book)>>,
-    plans: Mutex<HashMap<String, Vec<String>>>,
+    books: Arc<Mutex<HashMap<String, (u64, Book)>>>,
+    plans: Arc<Mutex<HashMap<String, Vec<String>>>>,
 }
 
 impl TriageStore for MemoryTriageStore {

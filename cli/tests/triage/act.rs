@@ -316,10 +316,32 @@ async fn a_canary_replay_stops_while_the_consumer_fails_and_completes_once_it_is
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = redrive_command(&arg_refs)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for(300, || effects.lock().unwrap().len() == 1).await;
+    // In the window: the canary's stage ended (what it held released) and it was processed.
+    let in_window = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stderr = child.stderr.take().unwrap();
+    let flag = in_window.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("verdict in") {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    wait_for(300, || {
+        in_window.load(std::sync::atomic::Ordering::SeqCst) && effects.lock().unwrap().len() == 1
+    })
+    .await;
+    assert!(
+        in_window.load(std::sync::atomic::Ordering::SeqCst),
+        "the replay reached its window"
+    );
     assert_eq!(effects.lock().unwrap().len(), 1, "the canary was processed");
     child.kill().unwrap();
     child.wait().unwrap();

@@ -163,16 +163,20 @@ impl<S: TriageStore> GroupPlan<S> {
         Ok(())
     }
 
-    /// Adds one replay stage's counts to the group's record.
-    pub async fn replay_stage(
-        &self,
-        sent: u64,
-        deleted: u64,
-        back: u64,
-        isolated: u64,
-    ) -> Result<(), ActError> {
+    /// Adds what one replay stage moved to the group's record, before its verdict.
+    pub async fn replay_stage(&self, sent: u64, deleted: u64) -> Result<(), ActError> {
         self.update(|b| {
-            b.replay_stage(&self.group, sent, deleted, back, isolated);
+            b.replay_stage(&self.group, sent, deleted);
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Adds a replay stage's verdict to the group's record.
+    pub async fn replay_verdict(&self, back: u64, isolated: u64) -> Result<(), ActError> {
+        self.update(|b| {
+            b.replay_verdict(&self.group, back, isolated);
             Ok(())
         })
         .await?;
@@ -269,8 +273,8 @@ pub struct ReplayOutcome {
     /// Why it stopped by itself: copies came back to the DLQ or were isolated within the
     /// verdict window.
     pub stopped: Option<String>,
-    /// Messages of the plan the replay left on the queue: what its last stage could not move,
-    /// and what no stage was meant to move.
+    /// Messages of the plan not moved, over every run of it: what a stage could not move, what
+    /// no stage was meant to move, and what no stage found visible.
     pub left: u64,
     /// Messages sent, over every stage.
     pub sent: u64,
@@ -292,8 +296,15 @@ pub async fn run_replay<S: TriageStore, M: StageMover>(
     let plan = op.plan();
     let mut remaining = plan.clone();
     let mut stopped = None;
-    let mut shortfall = 0u64;
     let mut sent_total = 0u64;
+    // What the runs of this plan before this one deleted (a run killed part-way, or one that
+    // finished with messages left): only a message deleted is moved.
+    let mut deleted = op
+        .record
+        .replay
+        .as_ref()
+        .filter(|t| t.plan_id == op.plan_id)
+        .map_or(0, |t| t.deleted);
     for &n in &how.stages {
         if remaining.is_empty() {
             break;
@@ -306,16 +317,16 @@ pub async fn run_replay<S: TriageStore, M: StageMover>(
         }
         let sent = moved.sent.len() as u64;
         sent_total += sent;
-        shortfall = moved.shortfall;
+        deleted += moved.deleted;
+        op.replay_stage(sent, moved.deleted).await?;
         if sent == 0 {
-            op.replay_stage(0, 0, 0, 0).await?;
             break;
         }
         let pace = Duration::from_millis(sent * 1000 / how.rate.max(1));
         let verdict = how.window.max(pace.saturating_sub(started.elapsed()));
         mover.wait(verdict, sent).await;
         let (back, isolated) = mover.came_back(&originals, &plan).await?;
-        op.replay_stage(sent, moved.deleted, back, isolated).await?;
+        op.replay_verdict(back, isolated).await?;
         if back + isolated > 0 {
             stopped = Some(format!(
                 "{back} of {sent} came back to the DLQ and {isolated} were isolated within {} s",
@@ -323,14 +334,15 @@ pub async fn run_replay<S: TriageStore, M: StageMover>(
             ));
             break;
         }
-        if shortfall > 0 {
+        if moved.shortfall > 0 {
             break;
         }
     }
-    // Left on the queue: what the last stage could not move, and the plan's messages no stage
-    // was meant to move (a canary-only replay).
-    let planned: u64 = how.stages.iter().sum();
-    let left = shortfall + (plan.len() as u64).saturating_sub(planned);
+    // Not moved: what a stage could not move (failed, refused, sent but not deleted), what no
+    // stage was meant to move (a canary-only replay), and what no stage found visible (held by
+    // a run killed part-way until its hold ends). A group is resolved only when every message
+    // of its plan was deleted after its copy was sent.
+    let left = (plan.len() as u64).saturating_sub(deleted);
     let finish = match stopped.clone() {
         Some(why) => Finish::CanaryFailed(why),
         None => Finish::Done { left },
@@ -395,6 +407,8 @@ mod replay_tests {
         sqs: Arc<FakeSqs>,
         /// Fails each canary back to the DLQ, as a consumer whose cause is not fixed.
         fail_back: bool,
+        /// Never ends a verdict window, as a run killed in it.
+        hang_in_window: bool,
     }
 
     impl StageMover for FakeMover {
@@ -426,6 +440,13 @@ mod replay_tests {
             let back = sqs::came_back(&self.sqs, DLQ, originals, plan).await?;
             let isolated = sqs::came_back(&self.sqs, POISON, originals, plan).await?;
             Ok((back, isolated))
+        }
+
+        async fn wait(&mut self, verdict: Duration, _: u64) {
+            if self.hang_in_window {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(verdict).await;
         }
     }
 
@@ -468,6 +489,7 @@ mod replay_tests {
         let mut mover = FakeMover {
             sqs: sqs.clone(),
             fail_back: false,
+            hang_in_window: false,
         };
         let done = run_replay(&op, &mut mover, &how).await.unwrap();
 
@@ -507,6 +529,7 @@ mod replay_tests {
         let mut mover = FakeMover {
             sqs: sqs.clone(),
             fail_back: true,
+            hang_in_window: false,
         };
         let done = run_replay(&op, &mut mover, &how).await.unwrap();
 
@@ -527,5 +550,81 @@ mod replay_tests {
             .map(|e| e.action.as_str())
             .collect();
         assert_eq!(audit, ["replay", "replay-stopped"]);
+    }
+
+    #[tokio::test]
+    async fn a_run_resumed_while_a_killed_run_holds_the_plan_is_not_resolved_until_all_moved() {
+        // GIVEN a replay of five killed in its canary's window, the other four then held by a
+        // run killed while it walked the queue
+        let (sqs, store, ids, _) = world(5).await;
+        let how = ReplayPlan::staged(ids.len(), 1, Duration::ZERO, 50);
+        let op = GroupPlan::load(store.clone(), DLQ, G, None, "tester")
+            .await
+            .unwrap();
+        op.begin("replay").await.unwrap();
+        let mut mover = FakeMover {
+            sqs: sqs.clone(),
+            fail_back: false,
+            hang_in_window: true,
+        };
+        let killed = tokio::time::timeout(
+            Duration::from_millis(200),
+            run_replay(&op, &mut mover, &how),
+        )
+        .await;
+        assert!(killed.is_err(), "the run was stopped in its window");
+        assert_eq!(sqs.messages(SOURCE).len(), 1, "the canary moved");
+        let held = sqs.receive_now(DLQ, 10, 120).unwrap();
+        assert_eq!(
+            held.len(),
+            5,
+            "four of the plan and the other cause, in flight"
+        );
+        mover.hang_in_window = false;
+
+        // WHEN it is run again while they are held
+        let op = GroupPlan::load(store.clone(), DLQ, G, None, "tester")
+            .await
+            .unwrap();
+        op.begin("replay").await.unwrap();
+        let done = run_replay(&op, &mut mover, &how).await.unwrap();
+
+        // THEN nothing more moved and the group is not resolved: four of the plan are not moved
+        assert_eq!(
+            (done.stopped.as_deref(), done.left, done.sent),
+            (None, 4, 0)
+        );
+        assert_eq!(done.record.state, State::Acknowledged);
+        assert!(
+            done.record
+                .audit
+                .last()
+                .unwrap()
+                .detail
+                .as_deref()
+                .unwrap()
+                .starts_with("4 message(s) of the plan not moved"),
+            "{:?}",
+            done.record.audit
+        );
+
+        // WHEN the hold ends and it is run once more
+        sqs.expire_visibility(DLQ);
+        let op = GroupPlan::load(store, DLQ, G, None, "tester")
+            .await
+            .unwrap();
+        op.begin("replay").await.unwrap();
+        let done = run_replay(&op, &mut mover, &how).await.unwrap();
+
+        // THEN the four move, counted on from the runs before, and the group is resolved
+        assert_eq!(
+            (done.stopped.as_deref(), done.left, done.sent),
+            (None, 0, 4)
+        );
+        assert_eq!(done.record.state, State::Resolved);
+        let t = done.record.replay.as_ref().unwrap();
+        assert_eq!((t.sent, t.deleted), (5, 5));
+        assert_eq!(sqs.messages(SOURCE).len(), 5);
+        assert_eq!(sqs.messages(DLQ).len(), 1, "the other cause stays");
     }
 }

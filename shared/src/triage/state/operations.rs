@@ -194,28 +194,36 @@ impl Book {
         }
         if operation == "replay" {
             r.state = State::Replaying;
-            let fresh = r
-                .replay
-                .as_ref()
-                .is_none_or(|t| t.plan_id != plan_id || t.finished);
-            if fresh {
-                r.replay = Some(ReplayTally {
-                    plan_id: plan_id.to_string(),
-                    ..ReplayTally::default()
-                });
+            // One tally per plan, over every run of it: a run resumed, or run again after it
+            // finished with messages left, counts on from what the runs before moved.
+            match r.replay.as_mut() {
+                Some(t) if t.plan_id == plan_id => t.finished = false,
+                _ => {
+                    r.replay = Some(ReplayTally {
+                        plan_id: plan_id.to_string(),
+                        ..ReplayTally::default()
+                    });
+                }
             }
         }
         Ok(())
     }
 
-    /// Adds one replay stage's counts.
-    pub fn replay_stage(&mut self, group: &str, sent: u64, deleted: u64, back: u64, isolated: u64) {
+    /// Adds what one replay stage moved, as soon as it moved it (before its verdict): a run
+    /// killed in the window leaves the counts the next run goes on from.
+    pub fn replay_stage(&mut self, group: &str, sent: u64, deleted: u64) {
         if let Some(t) = self.groups.get_mut(group).and_then(|r| r.replay.as_mut()) {
             t.sent += sent;
             t.deleted += deleted;
+            t.stages.push(sent);
+        }
+    }
+
+    /// Adds a stage's verdict: the copies found back on the DLQ or isolated.
+    pub fn replay_verdict(&mut self, group: &str, back: u64, isolated: u64) {
+        if let Some(t) = self.groups.get_mut(group).and_then(|r| r.replay.as_mut()) {
             t.back += back;
             t.isolated += isolated;
-            t.stages.push(sent);
         }
     }
 
@@ -260,7 +268,13 @@ impl Book {
                 } else {
                     State::Acknowledged
                 };
-                let detail = format!("{left} message(s) of the plan left on the queue");
+                let detail = if *left == 0 {
+                    "every message of the plan moved".to_string()
+                } else {
+                    format!(
+                        "{left} message(s) of the plan not moved: on the queue, or held by another run until its hold ends; run the replay again to move them"
+                    )
+                };
                 push_audit(
                     r,
                     audit(
@@ -281,7 +295,8 @@ impl Book {
 /// How an operation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finish {
-    /// Every stage ran; `left` messages of the plan were not moved (failed, refused).
+    /// Every stage ran; `left` messages of the plan were not moved (failed, refused, not
+    /// found visible), over every run of the plan.
     Done { left: u64 },
     /// A canary came back or was isolated: the replay stopped.
     CanaryFailed(String),

@@ -78,7 +78,8 @@ pub struct Note {
     pub text: String,
 }
 
-/// The counts of a group replay so far (`triage history`).
+/// The counts of a group replay so far (`triage history`), over every run of its plan: a run
+/// resumed or run again counts on.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayTally {

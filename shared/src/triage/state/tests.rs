@@ -80,7 +80,8 @@ fn one_operation_per_group_and_a_failed_canary_alerts_once() {
     assert!(matches!(e, Refused::Busy { .. }), "{e}");
     // The same operation again is a resumption, audited as such.
     b.begin("g2-a", "replay", "ops", "p1", 3, T0).unwrap();
-    b.replay_stage("g2-a", 1, 1, 1, 0);
+    b.replay_stage("g2-a", 1, 1);
+    b.replay_verdict("g2-a", 1, 0);
     let a = b
         .finish(
             "g2-a",
