@@ -61,10 +61,11 @@ pub fn init_logging() {
 /// queue is touched), then the SDK configuration with attempt and operation timeouts on every
 /// client, so that a stalled call cannot outlive the deadline margin, and the one retry
 /// configuration of whole calls ([`aws::retry_config`]).
-/// [`lambda_init`] for a function that serves the protected DLQs (the re-driver, the archiver):
-/// when `DLQ_LIST_TABLE` is set, the SDK is loaded first and the DLQs' list read from that table
-/// ([`fleet_list`]); `config` then reads the process environment with `DLQ_URLS` set to it. A
-/// list that is missing or unreadable fails init, naming `DLQ_LIST_TABLE`, the table and why.
+/// [`lambda_init`] for a function that serves the protected DLQs (the re-driver, the archiver,
+/// the triage console): when `DLQ_LIST_TABLE` or `DLQ_TAG_KEY` is set, the SDK is loaded first
+/// and the DLQs' list read from that table or from the queues' tags ([`fleet_list`]); `config`
+/// then reads the process environment with `DLQ_URLS` set to it. A list that is missing or
+/// unreadable fails init, naming the variable and why.
 pub async fn lambda_init_fleet<
     T,
     E: std::fmt::Display + From<redrive_shared::config::ConfigError>,
@@ -82,6 +83,7 @@ pub async fn lambda_init_fleet<
     let listed = fleet_list::dlq_urls(
         |k| std::env::var(k).ok(),
         || aws_sdk_dynamodb::Client::new(&sdk),
+        || aws_sdk_sqs::Client::new(&sdk),
     )
     .await
     .map_err(|e| {

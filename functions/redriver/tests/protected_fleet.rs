@@ -187,11 +187,21 @@ impl Account {
             .send()
             .await
             .expect("PutItem");
+        self.redriver_with("DLQ_LIST_TABLE", table).await
+    }
+
+    /// The re-driver as the self-contained template configures it: the DLQs are the queues
+    /// tagged `key` = `dlq` (or `dlq+source`), read at init.
+    async fn redriver_by_tag(&self, key: &str) -> LambdaWatch {
+        self.redriver_with("DLQ_TAG_KEY", key.to_string()).await
+    }
+
+    async fn redriver_with(&self, fleet: &'static str, list: String) -> LambdaWatch {
         let mut env = moto().env();
         env.extend(localstack().service_endpoints());
         env.extend(
             [
-                ("DLQ_LIST_TABLE", table),
+                (fleet, list),
                 ("POISON_QUEUE_URL", self.poison.clone()),
                 ("BACKOFF_BASE_SECONDS", "0".into()),
                 ("METRIC_NAMESPACE", unique_name("ns")),
@@ -386,4 +396,46 @@ async fn a_bad_tag_on_one_dlq_leaves_the_other_two_working() {
         log.contains("redrive:backoff-jitter") && log.contains(&account.names["ledger-dlq"]),
         "the log names the queue and the tag"
     );
+}
+
+#[tokio::test]
+async fn with_dlq_tag_key_the_schedule_drains_the_dlqs_tagged_for_the_install_and_no_other() {
+    // GIVEN three existing DLQs, two of them tagged for this install (as a user tags them for
+    // the self-contained template), a message failed into each
+    let account = Account::create().await;
+    let install = unique_name("redrive-install:st");
+    account.tag(&account.orders_dlq, &install, "dlq").await;
+    account
+        .tag(&account.ledger_dlq, &install, "dlq+source")
+        .await;
+    account.tag(&account.mail, &install, "source").await;
+    account.fail(&account.orders, "order-0", None).await;
+    account.fail(&account.ledger, "entry-0", None).await;
+    account.fail(&account.mail, "mail-0", None).await;
+
+    // WHEN the re-driver that found its fleet by the tag at init runs on its schedule
+    let watch = account.redriver_by_tag(&install).await;
+    let out = watch
+        .invoke("redriver", &fixture("eventbridge-scheduled.json"))
+        .await
+        .expect("scheduled drain");
+
+    // THEN it drained exactly the two tagged DLQs, each message home, and left the third alone
+    let mut drained: Vec<&str> = out["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["queue"].as_str().unwrap())
+        .collect();
+    drained.sort();
+    let mut want = vec![
+        account.names["orders-dlq"].as_str(),
+        account.names["ledger-dlq"].as_str(),
+    ];
+    want.sort();
+    assert_eq!(drained, want, "{out}");
+    assert_eq!(out["redriven"].as_u64(), Some(2), "{out}");
+    assert_eq!(account.bodies(&account.orders).await, ["order-0"]);
+    assert_eq!(account.bodies(&account.ledger).await, ["entry-0"]);
+    assert_eq!(queue_depth(&account.sqs, &account.mail_dlq).await, 1);
 }
