@@ -19,6 +19,9 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use redrive_shared::config::ConfigError;
 
+use crate::aws::port_error;
+use crate::ports::PortError;
+
 /// The variable naming the table that holds the list.
 pub const VARIABLE: &str = "DLQ_LIST_TABLE";
 /// The item's partition key (`queue`, as every circuit record's): not a queue URL, so that no
@@ -96,8 +99,6 @@ fn tag_error(key: &str, problem: String) -> ConfigError {
 /// comma list (`DLQ_URLS`). A queue deleted while it is read is not listed; any other failure,
 /// or no queue found, is an error naming [`TAG_VARIABLE`].
 pub async fn tagged(sqs: &aws_sdk_sqs::Client, key: &str) -> Result<String, ConfigError> {
-    use futures_util::{StreamExt, TryStreamExt};
-
     let valid = !key.is_empty()
         && key.chars().count() <= 128
         && key
@@ -109,58 +110,17 @@ pub async fn tagged(sqs: &aws_sdk_sqs::Client, key: &str) -> Result<String, Conf
             "must be a tag key: 1 to 128 letters, digits, spaces and _.:/=+-@".into(),
         ));
     }
-    let mut queues = Vec::new();
-    let mut next: Option<String> = None;
-    loop {
-        let out = sqs
-            .list_queues()
-            .max_results(1000)
-            .set_next_token(next.take())
-            .send()
-            .await
-            .map_err(|e| {
-                tag_error(
-                    key,
-                    format!(
-                        "the region's queues could not be listed (ListQueues): {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(&e)
-                    ),
-                )
-            })?;
-        queues.extend(out.queue_urls.unwrap_or_default());
-        match out.next_token {
-            Some(t) if !t.is_empty() => next = Some(t),
-            _ => break,
-        }
-    }
-    let mut protected: Vec<String> = futures_util::stream::iter(queues)
-        .map(|url| async move {
-            match sqs.list_queue_tags().queue_url(&url).send().await {
-                Ok(out) => {
-                    let value = out.tags.unwrap_or_default().remove(key);
-                    Ok(value
-                        .filter(|v| TAGGED_DLQ_VALUES.contains(&v.as_str()))
-                        .map(|_| url))
-                }
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|s| s.is_queue_does_not_exist()) =>
-                {
-                    Ok(None)
-                }
-                Err(e) => Err(tag_error(
-                    key,
-                    format!(
-                        "the tags of {url} could not be read (ListQueueTags): {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(&e)
-                    ),
-                )),
-            }
-        })
-        .buffer_unordered(TAG_READS_AT_ONCE)
-        .try_filter_map(|found| async move { Ok(found) })
-        .try_collect()
-        .await?;
+    let mut protected = queues_tagged(sqs, key, &TAGGED_DLQ_VALUES, false)
+        .await
+        .map_err(|e| {
+            tag_error(
+                key,
+                format!(
+                    "the tagged queues could not be read ({}): {}",
+                    e.operation, e.message
+                ),
+            )
+        })?;
     if protected.is_empty() {
         return Err(tag_error(
             key,
@@ -171,6 +131,67 @@ pub async fn tagged(sqs: &aws_sdk_sqs::Client, key: &str) -> Result<String, Conf
     }
     protected.sort();
     Ok(protected.join(","))
+}
+
+/// SQS's codes for a call IAM refused (the JSON protocol's and the Query protocol's).
+pub fn is_access_denied(code: &str) -> bool {
+    matches!(code, "AccessDenied" | "AccessDeniedException")
+}
+
+/// The URLs of the queues of `sqs`'s region whose tag `key` has one of `values`, in the order
+/// ListQueues gives them (its pages of 1,000; each queue's tags read [`TAG_READS_AT_ONCE`] at a
+/// time). A queue deleted while it is read is not listed; one whose tags the caller may not read
+/// is not listed either when `skip_denied` (an operator whose policy reads only the install's
+/// queues), else that is an error, as every other failure is.
+pub async fn queues_tagged(
+    sqs: &aws_sdk_sqs::Client,
+    key: &str,
+    values: &[&str],
+    skip_denied: bool,
+) -> Result<Vec<String>, PortError> {
+    use futures_util::{StreamExt, TryStreamExt};
+
+    let mut found = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        let out = sqs
+            .list_queues()
+            .max_results(1000)
+            .set_next_token(next.take())
+            .send()
+            .await
+            .map_err(|e| port_error("ListQueues", e))?;
+        let page: Vec<Option<String>> =
+            futures_util::stream::iter(out.queue_urls.unwrap_or_default())
+                .map(|url| async move {
+                    match sqs.list_queue_tags().queue_url(&url).send().await {
+                        Ok(tags) => {
+                            let value = tags.tags.unwrap_or_default().remove(key);
+                            Ok(value.filter(|v| values.contains(&v.as_str())).map(|_| url))
+                        }
+                        Err(e) => {
+                            let e = port_error("ListQueueTags", e);
+                            if e.code.contains("NonExistentQueue")
+                                || e.code.contains("QueueDoesNotExist")
+                                || (skip_denied && is_access_denied(&e.code))
+                            {
+                                Ok(None)
+                            } else {
+                                Err(e)
+                            }
+                        }
+                    }
+                })
+                .buffered(TAG_READS_AT_ONCE)
+                .try_collect()
+                .await?;
+        found.extend(page.into_iter().flatten());
+        match out.next_token {
+            Some(t) if !t.is_empty() => next = Some(t),
+            _ => break,
+        }
+    }
+    Ok(found)
 }
 
 /// `DLQ_URLS` for a configuration read through `lookup`: the list of `DLQ_LIST_TABLE` when that

@@ -10,6 +10,7 @@ use clap::Args;
 use futures_util::{StreamExt, TryStreamExt, stream};
 use redrive_engine::aws::port_error;
 use redrive_engine::circuit::{CircuitStore, DynamoDbCircuitStore};
+use redrive_engine::fleet_list::queues_tagged;
 use redrive_shared::config::tags::{self, PREFIX as TAG_PREFIX};
 use redrive_shared::config::{CircuitConfig, Env, QueueUrl, RedriverConfig};
 use serde::Serialize;
@@ -157,51 +158,15 @@ fn circuit_config(table: &str) -> Result<CircuitConfig, CliError> {
     }
 }
 
-/// Every queue of the region tagged `key=value`.
+/// Every queue of the region tagged `key=value`. A queue the operator's policy may not read is
+/// no DLQ of this install (the stack's OperatorPolicy grants ListQueueTags on every queue it
+/// protects): skipped, as the account's other queues are.
 async fn tagged(ctx: &Ctx, key: &str, value: &str) -> Result<Vec<QueueUrl>, CliError> {
-    let sqs = &ctx.clients.sqs.client;
-    let mut found = Vec::new();
-    let mut next: Option<String> = None;
-    loop {
-        let out = sqs
-            .list_queues()
-            .max_results(1000)
-            .set_next_token(next.take())
-            .send()
-            .await
-            .map_err(|e| port_error("ListQueues", e))?;
-        let page: Vec<QueueUrl> = out
-            .queue_urls()
-            .iter()
-            .filter_map(|u| QueueUrl::parse(u).ok())
-            .collect();
-        let tagged: Vec<Option<QueueUrl>> = stream::iter(page)
-            .map(|url| async move {
-                let matches = match tags(ctx, &url).await {
-                    Ok(tags) => tags.get(key).map(String::as_str) == Some(value),
-                    // A queue the operator's policy may not read is no DLQ of this install (the
-                    // stack's OperatorPolicy grants ListQueueTags on every queue it protects):
-                    // skipped, as the account's other queues are.
-                    Err(CliError::Aws(e)) if is_access_denied(&e.code) => false,
-                    Err(e) => return Err(e),
-                };
-                Ok::<_, CliError>(matches.then_some(url))
-            })
-            .buffered(CONCURRENCY)
-            .try_collect()
-            .await?;
-        found.extend(tagged.into_iter().flatten());
-        match out.next_token() {
-            Some(t) if !t.is_empty() => next = Some(t.to_string()),
-            _ => break,
-        }
-    }
-    Ok(found)
-}
-
-/// SQS's codes for a call IAM refused (the JSON protocol's and the Query protocol's).
-fn is_access_denied(code: &str) -> bool {
-    matches!(code, "AccessDenied" | "AccessDeniedException")
+    let urls = queues_tagged(&ctx.clients.sqs.client, key, &[value], true).await?;
+    Ok(urls
+        .iter()
+        .filter_map(|u| QueueUrl::parse(u).ok())
+        .collect())
 }
 
 async fn tags(ctx: &Ctx, url: &QueueUrl) -> Result<BTreeMap<String, String>, CliError> {
