@@ -582,12 +582,17 @@ mod replay_tests {
         );
         mover.hang_in_window = false;
 
+        // A run of the plan as the operator starts one: loaded from the book, begun, run.
+        let run_again = async |mover: &mut FakeMover| {
+            let op = GroupPlan::load(store.clone(), DLQ, G, None, "tester")
+                .await
+                .unwrap();
+            op.begin("replay").await.unwrap();
+            run_replay(&op, mover, &how).await.unwrap()
+        };
+
         // WHEN it is run again while they are held
-        let op = GroupPlan::load(store.clone(), DLQ, G, None, "tester")
-            .await
-            .unwrap();
-        op.begin("replay").await.unwrap();
-        let done = run_replay(&op, &mut mover, &how).await.unwrap();
+        let done = run_again(&mut mover).await;
 
         // THEN nothing more moved and the group is not resolved: four of the plan are not moved
         assert_eq!(
@@ -610,11 +615,7 @@ mod replay_tests {
 
         // WHEN the hold ends and it is run once more
         sqs.expire_visibility(DLQ);
-        let op = GroupPlan::load(store, DLQ, G, None, "tester")
-            .await
-            .unwrap();
-        op.begin("replay").await.unwrap();
-        let done = run_replay(&op, &mut mover, &how).await.unwrap();
+        let done = run_again(&mut mover).await;
 
         // THEN the four move, counted on from the runs before, and the group is resolved
         assert_eq!(
