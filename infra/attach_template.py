@@ -254,10 +254,10 @@ def rewrite_console_books(resources: dict) -> None:
                            "Condition": {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [DLQ_LIST_KEY]}}})
 
 
-def rewrite_policies(resources: dict, dlqs: list[dict], stack: str) -> None:
+def rewrite_policies(resources: dict, dlqs: list[dict], stack: str, sources: bool | None = None) -> None:
     key = tag_key(stack)
     rewrite_console_books(resources)
-    any_sources = any(d["sources"] for d in dlqs)
+    any_sources = any(d["sources"] for d in dlqs) if sources is None else sources
     # Every per-DLQ trigger alarm of this stack (STACK-dlq-not-empty-<queue name>): one pattern,
     # whatever the number of DLQs; the stack creates every alarm of that prefix.
     trigger_arns = [alarm_arn("dlq-not-empty", "*")]
@@ -678,14 +678,17 @@ def check_references(template: dict) -> None:
 
 def build_stacks(template: dict, dlqs: list[dict], stack: str = "redrive", resource_limit: bool = True,
                  previous: dict[str, list[str]] | None = None,
-                 url_prefix: str = DEFAULT_CHILD_URL_PREFIX, alarms: bool = True) -> tuple[dict, dict[str, str]]:
+                 url_prefix: str = DEFAULT_CHILD_URL_PREFIX, alarms: bool = True,
+                 sources: bool | None = None) -> tuple[dict, dict[str, str]]:
     """The attach template for `dlqs`, and its nested templates of per-DLQ alarms (S3 key under
     `url_prefix` -> compact JSON body, as deploy uploads them). `previous` is the deployed
     template's assignment of DLQs to nested stacks (`previous_assignment`), kept.
     `resource_limit=False` (deploy's quota check, which names every quota exceeded itself)
     renders above CloudFormation's 500 resources per template too. `alarms=False`: without the
     per-DLQ alarms (the first of the two updates that move them out of a stack from before the
-    nested stacks, see `has_inline_alarms`)."""
+    nested stacks, see `has_inline_alarms`). `sources`: whether the roles grant on the protected
+    DLQs' sources (default: whether some DLQ of `dlqs` has one; the standalone template, which
+    knows no DLQ, grants on them: infra/standalone_template.py)."""
     resources = template["Resources"]
     for logical in MANAGED_ONLY:
         resources.pop(logical, None)
@@ -698,7 +701,7 @@ def build_stacks(template: dict, dlqs: list[dict], stack: str = "redrive", resou
     xray = resources.get("XRayWrites")
     if xray and isinstance(xray["Properties"]["Roles"], dict):
         xray["Properties"]["Roles"] = xray["Properties"]["Roles"]["Fn::If"][2]
-    rewrite_policies(resources, dlqs, stack)
+    rewrite_policies(resources, dlqs, stack, sources)
     for metric, (stat, description) in FLEET_ALARMS.items():
         resources["Fleet" + metric + "Alarm"] = fleet_alarm(metric, stat, description)
     resources["ArchiverErrorsAlarm"] = archiver_errors_alarm()
@@ -741,9 +744,9 @@ def build_stacks(template: dict, dlqs: list[dict], stack: str = "redrive", resou
 
 
 def build(template: dict, dlqs: list[dict], stack: str = "redrive", resource_limit: bool = True,
-          previous: dict[str, list[str]] | None = None, alarms: bool = True) -> dict:
+          previous: dict[str, list[str]] | None = None, alarms: bool = True, sources: bool | None = None) -> dict:
     """The attach template for `dlqs` (its nested templates: `build_stacks`)."""
-    return build_stacks(template, dlqs, stack, resource_limit, previous, alarms=alarms)[0]
+    return build_stacks(template, dlqs, stack, resource_limit, previous, alarms=alarms, sources=sources)[0]
 
 
 def children_of(template: dict, children: dict[str, str]) -> dict[str, dict]:

@@ -16,7 +16,8 @@ The quotas (IAM counts policy characters without whitespace):
 - a managed policy's document: 6,144 characters;
 - a role's inline policies together (its Policies and every AWS::IAM::Policy attached to it):
   10,240 characters;
-- a Lambda function's environment variables together (keys and values): 4 KB;
+- a Lambda function's environment variables together (keys and values): 4 KB (deploy.sh's
+  environment files, and the functions a template creates);
 - a template: 51,200 bytes as a TemplateBody, 1 MB through S3 (deploy_stack switches to S3
   above the first; the check is the second; a nested stack's template is always read from S3);
   500 resources, 200 outputs, 200 parameters, each nested stack's template too;
@@ -146,6 +147,13 @@ def policy_chars(document) -> int:
     return len(re.sub(r"\s", "", json.dumps(document, separators=(",", ":"))))
 
 
+def _document(node, template: dict):
+    """A policy document at its longest: a document written as Fn::Sub text (the standalone
+    template's, infra/standalone_template.py) is the JSON that text resolves to."""
+    document = resolve(node, template)
+    return json.loads(document) if isinstance(document, str) else document
+
+
 def _role_names(value) -> list[str]:
     roles = value
     if isinstance(roles, dict) and "Fn::If" in roles:
@@ -167,12 +175,12 @@ def check_template(template: dict, body_bytes: int) -> list[tuple[str, int, int]
         kind = resource.get("Type")
         if kind == "AWS::IAM::ManagedPolicy":
             figures.append((f"managed policy {logical} (characters)",
-                            policy_chars(resolve(props["PolicyDocument"], template)), MANAGED_POLICY_CHARS))
+                            policy_chars(_document(props["PolicyDocument"], template)), MANAGED_POLICY_CHARS))
         elif kind == "AWS::IAM::Role":
             inline[logical] = inline.get(logical, 0) + sum(
-                policy_chars(resolve(p["PolicyDocument"], template)) for p in props.get("Policies", []))
+                policy_chars(_document(p["PolicyDocument"], template)) for p in props.get("Policies", []))
         elif kind == "AWS::IAM::Policy":
-            size = policy_chars(resolve(props["PolicyDocument"], template))
+            size = policy_chars(_document(props["PolicyDocument"], template))
             for role in _role_names(props.get("Roles", [])):
                 inline[role] = inline.get(role, 0) + size
         elif kind == "AWS::CloudWatch::Alarm":
@@ -187,6 +195,10 @@ def check_template(template: dict, body_bytes: int) -> list[tuple[str, int, int]
                                     INSIGHTS_METRICS))
         elif kind == "AWS::CloudWatch::Dashboard":
             figures.extend(check_dashboard(logical, resolve(props["DashboardBody"], template)))
+        elif kind == "AWS::Lambda::Function":
+            # A function the template creates (the standalone template's): its environment.
+            variables = resolve(props.get("Environment", {}).get("Variables", {}), template)
+            figures.append(check_env(f"function {logical}", {k: str(v) for k, v in variables.items()}))
     for role, size in sorted(inline.items()):
         if role in template.get("Resources", {}):
             figures.append((f"role {role} inline policies (characters)", size, ROLE_INLINE_CHARS))

@@ -5,6 +5,8 @@
 #   redrive-cli-VERSION-linux-ARCH.tar.gz   the operator CLI, `redrive` inside
 #   SHA256SUMS                          `sha256sum -c SHA256SUMS` checks them all
 #   manifest.json                       what each was built from: commit, toolchain, profile, Cargo.lock
+#   redrive-attach.template.json        attach mode as one CloudFormation stack, functions included
+#                                       (infra/standalone_template.py; infra/README.md, "One template")
 # For each architecture of DIST_ARCHS (default: x86_64 arm64) it runs deploy's own build step
 # (infra/lib.sh, build_lambdas, which builds the CLI with the functions), with BUILD_PROFILE (default release). An
 # architecture whose Rust target cannot be installed here is skipped and said, in the output and
@@ -68,6 +70,8 @@ done
 built_args=()
 for arch in "${built[@]}"; do built_args+=(--built "$arch=$WORK/$arch"); done
 
+# The standalone template, its parameter Version defaulting to this release's.
+"$PYTHON" "$REPO_DIR/infra/standalone_template.py" "$OUT/redrive-attach.template.json" --version "$VERSION"
 "$PYTHON" "$REPO_DIR/scripts/dist_pack.py" --out "$OUT" --version "$VERSION" --commit "$COMMIT" \
     --dirty "$DIRTY" --profile "$BUILD_PROFILE" --rustc "$(rustc -V)" \
     --cargo-lambda "$("$CARGO_LAMBDA" lambda --version 2>/dev/null || "$CARGO_LAMBDA" --version)" \

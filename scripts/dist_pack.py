@@ -24,6 +24,9 @@ from pathlib import Path
 
 FUNCTIONS = ("redriver", "archiver", "consumer", "redrive-workflow", "triage-widget", "triage-action")
 CLI = "redrive"
+# Written into the release directory by scripts/dist.sh (infra/standalone_template.py) before
+# the packing: listed with the other artifacts, in the manifest and SHA256SUMS.
+TEMPLATE = "redrive-attach.template.json"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -135,6 +138,11 @@ def main() -> int:
                 "bytes": len(data), "sha256": sha256(data),
                 "binarySha256": sha256(binary.read_bytes()),
             })
+    template = out / TEMPLATE
+    if template.is_file():
+        data = template.read_bytes()
+        artifacts.append({"file": TEMPLATE, "kind": "cloudformation-template", "bytes": len(data),
+                          "sha256": sha256(data)})
     artifacts.sort(key=lambda x: x["file"])
     skipped = [
         {"arch": s.partition("=")[0], "reason": s.partition("=")[2]}

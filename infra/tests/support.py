@@ -225,6 +225,62 @@ def _teach_moto_logging_config() -> None:
     LambdaFunction._redrive_logging_config = True
 
 
+def _teach_moto_policy_text() -> None:
+    """CloudFormation takes a managed policy's PolicyDocument as JSON text too (the standalone
+    template writes the documents that grant by tag as Fn::Sub text: an IAM condition key holds
+    no intrinsic function); moto 5.2.5 encodes that text as a JSON string again, which IAM's
+    validation then refuses. Parsed here first, as CloudFormation passes the text to IAM."""
+    from moto.iam.models import ManagedPolicy
+
+    if getattr(ManagedPolicy, "_redrive_policy_text", False):
+        return
+    original = ManagedPolicy.create_from_cloudformation_json.__func__
+
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, *args, **kwargs):
+        properties = cloudformation_json.get("Properties", {})
+        if isinstance(properties.get("PolicyDocument"), str):
+            properties = {**properties, "PolicyDocument": json.loads(properties["PolicyDocument"])}
+            cloudformation_json = {**cloudformation_json, "Properties": properties}
+        return original(cls, resource_name, cloudformation_json, *args, **kwargs)
+
+    ManagedPolicy.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
+    ManagedPolicy._redrive_policy_text = True
+
+
+def _teach_moto_function_properties() -> None:
+    """moto 5.2.5's CloudFormation creates an AWS::Lambda::Function with a few of its properties:
+    Architectures, LoggingConfig and TracingConfig are dropped (x86_64, Text and PassThrough
+    whatever the template says), and an environment variable from a Number parameter stays a
+    number (Lambda holds strings only; the AWS SDKs, cargo-lambda's among them, refuse the
+    number in GetFunction's answer), and ReservedConcurrentExecutions from a String parameter a
+    string (CloudFormation passes the integer the property is). Kept here as Lambda keeps them, so that a template's
+    functions read back as it declares them (after _teach_moto_logging_config, whose
+    LoggingConfig this sets)."""
+    from moto.awslambda.models import LambdaFunction
+
+    if getattr(LambdaFunction, "_redrive_function_properties", False):
+        return
+    original = LambdaFunction.create_from_cloudformation_json.__func__
+
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, *args, **kwargs):
+        function = original(cls, resource_name, cloudformation_json, *args, **kwargs)
+        properties = cloudformation_json.get("Properties", {})
+        function.environment_vars = {k: v if isinstance(v, str) else json.dumps(v)
+                                     for k, v in (function.environment_vars or {}).items()}
+        if function.reserved_concurrency is not None:
+            function.reserved_concurrency = int(function.reserved_concurrency)
+        if "Architectures" in properties:
+            function.architectures = list(properties["Architectures"])
+        if "TracingConfig" in properties:
+            function.tracing_config = dict(properties["TracingConfig"])
+        if "LoggingConfig" in properties:
+            function.logging_config = {**getattr(function, "logging_config", {}), **properties["LoggingConfig"]}
+        return function
+
+    LambdaFunction.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
+    LambdaFunction._redrive_function_properties = True
+
+
 class Moto:
     """A moto server on 127.0.0.1 and a free port, in this process (its backends are ours)."""
 
@@ -234,6 +290,8 @@ class Moto:
         _teach_moto_termination_protection()
         _teach_moto_change_sets()
         _teach_moto_logging_config()
+        _teach_moto_policy_text()
+        _teach_moto_function_properties()
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         # "No Moto CloudFormation support for AWS::CloudWatch::Alarm": known, see test_stack_in_moto.
@@ -434,6 +492,15 @@ class DeployTestCase(unittest.TestCase):
         path.write_text("#!/usr/bin/env bash\nset -u\nSTATE=" + str(directory) + "\n" + body, encoding="utf-8")
         path.chmod(0o755)
         return str(path), directory
+
+
+def standalone_template(expanded: bool = False) -> dict:
+    """infra/standalone_template.py's template as `make dist` writes it; `expanded`: its policy
+    documents written as Fn::Sub text parsed back into documents, as cfn-guard reads them."""
+    import standalone_template as standalone  # infra/standalone_template.py
+
+    template = standalone.build(standalone.workspace_version())
+    return standalone.expanded(template) if expanded else template
 
 
 def elf_machine(path: Path) -> str | None:

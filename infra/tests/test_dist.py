@@ -61,7 +61,8 @@ class Dist(unittest.TestCase):
     def test_every_function_and_the_cli_with_sums_that_check(self):
         names = sorted(p.name for p in self.dir.iterdir())
         expected = sorted([f"redrive-{self.version}-{f}-x86_64.zip" for f in FUNCTIONS]
-                          + [f"redrive-cli-{self.version}-linux-x86_64.tar.gz", "SHA256SUMS", "manifest.json"])
+                          + [f"redrive-cli-{self.version}-linux-x86_64.tar.gz", "SHA256SUMS", "manifest.json",
+                             "redrive-attach.template.json"])
         self.assertEqual(names, expected)
         check = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=self.dir, capture_output=True, text=True)
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
@@ -100,11 +101,15 @@ class Dist(unittest.TestCase):
         self.assertEqual(manifest["cargoLockSha256"],
                          hashlib.sha256((support.REPO / "Cargo.lock").read_bytes()).hexdigest())
         self.assertEqual(manifest["skipped"], [])
-        self.assertEqual(len(manifest["artifacts"]), len(FUNCTIONS) + 1)
+        # Each function, the CLI, and the standalone template.
+        self.assertEqual(len(manifest["artifacts"]), len(FUNCTIONS) + 2)
         for artifact in manifest["artifacts"]:
             data = (self.dir / artifact["file"]).read_bytes()
             self.assertEqual(artifact["sha256"], hashlib.sha256(data).hexdigest(), artifact["file"])
-            self.assertEqual(artifact["arch"], "x86_64")
+            if artifact["kind"] == "cloudformation-template":
+                self.assertEqual(artifact["file"], "redrive-attach.template.json")
+            else:
+                self.assertEqual(artifact["arch"], "x86_64")
 
     def test_a_second_dist_of_the_same_commit_gives_the_same_bytes(self):
         again = self.again
