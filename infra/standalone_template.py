@@ -9,8 +9,10 @@ parameter Version. --expanded writes the policy documents as documents, for cfn-
 Made from the sources make deploy uses, so that it never drifts from them:
 - infra/templates/resources.yaml through attach_template.build with no DLQ listed: the poison
   queue, circuit table, topics, archive bucket, log groups, roles (their grants on the protected
-  queues conditioned on the tag `redrive-install:STACK_NAME` = `dlq`, `dlq+source` or `source`,
-  exactly the tags make deploy puts on them), the fleet's Metrics Insights alarms, the dashboard;
+  queues conditioned on the tag `redrive-install:NAME` = `dlq`, `dlq+source` or `source`, the
+  tags make deploy puts on them, NAME the parameter InstallName, default `redrive`, where make
+  deploy's is the stack's name: a StackSet names its stacks differently in every account), the
+  fleet's Metrics Insights alarms, the dashboard;
 - the four functions of attach mode (re-driver, archiver, the triage console's widget and action)
   as AWS::Lambda::Function resources, their code the release's zips
   (s3://CodeBucket/CodeKeyPrefix + redrive-VERSION-FUNCTION-ARCH.zip, scripts/dist.sh's names),
@@ -48,8 +50,10 @@ import cfn_yaml  # noqa: E402
 
 RESOURCES_YAML = HERE / "templates" / "resources.yaml"
 WIRING_YAML = HERE / "templates" / "wiring.yaml"
-STACK = "${AWS::StackName}"
-TAG_KEY = attach_template.tag_key(STACK)
+# The install's name in the tag that marks its queues (`redrive-install:NAME`): a parameter, not
+# the stack's name, which a StackSet makes different in every account (StackSet-NAME-UUID).
+INSTALL = "${InstallName}"
+TAG_KEY = attach_template.tag_key(INSTALL)
 PROTECTED_POLICY = "protected-queues"
 
 # The functions of attach mode: logical id -> (binary, role, log group, the resources template's
@@ -126,6 +130,10 @@ def redrive_env() -> dict[str, str]:
 
 def code_parameters(version: str) -> dict:
     return {
+        "InstallName": {"Type": "String", "Default": "redrive", "AllowedPattern": "^[A-Za-z0-9_.:/=+@-]{1,112}$",
+                        "Description": "The install's name in the tag that marks its queues: redrive-install:NAME = "
+                                       "dlq, dlq+source or source. The same in every account of a StackSet; two "
+                                       "installs in one account and region need two names."},
         "CodeBucket": {"Type": "String", "AllowedPattern": "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
                        "Description": "The S3 bucket holding the release's function zips (in this stack's region)."},
         "CodeKeyPrefix": {"Type": "String", "Default": "", "AllowedPattern": "^[A-Za-z0-9!_.*'()/-]*$",
@@ -309,7 +317,7 @@ def _protected_policy(statements: list[dict]) -> dict:
 
 
 def _names_tag(statement: dict) -> bool:
-    return "${AWS::StackName}" in json.dumps(statement.get("Condition", {}))
+    return TAG_KEY in json.dumps(statement.get("Condition", {}))
 
 
 def split_tag_statements(resources: dict) -> None:
@@ -355,7 +363,7 @@ def without_alias(node):
 def build(version: str, resources_yaml: Path = RESOURCES_YAML, wiring_yaml: Path = WIRING_YAML) -> dict:
     source = cfn_yaml.load(resources_yaml)
     declared = copy.deepcopy(source["Parameters"])
-    template = attach_template.build(source, [], stack=STACK, sources=True)
+    template = attach_template.build(source, [], stack=INSTALL, sources=True)
     resources = template["Resources"]
     outputs = template["Outputs"]
     # Attach mode's record of the queues deploy tagged and of its nested stacks: none here.
@@ -385,7 +393,7 @@ def build(version: str, resources_yaml: Path = RESOURCES_YAML, wiring_yaml: Path
     template["Description"] = (
         "redrive, attach mode, one stack: the re-driver, archiver and triage console functions (code from "
         "CodeBucket), poison queue, circuit table, topics, archive, fleet alarms and roles. Protects every queue "
-        "of this region tagged redrive-install:STACK_NAME = dlq or dlq+source (its sources: source). "
+        "of this region tagged redrive-install:INSTALL_NAME = dlq or dlq+source (its sources: source). "
         "infra/standalone_template.py; infra/README.md, 'One template'.")
     # resources.yaml's parameters the functions name (attach mode dropped those only its
     # managed-mode resources used, e.g. ArchiveDlq).

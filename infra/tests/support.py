@@ -549,3 +549,44 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["build"]:
         sys.exit("usage: python infra/tests/support.py build")
     shutil.rmtree(build_functions())
+
+
+class IamMotoTestCase(unittest.TestCase):
+    """A moto of tests/moto_launcher.py, which authorizes every call as the IAM-enforced Lambda
+    tests' does: users holding a role's policies as tests/iam_policy.py renders them."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        import boto3
+
+        cls.launcher = subprocess.Popen([sys.executable, str(REPO / "tests" / "moto_launcher.py")],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        port = cls.launcher.stdout.readline().strip()
+        cls.endpoint = f"http://127.0.0.1:{port}"
+        cls.boto3 = boto3
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.launcher.stdin.close()
+        cls.launcher.wait(timeout=30)
+
+    def client(self, service: str, key: tuple[str, str] = ("testing", "testing")):
+        return self.boto3.client(service, endpoint_url=self.endpoint, region_name="us-east-1",
+                                 aws_access_key_id=key[0], aws_secret_access_key=key[1])
+
+    def user(self, name: str, policies: dict) -> tuple[str, str]:
+        iam = self.client("iam")
+        iam.create_user(UserName=name)
+        for policy_name, document in policies.items():
+            iam.put_user_policy(UserName=name, PolicyName=policy_name, PolicyDocument=json.dumps(document))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return key["AccessKeyId"], key["SecretAccessKey"]
+
+    def denied(self, call) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            call()
+        except ClientError as error:
+            return "AccessDenied" in error.response["Error"]["Code"]
+        return False

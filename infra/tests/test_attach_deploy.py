@@ -769,51 +769,13 @@ class AttachTemplate(unittest.TestCase):
                                   ("redrive-install:rdx", "b-dlq", "dlq+source")])
 
 
-class AttachGrantsUnderIam(unittest.TestCase):
+class AttachGrantsUnderIam(support.IamMotoTestCase):
     """The attach roles as AWS enforces them: rendered by tests/iam_policy.py (the renderer the
     IAM-enforced Lambda tests use) into the moto of tests/moto_launcher.py, which authorizes every
     call. moto does not evaluate conditions: the renderer turns each aws:ResourceTag condition
     into the queues that carry the tag, so a queue without this install's tag is denied."""
 
     STACK = "rdi"
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        import subprocess
-
-        import boto3
-
-        cls.launcher = subprocess.Popen([sys.executable, str(support.REPO / "tests" / "moto_launcher.py")],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        port = cls.launcher.stdout.readline().strip()
-        cls.endpoint = f"http://127.0.0.1:{port}"
-        cls.boto3 = boto3
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.launcher.stdin.close()
-        cls.launcher.wait(timeout=30)
-
-    def client(self, service: str, key: tuple[str, str] = ("testing", "testing")):
-        return self.boto3.client(service, endpoint_url=self.endpoint, region_name="us-east-1",
-                                 aws_access_key_id=key[0], aws_secret_access_key=key[1])
-
-    def user(self, name: str, policies: dict) -> tuple[str, str]:
-        iam = self.client("iam")
-        iam.create_user(UserName=name)
-        for policy_name, document in policies.items():
-            iam.put_user_policy(UserName=name, PolicyName=policy_name, PolicyDocument=json.dumps(document))
-        key = iam.create_access_key(UserName=name)["AccessKey"]
-        return key["AccessKeyId"], key["SecretAccessKey"]
-
-    def denied(self, call) -> bool:
-        from botocore.exceptions import ClientError
-
-        try:
-            call()
-        except ClientError as error:
-            return "AccessDenied" in error.response["Error"]["Code"]
-        return False
 
     def test_a_role_reaches_the_queues_tagged_for_its_install_and_no_other(self):
         sys.path.insert(0, str(support.REPO / "tests"))

@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import unittest
 import zipfile
 from pathlib import Path
@@ -105,7 +106,7 @@ class Template(unittest.TestCase):
             # The fleet by tag instead of the list deploy writes; no per-DLQ trigger alarm to re-arm.
             expected = set(theirs) - {"DLQ_LIST_TABLE", "TRIGGER_ALARM_NAME", "REARM_ALARM"} | {"DLQ_TAG_KEY"}
             self.assertEqual(set(ours), expected, logical)
-            self.assertEqual(ours["DLQ_TAG_KEY"], {"Fn::Sub": "redrive-install:${AWS::StackName}"})
+            self.assertEqual(ours["DLQ_TAG_KEY"], {"Fn::Sub": "redrive-install:${InstallName}"})
             # A setting's default is redrive.env's (what deploy writes with the shipped settings;
             # @: the value of a stack output).
             for key, value in ours.items():
@@ -123,11 +124,11 @@ class Template(unittest.TestCase):
                 props = template["Resources"][role]["Properties"]
                 documents = [p["PolicyDocument"] for p in props.get("Policies", [])] or [props["PolicyDocument"]]
                 statements = [s for d in documents for s in protected_statements(d, stack)]
-                return json.loads(json.dumps(statements).replace("${AWS::StackName}", "rdx"))
+                return json.loads(json.dumps(statements).replace("${InstallName}", "rdx"))
 
             theirs = tagged(attach, "rdx")
             self.assertTrue(theirs, role)
-            self.assertEqual(tagged(ours, "${AWS::StackName}"), theirs, role)
+            self.assertEqual(tagged(ours, "${InstallName}"), theirs, role)
         # The functions that read the fleet list the queues and read any queue's tags.
         for role in standalone_template.FLEET_READERS:
             statements = ours["Resources"][role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
@@ -135,6 +136,59 @@ class Template(unittest.TestCase):
             self.assertEqual(by_action["sqs:ListQueues"]["Resource"], "*", role)
             self.assertEqual(by_action["sqs:ListQueueTags"]["Resource"], attach_template.ANY_QUEUE, role)
             self.assertNotIn("Condition", by_action["sqs:ListQueueTags"], role)
+
+
+class FleetByTagUnderIam(support.IamMotoTestCase):
+    """The template's roles as AWS enforces them (tests/iam_policy.py's rendering, moto
+    authorizing every call, as for attach mode's roles in test_attach_deploy): what a function
+    does at init to find its fleet by tag, then what it does to the queues it found."""
+
+    INSTALL = "rdt"
+
+    def test_a_function_lists_the_queues_reads_every_tag_and_reaches_only_its_installs(self):
+        sys.path.insert(0, str(support.REPO / "tests"))
+        import iam_policy
+
+        sqs = self.client("sqs")
+        url = {name: sqs.create_queue(QueueName=name)["QueueUrl"]
+               for name in ("orders-dlq", "orders", "ledger-dlq", "stranger", "other-dlq", "rds-poison")}
+        arn = {name: f"arn:aws:sqs:us-east-1:123456789012:{name}" for name in url}
+        # As the user tags them for the template (infra/README.md, "One template").
+        key = f"redrive-install:{self.INSTALL}"
+        for name, value in (("orders-dlq", "dlq"), ("ledger-dlq", "dlq+source"), ("orders", "source")):
+            sqs.tag_queue(QueueUrl=url[name], Tags={key: value})
+        sqs.tag_queue(QueueUrl=url["other-dlq"], Tags={"redrive-install:other": "dlq"})
+        tagged = {arn[n]: sqs.list_queue_tags(QueueUrl=u).get("Tags", {}) for n, u in url.items()}
+        # The policies as CloudFormation gives them to IAM: the Fn::Sub text with the install's
+        # name in it (in the condition keys too, which `expanded` leaves as text), then parsed.
+        text = json.dumps(standalone_template.expanded(support.standalone_template()))
+        template = json.loads(text.replace("${InstallName}", self.INSTALL))
+        values = {"AWS::StackName": "rds", "PoisonQueue": "rds-poison"}
+        for role in standalone_template.FLEET_READERS:
+            client = self.client("sqs", self.user(f"standalone-{role}", iam_policy.render_template_policies(
+                template, role, values, tagged)))
+            # Init: every queue of the region listed, every queue's tags read (DLQ_TAG_KEY).
+            listed = client.list_queues()["QueueUrls"]
+            self.assertLessEqual(set(url.values()), set(listed), role)
+            found = sorted(u for u in listed
+                           if client.list_queue_tags(QueueUrl=u).get("Tags", {}).get(key) in ("dlq", "dlq+source"))
+            self.assertEqual(found, sorted([url["orders-dlq"], url["ledger-dlq"]]), role)
+            # Then the fleet's depth is read; no queue of another install or of nobody is.
+            for name in ("orders-dlq", "ledger-dlq"):
+                client.get_queue_attributes(QueueUrl=url[name], AttributeNames=["ApproximateNumberOfMessages"])
+            for name in ("stranger", "other-dlq"):
+                self.assertTrue(self.denied(lambda: client.get_queue_attributes(
+                    QueueUrl=url[name], AttributeNames=["ApproximateNumberOfMessages"])), (role, name))
+        # The re-driver drains the tagged DLQs and sends to their sources, nothing else.
+        redriver = self.client("sqs", self.user("standalone-redriver-2", iam_policy.render_template_policies(
+            template, "RedriverRole", values, tagged)))
+        for name in ("orders-dlq", "ledger-dlq"):
+            redriver.receive_message(QueueUrl=url[name], WaitTimeSeconds=0)
+        redriver.send_message(QueueUrl=url["orders"], MessageBody="copy")
+        redriver.send_message(QueueUrl=url["ledger-dlq"], MessageBody="copy")
+        for name in ("stranger", "other-dlq"):
+            self.assertTrue(self.denied(lambda: redriver.receive_message(QueueUrl=url[name])), name)
+            self.assertTrue(self.denied(lambda: redriver.send_message(QueueUrl=url[name], MessageBody="x")), name)
 
 
 class DeployFromTheRelease(unittest.TestCase):
@@ -193,14 +247,16 @@ class DeployFromTheRelease(unittest.TestCase):
                              ("provided.al2023", "bootstrap", ["x86_64"]), function)
             self.assertEqual(config["LoggingConfig"]["LogFormat"], "JSON", function)
             variables = config["Environment"]["Variables"]
-            self.assertEqual(variables["DLQ_TAG_KEY"], f"redrive-install:{self.stack}", function)
+            # The install's name by default, the same in every account (a StackSet's stacks are
+            # each named differently).
+            self.assertEqual(variables["DLQ_TAG_KEY"], "redrive-install:redrive", function)
             self.assertNotIn("DLQ_LIST_TABLE", variables)
             self.assertNotIn("DLQ_URLS", variables)
             # Its role grants on the protected queues by this stack's tag, and finds them.
             role = config["Role"].rsplit("/", 1)[1]
             documents = [support.policy_document(iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"])
                          for name in iam.list_role_policies(RoleName=role)["PolicyNames"]]
-            tagged = [s for d in documents for s in protected_statements(d, self.stack)]
+            tagged = [s for d in documents for s in protected_statements(d, "redrive")]
             self.assertTrue(tagged, function)
             for statement in tagged:
                 self.assertEqual(statement["Resource"], f"arn:aws:sqs:{support.REGION}:{self.moto.account_id()}:*")
