@@ -35,6 +35,7 @@ mod process;
 /// Step Functions on moto: `moto_sfn()`, routes to `cargo lambda watch`, helpers.
 pub mod sfn;
 mod sqs;
+mod template;
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,7 @@ pub use sqs::{
     queue_counts, queue_depth, receive_raw, send_batch, send_entries, send_fifo, send_raw,
     send_traced, sqs_event, trace_header_of, wait_for_depth,
 };
+pub use template::standalone_function_env;
 
 /// The workspace root (the directory holding the root `Cargo.toml`).
 pub fn workspace_root() -> &'static Path {

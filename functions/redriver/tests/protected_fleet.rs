@@ -187,21 +187,11 @@ impl Account {
             .send()
             .await
             .expect("PutItem");
-        self.redriver_with("DLQ_LIST_TABLE", table).await
-    }
-
-    /// The re-driver as the self-contained template configures it: the DLQs are the queues
-    /// tagged `key` = `dlq` (or `dlq+source`), read at init.
-    async fn redriver_by_tag(&self, key: &str) -> LambdaWatch {
-        self.redriver_with("DLQ_TAG_KEY", key.to_string()).await
-    }
-
-    async fn redriver_with(&self, fleet: &'static str, list: String) -> LambdaWatch {
         let mut env = moto().env();
         env.extend(localstack().service_endpoints());
         env.extend(
             [
-                (fleet, list),
+                ("DLQ_LIST_TABLE", table),
                 ("POISON_QUEUE_URL", self.poison.clone()),
                 ("BACKOFF_BASE_SECONDS", "0".into()),
                 ("METRIC_NAMESPACE", unique_name("ns")),
@@ -209,6 +199,30 @@ impl Account {
             ]
             .map(|(k, v)| (k.to_string(), v)),
         );
+        LambdaWatch::start(&["redriver"], &env).await
+    }
+
+    /// The re-driver with the environment the self-contained template gives it
+    /// (`redrive-attach.template.json`), for this account's poison queue, a circuit table and
+    /// the install `install`: the DLQs are the queues tagged `redrive-install:INSTALL` = `dlq`
+    /// (or `dlq+source`), read at init.
+    async fn redriver_as_the_template_configures_it(&self, install: &str) -> LambdaWatch {
+        let table = redrive_tests::create_circuit_table(&moto().dynamodb().await).await;
+        let namespace = unique_name("ns");
+        let template_env = redrive_tests::standalone_function_env(
+            "RedriverFunction",
+            &[
+                ("PoisonQueue", &self.poison),
+                ("CircuitTable", &table),
+                ("InstallName", install),
+                // Parameters a user may set: no backoff, so that the copies are visible at once.
+                ("BackoffBaseSeconds", "0"),
+                ("MetricNamespace", &namespace),
+            ],
+        );
+        let mut env = moto().env();
+        env.extend(localstack().service_endpoints());
+        env.extend(template_env);
         LambdaWatch::start(&["redriver"], &env).await
     }
 
@@ -399,22 +413,25 @@ async fn a_bad_tag_on_one_dlq_leaves_the_other_two_working() {
 }
 
 #[tokio::test]
-async fn with_dlq_tag_key_the_schedule_drains_the_dlqs_tagged_for_the_install_and_no_other() {
+async fn as_the_template_configures_it_the_schedule_drains_the_dlqs_tagged_for_the_install_and_no_other()
+ {
     // GIVEN three existing DLQs, two of them tagged for this install (as a user tags them for
     // the self-contained template), a message failed into each
     let account = Account::create().await;
-    let install = unique_name("redrive-install:st");
-    account.tag(&account.orders_dlq, &install, "dlq").await;
-    account
-        .tag(&account.ledger_dlq, &install, "dlq+source")
-        .await;
-    account.tag(&account.mail, &install, "source").await;
+    let install = unique_name("st");
+    let key = format!("redrive-install:{install}");
+    account.tag(&account.orders_dlq, &key, "dlq").await;
+    account.tag(&account.ledger_dlq, &key, "dlq+source").await;
+    account.tag(&account.mail, &key, "source").await;
     account.fail(&account.orders, "order-0", None).await;
     account.fail(&account.ledger, "entry-0", None).await;
     account.fail(&account.mail, "mail-0", None).await;
 
-    // WHEN the re-driver that found its fleet by the tag at init runs on its schedule
-    let watch = account.redriver_by_tag(&install).await;
+    // WHEN the re-driver, configured as the template configures it, finds its fleet by the tag
+    // at init and runs on its schedule
+    let watch = account
+        .redriver_as_the_template_configures_it(&install)
+        .await;
     let out = watch
         .invoke("redriver", &fixture("eventbridge-scheduled.json"))
         .await
