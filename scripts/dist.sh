@@ -38,8 +38,11 @@ VERSION=$(cargo metadata --no-deps --format-version 1 | "$PYTHON" -c \
 COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 DIRTY=false
 if [ "$COMMIT" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no)" ]; then DIRTY=true; fi
-SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 315532800)}
-export SOURCE_DATE_EPOCH
+# The packing's timestamps (dist_pack.py): given to the packer alone, not exported to the build,
+# whose environment must be deploy's. Some build scripts (aws-lc-sys) rerun when
+# SOURCE_DATE_EPOCH changes: exported, it made make dist after make deploy, and each deploy
+# after make dist, compile aws-lc and everything above it again.
+PACK_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 315532800)}
 OUT=$DIST_DIR/redrive-$VERSION
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -72,7 +75,7 @@ for arch in "${built[@]}"; do built_args+=(--built "$arch=$WORK/$arch"); done
 
 # The standalone template, its parameter Version defaulting to this release's.
 "$PYTHON" "$REPO_DIR/infra/standalone_template.py" "$OUT/redrive-attach.template.json" --version "$VERSION"
-"$PYTHON" "$REPO_DIR/scripts/dist_pack.py" --out "$OUT" --version "$VERSION" --commit "$COMMIT" \
+SOURCE_DATE_EPOCH=$PACK_EPOCH "$PYTHON" "$REPO_DIR/scripts/dist_pack.py" --out "$OUT" --version "$VERSION" --commit "$COMMIT" \
     --dirty "$DIRTY" --profile "$BUILD_PROFILE" --rustc "$(rustc -V)" \
     --cargo-lambda "$("$CARGO_LAMBDA" lambda --version 2>/dev/null || "$CARGO_LAMBDA" --version)" \
     --skipped "$(IFS=';' && echo "${skipped[*]-}")" "${built_args[@]}"

@@ -58,6 +58,25 @@ class Dist(unittest.TestCase):
         cls.dir = release()
         cls.again = release("second")
 
+    def test_make_dist_and_the_deploy_build_compile_nothing_after_each_other(self):
+        # make dist runs deploy's build step in deploy's environment: after make build (as make
+        # deploy runs it) it compiles nothing, nor does make build after it.
+        env = dict(os.environ)
+        env.update(support.BUILD_SETTINGS, LAMBDA_DIR=str(support.scratch_dir("redrive-lambda-")))
+
+        def make_build() -> str:
+            result = subprocess.run(["make", "--no-print-directory", "build"], cwd=support.REPO, env=env,
+                                    capture_output=True, text=True, timeout=support.BUILD_TIMEOUT_SECONDS,
+                                    check=False)
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            return result.stdout + result.stderr
+
+        make_build()
+        dist = make_dist(support.scratch_dir("redrive-dist-"))
+        self.assertEqual(dist.returncode, 0, dist.stderr[-3000:])
+        self.assertNotIn("Compiling", dist.stdout + dist.stderr)
+        self.assertNotIn("Compiling", make_build())
+
     def test_every_function_and_the_cli_with_sums_that_check(self):
         names = sorted(p.name for p in self.dir.iterdir())
         expected = sorted([f"redrive-{self.version}-{f}-x86_64.zip" for f in FUNCTIONS]
