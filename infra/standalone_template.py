@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import attach_template  # noqa: E402
 import cfn_yaml  # noqa: E402
+import quotas  # noqa: E402
 
 RESOURCES_YAML = HERE / "templates" / "resources.yaml"
 WIRING_YAML = HERE / "templates" / "wiring.yaml"
@@ -120,12 +121,7 @@ def settings(env: dict[str, str]) -> dict:
 
 def redrive_env() -> dict[str, str]:
     """infra/redrive.env's settings (the parameters' defaults)."""
-    out = {}
-    for line in (HERE / "redrive.env").read_text(encoding="utf-8").splitlines():
-        if line and not line.startswith("#") and "=" in line:
-            key, _, value = line.partition("=")
-            out[key] = value
-    return out
+    return quotas.read_env_file(HERE / "redrive.env")
 
 
 def code_parameters(version: str) -> dict:
